@@ -1,0 +1,2 @@
+export type { CliCommand } from "./cli-command.js";
+export { UsageError } from "./cli-command.js";
