@@ -1,1 +1,3 @@
-export {};
+// Public API of @torl-ts/actors.
+export * from "./collective/index.js";
+export * from "./pools.js";
