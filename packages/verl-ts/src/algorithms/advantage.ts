@@ -1,0 +1,256 @@
+import {
+  AlgorithmInputError,
+  dims2,
+  type MaskMatrix,
+  maskedWhiten,
+  type ScoreMatrix,
+  sameShape,
+} from "./masked.js";
+
+/** What every advantage estimator receives. Matrices are [batch, responseLength]. */
+export interface AdvantageInput {
+  /** Per-token rewards (scores, minus an in-reward KL penalty when enabled). */
+  tokenLevelRewards: ScoreMatrix;
+  /** 1 for response tokens that count (observation and padding tokens are 0). */
+  responseMask: MaskMatrix;
+  /** Group id per row (veRL's `uid`): rows from the same prompt share it. Needed by GRPO/RLOO. */
+  index?: readonly (string | number)[];
+  /** Critic values per token (GAE). */
+  values?: ScoreMatrix;
+  /** Discount (GAE, REINFORCE++). Default 1. */
+  gamma?: number;
+  /** GAE lambda. Default 1. */
+  lam?: number;
+  /** GRPO: divide by the group std (true, default) or only subtract the mean (Dr.GRPO). */
+  normAdvByStdInGrpo?: boolean;
+  /** GRPO std epsilon. Default 1e-6. */
+  epsilon?: number;
+}
+
+export interface AdvantageOutput {
+  advantages: ScoreMatrix;
+  returns: ScoreMatrix;
+}
+
+export type AdvantageEstimator = (input: AdvantageInput) => AdvantageOutput;
+
+const estimators = new Map<string, AdvantageEstimator>();
+
+/** Registers an estimator under `algorithm.adv_estimator` name `name` (replacing one of that name). */
+export function registerAdvantageEstimator(name: string, fn: AdvantageEstimator): void {
+  estimators.set(name, fn);
+}
+
+/** The estimator registered as `name`; an unknown name is an error listing the known ones. */
+export function getAdvantageEstimator(name: string): AdvantageEstimator {
+  const fn = estimators.get(name);
+  if (!fn) {
+    throw new AlgorithmInputError(
+      `unknown advantage estimator "${name}" (known: ${[...estimators.keys()].sort().join(", ")})`,
+    );
+  }
+  return fn;
+}
+
+export function listAdvantageEstimators(): string[] {
+  return [...estimators.keys()].sort();
+}
+
+/** Runs the estimator named `name`. */
+export function computeAdvantage(name: string, input: AdvantageInput): AdvantageOutput {
+  return getAdvantageEstimator(name)(input);
+}
+
+function rowSums(r: ScoreMatrix): Float64Array {
+  const [B, T] = dims2(r, "tokenLevelRewards");
+  const out = new Float64Array(B);
+  for (let b = 0; b < B; b++) {
+    let s = 0;
+    for (let t = 0; t < T; t++) s += r.data[b * T + t]!;
+    out[b] = s;
+  }
+  return out;
+}
+
+function groupsOf(
+  index: readonly (string | number)[] | undefined,
+  B: number,
+  who: string,
+): Map<string | number, number[]> {
+  if (!index) throw new AlgorithmInputError(`${who} needs "index" (the group id of every row)`);
+  if (index.length !== B)
+    throw new AlgorithmInputError(`${who}: index has ${index.length} entries for ${B} rows`);
+  const g = new Map<string | number, number[]>();
+  index.forEach((id, i) => {
+    const rows = g.get(id);
+    if (rows) rows.push(i);
+    else g.set(id, [i]);
+  });
+  return g;
+}
+
+/** Broadcasts one value per row over the row's tokens, times the mask. */
+function broadcastRows(perRow: Float64Array, mask: MaskMatrix, T: number): ScoreMatrix {
+  const B = perRow.length;
+  const out = new Float32Array(B * T);
+  for (let b = 0; b < B; b++) {
+    for (let t = 0; t < T; t++) out[b * T + t] = perRow[b]! * (mask.data[b * T + t] as number);
+  }
+  return { data: out, shape: [B, T] };
+}
+
+/**
+ * GRPO outcome advantage. score_i = sum_t r_{i,t}. For each group G of rows sharing an index:
+ * mean_G and the unbiased std_G (a group of one gets mean 0, std 1), then
+ *   A_i = (score_i - mean_G) / (std_G + epsilon)        (normAdvByStdInGrpo, default)
+ *   A_i = score_i - mean_G                              (otherwise: Dr.GRPO)
+ * broadcast over the response tokens and multiplied by the mask. returns = advantages.
+ */
+export function computeGrpoOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
+  const { tokenLevelRewards: r, responseMask: mask } = input;
+  sameShape(r, mask, "tokenLevelRewards", "responseMask");
+  const [B, T] = dims2(r, "tokenLevelRewards");
+  const eps = input.epsilon ?? 1e-6;
+  const norm = input.normAdvByStdInGrpo ?? true;
+  const scores = rowSums(r);
+  const adv = new Float64Array(B);
+  for (const rows of groupsOf(input.index, B, "grpo").values()) {
+    let mean = 0;
+    let std = 1;
+    if (rows.length > 1) {
+      mean = rows.reduce((s, i) => s + scores[i]!, 0) / rows.length;
+      const ss = rows.reduce((s, i) => s + (scores[i]! - mean) ** 2, 0);
+      std = Math.sqrt(ss / (rows.length - 1));
+    }
+    for (const i of rows) adv[i] = norm ? (scores[i]! - mean) / (std + eps) : scores[i]! - mean;
+  }
+  const a = broadcastRows(adv, mask, T);
+  return { advantages: a, returns: a };
+}
+
+/**
+ * RLOO (leave-one-out baseline). For a group of n > 1 rows with mean m:
+ *   A_i = score_i * n/(n-1) - m * n/(n-1)  (= score_i - mean of the other n-1 scores);
+ * a group of one keeps A_i = score_i. Broadcast over tokens times the mask; returns = advantages.
+ */
+export function computeRlooOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
+  const { tokenLevelRewards: r, responseMask: mask } = input;
+  sameShape(r, mask, "tokenLevelRewards", "responseMask");
+  const [B, T] = dims2(r, "tokenLevelRewards");
+  const scores = rowSums(r);
+  const adv = new Float64Array(B);
+  for (const rows of groupsOf(input.index, B, "rloo").values()) {
+    const n = rows.length;
+    const mean = n > 1 ? rows.reduce((s, i) => s + scores[i]!, 0) / n : 0;
+    for (const i of rows) adv[i] = n > 1 ? (scores[i]! * n) / (n - 1) - (mean * n) / (n - 1) : scores[i]!;
+  }
+  const a = broadcastRows(adv, mask, T);
+  return { advantages: a, returns: a };
+}
+
+/**
+ * REINFORCE++: discounted return G_t = r_t + gamma * G_{t+1}, where the running return is reset to 0
+ * after a masked-out position (G_{t+1} is multiplied by mask_t); advantages = masked_whiten(G, mask) * mask.
+ */
+export function computeReinforcePlusPlusOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
+  const { tokenLevelRewards: r, responseMask: mask } = input;
+  sameShape(r, mask, "tokenLevelRewards", "responseMask");
+  const [B, T] = dims2(r, "tokenLevelRewards");
+  const gamma = input.gamma ?? 1;
+  const ret = new Float32Array(B * T);
+  for (let b = 0; b < B; b++) {
+    let running = 0;
+    for (let t = T - 1; t >= 0; t--) {
+      running = r.data[b * T + t]! + gamma * running;
+      ret[b * T + t] = running;
+      running *= mask.data[b * T + t] as number;
+    }
+  }
+  const returns = { data: ret, shape: [B, T] };
+  const w = maskedWhiten(returns, mask);
+  for (let i = 0; i < w.data.length; i++) w.data[i] = w.data[i]! * (mask.data[i] as number);
+  return { advantages: w, returns };
+}
+
+/**
+ * REINFORCE++ with a group baseline: A_i = score_i - mean_G (group of one: mean 0), broadcast over
+ * tokens times the mask, then masked_whiten over the batch and times the mask again.
+ */
+export function computeReinforcePlusPlusBaselineOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
+  const { tokenLevelRewards: r, responseMask: mask } = input;
+  sameShape(r, mask, "tokenLevelRewards", "responseMask");
+  const [B, T] = dims2(r, "tokenLevelRewards");
+  const scores = rowSums(r);
+  const adv = new Float64Array(B);
+  for (const rows of groupsOf(input.index, B, "reinforce_plus_plus_baseline").values()) {
+    const mean = rows.length > 1 ? rows.reduce((s, i) => s + scores[i]!, 0) / rows.length : 0;
+    for (const i of rows) adv[i] = scores[i]! - mean;
+  }
+  const w = maskedWhiten(broadcastRows(adv, mask, T), mask);
+  for (let i = 0; i < w.data.length; i++) w.data[i] = w.data[i]! * (mask.data[i] as number);
+  return { advantages: w, returns: w };
+}
+
+/**
+ * GAE for a critic, backwards over t:
+ *   delta_t = r_t + gamma * V_{t+1} - V_t,   A_t = delta_t + gamma * lam * A_{t+1}
+ * where V_T = 0 and A_T = 0. Positions with mask 0 (observation tokens, padding) are skipped: they
+ * carry the next value and advantage through unchanged. returns = A + V; advantages are then
+ * masked-whitened.
+ */
+export function computeGaeAdvantageReturn(input: AdvantageInput): AdvantageOutput {
+  const { tokenLevelRewards: r, responseMask: mask, values } = input;
+  if (!values) throw new AlgorithmInputError("gae needs critic values");
+  sameShape(r, mask, "tokenLevelRewards", "responseMask");
+  sameShape(r, values, "tokenLevelRewards", "values");
+  const [B, T] = dims2(r, "tokenLevelRewards");
+  const gamma = input.gamma ?? 1;
+  const lam = input.lam ?? 1;
+  const adv = new Float32Array(B * T);
+  const ret = new Float32Array(B * T);
+  for (let b = 0; b < B; b++) {
+    let nextValue = 0;
+    let lastGae = 0;
+    for (let t = T - 1; t >= 0; t--) {
+      const i = b * T + t;
+      const m = mask.data[i] as number;
+      const v = values.data[i]!;
+      const delta = r.data[i]! + gamma * nextValue - v;
+      const gae = delta + gamma * lam * lastGae;
+      nextValue = v * m + (1 - m) * nextValue;
+      lastGae = gae * m + (1 - m) * lastGae;
+      adv[i] = lastGae;
+      ret[i] = lastGae + v;
+    }
+  }
+  const advantages = maskedWhiten({ data: adv, shape: [B, T] }, mask);
+  return { advantages, returns: { data: ret, shape: [B, T] } };
+}
+
+/**
+ * Places each sequence's scalar score on its last response token (the last position where the mask
+ * is 1), zeros elsewhere: veRL's token_level_scores from an outcome reward.
+ */
+export function tokenLevelScoresFromFinal(scores: ArrayLike<number>, responseMask: MaskMatrix): ScoreMatrix {
+  const [B, T] = dims2(responseMask, "responseMask");
+  if (scores.length !== B) throw new AlgorithmInputError(`got ${scores.length} scores for ${B} rows`);
+  const out = new Float32Array(B * T);
+  for (let b = 0; b < B; b++) {
+    let last = -1;
+    for (let t = T - 1; t >= 0; t--) {
+      if ((responseMask.data[b * T + t] as number) !== 0) {
+        last = t;
+        break;
+      }
+    }
+    if (last < 0) throw new AlgorithmInputError(`row ${b} has no response token to put its score on`);
+    out[b * T + last] = scores[b]!;
+  }
+  return { data: out, shape: [B, T] };
+}
+
+registerAdvantageEstimator("gae", computeGaeAdvantageReturn);
+registerAdvantageEstimator("grpo", computeGrpoOutcomeAdvantage);
+registerAdvantageEstimator("rloo", computeRlooOutcomeAdvantage);
+registerAdvantageEstimator("reinforce_plus_plus", computeReinforcePlusPlusOutcomeAdvantage);
+registerAdvantageEstimator("reinforce_plus_plus_baseline", computeReinforcePlusPlusBaselineOutcomeAdvantage);

@@ -1,0 +1,62 @@
+export {
+  type AdvantageEstimator,
+  type AdvantageInput,
+  type AdvantageOutput,
+  computeAdvantage,
+  computeGaeAdvantageReturn,
+  computeGrpoOutcomeAdvantage,
+  computeReinforcePlusPlusBaselineOutcomeAdvantage,
+  computeReinforcePlusPlusOutcomeAdvantage,
+  computeRlooOutcomeAdvantage,
+  getAdvantageEstimator,
+  listAdvantageEstimators,
+  registerAdvantageEstimator,
+  tokenLevelScoresFromFinal,
+} from "./advantage.js";
+export { entropyFromLogits } from "./entropy.js";
+export {
+  AdaptiveKlController,
+  applyKlPenalty,
+  checkKlPenaltyType,
+  createKlController,
+  FixedKlController,
+  KL_PENALTY_TYPES,
+  type KlController,
+  type KlPenaltyType,
+  klPenalty,
+  klPenaltyValue,
+} from "./kl.js";
+export {
+  AlgorithmInputError,
+  type MaskMatrix,
+  maskedMeanRows,
+  maskedMeanScalar,
+  maskedSum,
+  maskedVar,
+  maskedWhiten,
+  type ScoreMatrix,
+} from "./masked.js";
+export {
+  aggLoss,
+  checkLossAggMode,
+  computePolicyLoss,
+  computeValueLoss,
+  LOSS_AGG_MODES,
+  type LossAggMode,
+  type PolicyLossOptions,
+  type PolicyLossResult,
+} from "./policy-loss.js";
+export {
+  aggLossTf,
+  asTfTensor,
+  entropyFromLogitsTf,
+  getPolicyLoss,
+  klLossTf,
+  klPenaltyTf,
+  maskedMeanTf,
+  type PolicyLossFnTf,
+  type PolicyLossTf,
+  policyLossTf,
+  registerPolicyLoss,
+  type TensorLike,
+} from "./tf-ops.js";

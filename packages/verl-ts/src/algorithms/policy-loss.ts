@@ -1,0 +1,174 @@
+import { AlgorithmInputError, dims2, type MaskMatrix, type ScoreMatrix, sameShape } from "./masked.js";
+
+/** How a [batch, seq] loss matrix is reduced to a scalar (`actor.loss_agg_mode`). */
+export type LossAggMode =
+  | "token-mean"
+  | "seq-mean-token-sum"
+  | "seq-mean-token-mean"
+  | "seq-mean-token-sum-norm";
+export const LOSS_AGG_MODES: readonly LossAggMode[] = [
+  "token-mean",
+  "seq-mean-token-sum",
+  "seq-mean-token-mean",
+  "seq-mean-token-sum-norm",
+];
+
+export function checkLossAggMode(mode: string): asserts mode is LossAggMode {
+  if (!(LOSS_AGG_MODES as readonly string[]).includes(mode)) {
+    throw new AlgorithmInputError(`unknown loss_agg_mode "${mode}" (known: ${LOSS_AGG_MODES.join(", ")})`);
+  }
+}
+
+/**
+ * Aggregates loss L [B, T] under mask M:
+ * - token-mean:              sum(L M) / (sum(M) + 1e-8)
+ * - seq-mean-token-sum:      mean_b sum_t L M
+ * - seq-mean-token-mean:     mean_b (sum_t L M / sum_t M)   (a row with an empty mask counts 0)
+ * - seq-mean-token-sum-norm: sum_b sum_t L M / T            (T = seq length, Dr.GRPO's constant)
+ */
+export function aggLoss(
+  loss: ScoreMatrix | Float64Array,
+  mask: MaskMatrix,
+  mode: LossAggMode | string,
+): number {
+  checkLossAggMode(mode);
+  const [B, T] = dims2(mask, "mask");
+  const L = loss instanceof Float64Array ? loss : loss.data;
+  if (L.length !== B * T)
+    throw new AlgorithmInputError(`loss has ${L.length} elements, mask is [${B}, ${T}]`);
+  let total = 0;
+  let totalMask = 0;
+  let seqAcc = 0;
+  for (let b = 0; b < B; b++) {
+    let s = 0;
+    let m = 0;
+    for (let t = 0; t < T; t++) {
+      const w = mask.data[b * T + t] as number;
+      s += L[b * T + t]! * w;
+      m += w;
+    }
+    total += s;
+    totalMask += m;
+    if (mode === "seq-mean-token-mean") seqAcc += m > 0 ? s / m : 0;
+  }
+  switch (mode) {
+    case "token-mean":
+      return total / (totalMask + 1e-8);
+    case "seq-mean-token-sum":
+      return total / B;
+    case "seq-mean-token-mean":
+      return seqAcc / B;
+    case "seq-mean-token-sum-norm":
+      return total / T;
+  }
+}
+
+export interface PolicyLossOptions {
+  /** Symmetric clip range (actor.clip_ratio). Default 0.2. */
+  clipRatio?: number;
+  /** Lower clip (1 - low); defaults to clipRatio. */
+  clipRatioLow?: number;
+  /** Upper clip (1 + high); defaults to clipRatio. */
+  clipRatioHigh?: number;
+  /** Dual-clip bound for negative advantages (actor.clip_ratio_c). Default 3. */
+  clipRatioC?: number;
+  lossAggMode?: LossAggMode | string;
+}
+
+export interface PolicyLossResult {
+  /** The aggregated clipped policy-gradient loss. */
+  pgLoss: number;
+  /** Fraction of tokens where the clipped term was chosen (masked mean of [L2 > L1]). */
+  pgClipfrac: number;
+  /** Approximate KL(old || new): masked mean of (old_logp - logp). */
+  ppoKl: number;
+  /** Fraction of tokens with A < 0 where the dual clip bound was hit. */
+  pgClipfracLower: number;
+}
+
+/**
+ * PPO clipped policy loss with dual clip (veRL's compute_policy_loss):
+ *   ratio = exp(clamp(logp - old_logp, -20, 20))
+ *   L1 = -A ratio,  L2 = -A clip(ratio, 1 - eps_low, 1 + eps_high),  Lc = max(L1, L2)
+ *   L3 = -A clip_ratio_c;  L = A < 0 ? min(L3, Lc) : Lc
+ *   pg_loss = agg(L, mask); clipfrac = mean_mask[L2 > L1]; ppo_kl = mean_mask(old_logp - logp)
+ *   clipfrac_lower = mean_mask[Lc > L3 and A < 0]
+ */
+export function computePolicyLoss(
+  oldLogProb: ScoreMatrix,
+  logProb: ScoreMatrix,
+  advantages: ScoreMatrix,
+  responseMask: MaskMatrix,
+  opts: PolicyLossOptions = {},
+): PolicyLossResult {
+  sameShape(oldLogProb, logProb, "oldLogProb", "logProb");
+  sameShape(oldLogProb, advantages, "oldLogProb", "advantages");
+  sameShape(oldLogProb, responseMask, "oldLogProb", "responseMask");
+  const clip = opts.clipRatio ?? 0.2;
+  const low = opts.clipRatioLow ?? clip;
+  const high = opts.clipRatioHigh ?? clip;
+  const c = opts.clipRatioC ?? 3;
+  if (!(c > 1)) throw new AlgorithmInputError(`clip_ratio_c must be > 1 for the dual clip, got ${c}`);
+  const n = oldLogProb.data.length;
+  const losses = new Float64Array(n);
+  let kl = 0;
+  let clipped = 0;
+  let lower = 0;
+  let msum = 0;
+  for (let i = 0; i < n; i++) {
+    const m = responseMask.data[i] as number;
+    const neg = Math.min(20, Math.max(-20, logProb.data[i]! - oldLogProb.data[i]!));
+    const ratio = Math.exp(neg);
+    const a = advantages.data[i]!;
+    const l1 = -a * ratio;
+    const l2 = -a * Math.min(1 + high, Math.max(1 - low, ratio));
+    const lc = Math.max(l1, l2);
+    const l3 = -a * c;
+    losses[i] = a < 0 ? Math.min(l3, lc) : lc;
+    kl += -neg * m;
+    if (l2 > l1) clipped += m;
+    if (lc > l3 && a < 0) lower += m;
+    msum += m;
+  }
+  const denom = msum + 1e-8;
+  return {
+    pgLoss: aggLoss(losses, responseMask, opts.lossAggMode ?? "token-mean"),
+    pgClipfrac: clipped / denom,
+    ppoKl: kl / denom,
+    pgClipfracLower: lower / denom,
+  };
+}
+
+/**
+ * Clipped value loss for a critic (veRL's compute_value_loss):
+ *   v_clip = clip(vpred, V_old - c, V_old + c); L = max((vpred - R)^2, (v_clip - R)^2)
+ *   vf_loss = 0.5 agg(L, mask); vf_clipfrac = mean_mask[(v_clip - R)^2 > (vpred - R)^2]
+ */
+export function computeValueLoss(
+  vpreds: ScoreMatrix,
+  returns: ScoreMatrix,
+  values: ScoreMatrix,
+  responseMask: MaskMatrix,
+  cliprangeValue: number,
+  lossAggMode: LossAggMode | string = "token-mean",
+): { vfLoss: number; vfClipfrac: number } {
+  sameShape(vpreds, returns, "vpreds", "returns");
+  sameShape(vpreds, values, "vpreds", "values");
+  sameShape(vpreds, responseMask, "vpreds", "responseMask");
+  const n = vpreds.data.length;
+  const losses = new Float64Array(n);
+  let clipped = 0;
+  let msum = 0;
+  for (let i = 0; i < n; i++) {
+    const v = values.data[i]!;
+    const p = vpreds.data[i]!;
+    const pc = Math.min(v + cliprangeValue, Math.max(v - cliprangeValue, p));
+    const l1 = (p - returns.data[i]!) ** 2;
+    const l2 = (pc - returns.data[i]!) ** 2;
+    losses[i] = Math.max(l1, l2);
+    const m = responseMask.data[i] as number;
+    if (l2 > l1) clipped += m;
+    msum += m;
+  }
+  return { vfLoss: 0.5 * aggLoss(losses, responseMask, lossAggMode), vfClipfrac: clipped / (msum + 1e-8) };
+}

@@ -1,0 +1,121 @@
+// TypeScript view of the trainer config (the keys of ppo-trainer.yaml most code reads). Every section
+// also takes keys added by extensions (recipes), hence the index signatures.
+
+type Open = { [key: string]: unknown };
+
+export interface OptimConfig extends Open {
+  lr: number;
+  lr_warmup_steps: number;
+  lr_warmup_steps_ratio: number;
+  min_lr_ratio: number | null;
+  warmup_style: "constant" | "cosine";
+  total_training_steps: number;
+  weight_decay: number;
+}
+
+export interface ActorConfig extends Open {
+  strategy: string;
+  ppo_mini_batch_size: number;
+  ppo_micro_batch_size: number | null;
+  ppo_micro_batch_size_per_gpu: number | null;
+  use_dynamic_bsz: boolean;
+  ppo_max_token_len_per_gpu: number;
+  grad_clip: number;
+  clip_ratio: number;
+  clip_ratio_low: number;
+  clip_ratio_high: number;
+  clip_ratio_c: number;
+  loss_agg_mode: "token-mean" | "seq-mean-token-sum" | "seq-mean-token-mean" | "seq-mean-token-sum-norm";
+  entropy_coeff: number;
+  use_kl_loss: boolean;
+  kl_loss_coef: number;
+  kl_loss_type: string;
+  ppo_epochs: number;
+  shuffle: boolean;
+  mask_tool_output: boolean;
+  optim: OptimConfig;
+}
+
+export interface RolloutConfig extends Open {
+  name: string;
+  temperature: number;
+  top_k: number;
+  top_p: number;
+  prompt_length: number;
+  response_length: number;
+  do_sample: boolean;
+  n: number;
+  seed: number;
+  num_llm_calls_available: number;
+  log_prob_micro_batch_size_per_gpu: number | null;
+  val_kwargs: { top_k: number; top_p: number; temperature: number; n: number; do_sample: boolean } & Open;
+  tool: {
+    name: string;
+    stop: string;
+    sandbox_url: string | null;
+    run_timeout: number;
+    memory_limit_mb: number;
+    max_concurrency: number;
+    max_observation_chars: number;
+    config: Open;
+  } & Open;
+}
+
+export interface TrainerConfig extends Open {
+  data: {
+    tokenizer: string | null;
+    train_files: string | string[];
+    val_files: string | string[] | null;
+    prompt_key: string;
+    reward_fn_key: string;
+    max_prompt_length: number;
+    max_response_length: number;
+    train_batch_size: number;
+    val_batch_size: number | null;
+    shuffle: boolean;
+    seed: number;
+    filter_overlong_prompts: boolean;
+    filter_overlong_prompts_margin: number;
+    truncation: "error" | "left" | "right";
+    template_type: string;
+    execution_error_penalty: boolean;
+    execution_error_penalty_value: number;
+  } & Open;
+  actor_rollout_ref: {
+    hybrid_engine: boolean;
+    model: { path: string | null; override_config: Open; enable_gradient_checkpointing: boolean } & Open;
+    actor: ActorConfig;
+    ref: { log_prob_micro_batch_size_per_gpu: number | null } & Open;
+    rollout: RolloutConfig;
+  } & Open;
+  critic: { optim: OptimConfig; cliprange_value: number; ppo_mini_batch_size: number } & Open;
+  reward_model: { enable: boolean; reward_manager: string; reward_kwargs: Open } & Open;
+  custom_reward_function: { path: string | null; name: string } & Open;
+  algorithm: {
+    gamma: number;
+    lam: number;
+    adv_estimator: string;
+    norm_adv_by_std_in_grpo: boolean;
+    use_kl_in_reward: boolean;
+    kl_penalty: string;
+    kl_ctrl: { type: "fixed" | "adaptive"; kl_coef: number; horizon: number; target_kl: number } & Open;
+  } & Open;
+  trainer: {
+    balance_batch: boolean;
+    total_epochs: number;
+    total_training_steps: number | null;
+    project_name: string;
+    experiment_name: string;
+    logger: string[];
+    nnodes: number;
+    n_gpus_per_node: number;
+    save_freq: number;
+    resume_mode: "auto" | "disable" | "resume_path";
+    resume_from_path: string | null;
+    val_before_train: boolean;
+    test_freq: number;
+    critic_warmup: number;
+    default_local_dir: string;
+    seed: number;
+  } & Open;
+}

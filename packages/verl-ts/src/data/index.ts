@@ -1,0 +1,35 @@
+export {
+  type CollatePromptsOptions,
+  collatePrompts,
+  epochOrder,
+  filterOverlongPrompts,
+  LoaderStateError,
+  type OverlongFilterOptions,
+  PromptLoader,
+  type PromptLoaderOptions,
+  type PromptLoaderState,
+  seededRandom,
+  type TokenizeFn,
+} from "./loader.js";
+export {
+  type ChatMessage,
+  DatasetFileError,
+  type ReadRlDatasetOptions,
+  type RlDatasetRow,
+  readJsonlRows,
+  readParquetRows,
+  readRlDataset,
+  toRlDatasetRow,
+} from "./rows.js";
+export {
+  chatMlTemplate,
+  getPromptTemplate,
+  listPromptTemplates,
+  type PromptTemplate,
+  PromptTemplateError,
+  questionOf,
+  registerPromptTemplate,
+  renderPrompt,
+  TIR_BASE_0309_PREFIX,
+  tirBase0309Template,
+} from "./templates.js";

@@ -1,0 +1,265 @@
+import { type ActorHandle, actor, createCollectiveGroup, get, kill } from "@torl-ts/actors";
+import { DispatchError, type ResolvedRegistration, registeredMethods } from "./decorator.js";
+import { fromWireValue, type HostedRoleSpec, toWireValue, WorkerHost } from "./host.js";
+import type { ResourcePool } from "./resource-pool.js";
+
+type Ctor = abstract new (...args: any[]) => any;
+
+/** A worker role: its class (for the registered methods), the module workers import it from, its args. */
+export interface WorkerRole<C extends Ctor = Ctor> {
+  cls: C;
+  module: string;
+  exportName: string;
+  args: unknown[];
+}
+
+/**
+ * Describes a worker role (veRL's RayClassWithInitArgs). `module` is the URL of the module exporting
+ * the class (pass `import.meta.url` there); the export is looked up by the class name.
+ */
+export function workerRole<C extends Ctor>(
+  cls: C,
+  where: { module: string; exportName?: string },
+  ...args: ConstructorParameters<C>
+): WorkerRole<C> {
+  if (!where?.module) throw new TypeError(`workerRole(${cls?.name}): pass { module: import.meta.url }`);
+  return { cls, module: where.module, exportName: where.exportName ?? cls.name, args };
+}
+
+type MethodKeys<T> = { [K in keyof T]: T[K] extends (...args: any[]) => any ? K : never }[keyof T] & string;
+
+/** The driver-side methods of a worker group: each registered method fans out and collects. */
+export type BoundMethods<T> = { [K in MethodKeys<T>]: (...args: any[]) => Promise<any> };
+
+export type RoleInstances<M extends Record<string, WorkerRole>> = {
+  [R in keyof M]: InstanceType<M[R]["cls"]>;
+};
+
+export interface WorkerGroupOptions {
+  /** Name of the group (WG_PREFIX in the workers, and the collective group's name). */
+  name?: string;
+  /** Make all ranks a collective group (allReduce etc. inside the workers). Default false. */
+  collective?: boolean;
+  /** CPUs each worker reserves from its bundle. Default 1. */
+  numCpusPerWorker?: number;
+  /** Extra environment for every worker process. */
+  env?: Record<string, string>;
+  /** Calls that may run at once in a worker (async methods). Default 1. */
+  maxConcurrency?: number;
+}
+
+let groupCounter = 0;
+
+interface BoundMethod {
+  reg: ResolvedRegistration;
+  role: string;
+  method: string;
+}
+
+/**
+ * veRL's RayWorkerGroup: one actor per bundle of a ResourcePool, each hosting one role or several
+ * colocated roles. Registered methods are bound on the group: `await wg.generateSequences(batch)`
+ * dispatches (per the method's dispatch mode), runs on the ranks (execute mode) and collects.
+ */
+export class WorkerGroup<T = unknown> {
+  private constructor(
+    readonly name: string,
+    readonly handles: ActorHandle<WorkerHost>[],
+    readonly role: string,
+    private readonly methods: Map<string, BoundMethod>,
+    readonly collectiveGroup: string | undefined,
+    private readonly roles: Map<string, Map<string, ResolvedRegistration>>,
+  ) {
+    for (const [m] of methods) {
+      if (m in this) throw new DispatchError(`registered method "${m}" clashes with a WorkerGroup member`);
+      Object.defineProperty(this, m, {
+        value: (...args: unknown[]) => this.call(m, ...args),
+        enumerable: true,
+      });
+    }
+  }
+
+  /** Spawns a group of one role over `pool`. */
+  static async create<C extends Ctor>(
+    pool: ResourcePool,
+    role: WorkerRole<C>,
+    opts: WorkerGroupOptions = {},
+  ): Promise<WorkerGroup<InstanceType<C>> & BoundMethods<InstanceType<C>>> {
+    const wg = await WorkerGroup.spawnGroup(pool, { default: role }, opts);
+    return wg.forRole("default") as WorkerGroup<InstanceType<C>> & BoundMethods<InstanceType<C>>;
+  }
+
+  /**
+   * Spawns a group whose every worker process hosts all `roles` (veRL's create_colocated_worker_cls):
+   * e.g. {actor, rollout, ref} sharing one process and GPU per bundle. `spawnRoles()` then gives a
+   * group per role over the same processes.
+   */
+  static async createColocated<M extends Record<string, WorkerRole>>(
+    pool: ResourcePool,
+    roles: M,
+    opts: WorkerGroupOptions = {},
+  ): Promise<WorkerGroup<RoleInstances<M>>> {
+    return (await WorkerGroup.spawnGroup(pool, roles, opts)) as WorkerGroup<RoleInstances<M>>;
+  }
+
+  private static async spawnGroup(
+    pool: ResourcePool,
+    roles: Record<string, WorkerRole>,
+    opts: WorkerGroupOptions,
+  ): Promise<WorkerGroup<unknown>> {
+    const name = opts.name ?? `wg${groupCounter++}-${Math.random().toString(36).slice(2, 7)}`;
+    const specs: HostedRoleSpec[] = Object.entries(roles).map(([role, r]) => ({
+      role,
+      module: r.module,
+      exportName: r.exportName,
+      args: r.args.map(toWireValue),
+    }));
+    const bundles = await pool.bundles();
+    const worldSize = bundles.length;
+    const collectiveGroup = opts.collective ? `${name}-collective` : undefined;
+    const Host = actor(WorkerHost, { module: HOST_MODULE });
+    const handles = bundles.map((b, rank) =>
+      Host.options({
+        placementGroup: b.pg,
+        bundleIndex: b.bundleIndex,
+        numCpus: opts.numCpusPerWorker ?? 1,
+        numGpus: pool.useGpu ? 1 / pool.maxColocateCount : 0,
+        maxConcurrency: opts.maxConcurrency ?? 1,
+        env: {
+          ...(opts.env ?? {}),
+          RANK: String(rank),
+          WORLD_SIZE: String(worldSize),
+          LOCAL_RANK: String(b.localRank),
+          LOCAL_WORLD_SIZE: String(b.localWorldSize),
+          NODE_RANK: String(b.nodeRank),
+          WG_PREFIX: name,
+          TORL_COLLECTIVE_GROUP: collectiveGroup ?? "",
+        },
+      }).remote(specs),
+    );
+    try {
+      await get(handles.map((h) => h.hostReady()));
+      if (collectiveGroup) await createCollectiveGroup(handles, { name: collectiveGroup });
+    } catch (e) {
+      for (const h of handles) kill(h);
+      throw e;
+    }
+    const roleMethods = new Map(Object.entries(roles).map(([role, r]) => [role, registeredMethods(r.cls)]));
+    const all = new Map<string, BoundMethod>();
+    for (const [role, methods] of roleMethods) {
+      for (const [m, reg] of methods) all.set(`${role}_${m}`, { reg, role, method: m });
+    }
+    return new WorkerGroup(name, handles, "", all, collectiveGroup, roleMethods);
+  }
+
+  /** Per-role groups over the same worker processes (veRL's spawn of a colocated group). */
+  spawnRoles(): { [R in keyof T]: WorkerGroup<T[R]> & BoundMethods<T[R]> } {
+    const out: Record<string, unknown> = {};
+    for (const role of this.roles.keys()) out[role] = this.forRole(role);
+    return out as { [R in keyof T]: WorkerGroup<T[R]> & BoundMethods<T[R]> };
+  }
+
+  private forRole(role: string): WorkerGroup<unknown> {
+    const regs = this.roles.get(role);
+    if (!regs) throw new DispatchError(`no role "${role}" in group ${this.name}`);
+    const methods = new Map([...regs].map(([m, reg]) => [m, { reg, role, method: m }]));
+    return new WorkerGroup(this.name, this.handles, role, methods, this.collectiveGroup, this.roles);
+  }
+
+  get worldSize(): number {
+    return this.handles.length;
+  }
+
+  /** Names of the bound methods. */
+  methodNames(): string[] {
+    return [...this.methods.keys()];
+  }
+
+  /** Calls registered method `method` on the group: dispatch, execute, collect. */
+  async call(method: string, ...args: unknown[]): Promise<any> {
+    const bound = this.methods.get(method);
+    if (!bound) {
+      throw new DispatchError(
+        `"${method}" is not a registered method of group ${this.name} (has: ${this.methodNames().join(", ")})`,
+      );
+    }
+    const { reg, role, method: name } = bound;
+    const { perRank, context } = reg.dispatch.dispatch(this.worldSize, args, method);
+    if (perRank.length !== this.worldSize) {
+      throw new DispatchError(
+        `${method}: dispatch ${reg.dispatch.name} made ${perRank.length} calls for ${this.worldSize} ranks`,
+      );
+    }
+    if (reg.execute === "rank_zero" || reg.dispatch.name === "RANK_ZERO") {
+      const out = await this.onRank(
+        0,
+        role,
+        name,
+        this.handles[0]!.executeRegistered(role, name, perRank[0]!.map(toWireValue)),
+      );
+      return fromWireValue(out);
+    }
+    const outputs = await Promise.all(
+      this.handles.map((h, r) =>
+        this.onRank(r, role, name, h.executeRegistered(role, name, perRank[r]!.map(toWireValue))),
+      ),
+    );
+    return reg.dispatch.collect(outputs.map(fromWireValue), context, method);
+  }
+
+  /**
+   * Awaits one rank's call; a failure keeps its class (RemoteError, ActorDiedError ...) and gains
+   * `workerGroup`, `workerRank`, `workerRole` and `workerMethod`, with "group rank r role.method:" in front
+   * of its message, so the driver can say which worker failed and why.
+   */
+  private async onRank(
+    rank: number,
+    role: string,
+    method: string,
+    ref: PromiseLike<unknown>,
+  ): Promise<unknown> {
+    try {
+      return await ref;
+    } catch (e) {
+      if (e instanceof Error && !(e as { workerGroup?: string }).workerGroup) {
+        Object.assign(e, {
+          workerGroup: this.name,
+          workerRank: rank,
+          workerRole: role,
+          workerMethod: method,
+        });
+        e.message = `${this.name} rank ${rank} ${role}.${method}: ${e.message}`;
+      }
+      throw e;
+    }
+  }
+
+  /** Runs `method` of the role on every rank with the same arguments (no registration needed). */
+  async executeAll(method: string, ...args: unknown[]): Promise<any[]> {
+    const role = this.role || [...this.roles.keys()][0]!;
+    const refs = this.handles.map((h) => h.executeRegistered(role, method, args.map(toWireValue)));
+    return (await get(refs)).map(fromWireValue);
+  }
+
+  /** Runs `method` of the role on rank 0 only. */
+  async executeRankZero(method: string, ...args: unknown[]): Promise<any> {
+    const role = this.role || [...this.roles.keys()][0]!;
+    return fromWireValue(await this.handles[0]!.executeRegistered(role, method, args.map(toWireValue)));
+  }
+
+  /** Facts about each worker process: pid, roles, rank, CUDA_VISIBLE_DEVICES. */
+  async workerInfo(): Promise<
+    Array<{ pid: number; roles: string[]; rank: number; worldSize: number; cudaVisibleDevices?: string }>
+  > {
+    return get(this.handles.map((h) => h.hostReady()));
+  }
+
+  /** Kills the group's worker processes. */
+  shutdown(): void {
+    for (const h of this.handles) kill(h);
+  }
+}
+
+// The module worker processes import WorkerHost from (this package runs from its .ts sources under tsx).
+const HOST_MODULE = new URL(import.meta.url.endsWith(".ts") ? "./host.ts" : "./host.js", import.meta.url)
+  .href;

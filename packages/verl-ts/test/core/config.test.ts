@@ -1,0 +1,239 @@
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import test from "ava";
+import {
+  assertTrainerConfig,
+  checkTrainerConfig,
+  configValue,
+  loadTrainerConfig,
+  parseConfigOverrides,
+  splitConfigArgs,
+  TrainerConfigError,
+  trainerConfigSchema,
+} from "../../src/core.js";
+
+const dir = mkdtempSync(join(tmpdir(), "verl-config-"));
+const file = (name: string, text: string) => {
+  const p = join(dir, name);
+  writeFileSync(p, text);
+  return p;
+};
+
+test("defaults carry veRL's trainer keys and ToRL's additions", (t) => {
+  const c = loadTrainerConfig();
+  t.is(c.data.max_prompt_length, 512);
+  t.is(c.actor_rollout_ref.rollout.n, 1);
+  t.is(c.actor_rollout_ref.actor.clip_ratio, 0.2);
+  t.is(c.actor_rollout_ref.actor.clip_ratio_c, 3);
+  t.is(c.actor_rollout_ref.actor.loss_agg_mode, "token-mean");
+  t.is(c.algorithm.norm_adv_by_std_in_grpo, true);
+  t.is(c.trainer.resume_mode, "auto");
+  // ToRL
+  t.is(c.data.template_type, "tir_base_0309");
+  t.is(c.data.execution_error_penalty, false);
+  t.is(c.actor_rollout_ref.rollout.num_llm_calls_available, 1);
+  t.is(c.actor_rollout_ref.rollout.tool.stop, "```output");
+  t.is(c.actor_rollout_ref.actor.mask_tool_output, true);
+  const keys = trainerConfigSchema().keys();
+  for (const k of [
+    "data.train_batch_size",
+    "actor_rollout_ref.actor.optim.lr",
+    "actor_rollout_ref.actor.use_kl_loss",
+    "actor_rollout_ref.actor.kl_loss_type",
+    "actor_rollout_ref.actor.entropy_coeff",
+    "algorithm.adv_estimator",
+    "algorithm.kl_ctrl.kl_coef",
+    "trainer.total_epochs",
+    "trainer.total_training_steps",
+    "trainer.test_freq",
+    "trainer.save_freq",
+    "trainer.n_gpus_per_node",
+    "trainer.nnodes",
+    "trainer.project_name",
+    "trainer.experiment_name",
+    "critic.cliprange_value",
+    "reward_model.enable",
+  ]) {
+    t.true(keys.includes(k), k);
+  }
+});
+
+test("a user YAML merges over the defaults and k=v overrides win over both; references follow", (t) => {
+  const p = file(
+    "torl.yaml",
+    [
+      "data:",
+      "  max_prompt_length: 400",
+      "  max_response_length: 3072",
+      "  train_batch_size: 128",
+      "actor_rollout_ref:",
+      "  actor:",
+      "    optim: {lr: 1e-6}",
+      "  rollout: {n: 16}",
+      "algorithm: {adv_estimator: grpo}",
+      "trainer: {total_epochs: 300, test_freq: 4, save_freq: 20, project_name: torl}",
+    ].join("\n"),
+  );
+  const c = loadTrainerConfig({
+    files: [p],
+    overrides: [
+      "actor_rollout_ref.rollout.n=8",
+      "trainer.experiment_name=run1",
+      "trainer.logger=[console,jsonl]",
+    ],
+  });
+  t.is(c.data.max_prompt_length, 400);
+  t.is(c.actor_rollout_ref.rollout.n, 8);
+  t.is(c.actor_rollout_ref.actor.optim.lr, 1e-6);
+  t.is(c.actor_rollout_ref.actor.optim.weight_decay, 0.01, "siblings of a merged key keep their defaults");
+  t.is(c.algorithm.adv_estimator, "grpo");
+  t.deepEqual(c.trainer.logger, ["console", "jsonl"]);
+  t.is(
+    c.actor_rollout_ref.rollout.response_length,
+    3072,
+    "the reference to data.max_response_length followed the YAML",
+  );
+  t.is(c.trainer.default_local_dir, "checkpoints/torl/run1");
+  t.is(configValue(c, "critic.ppo_mini_batch_size"), 256);
+});
+
+test("an unknown key is an error naming it with a did-you-mean suggestion", (t) => {
+  const e = t.throws(() => loadTrainerConfig({ overrides: ["data.max_prompt_lenght=300"] }), {
+    instanceOf: TrainerConfigError,
+  });
+  t.regex(e!.message, /unknown key "data\.max_prompt_lenght" \(did you mean "data\.max_prompt_length"\?\)/);
+  t.deepEqual(e!.issues[0]!.key, "data.max_prompt_lenght");
+  const e2 = t.throws(() => loadTrainerConfig({ overrides: ["rollout.n=4"] }));
+  t.regex(e2!.message, /unknown key "rollout\.n" \(did you mean "actor_rollout_ref\.rollout\.n"\?\)/);
+  const p = file("typo.yaml", "trainer:\n  total_epoch: 3\n");
+  t.throws(() => loadTrainerConfig({ files: [p] }), { message: /did you mean "trainer\.total_epochs"/ });
+});
+
+test("a wrong type is an error naming the key and what it accepts; all problems are listed together", (t) => {
+  const e = t.throws(
+    () =>
+      loadTrainerConfig({
+        overrides: [
+          "data.train_batch_size=abc",
+          "actor_rollout_ref.actor.loss_agg_mode=token-sum",
+          "trainer.total_training_steps=2.5",
+          "actor_rollout_ref.actor.use_kl_loss=maybe",
+          "critic=3",
+        ],
+      }),
+    { instanceOf: TrainerConfigError },
+  );
+  t.is(e!.issues.length, 5);
+  t.regex(e!.message, /data\.train_batch_size expects int, got string "abc"/);
+  t.regex(
+    e!.message,
+    /loss_agg_mode expects one of "token-mean", "seq-mean-token-sum", .*got string "token-sum"/,
+  );
+  t.regex(e!.message, /trainer\.total_training_steps expects int \| null, got number 2\.5/);
+  t.regex(e!.message, /use_kl_loss expects bool, got string "maybe"/);
+  t.regex(e!.message, /critic is a section \(keys: rollout_n, strategy, optim/);
+});
+
+test("override values are read as YAML scalars; a float key takes an int, a string key takes a number", (t) => {
+  t.deepEqual(parseConfigOverrides(["a.b=1e-6", "c=true", "d=[1,2]", "e=null", "f=hello world", "+g.h=3"]), [
+    { key: "a.b", value: 1e-6, add: false },
+    { key: "c", value: true, add: false },
+    { key: "d", value: [1, 2], add: false },
+    { key: "e", value: null, add: false },
+    { key: "f", value: "hello world", add: false },
+    { key: "g.h", value: 3, add: true },
+  ]);
+  const c = loadTrainerConfig({
+    overrides: ["actor_rollout_ref.rollout.temperature=1", "trainer.experiment_name=42"],
+  });
+  t.is(c.actor_rollout_ref.rollout.temperature, 1);
+  t.is(c.trainer.experiment_name, "42");
+  t.throws(() => parseConfigOverrides(["data.seed"]), { message: /cannot read override "data\.seed"/ });
+});
+
+test("+key=value adds a key the schema does not know; it may not shadow a known one", (t) => {
+  const c = loadTrainerConfig({ overrides: ["+trainer.my_flag=7"] });
+  t.is(configValue(c, "trainer.my_flag"), 7);
+  t.throws(() => loadTrainerConfig({ overrides: ["+trainer.seed=7"] }), { message: /already exists/ });
+});
+
+test("a YAML syntax error names the file and line; a missing file names the file", (t) => {
+  const p = file("broken.yaml", "data:\n  max_prompt_length: 3\n   bad: [1, 2\n");
+  const e = t.throws(() => loadTrainerConfig({ files: [p] }), { instanceOf: TrainerConfigError });
+  t.regex(e!.message, /broken\.yaml:\d+: YAML syntax error/);
+  t.throws(() => loadTrainerConfig({ files: [join(dir, "nope.yaml")] }), {
+    message: /cannot read config file .*nope\.yaml/,
+  });
+});
+
+test("the schema extends with a recipe's defaults YAML: types inferred, comments as types and docs", (t) => {
+  const schema = trainerConfigSchema().extend(
+    [
+      "torl:",
+      "  # fraction of the batch logged",
+      "  log_fraction: 0.5",
+      "  max_rounds: 2",
+      "  mode: fast # type: enum(fast, slow)",
+      "  extra_stop: null # type: string | null",
+      "data:",
+      "  train_batch_size: 16",
+    ].join("\n"),
+    "recipe.yaml",
+  );
+  t.is(schema.get("torl.log_fraction")!.doc, "fraction of the batch logged");
+  const c = loadTrainerConfig({ schema, overrides: ["torl.log_fraction=1", "torl.extra_stop=END"] });
+  t.is(configValue(c, "torl.log_fraction"), 1, "a float key accepts an int");
+  t.is(c.data.train_batch_size, 16, "the extension's default replaces the built-in one");
+  t.throws(() => loadTrainerConfig({ schema, overrides: ["torl.max_rounds=1.5"] }), {
+    message: /torl\.max_rounds expects int, got number 1\.5/,
+  });
+  t.throws(() => loadTrainerConfig({ schema, overrides: ["torl.mode=medium"] }), {
+    message: /torl\.mode expects one of "fast", "slow"/,
+  });
+  t.throws(() => loadTrainerConfig({ overrides: ["torl.max_rounds=1"] }), {
+    message: /unknown key "torl\.max_rounds"/,
+  });
+});
+
+test("free-form maps take any keys below them", (t) => {
+  const c = loadTrainerConfig({ overrides: ["actor_rollout_ref.model.override_config.num_layers=2"] });
+  t.deepEqual(c.actor_rollout_ref.model.override_config, { num_layers: 2 });
+});
+
+test("CLI arguments split into YAML files and overrides", (t) => {
+  t.deepEqual(splitConfigArgs(["a.yaml", "x=1", "b.yml", "data.train_files=t.yaml"]), {
+    files: ["a.yaml", "b.yml"],
+    overrides: ["x=1", "data.train_files=t.yaml"],
+  });
+});
+
+test("semantic checks stop a bad config before any work: unknown estimator or template, ranges, n for GRPO", (t) => {
+  const ok = loadTrainerConfig({
+    overrides: ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4", "data.train_batch_size=6"],
+  });
+  t.deepEqual(checkTrainerConfig(ok, { worldSize: 4 }), []);
+  const bad = loadTrainerConfig({
+    overrides: [
+      "algorithm.adv_estimator=gpro",
+      "data.template_type=tir_base",
+      "actor_rollout_ref.actor.clip_ratio_c=0.5",
+      "trainer.test_freq=0",
+      "data.train_batch_size=3",
+    ],
+  });
+  const e = t.throws(() => assertTrainerConfig(bad, { worldSize: 2 }), { instanceOf: TrainerConfigError });
+  t.regex(
+    e!.message,
+    /algorithm\.adv_estimator "gpro" is not a registered estimator \(known: .*\) \(did you mean "grpo"\?\)/,
+  );
+  t.regex(
+    e!.message,
+    /data\.template_type "tir_base" is not a registered template .*did you mean "tir_base_0309"/,
+  );
+  t.regex(e!.message, /clip_ratio_c must be > 1/);
+  t.regex(e!.message, /trainer\.test_freq must be > 0 or -1/);
+  t.regex(e!.message, /3 rows must divide evenly over 2 workers/);
+  const grpo1 = loadTrainerConfig({ overrides: ["algorithm.adv_estimator=grpo"] });
+  t.regex(checkTrainerConfig(grpo1)[0]!.message, /needs n >= 2/);
+});
