@@ -1,1 +1,47 @@
-export {};
+// Reward: answer extraction, math answer equivalence, compute_score, the reward manager, CLI commands.
+export { baselineEquivalent } from "./baseline.js";
+export { benchRewardCommand } from "./bench.js";
+export { verifyCommand, verifyLine } from "./cli.js";
+export { loadRewardCorpus, REWARD_CORPUS_PATH, RewardCorpusError, type RewardCorpusPair } from "./corpus.js";
+export {
+  clearAnswerParseCache,
+  isEquivalentAnswer,
+  type ParsedAnswer,
+  parseMathAnswer,
+  type ScalarStage,
+  verifierErrors,
+} from "./equivalence.js";
+export { extractBoxedAnswer, groundTruthAnswer } from "./extract.js";
+export { AnswerParseError, type MathNode, normalizeAnswerText, parseAnswer } from "./latex.js";
+export {
+  RESPONSE_TEXT_KEYS,
+  type RewardBatch,
+  RewardBatchError,
+  type RewardBatchResult,
+  type RewardDataProtoOptions,
+  RewardManager,
+  type RewardManagerOptions,
+  rewardMetrics,
+  tokenLevelScores,
+} from "./manager.js";
+export { RewardManagerActor } from "./manager-actor.js";
+export {
+  mathRewardScorer,
+  type RewardScorer,
+  type RewardScorerInput,
+  type RewardScorerOptions,
+  registerRewardScorer,
+  rewardScorerFor,
+} from "./registry.js";
+export {
+  answerReward,
+  checkRewardType,
+  computeMathScore,
+  type ExecutionInfo,
+  MATH_REWARD_TYPES,
+  type MathRewardType,
+  type MathScoreOptions,
+  type MathScoreResult,
+  RewardTypeError,
+} from "./score.js";
+export { RewardPoolError } from "./score-pool.js";

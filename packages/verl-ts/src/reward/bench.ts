@@ -1,0 +1,201 @@
+/**
+ * `pnpm torl bench reward [--json] [--alternatives]`: grading speed and accuracy over the labeled
+ * corpus, side by side with the string-normalisation baseline measured in the same run.
+ * Figures: verify_per_s (one thread, parse cache cleared every pass), accuracy; the manager's batch
+ * throughput with worker threads; with --alternatives, the same corpus with the mathjs and sympy
+ * scalar stages in place of the numeric one.
+ */
+import { type CliCommand, UsageError } from "@torl-ts/core";
+import { mathjsScalarStage, SympyOracle, withSympyStage } from "./alternatives.js";
+import { baselineEquivalent } from "./baseline.js";
+import { loadRewardCorpus, type RewardCorpusPair } from "./corpus.js";
+import { clearAnswerParseCache, isEquivalentAnswer, type ScalarStage } from "./equivalence.js";
+import { extractBoxedAnswer, groundTruthAnswer } from "./extract.js";
+import { RewardManager } from "./manager.js";
+
+const USAGE = `usage: pnpm torl bench reward [--json] [--alternatives] [--seconds S]
+
+Grades the labeled corpus (packages/verl-ts/src/reward/corpus.jsonl) repeatedly for S seconds (default 2)
+per grader and reports verifications per second and accuracy against the labels, next to the
+string-normalisation baseline (the released ToRL grader's approach). --alternatives also measures the
+mathjs and sympy symbolic stages on the same corpus. --json prints one JSON object as the last line.`;
+
+type Grader = (pair: RewardCorpusPair) => boolean;
+
+function verdicts(corpus: RewardCorpusPair[], grade: Grader): boolean[] {
+  return corpus.map(grade);
+}
+
+function accuracyOf(corpus: RewardCorpusPair[], v: boolean[]): number {
+  let ok = 0;
+  corpus.forEach((p, i) => {
+    if (v[i] === p.equal) ok++;
+  });
+  return ok / corpus.length;
+}
+
+/**
+ * Verifications per second: whole passes over the corpus until `seconds` elapsed (at least two), per
+ * wall-clock second and per CPU second of this process (the latter is steady when other jobs share
+ * the cores).
+ */
+function throughput(
+  corpus: RewardCorpusPair[],
+  grade: Grader,
+  seconds: number,
+): { wall: number; cpu: number } {
+  let n = 0;
+  const t0 = performance.now();
+  const c0 = process.cpuUsage();
+  while (performance.now() - t0 < seconds * 1000 || n < 2 * corpus.length) {
+    clearAnswerParseCache();
+    for (const p of corpus) grade(p);
+    n += corpus.length;
+  }
+  const cpu = process.cpuUsage(c0);
+  return { wall: n / ((performance.now() - t0) / 1000), cpu: n / ((cpu.user + cpu.system) / 1e6) };
+}
+
+const ours =
+  (stage?: ScalarStage): Grader =>
+  (p) => {
+    const a = extractBoxedAnswer(p.solution);
+    return a !== null && isEquivalentAnswer(a, groundTruthAnswer(p.ground_truth), stage);
+  };
+
+const baseline: Grader = (p) => {
+  const a = extractBoxedAnswer(p.solution);
+  return a !== null && baselineEquivalent(a, groundTruthAnswer(p.ground_truth));
+};
+
+function perCategory(corpus: RewardCorpusPair[], v: boolean[]): Map<string, [number, number]> {
+  const m = new Map<string, [number, number]>();
+  corpus.forEach((p, i) => {
+    const e = m.get(p.category) ?? [0, 0];
+    e[1]++;
+    if (v[i] === p.equal) e[0]++;
+    m.set(p.category, e);
+  });
+  return m;
+}
+
+const r3 = (x: number) => Math.round(x * 1000) / 1000;
+
+export const benchRewardCommand: CliCommand = {
+  summary: "benchmark answer verification: speed and accuracy on the labeled corpus",
+  usage: USAGE,
+  async run(args) {
+    let json = false;
+    let alternatives = false;
+    let seconds = 2;
+    for (let i = 0; i < args.length; i++) {
+      const a = args[i]!;
+      if (a === "--json") json = true;
+      else if (a === "--alternatives") alternatives = true;
+      else if (a === "--seconds") {
+        seconds = Number(args[++i]);
+        if (!(seconds > 0)) throw new UsageError("--seconds needs a positive number");
+      } else throw new UsageError(`unknown option '${a}'`);
+    }
+    const corpus = loadRewardCorpus();
+    console.log(`corpus: ${corpus.length} labeled pairs`);
+
+    const ourVerdicts = verdicts(corpus, ours());
+    const baseVerdicts = verdicts(corpus, baseline);
+    const accuracy = accuracyOf(corpus, ourVerdicts);
+    const accuracyBaseline = accuracyOf(corpus, baseVerdicts);
+    console.log("measuring verify_per_s (one thread) ...");
+    const verifyPerS = throughput(corpus, ours(), seconds);
+    console.log("measuring baseline ...");
+    const baselinePerS = throughput(corpus, baseline, seconds);
+
+    // The manager on a training-sized batch: 16 responses per prompt, 2 worker threads vs this thread.
+    console.log("measuring the reward manager on a 4096-row batch ...");
+    const rows = Array.from({ length: 4096 }, (_, i) => corpus[i % corpus.length]!);
+    const batch = {
+      responses: rows.map((p) => p.solution),
+      groundTruths: rows.map((p) => p.ground_truth),
+      dataSources: rows.map((p) => p.category),
+    };
+    // Steady state: threads started, code compiled, parse caches warm on both sides (in training the
+    // manager lives for the whole run and ground truths repeat n times per prompt).
+    const timeManager = async (m: RewardManager) => {
+      for (let i = 0; i < 3; i++) await m.score(batch);
+      const t0 = performance.now();
+      for (let i = 0; i < 2; i++) await m.score(batch);
+      return (2 * rows.length) / ((performance.now() - t0) / 1000);
+    };
+    const threaded = new RewardManager({ numThreads: 2, parallelThreshold: 1 });
+    const managerThreadsPerS = await timeManager(threaded);
+    await threaded.close();
+    const managerInlinePerS = await timeManager(new RewardManager({ numThreads: 0 }));
+
+    const figures: Record<string, number> = {
+      verify_per_s: Math.round(verifyPerS.wall),
+      verify_per_s_baseline: Math.round(baselinePerS.wall),
+      verify_per_cpu_s: Math.round(verifyPerS.cpu),
+      verify_per_cpu_s_baseline: Math.round(baselinePerS.cpu),
+      accuracy: r3(accuracy),
+      accuracy_baseline: r3(accuracyBaseline),
+      manager_verify_per_s_2threads: Math.round(managerThreadsPerS),
+      manager_verify_per_s_1thread: Math.round(managerInlinePerS),
+      corpus_pairs: corpus.length,
+    };
+
+    const table: [string, number, number][] = [
+      ["numeric identity test (ours)", verifyPerS.wall, accuracy],
+      ["string normalisation (baseline)", baselinePerS.wall, accuracyBaseline],
+    ];
+    if (alternatives) {
+      console.log("measuring the mathjs stage ...");
+      const mj = await mathjsScalarStage();
+      const mjVerdicts = verdicts(corpus, ours(mj));
+      const mjPerS = throughput(corpus, ours(mj), seconds);
+      figures.accuracy_mathjs = r3(accuracyOf(corpus, mjVerdicts));
+      figures.verify_per_s_mathjs = Math.round(mjPerS.wall);
+      figures.verify_per_cpu_s_mathjs = Math.round(mjPerS.cpu);
+      table.push(["mathjs simplify/evaluate", mjPerS.wall, figures.accuracy_mathjs]);
+
+      console.log("measuring the sympy stage (warm python3 process) ...");
+      const oracle = new SympyOracle();
+      const t0 = performance.now();
+      await oracle.ready;
+      const startS = (performance.now() - t0) / 1000;
+      const t1 = performance.now();
+      const { result: spVerdicts, pairs } = await withSympyStage(oracle, (stage) =>
+        verdicts(corpus, ours(stage)),
+      );
+      const wallS = (performance.now() - t1) / 1000;
+      oracle.close();
+      figures.accuracy_sympy = r3(accuracyOf(corpus, spVerdicts));
+      // Per-verification cost: our passes plus every sympy call once.
+      figures.verify_per_s_sympy = Math.round(
+        corpus.length / (corpus.length / verifyPerS.wall + oracle.sympySeconds),
+      );
+      figures.sympy_pairs = pairs;
+      figures.sympy_ms_per_pair = r3((oracle.sympySeconds * 1000) / Math.max(1, pairs));
+      figures.sympy_start_s = r3(startS);
+      figures.sympy_wall_s = r3(wallS);
+      table.push(["sympy simplify (warm process)", figures.verify_per_s_sympy, figures.accuracy_sympy]);
+    }
+
+    console.log("\ngrader                              verify/s   accuracy");
+    for (const [name, perS, acc] of table) {
+      console.log(`${name.padEnd(34)} ${String(Math.round(perS)).padStart(9)}   ${acc.toFixed(3)}`);
+    }
+    const ourCats = perCategory(corpus, ourVerdicts);
+    const baseCats = perCategory(corpus, baseVerdicts);
+    console.log("\ncategory               pairs   ours   baseline");
+    for (const [cat, [ok, n]] of ourCats) {
+      const b = baseCats.get(cat)!;
+      console.log(
+        `${cat.padEnd(22)} ${String(n).padStart(5)}  ${(ok / n).toFixed(3)}  ${(b[0] / n).toFixed(3)}`,
+      );
+    }
+    console.log(
+      `\nmanager, 4096 rows: ${figures.manager_verify_per_s_2threads}/s with 2 threads, ${figures.manager_verify_per_s_1thread}/s in one`,
+    );
+    if (json) console.log(JSON.stringify(figures));
+    return 0;
+  },
+};

@@ -1,0 +1,80 @@
+/**
+ * compute_score for math answers, with ToRL's reward types:
+ *  - `default`     +1 correct, -1 wrong or no \boxed{} answer (the paper's R_ans);
+ *  - `v2.wformat`  +1 correct, -0.5 wrong boxed answer, -1 no boxed answer;
+ *  - `accuracy`    1 correct, 0 otherwise.
+ * Execution penalty (the paper's R_exec, veRL key `data.execution_error_penalty`): -0.5 when the
+ * response ran code and the code failed. Unlike the released ToRL code, which subtracts whenever
+ * `execution_passes == 0` and so also penalises responses that never wrote code, a response without
+ * code is not penalised here: the penalty is about broken tool use, not about not using the tool.
+ */
+import { isEquivalentAnswer } from "./equivalence.js";
+import { extractBoxedAnswer, groundTruthAnswer } from "./extract.js";
+
+export const MATH_REWARD_TYPES = ["default", "v2.wformat", "accuracy"] as const;
+export type MathRewardType = (typeof MATH_REWARD_TYPES)[number];
+
+/** Thrown for an unknown reward type; names the value and the accepted ones. */
+export class RewardTypeError extends Error {
+  override name = "RewardTypeError";
+  constructor(readonly rewardType: string) {
+    super(`unknown reward type '${rewardType}'; one of: ${MATH_REWARD_TYPES.join(", ")}`);
+  }
+}
+
+/** What the rollout recorded about tool use for one response. */
+export interface ExecutionInfo {
+  /** The response contained at least one code block that was run. */
+  hadCode: boolean;
+  /** Every run succeeded (ToRL's execution_passes = 1). Meaningless when hadCode is false. */
+  passed: boolean;
+}
+
+export interface MathScoreOptions {
+  rewardType?: MathRewardType;
+  /** Subtract `executionPenaltyValue` when code was present and failed. Default false (as released). */
+  executionErrorPenalty?: boolean;
+  /** Default 0.5. */
+  executionPenaltyValue?: number;
+}
+
+export interface MathScoreResult {
+  score: number;
+  correct: boolean;
+  /** The extracted final answer, or null when the response has none. */
+  extracted: string | null;
+}
+
+export function checkRewardType(rewardType: string): MathRewardType {
+  if (!(MATH_REWARD_TYPES as readonly string[]).includes(rewardType)) throw new RewardTypeError(rewardType);
+  return rewardType as MathRewardType;
+}
+
+/** Answer reward alone, from the verdict and whether an answer was found. */
+export function answerReward(rewardType: MathRewardType, correct: boolean, answered: boolean): number {
+  switch (rewardType) {
+    case "default":
+      return correct ? 1 : -1;
+    case "v2.wformat":
+      return correct ? 1 : answered ? -0.5 : -1;
+    case "accuracy":
+      return correct ? 1 : 0;
+  }
+}
+
+/** Scores one response against its ground truth (veRL's `compute_score(solution_str, ground_truth)`). */
+export function computeMathScore(
+  solution: string,
+  groundTruth: string,
+  options: MathScoreOptions = {},
+  execution?: ExecutionInfo,
+): MathScoreResult {
+  const rewardType = checkRewardType(options.rewardType ?? "default");
+  const extracted = extractBoxedAnswer(solution);
+  const correct = extracted !== null && isEquivalentAnswer(extracted, groundTruthAnswer(groundTruth));
+  let score = answerReward(rewardType, correct, extracted !== null);
+  if (options.executionErrorPenalty && execution?.hadCode && !execution.passed) {
+    score -= options.executionPenaltyValue ?? 0.5;
+  }
+  return { score, correct, extracted };
+}

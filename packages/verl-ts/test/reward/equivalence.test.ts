@@ -1,0 +1,140 @@
+import { extractBoxedAnswer, groundTruthAnswer, isEquivalentAnswer, loadRewardCorpus } from "@torl-ts/verl";
+import test from "ava";
+
+const corpus = loadRewardCorpus();
+
+test("the labeled corpus has >= 200 pairs and every category has equal and unequal cases", (t) => {
+  t.true(corpus.length >= 200);
+  const seen = new Map<string, Set<boolean>>();
+  for (const p of corpus) seen.set(p.category, (seen.get(p.category) ?? new Set()).add(p.equal));
+  t.true(seen.size >= 17);
+  for (const [cat, labels] of seen) t.deepEqual([...labels].sort(), [false, true], cat);
+});
+
+test("every corpus pair gets its label, in both directions", (t) => {
+  const wrong: string[] = [];
+  for (const p of corpus) {
+    const given = extractBoxedAnswer(p.solution);
+    const truth = groundTruthAnswer(p.ground_truth);
+    const forward = given !== null && isEquivalentAnswer(given, truth);
+    if (forward !== p.equal) wrong.push(`${p.category}: ${given} vs ${truth}`);
+    if (given !== null && isEquivalentAnswer(truth, given) !== p.equal) {
+      wrong.push(`${p.category} (reversed): ${truth} vs ${given}`);
+    }
+  }
+  t.deepEqual(wrong, []);
+});
+
+test("wrong answers stay wrong: interval ends, order of tuples, near-miss decimals", (t) => {
+  t.false(isEquivalentAnswer("[3,4]", "(3,4]"));
+  t.false(isEquivalentAnswer("(3,4)", "(3,4]"));
+  t.false(isEquivalentAnswer("(2,1)", "(1,2)"));
+  t.false(isEquivalentAnswer("0.333", "\\frac13"));
+  t.false(isEquivalentAnswer("1.414", "\\sqrt2"));
+  t.false(isEquivalentAnswer("x", "y"));
+  t.false(isEquivalentAnswer("", "5"));
+});
+
+test("pathological answers return a verdict instead of stalling", (t) => {
+  const tower = "9^{9^{9^{9^{9}}}}";
+  t.false(isEquivalentAnswer(tower, "1"));
+  t.true(isEquivalentAnswer(tower, tower));
+  t.false(isEquivalentAnswer("100000!", "5"));
+  t.false(isEquivalentAnswer("(x+1)^{100000}", "x"));
+  t.false(isEquivalentAnswer(`${"(".repeat(5000)}1${")".repeat(5000)}`, "2"));
+  t.false(isEquivalentAnswer("1+".repeat(20000) + "1", "3"));
+  t.false(isEquivalentAnswer(Array.from({ length: 3000 }, (_, i) => i).join(","), "1"));
+  t.false(isEquivalentAnswer("\\frac{".repeat(3000) + "1" + "}{2}".repeat(3000), "1"));
+  t.false(isEquivalentAnswer("\\sqrt{".repeat(2000) + "2" + "}".repeat(2000), "x"));
+  t.false(isEquivalentAnswer("10^{10^{10}} - 10^{10^{10}} + 1", "2"));
+});
+
+test("hedged answers get no credit: several options, several values, a bare unknown", (t) => {
+  t.false(isEquivalentAnswer("(C) and (D)", "C"));
+  t.false(isEquivalentAnswer("(A)(B)(C)(D)(E)", "C"));
+  t.true(isEquivalentAnswer("(C) 12", "C"));
+  t.false(isEquivalentAnswer("5 \\text{ or } 6", "5"));
+  t.false(isEquivalentAnswer("\\pm 5", "5"));
+  t.false(isEquivalentAnswer("1, 2, 3, 4, 5, 6", "5"));
+  t.false(isEquivalentAnswer("x", "x=5"));
+  t.false(isEquivalentAnswer("\\frac{0}{0}", "1"));
+  t.false(isEquivalentAnswer("5=5", "5"));
+  t.true(isEquivalentAnswer("5 = x", "5"));
+});
+
+test("numeric tolerance is relative: tiny values are not zero, rounding noise is", (t) => {
+  t.false(isEquivalentAnswer("\\pi \\cdot 10^{-10}", "0"));
+  t.true(isEquivalentAnswer("\\sin \\pi", "0"));
+  t.true(isEquivalentAnswer("\\cos\\frac{\\pi}{3}", "\\frac12"));
+  t.false(isEquivalentAnswer("10^{20}+1", "10^{20}"));
+  t.true(isEquivalentAnswer("1.4142135623730951", "\\sqrt2"));
+});
+
+test("random LaTeX fragments never throw and the verdict is symmetric", (t) => {
+  const pieces = [
+    "\\frac",
+    "{",
+    "}",
+    "(",
+    ")",
+    "[",
+    "]",
+    "\\{",
+    "\\}",
+    ",",
+    "x",
+    "2",
+    "3.5",
+    "^",
+    "_",
+    "\\sqrt",
+    "\\pm",
+    "=",
+    "<",
+    "\\le",
+    "\\cup",
+    "\\infty",
+    "-",
+    "+",
+    "\\pi",
+    "i",
+    "\\text{cm}",
+    "\\%",
+    "\\$",
+    "&",
+    "\\\\",
+    "\\begin{pmatrix}",
+    "\\end{pmatrix}",
+    "|",
+    "!",
+    "\\log",
+    "\\binom",
+    "\\left(",
+    "\\right]",
+    " ",
+    "(C)",
+    "0.",
+    "\\overline{3}",
+    "\\mathbb{R}",
+    "^\\circ",
+    "\\sin",
+    "'",
+    ":",
+    "\\langle",
+    "\\rangle",
+  ];
+  const answers = corpus.map((p) => extractBoxedAnswer(p.solution) ?? "1");
+  let seed = 12345;
+  const rnd = () => {
+    seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+    return seed / 0x80000000;
+  };
+  const asymmetric: string[] = [];
+  for (let k = 0; k < 3000; k++) {
+    let s = "";
+    for (let j = 1 + Math.floor(rnd() * 12); j > 0; j--) s += pieces[Math.floor(rnd() * pieces.length)];
+    const other = rnd() < 0.5 ? answers[Math.floor(rnd() * answers.length)]! : s;
+    if (isEquivalentAnswer(s, other) !== isEquivalentAnswer(other, s)) asymmetric.push(`${s} | ${other}`);
+  }
+  t.deepEqual(asymmetric, []);
+});
