@@ -1,0 +1,239 @@
+/** `pnpm torl bench model [--json]`: matmul floor, training throughput and decode speed of the tiny config. */
+
+import * as tf from "@tensorflow/tfjs";
+import type { CliCommand } from "@torl-ts/core";
+import { UsageError } from "@torl-ts/core";
+import { type BackendName, selectBackend } from "./backend.js";
+import { countParameters, makeQwen2Config, type Qwen2Config } from "./config.js";
+import { KVCache } from "./kv-cache.js";
+import { applyGradients, forwardBackward, maskedMean } from "./logprobs.js";
+import { Qwen2Model, type TokenBatch } from "./qwen2.js";
+
+/** The tiny ToRL recipe's architecture (examples/torl TINY_ARCHITECTURE: ~0.12M parameters). */
+export const BENCH_TINY_CONFIG: Qwen2Config = makeQwen2Config({
+  vocabSize: 600,
+  hiddenSize: 64,
+  numHiddenLayers: 2,
+  numAttentionHeads: 4,
+  numKeyValueHeads: 2,
+  intermediateSize: 192,
+  tieWordEmbeddings: true,
+});
+
+/** A larger small config (~0.85M parameters), `--model small`. */
+export const BENCH_SMALL_CONFIG: Qwen2Config = makeQwen2Config({
+  vocabSize: 512,
+  hiddenSize: 128,
+  numHiddenLayers: 4,
+  numAttentionHeads: 4,
+  numKeyValueHeads: 2,
+  intermediateSize: 384,
+  tieWordEmbeddings: true,
+});
+
+function timeIt(minMs: number, f: () => void): number {
+  f();
+  let n = 0;
+  const t0 = performance.now();
+  while (performance.now() - t0 < minMs || n < 2) {
+    f();
+    n++;
+  }
+  return (performance.now() - t0) / n;
+}
+
+function matmulGflops(): number {
+  const a = tf.randomNormal([2048, 256]);
+  const b = tf.randomNormal([256, 256]);
+  const ms = timeIt(1000, () => {
+    const c = tf.matMul(a as tf.Tensor2D, b as tf.Tensor2D);
+    c.dataSync();
+    c.dispose();
+  });
+  a.dispose();
+  b.dispose();
+  return (2 * 2048 * 256 * 256) / ms / 1e6;
+}
+
+function randomBatch(B: number, L: number, V: number, seed: number): TokenBatch {
+  const ids = new Int32Array(B * L);
+  let s = seed;
+  for (let i = 0; i < ids.length; i++) {
+    s = (s * 1103515245 + 12345) & 0x7fffffff;
+    ids[i] = s % V;
+  }
+  return { ids, mask: new Uint8Array(B * L).fill(1), batch: B, length: L };
+}
+
+/** Forward+backward FLOPs per token: 6 x matmul parameters + attention (QK^T and PV, x3 for backward). */
+export function trainFlopsPerToken(c: Qwen2Config, L: number): number {
+  const matmulParams =
+    countParameters(c) -
+    (c.tieWordEmbeddings ? 0 : c.vocabSize * c.hiddenSize) -
+    (2 * c.numHiddenLayers + 1) * c.hiddenSize;
+  const attn = 2 * 2 * L * c.numAttentionHeads * c.headDim * c.numHiddenLayers;
+  return 3 * (2 * matmulParams + attn);
+}
+
+/** Decode step time divided by the batch, after a prefill of `ctx` tokens. */
+function decodeMsPerToken(model: Qwen2Model, B: number, ctx: number, steps: number): number {
+  const prompt = randomBatch(B, ctx, model.config.vocabSize, 7);
+  const cache = new KVCache(model.config, B);
+  const lmHead = tf.keep(model.lmHeadWeight());
+  try {
+    model.prefill(prompt, cache).dispose();
+    const tok = new Int32Array(B).fill(1);
+    model.decodeStep(tok, cache, lmHead).dispose();
+    const t0 = performance.now();
+    for (let i = 0; i < steps; i++) model.decodeStep(tok, cache, lmHead).dataSync();
+    return (performance.now() - t0) / steps / B;
+  } finally {
+    cache.dispose();
+    lmHead.dispose();
+  }
+}
+
+/** The baseline without a cache: one full forward over the context per generated token (batch 1). */
+function recomputeMsPerToken(model: Qwen2Model, ctx: number, steps: number): number {
+  const prompt = randomBatch(1, ctx, model.config.vocabSize, 7);
+  const once = () => tf.tidy(() => model.forward(prompt, { lastOnly: true })).dataSync();
+  once();
+  const t0 = performance.now();
+  for (let i = 0; i < steps; i++) once();
+  return (performance.now() - t0) / steps;
+}
+
+export interface ModelBenchResult {
+  backend: string;
+  params: number;
+  hidden_size: number;
+  matmul_gflops: number;
+  train_tokens_per_s: number;
+  train_model_gflops: number;
+  train_flops_utilization: number;
+  decode_tokens_per_s: number;
+  decode_ms_per_token_ctx64: number;
+  decode_ms_per_token_ctx512: number;
+  decode_ctx512_over_ctx64: number;
+  decode_ms_per_token_ctx512_recompute: number;
+  decode_b64_ms_per_token_ctx64: number;
+  decode_b64_ms_per_token_ctx512: number;
+  decode_b64_ctx512_over_ctx64: number;
+}
+
+export async function runModelBench(
+  options: {
+    backend?: BackendName | "auto";
+    quick?: boolean;
+    config?: Qwen2Config;
+    log?: (s: string) => void;
+  } = {},
+): Promise<ModelBenchResult> {
+  const log = options.log ?? ((s: string) => console.log(s));
+  const info = await selectBackend({ backend: options.backend });
+  const c = options.config ?? BENCH_TINY_CONFIG;
+  const model = Qwen2Model.random(c, { seed: 1 });
+  log(
+    `model: hidden ${c.hiddenSize}, ${c.numHiddenLayers} layers, ${c.numAttentionHeads}/${c.numKeyValueHeads} heads, vocab ${c.vocabSize}: ${model.numParameters()} parameters; backend ${info.name}`,
+  );
+  const gflops = matmulGflops();
+  log(`matmul floor: ${gflops.toFixed(2)} GFLOP/s ([2048x256] @ [256x256])`);
+  const B = 16;
+  const L = 128;
+  const batch = randomBatch(B, L, c.vocabSize, 3);
+  const opt = tf.train.adam(1e-4);
+  const mask = tf.keep(tf.ones([8, L]));
+  const step = () => {
+    const { grads } = forwardBackward(
+      model,
+      batch,
+      (mb) => tf.neg(maskedMean(mb.scores.logProbs, mask.slice([0, 0], [mb.batch.batch, L]))),
+      {
+        microBatchSize: 8,
+      },
+    );
+    applyGradients(model, opt, grads);
+  };
+  const stepMs = timeIt(options.quick ? 1 : 4000, step);
+  mask.dispose();
+  const tokensPerS = (B * L) / (stepMs / 1000);
+  const modelGflops = (tokensPerS * trainFlopsPerToken(c, L)) / 1e9;
+  log(
+    `train: ${tokensPerS.toFixed(0)} tokens/s (batch ${B} x ${L}, fwd+bwd+Adam), ${modelGflops.toFixed(2)} model GFLOP/s`,
+  );
+  const steps = options.quick ? 2 : 16;
+  const ms1at64 = decodeMsPerToken(model, 1, 64, steps * 4);
+  const ms1at512 = decodeMsPerToken(model, 1, 512, steps * 4);
+  const recompute = recomputeMsPerToken(model, 512, options.quick ? 1 : 4);
+  log(
+    `decode (batch 1): ${ms1at64.toFixed(2)} ms/token at ctx 64, ${ms1at512.toFixed(2)} at ctx 512; without a cache ${recompute.toFixed(1)} ms/token at ctx 512`,
+  );
+  const big = options.quick ? 4 : 64; // --quick: a smoke run, figures not comparable
+  const ms64 = decodeMsPerToken(model, big, 64, steps);
+  const ms512 = decodeMsPerToken(model, big, 512, steps);
+  log(`decode (batch 64): ${ms64.toFixed(3)} ms/token at ctx 64, ${ms512.toFixed(3)} ms/token at ctx 512`);
+  opt.dispose();
+  model.dispose();
+  return {
+    backend: info.name,
+    params: countParameters(c),
+    hidden_size: c.hiddenSize,
+    matmul_gflops: round(gflops),
+    train_tokens_per_s: round(tokensPerS),
+    train_model_gflops: round(modelGflops),
+    train_flops_utilization: round(modelGflops / gflops),
+    decode_tokens_per_s: round(1000 / ms64),
+    decode_ms_per_token_ctx64: round(ms1at64),
+    decode_ms_per_token_ctx512: round(ms1at512),
+    decode_ctx512_over_ctx64: round(ms1at512 / ms1at64),
+    decode_ms_per_token_ctx512_recompute: round(recompute),
+    decode_b64_ms_per_token_ctx64: round(ms64),
+    decode_b64_ms_per_token_ctx512: round(ms512),
+    decode_b64_ctx512_over_ctx64: round(ms512 / ms64),
+  };
+}
+
+function round(x: number): number {
+  return Number(x.toPrecision(4));
+}
+
+export const benchModelCommand: CliCommand = {
+  summary: "benchmark the tfjs Qwen2 model: matmul floor, training tokens/s, decode speed",
+  usage: [
+    "usage: pnpm torl bench model [--json] [--backend auto|node-gpu|node|webgpu|wasm|cpu] [--model tiny|small] [--quick]",
+    "",
+    "Measures, for the tiny recipe config (hidden 64, 2 layers, GQA 4/2 heads, vocab 600; --model small:",
+    "hidden 128, 4 layers, vocab 512):",
+    "  matmul_gflops              the backend's 2-D matmul rate (the floor the others are compared with)",
+    "  train_tokens_per_s         forward+backward+Adam, batch 16 x 128",
+    "  train_flops_utilization    model FLOP/s of training over matmul_gflops (target >= 0.3)",
+    "  decode_tokens_per_s        KV-cache decode at batch 64, context 64",
+    "  decode_ms_per_token_ctx64  per-token latency of one sequence (batch 1) at context 64",
+    "  decode_ms_per_token_ctx512 the same at context 512 (target: ctx512/ctx64 <= 1.5)",
+    "  decode_ms_per_token_ctx512_recompute  baseline: a full forward per token at context 512 (no cache)",
+    "  decode_b64_ms_per_token_ctx64/ctx512  step time / batch at batch 64 (attention's share at 512)",
+    "The last line is one JSON object with these figures. --quick: a smoke run (tiny batches), not comparable.",
+  ].join("\n"),
+  async run(args) {
+    let json = false;
+    let quick = false;
+    let backend: BackendName | "auto" | undefined;
+    let config = BENCH_TINY_CONFIG;
+    for (let i = 0; i < args.length; i++) {
+      const a = args[i]!;
+      if (a === "--json") json = true;
+      else if (a === "--quick") quick = true;
+      else if (a === "--model" || a.startsWith("--model=")) {
+        const m = a === "--model" ? args[++i] : a.slice(8);
+        if (m !== "tiny" && m !== "small") throw new UsageError(`--model must be tiny or small, got '${m}'`);
+        config = m === "small" ? BENCH_SMALL_CONFIG : BENCH_TINY_CONFIG;
+      } else if (a === "--backend") backend = args[++i] as BackendName;
+      else if (a.startsWith("--backend=")) backend = a.slice(10) as BackendName;
+      else throw new UsageError(`unknown argument '${a}'`);
+    }
+    const result = await runModelBench({ backend, quick, config, log: (s) => console.log(s) });
+    if (json) console.log(JSON.stringify(result));
+    else console.table(result);
+    return 0;
+  },
+};

@@ -1,0 +1,26 @@
+/** A model, weight, config or tokenizer file that cannot be used; names the file and the tensor or key. */
+export class ModelFormatError extends Error {
+  override name = "ModelFormatError";
+  constructor(
+    message: string,
+    /** The file at fault. */
+    readonly file: string,
+    /** The tensor name or config key at fault, when there is one. */
+    readonly key?: string,
+  ) {
+    super(`${file}${key ? ` [${key}]` : ""}: ${message}`);
+  }
+}
+
+/** A tensor backend that was asked for but cannot start here. */
+export class BackendUnavailableError extends Error {
+  override name = "BackendUnavailableError";
+  constructor(
+    readonly backend: string,
+    /** What to install or set up to get it. */
+    readonly hint: string,
+    override readonly cause?: unknown,
+  ) {
+    super(`tensor backend '${backend}' is not available: ${hint}`);
+  }
+}

@@ -1,0 +1,177 @@
+/**
+ * Log-probs and entropy of given token sequences, in micro-batches, with and without gradients. Column t
+ * of a result scores token t given tokens before it (column 0 is 0), so masks line up with token ids.
+ */
+import * as tf from "@tensorflow/tfjs";
+import type { Qwen2Model, TokenBatch } from "./qwen2.js";
+
+export interface LogProbOptions {
+  /** Divide logits by this before the softmax (the rollout's sampling temperature). Default 1. */
+  temperature?: number;
+  withEntropy?: boolean;
+}
+
+export interface TokenScores {
+  /** [B, L]: log p(token t | tokens < t); column 0 is 0. */
+  logProbs: tf.Tensor2D;
+  /** [B, L]: entropy of the distribution that produced token t; column 0 is 0. */
+  entropy?: tf.Tensor2D;
+}
+
+/** Rows [start, end) of a batch as a batch. */
+export function sliceBatch(batch: TokenBatch, start: number, end: number): TokenBatch {
+  const L = batch.length;
+  return {
+    ids: batch.ids.subarray(start * L, end * L),
+    mask: batch.mask.subarray(start * L, end * L),
+    batch: end - start,
+    length: L,
+  };
+}
+
+/** Differentiable per-token log-probs (and entropy) of one batch. Call inside tf.tidy / variableGrads. */
+export function tokenLogProbs(
+  model: Qwen2Model,
+  batch: TokenBatch,
+  options: LogProbOptions = {},
+): TokenScores {
+  const { batch: B, length: L } = batch;
+  const V = model.config.vocabSize;
+  let logits = model.forward(batch) as tf.Tensor3D; // [B, L, V]
+  if (L < 2) {
+    const z = tf.zeros([B, L]) as tf.Tensor2D;
+    return { logProbs: z, ...(options.withEntropy ? { entropy: tf.zeros([B, L]) as tf.Tensor2D } : {}) };
+  }
+  if (options.temperature && options.temperature !== 1) logits = tf.div(logits, options.temperature);
+  const pred = tf.reshape(tf.slice(logits, [0, 0, 0], [B, L - 1, V]), [B * (L - 1), V]);
+  const logp = tf.logSoftmax(pred);
+  const targets = new Int32Array(B * (L - 1));
+  for (let b = 0; b < B; b++) targets.set(batch.ids.subarray(b * L + 1, (b + 1) * L), b * (L - 1));
+  const onehot = tf.oneHot(tf.tensor1d(targets, "int32"), V);
+  const picked = tf.reshape(tf.sum(tf.mul(logp, onehot), -1), [B, L - 1]);
+  const logProbs = tf.pad(picked, [
+    [0, 0],
+    [1, 0],
+  ]) as tf.Tensor2D;
+  if (!options.withEntropy) return { logProbs };
+  const ent = tf.reshape(tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), -1)), [B, L - 1]);
+  return {
+    logProbs,
+    entropy: tf.pad(ent, [
+      [0, 0],
+      [1, 0],
+    ]) as tf.Tensor2D,
+  };
+}
+
+/**
+ * Log-probs (and entropy) without gradients, micro-batched, as host arrays [B * L]. With `scoreMask`
+ * ([B * L], e.g. the response mask), positions outside it are 0.
+ */
+export function computeLogProbs(
+  model: Qwen2Model,
+  batch: TokenBatch,
+  options: LogProbOptions & { microBatchSize?: number; scoreMask?: ArrayLike<number> } = {},
+): { logProbs: Float32Array; entropy?: Float32Array } {
+  const mb = options.microBatchSize ?? 8;
+  const L = batch.length;
+  const logProbs = new Float32Array(batch.batch * L);
+  const entropy = options.withEntropy ? new Float32Array(batch.batch * L) : undefined;
+  for (let s = 0; s < batch.batch; s += mb) {
+    const e = Math.min(batch.batch, s + mb);
+    const [lp, ent] = tf.tidy(() => {
+      const r = tokenLogProbs(model, sliceBatch(batch, s, e), options);
+      return [r.logProbs, r.entropy];
+    });
+    logProbs.set(lp!.dataSync() as Float32Array, s * L);
+    if (entropy && ent) entropy.set(ent.dataSync() as Float32Array, s * L);
+    lp!.dispose();
+    ent?.dispose();
+  }
+  const m = options.scoreMask;
+  if (m) {
+    if (m.length !== logProbs.length)
+      throw new RangeError(`scoreMask has ${m.length} entries for ${logProbs.length} tokens`);
+    for (let i = 0; i < m.length; i++)
+      if (!m[i]) {
+        logProbs[i] = 0;
+        if (entropy) entropy[i] = 0;
+      }
+  }
+  return { logProbs, ...(entropy ? { entropy } : {}) };
+}
+
+export interface MicroBatch {
+  /** Rows [start, end) of the full batch this micro-batch holds. */
+  rows: [number, number];
+  batch: TokenBatch;
+  scores: TokenScores;
+}
+
+/**
+ * The trainer's hook: runs `loss` on each micro-batch's differentiable scores and accumulates gradients of
+ * every trainable parameter. The loss function scales its micro-batch's share (e.g. by token counts of
+ * the whole batch). Returns the summed loss and gradients by parameter name (caller disposes them, or
+ * passes them to applyGradients).
+ */
+export function forwardBackward(
+  model: Qwen2Model,
+  batch: TokenBatch,
+  loss: (mb: MicroBatch) => tf.Scalar,
+  options: LogProbOptions & { microBatchSize?: number } = {},
+): { loss: number; grads: Map<string, tf.Tensor> } {
+  const mbSize = options.microBatchSize ?? 8;
+  const vars = model.variables();
+  const nameOf = new Map(vars.map((v, i) => [v.name, model.specs[i]!.name]));
+  const grads = new Map<string, tf.Tensor>();
+  let total = 0;
+  for (let s = 0; s < batch.batch; s += mbSize) {
+    const e = Math.min(batch.batch, s + mbSize);
+    const mb = sliceBatch(batch, s, e);
+    const { value, grads: g } = tf.variableGrads(() => {
+      const scores = tokenLogProbs(model, mb, options);
+      return loss({ rows: [s, e], batch: mb, scores });
+    }, vars);
+    total += (value.dataSync() as Float32Array)[0]!;
+    value.dispose();
+    for (const [vname, t] of Object.entries(g)) {
+      const name = nameOf.get(vname)!;
+      const prev = grads.get(name);
+      if (prev) {
+        grads.set(name, tf.add(prev, t));
+        prev.dispose();
+        t.dispose();
+      } else grads.set(name, t);
+    }
+  }
+  return { loss: total, grads };
+}
+
+/** Applies gradients (by parameter name) with a tfjs optimizer and disposes them. */
+export function applyGradients(
+  model: Qwen2Model,
+  optimizer: tf.Optimizer,
+  grads: Map<string, tf.Tensor>,
+): void {
+  const named: tf.NamedTensorMap = {};
+  for (const [name, g] of grads) named[model.variable(name).name] = g;
+  optimizer.applyGradients(named);
+  for (const g of grads.values()) g.dispose();
+  grads.clear();
+}
+
+/** Gradients as flat host arrays by parameter name (our layout), disposing the tensors. */
+export function gradientsToArrays(grads: Map<string, tf.Tensor>): Map<string, Float32Array> {
+  const out = new Map<string, Float32Array>();
+  for (const [name, g] of grads) {
+    out.set(name, g.dataSync() as Float32Array);
+    g.dispose();
+  }
+  grads.clear();
+  return out;
+}
+
+/** A masked token-mean of a [B, L] tensor: sum(x * mask) / max(1, sum(mask)). */
+export function maskedMean(x: tf.Tensor, mask: tf.Tensor): tf.Scalar {
+  return tf.div(tf.sum(tf.mul(x, mask)), tf.maximum(tf.sum(mask), 1)) as tf.Scalar;
+}

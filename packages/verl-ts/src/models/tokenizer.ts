@@ -1,0 +1,347 @@
+/**
+ * HF tokenizer.json through @lenml/tokenizers, plus what RL needs on top: token bytes for streaming
+ * decode, character offsets, a per-token mask from character ranges, and a small byte-level BPE
+ * tokenizer for the tiny models, built and saved in the same tokenizer.json format.
+ */
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { TokenizerLoader } from "@lenml/tokenizers";
+import { ModelFormatError } from "./errors.js";
+
+/** GPT-2's byte <-> printable-character table used by byte-level BPE. */
+function bytesToUnicode(): string[] {
+  const table: string[] = new Array(256);
+  const keep = (b: number) => (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+  let n = 0;
+  for (let b = 0; b < 256; b++) table[b] = keep(b) ? String.fromCharCode(b) : String.fromCharCode(256 + n++);
+  return table;
+}
+const BYTE_TO_CHAR = bytesToUnicode();
+const CHAR_TO_BYTE = new Map(BYTE_TO_CHAR.map((c, b) => [c, b]));
+
+export interface AddedTokenSpec {
+  id: number;
+  content: string;
+  special: boolean;
+}
+
+export interface EncodingWithOffsets {
+  ids: number[];
+  /** [start, end) in UTF-16 code units of the text, per token. */
+  offsets: [number, number][];
+}
+
+const encoder = new TextEncoder();
+
+export class Tokenizer {
+  private readonly impl: any;
+  private readonly idToToken: string[];
+  private readonly added: Map<number, AddedTokenSpec>;
+  private readonly byteLevel: boolean;
+  private readonly bytesCache = new Map<number, Uint8Array>();
+  readonly vocabSize: number;
+  readonly eosTokenId: number | undefined;
+  readonly padTokenId: number;
+
+  constructor(
+    readonly json: Record<string, any>,
+    readonly config: Record<string, any> = {},
+    readonly source = "<memory>",
+  ) {
+    try {
+      this.impl = TokenizerLoader.fromPreTrained({
+        tokenizerJSON: json,
+        tokenizerConfig: { ...config },
+      } as any);
+    } catch (e) {
+      throw new ModelFormatError(`cannot build tokenizer (${(e as Error).message})`, source);
+    }
+    const model = json.model ?? {};
+    const vocab: Record<string, number> = model.vocab ?? {};
+    this.added = new Map();
+    for (const t of json.added_tokens ?? [])
+      this.added.set(t.id, { id: t.id, content: t.content, special: !!t.special });
+    let max = -1;
+    for (const id of Object.values(vocab)) max = Math.max(max, id);
+    for (const id of this.added.keys()) max = Math.max(max, id);
+    this.vocabSize = max + 1;
+    this.idToToken = new Array(this.vocabSize);
+    for (const [tok, id] of Object.entries(vocab)) this.idToToken[id] = tok;
+    for (const t of this.added.values()) this.idToToken[t.id] = t.content;
+    this.byteLevel = json.decoder?.type === "ByteLevel";
+    const tokenId = (v: unknown): number | undefined => {
+      const s = typeof v === "string" ? v : (v as { content?: string })?.content;
+      if (!s) return undefined;
+      for (const t of this.added.values()) if (t.content === s) return t.id;
+      return vocab[s];
+    };
+    this.eosTokenId = tokenId(config.eos_token) ?? tokenId("<|endoftext|>");
+    this.padTokenId = tokenId(config.pad_token) ?? this.eosTokenId ?? 0;
+  }
+
+  /** Token ids of text. Special tokens written in the text are recognised as such. */
+  encode(text: string, addSpecialTokens = false): number[] {
+    return this.impl.encode(text, { add_special_tokens: addSpecialTokens });
+  }
+
+  decode(ids: ArrayLike<number>, skipSpecialTokens = false): string {
+    if (ids.length === 0) return "";
+    return this.impl.decode(Array.from(ids), {
+      skip_special_tokens: skipSpecialTokens,
+      clean_up_tokenization_spaces: false,
+    });
+  }
+
+  /** The token's string in the vocabulary (byte-level form for BPE pieces). */
+  idToTokenString(id: number): string | undefined {
+    return this.idToToken[id];
+  }
+
+  isSpecial(id: number): boolean {
+    return this.added.get(id)?.special ?? false;
+  }
+
+  specialTokenIds(): number[] {
+    return [...this.added.values()].filter((t) => t.special).map((t) => t.id);
+  }
+
+  /** Id of a token string (added tokens included). */
+  tokenToId(token: string): number | undefined {
+    for (const t of this.added.values()) if (t.content === token) return t.id;
+    return this.json.model?.vocab?.[token];
+  }
+
+  /** The UTF-8 bytes a token stands for (added tokens: their content). */
+  tokenBytes(id: number): Uint8Array {
+    let b = this.bytesCache.get(id);
+    if (b) return b;
+    const added = this.added.get(id);
+    const tok = this.idToToken[id];
+    if (added || tok === undefined) b = encoder.encode(added?.content ?? "");
+    else if (this.byteLevel) {
+      b = new Uint8Array(tok.length);
+      let n = 0;
+      for (const ch of tok) {
+        const v = CHAR_TO_BYTE.get(ch);
+        if (v !== undefined) b[n++] = v;
+      }
+      b = b.subarray(0, n);
+    } else b = encoder.encode(this.decode([id]));
+    this.bytesCache.set(id, b);
+    return b;
+  }
+
+  /**
+   * Token ids with each token's [start, end) character range in `text`. Byte-level tokenizers map token
+   * bytes back onto the text's UTF-8; a token that ends inside a multi-byte character covers that
+   * character. Text is NFC-normalised first, as the tokenizer does.
+   */
+  encodeWithOffsets(text: string): EncodingWithOffsets {
+    const norm = text.normalize("NFC");
+    const ids = this.encode(norm);
+    const utf8 = encoder.encode(norm);
+    // byte index -> char index (UTF-16 units)
+    const charAt = new Int32Array(utf8.length + 1);
+    let bi = 0;
+    for (let ci = 0; ci < norm.length; ci++) {
+      const cp = norm.codePointAt(ci)!;
+      const len = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+      for (let k = 0; k < len; k++) charAt[bi + k] = ci;
+      bi += len;
+      if (cp >= 0x10000) ci++;
+    }
+    charAt[utf8.length] = norm.length;
+    const offsets: [number, number][] = [];
+    let pos = 0;
+    let consistent = true;
+    for (const id of ids) {
+      const b = this.tokenBytes(id);
+      for (let k = 0; k < b.length && consistent; k++) if (utf8[pos + k] !== b[k]) consistent = false;
+      if (!consistent) break;
+      const start = charAt[pos]!;
+      pos += b.length;
+      const end =
+        pos >= utf8.length
+          ? norm.length
+          : charAt[pos - 1]! + (norm.codePointAt(charAt[pos - 1]!)! >= 0x10000 ? 2 : 1);
+      offsets.push([start, b.length === 0 ? start : end]);
+    }
+    if (consistent && pos === utf8.length) return { ids, offsets };
+    // Fallback for tokenizers whose pieces do not map to bytes: grow the decoded prefix.
+    const out: [number, number][] = [];
+    let prev = 0;
+    for (let i = 0; i < ids.length; i++) {
+      const cur = this.decode(ids.slice(0, i + 1)).length;
+      out.push([Math.min(prev, norm.length), Math.min(cur, norm.length)]);
+      prev = cur;
+    }
+    return { ids, offsets: out };
+  }
+
+  /** Saves tokenizer.json (and tokenizer_config.json) into dir. */
+  save(dir: string): void {
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(this.json));
+    writeFileSync(join(dir, "tokenizer_config.json"), `${JSON.stringify(this.config, null, 2)}\n`);
+  }
+}
+
+/**
+ * Per-token mask from character ranges: 1 where the token overlaps any [start, end) range. Observation
+ * masks use it to exclude tool output from the policy loss.
+ */
+export function maskFromCharRanges(offsets: [number, number][], ranges: [number, number][]): Uint8Array {
+  const mask = new Uint8Array(offsets.length);
+  offsets.forEach(([s, e], i) => {
+    for (const [rs, re] of ranges)
+      if (s < re && e > rs) {
+        mask[i] = 1;
+        break;
+      }
+  });
+  return mask;
+}
+
+/** Loads tokenizer.json (and tokenizer_config.json if present) from a model directory or a file path. */
+export function loadTokenizer(path: string): Tokenizer {
+  const file = path.endsWith(".json") ? path : join(path, "tokenizer.json");
+  if (!existsSync(file)) throw new ModelFormatError("tokenizer.json not found", file);
+  let json: Record<string, any>;
+  try {
+    json = JSON.parse(readFileSync(file, "utf8"));
+  } catch (e) {
+    throw new ModelFormatError(`not valid JSON (${(e as Error).message})`, file);
+  }
+  if (!json?.model?.type)
+    throw new ModelFormatError("no model.type: not an HF tokenizer.json", file, "model.type");
+  const cfgFile = join(file, "..", "tokenizer_config.json");
+  let config: Record<string, any> = {};
+  if (existsSync(cfgFile)) {
+    try {
+      config = JSON.parse(readFileSync(cfgFile, "utf8"));
+    } catch (e) {
+      throw new ModelFormatError(`not valid JSON (${(e as Error).message})`, cfgFile);
+    }
+  }
+  return new Tokenizer(json, config, file);
+}
+
+/** Qwen2's pre-tokenizer pattern (the same string HF writes into tokenizer.json). */
+export const QWEN2_SPLIT_PATTERN =
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const JS_SPLIT =
+  /'s|'t|'re|'ve|'m|'ll|'d|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+/gu;
+
+export interface ByteBpeOptions {
+  /** Text to learn merges from; none gives a pure byte-level vocabulary (256 tokens). */
+  corpus?: string;
+  /** Target size of the BPE vocabulary (bytes + merges), before special tokens. */
+  vocabSize?: number;
+  /** Special tokens appended after the vocabulary; the first is EOS and padding. */
+  specialTokens?: string[];
+  /** Merges must occur at least this often. */
+  minFrequency?: number;
+}
+
+export const DEFAULT_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+
+/**
+ * Builds a small byte-level BPE tokenizer (Qwen2's pre-tokenizer and decoder, merges learned from
+ * `corpus`) in HF tokenizer.json format; every string round-trips.
+ */
+export function buildByteBpeTokenizer(options: ByteBpeOptions = {}): Tokenizer {
+  const target = options.vocabSize ?? 256;
+  const specials = options.specialTokens ?? DEFAULT_SPECIAL_TOKENS;
+  const minFreq = options.minFrequency ?? 2;
+  const vocab: Record<string, number> = {};
+  BYTE_TO_CHAR.forEach((c, b) => {
+    vocab[c] = b;
+  });
+  const merges: [string, string][] = [];
+  if (options.corpus && target > 256) {
+    const words = new Map<string, number>();
+    for (const m of options.corpus.normalize("NFC").matchAll(JS_SPLIT)) {
+      const w = Array.from(encoder.encode(m[0]), (b) => BYTE_TO_CHAR[b]!).join("\u0000");
+      words.set(w, (words.get(w) ?? 0) + 1);
+    }
+    let seqs = [...words].map(([w, n]) => ({ parts: w.split("\u0000"), n }));
+    while (256 + merges.length < target) {
+      const counts = new Map<string, number>();
+      for (const { parts, n } of seqs)
+        for (let i = 0; i + 1 < parts.length; i++) {
+          const k = `${parts[i]}\u0000${parts[i + 1]}`;
+          counts.set(k, (counts.get(k) ?? 0) + n);
+        }
+      let best = "";
+      let bestN = 0;
+      for (const [k, n] of counts) if (n > bestN || (n === bestN && k < best)) [best, bestN] = [k, n];
+      if (bestN < minFreq) break;
+      const [a, b] = best.split("\u0000") as [string, string];
+      merges.push([a, b]);
+      vocab[a + b] = 256 + merges.length - 1;
+      seqs = seqs.map(({ parts, n }) => {
+        const out: string[] = [];
+        for (let i = 0; i < parts.length; i++) {
+          if (i + 1 < parts.length && parts[i] === a && parts[i + 1] === b) {
+            out.push(a + b);
+            i++;
+          } else out.push(parts[i]!);
+        }
+        return { parts: out, n };
+      });
+    }
+  }
+  const base = 256 + merges.length;
+  const added = specials.map((content, i) => ({
+    id: base + i,
+    content,
+    single_word: false,
+    lstrip: false,
+    rstrip: false,
+    normalized: false,
+    special: true,
+  }));
+  const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false };
+  const json = {
+    version: "1.0",
+    truncation: null,
+    padding: null,
+    added_tokens: added,
+    normalizer: { type: "NFC" },
+    pre_tokenizer: {
+      type: "Sequence",
+      pretokenizers: [
+        { type: "Split", pattern: { Regex: QWEN2_SPLIT_PATTERN }, behavior: "Isolated", invert: false },
+        byteLevel,
+      ],
+    },
+    post_processor: byteLevel,
+    decoder: byteLevel,
+    model: {
+      type: "BPE",
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: "",
+      end_of_word_suffix: "",
+      fuse_unk: false,
+      byte_fallback: false,
+      ignore_merges: false,
+      vocab,
+      merges,
+    },
+  };
+  const config = {
+    tokenizer_class: "Qwen2Tokenizer",
+    eos_token: specials[0],
+    pad_token: specials[0],
+    bos_token: null,
+    unk_token: null,
+    add_bos_token: false,
+    add_prefix_space: false,
+    clean_up_tokenization_spaces: false,
+    model_max_length: 32768,
+    split_special_tokens: false,
+    additional_special_tokens: specials.slice(1),
+  };
+  return new Tokenizer(json, config);
+}
