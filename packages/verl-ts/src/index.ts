@@ -2,3 +2,6 @@
 export * from "./core.js";
 export * from "./models/index.js";
 export * from "./reward/index.js";
+export * from "./rollout/index.js";
+export * from "./trainer/index.js";
+export * from "./workers/index.js";

@@ -1,1 +1,24 @@
-export {};
+// Collective communication among actor processes (ring-based, over ZeroMQ).
+export { createCollectiveGroup } from "./actors.js";
+export { benchCollectivesCommand, type CollectiveBenchOptions, runCollectiveBench } from "./bench.js";
+export type { CollectiveArray, ReduceOp } from "./dtype.js";
+export {
+  CollectiveArgumentError,
+  CollectiveError,
+  CollectiveGroupBrokenError,
+  CollectiveGroupNotFoundError,
+  CollectiveMismatchError,
+  CollectiveTimeoutError,
+} from "./errors.js";
+export {
+  CollectiveGroup,
+  type CollectiveGroupOptions,
+  type CollectiveMember,
+  createCollectiveGroupOn,
+  destroyCollectiveGroup,
+  getCollectiveGroup,
+} from "./group.js";
+export { collective } from "./member.js";
+export { ProcessMember, ProcessMemberError, ProcessMemberExitedError } from "./process-member.js";
+export type { CollectiveTransport } from "./ring.js";
+export { type ShardRange, shardBounds, shardRange } from "./shard.js";

@@ -269,11 +269,14 @@ export class Qwen2Model {
     return tf.add(tf.mul(x, cos), tf.mul(rotated, sin));
   }
 
-  /** The embedding matrix transposed to [h, V], the LM head's weight in our layout. */
+  /**
+   * The LM head's weight [h, V] in our layout (the embedding transposed when tied). Always a new tensor
+   * that the caller owns: disposing it never disposes the model's own variable.
+   */
   lmHeadWeight(): tf.Tensor {
     return this.config.tieWordEmbeddings
       ? tf.transpose(this.byName.get("model.embed_tokens.weight")!)
-      : this.byName.get("lm_head.weight")!;
+      : tf.clone(this.byName.get("lm_head.weight")!);
   }
 
   /**

@@ -196,3 +196,23 @@ test("decode-step logits equal full-forward logits within 1e-4 at every step", (
   cache.dispose();
   head.dispose();
 });
+
+test("generation leaves an untied model's lm_head usable (the head weight handed out is the caller's)", (t) => {
+  const cfg = makeQwen2Config({
+    vocabSize: tok.vocabSize,
+    hiddenSize: 32,
+    numHiddenLayers: 1,
+    numAttentionHeads: 4,
+    numKeyValueHeads: 2,
+    intermediateSize: 64,
+    tieWordEmbeddings: false,
+  });
+  const untied = Qwen2Model.random(cfg, { seed: 3, std: 0.6 });
+  const params = { maxNewTokens: 5, temperature: 0, ignoreEos: true };
+  const first = generate(untied, tok, [tok.encode("ab")], params);
+  const second = generate(untied, tok, [tok.encode("ab")], params);
+  t.deepEqual(second, first);
+  const logits = tf.tidy(() => untied.forward(padBatch([tok.encode("ab")]), { lastOnly: true }));
+  t.is(logits.shape[1], tok.vocabSize);
+  logits.dispose();
+});

@@ -1,0 +1,159 @@
+/**
+ * `pnpm torl bench collectives [--json]`: ring collectives between child processes, next to the
+ * floor measured in the same run: a plain in-process copy of the same array and a one-way ZeroMQ
+ * transfer of it between two processes (same transport, same slice size).
+ *
+ * Throughput is "algorithm bandwidth": array bytes / seconds per call (for allGather the gathered
+ * output, for reduceScatter the input), from the median call (the slowest rank's time per call), so
+ * a busy machine distorts it less than a mean would; `*_best_gbps` use the fastest call. A ring allReduce moves 2(W-1)/W of the array out of every
+ * rank, so at W=2 it cannot beat the one-way transfer of the whole array.
+ */
+import { tmpdir } from "node:os";
+import type { CliCommand } from "@torl-ts/core";
+import { UsageError } from "@torl-ts/core";
+import type { BenchKind } from "./bench-member.js";
+import { createCollectiveGroupOn } from "./group.js";
+import { ProcessMember } from "./process-member.js";
+import type { CollectiveTransport } from "./ring.js";
+
+const BENCH_MEMBER = new URL("./bench-member.ts", import.meta.url).href;
+
+export interface CollectiveBenchOptions {
+  /** Array size in MiB (Float32Array). Default 16. */
+  mib?: number;
+  /** World sizes to run. Default [2, 3, 4]. */
+  worldSizes?: number[];
+  /** Timed calls per figure. Default 10. */
+  iters?: number;
+  transport?: CollectiveTransport;
+  sliceBytes?: number;
+  /** Called with a line per finished figure. */
+  progress?: (line: string) => void;
+}
+
+export type CollectiveBenchResult = Record<string, number | string>;
+
+const KINDS: BenchKind[] = ["allReduce", "reduceScatter", "allGather", "broadcast", "barrier"];
+
+const round = (x: number, d = 3): number => Number(x.toFixed(d));
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+export async function runCollectiveBench(opts: CollectiveBenchOptions = {}): Promise<CollectiveBenchResult> {
+  const mib = opts.mib ?? 16;
+  const bytes = Math.round(mib * 1024 * 1024);
+  const n = bytes / 4;
+  const worldSizes = opts.worldSizes ?? [2, 3, 4];
+  const iters = opts.iters ?? 10;
+  const sliceBytes = opts.sliceBytes ?? 1 << 20;
+  const transport = opts.transport ?? "auto";
+  const say = opts.progress ?? (() => {});
+  const out: CollectiveBenchResult = { array_mib: mib, iters, transport, slice_bytes: sliceBytes };
+
+  // Floor 1: copying the array inside one process.
+  const src = new Float32Array(n).fill(1);
+  const dst = new Float32Array(n);
+  dst.set(src);
+  const t0 = performance.now();
+  for (let i = 0; i < iters; i++) dst.set(src);
+  out.memcpy_gbps = round((bytes * iters) / ((performance.now() - t0) / 1000) / 1e9);
+  say(`memcpy of ${mib} MiB: ${out.memcpy_gbps} GB/s`);
+
+  const maxW = Math.max(2, ...worldSizes);
+  const procs = await Promise.all(Array.from({ length: maxW }, () => ProcessMember.spawn()));
+  try {
+    // Floor 2: one-way transfer of the array between two processes over the same transport.
+    const endpoint =
+      transport === "tcp" ? "tcp://127.0.0.1:*" : `ipc://${tmpdir()}/torl-bench-${process.pid}.ipc`;
+    const bound = (await procs[1]!.invoke(BENCH_MEMBER, "rawBind", [endpoint])) as string;
+    const [secs] = (await Promise.all([
+      procs[1]!.invoke(BENCH_MEMBER, "rawReceive", [bytes, sliceBytes, iters]),
+      procs[0]!.invoke(BENCH_MEMBER, "rawSend", [bound, bytes, sliceBytes, iters]),
+    ])) as [number, unknown];
+    out.zmq_oneway_gbps = round((bytes * iters) / secs / 1e9);
+    say(`one-way ZeroMQ transfer of ${mib} MiB between two processes: ${out.zmq_oneway_gbps} GB/s`);
+
+    for (const W of worldSizes) {
+      const members = procs.slice(0, W);
+      const name = `bench-w${W}`;
+      const group = await createCollectiveGroupOn(members, { name, transport, sliceBytes });
+      try {
+        for (const kind of KINDS) {
+          const times = (await Promise.all(
+            members.map((m) => m.invoke(BENCH_MEMBER, "benchCollectiveMember", [name, kind, n, iters])),
+          )) as number[][];
+          const perCall = times[0]!.map((_, i) => Math.max(...times.map((tr) => tr[i]!)));
+          const s = median(perCall);
+          if (kind === "barrier") {
+            out[`barrier_w${W}_us`] = round(s * 1e6, 1);
+            say(`W=${W} barrier: ${out[`barrier_w${W}_us`]} us`);
+          } else {
+            const key = `${kind.toLowerCase()}_w${W}_gbps`;
+            out[key] = round(bytes / s / 1e9);
+            out[key.replace("_gbps", "_best_gbps")] = round(bytes / Math.min(...perCall) / 1e9);
+            say(`W=${W} ${kind} of ${mib} MiB: ${(s * 1e3).toFixed(1)} ms/call, ${out[key]} GB/s`);
+          }
+        }
+      } finally {
+        await group.destroy();
+      }
+    }
+  } finally {
+    await Promise.all(procs.map((p) => p.close()));
+  }
+  if (typeof out.allreduce_w2_gbps === "number" && typeof out.zmq_oneway_gbps === "number") {
+    out.allreduce_w2_vs_zmq_oneway = round(out.allreduce_w2_gbps / out.zmq_oneway_gbps);
+    out.allreduce_w2_vs_memcpy = round(out.allreduce_w2_gbps / (out.memcpy_gbps as number));
+  }
+  return out;
+}
+
+function parseArgs(args: string[]): CollectiveBenchOptions & { json: boolean } {
+  const o: CollectiveBenchOptions & { json: boolean } = { json: false };
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    const val = () => {
+      const v = args[++i];
+      if (v === undefined) throw new UsageError(`${a} needs a value`);
+      return v;
+    };
+    if (a === "--json") o.json = true;
+    else if (a === "--mib") o.mib = Number(val());
+    else if (a === "--iters") o.iters = Number(val());
+    else if (a === "--world-sizes") o.worldSizes = val().split(",").map(Number);
+    else if (a === "--transport") o.transport = val() as CollectiveTransport;
+    else if (a === "--slice-bytes") o.sliceBytes = Number(val());
+    else throw new UsageError(`unknown flag ${a}`);
+  }
+  if (o.mib !== undefined && !(o.mib > 0)) throw new UsageError("--mib must be > 0");
+  if (o.iters !== undefined && !(Number.isInteger(o.iters) && o.iters > 0))
+    throw new UsageError("--iters must be a positive integer");
+  if (o.worldSizes?.some((w) => !Number.isInteger(w) || w < 1 || w > 16))
+    throw new UsageError("--world-sizes: integers in 1..16");
+  if (o.transport !== undefined && !["auto", "tcp", "ipc"].includes(o.transport))
+    throw new UsageError("--transport: auto, tcp or ipc");
+  return o;
+}
+
+export const benchCollectivesCommand: CliCommand = {
+  summary: "benchmark ring collectives (allReduce, reduceScatter, allGather, broadcast) between processes",
+  usage: [
+    "usage: pnpm torl bench collectives [--json] [--mib 16] [--iters 10] [--world-sizes 2,3,4]",
+    "                                   [--transport auto|tcp|ipc] [--slice-bytes 1048576]",
+    "",
+    "Runs each collective on a Float32Array between child processes and prints GB/s (array bytes per",
+    "second per call) next to the floor from the same run: memcpy_gbps (in-process copy) and",
+    "zmq_oneway_gbps (one-way transfer of the array between two processes). --json prints one JSON object last.",
+  ].join("\n"),
+  async run(args) {
+    const o = parseArgs(args);
+    const res = await runCollectiveBench({ ...o, progress: (l) => console.log(l) });
+    if (o.json) console.log(JSON.stringify(res));
+    else console.table(res);
+    return 0;
+  },
+};

@@ -1,0 +1,171 @@
+/**
+ * The driver side of collective groups: rendezvous of the members and teardown.
+ *
+ * Rendezvous, in two rounds run in every member through `invoke`:
+ *   1. `joinCollectiveGroup({group, rank, worldSize, ...})`: the member binds its receiving socket
+ *      and answers with its addresses (TCP, plus IPC when allowed) and a host id;
+ *   2. `connectCollectiveGroup(group, successorAddress)`: the member connects to its successor
+ *      (IPC when both share a host and the transport allows it) and waits for its predecessor's
+ *      hello, so the call returns only once the whole ring carries messages.
+ * Data never passes through the driver.
+ */
+import { CollectiveArgumentError, CollectiveError } from "./errors.js";
+import { DEFAULT_GROUP, MEMBER_MODULE_URL, type MemberJoinSpec } from "./member.js";
+import type { CollectiveTransport, MemberAddress } from "./ring.js";
+
+/** Anything that can run an exported function in a member process (an actor, a child process). */
+export interface CollectiveMember {
+  invoke(moduleUrl: string, exportName: string, args: unknown[]): PromiseLike<unknown>;
+}
+
+export interface CollectiveGroupOptions {
+  /** Group name used by `collective.*` calls inside the members (default "default"). */
+  name?: string;
+  /** "auto" (default): IPC between members on the same host, TCP otherwise. */
+  transport?: CollectiveTransport;
+  /**
+   * Address each member binds its TCP socket on and advertises. Default: the member's
+   * `TORL_NODE_IP` environment variable, else 127.0.0.1.
+   */
+  host?: string;
+  /** Largest message (bytes); slices this size let reduction overlap transfer. Default 1 MiB. */
+  sliceBytes?: number;
+  /** A member waiting longer than this for its predecessor fails the call. Default 30 min; 0 = never. */
+  timeoutMs?: number;
+}
+
+const DEFAULT_SLICE_BYTES = 1 << 20;
+const DEFAULT_TIMEOUT_MS = 30 * 60 * 1000;
+
+/** A group as the driver sees it. */
+export class CollectiveGroup {
+  private destroyed = false;
+  constructor(
+    readonly name: string,
+    readonly members: readonly CollectiveMember[],
+  ) {}
+
+  get worldSize(): number {
+    return this.members.length;
+  }
+
+  /** Closes the group's sockets in every member; members that already died are skipped. */
+  async destroy(): Promise<void> {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    if (driverGroups.get(this.name) === this) driverGroups.delete(this.name);
+    await Promise.allSettled(
+      this.members.map((m) =>
+        Promise.resolve(m.invoke(MEMBER_MODULE_URL, "leaveCollectiveGroup", [this.name])),
+      ),
+    );
+  }
+}
+
+const driverGroups = new Map<string, CollectiveGroup>();
+
+function describe(err: unknown): string {
+  return err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+}
+
+/**
+ * Makes a collective group of `members` (rank = position in the array) through a generic invoker.
+ * `createCollectiveGroup` is this with actor handles.
+ */
+export async function createCollectiveGroupOn(
+  members: readonly CollectiveMember[],
+  options: CollectiveGroupOptions = {},
+): Promise<CollectiveGroup> {
+  const name = options.name ?? DEFAULT_GROUP;
+  if (members.length === 0) {
+    throw new CollectiveArgumentError("a collective group needs at least one member", name);
+  }
+  if (driverGroups.has(name)) {
+    throw new CollectiveArgumentError(
+      `collective group "${name}" already exists in this driver; destroy it first or pick another name`,
+      name,
+    );
+  }
+  const transport = options.transport ?? "auto";
+  if (!["auto", "tcp", "ipc"].includes(transport)) {
+    throw new CollectiveArgumentError(`unknown transport "${transport}" (auto, tcp or ipc)`, name);
+  }
+  const sliceBytes = options.sliceBytes ?? DEFAULT_SLICE_BYTES;
+  if (!Number.isInteger(sliceBytes) || sliceBytes < 8) {
+    throw new CollectiveArgumentError(`sliceBytes must be an integer >= 8, got ${sliceBytes}`, name);
+  }
+  const W = members.length;
+  const group = new CollectiveGroup(name, members);
+  driverGroups.set(name, group);
+  const specs: MemberJoinSpec[] = members.map((_, rank) => ({
+    group: name,
+    rank,
+    worldSize: W,
+    host: options.host ?? "",
+    transport,
+    sliceBytes,
+    timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+  }));
+  const joined = await Promise.allSettled(
+    members.map((m, rank) =>
+      Promise.resolve(m.invoke(MEMBER_MODULE_URL, "joinCollectiveGroup", [specs[rank]])),
+    ),
+  );
+  const failed = joined.findIndex((j) => j.status === "rejected");
+  if (failed >= 0) {
+    await group.destroy();
+    throw new CollectiveError(
+      `rank ${failed} could not join collective group "${name}": ${describe((joined[failed] as PromiseRejectedResult).reason)}`,
+      name,
+      failed,
+    );
+  }
+  const addresses = joined.map((j) => (j as PromiseFulfilledResult<MemberAddress>).value);
+  let endpoints: (string | undefined)[];
+  try {
+    endpoints = addresses.map((_, rank) => {
+      const next = addresses[(rank + 1) % W]!;
+      const sameHost = next.hostId === addresses[rank]!.hostId;
+      if (transport === "ipc" && !sameHost) {
+        throw new CollectiveArgumentError(
+          `transport "ipc" needs all members on one host; rank ${rank} (${addresses[rank]!.hostId}) and rank ${(rank + 1) % W} (${next.hostId}) differ`,
+          name,
+        );
+      }
+      return sameHost && next.ipc ? next.ipc : next.tcp;
+    });
+  } catch (err) {
+    await group.destroy();
+    throw err;
+  }
+  const connected = await Promise.allSettled(
+    members.map((m, rank) =>
+      Promise.resolve(m.invoke(MEMBER_MODULE_URL, "connectCollectiveGroup", [name, endpoints[rank]])),
+    ),
+  );
+  const bad = connected.findIndex((c) => c.status === "rejected");
+  if (bad >= 0) {
+    await group.destroy();
+    throw new CollectiveError(
+      `rank ${bad} could not connect collective group "${name}": ${describe((connected[bad] as PromiseRejectedResult).reason)}`,
+      name,
+      bad,
+    );
+  }
+  return group;
+}
+
+/** Destroys a group made by this driver, by object or by name. Returns false if unknown. */
+export async function destroyCollectiveGroup(
+  group: CollectiveGroup | string = DEFAULT_GROUP,
+): Promise<boolean> {
+  const g = typeof group === "string" ? driverGroups.get(group) : group;
+  if (!g) return false;
+  await g.destroy();
+  return true;
+}
+
+/** The driver's group of that name, if it made one. */
+export function getCollectiveGroup(name: string = DEFAULT_GROUP): CollectiveGroup | undefined {
+  return driverGroups.get(name);
+}

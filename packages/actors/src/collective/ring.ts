@@ -1,0 +1,715 @@
+/**
+ * One member of a ring: a ZeroMQ PULL socket bound by this process (its ring predecessor pushes to
+ * it) and a PUSH socket connected to its ring successor. Every collective is a sequence of steps in
+ * which each rank sends a chunk to its successor and receives one from its predecessor; chunks are
+ * cut into slices of at most `sliceBytes` so that reducing a slice overlaps with receiving the
+ * next, and slices travel as raw frames next to a 24-byte header (no JSON, no msgpack).
+ *
+ * Message = [header, data?]; header = six little-endian uint32:
+ *   0 seq          collective number in this group (checked, so mismatched calls fail loudly)
+ *   1 op|dtype|step op << 24 | dtype << 16 | step
+ *   2 a            total length (allReduce, reduceScatter, broadcast) or origin rank (allGather)
+ *   3 chunkLen     elements in the chunk the slice belongs to
+ *   4 offset       offset of the slice in its chunk (elements)
+ *   5 sliceLen     elements in this slice
+ *
+ * Buffers: received slices are reduced in place in the receive buffer and forwarded as they are,
+ * so a ring step costs no copies beyond the one into the caller's array. Data read from the
+ * caller's arrays is sent zero-copy only where the algorithm guarantees the successor has consumed
+ * it before the call returns (allReduce, broadcast); elsewhere it is copied once before sending.
+ */
+import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { hostname, tmpdir } from "node:os";
+import { join } from "node:path";
+import { Pull, Push } from "zeromq";
+import {
+  accumulate,
+  type CollectiveArray,
+  ctorOf,
+  dtypeCode,
+  dtypeName,
+  finalize,
+  REDUCE_OPS,
+  type ReduceOp,
+} from "./dtype.js";
+import {
+  CollectiveArgumentError,
+  CollectiveError,
+  CollectiveGroupBrokenError,
+  CollectiveMismatchError,
+  CollectiveTimeoutError,
+} from "./errors.js";
+import { shardBounds } from "./shard.js";
+
+const OP_HELLO = 1;
+const OP_ALLREDUCE = 2;
+const OP_BROADCAST = 3;
+const OP_ALLGATHER = 4;
+const OP_REDUCESCATTER = 5;
+const OP_BARRIER = 6;
+const OP_NAMES = ["?", "hello", "allReduce", "broadcast", "allGather", "reduceScatter", "barrier"];
+
+const HEADER_BYTES = 24;
+/** Larger staged copies are not kept for reuse. */
+const MAX_STAGING_BYTES = 64 << 20;
+
+/** How a member can be reached; the group creator picks `ipc` when both ends share a host. */
+export interface MemberAddress {
+  /** Identifies the machine (hostname and boot id). */
+  hostId: string;
+  tcp?: string;
+  ipc?: string;
+}
+
+export type CollectiveTransport = "auto" | "tcp" | "ipc";
+
+export interface RingOptions {
+  /** Largest slice sent as one message (bytes). */
+  sliceBytes: number;
+  /** How long a receive may wait for the ring predecessor before the call fails (0 = forever). */
+  timeoutMs: number;
+}
+
+interface Received {
+  dtype: number;
+  step: number;
+  a: number;
+  chunkLen: number;
+  offset: number;
+  sliceLen: number;
+  data: Buffer | undefined;
+}
+
+let cachedHostId: string | undefined;
+
+/** hostname plus the kernel boot id, so two containers named alike are not taken for one host. */
+export function localHostId(): string {
+  if (cachedHostId === undefined) {
+    let boot = "";
+    try {
+      boot = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+    } catch {
+      boot = "";
+    }
+    cachedHostId = `${hostname()}/${boot}`;
+  }
+  return cachedHostId;
+}
+
+const mod = (a: number, n: number): number => ((a % n) + n) % n;
+
+function header(
+  seq: number,
+  op: number,
+  dtype: number,
+  step: number,
+  a: number,
+  chunkLen: number,
+  offset: number,
+  sliceLen: number,
+): Buffer {
+  const h = Buffer.allocUnsafe(HEADER_BYTES);
+  h.writeUInt32LE(seq >>> 0, 0);
+  h.writeUInt32LE(((op << 24) | (dtype << 16) | step) >>> 0, 4);
+  h.writeUInt32LE(a >>> 0, 8);
+  h.writeUInt32LE(chunkLen >>> 0, 12);
+  h.writeUInt32LE(offset >>> 0, 16);
+  h.writeUInt32LE(sliceLen >>> 0, 20);
+  return h;
+}
+
+function bytesOf(a: CollectiveArray): Buffer {
+  return Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+}
+
+export class RingMember {
+  private pull: Pull | undefined;
+  private push: Push | undefined;
+  private seq = 0;
+  private tail: Promise<unknown> = Promise.resolve();
+  private broken: unknown;
+  private closed = false;
+  private readonly queue: (Buffer[] | undefined)[] = [];
+  private qHead = 0;
+  private pumping = false;
+  private sendError: unknown;
+  private ipcPath: string | undefined;
+  /** Addresses this member bound (set by bind). */
+  address: MemberAddress = { hostId: "" };
+  /** Endpoint of the successor (set by connect). */
+  nextEndpoint = "";
+  /** Reusable copies of caller data being sent; see stage(). */
+  private readonly staging: { buf: Uint8Array; seq: number }[] = [];
+  /** Seq of the last completed collective whose completion implies every rank entered it. */
+  private lastFullSeq = 0;
+
+  constructor(
+    readonly group: string,
+    readonly rank: number,
+    readonly worldSize: number,
+    readonly options: RingOptions,
+  ) {}
+
+  private get prevRank(): number {
+    return mod(this.rank - 1, this.worldSize);
+  }
+
+  /** Opens the receiving socket; returns the addresses the predecessor may connect to. */
+  async bind(host: string, transport: CollectiveTransport): Promise<MemberAddress> {
+    const address: MemberAddress = { hostId: localHostId() };
+    this.address = address;
+    if (this.worldSize === 1) return address;
+    const pull = new Pull({
+      receiveTimeout: this.options.timeoutMs > 0 ? this.options.timeoutMs : -1,
+      linger: 0,
+    });
+    this.pull = pull;
+    if (transport !== "ipc") {
+      await pull.bind(`tcp://${host}:*`);
+      address.tcp = pull.lastEndpoint ?? undefined;
+    }
+    if (transport !== "tcp") {
+      this.ipcPath = join(tmpdir(), `torl-coll-${process.pid}-${randomBytes(6).toString("hex")}.ipc`);
+      await pull.bind(`ipc://${this.ipcPath}`);
+      address.ipc = `ipc://${this.ipcPath}`;
+    }
+    this.address = address;
+    return address;
+  }
+
+  /** Connects to the successor and checks the ring end to end (each rank hears its predecessor). */
+  async connect(nextEndpoint: string | undefined): Promise<void> {
+    if (this.worldSize === 1) return;
+    if (!nextEndpoint) {
+      throw new CollectiveArgumentError(
+        `rank ${this.rank} got no endpoint for its successor`,
+        this.group,
+        this.rank,
+      );
+    }
+    this.nextEndpoint = nextEndpoint;
+    this.push = new Push({ linger: 2000 });
+    this.push.connect(nextEndpoint);
+    this.send([header(0, OP_HELLO, 0, 0, this.rank, 0, 0, 0)]);
+    const m = await this.recv(0, OP_HELLO, 0);
+    if (m.a !== this.prevRank) {
+      throw new CollectiveMismatchError(
+        `rank ${this.rank} expected a hello from rank ${this.prevRank}, got one from rank ${m.a}`,
+        this.group,
+        this.rank,
+      );
+    }
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.pull?.close();
+    this.push?.close();
+    this.pull = undefined;
+    this.push = undefined;
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  // ---- plumbing -------------------------------------------------------------------------------
+
+  private send(frames: Buffer[]): void {
+    this.queue.push(frames);
+    if (!this.pumping) void this.pump();
+  }
+
+  private async pump(): Promise<void> {
+    this.pumping = true;
+    try {
+      while (this.qHead < this.queue.length) {
+        const frames = this.queue[this.qHead]!;
+        this.queue[this.qHead++] = undefined;
+        const push = this.push;
+        if (!push) throw new Error("socket closed");
+        await push.send(frames);
+      }
+      this.queue.length = 0;
+      this.qHead = 0;
+    } catch (err) {
+      this.sendError ??= err;
+      this.queue.length = 0;
+      this.qHead = 0;
+    } finally {
+      this.pumping = false;
+    }
+  }
+
+  private async recv(seq: number, op: number, step: number): Promise<Received> {
+    if (this.sendError !== undefined) {
+      throw new CollectiveError(
+        `rank ${this.rank} could not send to rank ${(this.rank + 1) % this.worldSize}: ${String(this.sendError)}`,
+        this.group,
+        this.rank,
+      );
+    }
+    const pull = this.pull;
+    if (!pull) throw new CollectiveError(`group "${this.group}" is closed`, this.group, this.rank);
+    let frames: Buffer[];
+    try {
+      frames = await pull.receive();
+    } catch (err) {
+      if ((err as { code?: string }).code === "EAGAIN") {
+        throw new CollectiveTimeoutError(
+          `rank ${this.rank} waited ${this.options.timeoutMs} ms in ${OP_NAMES[op]} #${seq} of group "${this.group}" for rank ${this.prevRank}`,
+          this.group,
+          this.rank,
+          this.options.timeoutMs,
+        );
+      }
+      throw err;
+    }
+    const h = frames[0];
+    if (!h || h.length !== HEADER_BYTES || frames.length > 2) {
+      throw new CollectiveMismatchError(
+        `rank ${this.rank} got a malformed message from rank ${this.prevRank} (${frames.length} frames)`,
+        this.group,
+        this.rank,
+      );
+    }
+    const hseq = h.readUInt32LE(0);
+    const word = h.readUInt32LE(4);
+    const hop = word >>> 24;
+    const hstep = word & 0xffff;
+    if (hseq !== seq || hop !== op || hstep !== step) {
+      throw new CollectiveMismatchError(
+        `rank ${this.rank} is in ${OP_NAMES[op]} #${seq} step ${step} of group "${this.group}" but rank ${this.prevRank} sent ${OP_NAMES[hop] ?? hop} #${hseq} step ${hstep}: ranks must call the same collectives in the same order`,
+        this.group,
+        this.rank,
+      );
+    }
+    return {
+      dtype: (word >>> 16) & 0xff,
+      step: hstep,
+      a: h.readUInt32LE(8),
+      chunkLen: h.readUInt32LE(12),
+      offset: h.readUInt32LE(16),
+      sliceLen: h.readUInt32LE(20),
+      data: frames[1],
+    };
+  }
+
+  /** Checks a received slice against what this rank expects and returns it as a typed array. */
+  private sliceOf(
+    m: Received,
+    op: number,
+    dtype: number,
+    a: number,
+    chunkLen: number,
+    offset: number,
+    sliceLen: number,
+  ): CollectiveArray {
+    if (
+      m.dtype !== dtype ||
+      m.a !== a ||
+      m.chunkLen !== chunkLen ||
+      m.offset !== offset ||
+      m.sliceLen !== sliceLen
+    ) {
+      const what = op === OP_ALLGATHER ? "origin" : "length";
+      throw new CollectiveMismatchError(
+        `rank ${this.rank} in ${OP_NAMES[op]} of group "${this.group}" expected ${dtypeName(dtype)} ${what} ${a} chunk ${chunkLen} slice ${offset}+${sliceLen}, rank ${this.prevRank} sent ${dtypeName(m.dtype)} ${what} ${m.a} chunk ${m.chunkLen} slice ${m.offset}+${m.sliceLen}: arrays must have the same type and length on every rank`,
+        this.group,
+        this.rank,
+      );
+    }
+    return this.view(dtype, m.data, sliceLen);
+  }
+
+  private view(dtype: number, data: Buffer | undefined, len: number): CollectiveArray {
+    const C = ctorOf(dtype);
+    if (len === 0) return new C(0);
+    const bytes = len * C.BYTES_PER_ELEMENT;
+    if (!data || data.length !== bytes) {
+      throw new CollectiveMismatchError(
+        `rank ${this.rank} expected ${bytes} bytes from rank ${this.prevRank}, got ${data?.length ?? 0}`,
+        this.group,
+        this.rank,
+      );
+    }
+    if (data.byteOffset % C.BYTES_PER_ELEMENT === 0) return new C(data.buffer, data.byteOffset, len);
+    const copy = new C(len);
+    new Uint8Array(copy.buffer).set(data);
+    return copy;
+  }
+
+  /**
+   * Sends `chunk` as slices (at least one message, so empty chunks still advance the ring).
+   * `copy`: the caller's memory may change once the call returns, so stage the chunk first.
+   */
+  private sendSlices(
+    seq: number,
+    op: number,
+    dtype: number,
+    step: number,
+    a: number,
+    chunk: CollectiveArray,
+    copy: boolean,
+  ): void {
+    const len = chunk.length;
+    const src = copy && len > 0 ? this.stage(chunk, seq) : chunk;
+    const S = this.sliceElems(dtype);
+    let off = 0;
+    do {
+      const sl = Math.min(S, len - off);
+      const h = header(seq, op, dtype, step, a, len, off, sl);
+      this.send(sl === 0 ? [h] : [h, bytesOf(src.subarray(off, off + sl))]);
+      off += sl;
+    } while (off < len);
+  }
+
+  /**
+   * Copies `chunk` into a staging buffer of this group. A buffer staged by collective #k is
+   * reused only after this rank completed a later "full" collective (one whose completion
+   * implies every rank entered it, hence finished #k and consumed what it was sent), so two
+   * buffers suffice for alternating reduceScatter / allGather without fresh allocations.
+   */
+  private stage(chunk: CollectiveArray, seq: number): CollectiveArray {
+    const bytes = chunk.byteLength;
+    const free = this.staging.filter((s) => s.seq < this.lastFullSeq);
+    let slot = free.find((s) => s.buf.byteLength >= bytes);
+    if (!slot && bytes <= MAX_STAGING_BYTES) {
+      if (free.length > 0) {
+        slot = free[0]!;
+        slot.buf = new Uint8Array(bytes);
+      } else if (this.staging.length < 2) {
+        slot = { buf: new Uint8Array(bytes), seq };
+        this.staging.push(slot);
+      }
+    }
+    const target = slot ? slot.buf : new Uint8Array(bytes);
+    if (slot) slot.seq = seq;
+    target.set(new Uint8Array(chunk.buffer, chunk.byteOffset, bytes));
+    const C = ctorOf(dtypeCode(chunk));
+    return new C(target.buffer, target.byteOffset, chunk.length);
+  }
+
+  private sliceElems(dtype: number): number {
+    return Math.max(1, Math.floor(this.options.sliceBytes / ctorOf(dtype).BYTES_PER_ELEMENT));
+  }
+
+  /** Runs collectives one at a time, in call order; a failure mid-way breaks the group. */
+  private enqueue<T>(body: (seq: number) => Promise<T>): Promise<T> {
+    const run = async (): Promise<T> => {
+      if (this.closed) throw new CollectiveError(`group "${this.group}" is destroyed`, this.group, this.rank);
+      if (this.broken !== undefined) {
+        throw new CollectiveGroupBrokenError(
+          `group "${this.group}" is broken by an earlier failure on rank ${this.rank}: ${String((this.broken as Error)?.message ?? this.broken)}; destroy and recreate it`,
+          this.group,
+          this.rank,
+          this.broken,
+        );
+      }
+      const seq = ++this.seq;
+      try {
+        return await body(seq);
+      } catch (err) {
+        if (this.worldSize > 1) this.broken = err;
+        throw err;
+      }
+    };
+    const p = this.tail.then(run, run);
+    this.tail = p.catch(() => undefined);
+    return p;
+  }
+
+  private checkArray(arr: unknown, what: string): number {
+    const code = dtypeCode(arr);
+    if (code < 0) {
+      const kind = (arr as object | null)?.constructor?.name ?? typeof arr;
+      throw new CollectiveArgumentError(
+        `${what} needs a Float32Array, Float64Array, Int8/16/32Array or Uint8/16/32Array, got ${kind}`,
+        this.group,
+        this.rank,
+      );
+    }
+    if ((arr as CollectiveArray).length > 0xffffffff) {
+      throw new CollectiveArgumentError(`${what}: arrays over 2^32 elements are not supported`, this.group);
+    }
+    return code;
+  }
+
+  private checkOp(op: string, what: string): asserts op is ReduceOp {
+    if (!REDUCE_OPS.includes(op as ReduceOp)) {
+      throw new CollectiveArgumentError(
+        `${what}: unknown reduce op "${op}" (expected ${REDUCE_OPS.join(", ")})`,
+        this.group,
+        this.rank,
+      );
+    }
+  }
+
+  // ---- collectives ----------------------------------------------------------------------------
+
+  /** Reduces `arr` element-wise across ranks, in place; every rank ends with identical values. */
+  allReduce<T extends CollectiveArray>(arr: T, op: ReduceOp): Promise<T> {
+    const dtype = this.checkArray(arr, "allReduce");
+    this.checkOp(op, "allReduce");
+    return this.enqueue(async (seq) => {
+      const W = this.worldSize;
+      const r = this.rank;
+      if (W === 1) {
+        finalize(op, arr, 1);
+        return arr;
+      }
+      const n = arr.length;
+      const b = shardBounds(n, W);
+      const S = this.sliceElems(dtype);
+      // Reduce-scatter: step s sends chunk r-s-1 and receives chunk r-s-2; rank r ends owning chunk r.
+      const c0 = mod(r - 1, W);
+      // Zero-copy is safe: chunk c0 comes back reduced (so was consumed) before this call returns,
+      // and it is not written before then.
+      this.sendSlices(seq, OP_ALLREDUCE, dtype, 0, n, arr.subarray(b[c0]!, b[c0 + 1]!), false);
+      for (let s = 0; s < W - 1; s++) {
+        const c = mod(r - s - 2, W);
+        const start = b[c]!;
+        const len = b[c + 1]! - start;
+        let off = 0;
+        do {
+          const sl = Math.min(S, len - off);
+          const m = await this.recv(seq, OP_ALLREDUCE, s);
+          const acc = this.sliceOf(m, OP_ALLREDUCE, dtype, n, len, off, sl);
+          accumulate(op, acc, arr.subarray(start + off, start + off + sl));
+          if (s === W - 2) {
+            finalize(op, acc, W);
+            arr.set(acc, start + off);
+          }
+          // The last reduce-scatter step starts the all-gather (step W-1) with the finished slice.
+          const h = header(seq, OP_ALLREDUCE, dtype, s + 1, n, len, off, sl);
+          this.send(sl === 0 ? [h] : [h, bytesOf(acc)]);
+          off += sl;
+        } while (off < len);
+      }
+      // All-gather: step W-1+s receives chunk r-s-1 and forwards it unless its successor owns it.
+      for (let s = 0; s < W - 1; s++) {
+        const step = W - 1 + s;
+        const c = mod(r - s - 1, W);
+        const start = b[c]!;
+        const len = b[c + 1]! - start;
+        let off = 0;
+        do {
+          const sl = Math.min(S, len - off);
+          const m = await this.recv(seq, OP_ALLREDUCE, step);
+          const got = this.sliceOf(m, OP_ALLREDUCE, dtype, n, len, off, sl);
+          arr.set(got, start + off);
+          if (s < W - 2) {
+            const h = header(seq, OP_ALLREDUCE, dtype, step + 1, n, len, off, sl);
+            this.send(sl === 0 ? [h] : [h, bytesOf(got)]);
+          }
+          off += sl;
+        } while (off < len);
+      }
+      this.lastFullSeq = seq;
+      return arr;
+    });
+  }
+
+  /** Copies `src`'s `arr` into `arr` on every other rank (in place); pipelined around the ring. */
+  broadcast<T extends CollectiveArray>(arr: T, src: number): Promise<T> {
+    const dtype = this.checkArray(arr, "broadcast");
+    if (!Number.isInteger(src) || src < 0 || src >= this.worldSize) {
+      throw new CollectiveArgumentError(
+        `broadcast: source rank must be in [0, ${this.worldSize}), got ${src}`,
+        this.group,
+        this.rank,
+      );
+    }
+    return this.enqueue(async (seq) => {
+      const W = this.worldSize;
+      if (W === 1) return arr;
+      const n = arr.length;
+      const d = mod(this.rank - src, W);
+      if (d === 0) {
+        // Zero-copy: the call waits for the last rank's acknowledgement, so all data was consumed.
+        this.sendSlices(seq, OP_BROADCAST, dtype, 0, n, arr, false);
+        const ack = await this.recv(seq, OP_BROADCAST, 1);
+        if (ack.a !== n) {
+          throw new CollectiveMismatchError(
+            `broadcast from rank ${src}: rank ${this.prevRank} acknowledged length ${ack.a}, source has ${n}`,
+            this.group,
+            this.rank,
+          );
+        }
+        // Every rank received the data, so every rank entered this broadcast.
+        this.lastFullSeq = seq;
+        return arr;
+      }
+      const S = this.sliceElems(dtype);
+      let off = 0;
+      do {
+        const sl = Math.min(S, n - off);
+        const m = await this.recv(seq, OP_BROADCAST, 0);
+        const got = this.sliceOf(m, OP_BROADCAST, dtype, n, n, off, sl);
+        arr.set(got, off);
+        if (d < W - 1) {
+          const h = header(seq, OP_BROADCAST, dtype, 0, n, n, off, sl);
+          this.send(sl === 0 ? [h] : [h, bytesOf(got)]);
+        }
+        off += sl;
+      } while (off < n);
+      if (d === W - 1) this.send([header(seq, OP_BROADCAST, dtype, 1, n, 0, 0, 0)]);
+      return arr;
+    });
+  }
+
+  /**
+   * Concatenates every rank's `arr` in rank order. Ranks may pass different lengths. With `out`,
+   * writes into it instead of allocating: `out.length` is the total and rank i's part must be
+   * `shardRange(out.length, worldSize, i)` long (the layout reduceScatter produces).
+   */
+  allGather<T extends CollectiveArray>(arr: T, out?: T): Promise<T> {
+    const dtype = this.checkArray(arr, "allGather");
+    const W = this.worldSize;
+    const r = this.rank;
+    let b: number[] | undefined;
+    if (out !== undefined) {
+      if (dtypeCode(out) !== dtype) {
+        throw new CollectiveArgumentError(
+          `allGather: out is ${out.constructor.name}, input is ${arr.constructor.name}`,
+          this.group,
+          r,
+        );
+      }
+      b = shardBounds(out.length, W);
+      if (b[r + 1]! - b[r]! !== arr.length) {
+        throw new CollectiveArgumentError(
+          `allGather: rank ${r}'s shard of an output of ${out.length} elements holds ${b[r + 1]! - b[r]!}, got ${arr.length}`,
+          this.group,
+          r,
+        );
+      }
+    }
+    return this.enqueue(async (seq) => {
+      const C = ctorOf(dtype);
+      if (W === 1) {
+        const res = (out ?? new C(arr.length)) as T;
+        res.set(arr);
+        return res;
+      }
+      if (b) out!.set(arr, b[r]!);
+      const pieces: { origin: number; off: number; data: CollectiveArray }[] = [];
+      const lengths = new Array<number>(W).fill(0);
+      lengths[r] = arr.length;
+      // Copied: nothing makes the successor consume it before this call returns.
+      this.sendSlices(seq, OP_ALLGATHER, dtype, 0, r, arr, true);
+      for (let s = 0; s < W - 1; s++) {
+        const origin = mod(r - s - 1, W);
+        let off = 0;
+        let chunkLen = 0;
+        do {
+          const m = await this.recv(seq, OP_ALLGATHER, s);
+          if (off === 0) {
+            chunkLen = m.chunkLen;
+            if (b && chunkLen !== b[origin + 1]! - b[origin]!) {
+              throw new CollectiveMismatchError(
+                `allGather into ${out!.length} elements: rank ${origin} sent ${chunkLen} elements, its shard holds ${b[origin + 1]! - b[origin]!}`,
+                this.group,
+                r,
+              );
+            }
+          }
+          const sl = Math.min(this.sliceElems(dtype), chunkLen - off);
+          const got = this.sliceOf(m, OP_ALLGATHER, dtype, origin, chunkLen, off, sl);
+          if (b) out!.set(got, b[origin]! + off);
+          else pieces.push({ origin, off, data: got });
+          if (s < W - 2) {
+            const h = header(seq, OP_ALLGATHER, dtype, s + 1, origin, chunkLen, off, sl);
+            this.send(sl === 0 ? [h] : [h, bytesOf(got)]);
+          }
+          off += sl;
+        } while (off < chunkLen);
+        lengths[origin] = chunkLen;
+      }
+      this.lastFullSeq = seq;
+      if (b) return out!;
+      const starts = new Array<number>(W);
+      let total = 0;
+      for (let i = 0; i < W; i++) {
+        starts[i] = total;
+        total += lengths[i]!;
+      }
+      const res = new C(total) as T;
+      res.set(arr, starts[r]!);
+      for (const p of pieces) res.set(p.data, starts[p.origin]! + p.off);
+      return res;
+    });
+  }
+
+  /**
+   * Reduces `arr` element-wise across ranks and returns this rank's shard of the result, i.e.
+   * elements `shardRange(arr.length, worldSize, rank)`. `arr` is not modified. With `out`
+   * (of the shard's length) the result is written there instead of a new array.
+   */
+  reduceScatter<T extends CollectiveArray>(arr: T, op: ReduceOp, out?: T): Promise<T> {
+    const dtype = this.checkArray(arr, "reduceScatter");
+    this.checkOp(op, "reduceScatter");
+    const W = this.worldSize;
+    const r = this.rank;
+    const n = arr.length;
+    const b = shardBounds(n, W);
+    const ownStart = b[r]!;
+    const ownLen = b[r + 1]! - ownStart;
+    if (out !== undefined && (dtypeCode(out) !== dtype || out.length !== ownLen)) {
+      throw new CollectiveArgumentError(
+        `reduceScatter: out must be a ${arr.constructor.name} of ${ownLen} elements (rank ${r}'s shard of ${n}), got ${out.constructor.name} of ${out.length}`,
+        this.group,
+        r,
+      );
+    }
+    return this.enqueue(async (seq) => {
+      const res = (out ?? new (ctorOf(dtype))(ownLen)) as T;
+      if (W === 1) {
+        res.set(arr);
+        finalize(op, res, 1);
+        return res;
+      }
+      const S = this.sliceElems(dtype);
+      const c0 = mod(r - 1, W);
+      this.sendSlices(seq, OP_REDUCESCATTER, dtype, 0, n, arr.subarray(b[c0]!, b[c0 + 1]!), true);
+      for (let s = 0; s < W - 1; s++) {
+        const c = mod(r - s - 2, W);
+        const start = b[c]!;
+        const len = b[c + 1]! - start;
+        let off = 0;
+        do {
+          const sl = Math.min(S, len - off);
+          const m = await this.recv(seq, OP_REDUCESCATTER, s);
+          const acc = this.sliceOf(m, OP_REDUCESCATTER, dtype, n, len, off, sl);
+          accumulate(op, acc, arr.subarray(start + off, start + off + sl));
+          if (s < W - 2) {
+            const h = header(seq, OP_REDUCESCATTER, dtype, s + 1, n, len, off, sl);
+            this.send(sl === 0 ? [h] : [h, bytesOf(acc)]);
+          } else {
+            finalize(op, acc, W);
+            res.set(acc, off);
+          }
+          off += sl;
+        } while (off < len);
+      }
+      this.lastFullSeq = seq;
+      return res;
+    });
+  }
+
+  /** Resolves once every rank of the group has entered the barrier. */
+  barrier(): Promise<void> {
+    return this.enqueue(async (seq) => {
+      const W = this.worldSize;
+      if (W === 1) return;
+      this.send([header(seq, OP_BARRIER, 0, 0, this.rank, 0, 0, 0)]);
+      for (let s = 0; s < W - 1; s++) {
+        await this.recv(seq, OP_BARRIER, s);
+        if (s < W - 2) this.send([header(seq, OP_BARRIER, 0, s + 1, this.rank, 0, 0, 0)]);
+      }
+      this.lastFullSeq = seq;
+    });
+  }
+}

@@ -1,0 +1,217 @@
+/**
+ * Functions run inside member processes by the collective tests and the benchmark (through
+ * ProcessMember or invokeInActor). Data is generated from (rank, index) so the test can compute
+ * the expected result on its own.
+ */
+import { actor, type CollectiveArray, collective, getRuntimeContext, type ReduceOp } from "@torl-ts/actors";
+
+export type DtypeName =
+  | "Float32Array"
+  | "Float64Array"
+  | "Int32Array"
+  | "Int16Array"
+  | "Uint8Array"
+  | "Uint32Array";
+
+const CTORS = { Float32Array, Float64Array, Int32Array, Int16Array, Uint8Array, Uint32Array } as const;
+
+/** Deterministic values: small integers for integer types, fractional values for floats. */
+export function valueAt(dtype: DtypeName, rank: number, i: number): number {
+  if (dtype === "Float32Array" || dtype === "Float64Array")
+    return Math.sin(i * 0.37 + rank * 1.3) * 10 + rank;
+  if (dtype === "Uint8Array") return (i * 7 + rank * 13) % 61;
+  if (dtype === "Uint32Array") return ((i * 2654435761 + rank * 97) >>> 0) % 1_000_000_007;
+  return ((i * 7 + rank * 13) % 201) - 100;
+}
+
+export function makeData(dtype: DtypeName, n: number, rank: number): CollectiveArray {
+  const a = new CTORS[dtype](n);
+  for (let i = 0; i < n; i++) a[i] = valueAt(dtype, rank, i);
+  return a;
+}
+
+export async function doAllReduce(group: string, dtype: DtypeName, n: number, op: ReduceOp) {
+  const a = makeData(dtype, n, collective.getRank(group));
+  const out = await collective.allReduce(a, op, group);
+  return { sameObject: out === a, result: a };
+}
+
+export async function doBroadcast(group: string, dtype: DtypeName, n: number, src: number) {
+  const rank = collective.getRank(group);
+  const a = rank === src ? makeData(dtype, n, rank) : new CTORS[dtype](n);
+  await collective.broadcast(a, src, group);
+  return a;
+}
+
+export async function doAllGather(group: string, dtype: DtypeName, lengths: number[], intoOut: boolean) {
+  const rank = collective.getRank(group);
+  const mine = makeData(dtype, lengths[rank]!, rank);
+  const total = lengths.reduce((s, x) => s + x, 0);
+  const out = intoOut ? new CTORS[dtype](total) : undefined;
+  const res = await collective.allGather(mine, group, out as never);
+  if (intoOut && res !== out) throw new Error("allGather with out returned another array");
+  // The input must be left untouched.
+  const again = makeData(dtype, lengths[rank]!, rank);
+  if (!mine.every((v, i) => v === again[i])) throw new Error("allGather modified its input");
+  return res;
+}
+
+export async function doReduceScatter(group: string, dtype: DtypeName, n: number, op: ReduceOp) {
+  const rank = collective.getRank(group);
+  const a = makeData(dtype, n, rank);
+  const shard = await collective.reduceScatter(a, op, group);
+  const again = makeData(dtype, n, rank);
+  if (!a.every((v, i) => v === again[i])) throw new Error("reduceScatter modified its input");
+  return { shard, range: collective.shardRange(n, group) };
+}
+
+/** reduceScatter then allGather into a preallocated array: the FSDP pattern; equals allReduce. */
+export async function doReduceScatterAllGather(group: string, n: number, rounds: number) {
+  const rank = collective.getRank(group);
+  const full = new Float64Array(n);
+  let shard: Float64Array | undefined;
+  for (let r = 0; r < rounds; r++) {
+    const grads = makeData("Float64Array", n, rank + r) as Float64Array;
+    shard = await collective.reduceScatter(grads, "sum", group, shard);
+    await collective.allGather(shard, group, full);
+  }
+  return full;
+}
+
+/**
+ * Many rounds of reduceScatter + allGather (+ a broadcast every third round) whose inputs are
+ * overwritten with garbage as soon as each call returns: results must not see the garbage
+ * (checks the staging of sent data). Returns the number of wrong elements seen.
+ */
+export async function doMutatingLoop(group: string, n: number, rounds: number) {
+  const rank = collective.getRank(group);
+  const W = collective.getWorldSize(group);
+  const full = new Float64Array(n);
+  const shard = new Float64Array(collective.shardRange(n, group).end - collective.shardRange(n, group).start);
+  let wrong = 0;
+  for (let k = 1; k <= rounds; k++) {
+    full.fill((rank + 1) * k);
+    await collective.reduceScatter(full, "sum", group, shard);
+    full.fill(Number.NaN);
+    for (const v of shard) if (v !== (k * W * (W + 1)) / 2) wrong++;
+    shard.fill(k + rank * 0.5);
+    await collective.allGather(shard, group, full);
+    shard.fill(Number.NaN);
+    const b = collective.shardRange(n, group);
+    for (let r = 0, i = 0; r < W; r++) {
+      const end = i + (r === rank ? b.end - b.start : shardLen(n, W, r));
+      for (; i < end; i++) if (full[i] !== k + r * 0.5) wrong++;
+    }
+    if (k % 3 === 0) {
+      if (rank === k % W) full.fill(-k);
+      await collective.broadcast(full, k % W, group);
+      if (rank === k % W) full.fill(Number.NaN);
+      else for (const v of full) if (v !== -k) wrong++;
+    }
+  }
+  return wrong;
+}
+
+function shardLen(n: number, W: number, r: number): number {
+  return Math.floor(n / W) + (r < n % W ? 1 : 0);
+}
+
+export async function doBarrierSequence(group: string, times: number) {
+  for (let i = 0; i < times; i++) await collective.barrier(group);
+  return collective.getWorldSize(group);
+}
+
+/** Several collectives issued without awaiting in between: they must run in call order. */
+export async function doPipelined(group: string, n: number) {
+  const rank = collective.getRank(group);
+  const a = makeData("Int32Array", n, rank);
+  const b = makeData("Float64Array", n, rank);
+  const [ra, rb, rc] = await Promise.all([
+    collective.allReduce(a, "max", group),
+    collective.allReduce(b, "sum", group),
+    collective.allGather(new Int32Array([rank]), group),
+  ]);
+  return { ra, rb, rc };
+}
+
+/** Calls `collective[op](...args)`, with the group name where args hold "$group" (else last). */
+export async function doCall(op: string, group: string, ...args: unknown[]) {
+  const fn = (collective as unknown as Record<string, (...a: unknown[]) => unknown>)[op]!;
+  const full = args.includes("$group") ? args.map((a) => (a === "$group" ? group : a)) : [...args, group];
+  return await fn(...full);
+}
+
+/** Mismatched calls: even ranks allReduce, odd ranks allGather. Returns the error's name. */
+export async function doMismatch(group: string) {
+  const rank = collective.getRank(group);
+  try {
+    if (rank % 2 === 0) await collective.allReduce(new Float32Array(8), "sum", group);
+    else await collective.allGather(new Float32Array(8), group);
+    return "no error";
+  } catch (err) {
+    return (err as Error).name;
+  }
+}
+
+/** Benchmark body: `iters` allReduces of a Float32Array of `n` elements; returns seconds. */
+export async function benchAllReduce(group: string, n: number, iters: number, op: ReduceOp = "sum") {
+  const a = new Float32Array(n).fill(1);
+  await collective.barrier(group);
+  const t0 = performance.now();
+  for (let i = 0; i < iters; i++) await collective.allReduce(a, op, group);
+  await collective.barrier(group);
+  return (performance.now() - t0) / 1000;
+}
+
+export async function benchCollective(group: string, kind: string, n: number, iters: number) {
+  const W = collective.getWorldSize(group);
+  const a = new Float32Array(n).fill(1);
+  const shard = new Float32Array(collective.shardRange(n, group).end - collective.shardRange(n, group).start);
+  await collective.barrier(group);
+  const t0 = performance.now();
+  for (let i = 0; i < iters; i++) {
+    if (kind === "allReduce") await collective.allReduce(a, "sum", group);
+    else if (kind === "broadcast") await collective.broadcast(a, 0, group);
+    else if (kind === "reduceScatter") await collective.reduceScatter(a, "sum", group, shard);
+    else if (kind === "allGather") await collective.allGather(shard, group, a);
+    else if (kind === "barrier") await collective.barrier(group);
+  }
+  await collective.barrier(group);
+  return { seconds: (performance.now() - t0) / 1000, worldSize: W };
+}
+
+/** Actor wrapping the functions above, for the tests over real actors. */
+export class CollectiveWorker {
+  allReduce(group: string, dtype: DtypeName, n: number, op: ReduceOp) {
+    return doAllReduce(group, dtype, n, op).then((r) => r.result);
+  }
+  broadcast(group: string, dtype: DtypeName, n: number, src: number) {
+    return doBroadcast(group, dtype, n, src);
+  }
+  allGather(group: string, dtype: DtypeName, lengths: number[], intoOut: boolean) {
+    return doAllGather(group, dtype, lengths, intoOut);
+  }
+  reduceScatter(group: string, dtype: DtypeName, n: number, op: ReduceOp) {
+    return doReduceScatter(group, dtype, n, op);
+  }
+  fsdp(group: string, n: number, rounds: number) {
+    return doReduceScatterAllGather(group, n, rounds);
+  }
+  barrier(group: string, times: number) {
+    return doBarrierSequence(group, times);
+  }
+  rank(group: string) {
+    return collective.getRank(group);
+  }
+  isMember(group: string) {
+    return collective.isInitialized(group);
+  }
+  describe(group: string) {
+    return { ...collective.describe(group), nodeId: getRuntimeContext().nodeId };
+  }
+  bench(group: string, kind: string, n: number, iters: number) {
+    return benchCollective(group, kind, n, iters);
+  }
+}
+
+export const CollectiveWorkerActor = actor(CollectiveWorker, { module: import.meta.url });

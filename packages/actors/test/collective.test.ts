@@ -1,0 +1,416 @@
+// Ring collectives between plain child processes (ProcessMember): the transport on its own,
+// without the actor runtime. collective-actors.test.ts runs the same operations in real actors.
+import test from "ava";
+import {
+  benchCollectivesCommand,
+  type CollectiveGroup,
+  createCollectiveGroupOn,
+  destroyCollectiveGroup,
+  getCollectiveGroup,
+  ProcessMember,
+  type ReduceOp,
+  runCollectiveBench,
+  shardBounds,
+  shardRange,
+} from "../src/collective/index.js";
+import { type DtypeName, makeData, valueAt } from "./collective.fixture.js";
+
+const FIXTURE = new URL("./collective.fixture.ts", import.meta.url).href;
+
+let procs: ProcessMember[] = [];
+
+test.before(async () => {
+  procs = await Promise.all([0, 1, 2, 3].map(() => ProcessMember.spawn()));
+});
+
+test.after.always(async () => {
+  await Promise.all(procs.map((p) => p.close()));
+});
+
+let groupSeq = 0;
+async function group(
+  W: number,
+  opts: Parameters<typeof createCollectiveGroupOn>[1] = {},
+): Promise<CollectiveGroup> {
+  return createCollectiveGroupOn(procs.slice(0, W), { name: `g${++groupSeq}`, ...opts });
+}
+
+function onAll<T>(g: CollectiveGroup, fn: string, args: (rank: number) => unknown[]): Promise<T[]> {
+  return Promise.all(
+    procs.slice(0, g.worldSize).map((p, rank) => p.invoke(FIXTURE, fn, args(rank))),
+  ) as Promise<T[]>;
+}
+
+const isFloat = (d: DtypeName) => d.startsWith("Float");
+
+/** A value as the array type stores it (Float32 rounding). */
+function stored(dtype: DtypeName, v: number): number {
+  return dtype === "Float32Array" ? Math.fround(v) : v;
+}
+
+/** The reduction computed here in float64 / exact integers, then stored in the array type. */
+function expectedReduce(dtype: DtypeName, n: number, W: number, op: ReduceOp): number[] {
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const vals = Array.from({ length: W }, (_, r) => stored(dtype, valueAt(dtype, r, i)));
+    let v: number;
+    if (op === "sum" || op === "mean") v = vals.reduce((s, x) => s + x, 0);
+    else if (op === "max") v = Math.max(...vals);
+    else if (op === "min") v = Math.min(...vals);
+    else v = vals.reduce((s, x) => s * x, 1);
+    if (op === "mean") v = isFloat(dtype) ? v / W : Math.trunc(v / W);
+    out.push(v);
+  }
+  // Store through the array type so integer wrap-around matches.
+  const C = makeData(dtype, 0, 0).constructor as new (a: number[]) => ArrayLike<number>;
+  return Array.from(new C(out));
+}
+
+function assertClose(
+  t: import("ava").ExecutionContext,
+  got: ArrayLike<number>,
+  want: number[],
+  dtype: DtypeName,
+  what: string,
+) {
+  t.is(got.length, want.length, `${what}: length`);
+  const tol = dtype === "Float32Array" ? 1e-5 : 1e-12;
+  for (let i = 0; i < want.length; i++) {
+    const ok = isFloat(dtype)
+      ? Math.abs(got[i]! - want[i]!) <= tol * Math.max(1, Math.abs(want[i]!))
+      : got[i] === want[i];
+    if (!ok) {
+      t.fail(`${what}: element ${i} is ${got[i]}, expected ${want[i]}`);
+      return;
+    }
+  }
+  t.pass();
+}
+
+test("shardRange gives the first length % worldSize ranks one extra element", (t) => {
+  t.deepEqual(shardBounds(10, 4), [0, 3, 6, 8, 10]);
+  t.deepEqual(shardRange(10, 4, 1), { start: 3, end: 6 });
+  t.deepEqual(shardRange(10, 4, 3), { start: 8, end: 10 });
+  t.deepEqual(shardBounds(2, 4), [0, 1, 2, 2, 2]);
+  t.deepEqual(shardBounds(0, 3), [0, 0, 0, 0]);
+  for (let n = 0; n < 40; n++) {
+    for (let W = 1; W <= 5; W++) {
+      const b = shardBounds(n, W);
+      t.is(b[W], n);
+      for (let r = 0; r < W; r++) {
+        const sz = b[r + 1]! - b[r]!;
+        t.true(sz === Math.floor(n / W) || sz === Math.ceil(n / W));
+        t.deepEqual(shardRange(n, W, r), { start: b[r]!, end: b[r + 1]! });
+      }
+    }
+  }
+  t.throws(() => shardRange(10, 4, 4), { instanceOf: RangeError });
+  t.throws(() => shardBounds(-1, 2), { instanceOf: RangeError });
+  t.throws(() => shardBounds(4, 0), { instanceOf: RangeError });
+});
+
+for (const W of [1, 2, 3, 4]) {
+  test.serial(`allReduce sum/mean/max on float and int arrays, world size ${W}, odd lengths`, async (t) => {
+    // Small slices (40 bytes) so every chunk crosses the ring as many messages.
+    const g = await group(W, { sliceBytes: 40 });
+    try {
+      for (const dtype of ["Float32Array", "Float64Array", "Int32Array"] as DtypeName[]) {
+        for (const op of ["sum", "mean", "max"] as ReduceOp[]) {
+          for (const n of [W === 1 ? 0 : W - 1, 1001]) {
+            const res = await onAll<{ sameObject: boolean; result: ArrayLike<number> }>(
+              g,
+              "doAllReduce",
+              () => [g.name, dtype, n, op],
+            );
+            const want = expectedReduce(dtype, n, W, op);
+            for (let r = 0; r < W; r++) {
+              t.true(res[r]!.sameObject, "allReduce works in place");
+              t.is(res[r]!.result.constructor.name, dtype);
+              assertClose(t, res[r]!.result, want, dtype, `${dtype} ${op} n=${n} rank ${r}`);
+              // Every rank holds bit-identical results (each element is reduced once, by its owner).
+              t.deepEqual(res[r]!.result, res[0]!.result);
+            }
+          }
+        }
+      }
+    } finally {
+      await g.destroy();
+    }
+  });
+}
+
+test.serial("allReduce min/prod and small integer types are exact, including wrap-around", async (t) => {
+  const W = 3;
+  const g = await group(W);
+  try {
+    for (const [dtype, op] of [
+      ["Int16Array", "sum"],
+      ["Uint8Array", "sum"],
+      ["Uint32Array", "sum"],
+      ["Int32Array", "min"],
+      ["Int32Array", "prod"],
+      ["Uint32Array", "prod"],
+      ["Float64Array", "min"],
+    ] as [DtypeName, ReduceOp][]) {
+      const n = 257;
+      const res = await onAll<{ result: ArrayLike<number> }>(g, "doAllReduce", () => [g.name, dtype, n, op]);
+      // Integer products are compared modulo 2^32 through the array type (exact, no float rounding).
+      const want =
+        op === "prod" && dtype !== "Float64Array"
+          ? Array.from(
+              new (dtype === "Int32Array" ? Int32Array : Uint32Array)(
+                Array.from({ length: n }, (_, i) =>
+                  Number(
+                    BigInt.asUintN(
+                      32,
+                      [0, 1, 2].reduce((p, r) => p * BigInt(valueAt(dtype, r, i)), 1n),
+                    ),
+                  ),
+                ),
+              ),
+            )
+          : expectedReduce(dtype, n, W, op);
+      for (let r = 0; r < W; r++) assertClose(t, res[r]!.result, want, dtype, `${dtype} ${op} rank ${r}`);
+    }
+  } finally {
+    await g.destroy();
+  }
+});
+
+for (const W of [1, 2, 3, 4]) {
+  test.serial(`broadcast from every source rank, world size ${W}`, async (t) => {
+    const g = await group(W, { sliceBytes: 64 });
+    try {
+      for (let src = 0; src < W; src++) {
+        for (const dtype of ["Float32Array", "Int32Array"] as DtypeName[]) {
+          const n = 333;
+          const res = await onAll<ArrayLike<number>>(g, "doBroadcast", () => [g.name, dtype, n, src]);
+          const want = Array.from(makeData(dtype, n, src));
+          for (let r = 0; r < W; r++) t.deepEqual(Array.from(res[r]!), want, `src ${src} rank ${r} ${dtype}`);
+        }
+      }
+    } finally {
+      await g.destroy();
+    }
+  });
+}
+
+for (const W of [1, 2, 3, 4]) {
+  test.serial(`allGather of unequal lengths and into a preallocated array, world size ${W}`, async (t) => {
+    const g = await group(W, { sliceBytes: 48 });
+    try {
+      for (const dtype of ["Float64Array", "Int32Array", "Float32Array"] as DtypeName[]) {
+        // Free lengths (zero included) without `out`.
+        const lengths = [5, 0, 17, 101].slice(0, W);
+        const res = await onAll<ArrayLike<number>>(g, "doAllGather", () => [g.name, dtype, lengths, false]);
+        const want = lengths.flatMap((len, r) => Array.from(makeData(dtype, len, r)));
+        for (let r = 0; r < W; r++) t.deepEqual(Array.from(res[r]!), want, `${dtype} rank ${r}`);
+        // Shard lengths of a 1003-element array, written into `out`.
+        const b = shardBounds(1003, W);
+        const shardLens = Array.from({ length: W }, (_, r) => b[r + 1]! - b[r]!);
+        const res2 = await onAll<ArrayLike<number>>(g, "doAllGather", () => [g.name, dtype, shardLens, true]);
+        const want2 = shardLens.flatMap((len, r) => Array.from(makeData(dtype, len, r)));
+        for (let r = 0; r < W; r++) t.deepEqual(Array.from(res2[r]!), want2, `${dtype} out rank ${r}`);
+      }
+    } finally {
+      await g.destroy();
+    }
+  });
+}
+
+for (const W of [1, 2, 3, 4]) {
+  test.serial(
+    `reduceScatter returns each rank its shardRange of the reduction, world size ${W}`,
+    async (t) => {
+      const g = await group(W, { sliceBytes: 40 });
+      try {
+        for (const dtype of ["Float32Array", "Float64Array", "Int32Array"] as DtypeName[]) {
+          for (const op of ["sum", "mean", "max"] as ReduceOp[]) {
+            for (const n of [2, 1001]) {
+              const res = await onAll<{ shard: ArrayLike<number>; range: { start: number; end: number } }>(
+                g,
+                "doReduceScatter",
+                () => [g.name, dtype, n, op],
+              );
+              const want = expectedReduce(dtype, n, W, op);
+              for (let r = 0; r < W; r++) {
+                const range = shardRange(n, W, r);
+                t.deepEqual(res[r]!.range, range);
+                assertClose(
+                  t,
+                  res[r]!.shard,
+                  want.slice(range.start, range.end),
+                  dtype,
+                  `${dtype} ${op} n=${n} rank ${r}`,
+                );
+              }
+            }
+          }
+        }
+      } finally {
+        await g.destroy();
+      }
+    },
+  );
+}
+
+test.serial(
+  "reduceScatter then allGather into a reused buffer equals the full sum (FSDP pattern)",
+  async (t) => {
+    for (const W of [2, 3]) {
+      const g = await group(W, { sliceBytes: 1024 });
+      try {
+        const n = 5003;
+        const rounds = 3;
+        const res = await onAll<Float64Array>(g, "doReduceScatterAllGather", () => [g.name, n, rounds]);
+        // Last round's gradients come from makeData(rank + rounds - 1).
+        const want = Array.from({ length: n }, (_, i) => {
+          let s = 0;
+          for (let r = 0; r < W; r++) s += valueAt("Float64Array", r + rounds - 1, i);
+          return s;
+        });
+        for (let r = 0; r < W; r++) assertClose(t, res[r]!, want, "Float64Array", `W=${W} rank ${r}`);
+      } finally {
+        await g.destroy();
+      }
+    }
+  },
+);
+
+test.serial("inputs overwritten right after each call never leak into other ranks' results", async (t) => {
+  for (const W of [2, 3, 4]) {
+    const g = await group(W, { sliceBytes: 4096 });
+    try {
+      t.deepEqual(
+        await onAll<number>(g, "doMutatingLoop", () => [g.name, 20_011, 30]),
+        Array(W).fill(0),
+        `W=${W}`,
+      );
+    } finally {
+      await g.destroy();
+    }
+  }
+});
+
+test.serial(
+  "collectives issued without awaiting run in call order; barrier returns on all ranks",
+  async (t) => {
+    const W = 4;
+    const g = await group(W, { transport: "tcp" });
+    try {
+      const res = await onAll<{ ra: Int32Array; rb: Float64Array; rc: Int32Array }>(g, "doPipelined", () => [
+        g.name,
+        99,
+      ]);
+      const wantMax = expectedReduce("Int32Array", 99, W, "max");
+      const wantSum = expectedReduce("Float64Array", 99, W, "sum");
+      for (let r = 0; r < W; r++) {
+        t.deepEqual(Array.from(res[r]!.ra), wantMax);
+        assertClose(t, res[r]!.rb, wantSum, "Float64Array", `rank ${r}`);
+        t.deepEqual(Array.from(res[r]!.rc), [0, 1, 2, 3]);
+      }
+      t.deepEqual(await onAll<number>(g, "doBarrierSequence", () => [g.name, 5]), [4, 4, 4, 4]);
+    } finally {
+      await g.destroy();
+    }
+  },
+);
+
+test.serial("tcp and ipc transports give the same results", async (t) => {
+  const out: Record<string, unknown> = {};
+  for (const transport of ["tcp", "ipc"] as const) {
+    const g = await group(3, { transport });
+    try {
+      out[transport] = await onAll(g, "doAllReduce", () => [g.name, "Float32Array", 4099, "sum"]);
+    } finally {
+      await g.destroy();
+    }
+  }
+  t.deepEqual(out.tcp, out.ipc);
+});
+
+test.serial(
+  "mismatched calls fail with CollectiveMismatchError and break the group until recreated",
+  async (t) => {
+    const g = await group(2, { timeoutMs: 5000 });
+    const names = await onAll<string>(g, "doMismatch", () => [g.name]);
+    t.true(names.includes("CollectiveMismatchError"), `errors: ${names.join(", ")}`);
+    // A rank that saw the error refuses further calls on the broken group.
+    const broken = names.indexOf("CollectiveMismatchError");
+    const err = await t.throwsAsync(procs[broken]!.invoke(FIXTURE, "doCall", ["barrier", g.name]));
+    t.regex(err!.message, /CollectiveGroupBrokenError/);
+    await g.destroy();
+    // Recreated under the same name, it works again.
+    const g2 = await createCollectiveGroupOn(procs.slice(0, 2), { name: g.name });
+    t.deepEqual(await onAll<number>(g2, "doBarrierSequence", () => [g2.name, 1]), [2, 2]);
+    t.true(await destroyCollectiveGroup(g2.name));
+    t.false(await destroyCollectiveGroup(g2.name));
+  },
+);
+
+test.serial("a rank whose peer never arrives fails with CollectiveTimeoutError", async (t) => {
+  const g = await group(3, { timeoutMs: 300 });
+  try {
+    // Only rank 0 enters the barrier.
+    const err = await t.throwsAsync(procs[0]!.invoke(FIXTURE, "doCall", ["barrier", g.name]));
+    t.regex(err!.message, /CollectiveTimeoutError: rank 0 waited 300 ms in barrier/);
+  } finally {
+    await g.destroy();
+  }
+});
+
+test.serial("bad arguments are refused with a clear error and do not break the group", async (t) => {
+  const g = await group(2);
+  try {
+    const p0 = procs[0]!;
+    const cases: [string, unknown[], RegExp][] = [
+      ["allReduce", [[1, 2, 3], "sum"], /CollectiveArgumentError: allReduce needs a Float32Array.*got Array/],
+      ["allReduce", [new BigInt64Array(2), "sum"], /got BigInt64Array/],
+      ["allReduce", [new Float32Array(2), "avg"], /unknown reduce op "avg"/],
+      ["broadcast", [new Float32Array(2), 2], /source rank must be in \[0, 2\), got 2/],
+      [
+        "reduceScatter",
+        [new Float32Array(5), "sum", "$group", new Float32Array(2)],
+        /out must be a Float32Array of 3 elements/,
+      ],
+    ];
+    for (const [op, args, re] of cases) {
+      const err = await t.throwsAsync(p0.invoke(FIXTURE, "doCall", [op, g.name, ...args]));
+      t.regex(err!.message, re);
+    }
+    const nf = await t.throwsAsync(p0.invoke(FIXTURE, "doCall", ["barrier", "no-such-group"]));
+    t.regex(nf!.message, /CollectiveGroupNotFoundError: .* not a member of collective group "no-such-group"/);
+    t.deepEqual(await onAll<number>(g, "doBarrierSequence", () => [g.name, 2]), [2, 2]);
+    await t.throwsAsync(createCollectiveGroupOn(procs.slice(0, 2), { name: g.name }), {
+      message: /already exists in this driver/,
+    });
+    t.is(getCollectiveGroup(g.name), g);
+  } finally {
+    await g.destroy();
+  }
+});
+
+test.serial("the collective benchmark reports every figure next to its baselines", async (t) => {
+  const lines: string[] = [];
+  const res = await runCollectiveBench({
+    mib: 0.25,
+    worldSizes: [2],
+    iters: 3,
+    progress: (l) => lines.push(l),
+  });
+  for (const key of [
+    "memcpy_gbps",
+    "zmq_oneway_gbps",
+    "allreduce_w2_gbps",
+    "reducescatter_w2_gbps",
+    "allgather_w2_gbps",
+    "broadcast_w2_gbps",
+    "barrier_w2_us",
+    "allreduce_w2_vs_zmq_oneway",
+  ]) {
+    t.true(typeof res[key] === "number" && (res[key] as number) > 0, `${key} = ${res[key]}`);
+  }
+  t.true(lines.some((l) => l.includes("W=2 allReduce")));
+  await t.throwsAsync(benchCollectivesCommand.run(["--world-sizes", "0"]), { name: "UsageError" });
+  await t.throwsAsync(benchCollectivesCommand.run(["--bogus"]), { message: /unknown flag --bogus/ });
+});
