@@ -1,0 +1,90 @@
+import { type CliCommand, UsageError } from "@torl-ts/core";
+import { SandboxExecutor } from "./executor.js";
+import { serveSandbox } from "./server.js";
+
+/** Parses `--name value` / `--name=value` flags; every flag must be in `known`. */
+export function parseFlags(args: string[], known: string[]): Map<string, string> {
+  const out = new Map<string, string>();
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    if (!arg.startsWith("--")) throw new UsageError(`unexpected argument '${arg}'`);
+    const eq = arg.indexOf("=");
+    const name = eq >= 0 ? arg.slice(2, eq) : arg.slice(2);
+    if (!known.includes(name)) throw new UsageError(`unknown flag --${name}`);
+    if (eq >= 0) {
+      out.set(name, arg.slice(eq + 1));
+    } else if (known.includes(name) && name === "json") {
+      out.set(name, "true");
+    } else {
+      const value = args[++i];
+      if (value === undefined || value.startsWith("--")) throw new UsageError(`flag --${name} needs a value`);
+      out.set(name, value);
+    }
+  }
+  return out;
+}
+
+export function intFlag(flags: Map<string, string>, name: string, fallback: number, min = 0): number {
+  const raw = flags.get(name);
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min)
+    throw new UsageError(`--${name} must be an integer >= ${min}, got '${raw}'`);
+  return n;
+}
+
+export const sandboxCommand: CliCommand = {
+  summary: "serve the SandboxFusion-compatible code execution API (POST /run_code, GET /health)",
+  usage: [
+    "usage: pnpm torl sandbox serve --port P [--host 127.0.0.1] [--workers N]",
+    "                               [--max-processes 64] [--max-output-bytes 1048576]",
+    "",
+    "Starts N warm Python interpreters (sympy and numpy imported) that fork an isolated child per run,",
+    "and serves SandboxFusion's API on host:port (loopback unless --host says otherwise).",
+    "  POST /run_code  {code, language: 'python', run_timeout, memory_limit_MB, stdin, files, fetch_files}",
+    "  GET  /health    workers, queue, and which isolation protections are active",
+    "Requests beyond N wait in a queue; none is dropped. Missing protections are printed at start.",
+  ].join("\n"),
+  async run(args) {
+    if (args[0] !== "serve")
+      throw new UsageError(args[0] ? `unknown subcommand '${args[0]}'` : "missing subcommand 'serve'");
+    const flags = parseFlags(args.slice(1), ["port", "host", "workers", "max-processes", "max-output-bytes"]);
+    if (!flags.has("port")) throw new UsageError("--port is required");
+    const port = intFlag(flags, "port", 0, 0);
+    if (port > 65535) throw new UsageError(`--port must be <= 65535, got ${port}`);
+    const workers = intFlag(flags, "workers", 2, 1);
+    const host = flags.get("host") ?? "127.0.0.1";
+    console.log(`starting ${workers} sandbox worker(s)...`);
+    const executor = await new SandboxExecutor({
+      workers,
+      maxProcesses: intFlag(flags, "max-processes", 64, 1),
+      maxOutputBytes: intFlag(flags, "max-output-bytes", 1 << 20, 1),
+      log: (line) => console.error(`[sandbox] ${line}`),
+    }).start();
+    const health = executor.health();
+    for (const [name, p] of Object.entries(health.protections)) {
+      console.log(
+        `  ${p.active ? "on " : "OFF"} ${name.padEnd(26)} ${p.active ? (p.how ?? "") : (p.reason ?? "")}`,
+      );
+    }
+    if (health.warnings.length > 0) {
+      console.error(
+        `WARNING: sandbox isolation is incomplete on this machine:\n  ${health.warnings.join("\n  ")}`,
+      );
+    }
+    const srv = await serveSandbox(executor, { host, port });
+    if (host !== "127.0.0.1" && host !== "localhost" && host !== "::1") {
+      console.error(`WARNING: listening on ${host}, not loopback: anyone who can reach it can run code here`);
+    }
+    console.log(`sandbox serving on ${srv.url} (POST /run_code, GET /health)`);
+    await new Promise<void>((resolve) => {
+      const stop = () => resolve();
+      process.once("SIGINT", stop);
+      process.once("SIGTERM", stop);
+    });
+    console.log("stopping...");
+    await srv.close();
+    await executor.close();
+    return 0;
+  },
+};

@@ -1,0 +1,167 @@
+/**
+ * The Python code interpreter tool with ToRL's rules (released code, verl/workers/rollout/vllm_rollout):
+ *
+ * - trigger: generation stops at "```output";
+ * - the call: the last ```python block of the round: a line starting or ending with "```python" opens
+ *   a block (dropping any earlier one), a line starting with "```" closes it, other lines inside are
+ *   the code; a block still open at the end means there is no code at all;
+ * - observation: stdout when the run succeeded (exit code 0) or printed anything, else stderr
+ *   (stripped); if the text contains "Error" only its last line is kept; an empty observation becomes
+ *   ToRL's timeout text; 256 characters or more become the first 128 + "..." + the last 128;
+ * - appended text: "```output\n" + observation + "\n```\n";
+ * - execution_pass (ToolResult.success): 1 when the run succeeded or printed anything.
+ */
+
+import {
+  newInstanceId,
+  type OpenAIFunctionSchema,
+  type Tool,
+  type ToolCall,
+  type ToolResult,
+} from "./tool.js";
+import type { CodeRunner, RunCodeResponse } from "./types.js";
+
+/** ToRL's text for an empty observation (its sandbox's timeout decorator message). */
+export const EMPTY_OBSERVATION = "timeout_decorator.TimeoutError: 'Timed Out'";
+/** Observations this long or longer are cut (ToRL: `len(observation) >= 256`). */
+export const OBSERVATION_LIMIT = 256;
+export const OBSERVATION_KEEP = 128;
+
+/** The last complete ```python block of `text` (ToRL's extraction), or "" when there is none. */
+export function extractLastPythonBlock(text: string): string {
+  let program = "";
+  let open = false;
+  for (const line of text.split("\n")) {
+    if (line.startsWith("```python") || line.endsWith("```python")) {
+      program = "";
+      open = true;
+    } else if (line.startsWith("```")) {
+      open = false;
+    } else if (open) {
+      program += `${line}\n`;
+    }
+  }
+  return open ? "" : program;
+}
+
+/** The observation ToRL shows the model for a run, and whether the run passed. */
+export function formatObservation(response: RunCodeResponse | undefined): {
+  observation: string;
+  pass: boolean;
+} {
+  let observation: string;
+  let pass = false;
+  const run = response?.run_result;
+  if (!run || run.stdout === undefined) {
+    observation = "UnknownError";
+  } else if (String(run.return_code) === "0" || String(run.stdout ?? "").length !== 0) {
+    observation = run.stdout ?? "";
+    pass = true;
+  } else {
+    observation = (run.stderr ?? "").trim();
+  }
+  if (observation.includes("Error")) observation = observation.trim().split("\n").pop() ?? "";
+  if (observation.trim().length === 0) observation = EMPTY_OBSERVATION;
+  observation = observation.trim();
+  if (observation.length >= OBSERVATION_LIMIT) {
+    observation = `${observation.slice(0, OBSERVATION_KEEP)}...${observation.slice(-OBSERVATION_KEEP)}`;
+  }
+  return { observation, pass };
+}
+
+/** The text appended to the sequence after a tool call. */
+export function wrapObservation(observation: string): string {
+  return `\`\`\`output\n${observation}\n\`\`\`\n`;
+}
+
+export interface CodeInterpreterOptions {
+  /** Seconds per run (ToRL's sandbox calls used 30 in the released scripts; SandboxFusion default 10). */
+  runTimeout?: number;
+  memoryLimitMb?: number;
+}
+
+/** Runs `runner.run` for many codes at once, in order; backends with a batch call use it. */
+export interface BatchCodeRunner extends CodeRunner {
+  runBatch?(requests: Parameters<CodeRunner["run"]>[0][]): Promise<RunCodeResponse[]>;
+}
+
+/** ToRL's Python code interpreter as a Tool, over any SandboxFusion-shaped backend. */
+export class PythonCodeInterpreter implements Tool {
+  readonly name = "code_interpreter";
+  readonly stop = ["```output"];
+  readonly schema: OpenAIFunctionSchema = {
+    type: "function",
+    function: {
+      name: "code_interpreter",
+      description:
+        "Runs Python 3 code (sympy and numpy available) in a sandbox and returns what it printed, or the last line of its error.",
+      parameters: {
+        type: "object",
+        properties: { code: { type: "string", description: "The Python code to run." } },
+        required: ["code"],
+      },
+    },
+  };
+  private readonly instances = new Map<string, { calls: number; passes: number }>();
+
+  constructor(
+    readonly runner: BatchCodeRunner,
+    readonly options: CodeInterpreterOptions = {},
+  ) {}
+
+  parse(roundText: string): ToolCall | undefined {
+    const code = extractLastPythonBlock(roundText);
+    return code === "" ? undefined : { name: this.name, arguments: { code } };
+  }
+
+  async create(instanceId?: string): Promise<string> {
+    const id = instanceId ?? newInstanceId(this.name);
+    this.instances.set(id, { calls: 0, passes: 0 });
+    return id;
+  }
+
+  async execute(instanceId: string, call: ToolCall): Promise<ToolResult> {
+    const [r] = await this.executeBatch([{ instanceId, call }]);
+    return r!;
+  }
+
+  async executeBatch(items: { instanceId: string; call: ToolCall }[]): Promise<ToolResult[]> {
+    const requests = items.map(({ call }) => ({
+      code: String(call.arguments.code ?? ""),
+      language: "python",
+      run_timeout: this.options.runTimeout ?? 10,
+      ...(this.options.memoryLimitMb !== undefined ? { memory_limit_MB: this.options.memoryLimitMb } : {}),
+    }));
+    let responses: (RunCodeResponse | undefined)[];
+    if (this.runner.runBatch) {
+      responses = await this.runner.runBatch(requests).catch(() => requests.map(() => undefined));
+    } else {
+      responses = await Promise.all(requests.map((r) => this.runner.run(r).catch(() => undefined)));
+    }
+    return items.map(({ instanceId }, i) => {
+      const response = responses[i];
+      const { observation, pass } = formatObservation(response);
+      const state = this.instances.get(instanceId);
+      if (state) {
+        state.calls++;
+        if (pass) state.passes++;
+      }
+      return {
+        observation,
+        text: wrapObservation(observation),
+        success: pass,
+        metrics: { execution_time: response?.run_result?.execution_time ?? 0, execution_pass: pass ? 1 : 0 },
+      };
+    });
+  }
+
+  /** ToRL's execution_passes for the trajectory: the share of its calls that passed, 1 without calls. */
+  async calcReward(instanceId: string): Promise<number> {
+    const s = this.instances.get(instanceId);
+    return !s || s.calls === 0 ? 1 : s.passes / s.calls;
+  }
+
+  async release(instanceId: string): Promise<void> {
+    this.instances.delete(instanceId);
+  }
+}

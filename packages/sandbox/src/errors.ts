@@ -1,0 +1,71 @@
+/** Typed errors of the sandbox, each carrying the facts needed to act on it. */
+
+/** A `/run_code` request that cannot be run as given (HTTP 400). `field` names the offending field. */
+export class RunRequestError extends Error {
+  override name = "RunRequestError";
+  constructor(
+    readonly field: string,
+    reason: string,
+  ) {
+    super(`${field}: ${reason}`);
+  }
+}
+
+/** A sandbox worker (one warm fork server) could not start. */
+export class SandboxStartError extends Error {
+  override name = "SandboxStartError";
+  constructor(
+    readonly worker: string,
+    readonly python: string,
+    reason: string,
+    readonly stderr = "",
+  ) {
+    super(`sandbox worker ${worker} (${python}) failed to start: ${reason}${stderr ? `\n${stderr}` : ""}`);
+  }
+}
+
+/** A sandbox worker died while it held a run (its run gets a SandboxError response; the worker is replaced). */
+export class SandboxWorkerDiedError extends Error {
+  override name = "SandboxWorkerDiedError";
+  constructor(
+    readonly worker: string,
+    readonly exitCode: number | null,
+    readonly signal: string | null,
+    detail = "",
+  ) {
+    super(
+      `sandbox worker ${worker} died (exit code ${exitCode ?? "none"}, signal ${signal ?? "none"})${detail ? `: ${detail}` : ""}`,
+    );
+  }
+}
+
+/** A sandbox worker failed to run a request for a reason of its own (it stays up). */
+export class SandboxInternalError extends Error {
+  override name = "SandboxInternalError";
+  constructor(
+    readonly worker: string,
+    detail: string,
+  ) {
+    super(`sandbox worker ${worker} could not run the request: ${detail}`);
+  }
+}
+
+/** The executor was used after `close()`. */
+export class SandboxClosedError extends Error {
+  override name = "SandboxClosedError";
+  constructor() {
+    super("the sandbox executor is closed");
+  }
+}
+
+/** An external SandboxFusion server answered with an HTTP error or could not be reached. */
+export class SandboxHttpError extends Error {
+  override name = "SandboxHttpError";
+  constructor(
+    readonly url: string,
+    readonly httpStatus: number | null,
+    detail: string,
+  ) {
+    super(`sandbox server ${url}: ${httpStatus === null ? "" : `HTTP ${httpStatus}: `}${detail}`);
+  }
+}

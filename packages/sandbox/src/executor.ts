@@ -1,0 +1,226 @@
+import { hostname } from "node:os";
+import { SandboxClosedError } from "./errors.js";
+import { DEFAULT_LIMITS, type NormalizedRequest, normalizeRequest, type RequestLimits } from "./request.js";
+import type {
+  CodeRunner,
+  CommandRunResult,
+  Protection,
+  RunCodeRequest,
+  RunCodeResponse,
+  SandboxHealth,
+} from "./types.js";
+import { type IsolationStep, type RawRunResult, SandboxWorker, sweepStaleCgroups } from "./worker.js";
+
+export interface ExecutorOptions {
+  /** Warm interpreters (each runs one request at a time). Default 2. */
+  workers?: number;
+  python?: string;
+  /** Bytes kept per stream (default 1 MiB); what is printed beyond is counted and dropped. */
+  maxOutputBytes?: number;
+  /** Processes a run may have at once (default 64). */
+  maxProcesses?: number;
+  /** Size of each run's private /tmp, MB (default 256). */
+  tmpfsMb?: number;
+  /** Isolation steps to leave out; for tests that show what a protection does. */
+  disable?: IsolationStep[];
+  preload?: string[];
+  limits?: Partial<RequestLimits>;
+  /** Called with each line worth saying loudly (missing protections, restarts). Default: stderr. */
+  log?: (line: string) => void;
+}
+
+let poolCounter = 0;
+
+interface Job {
+  request: NormalizedRequest;
+  resolve: (r: RunCodeResponse) => void;
+}
+
+/**
+ * A pool of warm Python fork servers. `run` never drops a request: when every worker is busy it
+ * waits in a FIFO queue. A worker that dies is replaced; the run it held answers SandboxError.
+ */
+export class SandboxExecutor implements CodeRunner {
+  private workers: SandboxWorker[] = [];
+  private idle: SandboxWorker[] = [];
+  private queue: Job[] = [];
+  private closed = false;
+  private counter = 0;
+  private readonly prefix: string;
+  private readonly limits: RequestLimits;
+  private readonly log: (line: string) => void;
+  completed = 0;
+  restarts = 0;
+  protections: Record<string, Protection> = {};
+  warnings: string[] = [];
+
+  constructor(readonly options: ExecutorOptions = {}) {
+    this.prefix = `torl-${process.pid}-${poolCounter++}`;
+    this.limits = { ...DEFAULT_LIMITS, ...options.limits };
+    this.log = options.log ?? ((line) => process.stderr.write(`[sandbox] ${line}\n`));
+  }
+
+  /** Starts every worker; warns loudly about each protection that is not active. */
+  async start(): Promise<this> {
+    sweepStaleCgroups();
+    const n = this.options.workers ?? 2;
+    const started = await Promise.all(Array.from({ length: n }, () => this.spawnWorker()));
+    const first = started[0];
+    if (first) {
+      this.protections = first.protections;
+      this.warnings = [...first.warnings];
+      for (const [name, p] of Object.entries(first.protections)) {
+        if (!p.active) {
+          const line = `${name} not active: ${p.reason ?? "unknown"}`;
+          if (!this.warnings.includes(line)) this.warnings.push(line);
+        }
+      }
+      for (const w of this.warnings) this.log(`WARNING: isolation incomplete: ${w}`);
+    }
+    return this;
+  }
+
+  /** Runs code (a string, or a SandboxFusion request) and answers in SandboxFusion's shape. */
+  run(request: RunCodeRequest | string): Promise<RunCodeResponse> {
+    const body = typeof request === "string" ? { code: request, language: "python" } : request;
+    try {
+      return this.runNormalized(normalizeRequest(body, this.limits));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** Runs an already validated request. */
+  runNormalized(request: NormalizedRequest): Promise<RunCodeResponse> {
+    if (this.closed) return Promise.reject(new SandboxClosedError());
+    return new Promise((resolve) => {
+      this.queue.push({ request, resolve });
+      this.pump();
+    });
+  }
+
+  health(): SandboxHealth {
+    const ready = this.workers.filter((w) => w.alive).length;
+    const busy = this.workers.filter((w) => w.busy).length;
+    return {
+      status: ready === 0 ? "down" : this.warnings.length > 0 ? "degraded" : "ok",
+      workers: { total: this.workers.length, ready, busy },
+      queued: this.queue.length,
+      completed: this.completed,
+      restarts: this.restarts,
+      protections: this.protections,
+      warnings: this.warnings,
+    };
+  }
+
+  /** Outer pids of the workers (for tests that kill one). */
+  workerPids(): number[] {
+    return this.workers.map((w) => w.pid).filter((p): p is number => p !== undefined);
+  }
+
+  /** The uids runs execute as, one per live worker (host view; for tests that look for leftovers). */
+  runUids(): number[] {
+    return this.workers.map((w) => w.runUid).filter((u): u is number => u !== undefined);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const job of this.queue.splice(0)) {
+      job.resolve(sandboxError("the sandbox executor closed before this request ran"));
+    }
+    await Promise.all(this.workers.map((w) => w.close()));
+    this.workers = [];
+    this.idle = [];
+  }
+
+  private async spawnWorker(): Promise<SandboxWorker> {
+    const worker = new SandboxWorker({
+      name: `${this.prefix}-${this.counter++}`,
+      python: this.options.python,
+      maxOutputBytes: this.options.maxOutputBytes,
+      tmpfsMb: this.options.tmpfsMb,
+      disable: this.options.disable,
+      preload: this.options.preload,
+    });
+    this.workers.push(worker);
+    worker.onExit = (err) => this.onWorkerExit(worker, err.message);
+    try {
+      await worker.start();
+    } catch (error) {
+      this.workers = this.workers.filter((w) => w !== worker);
+      throw error;
+    }
+    this.idle.push(worker);
+    this.pump();
+    return worker;
+  }
+
+  private onWorkerExit(worker: SandboxWorker, why: string): void {
+    this.workers = this.workers.filter((w) => w !== worker);
+    this.idle = this.idle.filter((w) => w !== worker);
+    if (this.closed) return;
+    this.restarts++;
+    this.log(`${why}; starting a replacement`);
+    this.spawnWorker().catch((error) => this.log(`replacement failed: ${(error as Error).message}`));
+  }
+
+  private pump(): void {
+    while (this.queue.length > 0 && this.idle.length > 0) {
+      const worker = this.idle.shift()!;
+      if (!worker.alive) continue;
+      const job = this.queue.shift()!;
+      const maxProcesses = this.options.maxProcesses ?? 64;
+      worker.run({ ...job.request, max_processes: maxProcesses }).then(
+        (raw) => {
+          this.completed++;
+          job.resolve(toResponse(raw, job.request, this.options.maxOutputBytes ?? 1 << 20));
+          if (worker.alive) this.idle.push(worker);
+          this.pump();
+        },
+        (error: Error) => {
+          this.completed++;
+          job.resolve(sandboxError(error.message));
+          if (worker.alive && !worker.busy) this.idle.push(worker);
+          this.pump();
+        },
+      );
+    }
+  }
+}
+
+/** SandboxFusion's answer for a failure of the sandbox itself (not of the code). */
+export function sandboxError(message: string): RunCodeResponse {
+  return {
+    status: "SandboxError",
+    message,
+    compile_result: null,
+    run_result: null,
+    executor_pod_name: hostname(),
+    files: {},
+  };
+}
+
+function toResponse(raw: RawRunResult, request: NormalizedRequest, maxOutputBytes: number): RunCodeResponse {
+  const notes: string[] = [];
+  if (raw.stdout_bytes > maxOutputBytes)
+    notes.push(`stdout truncated to ${maxOutputBytes} of ${raw.stdout_bytes} bytes`);
+  if (raw.stderr_bytes > maxOutputBytes)
+    notes.push(`stderr truncated to ${maxOutputBytes} of ${raw.stderr_bytes} bytes`);
+  const run: CommandRunResult = {
+    status: raw.timed_out ? "TimeLimitExceeded" : "Finished",
+    execution_time: raw.execution_time,
+    return_code: raw.timed_out ? null : raw.return_code,
+    stdout: raw.stdout,
+    stderr: raw.stderr,
+  };
+  if (raw.timed_out) notes.unshift(`run exceeded run_timeout of ${request.run_timeout} s and was killed`);
+  const ok = !raw.timed_out && raw.return_code === 0;
+  return {
+    status: ok ? "Success" : "Failed",
+    message: notes.join("; "),
+    compile_result: null,
+    run_result: run,
+    executor_pod_name: hostname(),
+    files: raw.files ?? {},
+  };
+}

@@ -1,0 +1,103 @@
+import { RunRequestError } from "./errors.js";
+import type { RunCodeRequest } from "./types.js";
+
+/** A validated request with every default filled in (what a worker receives). */
+export interface NormalizedRequest {
+  code: string;
+  run_timeout: number;
+  memory_limit_MB: number;
+  stdin: string;
+  files: Record<string, string>;
+  fetch_files: string[];
+}
+
+/** Limits a service applies on top of what a request asks for. */
+export interface RequestLimits {
+  /** Longest `run_timeout` accepted, seconds. */
+  maxRunTimeout: number;
+  /** Largest code + stdin + files, bytes. */
+  maxRequestBytes: number;
+}
+
+export const DEFAULT_LIMITS: RequestLimits = { maxRunTimeout: 300, maxRequestBytes: 32 << 20 };
+
+const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+
+function checkRelativePath(field: string, path: string): void {
+  if (path === "" || path.startsWith("/") || path.split("/").some((part) => part === "..")) {
+    throw new RunRequestError(field, `path '${path}' must be relative and stay inside the working directory`);
+  }
+}
+
+/**
+ * Validates a SandboxFusion `/run_code` body and fills defaults (run_timeout 10 s, memory 1024 MB).
+ * Throws RunRequestError naming the field and the reason.
+ */
+export function normalizeRequest(body: unknown, limits: RequestLimits = DEFAULT_LIMITS): NormalizedRequest {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    throw new RunRequestError("body", "must be a JSON object");
+  }
+  const r = body as Record<string, unknown>;
+  if (typeof r.code !== "string") throw new RunRequestError("code", "is required and must be a string");
+  const language = r.language ?? "python";
+  if (typeof language !== "string") throw new RunRequestError("language", "must be a string");
+  if (language !== "python" && language !== "python3") {
+    throw new RunRequestError("language", `'${language}' is not supported; this sandbox runs 'python'`);
+  }
+  const num = (field: string, fallback: number): number => {
+    const v = r[field];
+    if (v === undefined || v === null) return fallback;
+    if (typeof v !== "number" || !Number.isFinite(v))
+      throw new RunRequestError(field, "must be a finite number");
+    return v;
+  };
+  const run_timeout = num("run_timeout", 10);
+  if (run_timeout <= 0) throw new RunRequestError("run_timeout", "must be > 0 seconds");
+  if (run_timeout > limits.maxRunTimeout) {
+    throw new RunRequestError(
+      "run_timeout",
+      `${run_timeout} s is over this server's limit of ${limits.maxRunTimeout} s`,
+    );
+  }
+  num("compile_timeout", 10);
+  const memory_limit_MB = num("memory_limit_MB", 1024);
+  const stdin = r.stdin ?? "";
+  if (typeof stdin !== "string") throw new RunRequestError("stdin", "must be a string or null");
+  const files: Record<string, string> = {};
+  if (r.files !== undefined && r.files !== null) {
+    if (typeof r.files !== "object" || Array.isArray(r.files)) {
+      throw new RunRequestError("files", "must be an object mapping relative paths to base64 content");
+    }
+    for (const [path, content] of Object.entries(r.files as Record<string, unknown>)) {
+      checkRelativePath(`files['${path}']`, path);
+      if (typeof content !== "string" || !BASE64.test(content)) {
+        throw new RunRequestError(`files['${path}']`, "content must be a base64 string");
+      }
+      files[path] = content;
+    }
+  }
+  const fetch_files: string[] = [];
+  if (r.fetch_files !== undefined && r.fetch_files !== null) {
+    if (!Array.isArray(r.fetch_files))
+      throw new RunRequestError("fetch_files", "must be an array of relative paths");
+    for (const p of r.fetch_files) {
+      if (typeof p !== "string") throw new RunRequestError("fetch_files", "must contain only strings");
+      checkRelativePath("fetch_files", p);
+      fetch_files.push(p);
+    }
+  }
+  let size = Buffer.byteLength(r.code) + Buffer.byteLength(stdin);
+  for (const c of Object.values(files)) size += c.length;
+  if (size > limits.maxRequestBytes) {
+    throw new RunRequestError(
+      "body",
+      `code, stdin and files total ${size} bytes, over the limit of ${limits.maxRequestBytes}`,
+    );
+  }
+  return { code: r.code, run_timeout, memory_limit_MB, stdin, files, fetch_files };
+}
+
+/** Builds a request object from plain arguments (the programmatic API). */
+export function toRequest(codeOrRequest: string | RunCodeRequest): RunCodeRequest {
+  return typeof codeOrRequest === "string" ? { code: codeOrRequest, language: "python" } : codeOrRequest;
+}

@@ -1,0 +1,70 @@
+/**
+ * SandboxFusion-compatible request and response shapes (POST /run_code), shared by every backend:
+ * the local warm pool, the HTTP server, the client for an external SandboxFusion server and the
+ * sandbox actor pool.
+ */
+
+/** `POST /run_code` body, as SandboxFusion defines it (fields we do not use are accepted and ignored). */
+export interface RunCodeRequest {
+  code: string;
+  /** Only "python" (alias "python3") runs here. */
+  language?: string;
+  /** Wall-clock limit in seconds (SandboxFusion default 10). */
+  run_timeout?: number;
+  /** Accepted for compatibility; Python has no compile step. */
+  compile_timeout?: number;
+  /** Memory the run may allocate, in MB (SandboxFusion default 1024; <= 0 means no limit). */
+  memory_limit_MB?: number;
+  stdin?: string | null;
+  /** Relative path -> base64 content, written into the run's working directory first. */
+  files?: Record<string, string>;
+  /** Relative paths read back after the run, returned base64 in `files`. */
+  fetch_files?: string[];
+}
+
+export type RunStatus = "Success" | "Failed" | "SandboxError";
+export type CommandRunStatus = "Finished" | "TimeLimitExceeded" | "Error";
+
+export interface CommandRunResult {
+  status: CommandRunStatus;
+  /** Seconds. */
+  execution_time: number | null;
+  /** Exit code; negative signal number when killed by a signal; null on timeout. */
+  return_code: number | null;
+  stdout: string | null;
+  stderr: string | null;
+}
+
+/** `POST /run_code` response, as SandboxFusion defines it. */
+export interface RunCodeResponse {
+  status: RunStatus;
+  message: string;
+  compile_result: CommandRunResult | null;
+  run_result: CommandRunResult | null;
+  executor_pod_name: string | null;
+  files: Record<string, string>;
+}
+
+/** Anything that runs code and answers in SandboxFusion's shape. */
+export interface CodeRunner {
+  run(request: RunCodeRequest): Promise<RunCodeResponse>;
+}
+
+/** One isolation measure and whether it is in force on this machine. */
+export interface Protection {
+  active: boolean;
+  how?: string;
+  reason?: string;
+}
+
+/** What `GET /health` and `SandboxExecutor.health()` report. */
+export interface SandboxHealth {
+  status: "ok" | "degraded" | "down";
+  workers: { total: number; ready: number; busy: number };
+  queued: number;
+  completed: number;
+  restarts: number;
+  protections: Record<string, Protection>;
+  /** Every protection that is not active, in words; empty when isolation is complete. */
+  warnings: string[];
+}

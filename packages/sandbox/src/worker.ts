@@ -1,0 +1,267 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { existsSync, readdirSync, rmdirSync } from "node:fs";
+import { SandboxInternalError, SandboxStartError, SandboxWorkerDiedError } from "./errors.js";
+import { FORKSERVER_PATH, resolvePython } from "./python.js";
+import type { NormalizedRequest } from "./request.js";
+import type { Protection } from "./types.js";
+
+/** What the fork server reports for one run. */
+export interface RawRunResult {
+  timed_out: boolean;
+  return_code: number | null;
+  signal: number | null;
+  /** Seconds. */
+  execution_time: number;
+  stdout: string;
+  stderr: string;
+  /** Bytes the run printed in all (stdout/stderr above are cut at maxOutputBytes). */
+  stdout_bytes: number;
+  stderr_bytes: number;
+  files: Record<string, string>;
+}
+
+/** Isolation switches, for tests and for machines where a step must be skipped. */
+export type IsolationStep = "cgroups" | "pid_ns" | "mount_ns" | "net_ns" | "uid";
+
+export interface WorkerOptions {
+  /** Unique name (also the cgroup name). */
+  name: string;
+  python?: string;
+  /** Bytes kept per stream; the rest is counted and dropped (default 1 MiB). */
+  maxOutputBytes?: number;
+  /** Size of the run's private /tmp, MB (default 256). */
+  tmpfsMb?: number;
+  /** Isolation steps to leave out (never in production; lets tests show a protection's effect). */
+  disable?: IsolationStep[];
+  /** Extra modules imported into the warm interpreter. */
+  preload?: string[];
+  /** How long a start may take, ms (default 60 s: importing sympy on a loaded machine is slow). */
+  startTimeoutMs?: number;
+  /** Extra wall time after run_timeout before the host kills a worker that does not answer, ms. */
+  watchdogGraceMs?: number;
+}
+
+interface Pending {
+  resolve: (r: RawRunResult) => void;
+  reject: (e: Error) => void;
+  timer: NodeJS.Timeout;
+}
+
+/**
+ * One warm fork server (python/forkserver.py) in its own namespaces. Runs one request at a time;
+ * `run` must not be called again before the previous call settled.
+ */
+export class SandboxWorker {
+  readonly name: string;
+  readonly python: string;
+  protections: Record<string, Protection> = {};
+  warnings: string[] = [];
+  /** The uid the runs execute as (host view). */
+  runUid: number | undefined;
+  /** Pid of the outer process (in the host's pid namespace). */
+  pid: number | undefined;
+  private proc: ChildProcess | undefined;
+  private buf: Buffer = Buffer.alloc(0);
+  private pending: Pending | undefined;
+  private nextId = 1;
+  private exited = false;
+  private stderrTail = "";
+  private readyWaiter: { resolve: () => void; reject: (e: Error) => void } | undefined;
+  /** Called once when the process exits (after start succeeded), whatever the reason. */
+  onExit: ((error: SandboxWorkerDiedError) => void) | undefined;
+
+  constructor(readonly options: WorkerOptions) {
+    this.name = options.name;
+    this.python = options.python ?? resolvePython();
+  }
+
+  get alive(): boolean {
+    return !this.exited && this.proc !== undefined;
+  }
+
+  get busy(): boolean {
+    return this.pending !== undefined;
+  }
+
+  /** Starts the process and waits for its `ready` frame (with the protections it put in force). */
+  start(): Promise<void> {
+    const config = {
+      name: this.name,
+      max_output_bytes: this.options.maxOutputBytes ?? 1 << 20,
+      tmpfs_mb: this.options.tmpfsMb ?? 256,
+      disable: this.options.disable ?? [],
+      preload: this.options.preload ?? [],
+    };
+    const proc = spawn(this.python, ["-u", FORKSERVER_PATH, JSON.stringify(config)], {
+      stdio: ["pipe", "pipe", "pipe"],
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", LANG: "C.UTF-8" },
+    });
+    this.proc = proc;
+    this.pid = proc.pid;
+    proc.stdout!.on("data", (chunk: Buffer) => this.onData(chunk));
+    proc.stderr!.on("data", (chunk: Buffer) => {
+      this.stderrTail = (this.stderrTail + chunk.toString("utf8")).slice(-4000);
+    });
+    proc.stdin!.on("error", () => {});
+    const started = new Promise<void>((resolve, reject) => {
+      this.readyWaiter = { resolve, reject };
+    });
+    const timeoutMs = this.options.startTimeoutMs ?? 60_000;
+    const timer = setTimeout(() => {
+      this.readyWaiter?.reject(
+        new SandboxStartError(this.name, this.python, `no ready frame in ${timeoutMs} ms`),
+      );
+      this.kill();
+    }, timeoutMs);
+    proc.on("error", (err) => {
+      this.readyWaiter?.reject(new SandboxStartError(this.name, this.python, err.message));
+    });
+    proc.on("exit", (code, signal) => {
+      this.exited = true;
+      clearTimeout(timer);
+      this.removeCgroups();
+      const died = new SandboxWorkerDiedError(
+        this.name,
+        code,
+        signal,
+        this.stderrTail.trim().split("\n").pop(),
+      );
+      if (this.readyWaiter) {
+        this.readyWaiter.reject(
+          new SandboxStartError(
+            this.name,
+            this.python,
+            `exited with code ${code} signal ${signal}`,
+            this.stderrTail,
+          ),
+        );
+        this.readyWaiter = undefined;
+        return;
+      }
+      const p = this.pending;
+      this.pending = undefined;
+      if (p) {
+        clearTimeout(p.timer);
+        p.reject(died);
+      }
+      this.onExit?.(died);
+    });
+    return started.finally(() => clearTimeout(timer));
+  }
+
+  /** Runs one request; rejects with SandboxWorkerDiedError if the worker dies meanwhile. */
+  run(request: NormalizedRequest & { max_processes?: number }): Promise<RawRunResult> {
+    if (!this.alive) return Promise.reject(new SandboxWorkerDiedError(this.name, null, null, "not running"));
+    if (this.pending) throw new Error(`sandbox worker ${this.name} is busy`);
+    const id = this.nextId++;
+    const body = Buffer.from(JSON.stringify({ ...request, id }));
+    const head = Buffer.alloc(4);
+    head.writeUInt32BE(body.length);
+    return new Promise<RawRunResult>((resolve, reject) => {
+      // the fork server enforces run_timeout itself; this watchdog only fires if it stops answering
+      const graceMs = this.options.watchdogGraceMs ?? 10_000;
+      const timer = setTimeout(
+        () => {
+          this.stderrTail += `\nwatchdog: no answer ${graceMs} ms after the run's timeout`;
+          this.kill();
+        },
+        request.run_timeout * 1000 + graceMs,
+      );
+      this.pending = { resolve, reject, timer };
+      this.proc!.stdin!.write(Buffer.concat([head, body]));
+    });
+  }
+
+  /** Ends the worker: SIGTERM to the outer process (which kills the namespace), SIGKILL if it lingers. */
+  kill(): void {
+    const proc = this.proc;
+    if (!proc || this.exited) return;
+    proc.kill("SIGTERM");
+    const t = setTimeout(() => {
+      if (!this.exited) proc.kill("SIGKILL");
+    }, 2000);
+    t.unref();
+  }
+
+  /** Closes the worker and resolves when its process is gone. */
+  async close(): Promise<void> {
+    const proc = this.proc;
+    if (!proc || this.exited) return;
+    const gone = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
+    proc.stdin!.end();
+    this.kill();
+    await gone;
+  }
+
+  private onData(chunk: Buffer): void {
+    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    while (this.buf.length >= 4) {
+      const len = this.buf.readUInt32BE(0);
+      if (this.buf.length < 4 + len) return;
+      const frame = JSON.parse(this.buf.subarray(4, 4 + len).toString("utf8"));
+      this.buf = this.buf.subarray(4 + len);
+      this.onFrame(frame);
+    }
+  }
+
+  private onFrame(frame: Record<string, unknown>): void {
+    if (frame.type === "ready") {
+      this.protections = frame.protections as Record<string, Protection>;
+      this.warnings = frame.warnings as string[];
+      this.runUid = frame.uid as number;
+      this.readyWaiter?.resolve();
+      this.readyWaiter = undefined;
+      return;
+    }
+    const p = this.pending;
+    if (!p) return;
+    this.pending = undefined;
+    clearTimeout(p.timer);
+    if (frame.type === "error") {
+      p.reject(new SandboxInternalError(this.name, String(frame.error)));
+    } else {
+      p.resolve(frame as unknown as RawRunResult);
+    }
+  }
+
+  private removeCgroups(attempt = 0): void {
+    // the outer process removes them on a clean exit; after a SIGKILL the namespace may still be
+    // dying for a moment, so retry in the background
+    let left = 0;
+    for (const dir of cgroupDirs(this.name)) {
+      try {
+        rmdirSync(dir);
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== "ENOENT") left++;
+      }
+    }
+    if (left > 0 && attempt < 25) setTimeout(() => this.removeCgroups(attempt + 1), 200).unref();
+  }
+}
+
+function cgroupDirs(name: string): string[] {
+  return ["/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup"].map(
+    (root) => `${root}/torl-sandbox/${name}`,
+  );
+}
+
+/** Removes cgroups left by sandbox workers of processes that no longer exist (names are torl-<pid>-...). */
+export function sweepStaleCgroups(): void {
+  for (const root of ["/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup"]) {
+    let names: string[];
+    try {
+      names = readdirSync(`${root}/torl-sandbox`);
+    } catch {
+      continue;
+    }
+    for (const name of names) {
+      const pid = Number(/^torl-(\d+)-/.exec(name)?.[1]);
+      if (!pid || existsSync(`/proc/${pid}`)) continue;
+      try {
+        rmdirSync(`${root}/torl-sandbox/${name}`);
+      } catch {
+        // still busy or not ours to remove
+      }
+    }
+  }
+}

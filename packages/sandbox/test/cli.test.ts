@@ -1,0 +1,66 @@
+import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { promisify } from "node:util";
+import test from "ava";
+import { benchSandbox } from "../src/index.js";
+
+const run = promisify(execFile);
+const CLI = ["--import=tsx", "examples/torl/src/cli.ts"];
+
+function waitForLine(proc: ChildProcess, pattern: RegExp): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let out = "";
+    const onData = (c: Buffer) => {
+      out += c.toString();
+      const m = pattern.exec(out);
+      if (m) resolve(m[0]);
+    };
+    proc.stdout!.on("data", onData);
+    proc.on("exit", (code) => reject(new Error(`exited ${code} before printing ${pattern}: ${out}`)));
+  });
+}
+
+test("pnpm torl sandbox serve --port P serves /run_code and /health, and stops on SIGTERM", async (t) => {
+  const proc = spawn("node", [...CLI, "sandbox", "serve", "--port", "0", "--workers", "1"], {
+    cwd: process.cwd(),
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  try {
+    const line = await waitForLine(proc, /serving on (http:\/\/127\.0\.0\.1:\d+)/);
+    const url = /http:\/\/127\.0\.0\.1:\d+/.exec(line)![0];
+    const health = (await (await fetch(`${url}/health`)).json()) as { workers: { ready: number } };
+    t.is(health.workers.ready, 1);
+    const res = await fetch(`${url}/run_code`, {
+      method: "POST",
+      body: JSON.stringify({ code: "print(2 ** 10)", language: "python" }),
+    });
+    t.is(((await res.json()) as { run_result: { stdout: string } }).run_result.stdout, "1024\n");
+  } finally {
+    const exited = new Promise<number | null>((r) => proc.once("exit", (code) => r(code)));
+    proc.kill("SIGTERM");
+    t.is(await exited, 0);
+  }
+});
+
+test("bad flags exit 2 with the reason and the usage", async (t) => {
+  for (const args of [
+    ["sandbox", "serve", "--port", "x"],
+    ["sandbox", "serve", "--port", "1", "--bogus", "1"],
+    ["bench", "sandbox", "--workers", "0"],
+  ]) {
+    const error = (await t.throwsAsync(run("node", [...CLI, ...args]))) as unknown as {
+      code: number;
+      stderr: string;
+    };
+    t.is(error.code, 2, args.join(" "));
+    t.regex(error.stderr, /error: .*\n\nusage: pnpm torl (sandbox|bench sandbox)/);
+  }
+});
+
+test("the benchmark reports every figure with isolation on (tiny run)", async (t) => {
+  const r = await benchSandbox({ workers: 1, runs: 6, naiveRuns: 1, latencyRuns: 3 });
+  t.is(r.isolation, "full");
+  for (const k of ["naive_spawn_per_s", "pool_per_s", "pool_p50_ms", "pool_p99_ms", "http_per_s"] as const) {
+    t.true(Number.isFinite(r[k]) && r[k] > 0, `${k} = ${r[k]}`);
+  }
+  t.is(r.http_clients, 16);
+});

@@ -1,0 +1,293 @@
+/**
+ * Each isolation point is enforced and shown by a real attack. Runs as root (as CI does); where the
+ * machine lacks a kernel feature the matching test fails and names the protection that is missing.
+ */
+import { randomBytes } from "node:crypto";
+import { existsSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type Server } from "node:net";
+import test from "ava";
+import { SandboxExecutor } from "../src/index.js";
+import { eventually, isRoot, leftovers, processesOf } from "./helpers.js";
+
+let ex: SandboxExecutor;
+const SECRET_ENV = `torl-secret-${randomBytes(6).toString("hex")}`;
+
+test.before(async () => {
+  process.env.TORL_TEST_SECRET = SECRET_ENV;
+  ex = await new SandboxExecutor({
+    workers: 2,
+    maxOutputBytes: 1 << 20,
+    maxProcesses: 32,
+    log: () => {},
+  }).start();
+});
+
+test.after.always(async () => {
+  await ex?.close();
+});
+
+test.serial("the machine runs every protection (a missing kernel feature fails here, by name)", (t) => {
+  t.true(isRoot(), "the sandbox's namespaces and cgroups need root; CI runs as root");
+  const missing = Object.entries(ex.health().protections)
+    .filter(([, p]) => !p.active)
+    .map(([name, p]) => `${name}: ${p.reason}`);
+  t.deepEqual(missing, []);
+  t.is(ex.health().status, "ok");
+  t.deepEqual(ex.health().warnings, []);
+});
+
+test("wall timeout kills the whole process tree, grandchildren included", async (t) => {
+  const marker = `987.${randomBytes(3).readUIntBE(0, 3)}`;
+  const code = `
+import subprocess, os, time
+subprocess.Popen(["sleep", "${marker}"])
+if os.fork() == 0:
+    subprocess.Popen(["sleep", "${marker}"])
+    time.sleep(1000)
+print("started", flush=True)
+time.sleep(1000)
+`;
+  const r = await ex.run({ code, run_timeout: 4 });
+  t.is(r.run_result?.status, "TimeLimitExceeded");
+  t.is(r.status, "Failed");
+  t.is(r.run_result?.stdout, "started\n");
+  t.true(
+    await eventually(() => leftovers(marker).length === 0),
+    `left running: ${JSON.stringify(leftovers(marker))}`,
+  );
+});
+
+test("a daemon that starts its own session does not survive the run", async (t) => {
+  const marker = `986.${randomBytes(3).readUIntBE(0, 3)}`;
+  const code = `
+import os
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/bin/sleep", ["sleep", "${marker}"])
+    os._exit(0)
+os.wait()
+print("parent done")
+`;
+  const r = await ex.run({ code, run_timeout: 5 });
+  t.is(r.status, "Success", JSON.stringify(r));
+  t.true(
+    await eventually(() => leftovers(marker).length === 0),
+    `left running: ${JSON.stringify(leftovers(marker))}`,
+  );
+});
+
+test("memory limit: allocating past memory_limit_MB fails inside the run, a smaller allocation works", async (t) => {
+  const big = await ex.run({
+    code: "x = bytearray(600 * 1024 * 1024)\nprint('allocated')",
+    memory_limit_MB: 128,
+  });
+  t.is(big.status, "Failed");
+  t.regex(big.run_result?.stderr ?? "", /MemoryError/);
+  t.notRegex(big.run_result?.stdout ?? "", /allocated/);
+  const small = await ex.run({
+    code: "x = bytearray(32 * 1024 * 1024)\nprint('allocated')",
+    memory_limit_MB: 128,
+  });
+  t.is(small.run_result?.stdout, "allocated\n");
+  // several processes together are held by the memory cgroup, not only by per-process RLIMIT_AS
+  const many = await ex.run({
+    code: `
+import os
+pids = []
+for i in range(4):
+    pid = os.fork()
+    if pid == 0:
+        x = bytearray(100 * 1024 * 1024)
+        for j in range(0, len(x), 4096): x[j] = 1
+        os._exit(0)
+    pids.append(pid)
+codes = [os.waitpid(p, 0)[1] for p in pids]
+print(sum(1 for c in codes if c == 0), "of 4 children allocated 100 MB")
+`,
+    memory_limit_MB: 256,
+    run_timeout: 20,
+  });
+  const ok = Number(/^(\d+) of 4/.exec(many.run_result?.stdout ?? "")?.[1] ?? -1);
+  t.true(ok >= 0 && ok < 4, `cgroup memory limit not enforced: ${JSON.stringify(many.run_result)}`);
+});
+
+test("process-count limit: a run cannot have more than maxProcesses processes", async (t) => {
+  const r = await ex.run({
+    code: `
+import os, time
+n = 0
+for i in range(200):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    n += 1
+print(n)
+`,
+    run_timeout: 30,
+  });
+  const n = Number(r.run_result?.stdout?.trim());
+  t.true(n > 0 && n < 32, `forked ${n} processes, limit is 32: ${JSON.stringify(r.run_result)}`);
+});
+
+test.serial("a fork bomb is contained: other runs still complete and nothing of it is left", async (t) => {
+  const bomb = ex.run({
+    code: `
+import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+`,
+    run_timeout: 2,
+  });
+  const other = await ex.run("print(6 * 7)");
+  t.is(other.run_result?.stdout, "42\n");
+  const r = await bomb;
+  t.is(r.run_result?.status, "TimeLimitExceeded");
+  const uids = ex.runUids();
+  t.true(uids.length > 0);
+  // what may remain under the run uids is the one prepared child per worker that waits for the next run
+  t.true(
+    await eventually(() => processesOf(uids).length <= uids.length, 10_000),
+    `left: ${processesOf(uids).length} processes of uids ${uids}`,
+  );
+  t.is((await ex.run("print('still up')")).run_result?.stdout, "still up\n");
+});
+
+test("output limit: 50 MB printed comes back truncated and the service stays up", async (t) => {
+  const r = await ex.run({
+    code: "import sys\nsys.stdout.write('x' * (50 << 20))\nprint('end', file=sys.stderr)",
+  });
+  t.is(r.status, "Success");
+  t.is(r.run_result?.stdout?.length, 1 << 20);
+  t.regex(r.message, /stdout truncated to 1048576 of 52428800 bytes/);
+  t.is(r.run_result?.stderr, "end\n");
+  t.is((await ex.run("print('alive')")).run_result?.stdout, "alive\n");
+});
+
+test("no network: a connection to a listener on the host's 127.0.0.1 fails", async (t) => {
+  let connections = 0;
+  const server: Server = createServer((s) => {
+    connections++;
+    s.end();
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const port = (server.address() as { port: number }).port;
+  try {
+    const r = await ex.run(`
+import socket
+try:
+    socket.create_connection(("127.0.0.1", ${port}), timeout=3)
+    print("connected")
+except OSError as e:
+    print("failed", type(e).__name__)
+`);
+    t.regex(r.run_result?.stdout ?? "", /^failed/);
+    t.is(connections, 0);
+  } finally {
+    server.close();
+  }
+});
+
+test("no view of host files: a host file in /tmp is unreadable; a file written to /tmp stays inside", async (t) => {
+  const tag = randomBytes(6).toString("hex");
+  const hostFile = `/tmp/torl-host-secret-${tag}`;
+  const planted = `/tmp/torl-planted-${tag}`;
+  writeFileSync(hostFile, "host secret");
+  try {
+    const r = await ex.run(`
+import os
+try:
+    print(open("${hostFile}").read())
+except OSError as e:
+    print("unreadable", type(e).__name__)
+open("${planted}", "w").write("from the sandbox")
+for p in ["/work", "/root/.ssh", "/etc/shadow", "/home", "/var"]:
+    print(p, os.path.exists(p))
+`);
+    const out = r.run_result?.stdout ?? "";
+    t.regex(out, /^unreadable FileNotFoundError/);
+    t.notRegex(out, /host secret/);
+    t.regex(out, /\/work False\n\/root\/.ssh False\n\/etc\/shadow False\n\/home False\n\/var False/);
+    t.false(existsSync(planted));
+  } finally {
+    rmSync(hostFile, { force: true });
+    rmSync(planted, { force: true });
+  }
+});
+
+test("the service's environment variables are not visible, not even through /proc", async (t) => {
+  const r = await ex.run(`
+import os
+print(sorted(os.environ))
+seen = []
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            seen.append(open(f"/proc/{pid}/environ", "rb").read())
+        except OSError:
+            pass
+print(b"${SECRET_ENV}" in b"".join(seen))
+`);
+  const out = r.run_result?.stdout ?? "";
+  t.notRegex(out, /TORL_TEST_SECRET/);
+  t.regex(out, /\nFalse\n$/);
+});
+
+test("killing its parent (or pid 1) is refused and the service stays up", async (t) => {
+  const r = await ex.run(`
+import os, signal
+for target in (os.getppid(), 1, -1):
+    try:
+        os.kill(target, signal.SIGKILL)
+        print(target, "sent")
+    except OSError as e:
+        print(target, type(e).__name__)
+`);
+  t.notRegex(r.run_result?.stdout ?? "", /sent/);
+  t.is((await ex.run("print('up')")).run_result?.stdout, "up\n");
+});
+
+test("runs cannot gain privileges: uid is unprivileged, setuid root fails, no capabilities", async (t) => {
+  const r = await ex.run(`
+import os
+print(os.getuid() != 0, os.geteuid() != 0)
+try:
+    os.setuid(0)
+    print("became root")
+except PermissionError:
+    print("setuid refused")
+print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])
+`);
+  t.is(r.run_result?.stdout, "True True\nsetuid refused\n0000000000000000\n");
+});
+
+test("sympy and numpy are importable and already loaded in the run", async (t) => {
+  const r = await ex.run(`
+import sys
+print("sympy" in sys.modules, "numpy" in sys.modules)
+import sympy, numpy
+x = sympy.symbols("x")
+print(sympy.factor(x**2 - 1), int(numpy.arange(5).sum()))
+`);
+  t.is(r.run_result?.stdout, "True True\n(x - 1)*(x + 1) 10\n");
+});
+
+test("fetch_files does not follow a link the run planted towards a file only root may read", async (t) => {
+  const r = await ex.run({
+    code: `
+import os
+os.symlink("/proc/1/environ", "leak.txt")
+open("ok.txt", "w").write("fine")
+`,
+    fetch_files: ["leak.txt", "ok.txt"],
+  });
+  t.is(r.status, "Success", JSON.stringify(r));
+  t.deepEqual(r.files, { "ok.txt": Buffer.from("fine").toString("base64") });
+});
