@@ -17,10 +17,11 @@ const commands: Record<string, Loader> = {
   eval: async () => (await import("./commands.js")).evalCommand,
   pretrain: async () => (await import("./commands.js")).pretrainCommand,
   "bench actors": async () => (await import("@torl-ts/core")).benchActorsCommand,
+  "bench collectives": async () => (await import("@torl-ts/actors")).benchCollectivesCommand,
   "bench sandbox": async () => (await import("@torl-ts/sandbox")).benchSandboxCommand,
   "bench reward": async () => (await import("@torl-ts/verl/reward")).benchRewardCommand,
   "bench model": async () => (await import("@torl-ts/verl")).benchModelCommand,
-  "bench rollout": async () => (await import("./commands.js")).benchRolloutCommand,
+  "bench rollout": async () => (await import("@torl-ts/verl")).benchRolloutCommand,
 };
 
 const mainJob: Loader = async () => (await import("./commands.js")).mainCommand;
@@ -49,7 +50,9 @@ async function main(argv: string[]): Promise<number> {
     name = argv[0]!;
     rest = argv.slice(1);
   } else if (argv.length >= 1 && argv[0] === "bench") {
-    console.error(`unknown benchmark '${argv[1] ?? ""}'; one of: actors, sandbox, reward, model, rollout`);
+    console.error(
+      `unknown benchmark '${argv[1] ?? ""}'; one of: actors, collectives, sandbox, reward, model, rollout`,
+    );
     return 2;
   } else if (argv.length >= 1 && !argv[0]!.includes("=")) {
     console.error(`unknown command '${argv[0]}'\n\n${topLevelHelp()}`);
