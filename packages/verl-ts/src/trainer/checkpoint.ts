@@ -1,0 +1,108 @@
+/**
+ * Trainer checkpoints, veRL's layout: `<default_local_dir>/global_step_<N>/` holding `actor/` (one
+ * shard per rank: params + AdamW state, see workers/checkpoint-files.ts) and `trainer_state.json` (step,
+ * loader state, driver RNG state, summary accumulators), plus `latest_checkpointed_iteration.txt`.
+ * A checkpoint is written into `global_step_<N>.tmp` and renamed when complete, so a run killed while
+ * saving leaves the previous checkpoint as the latest.
+ */
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { PromptLoaderState } from "../data/loader.js";
+
+export const LATEST_FILE = "latest_checkpointed_iteration.txt";
+
+/** What the driver saves besides the worker shards. */
+export interface TrainerState {
+  globalStep: number;
+  loader: PromptLoaderState;
+  /** State of the driver's RNG (rollout seeds). */
+  rng: number;
+  /** Run facts the summary needs (initial validation accuracy, code ratios ...). */
+  summary: Record<string, number | null>;
+  /** Wall seconds spent in the run before this checkpoint (all attempts). */
+  wallSeconds: number;
+}
+
+export class TrainerCheckpointError extends Error {
+  override name = "TrainerCheckpointError";
+}
+
+export class CheckpointManager {
+  constructor(readonly root: string) {}
+
+  stepDir(step: number): string {
+    return join(this.root, `global_step_${step}`);
+  }
+
+  /** The latest complete checkpoint's step, or undefined. */
+  latestStep(): number | undefined {
+    const f = join(this.root, LATEST_FILE);
+    if (!existsSync(f)) return undefined;
+    const step = Number(readFileSync(f, "utf8").trim());
+    if (!Number.isInteger(step) || step < 0) throw new TrainerCheckpointError(`${f}: not a step number`);
+    if (!existsSync(join(this.stepDir(step), "trainer_state.json"))) {
+      throw new TrainerCheckpointError(`${f} names step ${step} but ${this.stepDir(step)} is incomplete`);
+    }
+    return step;
+  }
+
+  /** Starts a checkpoint: returns the temporary directory the workers write their shards into. */
+  begin(step: number): string {
+    const tmp = `${this.stepDir(step)}.tmp`;
+    rmSync(tmp, { recursive: true, force: true });
+    mkdirSync(join(tmp, "actor"), { recursive: true });
+    return tmp;
+  }
+
+  /** Completes a checkpoint: writes the trainer state, renames the directory, updates the latest file. */
+  commit(step: number, state: TrainerState, keep: number | null): void {
+    const tmp = `${this.stepDir(step)}.tmp`;
+    writeFileSync(join(tmp, "trainer_state.json"), JSON.stringify(state, null, 1));
+    const final = this.stepDir(step);
+    rmSync(final, { recursive: true, force: true });
+    renameSync(tmp, final);
+    const latest = join(this.root, LATEST_FILE);
+    writeFileSync(`${latest}.tmp`, String(step));
+    renameSync(`${latest}.tmp`, latest);
+    if (keep && keep > 0) {
+      const steps = this.listSteps().filter((s) => s !== step);
+      for (const s of steps.slice(0, Math.max(0, steps.length - (keep - 1))))
+        rmSync(this.stepDir(s), { recursive: true, force: true });
+    }
+  }
+
+  /** Completed checkpoint steps, ascending. */
+  listSteps(): number[] {
+    if (!existsSync(this.root)) return [];
+    return readdirSync(this.root)
+      .map((d) => /^global_step_(\d+)$/.exec(d)?.[1])
+      .filter((s): s is string => s !== undefined)
+      .map(Number)
+      .sort((a, b) => a - b);
+  }
+
+  readState(dir: string): TrainerState {
+    const f = join(dir, "trainer_state.json");
+    try {
+      return JSON.parse(readFileSync(f, "utf8")) as TrainerState;
+    } catch (e) {
+      throw new TrainerCheckpointError(`${f}: cannot read the trainer state (${(e as Error).message})`);
+    }
+  }
+}
+
+/** A small seeded RNG whose whole state is one 32-bit integer (saved in checkpoints). */
+export class DriverRng {
+  constructor(public state: number) {
+    this.state >>>= 0;
+  }
+
+  /** The next 32-bit unsigned integer (mulberry32). */
+  nextUint32(): number {
+    this.state = (this.state + 0x6d2b79f5) >>> 0;
+    let t = this.state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return (t ^ (t >>> 14)) >>> 0;
+  }
+}

@@ -1,0 +1,19 @@
+// Trainer: veRL's PPO/GRPO fit loop with validation, metrics, checkpoints, resume and fault reports.
+export {
+  CheckpointManager,
+  DriverRng,
+  LATEST_FILE,
+  TrainerCheckpointError,
+  type TrainerState,
+} from "./checkpoint.js";
+export { trainCommand } from "./cli.js";
+export { describeWorkerFailure, WorkerFailureError } from "./errors.js";
+export { computeDataMetrics, computeToolMetrics, computeValidationMetrics } from "./metrics.js";
+export {
+  checkTrainerSetup,
+  RayPPOTrainer,
+  type RewardScorerLike,
+  type TrainerOptions,
+  type TrainingSummary,
+} from "./ppo-trainer.js";
+export { formatStepLine, RunLog, readMetrics, type StepMetrics } from "./run-log.js";

@@ -1,0 +1,623 @@
+/**
+ * veRL's RayPPOTrainer for the hybrid engine: a single driver that owns the data, the reward and the
+ * advantage computation, and one colocated worker group (actor + rollout + ref per process, FSDP-style).
+ *
+ *   const trainer = new RayPPOTrainer(config, { tool, reward, trainRows, valRows });
+ *   const summary = await trainer.fit();
+ *
+ * fit() runs veRL's step order (see trainStep) with greedy validation every trainer.test_freq steps,
+ * metrics in runs/<name>/metrics.jsonl, a checkpoint every trainer.save_freq steps, and resume from the
+ * latest checkpoint (trainer.resume_mode=auto) that continues exactly where the run stopped.
+ */
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { clusterResources, destroyCollectiveGroup, init, isInitialized, shutdown } from "@torl-ts/actors";
+import { computeAdvantage, listAdvantageEstimators } from "../algorithms/advantage.js";
+import { applyKlPenalty, createKlController, type KlController } from "../algorithms/kl.js";
+import type { MaskMatrix, ScoreMatrix } from "../algorithms/masked.js";
+import { aggLoss } from "../algorithms/policy-loss.js";
+import { assertTrainerConfig } from "../config/check.js";
+import { configToYaml } from "../config/load.js";
+import { type ConfigIssue, TrainerConfigError } from "../config/schema.js";
+import type { TrainerConfig } from "../config/types.js";
+import { collatePrompts, filterOverlongPrompts, PromptLoader } from "../data/loader.js";
+import { type RlDatasetRow, readRlDataset } from "../data/rows.js";
+import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
+import { DataProto, type DataProtoWire, isDataProtoWire } from "../protocol/data-proto.js";
+import { RewardManager } from "../reward/manager.js";
+import { ResourcePool } from "../single-controller/resource-pool.js";
+import { type BoundMethods, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
+import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
+import { CheckpointManager, DriverRng, type TrainerState } from "./checkpoint.js";
+import { describeWorkerFailure, WorkerFailureError } from "./errors.js";
+import { computeDataMetrics, computeToolMetrics, computeValidationMetrics } from "./metrics.js";
+import { RunLog, type StepMetrics } from "./run-log.js";
+
+/**
+ * Scores a batch: RewardManager (in this process) or a RewardManagerActor handle (its ObjectRef is
+ * awaited). Gets the wire form of a DataProto with the response text and ground truth columns; returns a
+ * DataProto (or wire form) with token_level_scores [B, R] and non-tensor score, acc, extracted_answer.
+ */
+export interface RewardScorerLike {
+  scoreDataProto(batch: DataProtoWire): PromiseLike<DataProto | DataProtoWire> | DataProto | DataProtoWire;
+}
+
+export interface TrainerOptions {
+  /** The rollout tool (imported in every worker process); none = plain generation. */
+  tool?: ToolSpec | null;
+  /** The reward; default a RewardManager in the driver with data.execution_error_penalty. */
+  reward?: RewardScorerLike;
+  /** Training rows instead of reading data.train_files. */
+  trainRows?: RlDatasetRow[];
+  /** Validation rows instead of reading data.val_files (an empty list: no validation). */
+  valRows?: RlDatasetRow[];
+  /** The driver's tokenizer (prompt filter and collation); default read from actor_rollout_ref.model.path. */
+  tokenizer?: Tokenizer;
+  /** Where runs/<name> goes. Default "runs". */
+  runsDir?: string;
+  /** Run name; default trainer.experiment_name. */
+  runName?: string;
+  /** Console output; default console.log. */
+  log?: (line: string) => void;
+  /** Extra environment for the worker processes (e.g. TORL_BACKEND). */
+  workerEnv?: Record<string, string>;
+  /** Bundles with GPUs; default: when the cluster has a GPU per worker. */
+  useGpu?: boolean;
+  /** Called after each logged step (progress hooks, tests). */
+  onStep?: (step: number, metrics: StepMetrics) => void | Promise<void>;
+}
+
+/** summary.json: DESIGN.md §7's keys (fractions in [0, 1]) and a few more. */
+export interface TrainingSummary {
+  name: string;
+  run_dir: string;
+  steps: number;
+  total_steps: number;
+  wall_seconds: number;
+  num_llm_calls_available: number;
+  val_acc_initial: number | null;
+  val_acc_final: number | null;
+  code_ratio_initial: number | null;
+  code_ratio_final: number | null;
+  pass_ratio_final: number | null;
+  effective_code_ratio_final: number | null;
+  score_initial: number | null;
+  score_final: number | null;
+  resumed_from_step: number | null;
+  world_size: number;
+}
+
+type ActorGroup = WorkerGroup<ActorRolloutRefWorker> & BoundMethods<ActorRolloutRefWorker>;
+
+const WORKER_MODULE = new URL(
+  import.meta.url.endsWith(".ts") ? "../workers/actor-rollout-ref.ts" : "../workers/actor-rollout-ref.js",
+  import.meta.url,
+).href;
+
+const PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"];
+
+/**
+ * Checks that need more than the schema (ranges, names, divisibility, files), so a bad setup stops
+ * before any worker starts. Returns every problem found.
+ */
+export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {}): ConfigIssue[] {
+  const issues: ConfigIssue[] = [];
+  const add = (key: string, message: string) => issues.push({ key, message: `${key} ${message}` });
+  const W = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node;
+  const a = cfg.actor_rollout_ref.actor;
+  const n = cfg.actor_rollout_ref.rollout.n;
+  try {
+    assertTrainerConfig(cfg, { worldSize: W });
+  } catch (e) {
+    if (e instanceof TrainerConfigError) issues.push(...e.issues);
+    else throw e;
+  }
+  const path = cfg.actor_rollout_ref.model.path;
+  if (!path) add("actor_rollout_ref.model.path", "must name an HF model directory");
+  else if (!existsSync(join(path, "config.json")))
+    add("actor_rollout_ref.model.path", `${path} holds no config.json`);
+  if (cfg.algorithm.adv_estimator === "gae" && listAdvantageEstimators().includes("gae")) {
+    add(
+      "algorithm.adv_estimator",
+      "gae needs a critic, which this trainer does not run (use grpo, rloo, reinforce_plus_plus)",
+    );
+  }
+  if (a.ppo_mini_batch_size > 0 && cfg.data.train_batch_size % a.ppo_mini_batch_size !== 0) {
+    add(
+      "actor_rollout_ref.actor.ppo_mini_batch_size",
+      `(${a.ppo_mini_batch_size}) must divide data.train_batch_size (${cfg.data.train_batch_size})`,
+    );
+  }
+  if (W > 0 && (a.ppo_mini_batch_size * n) % W !== 0) {
+    add(
+      "actor_rollout_ref.actor.ppo_mini_batch_size",
+      `x rollout.n = ${a.ppo_mini_batch_size * n} rows must split evenly over ${W} workers`,
+    );
+  }
+  const micro = a.ppo_micro_batch_size_per_gpu;
+  if (micro !== null && !(micro > 0))
+    add("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", `must be > 0, got ${micro}`);
+  const o = a.optim;
+  if (o.warmup_style !== "constant" && o.warmup_style !== "cosine")
+    add("actor_rollout_ref.actor.optim.warmup_style", `must be constant or cosine, got ${o.warmup_style}`);
+  if (!(o.lr_warmup_steps_ratio >= 0 && o.lr_warmup_steps_ratio <= 1))
+    add(
+      "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio",
+      `must be in [0, 1], got ${o.lr_warmup_steps_ratio}`,
+    );
+  if (!opts.trainRows) {
+    const files = [cfg.data.train_files].flat();
+    for (const f of files) if (!existsSync(f)) add("data.train_files", `names ${f}, which does not exist`);
+  }
+  if (!opts.valRows && cfg.data.val_files) {
+    for (const f of [cfg.data.val_files].flat())
+      if (!existsSync(f)) add("data.val_files", `names ${f}, which does not exist`);
+  }
+  if (cfg.trainer.resume_mode === "resume_path" && cfg.trainer.resume_from_path) {
+    if (!existsSync(join(cfg.trainer.resume_from_path, "trainer_state.json")))
+      add("trainer.resume_from_path", `${cfg.trainer.resume_from_path} is not a complete checkpoint`);
+  }
+  if (opts.tool && !opts.tool.module) add("tool", "spec needs a module URL");
+  return issues;
+}
+
+export class RayPPOTrainer {
+  readonly config: TrainerConfig;
+  private readonly opts: TrainerOptions;
+  private readonly print: (line: string) => void;
+  private actor?: ActorGroup;
+  private workerPids: number[] = [];
+  private startedRuntime = false;
+  private tokenizer!: Tokenizer;
+  private loader!: PromptLoader<RlDatasetRow>;
+  private valRows: RlDatasetRow[] = [];
+  private reward!: RewardScorerLike;
+  private klCtrl?: KlController;
+  private ckpt: CheckpointManager;
+  private rng: DriverRng;
+  private runLog?: RunLog;
+  globalStep = 0;
+  totalSteps = 0;
+  private resumedFrom: number | null = null;
+  private summaryAcc: Record<string, number | null> = {};
+  private wallBefore = 0;
+  private currentStage = "setup";
+
+  /** Checks the config at once (TrainerConfigError listing every problem); nothing is started here. */
+  constructor(config: TrainerConfig, options: TrainerOptions = {}) {
+    const issues = checkTrainerSetup(config, options);
+    if (issues.length) throw new TrainerConfigError(issues);
+    this.config = structuredClone(config);
+    this.opts = options;
+    this.print = options.log ?? ((line) => console.log(line));
+    this.ckpt = new CheckpointManager(config.trainer.default_local_dir);
+    this.rng = new DriverRng(config.trainer.seed ^ 0x5eed);
+  }
+
+  get worldSize(): number {
+    return this.config.trainer.nnodes * this.config.trainer.n_gpus_per_node;
+  }
+
+  get runDir(): string | undefined {
+    return this.runLog?.dir;
+  }
+
+  /** The worker group (after init). */
+  get actorRolloutWg(): ActorGroup {
+    if (!this.actor) throw new Error("call init() first");
+    return this.actor;
+  }
+
+  private get needRef(): boolean {
+    return this.config.actor_rollout_ref.actor.use_kl_loss || this.config.algorithm.use_kl_in_reward;
+  }
+
+  /** Data, tokenizer, reward, then the runtime and the workers (veRL's init_workers). */
+  async init(): Promise<void> {
+    const cfg = this.config;
+    const d = cfg.data;
+    this.tokenizer = this.opts.tokenizer ?? loadTokenizer(cfg.actor_rollout_ref.model.path!);
+    const tokenize = (text: string) => this.tokenizer.encode(text);
+    const filter = (rows: RlDatasetRow[], what: string) => {
+      if (!d.filter_overlong_prompts) return rows;
+      const { kept, dropped } = filterOverlongPrompts(rows, {
+        tokenize,
+        maxPromptLength: d.max_prompt_length,
+        margin: d.filter_overlong_prompts_margin,
+        templateType: d.template_type,
+      });
+      if (dropped)
+        this.print(`[trainer] ${what}: dropped ${dropped} of ${rows.length} prompts over the length limit`);
+      return kept;
+    };
+    const train = filter(
+      this.opts.trainRows ?? (await readRlDataset(d.train_files, { promptKey: d.prompt_key })),
+      "train",
+    );
+    this.valRows = filter(
+      this.opts.valRows ?? (d.val_files ? await readRlDataset(d.val_files, { promptKey: d.prompt_key }) : []),
+      "val",
+    );
+    this.loader = new PromptLoader(train, {
+      batchSize: d.train_batch_size,
+      shuffle: d.shuffle,
+      seed: d.seed,
+    });
+    this.totalSteps =
+      cfg.trainer.total_training_steps ?? this.loader.batchesPerEpoch * cfg.trainer.total_epochs;
+    cfg.actor_rollout_ref.actor.optim.total_training_steps = this.totalSteps;
+    this.reward =
+      this.opts.reward ??
+      new RewardManager({
+        executionErrorPenalty: d.execution_error_penalty,
+        executionPenaltyValue: d.execution_error_penalty_value,
+        numThreads: 0,
+      });
+    if (cfg.algorithm.use_kl_in_reward) this.klCtrl = createKlController(cfg.algorithm.kl_ctrl);
+
+    if (!isInitialized()) {
+      await init();
+      this.startedRuntime = true;
+    }
+    const W = this.worldSize;
+    const useGpu = this.opts.useGpu ?? ((await clusterResources()).GPU ?? 0) >= W;
+    const pool = new ResourcePool({
+      processOnNodes: Array.from({ length: cfg.trainer.nnodes }, () => cfg.trainer.n_gpus_per_node),
+      useGpu,
+      namePrefix: `${cfg.trainer.experiment_name}-pool`,
+    });
+    this.currentStage = "spawning workers";
+    this.actor = (await WorkerGroup.create(
+      pool,
+      workerRole(
+        ActorRolloutRefWorker,
+        { module: WORKER_MODULE },
+        {
+          config: cfg,
+          role: this.needRef ? "actor_rollout_ref" : "actor_rollout",
+          tool: this.opts.tool ?? null,
+        },
+      ),
+      {
+        name: `actor_rollout_ref-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`,
+        collective: true,
+        env: this.opts.workerEnv,
+      },
+    )) as ActorGroup;
+    this.workerPids = (await this.actor.workerInfo()).map((i) => i.pid);
+    this.currentStage = "initModel";
+    await this.actor.initModel();
+  }
+
+  /** Loads the checkpoint resume_mode asks for; returns its step (undefined: fresh start). */
+  private async loadCheckpoint(): Promise<number | undefined> {
+    const t = this.config.trainer;
+    let dir: string | undefined;
+    if (t.resume_mode === "auto") {
+      const s = this.ckpt.latestStep();
+      if (s !== undefined) dir = this.ckpt.stepDir(s);
+    } else if (t.resume_mode === "resume_path") dir = t.resume_from_path!;
+    if (!dir) return undefined;
+    const state = this.ckpt.readState(dir);
+    await this.actorRolloutWg.loadCheckpoint(join(dir, "actor"));
+    this.loader.loadState(state.loader);
+    this.rng.state = state.rng;
+    this.globalStep = state.globalStep;
+    this.summaryAcc = { ...state.summary };
+    this.wallBefore = state.wallSeconds;
+    this.resumedFrom = state.globalStep;
+    this.print(`[trainer] resumed from ${dir} (step ${state.globalStep})`);
+    return state.globalStep;
+  }
+
+  private async saveCheckpoint(wallSeconds: number): Promise<void> {
+    const dir = this.ckpt.begin(this.globalStep);
+    await this.actorRolloutWg.saveCheckpoint(join(dir, "actor"));
+    const state: TrainerState = {
+      globalStep: this.globalStep,
+      loader: this.loader.state(),
+      rng: this.rng.state,
+      summary: this.summaryAcc,
+      wallSeconds,
+    };
+    this.ckpt.commit(this.globalStep, state, this.config.trainer.max_actor_ckpt_to_keep as number | null);
+  }
+
+  /** Runs the whole training; returns the summary (also written to runs/<name>/summary.json). */
+  async fit(): Promise<TrainingSummary> {
+    const t0 = performance.now();
+    const cfg = this.config;
+    try {
+      await this.init();
+      this.runLog = new RunLog(
+        this.opts.runsDir ?? "runs",
+        this.opts.runName ?? cfg.trainer.experiment_name,
+        this.print,
+      );
+      this.runLog.writeFile("config.yaml", configToYaml(cfg));
+      this.currentStage = "loading checkpoint";
+      const resumed = await this.loadCheckpoint();
+      this.runLog.start(resumed);
+      const wall = () => this.wallBefore + (performance.now() - t0) / 1000;
+
+      const validating = cfg.trainer.test_freq > 0 && this.valRows.length > 0;
+      if (validating && cfg.trainer.val_before_train && resumed === undefined) {
+        const val = await this.validate();
+        this.summaryAcc.val_acc_initial = val["val/acc"]!;
+        this.summaryAcc.val_acc_final = val["val/acc"]!;
+        this.runLog.log(0, this.totalSteps, val);
+      }
+      if (!cfg.trainer.val_only) {
+        while (this.globalStep < this.totalSteps) {
+          this.globalStep++;
+          const stepStart = performance.now();
+          const metrics = await this.trainStep();
+          const last = this.globalStep === this.totalSteps;
+          if (validating && (last || this.globalStep % cfg.trainer.test_freq === 0)) {
+            const ts = performance.now();
+            const val = await this.validate();
+            Object.assign(metrics, val, { "timing_s/testing": (performance.now() - ts) / 1000 });
+            this.summaryAcc.val_acc_initial ??= val["val/acc"]!;
+            this.summaryAcc.val_acc_final = val["val/acc"]!;
+          }
+          metrics["timing_s/step"] = (performance.now() - stepStart) / 1000;
+          this.trackSummary(metrics);
+          this.runLog.log(this.globalStep, this.totalSteps, metrics);
+          if (cfg.trainer.save_freq > 0 && (last || this.globalStep % cfg.trainer.save_freq === 0)) {
+            this.currentStage = "saving checkpoint";
+            await this.saveCheckpoint(wall());
+          }
+          await this.opts.onStep?.(this.globalStep, metrics);
+        }
+      }
+      const summary = this.summary(wall());
+      this.runLog.writeFile("summary.json", `${JSON.stringify(summary, null, 2)}\n`);
+      await this.close();
+      this.print(this.runLog.dir);
+      return summary;
+    } catch (e) {
+      const err = this.explain(e);
+      await this.close().catch(() => {});
+      throw err;
+    }
+  }
+
+  /**
+   * One PPO step in veRL's order. Returns its metrics (validation and step timing are added by fit).
+   */
+  async trainStep(): Promise<StepMetrics> {
+    const cfg = this.config;
+    const ar = cfg.actor_rollout_ref;
+    const actor = this.actorRolloutWg;
+    const timing: StepMetrics = {};
+    const timed = async <T>(name: string, f: () => Promise<T>): Promise<T> => {
+      this.currentStage = name;
+      const s = performance.now();
+      const out = await f();
+      timing[`timing_s/${name}`] = (performance.now() - s) / 1000;
+      return out;
+    };
+
+    // 1. The next batch of prompts; each row gets a uid (its GRPO group).
+    const { rows, epoch } = this.loader.next();
+    let batch = this.collate(rows);
+    batch.nonTensorBatch.uid = rows.map((_, i) => `${this.globalStep}-${i}`);
+    const genBatch = batch.pop(PROMPT_KEYS);
+    genBatch.metaInfo.seed = this.rng.nextUint32();
+
+    // 2. Rollout: each prompt repeated n times (interleaved), generated on the actor's own weights.
+    const gen: DataProto = await timed("gen", () => actor.generateSequences(genBatch.repeat(ar.rollout.n)));
+    batch = batch.repeat(ar.rollout.n).union(gen);
+
+    // 3. Reward: token_level_scores (score on the last response token), score, acc.
+    const scored = await timed("reward", () => this.score(batch));
+    batch.union(scored.select(["token_level_scores"], ["score", "acc", "extracted_answer"], []));
+
+    // 4. Old log-probs (and entropy) under the actor that generated the responses.
+    const old: DataProto = await timed("old_log_prob", () => actor.computeLogProb(batch));
+    const entropys = old.pop(["entropys"]).tensor("entropys");
+    batch.union(old);
+    const lossMask = batch.tensor("loss_mask") as MaskMatrix;
+    const entropy = aggLoss(entropys as ScoreMatrix, lossMask, ar.actor.loss_agg_mode);
+
+    // 5. Reference log-probs, only when a KL term uses them.
+    if (this.needRef) batch.union(await timed("ref", () => actor.computeRefLogProb(batch)));
+
+    // 6. Advantages on the driver (KL penalty in the reward first, when enabled).
+    const klMetrics = await timed("adv", async () => this.computeAdvantages(batch));
+
+    // 7. Update the actor (global mini-batches laid out over the ranks). The rollout shares the
+    // actor's process and weights, so the new weights are in the rollout already.
+    const miniRows = ar.actor.ppo_mini_batch_size * ar.rollout.n;
+    const actorOut: StepMetrics[] = await timed("update_actor", () =>
+      actor.updateActor(layoutForMiniBatches(batch, actor.worldSize, miniRows)),
+    );
+
+    return {
+      ...actorOut[0],
+      "actor/entropy": entropy,
+      ...klMetrics,
+      ...computeDataMetrics(batch),
+      ...computeToolMetrics(batch),
+      ...prefixed(scored.metaInfo.reward_metrics as StepMetrics | undefined),
+      "training/epoch": epoch,
+      "training/global_step": this.globalStep,
+      ...timing,
+    };
+  }
+
+  private collate(rows: RlDatasetRow[]): DataProto {
+    const d = this.config.data;
+    return collatePrompts(rows, {
+      tokenize: (t) => this.tokenizer.encode(t),
+      maxPromptLength: d.max_prompt_length,
+      padTokenId: this.tokenizer.padTokenId,
+      templateType: d.template_type,
+      truncation: d.truncation,
+    });
+  }
+
+  /** Sends the reward columns to the reward function and reads its answer back as a DataProto. */
+  private async score(batch: DataProto): Promise<DataProto> {
+    const tensors = ["responses", "response_mask", "execution_passes", "num_tool_calls"].filter(
+      (k) => k in batch.batch,
+    );
+    const cols = ["response_text", "reward_model", "data_source", "extra_info"].filter(
+      (k) => k in batch.nonTensorBatch,
+    );
+    const out = await this.reward.scoreDataProto(batch.select(tensors, cols, []).toWire());
+    return isDataProtoWire(out) ? DataProto.fromWire(out) : (out as DataProto);
+  }
+
+  /** token_level_rewards (scores, minus the in-reward KL penalty when enabled), advantages, returns. */
+  private computeAdvantages(batch: DataProto): StepMetrics {
+    const alg = this.config.algorithm;
+    const mask = batch.tensor("loss_mask") as MaskMatrix;
+    let rewards = batch.tensor("token_level_scores") as ScoreMatrix;
+    let metrics: StepMetrics = {};
+    if (alg.use_kl_in_reward) {
+      const r = applyKlPenalty(
+        rewards,
+        batch.tensor("old_log_probs") as ScoreMatrix,
+        batch.tensor("ref_log_prob") as ScoreMatrix,
+        mask,
+        this.klCtrl!,
+        alg.kl_penalty,
+      );
+      rewards = r.tokenLevelRewards;
+      metrics = r.metrics;
+    }
+    const { advantages, returns } = computeAdvantage(alg.adv_estimator, {
+      tokenLevelRewards: rewards,
+      responseMask: mask,
+      index: batch.column<string>("uid"),
+      gamma: alg.gamma,
+      lam: alg.lam,
+      normAdvByStdInGrpo: alg.norm_adv_by_std_in_grpo,
+    });
+    batch.batch.token_level_rewards = rewards;
+    batch.batch.advantages = advantages;
+    batch.batch.returns = returns;
+    return metrics;
+  }
+
+  /**
+   * Greedy validation (rollout.val_kwargs) over the validation rows: val/<source>/acc, val/acc, and the
+   * tool metrics as val/tool/... .
+   */
+  async validate(): Promise<StepMetrics> {
+    this.currentStage = "validation";
+    const cfg = this.config;
+    const actor = this.actorRolloutWg;
+    const size = cfg.data.val_batch_size ?? this.valRows.length;
+    const n = cfg.actor_rollout_ref.rollout.val_kwargs.n;
+    const sources: string[] = [];
+    const correct: boolean[] = [];
+    const scores: number[] = [];
+    const parts: DataProto[] = [];
+    for (let s = 0; s < this.valRows.length; s += size) {
+      let batch = this.collate(this.valRows.slice(s, s + size));
+      const genBatch = batch.pop(PROMPT_KEYS);
+      genBatch.metaInfo.validate = true;
+      genBatch.metaInfo.seed = cfg.actor_rollout_ref.rollout.seed;
+      const gen: DataProto = await actor.generateSequences(genBatch.repeat(n));
+      batch = batch.repeat(n).union(gen);
+      const scored = await this.score(batch);
+      batch.union(scored.select([], ["acc", "score", "extracted_answer"], []));
+      sources.push(...batch.column<string>("data_source").map(String));
+      correct.push(...batch.column<boolean>("acc"));
+      scores.push(...batch.column<number>("score"));
+      parts.push(
+        batch.select(["num_tool_calls", "num_tool_passes"], ["tool_observations", "extracted_answer"], []),
+      );
+    }
+    const all = parts.length ? DataProto.concat(parts) : undefined;
+    return {
+      ...computeValidationMetrics(sources, correct, scores),
+      ...(all ? computeToolMetrics(all, "val/tool") : {}),
+    };
+  }
+
+  private trackSummary(m: StepMetrics): void {
+    const s = this.summaryAcc;
+    if ("tool/code_ratio" in m) {
+      s.code_ratio_initial ??= m["tool/code_ratio"]!;
+      s.code_ratio_final = m["tool/code_ratio"]!;
+    }
+    if ("tool/pass_ratio" in m) s.pass_ratio_final = m["tool/pass_ratio"]!;
+    if ("tool/effective_code_ratio" in m) s.effective_code_ratio_final = m["tool/effective_code_ratio"]!;
+    if ("critic/score/mean" in m) {
+      s.score_initial ??= m["critic/score/mean"]!;
+      s.score_final = m["critic/score/mean"]!;
+    }
+  }
+
+  private summary(wallSeconds: number): TrainingSummary {
+    const s = this.summaryAcc;
+    return {
+      name: this.opts.runName ?? this.config.trainer.experiment_name,
+      run_dir: this.runLog!.dir,
+      steps: this.globalStep,
+      total_steps: this.totalSteps,
+      wall_seconds: wallSeconds,
+      num_llm_calls_available: this.config.actor_rollout_ref.rollout.num_llm_calls_available,
+      val_acc_initial: s.val_acc_initial ?? null,
+      val_acc_final: s.val_acc_final ?? null,
+      code_ratio_initial: s.code_ratio_initial ?? null,
+      code_ratio_final: s.code_ratio_final ?? null,
+      pass_ratio_final: s.pass_ratio_final ?? null,
+      effective_code_ratio_final: s.effective_code_ratio_final ?? null,
+      score_initial: s.score_initial ?? null,
+      score_final: s.score_final ?? null,
+      resumed_from_step: this.resumedFrom,
+      world_size: this.worldSize,
+    };
+  }
+
+  /** Turns a worker failure into a WorkerFailureError naming role, rank, actor, pid and the cause. */
+  private explain(e: unknown): unknown {
+    const wg = this.actor;
+    const f = describeWorkerFailure(e, {
+      role: "actor_rollout_ref",
+      actorIds: wg?.handles.map((h) => h.actorId) ?? [],
+      pids: this.workerPids,
+      step: this.globalStep,
+      stage: this.currentStage,
+      lastCheckpoint: safeLatest(this.ckpt),
+      checkpointDir: this.config.trainer.default_local_dir,
+    });
+    if (f) this.print(`[trainer] ${f.message}`);
+    return f ?? e;
+  }
+
+  /** Stops the workers (and the runtime when this trainer started it). */
+  async close(): Promise<void> {
+    const wg = this.actor;
+    this.actor = undefined;
+    if (wg) {
+      wg.shutdown();
+      if (wg.collectiveGroup) await destroyCollectiveGroup(wg.collectiveGroup).catch(() => false);
+    }
+    if (this.startedRuntime) {
+      this.startedRuntime = false;
+      await shutdown();
+    }
+  }
+}
+
+function safeLatest(ckpt: CheckpointManager): number | undefined {
+  try {
+    return ckpt.latestStep();
+  } catch {
+    return undefined;
+  }
+}
+
+function prefixed(m: StepMetrics | undefined): StepMetrics {
+  if (!m) return {};
+  const out: StepMetrics = {};
+  for (const [k, v] of Object.entries(m)) if (typeof v === "number") out[k] = v;
+  return out;
+}
+
+export { WorkerFailureError };

@@ -1,0 +1,85 @@
+/**
+ * A run's outputs under `runs/<name>/`: metrics.jsonl (one object per step: {"step": N, ...metrics}),
+ * summary.json at the end, config.yaml, and a console line per step. On resume the lines of steps
+ * after the checkpoint are dropped so the file reads as if the run had never stopped.
+ */
+import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+
+export type StepMetrics = Record<string, number>;
+
+export class RunLog {
+  readonly dir: string;
+  readonly metricsFile: string;
+
+  constructor(
+    runsDir: string,
+    name: string,
+    private readonly print: (line: string) => void,
+  ) {
+    this.dir = resolve(runsDir, name);
+    this.metricsFile = join(this.dir, "metrics.jsonl");
+    mkdirSync(this.dir, { recursive: true });
+  }
+
+  /** Starts the metrics file: empty for a fresh run, the lines up to `step` when resuming from it. */
+  start(resumeStep: number | undefined): void {
+    if (resumeStep === undefined || !existsSync(this.metricsFile)) {
+      writeFileSync(this.metricsFile, "");
+      return;
+    }
+    const kept = readMetrics(this.metricsFile).filter((m) => m.step <= resumeStep);
+    writeFileSync(this.metricsFile, kept.map((m) => `${JSON.stringify(m)}\n`).join(""));
+  }
+
+  /** Appends one step's metrics and prints its line. */
+  log(step: number, totalSteps: number, metrics: StepMetrics): void {
+    appendFileSync(this.metricsFile, `${JSON.stringify({ step, ...metrics })}\n`);
+    this.print(formatStepLine(step, totalSteps, metrics));
+  }
+
+  writeFile(name: string, text: string): void {
+    writeFileSync(join(this.dir, name), text);
+  }
+}
+
+/** Every line of a metrics.jsonl file as objects (a torn last line, from a kill, is skipped). */
+export function readMetrics(file: string): ({ step: number } & StepMetrics)[] {
+  const out: ({ step: number } & StepMetrics)[] = [];
+  for (const line of readFileSync(file, "utf8").split("\n")) {
+    if (!line.trim()) continue;
+    try {
+      out.push(JSON.parse(line));
+    } catch {
+      // a line cut short by a kill
+    }
+  }
+  return out;
+}
+
+const SHOWN: [string, string][] = [
+  ["critic/score/mean", "score"],
+  ["actor/pg_loss", "pg_loss"],
+  ["actor/entropy", "entropy"],
+  ["actor/grad_norm", "grad_norm"],
+  ["response_length/mean", "resp_len"],
+  ["tool/code_ratio", "code"],
+  ["tool/pass_ratio", "pass"],
+  ["val/acc", "val_acc"],
+  ["timing_s/step", "s"],
+];
+
+function fmt(v: number): string {
+  if (!Number.isFinite(v)) return String(v);
+  const a = Math.abs(v);
+  return a !== 0 && (a < 1e-3 || a >= 1e5) ? v.toExponential(2) : String(Number(v.toFixed(4)));
+}
+
+/** `step 3/10 [=====     ] score 0.25 pg_loss -0.01 ...` */
+export function formatStepLine(step: number, total: number, m: StepMetrics): string {
+  const width = 20;
+  const done = total > 0 ? Math.min(width, Math.round((step / total) * width)) : 0;
+  const bar = `[${"=".repeat(done)}${" ".repeat(width - done)}]`;
+  const parts = SHOWN.filter(([k]) => k in m).map(([k, short]) => `${short} ${fmt(m[k]!)}`);
+  return `step ${step}/${total} ${bar} ${parts.join(" | ")}`;
+}

@@ -1,0 +1,657 @@
+/**
+ * veRL's ActorRolloutRefWorker, FSDP-style, for the hybrid engine: one process per bundle holds the actor
+ * (trained), the rollout (generation on the actor's gathered weights, colocated in the same process) and
+ * the reference policy (a frozen copy).
+ *
+ * Sharding: all parameters laid end to end form one flat vector (FlatLayout); rank r of W owns
+ * shardRange(total, W, r) of it, plus the AdamW exp_avg / exp_avg_sq of that range. Per mini-batch:
+ * forward/backward on the gathered weights (the model's variables) over micro-batches, gradients summed
+ * into a flat vector, reduce-scattered (sum) so each rank gets its shard of the global gradient, the
+ * global norm taken across shards (all-reduce of squared sums) and clipped, AdamW applied to the shard,
+ * and the updated shards all-gathered back into the model's variables.
+ *
+ * Loss aggregation is global: the loss of a mini-batch is `aggLoss` of the whole global mini-batch (all
+ * ranks' rows), not a mean of per-rank means. Every token gets a weight (token-mean: 1 / global loss
+ * tokens; seq-mean-token-sum: 1 / global rows; seq-mean-token-mean: 1 / (row tokens x global rows);
+ * seq-mean-token-sum-norm: 1 / response width) and the rank's loss is the weighted sum of its tokens'
+ * losses, so the summed gradients are exactly those of the global loss, whatever W is.
+ */
+import { statSync } from "node:fs";
+import * as tf from "@tensorflow/tfjs";
+import { type CollectiveArray, collective, shardRange } from "@torl-ts/actors";
+import type { Tool } from "@torl-ts/sandbox";
+import { computePolicyLoss } from "../algorithms/policy-loss.js";
+import { aggLossTf, getPolicyLoss, klLossTf } from "../algorithms/tf-ops.js";
+import type { TrainerConfig } from "../config/types.js";
+import { selectBackend } from "../models/backend.js";
+import { computeLogProbs, tokenLogProbs } from "../models/logprobs.js";
+import { loadPretrained } from "../models/pretrained.js";
+import type { Qwen2Model, TokenBatch } from "../models/qwen2.js";
+import type { Tokenizer } from "../models/tokenizer.js";
+import { DataProto } from "../protocol/data-proto.js";
+import type { BatchTensor } from "../protocol/tensor.js";
+import { padRolloutBatch } from "../rollout/batch.js";
+import { tirRollout } from "../rollout/tir.js";
+import { Dispatch, register } from "../single-controller/decorator.js";
+import { Worker } from "../single-controller/worker.js";
+import { CheckpointError, readAllShards, writeShard } from "./checkpoint-files.js";
+import { FlatLayout } from "./flat-params.js";
+import { clipCoefficient, learningRate, type OptimSettings, ShardedAdamW } from "./optim.js";
+
+/**
+ * Where a worker process finds the rollout's tool: a module URL and an export that is either a class
+ * (constructed with `args`) or a function (called with `args`, may be async) returning a Tool.
+ */
+export interface ToolSpec {
+  module: string;
+  exportName?: string;
+  args?: unknown[];
+}
+
+export interface ActorRolloutRefOptions {
+  /** The trainer config (plain object, as loaded). */
+  config: TrainerConfig;
+  /** Which parts this worker holds: actor + rollout + ref (default), actor + rollout, or ref only. */
+  role?: "actor_rollout_ref" | "actor_rollout" | "ref";
+  /** The rollout's tool; null or absent for plain generation. */
+  tool?: ToolSpec | null;
+}
+
+/** A worker method called before initModel, or a batch missing what a method needs. */
+export class WorkerStateError extends Error {
+  override name = "WorkerStateError";
+}
+
+/** Facts about one rank's shard and memory (bytes). */
+export interface ShardInfo {
+  rank: number;
+  worldSize: number;
+  numParameters: number;
+  shardStart: number;
+  shardEnd: number;
+  /** fp32 master shard of the parameters. */
+  paramShardBytes: number;
+  /** AdamW exp_avg + exp_avg_sq of the shard. */
+  optimizerBytes: number;
+  /** The gathered weights the model computes with (full size on every rank). */
+  gatheredParamBytes: number;
+  backend: string;
+  pid: number;
+}
+
+const f32 = (t: BatchTensor | undefined): Float32Array | undefined =>
+  t ? (t.data instanceof Float32Array ? t.data : Float32Array.from(t.data as ArrayLike<number>)) : undefined;
+
+export class ActorRolloutRefWorker extends Worker {
+  private readonly cfg: TrainerConfig;
+  private readonly role: NonNullable<ActorRolloutRefOptions["role"]>;
+  private readonly toolSpec: ToolSpec | null;
+  private model?: Qwen2Model;
+  private ref?: Qwen2Model;
+  private tokenizer?: Tokenizer;
+  private layout?: FlatLayout;
+  private shard?: { start: number; end: number; params: Float32Array };
+  private optim?: ShardedAdamW;
+  private schedulerStep = 0;
+  private tool?: Tool;
+  private backendName = "";
+  private readonly calls = new Map<string, number>();
+
+  constructor(options: ActorRolloutRefOptions) {
+    super();
+    this.cfg = options.config;
+    this.role = options.role ?? "actor_rollout_ref";
+    this.toolSpec = options.tool ?? null;
+  }
+
+  private get isActor(): boolean {
+    return this.role !== "ref";
+  }
+  private get hasRef(): boolean {
+    return this.role !== "actor_rollout";
+  }
+  private get group(): string | undefined {
+    return this.env.collectiveGroup;
+  }
+
+  /** Loads the model (every rank from the same directory), shards it and sets up the optimizer. */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  async initModel(): Promise<ShardInfo> {
+    const backend = await selectBackend({ log: null });
+    this.backendName = backend.name;
+    const path = this.cfg.actor_rollout_ref.model.path;
+    if (!path)
+      throw new WorkerStateError("actor_rollout_ref.model.path is not set (an HF model directory is needed)");
+    if (this.worldSize > 1 && !this.group) {
+      throw new WorkerStateError(
+        `rank ${this.rank} of ${this.worldSize} has no collective group (create the WorkerGroup with collective: true)`,
+      );
+    }
+    const loaded = loadPretrained(path, { trainable: this.isActor });
+    this.tokenizer = loaded.tokenizer;
+    if (this.isActor) {
+      this.model = loaded.model;
+      const values = this.model.getParameters();
+      this.layout = FlatLayout.of(values);
+      const { start, end } = shardRange(this.layout.total, this.worldSize, this.rank);
+      const flat = this.layout.flatten(values);
+      this.shard = { start, end, params: flat.slice(start, end) };
+      this.optim = new ShardedAdamW(end - start, this.cfg.actor_rollout_ref.actor.optim as OptimSettings);
+      if (this.hasRef) this.ref = loadPretrained(path, { trainable: false }).model;
+    } else {
+      this.ref = loaded.model;
+    }
+    return this.shardInfo();
+  }
+
+  /** Where this rank's shard lies and the bytes it holds. */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  shardInfo(): ShardInfo {
+    const total = this.layout?.total ?? this.ref?.numParameters() ?? 0;
+    return {
+      rank: this.rank,
+      worldSize: this.worldSize,
+      numParameters: total,
+      shardStart: this.shard?.start ?? 0,
+      shardEnd: this.shard?.end ?? 0,
+      paramShardBytes: this.shard?.params.byteLength ?? 0,
+      optimizerBytes: this.optim?.stateBytes ?? 0,
+      gatheredParamBytes: total * 4,
+      backend: this.backendName,
+      pid: process.pid,
+    };
+  }
+
+  /**
+   * Fault injection for tests: TORL_TEST_EXIT_AT="method:call:rank[:code]" makes this rank's process exit
+   * at the start of its call-th call of `method` (as a crash would).
+   */
+  private injectFault(method: string): void {
+    const spec = process.env.TORL_TEST_EXIT_AT;
+    const n = (this.calls.get(method) ?? 0) + 1;
+    this.calls.set(method, n);
+    if (!spec) return;
+    const [m, call, rank, code] = spec.split(":");
+    if (m === method && Number(call) === n && Number(rank) === this.rank) process.exit(Number(code ?? 1));
+  }
+
+  private needModel(): Qwen2Model {
+    if (!this.model || !this.tokenizer)
+      throw new WorkerStateError(`rank ${this.rank}: call initModel before using the actor`);
+    return this.model;
+  }
+
+  private async getTool(): Promise<Tool | undefined> {
+    if (!this.toolSpec) return undefined;
+    if (!this.tool) {
+      const mod = (await import(this.toolSpec.module)) as Record<string, unknown>;
+      const name = this.toolSpec.exportName ?? "default";
+      const exp = mod[name];
+      if (typeof exp !== "function")
+        throw new WorkerStateError(`tool module ${this.toolSpec.module} has no export "${name}"`);
+      const args = this.toolSpec.args ?? [];
+      const isClass = /^class[\s{]/.test(Function.prototype.toString.call(exp));
+      this.tool = isClass
+        ? (new (exp as new (...a: unknown[]) => Tool)(...args) as Tool)
+        : await (exp as (...a: unknown[]) => Tool | Promise<Tool>)(...args);
+    }
+    return this.tool;
+  }
+
+  /**
+   * Rollout on the gathered weights (ToRL's TIR generation; plain generation when C = 0 or without a
+   * tool). In: input_ids / attention_mask [B, P] left-padded prompts. metaInfo: `seed` (this rank
+   * samples with seed + rank * 1_000_003), `validate` (use rollout.val_kwargs: greedy by default).
+   * Out: prompts, responses, input_ids, attention_mask, position_ids, response_mask, tool_output_mask,
+   * loss_mask (response_mask & tool_output_mask when actor.mask_tool_output), execution_passes,
+   * num_tool_calls, num_tool_passes; non-tensor response_text, finish_reason, tool_observations (the
+   * observations of the calls that passed, per row).
+   */
+  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
+  async generateSequences(prompts: DataProto): Promise<DataProto> {
+    this.injectFault("generateSequences");
+    const model = this.needModel();
+    const tok = this.tokenizer!;
+    const ro = this.cfg.actor_rollout_ref.rollout;
+    const ids = prompts.tensor("input_ids");
+    const attn = prompts.tensor("attention_mask");
+    const [B, P] = ids.shape as [number, number];
+    const rows: number[][] = [];
+    for (let b = 0; b < B; b++) {
+      const r: number[] = [];
+      for (let t = 0; t < P; t++) if (Number(attn.data[b * P + t]) !== 0) r.push(Number(ids.data[b * P + t]));
+      rows.push(r);
+    }
+    const validate = prompts.metaInfo.validate === true;
+    const kw = validate ? ro.val_kwargs : ro;
+    const greedy = validate ? !ro.val_kwargs.do_sample : !ro.do_sample;
+    const seedBase = Number(prompts.metaInfo.seed ?? ro.seed) >>> 0;
+    const tool = ro.num_llm_calls_available > 0 ? await this.getTool() : undefined;
+    const R = ro.response_length;
+    const out = await tirRollout(model, tok, rows, {
+      tool,
+      numLlmCallsAvailable: tool ? ro.num_llm_calls_available : 0,
+      maxResponseLength: R,
+      temperature: greedy ? 0 : kw.temperature,
+      topP: kw.top_p,
+      topK: Math.max(kw.top_k, 0),
+      seed: (seedBase + this.rank * 1_000_003) >>> 0,
+      maxBatchSize: Math.max(1, ro.max_num_seqs as number),
+    });
+    const samples = [...out.samples].sort((a, b) => a.index - b.index);
+    const a = padRolloutBatch(samples, { padTokenId: tok.padTokenId, promptLength: P, responseLength: R });
+    const lossMask = new Uint8Array(B * R);
+    const maskTool = this.cfg.actor_rollout_ref.actor.mask_tool_output;
+    for (let i = 0; i < lossMask.length; i++)
+      lossMask[i] = a.responseMask[i]! & (maskTool ? a.toolOutputMask[i]! : 1);
+    const W = P + R;
+    return DataProto.fromDict(
+      {
+        prompts: { data: a.prompts, shape: [B, P] },
+        responses: { data: a.responses, shape: [B, R] },
+        input_ids: { data: a.inputIds, shape: [B, W] },
+        attention_mask: { data: a.attentionMask, shape: [B, W] },
+        position_ids: { data: a.positionIds, shape: [B, W] },
+        response_mask: { data: a.responseMask, shape: [B, R] },
+        tool_output_mask: { data: a.toolOutputMask, shape: [B, R] },
+        loss_mask: { data: lossMask, shape: [B, R] },
+        execution_passes: { data: a.executionPasses, shape: [B] },
+        num_tool_calls: { data: a.numToolCalls, shape: [B] },
+        num_tool_passes: { data: Int32Array.from(samples, (s) => s.numToolPasses), shape: [B] },
+      },
+      {
+        response_text: a.responseText,
+        finish_reason: a.finishReasons,
+        tool_observations: samples.map((x) => x.calls.filter((c) => c.success).map((c) => c.observation)),
+      },
+    );
+  }
+
+  /**
+   * The token batch of input_ids / attention_mask and the response width. Leading columns that are
+   * padding in every row are dropped (prompts are left-padded to max_prompt_length): the scores of
+   * real tokens do not change, the attention gets much cheaper.
+   */
+  private tokenBatch(data: DataProto): { tb: TokenBatch; P: number; R: number } {
+    const ids = data.tensor("input_ids");
+    const attn = data.tensor("attention_mask");
+    const R = data.tensor("responses").shape[1]!;
+    const [B, L] = ids.shape as [number, number];
+    let c0 = L - R;
+    for (let b = 0; b < B && c0 > 0; b++) {
+      for (let t = 0; t < c0; t++) {
+        if (Number(attn.data[b * L + t]) !== 0) {
+          c0 = t;
+          break;
+        }
+      }
+    }
+    const W = L - c0;
+    const idOut = new Int32Array(B * W);
+    const maskOut = new Uint8Array(B * W);
+    for (let b = 0; b < B; b++) {
+      for (let t = 0; t < W; t++) {
+        idOut[b * W + t] = Number(ids.data[b * L + c0 + t]);
+        maskOut[b * W + t] = Number(attn.data[b * L + c0 + t]);
+      }
+    }
+    return { tb: { ids: idOut, mask: maskOut, batch: B, length: W }, P: L - R - c0, R };
+  }
+
+  private responseColumns(full: Float32Array, B: number, L: number, P: number, R: number): Float32Array {
+    const out = new Float32Array(B * R);
+    for (let b = 0; b < B; b++) out.set(full.subarray(b * L + P, b * L + P + R), b * R);
+    return out;
+  }
+
+  private logProbMicro(key: "rollout" | "ref"): number {
+    const ar = this.cfg.actor_rollout_ref;
+    const v =
+      key === "ref" ? ar.ref.log_prob_micro_batch_size_per_gpu : ar.rollout.log_prob_micro_batch_size_per_gpu;
+    return v ?? ar.actor.ppo_micro_batch_size_per_gpu ?? 8;
+  }
+
+  /** Old log-probs and entropy of the responses under the current actor: old_log_probs, entropys [B, R]. */
+  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
+  computeLogProb(data: DataProto): DataProto {
+    const model = this.needModel();
+    const { tb, P, R } = this.tokenBatch(data);
+    const r = computeLogProbs(model, tb, {
+      temperature: this.cfg.actor_rollout_ref.rollout.temperature || 1,
+      withEntropy: true,
+      microBatchSize: this.logProbMicro("rollout"),
+    });
+    const B = tb.batch;
+    return DataProto.fromDict({
+      old_log_probs: { data: this.responseColumns(r.logProbs, B, tb.length, P, R), shape: [B, R] },
+      entropys: { data: this.responseColumns(r.entropy!, B, tb.length, P, R), shape: [B, R] },
+    });
+  }
+
+  /** Log-probs of the responses under the frozen reference policy: ref_log_prob [B, R]. */
+  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
+  computeRefLogProb(data: DataProto): DataProto {
+    if (!this.ref) throw new WorkerStateError(`rank ${this.rank}: this worker holds no reference model`);
+    const { tb, P, R } = this.tokenBatch(data);
+    const r = computeLogProbs(this.ref, tb, {
+      temperature: this.cfg.actor_rollout_ref.rollout.temperature || 1,
+      microBatchSize: this.logProbMicro("ref"),
+    });
+    return DataProto.fromDict({
+      ref_log_prob: {
+        data: this.responseColumns(r.logProbs, tb.batch, tb.length, P, R),
+        shape: [tb.batch, R],
+      },
+    });
+  }
+
+  private async allReduceSum(arr: Float64Array | Float32Array): Promise<void> {
+    if (this.worldSize > 1) await collective.allReduce(arr as CollectiveArray, "sum", this.group!);
+  }
+
+  /**
+   * PPO update of the actor on this rank's rows (see the file comment for the global aggregation). The
+   * driver lays rows out with `layoutForMiniBatches` so that every rank's mini-batch j is its part of
+   * global mini-batch j. Needs input_ids, attention_mask, responses, old_log_probs, advantages and a
+   * loss mask (loss_mask, else response_mask); ref_log_prob when actor.use_kl_loss. Returns the metrics
+   * (identical on every rank).
+   */
+  @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
+  async updateActor(data: DataProto): Promise<Record<string, number>> {
+    this.injectFault("updateActor");
+    const model = this.needModel();
+    const ar = this.cfg.actor_rollout_ref;
+    const a = ar.actor;
+    const W = this.worldSize;
+    const n = ar.rollout.n;
+    const globalMini = a.ppo_mini_batch_size * n;
+    if (globalMini % W !== 0)
+      throw new WorkerStateError(
+        `actor.ppo_mini_batch_size x rollout.n = ${globalMini} rows do not split over ${W} ranks`,
+      );
+    const localMini = globalMini / W;
+    if (data.length % localMini !== 0) {
+      throw new WorkerStateError(
+        `rank ${this.rank} got ${data.length} rows, not a multiple of its mini-batch (${localMini} rows = ppo_mini_batch_size ${a.ppo_mini_batch_size} x n ${n} / ${W} ranks)`,
+      );
+    }
+    const micro =
+      a.ppo_micro_batch_size_per_gpu ??
+      (a.ppo_micro_batch_size ? Math.max(1, Math.floor(a.ppo_micro_batch_size / W)) : localMini);
+    const lossFn = getPolicyLoss(String((a.policy_loss as { loss_mode?: string })?.loss_mode ?? "vanilla"));
+    const mode = a.loss_agg_mode;
+    const temperature = ar.rollout.temperature || 1;
+    const lr = learningRate(a.optim as OptimSettings, this.schedulerStep);
+    const vars = model.variables();
+    const nameOf = new Map(vars.map((v, i) => [v.name, model.specs[i]!.name]));
+    const layout = this.layout!;
+    const offsets = new Map(layout.entries.map((e) => [e.name, e.offset]));
+    const useKl = a.use_kl_loss;
+    const entCoef = a.entropy_coeff;
+
+    // Per-mini-batch sums (allReduced): pg loss, kl loss, entropy loss, clipfrac*tok, ppo_kl*tok,
+    // clipfrac_lower*tok, tokens.
+    const sums = new Float64Array(8);
+    let gradNormSum = 0;
+    let updates = 0;
+    let skipped = 0;
+    for (let epoch = 0; epoch < a.ppo_epochs; epoch++) {
+      for (let ms = 0; ms < data.length; ms += localMini) {
+        const mini = data.slice(ms, ms + localMini);
+        const { R } = this.tokenBatch(mini);
+        const mask = mini.batch.loss_mask ?? mini.tensor("response_mask");
+        // Global denominators of this mini-batch.
+        const den = new Float64Array(1);
+        for (let i = 0; i < mask.data.length; i++) den[0]! += Number(mask.data[i]);
+        await this.allReduceSum(den);
+        const weights = this.tokenWeights(mask, mode, den[0]!, globalMini, R);
+        const grad = new Float32Array(layout.total);
+        const mb = new Float64Array(8);
+        for (let s = 0; s < mini.length; s += micro) {
+          const e = Math.min(mini.length, s + micro);
+          const part = mini.slice(s, e);
+          const ptb = this.tokenBatch(part);
+          const b = e - s;
+          const w: BatchTensor = { data: weights.subarray(s * R, e * R), shape: [b, R] };
+          const old = part.tensor("old_log_probs");
+          const adv = part.tensor("advantages");
+          const refLp = useKl ? part.tensor("ref_log_prob") : undefined;
+          const pmask = part.batch.loss_mask ?? part.tensor("response_mask");
+          let logpHost: Float32Array | undefined;
+          const { value, grads } = tf.variableGrads(() => {
+            const sc = tokenLogProbs(model, ptb.tb, { temperature, withEntropy: entCoef !== 0 });
+            const logp = tf.slice(sc.logProbs, [0, ptb.P], [b, R]);
+            logpHost = logp.dataSync() as Float32Array;
+            const pl = lossFn(old, logp, adv, w, {
+              clipRatio: a.clip_ratio,
+              clipRatioLow: a.clip_ratio_low,
+              clipRatioHigh: a.clip_ratio_high,
+              clipRatioC: a.clip_ratio_c,
+              lossAggMode: "seq-mean-token-sum-norm",
+            });
+            // sum-norm divides the weighted sum by R; undo it: the weights carry the normalisation.
+            const pg = tf.mul(pl.pgLoss, R);
+            mb[0]! += (pg.dataSync() as Float32Array)[0]!;
+            let loss: tf.Tensor = pg;
+            if (entCoef !== 0 && sc.entropy) {
+              const ent = tf.slice(sc.entropy, [0, ptb.P], [b, R]);
+              const el = tf.mul(aggLossTf(ent, w, "seq-mean-token-sum-norm"), R);
+              mb[2]! += (el.dataSync() as Float32Array)[0]!;
+              loss = tf.sub(loss, tf.mul(el, entCoef));
+            }
+            if (useKl && refLp) {
+              const kl = tf.mul(klLossTf(logp, refLp, w, a.kl_loss_type, "seq-mean-token-sum-norm"), R);
+              mb[1]! += (kl.dataSync() as Float32Array)[0]!;
+              loss = tf.add(loss, tf.mul(kl, a.kl_loss_coef));
+            }
+            return loss as tf.Scalar;
+          }, vars);
+          value.dispose();
+          for (const [vname, g] of Object.entries(grads)) {
+            const off = offsets.get(nameOf.get(vname)!)!;
+            const gd = g.dataSync() as Float32Array;
+            for (let i = 0; i < gd.length; i++) grad[off + i]! += gd[i]!;
+            g.dispose();
+          }
+          // Token-level metrics with the plain mask (host side).
+          const mf: BatchTensor<Float32Array> = {
+            data: Float32Array.from(pmask.data as ArrayLike<number>),
+            shape: [b, R],
+          };
+          let tok = 0;
+          for (const x of mf.data) tok += x;
+          const m = computePolicyLoss(
+            { data: f32(old)!, shape: [b, R] },
+            { data: logpHost!, shape: [b, R] },
+            { data: f32(adv)!, shape: [b, R] },
+            mf,
+            {
+              clipRatio: a.clip_ratio,
+              clipRatioLow: a.clip_ratio_low,
+              clipRatioHigh: a.clip_ratio_high,
+              clipRatioC: a.clip_ratio_c,
+            },
+          );
+          mb[3]! += m.pgClipfrac * tok;
+          mb[4]! += m.ppoKl * tok;
+          mb[5]! += m.pgClipfracLower * tok;
+          mb[6]! += tok;
+        }
+        await this.allReduceSum(mb);
+        for (let i = 0; i < 7; i++) sums[i]! += mb[i]!;
+        const norm = await this.stepOptimizer(grad, lr);
+        if (Number.isFinite(norm)) {
+          gradNormSum += norm;
+          updates++;
+        } else skipped++;
+      }
+    }
+    this.schedulerStep++;
+    const miniCount = a.ppo_epochs * (data.length / localMini);
+    const tok = Math.max(1, sums[6]!);
+    const metrics: Record<string, number> = {
+      "actor/pg_loss": sums[0]! / miniCount,
+      "actor/pg_clipfrac": sums[3]! / tok,
+      "actor/ppo_kl": sums[4]! / tok,
+      "actor/pg_clipfrac_lower": sums[5]! / tok,
+      "actor/grad_norm": updates ? gradNormSum / updates : Number.NaN,
+      "actor/lr": lr,
+    };
+    if (entCoef !== 0) metrics["actor/entropy_loss"] = sums[2]! / miniCount;
+    if (useKl) {
+      metrics["actor/kl_loss"] = sums[1]! / miniCount;
+      metrics["actor/kl_coef"] = a.kl_loss_coef;
+    }
+    if (skipped) metrics["actor/skipped_updates"] = skipped;
+    return metrics;
+  }
+
+  /** Weight of every token of a local mini-batch in the global loss (see the file comment). */
+  private tokenWeights(
+    mask: BatchTensor,
+    mode: string,
+    globalTokens: number,
+    globalRows: number,
+    R: number,
+  ): Float32Array {
+    const B = mask.shape[0]!;
+    const w = new Float32Array(B * R);
+    for (let b = 0; b < B; b++) {
+      let rowTok = 0;
+      for (let t = 0; t < R; t++) rowTok += Number(mask.data[b * R + t]);
+      let scale: number;
+      switch (mode) {
+        case "token-mean":
+          scale = globalTokens > 0 ? 1 / globalTokens : 0;
+          break;
+        case "seq-mean-token-sum":
+          scale = 1 / globalRows;
+          break;
+        case "seq-mean-token-mean":
+          scale = rowTok > 0 ? 1 / (rowTok * globalRows) : 0;
+          break;
+        case "seq-mean-token-sum-norm":
+          scale = 1 / R;
+          break;
+        default:
+          throw new WorkerStateError(`unknown actor.loss_agg_mode "${mode}"`);
+      }
+      for (let t = 0; t < R; t++) w[b * R + t] = Number(mask.data[b * R + t]) * scale;
+    }
+    return w;
+  }
+
+  /**
+   * Reduce-scatter of the flat gradient, global norm, clipping, AdamW on the shard, all-gather of the
+   * parameters into the model. Returns the (pre-clip) global gradient norm; a non-finite norm skips
+   * the update (veRL does the same).
+   */
+  private async stepOptimizer(grad: Float32Array, lr: number): Promise<number> {
+    const shard = this.shard!;
+    const W = this.worldSize;
+    const g =
+      W > 1
+        ? ((await collective.reduceScatter(grad, "sum", this.group!)) as Float32Array)
+        : grad.subarray(shard.start, shard.end);
+    const sq = new Float64Array(1);
+    for (let i = 0; i < g.length; i++) sq[0]! += g[i]! * g[i]!;
+    await this.allReduceSum(sq);
+    const norm = Math.sqrt(sq[0]!);
+    if (!Number.isFinite(norm)) return norm;
+    const coef = clipCoefficient(norm, this.cfg.actor_rollout_ref.actor.grad_clip);
+    const gs = coef === 1 ? g : Float32Array.from(g, (x) => x * coef);
+    this.optim!.update(shard.params, gs, lr);
+    await this.pushShardToModel();
+    return norm;
+  }
+
+  /** All-gathers the parameter shards into the model's variables (the rollout uses them as they are). */
+  private async pushShardToModel(): Promise<void> {
+    const layout = this.layout!;
+    const full =
+      this.worldSize > 1
+        ? ((await collective.allGather(
+            this.shard!.params,
+            this.group!,
+            new Float32Array(layout.total),
+          )) as Float32Array)
+        : this.shard!.params;
+    this.model!.setParameters(layout.unflatten(full));
+  }
+
+  /** The gathered parameters as one flat vector (checkpoint order), from rank 0. */
+  @register({ dispatchMode: Dispatch.RANK_ZERO })
+  gatheredParameters(): Float32Array {
+    const model = this.needModel();
+    return this.layout!.flatten(model.getParameters());
+  }
+
+  /** Writes this rank's shard (params + AdamW state + counters) under `dir`. */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  saveCheckpoint(dir: string): { rank: number; bytes: number } {
+    this.needModel();
+    const s = this.shard!;
+    writeShard(
+      dir,
+      {
+        rank: this.rank,
+        worldSize: this.worldSize,
+        start: s.start,
+        end: s.end,
+        total: this.layout!.total,
+        adamStep: this.optim!.step,
+        schedulerStep: this.schedulerStep,
+        layout: this.layout!.entries.map((e) => [e.name, e.size]),
+      },
+      s.params,
+      this.optim!.expAvg,
+      this.optim!.expAvgSq,
+    );
+    return { rank: this.rank, bytes: statSync(`${dir}/rank_${this.rank}.bin`).size };
+  }
+
+  /** Loads the shards written by saveCheckpoint (by any number of ranks) and takes this rank's range. */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  async loadCheckpoint(dir: string): Promise<{ rank: number; schedulerStep: number }> {
+    this.needModel();
+    const full = readAllShards(dir);
+    const layout = this.layout!;
+    const same =
+      full.layout.length === layout.entries.length &&
+      full.layout.every(
+        ([name, size], i) => layout.entries[i]!.name === name && layout.entries[i]!.size === size,
+      );
+    if (!same) throw new CheckpointError(`${dir}: the checkpoint's parameters do not match the model`);
+    const s = this.shard!;
+    s.params.set(full.params.subarray(s.start, s.end));
+    this.optim!.loadState({
+      step: full.adamStep,
+      expAvg: full.expAvg.subarray(s.start, s.end),
+      expAvgSq: full.expAvgSq.subarray(s.start, s.end),
+    });
+    this.schedulerStep = full.schedulerStep;
+    this.model!.setParameters(layout.unflatten(full.params));
+    return { rank: this.rank, schedulerStep: this.schedulerStep };
+  }
+}
+
+/**
+ * Reorders a batch so that DP_COMPUTE_PROTO's contiguous chunking gives rank r, as its local mini-batch
+ * j, the r-th slice of global mini-batch j (rows [j M, (j+1) M) of the batch, M = miniBatchRows).
+ * With this layout the set of global mini-batches, and so the update, does not depend on worldSize.
+ */
+export function layoutForMiniBatches(data: DataProto, worldSize: number, miniBatchRows: number): DataProto {
+  const B = data.length;
+  if (worldSize === 1) return data;
+  if (miniBatchRows % worldSize !== 0 || B % miniBatchRows !== 0) {
+    throw new WorkerStateError(
+      `cannot lay out ${B} rows in mini-batches of ${miniBatchRows} over ${worldSize} ranks`,
+    );
+  }
+  const per = miniBatchRows / worldSize;
+  const minis = B / miniBatchRows;
+  const idx: number[] = [];
+  for (let r = 0; r < worldSize; r++)
+    for (let j = 0; j < minis; j++) for (let i = 0; i < per; i++) idx.push(j * miniBatchRows + r * per + i);
+  return data.selectRows(idx);
+}

@@ -1,0 +1,104 @@
+/**
+ * Actor checkpoint shards on disk: for each rank r, `rank_<r>.json` (where its shard lies in the flat
+ * vector and the optimizer/scheduler counters) and `rank_<r>.bin` (params, exp_avg, exp_avg_sq of the
+ * shard, float32 little-endian, one after the other). Loading reads every rank's files and takes the
+ * range the loading rank owns, so a checkpoint written by W ranks loads on any number of ranks.
+ */
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+export interface ShardMeta {
+  rank: number;
+  worldSize: number;
+  start: number;
+  end: number;
+  total: number;
+  /** AdamW updates applied. */
+  adamStep: number;
+  /** Scheduler steps taken (update_actor calls). */
+  schedulerStep: number;
+  /** Parameter names and sizes of the flat layout (checked on load). */
+  layout: [string, number][];
+}
+
+/** A checkpoint directory that cannot be loaded (missing or inconsistent shards); names the file. */
+export class CheckpointError extends Error {
+  override name = "CheckpointError";
+}
+
+export function writeShard(
+  dir: string,
+  meta: ShardMeta,
+  params: Float32Array,
+  expAvg: Float32Array,
+  expAvgSq: Float32Array,
+): void {
+  mkdirSync(dir, { recursive: true });
+  const n = meta.end - meta.start;
+  const buf = new Float32Array(3 * n);
+  buf.set(params, 0);
+  buf.set(expAvg, n);
+  buf.set(expAvgSq, 2 * n);
+  writeFileSync(join(dir, `rank_${meta.rank}.bin`), new Uint8Array(buf.buffer));
+  writeFileSync(join(dir, `rank_${meta.rank}.json`), JSON.stringify(meta));
+}
+
+export interface FullState {
+  params: Float32Array;
+  expAvg: Float32Array;
+  expAvgSq: Float32Array;
+  adamStep: number;
+  schedulerStep: number;
+  layout: [string, number][];
+}
+
+/** Reads every rank's shard of `dir` into full flat vectors. */
+export function readAllShards(dir: string): FullState {
+  if (!existsSync(dir)) throw new CheckpointError(`checkpoint directory ${dir} does not exist`);
+  const metas = readdirSync(dir)
+    .filter((f) => /^rank_\d+\.json$/.test(f))
+    .map((f) => {
+      try {
+        return JSON.parse(readFileSync(join(dir, f), "utf8")) as ShardMeta;
+      } catch (e) {
+        throw new CheckpointError(`${join(dir, f)}: not valid JSON (${(e as Error).message})`);
+      }
+    })
+    .sort((a, b) => a.rank - b.rank);
+  if (metas.length === 0) throw new CheckpointError(`${dir} holds no rank_<r>.json shard files`);
+  const W = metas[0]!.worldSize;
+  if (metas.length !== W || metas.some((m, i) => m.rank !== i || m.worldSize !== W)) {
+    throw new CheckpointError(
+      `${dir}: expected shards of ranks 0..${W - 1}, found ranks [${metas.map((m) => m.rank).join(", ")}]`,
+    );
+  }
+  const total = metas[0]!.total;
+  const params = new Float32Array(total);
+  const expAvg = new Float32Array(total);
+  const expAvgSq = new Float32Array(total);
+  for (const m of metas) {
+    const file = join(dir, `rank_${m.rank}.bin`);
+    let bytes: Buffer;
+    try {
+      bytes = readFileSync(file);
+    } catch (e) {
+      throw new CheckpointError(`${file}: cannot read (${(e as Error).message})`);
+    }
+    const n = m.end - m.start;
+    if (bytes.byteLength !== 12 * n)
+      throw new CheckpointError(`${file}: holds ${bytes.byteLength} bytes, expected ${12 * n}`);
+    const f = new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+    params.set(f.subarray(0, n), m.start);
+    expAvg.set(f.subarray(n, 2 * n), m.start);
+    expAvgSq.set(f.subarray(2 * n, 3 * n), m.start);
+  }
+  const m0 = metas[0]!;
+  return {
+    params,
+    expAvg,
+    expAvgSq,
+    adamStep: m0.adamStep,
+    schedulerStep: m0.schedulerStep,
+    layout: m0.layout,
+  };
+}

@@ -1,0 +1,121 @@
+import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { init, isInitialized, shutdown } from "@torl-ts/actors";
+import test from "ava";
+import { TrainerConfigError } from "../../src/config/index.js";
+import { RayPPOTrainer, readMetrics, trainCommand } from "../../src/trainer/index.js";
+import { tinyModelDir } from "../workers/helpers.js";
+import { rows, TOOLS_MODULE, tinyConfig, vowelReward } from "./fixtures/setup.js";
+
+const modelPath = tinyModelDir(11);
+
+test.serial("a bad config stops in the constructor, before the runtime or any actor starts", (t) => {
+  const ckptDir = mkdtempSync(join(tmpdir(), "torl-ckpt-"));
+  t.false(isInitialized());
+  const bad = tinyConfig({ modelPath, ckptDir, extra: ["actor_rollout_ref.actor.ppo_mini_batch_size=3"] });
+  const e1 = t.throws(() => new RayPPOTrainer(bad, { trainRows: rows(8) }), {
+    instanceOf: TrainerConfigError,
+  });
+  t.regex(e1!.message, /ppo_mini_batch_size \(3\) must divide data\.train_batch_size \(4\)/);
+  const noModel = tinyConfig({ modelPath: join(ckptDir, "nope"), ckptDir, workers: 3 });
+  const e2 = t.throws(() => new RayPPOTrainer(noModel, { trainRows: rows(8) }), {
+    instanceOf: TrainerConfigError,
+  });
+  t.regex(e2!.message, /actor_rollout_ref\.model\.path .*nope holds no config\.json/);
+  t.regex(e2!.message, /must split evenly over 3 workers|must divide evenly over 3 workers/);
+  t.false(isInitialized(), "no runtime was started, so no actor exists");
+});
+
+test.serial("`torl train` with an unknown key or a bad value stops before any work starts", async (t) => {
+  const e = await t.throwsAsync(trainCommand.run(["trainer.total_epoch=3"]), {
+    instanceOf: TrainerConfigError,
+  });
+  t.regex(e!.message, /trainer\.total_epoch/);
+  await t.throwsAsync(trainCommand.run(["data.train_batch_size=many"]), { instanceOf: TrainerConfigError });
+  await t.throwsAsync(trainCommand.run(["--tool", "nohash"]), { message: /MODULE#EXPORT/ });
+  t.false(isInitialized());
+});
+
+test.serial(
+  "fit runs veRL's step order on 2 workers with a tool: metrics, validation, summary, run dir last",
+  async (t) => {
+    await init({ numCpus: 6 });
+    t.teardown(() => shutdown());
+    const ckptDir = mkdtempSync(join(tmpdir(), "torl-ckpt-"));
+    const runsDir = mkdtempSync(join(tmpdir(), "torl-runs-"));
+    const lines: string[] = [];
+    const cfg = tinyConfig({ modelPath, ckptDir, workers: 2, steps: 2, testFreq: 2, calls: 1, saveFreq: 2 });
+    const trainer = new RayPPOTrainer(cfg, {
+      trainRows: rows(8),
+      valRows: rows(4, "val"),
+      reward: vowelReward,
+      runsDir,
+      tool: { module: TOOLS_MODULE, exportName: "VowelCounterTool" },
+      workerEnv: { TORL_BACKEND: "cpu" },
+      log: (l) => lines.push(l),
+    });
+    const summary = await trainer.fit();
+    t.log(JSON.stringify(lines, null, 1));
+    const runDir = join(runsDir, "tiny");
+    t.is(lines.at(-1), runDir, "the run directory is the last line of output");
+    const metrics = readMetrics(join(runDir, "metrics.jsonl"));
+    t.deepEqual(
+      metrics.map((m) => m.step),
+      [0, 1, 2],
+      "step 0 holds the validation before training, then one object per step",
+    );
+    t.true("val/val/acc" in metrics[0]! && "val/val_b/acc" in metrics[0]! && "val/acc" in metrics[0]!);
+    for (const key of [
+      "actor/pg_loss",
+      "actor/pg_clipfrac",
+      "actor/ppo_kl",
+      "actor/entropy",
+      "actor/grad_norm",
+      "actor/lr",
+      "critic/score/mean",
+      "critic/rewards/mean",
+      "critic/advantages/mean",
+      "response_length/mean",
+      "prompt_length/mean",
+      "tool/code_ratio",
+      "tool/pass_ratio",
+      "tool/effective_code_ratio",
+      "timing_s/gen",
+      "timing_s/reward",
+      "timing_s/old_log_prob",
+      "timing_s/adv",
+      "timing_s/update_actor",
+      "timing_s/step",
+    ]) {
+      t.true(key in metrics[1]!, `step 1 has ${key}`);
+      t.true(Number.isFinite(metrics[1]![key]), `${key} is a number`);
+    }
+    t.false("timing_s/ref" in metrics[1]!, "no KL term: the reference log-probs are skipped");
+    t.true("val/acc" in metrics[2]! && "timing_s/testing" in metrics[2]!, "validation at step test_freq");
+    t.true(metrics[1]!["tool/code_ratio"]! > 0, "the tool was called");
+    // cosine schedule without warmup: full lr at step 1, lower at step 2
+    t.is(metrics[1]!["actor/lr"], 1e-2);
+    t.true(metrics[2]!["actor/lr"]! < 1e-2);
+    const onDisk = JSON.parse(readFileSync(join(runDir, "summary.json"), "utf8"));
+    t.deepEqual(onDisk, summary);
+    t.is(summary.steps, 2);
+    t.is(summary.num_llm_calls_available, 1);
+    for (const k of [
+      "val_acc_initial",
+      "val_acc_final",
+      "code_ratio_initial",
+      "code_ratio_final",
+      "pass_ratio_final",
+    ] as const) {
+      const v = summary[k];
+      t.true(typeof v === "number" && v >= 0 && v <= 1, `${k} = ${v} is a fraction`);
+    }
+    t.true(summary.wall_seconds > 0);
+    t.true(
+      existsSync(join(ckptDir, "global_step_2", "actor", "rank_1.bin")),
+      "checkpoint shards of both ranks",
+    );
+    t.is(readFileSync(join(ckptDir, "latest_checkpointed_iteration.txt"), "utf8"), "2");
+  },
+);

@@ -1,0 +1,179 @@
+import { init, shutdown } from "@torl-ts/actors";
+import test from "ava";
+import {
+  type BoundMethods,
+  DataProto,
+  loadTrainerConfig,
+  ResourcePool,
+  WorkerGroup,
+  workerRole,
+} from "../../src/core.js";
+import { ActorRolloutRefWorker, layoutForMiniBatches, type ShardInfo } from "../../src/workers/index.js";
+import { tinyModelDir, WORKER_MODULE } from "./helpers.js";
+
+// FSDP equivalence: the same global batch gives the same parameters on 1, 2 and 4 ranks.
+
+const B = 16; // rows = train_batch_size 8 x n 2
+const P = 5;
+const R = 6;
+
+function config(modelPath: string) {
+  return loadTrainerConfig({
+    values: {
+      data: { train_batch_size: 8, max_prompt_length: P, max_response_length: R },
+      actor_rollout_ref: {
+        model: { path: modelPath },
+        actor: {
+          ppo_mini_batch_size: 4, // x n = 8 rows: two mini-batches per step
+          ppo_micro_batch_size_per_gpu: 1,
+          grad_clip: 0.5,
+          entropy_coeff: 0.01,
+          use_kl_loss: true,
+          kl_loss_coef: 0.1,
+          optim: { lr: 3e-3, weight_decay: 0.1, lr_warmup_steps: 1, warmup_style: "constant" },
+        },
+        rollout: { n: 2, temperature: 1.0 },
+      },
+      algorithm: { adv_estimator: "grpo" },
+      trainer: { n_gpus_per_node: 1 },
+    },
+  });
+}
+
+/** Prompts left-padded, responses right-padded with very different lengths per row (so per-rank
+ * token counts differ and a per-rank mean would not equal the global token mean). */
+function batch(): DataProto {
+  const L = P + R;
+  const ids = new Int32Array(B * L);
+  const attn = new Uint8Array(B * L);
+  const resp = new Int32Array(B * R);
+  const rmask = new Uint8Array(B * R);
+  const adv = new Float32Array(B * R);
+  let s = 12345;
+  const rnd = () => {
+    s = (Math.imul(s, 1103515245) + 12345) >>> 0;
+    return s / 2 ** 32;
+  };
+  for (let b = 0; b < B; b++) {
+    const p = 2 + (b % 4);
+    const r = b % 3 === 0 ? R : 1 + (b % R);
+    for (let t = P - p; t < P; t++) {
+      ids[b * L + t] = 97 + Math.floor(rnd() * 26);
+      attn[b * L + t] = 1;
+    }
+    const a = rnd() * 2 - 1;
+    for (let t = 0; t < r; t++) {
+      const tokId = 97 + Math.floor(rnd() * 26);
+      ids[b * L + P + t] = tokId;
+      resp[b * R + t] = tokId;
+      attn[b * L + P + t] = 1;
+      rmask[b * R + t] = 1;
+      adv[b * R + t] = a;
+    }
+  }
+  return DataProto.fromDict({
+    input_ids: { data: ids, shape: [B, L] },
+    attention_mask: { data: attn, shape: [B, L] },
+    responses: { data: resp, shape: [B, R] },
+    response_mask: { data: rmask, shape: [B, R] },
+    advantages: { data: adv, shape: [B, R] },
+  });
+}
+
+type Group = WorkerGroup<ActorRolloutRefWorker> & BoundMethods<ActorRolloutRefWorker>;
+
+async function group(n: number, cfg: ReturnType<typeof config>): Promise<Group> {
+  const pool = new ResourcePool({ processOnNodes: [n], useGpu: false, namePrefix: `fsdp${n}` });
+  return (await WorkerGroup.create(
+    pool,
+    workerRole(ActorRolloutRefWorker, { module: WORKER_MODULE }, { config: cfg }),
+    { name: `fsdp${n}`, collective: true, env: { TORL_BACKEND: "cpu" } },
+  )) as Group;
+}
+
+test.before(async () => {
+  await init({ numCpus: 8 });
+});
+test.after.always(async () => {
+  await shutdown();
+});
+
+/** Two PPO steps (old log-probs from the current actor, ref log-probs, update) on the same batch. */
+async function train(wg: Group, cfg: ReturnType<typeof config>) {
+  const metrics: Record<string, number>[] = [];
+  for (let step = 0; step < 2; step++) {
+    const data = batch();
+    data.union(await wg.computeLogProb(data));
+    data.union(await wg.computeRefLogProb(data));
+    const rows = cfg.actor_rollout_ref.actor.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n;
+    const out = (await wg.updateActor(layoutForMiniBatches(data, wg.worldSize, rows))) as Record<
+      string,
+      number
+    >[];
+    metrics.push(out[0]!);
+    // every rank reports the same (all-reduced) metrics
+    for (const m of out) if (JSON.stringify(m) !== JSON.stringify(out[0])) throw new Error("ranks disagree");
+  }
+  return { params: (await wg.gatheredParameters()) as Float32Array, metrics };
+}
+
+test("N=2 and N=4 ranks give the same parameters and metrics as N=1; optimizer state per rank is 1/N", async (t) => {
+  const dir = tinyModelDir();
+  const cfg = config(dir);
+  const t0 = Date.now();
+  const groups = await Promise.all([1, 2, 4].map((n) => group(n, cfg)));
+  const t1 = Date.now();
+  const infos = (await Promise.all(groups.map((g) => g.initModel()))) as ShardInfo[][];
+  const t2 = Date.now();
+  const before = (await groups[0]!.gatheredParameters()) as Float32Array;
+  const results = [];
+  for (const g of groups) results.push(await train(g, cfg));
+  const [one, two, four] = results;
+  t.log(`spawn ${t1 - t0} ms, initModel ${t2 - t1} ms, train ${Date.now() - t2} ms`);
+  let moved = 0;
+  for (let i = 0; i < before.length; i++) moved = Math.max(moved, Math.abs(one!.params[i]! - before[i]!));
+  t.true(moved > 1e-3, `training moved the parameters (max |delta| ${moved})`);
+  for (const [name, r] of [
+    ["N=2", two],
+    ["N=4", four],
+  ] as const) {
+    let maxDiff = 0;
+    for (let i = 0; i < before.length; i++)
+      maxDiff = Math.max(maxDiff, Math.abs(r!.params[i]! - one!.params[i]!));
+    t.log(
+      `${name}: max |param - param(N=1)| = ${maxDiff.toExponential(2)} (max update ${moved.toExponential(2)})`,
+    );
+    t.true(maxDiff < 2e-5, `${name} parameters match N=1 (max diff ${maxDiff})`);
+    for (const [k, v] of Object.entries(one!.metrics[1]!)) {
+      t.true(
+        Math.abs(r!.metrics[1]![k]! - v) <= 1e-4 * Math.max(1, Math.abs(v)),
+        `${name} ${k}: ${r!.metrics[1]![k]} vs ${v}`,
+      );
+    }
+  }
+  // step 0 had lr 0 (one warmup step), step 1 the full lr
+  t.is(one!.metrics[0]!["actor/lr"], 0);
+  t.is(one!.metrics[1]!["actor/lr"], 3e-3);
+  t.true(one!.metrics[1]!["actor/grad_norm"]! > 0);
+  t.true("actor/kl_loss" in one!.metrics[1]! && "actor/pg_clipfrac" in one!.metrics[1]!);
+
+  const total = infos[0]![0]!.numParameters;
+  for (const per of infos) {
+    const n = per.length;
+    t.is(
+      per.reduce((a, i) => a + (i.shardEnd - i.shardStart), 0),
+      total,
+      "shards cover every parameter once",
+    );
+    for (const i of per) {
+      t.true(
+        Math.abs(i.optimizerBytes - (8 * total) / n) <= 8,
+        `rank ${i.rank}/${n}: ${i.optimizerBytes} bytes`,
+      );
+    }
+    t.log(
+      `N=${n}: parameters ${total}, optimizer state per rank ${per.map((i) => i.optimizerBytes).join("/")} bytes, param shard ${per[0]!.paramShardBytes} bytes`,
+    );
+  }
+  for (const g of groups) g.shutdown();
+});
