@@ -1,0 +1,418 @@
+/**
+ * The public cluster API: init/shutdown, actors, tasks, objects, placement groups.
+ * Names and semantics follow Ray.
+ */
+import os from "node:os";
+import { Head } from "./cluster/head.js";
+import { NodeAgent } from "./cluster/node-agent.js";
+import { GetTimeoutError } from "./errors.js";
+import { type ActorHandleBase, handleFor } from "./runtime/actor-handle.js";
+import { currentRuntime, maybeRuntime } from "./runtime/current.js";
+import { randomId } from "./runtime/ids.js";
+import { ObjectRef } from "./runtime/object-ref.js";
+import { type ActorSpec, FLAG_IMMEDIATE, type PlacementStrategy } from "./runtime/protocol.js";
+import { Runtime, type RuntimeContext } from "./runtime/runtime.js";
+import { TaskPool } from "./runtime/tasks.js";
+import { encode } from "./wire/codec.js";
+
+export interface InitOptions {
+  /** "host:port" of a head started with `torl start --head`; omitted: start an embedded cluster here. */
+  address?: string;
+  /** Embedded cluster: CPUs of the local node (default: the machine's cores). */
+  numCpus?: number;
+  /** Embedded cluster: GPUs of the local node (default: detected with nvidia-smi, none without it). */
+  numGpus?: number;
+  /** Embedded cluster: custom resources of the local node. */
+  resources?: Record<string, number>;
+  /** IP this process binds its object server to (default 127.0.0.1). */
+  nodeIp?: string;
+}
+
+export interface ClusterInfo {
+  address: string;
+  clientId: string;
+  nodeId?: string;
+  embedded: boolean;
+}
+
+let embedded: { head: Head; node: NodeAgent } | null = null;
+const pools = new Map<string, TaskPool>();
+let clusterCpus = 1;
+
+/** Starts an embedded head and node (default) or joins the cluster at `address`. */
+export async function init(opts: InitOptions = {}): Promise<ClusterInfo> {
+  if (maybeRuntime()) throw new Error("init() was already called in this process; call shutdown() first");
+  const ip = opts.nodeIp ?? process.env.TORL_NODE_IP ?? "127.0.0.1";
+  let address = opts.address ?? process.env.TORL_ADDRESS;
+  let nodeId: string | undefined;
+  if (!address) {
+    const head = new Head({ host: "127.0.0.1", port: 0, nodeTimeoutMs: Number.POSITIVE_INFINITY });
+    address = await head.start();
+    const node = new NodeAgent({
+      headAddress: address,
+      ip: "127.0.0.1",
+      numCpus: opts.numCpus ?? os.cpus().length,
+      numGpus: opts.numGpus,
+      resources: opts.resources,
+    });
+    await node.start();
+    nodeId = node.nodeId;
+    embedded = { head, node };
+  }
+  const rt = new Runtime();
+  try {
+    await rt.start(address, ip, { nodeId });
+  } catch (e) {
+    if (embedded) {
+      await embedded.node.stop();
+      embedded.head.stop();
+      embedded = null;
+    }
+    throw e;
+  }
+  const res = await rt.head.request("clusterResources", {}, 10000);
+  clusterCpus = res.total.CPU ?? 1;
+  return { address, clientId: rt.clientId, nodeId, embedded: embedded !== null };
+}
+
+export function isInitialized(): boolean {
+  return maybeRuntime() !== null;
+}
+
+/** Kills the actors this process created (not detached ones), and stops an embedded cluster. */
+export async function shutdown(): Promise<void> {
+  const rt = maybeRuntime();
+  if (rt) await rt.shutdown();
+  pools.clear();
+  if (embedded) {
+    const e = embedded;
+    embedded = null;
+    await e.node.stop();
+    e.head.stop();
+  }
+}
+
+// ---- actors -----------------------------------------------------------------------------------
+
+export interface ActorOptions {
+  /** Register under this name for getActor(name). */
+  name?: string;
+  numCpus?: number;
+  /** Whole or fractional GPUs; the worker sees exactly its GPU ids in CUDA_VISIBLE_DEVICES. */
+  numGpus?: number;
+  resources?: Record<string, number>;
+  /** Restarts after the worker dies (the constructor runs again); -1 = unlimited. Default 0. */
+  maxRestarts?: number;
+  /** Re-send calls in flight when the actor restarts, up to this many times each. Default 0. */
+  maxTaskRetries?: number;
+  /** Calls that may run at once (async methods). Default 1. */
+  maxConcurrency?: number;
+  placementGroup?: PlacementGroup | string;
+  /** Bundle of the placement group; -1 or omitted = any bundle that fits. */
+  bundleIndex?: number;
+  /** "detached": outlives the process that created it. */
+  lifetime?: "detached";
+  /** Extra environment variables for the worker process. */
+  env?: Record<string, string>;
+}
+
+function resourcesOf(
+  o: { numCpus?: number; numGpus?: number; resources?: Record<string, number> },
+  defaultCpus: number,
+) {
+  const r: Record<string, number> = { ...(o.resources ?? {}) };
+  r.CPU = o.numCpus ?? defaultCpus;
+  if (o.numGpus) r.GPU = o.numGpus;
+  return r;
+}
+
+/**
+ * Creates an actor: `module` (a URL the worker can import) exports `className`. Returns the
+ * handle at once; calls queue until the worker is up.
+ */
+export function createActor(
+  module: string,
+  className: string | null,
+  args: unknown[],
+  opts: ActorOptions = {},
+): any {
+  const rt = currentRuntime();
+  const actorId = `${className ? className.slice(0, 16) : "exec"}-${randomId(5)}`;
+  const enc = encode(args);
+  const pg = opts.placementGroup;
+  const spec: ActorSpec = {
+    actorId,
+    module,
+    className,
+    args: { h: enc.head, f: enc.frames },
+    name: opts.name,
+    resources: resourcesOf(opts, 0),
+    maxRestarts: opts.maxRestarts ?? 0,
+    maxConcurrency: opts.maxConcurrency ?? 1,
+    placementGroup: typeof pg === "string" ? pg : pg?.id,
+    bundleIndex: opts.bundleIndex,
+    detached: opts.lifetime === "detached",
+    env: opts.env,
+    ownerClientId: rt.clientId,
+  };
+  const rec = rt.actors.record(actorId, opts.name);
+  rec.maxTaskRetries = opts.maxTaskRetries ?? 0;
+  rt.head.request("createActor", { spec }).catch((e: Error) => {
+    rt.actors.onUpdate({
+      t: "actor",
+      actorId,
+      state: "DEAD",
+      incarnation: 1e9,
+      cause: { kind: "rejected", message: `the head refused to create it: ${e.name}: ${e.message}` },
+    });
+  });
+  return handleFor(rt, actorId, opts.name);
+}
+
+/** Looks up a live named actor. */
+export async function getActor<T = any>(name: string): Promise<T> {
+  const rt = currentRuntime();
+  const info = await rt.head.request("getActor", { name });
+  return handleFor(rt, info.actorId, name);
+}
+
+/** Kills an actor's worker at once; with `noRestart: false` it may restart (if maxRestarts allows). */
+export function kill(handle: ActorHandleBase | any, opts: { noRestart?: boolean } = {}): void {
+  const rt = currentRuntime();
+  rt.head.notify("kill", { actorId: handle.actorId, noRestart: opts.noRestart !== false });
+}
+
+/**
+ * Advanced: runs `exportName` of `moduleUrl` inside the actor's process and returns its result.
+ * It runs as soon as it arrives (not queued behind running calls, not counted in maxConcurrency),
+ * so it can set up state (e.g. collective rings) while methods wait.
+ */
+export function invokeInActor<R = unknown>(
+  handle: any,
+  moduleUrl: string,
+  exportName: string,
+  args: unknown[] = [],
+): ObjectRef<R> {
+  const base = handle as ActorHandleBase;
+  return base._rt.actors.call(base._rec, [moduleUrl, exportName], args, FLAG_IMMEDIATE) as ObjectRef<R>;
+}
+
+// ---- tasks ------------------------------------------------------------------------------------
+
+export interface TaskOptions {
+  numCpus?: number;
+  numGpus?: number;
+  resources?: Record<string, number>;
+  /** Re-runs after the executing worker died (not after exceptions). Default 3, like Ray. */
+  maxRetries?: number;
+}
+
+/** Submits `exportName` of `moduleUrl` as a task. */
+export function submitTask<R = unknown>(
+  moduleUrl: string,
+  exportName: string,
+  args: unknown[],
+  opts: TaskOptions = {},
+): ObjectRef<R> {
+  const rt = currentRuntime();
+  const resources = resourcesOf(opts, 1);
+  const key = JSON.stringify(Object.entries(resources).sort());
+  let pool = pools.get(key);
+  if (!pool) {
+    const perTask = resources.CPU ?? 1;
+    const maxExecs = perTask > 0 ? Math.max(1, Math.min(16, Math.floor(clusterCpus / perTask))) : 4;
+    pool = new TaskPool(rt, resources, maxExecs, (res) => {
+      const h = createActor("", null, [], { numCpus: res.CPU, numGpus: res.GPU, resources: res });
+      return (h as ActorHandleBase)._rec;
+    });
+    pools.set(key, pool);
+  }
+  return pool.submit([moduleUrl, exportName], args, opts.maxRetries ?? 3) as ObjectRef<R>;
+}
+
+// ---- objects ----------------------------------------------------------------------------------
+
+/** Stores a value in this process's object store (typed arrays are copied once) and returns its ref. */
+export function put<T>(value: T): ObjectRef<T> {
+  return currentRuntime().put(value);
+}
+
+export interface GetOptions {
+  timeoutMs?: number;
+}
+
+/** The value of a ref, or of each ref in an array. */
+export function get<T>(ref: ObjectRef<T> | PromiseLike<T>, opts?: GetOptions): Promise<T>;
+export function get<T extends readonly unknown[]>(
+  refs: T,
+  opts?: GetOptions,
+): Promise<{ [K in keyof T]: Awaited<T[K]> }>;
+export function get(refs: any, opts: GetOptions = {}): Promise<any> {
+  const p = Array.isArray(refs) ? Promise.all(refs.map((r) => resolveOne(r))) : resolveOne(refs);
+  if (!opts.timeoutMs) return p;
+  return withTimeout(p, opts.timeoutMs, `get() did not finish within ${opts.timeoutMs} ms`);
+}
+
+function resolveOne(r: any): Promise<unknown> {
+  if (r instanceof ObjectRef) return currentRuntime().getOne(r);
+  return Promise.resolve(r);
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number, message: string): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const t = setTimeout(() => reject(new GetTimeoutError(message)), ms);
+    p.then(
+      (v) => {
+        clearTimeout(t);
+        resolve(v);
+      },
+      (e) => {
+        clearTimeout(t);
+        reject(e);
+      },
+    );
+  });
+}
+
+export interface WaitOptions {
+  /** How many refs must be ready (default 1). */
+  numReturns?: number;
+  /** Give up waiting after this long and return what is ready (default: no limit). */
+  timeoutMs?: number;
+}
+
+/**
+ * Waits until `numReturns` refs are ready (values or errors); keeps the input order in both lists.
+ * Plain promises are accepted too.
+ */
+export function wait<R extends PromiseLike<unknown>>(
+  refs: R[],
+  opts: WaitOptions = {},
+): Promise<{ ready: R[]; notReady: R[] }> {
+  const want = Math.min(opts.numReturns ?? 1, refs.length);
+  const done = new Set<number>();
+  return new Promise((resolve) => {
+    let finished = false;
+    let timer: NodeJS.Timeout | null = null;
+    const finish = () => {
+      if (finished) return;
+      finished = true;
+      if (timer) clearTimeout(timer);
+      const ready: R[] = [];
+      const notReady: R[] = [];
+      for (let i = 0; i < refs.length; i++) {
+        (done.has(i) && ready.length < want ? ready : notReady).push(refs[i]!);
+      }
+      resolve({ ready, notReady });
+    };
+    if (want === 0) return finish();
+    if (opts.timeoutMs !== undefined) timer = setTimeout(finish, opts.timeoutMs);
+    refs.forEach((r, i) => {
+      const mark = () => {
+        done.add(i);
+        if (done.size >= want) finish();
+      };
+      resolveOne(r).then(mark, mark);
+    });
+  });
+}
+
+/** Counts of this process's object store: objects held now and freed so far. */
+export function objectStoreStats(): { held: number; freed: number } {
+  const rt = currentRuntime();
+  return { held: rt.store.entries.size, freed: rt.store.freed };
+}
+
+/** Drops owned objects from the store at once (later gets reject with ObjectLostError). */
+export function free(refs: ObjectRef | ObjectRef[]): void {
+  const rt = currentRuntime();
+  for (const r of Array.isArray(refs) ? refs : [refs]) {
+    if (r.ownerId === rt.clientId) rt.store.remove(r.seq);
+  }
+}
+
+// ---- placement groups -------------------------------------------------------------------------
+
+export interface PlacementGroupOptions {
+  strategy?: PlacementStrategy;
+  name?: string;
+}
+
+export interface PlacementGroupInfo {
+  pgId: string;
+  state: string;
+  strategy: PlacementStrategy;
+  bundles: Record<string, number>[];
+  bundleNodes: string[] | null;
+  bundleGpus: number[][] | null;
+}
+
+export class PlacementGroup {
+  private created: Promise<unknown>;
+  constructor(
+    readonly id: string,
+    readonly bundles: Record<string, number>[],
+    readonly strategy: PlacementStrategy,
+    name?: string,
+  ) {
+    const rt = currentRuntime();
+    this.created = rt.head.request("createPg", { pgId: id, bundles, strategy, name, clientId: rt.clientId });
+    this.created.catch(() => {});
+  }
+
+  get bundleCount(): number {
+    return this.bundles.length;
+  }
+
+  /** Resolves when every bundle is reserved; rejects at once if the group can never be placed. */
+  async ready(): Promise<PlacementGroupInfo> {
+    await this.created;
+    return currentRuntime().head.request("waitPg", { pgId: this.id });
+  }
+}
+
+/** Reserves bundles of resources across nodes (Ray's placement_group). */
+export function placementGroup(
+  bundles: Record<string, number>[],
+  opts: PlacementGroupOptions = {},
+): PlacementGroup {
+  return new PlacementGroup(
+    `pg-${randomId(5)}`,
+    bundles.map(normalizeBundle),
+    opts.strategy ?? "PACK",
+    opts.name,
+  );
+}
+
+function normalizeBundle(b: Record<string, number>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [k, v] of Object.entries(b)) {
+    const key = k === "numCpus" || k === "cpu" ? "CPU" : k === "numGpus" || k === "gpu" ? "GPU" : k;
+    out[key] = v;
+  }
+  return out;
+}
+
+export async function removePlacementGroup(pg: PlacementGroup | string): Promise<void> {
+  await currentRuntime().head.request("removePg", { pgId: typeof pg === "string" ? pg : pg.id });
+}
+
+// ---- introspection ----------------------------------------------------------------------------
+
+/** Facts about this process: actor id, node, GPU ids (inside an actor), client id. */
+export function getRuntimeContext(): RuntimeContext {
+  return currentRuntime().context;
+}
+
+export async function clusterResources(): Promise<Record<string, number>> {
+  return (await currentRuntime().head.request("clusterResources")).total;
+}
+
+export async function availableResources(): Promise<Record<string, number>> {
+  return (await currentRuntime().head.request("clusterResources")).available;
+}
+
+/** The head's view: nodes, actors, placement groups. */
+export async function clusterStatus(): Promise<any> {
+  return currentRuntime().head.request("status");
+}

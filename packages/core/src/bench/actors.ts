@@ -1,0 +1,188 @@
+/**
+ * `torl bench actors`: Ray's microbenchmark figures for this runtime, next to the raw ZeroMQ floor
+ * measured in the same run between two processes.
+ */
+import os from "node:os";
+import path from "node:path";
+import { createActor, get, init, put, shutdown, submitTask } from "../api.js";
+import { parseFlags } from "../cli/args.js";
+import type { CliCommand } from "../cli-command.js";
+import { RawEcho } from "./raw-zmq.js";
+
+const WORKLOAD = new URL("./workload.ts", import.meta.url).href;
+
+const usage = `usage: pnpm torl bench actors [--json] [--seconds S]
+
+Measures (ops/s unless noted): 1_1_actor_calls_sync, 1_1_actor_calls_async, 1_1_actor_calls_concurrent,
+n_n_actor_calls_async, single_client_tasks_async, single_client_get_calls, single_client_put_gigabytes
+(GB/s, 64 MiB Float32Array), and the baselines measured in the same run, interleaved with the
+figure they bound: raw_zmq_roundtrip_sync / raw_zmq_roundtrip_pipelined (two processes, same
+transport) and memcpy_fresh_64mib_gigabytes (a copy into freshly allocated memory, which put does).
+The last line is one JSON object.`;
+
+async function timeLoop(seconds: number, step: () => Promise<number>): Promise<number> {
+  // warm-up
+  const w0 = performance.now();
+  while (performance.now() - w0 < 200) await step();
+  let n = 0;
+  const t0 = performance.now();
+  while (performance.now() - t0 < seconds * 1000) n += await step();
+  return n / ((performance.now() - t0) / 1000);
+}
+
+function loader(): string {
+  try {
+    return import.meta.resolve("tsx");
+  } catch {
+    return "tsx";
+  }
+}
+
+/** Alternates slices of two measurements so both see the same machine load; returns [a/s, b/s]. */
+async function interleaved(
+  seconds: number,
+  a: (s: number) => Promise<[number, number]>,
+  b: (s: number) => Promise<[number, number]>,
+): Promise<[number, number]> {
+  const rounds = 4;
+  const tot = [0, 0, 0, 0];
+  for (let i = 0; i < rounds; i++) {
+    const [na, ta] = await a(seconds / rounds);
+    const [nb, tb] = await b(seconds / rounds);
+    tot[0] += na;
+    tot[1] += ta;
+    tot[2] += nb;
+    tot[3] += tb;
+  }
+  return [tot[0]! / tot[1]!, tot[2]! / tot[3]!];
+}
+
+async function counted(seconds: number, step: () => Promise<number>): Promise<[number, number]> {
+  let n = 0;
+  const t0 = performance.now();
+  while (performance.now() - t0 < seconds * 1000) n += await step();
+  return [n, (performance.now() - t0) / 1000];
+}
+
+let keep: Float32Array | null = null;
+
+export async function benchActors(
+  seconds: number,
+  log: (s: string) => void,
+): Promise<Record<string, number>> {
+  const out: Record<string, number> = {};
+  const ipc = `ipc://${path.join(os.tmpdir(), `torl-bench-${process.pid}.sock`)}`;
+  const raw = await RawEcho.start(ipc, loader());
+  await init();
+  try {
+    // start every worker first (actors and the task pool), so no process boots during a measurement
+    log("starting workers ...");
+    const a = createActor(WORKLOAD, "BenchActor", []);
+    const c = createActor(WORKLOAD, "BenchActor", [], { maxConcurrency: 16 });
+    const servers = [createActor(WORKLOAD, "BenchActor", []), createActor(WORKLOAD, "BenchActor", [])];
+    const clients = [
+      createActor(WORKLOAD, "BenchClient", [servers]),
+      createActor(WORKLOAD, "BenchClient", [servers]),
+    ];
+    await get([a, c, ...servers, ...clients].map((h) => h.ready()));
+    await timeLoop(Math.max(3, seconds), async () => {
+      await get(Array.from({ length: 200 }, () => submitTask(WORKLOAD, "noopTask", [])));
+      return 200;
+    });
+    await new Promise((r) => setTimeout(r, 1000));
+    await timeLoop(0.2, async () => {
+      await a.noop();
+      return 1;
+    });
+    log("1_1_actor_calls_sync vs raw_zmq_roundtrip_sync (interleaved) ...");
+    [out["1_1_actor_calls_sync"], out.raw_zmq_roundtrip_sync] = await interleaved(
+      seconds * 2,
+      (s) =>
+        counted(s, async () => {
+          await a.noop();
+          return 1;
+        }),
+      (s) => raw.sync(s),
+    );
+    log("1_1_actor_calls_async vs raw_zmq_roundtrip_pipelined (interleaved) ...");
+    [out["1_1_actor_calls_async"], out.raw_zmq_roundtrip_pipelined] = await interleaved(
+      seconds * 2,
+      (s) =>
+        counted(s, async () => {
+          const refs = [];
+          for (let i = 0; i < 1000; i++) refs.push(a.noop());
+          await get(refs);
+          return 1000;
+        }),
+      (s) => raw.pipelined(s),
+    );
+    log("1_1_actor_calls_concurrent ...");
+    out["1_1_actor_calls_concurrent"] = await timeLoop(seconds, async () => {
+      const refs = [];
+      for (let i = 0; i < 1000; i++) refs.push(c.asyncNoop());
+      await get(refs);
+      return 1000;
+    });
+    log("n_n_actor_calls_async (2 client actors x 2 server actors) ...");
+    await get(clients.map((cl) => cl.run(2000, 500)));
+    out.n_n_actor_calls_async = await timeLoop(seconds, async () => {
+      const counts = await get(clients.map((cl) => cl.run(5000, 500)));
+      return (counts as number[]).reduce((x, y) => x + y, 0);
+    });
+    log("single_client_tasks_async ...");
+    out.single_client_tasks_async = await timeLoop(seconds, async () => {
+      const refs = [];
+      for (let i = 0; i < 1000; i++) refs.push(submitTask(WORKLOAD, "noopTask", []));
+      await get(refs);
+      return 1000;
+    });
+    log("single_client_get_calls ...");
+    const small = put({ x: 1 });
+    out.single_client_get_calls = await timeLoop(seconds, async () => {
+      for (let i = 0; i < 100; i++) await get(small);
+      return 100;
+    });
+    log("single_client_put_gigabytes (64 MiB Float32Array) vs a plain copy into fresh memory ...");
+    const big = new Float32Array(16 * 1024 * 1024).fill(1.5);
+    const [puts, copies] = await interleaved(
+      seconds * 2,
+      (s) =>
+        counted(s, async () => {
+          put(big);
+          return 1;
+        }),
+      (s) =>
+        counted(s, async () => {
+          keep = big.slice();
+          return keep.length > 0 ? 1 : 0;
+        }),
+    );
+    out.single_client_put_gigabytes = puts * (big.byteLength / 1e9);
+    out.memcpy_fresh_64mib_gigabytes = copies * (big.byteLength / 1e9);
+  } finally {
+    raw.close();
+    await shutdown();
+  }
+  out.ratio_sync_vs_raw_sync = out["1_1_actor_calls_sync"]! / out.raw_zmq_roundtrip_sync!;
+  out.ratio_async_vs_raw_pipelined = out["1_1_actor_calls_async"]! / out.raw_zmq_roundtrip_pipelined!;
+  out.ratio_put_vs_memcpy = out.single_client_put_gigabytes! / out.memcpy_fresh_64mib_gigabytes!;
+  keep = null;
+  return out;
+}
+
+export const benchActorsCommand: CliCommand = {
+  summary: "actor runtime microbenchmark (Ray's figures) against raw ZeroMQ",
+  usage,
+  async run(args) {
+    const f = parseFlags(args, { json: "boolean", seconds: "number" });
+    const figures = await benchActors(f.seconds ?? 2, (s) => console.error(s));
+    const round = (v: number) => (v >= 100 ? Math.round(v) : Math.round(v * 1000) / 1000);
+    const rows = Object.entries(figures).map(
+      ([k, v]) => `  ${k.padEnd(32)} ${String(round(v)).padStart(12)}`,
+    );
+    console.log(["actor benchmark (ops/s; put in GB/s)", ...rows].join("\n"));
+    if (f.json)
+      console.log(JSON.stringify(Object.fromEntries(Object.entries(figures).map(([k, v]) => [k, round(v)]))));
+    return 0;
+  },
+};

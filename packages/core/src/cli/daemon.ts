@@ -1,0 +1,71 @@
+/**
+ * The long-running process behind `torl start`: a head (plus its local node agent) or a node agent
+ * joining a head. Tells its parent (if any) when it is ready, stops cleanly on SIGTERM/SIGINT.
+ */
+import { Head } from "../cluster/head.js";
+import { NodeAgent } from "../cluster/node-agent.js";
+import { setLogRole } from "../log.js";
+import { forgetDaemon, recordDaemon } from "./state.js";
+
+export interface DaemonOptions {
+  head: boolean;
+  address?: string;
+  port: number;
+  host: string;
+  nodeIp: string;
+  numCpus?: number;
+  numGpus?: number;
+  resources?: Record<string, number>;
+  log: string;
+}
+
+export async function runDaemon(o: DaemonOptions): Promise<void> {
+  let head: Head | null = null;
+  let address = o.address ?? "";
+  if (o.head) {
+    setLogRole("head");
+    head = new Head({ host: o.host, port: o.port });
+    const bound = await head.start();
+    address = `${o.nodeIp}:${bound.split(":").pop()}`;
+    head.address = address;
+  } else setLogRole("node");
+  const node = new NodeAgent({
+    headAddress: address,
+    ip: o.nodeIp,
+    numCpus: o.numCpus,
+    numGpus: o.numGpus,
+    resources: o.resources,
+  });
+  await node.start();
+  recordDaemon({
+    pid: process.pid,
+    role: o.head ? "head" : "node",
+    address,
+    nodeId: node.nodeId,
+    log: o.log,
+  });
+  let stopping = false;
+  const stop = async (why: string) => {
+    if (stopping) return;
+    stopping = true;
+    process.stderr.write(`[torl ${o.head ? "head" : "node"} ${process.pid}] stopping (${why})\n`);
+    await node.stop();
+    head?.stop();
+    forgetDaemon(process.pid);
+    setTimeout(() => process.exit(0), 100);
+  };
+  node.onShutdownRequest = () => void stop("the head asked");
+  process.on("SIGTERM", () => void stop("SIGTERM"));
+  process.on("SIGINT", () => void stop("SIGINT"));
+  const ready = { t: "ready", address, nodeId: node.nodeId, pid: process.pid };
+  process.stdout.write(`${JSON.stringify(ready)}\n`);
+  if (process.send) process.send(ready);
+}
+
+// Run as a script: options come as one JSON argument.
+if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split("/").pop()!) && process.argv[2]) {
+  runDaemon(JSON.parse(process.argv[2])).catch((e) => {
+    process.stderr.write(`torl daemon failed: ${(e as Error).stack}\n`);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,99 @@
+/** `torl start`: start a head (`--head`) or a node agent joining one (`--address`), in the background. */
+import { spawn } from "node:child_process";
+import { openSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { type CliCommand, UsageError } from "../cli-command.js";
+import { parseFlags } from "./args.js";
+import { type DaemonOptions, runDaemon } from "./daemon.js";
+import { stateDir } from "./state.js";
+
+const usage = `usage: pnpm torl start --head [--port P] [--host H] [options]
+       pnpm torl start --address HOST:PORT [options]
+
+Starts a cluster head (with a local node) or a node agent that joins the head at HOST:PORT.
+Runs in the background and prints the address; \`pnpm torl stop\` stops what was started here.
+
+options:
+  --head                 start a head (control plane) and a node on this machine
+  --port P               head port (default 6380; 0 = any free port)
+  --host H               interface the head binds (default 0.0.0.0)
+  --address HOST:PORT    join the head there as a node agent
+  --num-cpus N           CPUs this node offers (default: its cores)
+  --num-gpus N           GPUs this node offers (ids 0..N-1; default: detected with nvidia-smi)
+  --resources JSON       custom resources, e.g. '{"sandbox": 8}'
+  --node-ip IP           address workers on this node listen on (default 127.0.0.1)
+  --block                stay in the foreground`;
+
+const DAEMON = fileURLToPath(new URL("./daemon.ts", import.meta.url));
+
+function tsxLoader(): string {
+  try {
+    return import.meta.resolve("tsx");
+  } catch {
+    return "tsx";
+  }
+}
+
+export const startCommand: CliCommand = {
+  summary: "start a cluster head (--head) or a node agent (--address H:P)",
+  usage,
+  async run(args) {
+    const f = parseFlags(args, {
+      head: "boolean",
+      port: "number",
+      host: "string",
+      address: "string",
+      "num-cpus": "number",
+      "num-gpus": "number",
+      resources: "json",
+      "node-ip": "string",
+      block: "boolean",
+    });
+    if (!f.head && !f.address) throw new UsageError("give --head or --address HOST:PORT");
+    if (f.head && f.address) throw new UsageError("--head and --address exclude each other");
+    if (f.address && !/^[^:\s]+:\d+$/.test(f.address))
+      throw new UsageError(`--address must be HOST:PORT, got '${f.address}'`);
+    const role = f.head ? "head" : "node";
+    const log = path.join(stateDir(), "logs", `${role}-${Date.now()}.log`);
+    const opts: DaemonOptions = {
+      head: !!f.head,
+      address: f.address,
+      port: f.port ?? 6380,
+      host: f.host ?? "0.0.0.0",
+      nodeIp: f["node-ip"] ?? "127.0.0.1",
+      numCpus: f["num-cpus"],
+      numGpus: f["num-gpus"],
+      resources: f.resources,
+      log,
+    };
+    if (f.block) {
+      await runDaemon(opts);
+      await new Promise(() => {});
+      return 0;
+    }
+    const fd = openSync(log, "a");
+    const child = spawn(process.execPath, ["--import", tsxLoader(), DAEMON, JSON.stringify(opts)], {
+      detached: true,
+      stdio: ["ignore", fd, fd, "ipc"],
+      env: process.env,
+    });
+    const ready = await new Promise<any>((resolve, reject) => {
+      child.once("message", resolve);
+      child.once("exit", (code) =>
+        reject(new Error(`the ${role} exited with code ${code} before it was ready; see ${log}`)),
+      );
+    });
+    child.disconnect();
+    child.unref();
+    if (f.head) {
+      console.log(`head started at ${ready.address} (pid ${ready.pid}, node ${ready.nodeId}); log ${log}`);
+      console.log(`  add a node:      pnpm torl start --address ${ready.address}`);
+      console.log(`  connect a driver: init({ address: "${ready.address}" })`);
+    } else {
+      console.log(`node ${ready.nodeId} joined ${ready.address} (pid ${ready.pid}); log ${log}`);
+    }
+    console.log(JSON.stringify(ready));
+    return 0;
+  },
+};

@@ -1,0 +1,68 @@
+/** `torl status`: nodes, resources used/free, actors and their state, asked of the head. */
+import { type CliCommand, UsageError } from "../cli-command.js";
+import { HeadClient } from "../runtime/head-client.js";
+import { parseFlags } from "./args.js";
+import { lastHeadAddress } from "./state.js";
+
+const usage = `usage: pnpm torl status [--address HOST:PORT] [--json]
+
+Shows the cluster's nodes (resources used / total), actors and placement groups.
+Without --address it asks the head last started on this machine.`;
+
+export async function fetchStatus(address: string, timeoutMs = 5000): Promise<any> {
+  const client = new HeadClient(`tcp://${address}`, () => {});
+  try {
+    return await client.request("status", {}, timeoutMs);
+  } finally {
+    client.close();
+  }
+}
+
+function fmt(n: number): string {
+  return String(Math.round(n * 100) / 100);
+}
+
+export function formatStatus(s: any): string {
+  const lines = [`head ${s.address}  up ${s.uptimeS}s  drivers/workers connected ${s.clients}`, "", "nodes:"];
+  for (const n of s.nodes) {
+    const res = Object.keys(n.total)
+      .filter((k) => n.total[k] > 0)
+      .map((k) => `${k} ${fmt(n.total[k] - n.available[k])}/${fmt(n.total[k])} used`)
+      .join(", ");
+    lines.push(`  ${n.nodeId}  ${n.ip.padEnd(15)} ${n.alive ? "ALIVE" : "DEAD "}  pid ${n.pid}  ${res}`);
+  }
+  const actors = s.actors.filter((a: any) => a.className !== "(task executor)");
+  const execs = s.actors.length - actors.length;
+  lines.push("", `actors (${actors.length}, plus ${execs} task executors):`);
+  for (const a of actors) {
+    lines.push(
+      `  ${a.actorId.padEnd(28)} ${(a.name ?? "-").padEnd(14)} ${a.state.padEnd(10)} ${a.nodeId ?? "-"}  pid ${a.pid ?? "-"}${a.state === "DEAD" && a.cause ? `  (${a.cause.split("\n")[0]})` : ""}`,
+    );
+  }
+  if (s.placementGroups.length > 0) {
+    lines.push("", "placement groups:");
+    for (const p of s.placementGroups)
+      lines.push(`  ${p.pgId}  ${p.strategy}  ${p.state}  ${JSON.stringify(p.bundles)}`);
+  }
+  return lines.join("\n");
+}
+
+export const statusCommand: CliCommand = {
+  summary: "show the cluster's nodes, resources and actors",
+  usage,
+  async run(args) {
+    const f = parseFlags(args, { address: "string", json: "boolean" });
+    const address = f.address ?? process.env.TORL_ADDRESS ?? lastHeadAddress();
+    if (!address)
+      throw new UsageError("no head address: give --address HOST:PORT (no head was started here)");
+    let s: any;
+    try {
+      s = await fetchStatus(address);
+    } catch (e) {
+      console.error(`cannot reach the head at ${address}: ${(e as Error).message}`);
+      return 1;
+    }
+    console.log(f.json ? JSON.stringify(s) : formatStatus(s));
+    return 0;
+  },
+};

@@ -1,0 +1,213 @@
+/**
+ * A node agent: registers the node's resources with the head, sends heartbeats, forks one worker
+ * process per actor (CUDA_VISIBLE_DEVICES set to the assigned GPU ids) and reports how each exits.
+ */
+import { type ChildProcess, fork } from "node:child_process";
+import os from "node:os";
+import { fileURLToPath } from "node:url";
+import { logWarn } from "../log.js";
+import { randomId } from "../runtime/ids.js";
+import type { ActorSpec } from "../runtime/protocol.js";
+import { DealerLink } from "../wire/links.js";
+import { detectGpuIds } from "./detect-gpus.js";
+
+export interface NodeAgentOptions {
+  headAddress: string;
+  ip: string;
+  numCpus?: number;
+  numGpus?: number;
+  /** Explicit GPU ids (default 0..numGpus-1; with neither given, detected with nvidia-smi). */
+  gpuIds?: number[];
+  resources?: Record<string, number>;
+  nodeId?: string;
+  heartbeatMs?: number;
+}
+
+interface Worker {
+  child: ChildProcess;
+  incarnation: number;
+  exited: boolean;
+}
+
+const WORKER_MAIN = fileURLToPath(new URL("../runtime/worker-main.ts", import.meta.url));
+
+function tsxLoader(): string {
+  try {
+    return import.meta.resolve("tsx");
+  } catch {
+    return "tsx";
+  }
+}
+
+export class NodeAgent {
+  readonly nodeId: string;
+  private link!: DealerLink;
+  private workers = new Map<string, Worker>();
+  private spare: ChildProcess | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private stopped = false;
+  readonly resources: Record<string, number>;
+  readonly gpuIds: number[];
+  onShutdownRequest: (() => void) | null = null;
+
+  constructor(private opts: NodeAgentOptions) {
+    this.nodeId = opts.nodeId ?? `node-${randomId(4)}`;
+    this.gpuIds =
+      opts.gpuIds ??
+      (opts.numGpus !== undefined ? Array.from({ length: opts.numGpus }, (_, i) => i) : detectGpuIds());
+    this.resources = { CPU: opts.numCpus ?? os.cpus().length, ...(opts.resources ?? {}) };
+  }
+
+  async start(): Promise<void> {
+    const registered = new Promise<void>((resolve) => {
+      this.registered = resolve;
+    });
+    this.link = new DealerLink(`tcp://${this.opts.headAddress}`, (m) => this.onMessage(m), "head");
+    this.link.send({
+      t: "registerNode",
+      rid: 0,
+      nodeId: this.nodeId,
+      ip: this.opts.ip,
+      resources: this.resources,
+      gpuIds: this.gpuIds,
+      pid: process.pid,
+    });
+    const hb = this.opts.heartbeatMs ?? Number(process.env.TORL_HEARTBEAT_MS ?? 500);
+    this.timer = setInterval(() => this.link.send({ t: "hb", nodeId: this.nodeId }), hb);
+    this.timer.unref();
+    await registered;
+    this.refillSpare();
+  }
+
+  private registered: () => void = () => {};
+
+  private onMessage(m: any): void {
+    if (!m || typeof m !== "object") return;
+    switch (m.t) {
+      case "re":
+        if (m.rid === 0) this.registered();
+        return;
+      case "startWorker":
+        this.startWorker(m.spec, m.incarnation, m.gpuIds ?? [], m.resources ?? {}, m.bundleIndex);
+        return;
+      case "killWorker": {
+        const w = this.workers.get(m.actorId);
+        if (w && w.incarnation === m.incarnation && !w.exited) w.child.kill("SIGKILL");
+        return;
+      }
+      case "shutdown":
+        logWarn(`node ${this.nodeId}: the head asked this node to stop${m.reason ? ` (${m.reason})` : ""}`);
+        void this.stop();
+        this.onShutdownRequest?.();
+        return;
+    }
+  }
+
+  private forkWorker(extraEnv: Record<string, string | undefined>): ChildProcess {
+    return fork(WORKER_MAIN, [], {
+      execArgv: ["--import", tsxLoader()],
+      env: { ...process.env, ...extraEnv, TORL_WORKER: "1", TORL_NODE_ID: this.nodeId },
+      serialization: "advanced",
+      stdio: ["ignore", "inherit", "inherit", "ipc"],
+    });
+  }
+
+  /** A booted, idle worker process kept ready so that new actors start fast (TORL_PREWARM=0 disables). */
+  private refillSpare(): void {
+    if (this.stopped || this.spare || process.env.TORL_PREWARM === "0") return;
+    const child = this.forkWorker({});
+    child.on("error", () => {});
+    child.once("exit", () => {
+      if (this.spare === child) this.spare = null;
+    });
+    this.spare = child;
+  }
+
+  private takeSpare(): ChildProcess | null {
+    const s = this.spare;
+    if (!s || s.exitCode !== null || s.signalCode !== null || !s.connected) return null;
+    this.spare = null;
+    s.removeAllListeners("exit");
+    setTimeout(() => this.refillSpare(), 300).unref();
+    return s;
+  }
+
+  private startWorker(
+    spec: ActorSpec,
+    incarnation: number,
+    gpuIds: number[],
+    resources: Record<string, number>,
+    bundleIndex?: number,
+  ): void {
+    if (this.stopped) return;
+    const env: Record<string, string> = { ...(spec.env ?? {}) };
+    if (gpuIds.length > 0 || (resources.GPU ?? 0) > 0 || this.gpuIds.length > 0) {
+      env.CUDA_VISIBLE_DEVICES = gpuIds.join(",");
+    }
+    const hasOwnEnv = spec.env && Object.keys(spec.env).length > 0;
+    const child = (!hasOwnEnv && this.takeSpare()) || this.forkWorker(env);
+    const w: Worker = { child, incarnation, exited: false };
+    this.workers.set(spec.actorId, w);
+    child.on("message", (msg: any) => {
+      if (msg?.t === "ready") {
+        this.link.send({
+          t: "actorReady",
+          actorId: spec.actorId,
+          incarnation,
+          endpoint: msg.endpoint,
+          pid: child.pid,
+        });
+      } else if (msg?.t === "failed") {
+        this.link.send({ t: "actorFailed", actorId: spec.actorId, incarnation, error: msg.error });
+      }
+    });
+    child.on("error", (e) => logWarn(`node ${this.nodeId}: worker for ${spec.actorId}: ${e.message}`));
+    child.on("exit", (code, signal) => {
+      w.exited = true;
+      if (this.workers.get(spec.actorId) === w) this.workers.delete(spec.actorId);
+      this.link.send({ t: "workerExit", actorId: spec.actorId, incarnation, code, signal, pid: child.pid });
+    });
+    child.send({
+      t: "start",
+      spec,
+      incarnation,
+      env,
+      headAddress: this.opts.headAddress,
+      nodeId: this.nodeId,
+      nodeIp: this.opts.ip,
+      gpuIds,
+      resources,
+      bundleIndex,
+    });
+  }
+
+  /** Stops every worker (SIGTERM, then SIGKILL after a grace period) and leaves the cluster. */
+  async stop(graceMs = 1000): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    if (this.timer) clearInterval(this.timer);
+    if (this.spare) {
+      this.spare.kill("SIGKILL");
+      this.spare = null;
+    }
+    const live = [...this.workers.values()].filter((w) => !w.exited);
+    await Promise.all(
+      live.map(
+        (w) =>
+          new Promise<void>((resolve) => {
+            const t = setTimeout(() => {
+              if (!w.exited) w.child.kill("SIGKILL");
+            }, graceMs);
+            w.child.once("exit", () => {
+              clearTimeout(t);
+              resolve();
+            });
+            w.child.kill("SIGTERM");
+          }),
+      ),
+    );
+    // let the exit reports go out before closing
+    await new Promise((r) => setTimeout(r, 20));
+    this.link.close();
+  }
+}

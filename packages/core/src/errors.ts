@@ -1,0 +1,92 @@
+/** Typed errors of the runtime, each carrying the facts needed to act on it. */
+import type { WireError } from "./wire/codec.js";
+
+/** An exception thrown inside an actor method or task, with the remote name, message and stack. */
+export class RemoteError extends Error {
+  override name = "RemoteError";
+  /** The class name of the error thrown remotely (e.g. "TypeError"). */
+  readonly remoteName: string;
+  readonly remoteStack: string | undefined;
+  /** Own properties of the remote error (e.g. `code`). */
+  readonly data: Record<string, unknown>;
+  constructor(
+    wire: WireError,
+    readonly where: { actorId?: string; actorName?: string; method?: string; task?: string },
+  ) {
+    const site = where.method
+      ? `actor ${where.actorName ?? where.actorId}.${where.method}`
+      : where.task
+        ? `task ${where.task}`
+        : "remote call";
+    super(`${wire.name} in ${site}: ${wire.message}`);
+    this.remoteName = wire.name;
+    this.remoteStack = wire.stack;
+    this.data = wire.data ?? {};
+    this.stack = `${this.name}: ${this.message}\n  --- remote stack ---\n${wire.stack ?? "(none)"}\n  --- local stack ---\n${new Error().stack?.split("\n").slice(1).join("\n")}`;
+  }
+}
+
+export interface DeathCause {
+  /** "exited" | "killed" | "creation_failed" | "node_died" | "infeasible" | "owner_died" | "shutdown" */
+  kind: string;
+  message: string;
+  exitCode?: number | null;
+  signal?: string | null;
+  nodeId?: string;
+  creationError?: WireError;
+}
+
+/** A call on an actor that died (or was killed, or could never be placed). */
+export class ActorDiedError extends Error {
+  override name = "ActorDiedError";
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+  constructor(
+    readonly actorId: string,
+    readonly actorName: string | undefined,
+    override readonly cause: DeathCause,
+  ) {
+    const who = actorName ? `'${actorName}' (${actorId})` : actorId;
+    const how =
+      cause.exitCode != null || cause.signal
+        ? ` [exit code ${cause.exitCode ?? "none"}, signal ${cause.signal ?? "none"}]`
+        : "";
+    super(`actor ${who} died: ${cause.message}${how}`);
+    this.exitCode = cause.exitCode ?? null;
+    this.signal = cause.signal ?? null;
+  }
+}
+
+/** A resource request that no node (or bundle) in the cluster can ever satisfy. */
+export class InfeasibleResourceError extends Error {
+  override name = "InfeasibleResourceError";
+}
+
+/** An object whose owner is gone or that was already freed. */
+export class ObjectLostError extends Error {
+  override name = "ObjectLostError";
+  constructor(
+    readonly objectId: string,
+    why: string,
+  ) {
+    super(`object ${objectId} is lost: ${why}`);
+  }
+}
+
+/** `get` or `wait` ran past its timeout. */
+export class GetTimeoutError extends Error {
+  override name = "GetTimeoutError";
+}
+
+/** The runtime was used before `init()` or after `shutdown()`. */
+export class NotInitializedError extends Error {
+  override name = "NotInitializedError";
+  constructor() {
+    super("the torl runtime is not initialised: call init() first");
+  }
+}
+
+/** A task whose worker died more often than `maxRetries` allows. */
+export class TaskFailedError extends Error {
+  override name = "TaskFailedError";
+}

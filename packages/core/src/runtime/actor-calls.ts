@@ -1,0 +1,210 @@
+/**
+ * The caller's side of actors: one record per known actor, its direct Dealer link to the worker,
+ * calls in flight (rejected with ActorDiedError when the worker dies), calls queued until it is alive.
+ */
+import os from "node:os";
+import { ActorDiedError, type DeathCause, InfeasibleResourceError, RemoteError } from "../errors.js";
+import { type Encoded, encode } from "../wire/codec.js";
+import { DealerLink } from "../wire/links.js";
+import type { ObjectRef } from "./object-ref.js";
+import { FAILED, READY } from "./object-store.js";
+import { type ActorState, type ActorUpdate, CALL, RESULT } from "./protocol.js";
+import type { Runtime } from "./runtime.js";
+
+export interface CallInfo {
+  seq: number;
+  enc: Encoded;
+  target: string | [string, string];
+  retriesLeft: number;
+  /** Called once the call settles (used by the task pool). */
+  done?: (ok: boolean, value: any) => void;
+  /** For tasks: resubmit elsewhere instead of failing when the executor dies. */
+  onDied?: (info: CallInfo, err: Error) => boolean;
+}
+
+export class ActorRecord {
+  state: ActorState = "PENDING";
+  incarnation = -1;
+  link: DealerLink | null = null;
+  inflight = new Map<number, CallInfo>();
+  queued: CallInfo[] = [];
+  death: Error | null = null;
+  nodeId: string | undefined;
+  /** Set for task executors: the pool to notify. */
+  pool: { onIdle(rec: ActorRecord): void; onState(rec: ActorRecord): void } | null = null;
+  maxTaskRetries = 0;
+  readyWaiters: Array<() => void> = [];
+
+  constructor(
+    readonly actorId: string,
+    public name: string | undefined,
+  ) {}
+}
+
+const LARGE_INLINE = 1 << 20;
+
+export class ActorCalls {
+  readonly records = new Map<string, ActorRecord>();
+
+  constructor(private rt: Runtime) {}
+
+  record(actorId: string, name?: string): ActorRecord {
+    let rec = this.records.get(actorId);
+    if (!rec) {
+      rec = new ActorRecord(actorId, name);
+      this.records.set(actorId, rec);
+    } else if (name && !rec.name) rec.name = name;
+    return rec;
+  }
+
+  /** Top-level ObjectRef arguments that are ready here and not huge travel inline as values. */
+  private prepareArgs(args: unknown[]): unknown[] {
+    let out = args;
+    for (let i = 0; i < args.length; i++) {
+      const a = args[i] as ObjectRef | undefined;
+      if (a && typeof a === "object" && (a as any).constructor === this.rt.ObjectRefClass) {
+        const inlined = this.rt.tryInline(a, LARGE_INLINE);
+        if (inlined !== NOT_INLINED) {
+          if (out === args) out = args.slice();
+          out[i] = inlined;
+        }
+      }
+    }
+    return out;
+  }
+
+  call(
+    rec: ActorRecord,
+    target: string | [string, string],
+    args: unknown[],
+    flags = 0,
+    retries?: number,
+  ): ObjectRef {
+    const seq = this.rt.nextSeq();
+    const ref = this.rt.newOwnedRef(seq);
+    this.send(rec, seq, target, args, flags, retries ?? rec.maxTaskRetries);
+    return ref;
+  }
+
+  send(
+    rec: ActorRecord,
+    seq: number,
+    target: string | [string, string],
+    args: unknown[],
+    flags: number,
+    retries: number,
+    extra?: Partial<CallInfo>,
+  ): CallInfo | null {
+    if (rec.state === "DEAD") {
+      this.rt.store.settle(seq, FAILED, rec.death);
+      return null;
+    }
+    let enc: Encoded;
+    try {
+      enc = encode([CALL, seq, target, this.prepareArgs(args), flags]);
+    } catch (e) {
+      this.rt.store.settle(
+        seq,
+        FAILED,
+        new TypeError(`arguments of ${describe(rec, target)} cannot be serialized: ${(e as Error).message}`),
+      );
+      return null;
+    }
+    const info: CallInfo = { seq, enc, target, retriesLeft: retries, ...extra };
+    rec.inflight.set(seq, info);
+    if (rec.link && rec.state === "ALIVE") rec.link.sendEncoded(enc);
+    else rec.queued.push(info);
+    return info;
+  }
+
+  onResult(rec: ActorRecord, msg: any): void {
+    if (msg[0] !== RESULT) return;
+    const seq = msg[1] as number;
+    const info = rec.inflight.get(seq);
+    if (!info) return;
+    rec.inflight.delete(seq);
+    if (msg[2] === 1) {
+      this.rt.store.settle(seq, READY, msg[3]);
+      info.done?.(true, msg[3]);
+    } else {
+      const err = new RemoteError(msg[3] ?? { name: "Error", message: "unknown remote error" }, {
+        actorId: rec.pool ? undefined : rec.actorId,
+        actorName: rec.name,
+        method: rec.pool ? undefined : typeof info.target === "string" ? info.target : info.target[1],
+        task: rec.pool && typeof info.target !== "string" ? info.target[1] : undefined,
+      });
+      this.rt.store.settle(seq, FAILED, err);
+      info.done?.(false, err);
+    }
+    if (rec.pool && rec.inflight.size === 0) rec.pool.onIdle(rec);
+  }
+
+  onUpdate(u: ActorUpdate): void {
+    const rec = this.records.get(u.actorId);
+    if (!rec || u.incarnation < rec.incarnation) return;
+    if (u.name && !rec.name) rec.name = u.name;
+    if (u.state === "ALIVE") {
+      if (rec.state === "ALIVE" && rec.incarnation === u.incarnation) return;
+      rec.link?.close();
+      rec.incarnation = u.incarnation;
+      rec.state = "ALIVE";
+      rec.nodeId = u.nodeId;
+      const ep = u.endpoint!;
+      const endpoint = ep.ipc && ep.host === os.hostname() ? ep.ipc : ep.tcp;
+      rec.link = new DealerLink(endpoint, (m) => this.onResult(rec, m), `actor ${rec.name ?? rec.actorId}`);
+      const q = rec.queued;
+      rec.queued = [];
+      for (const info of q) if (rec.inflight.has(info.seq)) rec.link.sendEncoded(info.enc);
+      for (const w of rec.readyWaiters.splice(0)) w();
+      rec.pool?.onState(rec);
+    } else if (u.state === "RESTARTING" || u.state === "DEAD") {
+      if (rec.state === "DEAD") return;
+      rec.incarnation = Math.max(rec.incarnation, u.incarnation);
+      rec.link?.close();
+      rec.link = null;
+      const cause: DeathCause = u.cause ?? { kind: "exited", message: "the worker process exited" };
+      const err = makeDeathError(rec, cause);
+      rec.state = u.state;
+      if (u.state === "DEAD") rec.death = err;
+      const failed = [...rec.inflight.values()];
+      rec.inflight.clear();
+      rec.queued = [];
+      for (const info of failed) {
+        if (info.onDied?.(info, err)) continue;
+        if (u.state === "RESTARTING" && info.retriesLeft > 0) {
+          info.retriesLeft--;
+          rec.inflight.set(info.seq, info);
+          rec.queued.push(info);
+          continue;
+        }
+        this.rt.store.settle(info.seq, FAILED, err);
+        info.done?.(false, err);
+      }
+      if (u.state === "DEAD") for (const w of rec.readyWaiters.splice(0)) w();
+      rec.pool?.onState(rec);
+    } else if (u.state === "PENDING") {
+      rec.state = rec.state === "RESTARTING" ? "RESTARTING" : "PENDING";
+    }
+  }
+
+  closeAll(): void {
+    for (const rec of this.records.values()) {
+      rec.link?.close();
+      rec.link = null;
+    }
+  }
+}
+
+export const NOT_INLINED = Symbol("not inlined");
+
+function describe(rec: ActorRecord, target: string | [string, string]): string {
+  return typeof target === "string" ? `${rec.name ?? rec.actorId}.${target}` : `${target[1]}`;
+}
+
+export function makeDeathError(rec: ActorRecord, cause: DeathCause): Error {
+  if (cause.kind === "infeasible") {
+    const e = new InfeasibleResourceError(cause.message);
+    return e;
+  }
+  return new ActorDiedError(rec.actorId, rec.name, cause);
+}

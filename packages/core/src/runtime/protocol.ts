@@ -1,0 +1,58 @@
+/** Message codes of the data plane (caller <-> worker/owner) and shapes of the control plane. */
+import type { DeathCause } from "../errors.js";
+
+/** [CALL, seq, target, args, flags]: target is a method name or [moduleUrl, exportName]. */
+export const CALL = 1;
+/** [RESULT, seq, ok(1|0), value | WireError] */
+export const RESULT = 2;
+/** [FETCH, seq]: ask an owner for an object. */
+export const FETCH = 3;
+/** [FETCH_REPLY, seq, status(1 ok | 2 error | 3 lost), value] */
+export const FETCH_REPLY = 4;
+/** [RELEASE, seqs]: a borrower dropped its copies. */
+export const RELEASE = 5;
+/** [ADDREF, seqs]: a borrower passed a copy on to a third process. */
+export const ADDREF = 6;
+
+/** Call flags. */
+export const FLAG_IMMEDIATE = 1;
+
+export type ActorState = "PENDING" | "ALIVE" | "RESTARTING" | "DEAD";
+
+/** An encoded value that the head passes through without decoding. */
+export interface OpaqueValue {
+  h: Uint8Array;
+  f: Uint8Array[];
+}
+
+export interface ActorSpec {
+  actorId: string;
+  /** Module URL the worker imports; className is the export to construct, null for a task executor. */
+  module: string;
+  className: string | null;
+  args: OpaqueValue;
+  name?: string;
+  resources: Record<string, number>;
+  maxRestarts: number;
+  maxConcurrency: number;
+  placementGroup?: string;
+  bundleIndex?: number;
+  detached?: boolean;
+  env?: Record<string, string>;
+  ownerClientId: string;
+}
+
+/** The head's news about one actor, pushed to subscribers. */
+export interface ActorUpdate {
+  t: "actor";
+  actorId: string;
+  name?: string;
+  state: ActorState;
+  incarnation: number;
+  endpoint?: { tcp: string; ipc?: string; host?: string };
+  nodeId?: string;
+  cause?: DeathCause;
+}
+
+export type Bundle = Record<string, number>;
+export type PlacementStrategy = "PACK" | "SPREAD" | "STRICT_PACK" | "STRICT_SPREAD";

@@ -1,0 +1,382 @@
+/**
+ * The runtime of one process: owner of its objects (store + object server), caller of actors and
+ * tasks, client of the head. In a driver started with init() and no address it also hosts the
+ * embedded head and node agent; in a worker it also executes calls.
+ */
+import { mkdirSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { ObjectLostError, RemoteError } from "../errors.js";
+import { logWarn } from "../log.js";
+import { decode, encode, errorToWire, registerClass } from "../wire/codec.js";
+import { DealerLink, RouterServer } from "../wire/links.js";
+import { ActorCalls, NOT_INLINED } from "./actor-calls.js";
+import { setRuntime } from "./current.js";
+import { HeadClient } from "./head-client.js";
+import { randomId } from "./ids.js";
+import { ObjectRef, type OwnerAddress } from "./object-ref.js";
+import { FAILED, ObjectStore, PENDING, READY } from "./object-store.js";
+import { ADDREF, FETCH, FETCH_REPLY, RELEASE } from "./protocol.js";
+
+export interface RuntimeContext {
+  /** Id of the actor this process hosts; undefined in a driver. */
+  actorId?: string;
+  actorName?: string;
+  nodeId?: string;
+  /** GPU ids assigned to this actor (also in CUDA_VISIBLE_DEVICES). */
+  gpuIds: number[];
+  /** Resources assigned to this actor. */
+  resources: Record<string, number>;
+  /** Id of this process's runtime (owner id of its objects). */
+  clientId: string;
+  /** Address of the head. */
+  headAddress: string;
+  /** Where this process's object server (and, in a worker, its call endpoint) listens. */
+  address: OwnerAddress;
+  isWorker: boolean;
+  placementGroup?: string;
+  bundleIndex?: number;
+}
+
+type Handler = (peer: Buffer, msg: any) => void;
+
+export class Runtime {
+  readonly clientId = randomId();
+  readonly store = new ObjectStore();
+  readonly ObjectRefClass = ObjectRef;
+  readonly actors = new ActorCalls(this);
+  address!: OwnerAddress;
+  head!: HeadClient;
+  server!: RouterServer;
+  context!: RuntimeContext;
+  /** Extra handler for CALL messages (workers). */
+  callHandler: Handler | null = null;
+  /** Hooks run on shutdown (embedded head/node, task pools). */
+  readonly onShutdown: Array<() => Promise<void> | void> = [];
+  private seqCounter = 0;
+  private peers = new Map<string, DealerLink>();
+  private fetches = new Map<string, Array<(m: any) => void>>();
+  private ownerOfEndpoint = new Map<string, string>();
+  private goneOwners = new Set<string>();
+  private releases = new Map<string, { addr: OwnerAddress; seqs: number[]; add: number[] }>();
+  private releaseTimer: NodeJS.Timeout | null = null;
+  private ownedFr = new FinalizationRegistry<number>((seq) => this.store.dropLocal(seq));
+  private borrowedFr = new FinalizationRegistry<[string, number, OwnerAddress]>(([owner, seq, addr]) =>
+    this.queueRelease(owner, addr, seq, false),
+  );
+  private pushHandlers: Array<(m: any) => void> = [];
+  sessionDir = "";
+  private heartbeat: NodeJS.Timeout | null = null;
+  closed = false;
+
+  nextSeq(): number {
+    return ++this.seqCounter;
+  }
+
+  /** Binds the object server and connects to the head. */
+  async start(headAddress: string, ip: string, context: Partial<RuntimeContext>): Promise<void> {
+    this.sessionDir = path.join(os.tmpdir(), "torl", "sockets");
+    mkdirSync(this.sessionDir, { recursive: true });
+    this.server = new RouterServer(
+      (peer, msg) => this.onServerMessage(peer, msg),
+      `runtime ${this.clientId}`,
+    );
+    const tcp = await this.server.bind(`tcp://${ip}:0`);
+    const ipcPath = path.join(this.sessionDir, `${this.clientId}.sock`);
+    let ipc: string | undefined;
+    if (!process.env.TORL_NO_IPC) {
+      try {
+        ipc = await this.server.bind(`ipc://${ipcPath}`);
+      } catch {
+        ipc = undefined;
+      }
+    }
+    this.server.start();
+    this.address = { tcp, ipc, host: os.hostname() };
+    this.head = new HeadClient(`tcp://${headAddress}`, (m) => this.onPush(m));
+    this.context = {
+      gpuIds: [],
+      resources: {},
+      isWorker: false,
+      ...context,
+      clientId: this.clientId,
+      headAddress,
+      address: this.address,
+    };
+    setRuntime(this);
+    const heartbeats = !this.context.isWorker;
+    await this.head.request(
+      "hello",
+      {
+        clientId: this.clientId,
+        address: this.address,
+        pid: process.pid,
+        actorId: this.context.actorId,
+        heartbeats,
+      },
+      15000,
+    );
+    if (heartbeats) {
+      this.heartbeat = setInterval(() => this.head.notify("chb", { clientId: this.clientId }), 1000);
+      this.heartbeat.unref();
+    }
+  }
+
+  addPushHandler(f: (m: any) => void): void {
+    this.pushHandlers.push(f);
+  }
+
+  private onPush(m: any): void {
+    if (m.t === "actor") this.actors.onUpdate(m);
+    else if (m.t === "clientGone") this.onOwnerGone(m.clientId);
+    for (const f of this.pushHandlers) f(m);
+  }
+
+  // ---- objects ------------------------------------------------------------------------------
+
+  newOwnedRef<T = unknown>(seq: number): ObjectRef<T> {
+    const e = this.store.create(seq);
+    e.local = 1;
+    const ref = new ObjectRef<T>(this.clientId, seq, this.address);
+    this.ownedFr.register(ref, seq);
+    return ref;
+  }
+
+  put<T>(value: T): ObjectRef<T> {
+    // Snapshot semantics: typed arrays are copied once; later changes by the caller are not seen.
+    const enc = encode(value);
+    const frames = enc.frames.map((f) => {
+      const c = new Uint8Array(f.byteLength);
+      c.set(f);
+      return c;
+    });
+    const stored = decode(enc.head, frames);
+    const seq = this.nextSeq();
+    const ref = this.newOwnedRef<T>(seq);
+    this.store.settle(seq, READY, stored);
+    return ref;
+  }
+
+  /** A ready, owned, not-too-large value to send inline instead of the ref. */
+  tryInline(ref: ObjectRef, maxBytes: number): unknown {
+    if (ref.ownerId !== this.clientId) {
+      if (
+        ref._cached?.ok &&
+        !(ArrayBuffer.isView(ref._cached.value) && ref._cached.value.byteLength > maxBytes)
+      ) {
+        return ref._cached.value;
+      }
+      return NOT_INLINED;
+    }
+    const e = this.store.entries.get(ref.seq);
+    if (!e || e.state !== READY) return NOT_INLINED;
+    if (ArrayBuffer.isView(e.value) && e.value.byteLength > maxBytes) return NOT_INLINED;
+    return e.value;
+  }
+
+  getOne(ref: ObjectRef): Promise<unknown> {
+    if (ref.ownerId === this.clientId) {
+      const e = this.store.entries.get(ref.seq);
+      if (!e)
+        return Promise.reject(new ObjectLostError(ref.id, "it was freed (no reference to it remained)"));
+      if (e.state === READY) return Promise.resolve(e.value);
+      if (e.state === FAILED) return Promise.reject(e.value);
+      return new Promise((resolve, reject) =>
+        this.store.onSettled(e, (s) => (s.state === READY ? resolve(s.value) : reject(s.value))),
+      );
+    }
+    if (ref._cached)
+      return ref._cached.ok ? Promise.resolve(ref._cached.value) : Promise.reject(ref._cached.value);
+    return this.fetch(ref).then((m) => {
+      if (m[2] === 1) {
+        ref._cached = { ok: true, value: m[3] };
+        return m[3];
+      }
+      const err =
+        m[2] === 3
+          ? new ObjectLostError(ref.id, "its owner no longer has it (freed, or the owner process died)")
+          : new RemoteError(m[3] ?? { name: "Error", message: "unknown" }, {});
+      ref._cached = { ok: false, value: err };
+      throw err;
+    });
+  }
+
+  private peer(addr: OwnerAddress): DealerLink {
+    const endpoint = addr.ipc && addr.host === os.hostname() ? addr.ipc : addr.tcp;
+    let link = this.peers.get(endpoint);
+    if (!link) {
+      link = new DealerLink(endpoint, (m) => this.onPeerMessage(endpoint, m), `owner ${endpoint}`);
+      this.peers.set(endpoint, link);
+    }
+    return link;
+  }
+
+  private fetch(ref: ObjectRef): Promise<any> {
+    if (this.goneOwners.has(ref.ownerId)) return Promise.resolve([FETCH_REPLY, ref.seq, 3, null]);
+    const link = this.peer(ref.owner);
+    this.ownerOfEndpoint.set(link.endpoint, ref.ownerId);
+    const key = `${link.endpoint}|${ref.seq}`;
+    return new Promise((resolve) => {
+      const w = this.fetches.get(key);
+      if (w) w.push(resolve);
+      else {
+        this.fetches.set(key, [resolve]);
+        link.send([FETCH, ref.seq]);
+      }
+    });
+  }
+
+  /** A process that owned objects is gone: fetches from it can never be answered. */
+  private onOwnerGone(ownerId: string): void {
+    this.goneOwners.add(ownerId);
+    for (const [endpoint, owner] of this.ownerOfEndpoint) {
+      if (owner !== ownerId) continue;
+      this.ownerOfEndpoint.delete(endpoint);
+      for (const [key, waiters] of this.fetches) {
+        if (!key.startsWith(`${endpoint}|`)) continue;
+        this.fetches.delete(key);
+        const seq = Number(key.slice(endpoint.length + 1));
+        for (const f of waiters) f([FETCH_REPLY, seq, 3, null]);
+      }
+      this.peers.get(endpoint)?.close();
+      this.peers.delete(endpoint);
+    }
+  }
+
+  private onPeerMessage(endpoint: string, m: any): void {
+    if (!Array.isArray(m) || m[0] !== FETCH_REPLY) return;
+    const key = `${endpoint}|${m[1]}`;
+    const w = this.fetches.get(key);
+    if (!w) return;
+    this.fetches.delete(key);
+    for (const f of w) f(m);
+  }
+
+  /** Object server: answers fetches and reference-count news; hands calls to the worker. */
+  private onServerMessage(peer: Buffer, m: any): void {
+    if (!Array.isArray(m)) throw new Error("message is not an array");
+    switch (m[0]) {
+      case FETCH: {
+        const seq = m[1] as number;
+        const e = this.store.entries.get(seq);
+        if (!e) {
+          this.server.send(peer, [FETCH_REPLY, seq, 3, null]);
+          return;
+        }
+        this.store.onSettled(e, (s) => {
+          if (s.state === READY) {
+            try {
+              this.server.sendEncoded(peer, encode([FETCH_REPLY, seq, 1, s.value]));
+            } catch (err) {
+              this.server.send(peer, [FETCH_REPLY, seq, 2, errorToWire(err)]);
+            }
+          } else this.server.send(peer, [FETCH_REPLY, seq, 2, errorToWire(s.value)]);
+        });
+        return;
+      }
+      case RELEASE:
+        for (const seq of m[1] as number[]) this.store.addOut(seq, -1);
+        return;
+      case ADDREF:
+        for (const seq of m[1] as number[]) this.store.addOut(seq, 1);
+        return;
+      default:
+        if (this.callHandler) this.callHandler(peer, m);
+        else throw new Error(`unexpected message type ${m[0]} at a driver`);
+    }
+  }
+
+  // ---- reference counting across processes ---------------------------------------------------
+
+  /** Encoding a ref into a message: one more copy outside (owned) or tell the owner (borrowed). */
+  onRefEncoded(ref: ObjectRef): void {
+    if (ref.ownerId === this.clientId) this.store.addOut(ref.seq, 1);
+    else this.queueRelease(ref.ownerId, ref.owner, ref.seq, true);
+  }
+
+  onRefDecoded(ownerId: string, seq: number, addr: OwnerAddress): ObjectRef {
+    if (ownerId === this.clientId) {
+      const ref = new ObjectRef(ownerId, seq, this.address);
+      const e = this.store.entries.get(seq);
+      if (e) {
+        e.local++;
+        e.out--;
+        this.ownedFr.register(ref, seq);
+      }
+      return ref;
+    }
+    const ref = new ObjectRef(ownerId, seq, addr);
+    this.borrowedFr.register(ref, [ownerId, seq, addr]);
+    return ref;
+  }
+
+  private queueRelease(owner: string, addr: OwnerAddress, seq: number, add: boolean): void {
+    if (this.closed) return;
+    let r = this.releases.get(owner);
+    if (!r) this.releases.set(owner, (r = { addr, seqs: [], add: [] }));
+    if (add) {
+      // ADDREF must reach the owner before any later release: send at once.
+      this.peer(addr).send([ADDREF, [seq]]);
+      return;
+    }
+    r.seqs.push(seq);
+    if (!this.releaseTimer) {
+      this.releaseTimer = setTimeout(() => this.flushReleases(), 20);
+      this.releaseTimer.unref();
+    }
+  }
+
+  private flushReleases(): void {
+    this.releaseTimer = null;
+    for (const [owner, r] of this.releases) {
+      if (r.seqs.length > 0) this.peer(r.addr).send([RELEASE, r.seqs]);
+      this.releases.delete(owner);
+    }
+  }
+
+  // ---- lifecycle ------------------------------------------------------------------------------
+
+  async shutdown(): Promise<void> {
+    if (this.closed) return;
+    this.flushReleases();
+    for (const f of this.onShutdown.splice(0).reverse()) {
+      try {
+        await f();
+      } catch (e) {
+        logWarn(`shutdown step failed: ${(e as Error).message}`);
+      }
+    }
+    this.closed = true;
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    try {
+      await this.head.request("bye", { clientId: this.clientId }, 3000);
+    } catch {}
+    this.actors.closeAll();
+    for (const l of this.peers.values()) l.close();
+    this.peers.clear();
+    this.head.close();
+    this.server.close();
+    this.store.clear();
+    if (this.address?.ipc) rmSync(this.address.ipc.slice("ipc://".length), { force: true });
+    setRuntime(null);
+  }
+}
+
+// ObjectRefs travel as [ownerId, seq, tcp, ipc, host]; the runtime counts copies.
+registerClass(
+  0x60,
+  ObjectRef,
+  (ref: ObjectRef) => {
+    currentOrNull()?.onRefEncoded(ref);
+    return [ref.ownerId, ref.seq, ref.owner.tcp, ref.owner.ipc ?? null, ref.owner.host ?? null];
+  },
+  (d: any[]) => {
+    const addr: OwnerAddress = { tcp: d[2], ipc: d[3] ?? undefined, host: d[4] ?? undefined };
+    const rt = currentOrNull();
+    return rt ? rt.onRefDecoded(d[0], d[1], addr) : new ObjectRef(d[0], d[1], addr);
+  },
+);
+
+import { maybeRuntime as currentOrNull } from "./current.js";
+
+export { PENDING };

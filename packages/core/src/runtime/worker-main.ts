@@ -1,0 +1,74 @@
+/**
+ * Entry of a worker process (forked by a node agent): binds its own Router, connects to the head,
+ * imports the actor's module, constructs the instance and serves calls until it is told to stop
+ * or its node agent goes away.
+ */
+import { Worker } from "node:worker_threads";
+import { setLogRole } from "../log.js";
+import { decode, errorToWire } from "../wire/codec.js";
+import { Executor } from "./executor.js";
+import { ObjectRef } from "./object-ref.js";
+import { CALL } from "./protocol.js";
+import { Runtime } from "./runtime.js";
+
+let workerContext: any = null;
+
+async function boot(m: any): Promise<void> {
+  const spec = m.spec;
+  for (const [k, v] of Object.entries((m.env ?? {}) as Record<string, string>)) process.env[k] = v;
+  setLogRole(`worker ${spec.name ?? spec.className ?? "task"} ${spec.actorId}`);
+  try {
+    const rt = new Runtime();
+    await rt.start(m.headAddress, m.nodeIp, {
+      actorId: spec.actorId,
+      actorName: spec.name,
+      nodeId: m.nodeId,
+      gpuIds: m.gpuIds,
+      resources: m.resources,
+      isWorker: true,
+      placementGroup: spec.placementGroup,
+      bundleIndex: m.bundleIndex,
+    });
+    workerContext = rt.context;
+    let instance: any = null;
+    if (spec.className) {
+      const mod = await import(spec.module);
+      const Cls = mod[spec.className];
+      if (typeof Cls !== "function") {
+        throw new Error(
+          `module ${spec.module} has no exported class '${spec.className}' (exports: ${Object.keys(mod).join(", ")})`,
+        );
+      }
+      let args = decode(spec.args.h, spec.args.f) as unknown[];
+      args = await Promise.all(args.map((a) => (a instanceof ObjectRef ? rt.getOne(a) : a)));
+      instance = new Cls(...args);
+    }
+    const executor = new Executor(rt, instance, Math.max(1, spec.maxConcurrency ?? 1));
+    rt.callHandler = (peer, msg) => {
+      if (msg[0] !== CALL) throw new Error(`unexpected message type ${msg[0]} at a worker`);
+      executor.onCall(peer, msg);
+    };
+    process.send!({ t: "ready", endpoint: rt.address });
+  } catch (e) {
+    process.send!({ t: "failed", error: errorToWire(e) }, () => process.exit(1));
+  }
+}
+
+process.on("message", (m: any) => {
+  if (m?.t === "start") void boot(m);
+});
+process.on("disconnect", () => process.exit(0));
+// Orphan guard that works even while actor code blocks the event loop: a thread that kills this
+// process once its node agent (the parent) is gone.
+const watchdog = new Worker(
+  `const p = process.ppid; setInterval(() => { if (process.ppid !== p) process.kill(process.pid, "SIGKILL"); }, 500);`,
+  { eval: true },
+);
+watchdog.unref();
+// warm the rest of the runtime (actor code imports it) while this worker waits for its actor
+void import("../index.js").catch(() => {});
+process.on("SIGTERM", () => process.exit(0));
+
+export function getWorkerContext(): unknown {
+  return workerContext;
+}
