@@ -1,0 +1,247 @@
+/**
+ * RLOO (REINFORCE Leave-One-Out, Ahmadian et al. 2024) written against the actor API and DataProto
+ * alone: no trainer, no worker group, no config system. Read it top to bottom.
+ *
+ *   pnpm tsx examples/custom-algorithm/src/rloo.ts [--steps 20] [--replicas 2] [--reward exact_match] ...
+ *
+ * For each step:
+ *   1. every policy replica (an actor) samples k responses for its share of the prompts;
+ *   2. the driver scores each response with the reward function;
+ *   3. the driver computes RLOO advantages: A_ij = r_ij - mean_{l != j} r_il over the k samples of prompt i;
+ *   4. every replica takes a REINFORCE step on its rows; gradients are averaged by a collective
+ *      all-reduce, so the replicas stay identical;
+ *   5. metrics are printed and appended to <runDir>/metrics.jsonl.
+ */
+import { appendFileSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { createCollectiveGroup, get, init, isInitialized, shutdown } from "@torl-ts/actors";
+import { DataProto } from "@torl-ts/verl";
+import { PolicyActor, type UpdateStats } from "./policy.js";
+import { makeQuestions, promptFor, rewardFn } from "./task.js";
+
+// ---------------------------------------------------------------------------------------------------
+// Hyperparameters: every knob of the run, named in one place.
+// ---------------------------------------------------------------------------------------------------
+export interface Args {
+  /** HF-format model directory (config.json, model.safetensors, tokenizer.json). */
+  modelDir: string;
+  /** Policy replicas, one actor process each; the prompts of a step are split evenly among them. */
+  replicas: number;
+  /** Optimisation steps. */
+  steps: number;
+  /** Prompts per step (a multiple of `replicas`). */
+  promptsPerStep: number;
+  /** k: responses sampled per prompt; RLOO needs k >= 2 for its leave-one-out baseline. */
+  samplesPerPrompt: number;
+  maxNewTokens: number;
+  temperature: number;
+  learningRate: number;
+  /** A name from REWARDS in task.ts. */
+  reward: string;
+  /** Prompt template (a data.template_type name): tir_base_0309 (ToRL's raw text) or chat. */
+  template: string;
+  seed: number;
+  /** Tensor backend of the replicas (TORL_BACKEND): auto, wasm, cpu, node, node-gpu, webgpu. */
+  backend: string;
+  /** metrics.jsonl and summary.json go here. */
+  runDir: string;
+}
+
+const TINY_BASE = fileURLToPath(new URL("../../torl/assets/tiny-base", import.meta.url));
+
+export const DEFAULT_ARGS: Args = {
+  modelDir: TINY_BASE,
+  replicas: 2,
+  steps: 20,
+  promptsPerStep: 8,
+  samplesPerPrompt: 4,
+  maxNewTokens: 48,
+  temperature: 1.0,
+  learningRate: 1e-5,
+  reward: "exact_match",
+  template: "tir_base_0309",
+  seed: 1,
+  backend: "auto",
+  runDir: "runs/rloo",
+};
+
+/** What `train` returns: the last step's metrics and the weights' fingerprints before and after. */
+export interface Summary {
+  steps: number;
+  lastMetrics: Record<string, number>;
+  fingerprintBefore: [number, number];
+  /** One per replica: all equal when the all-reduce kept the replicas in sync. */
+  fingerprintsAfter: [number, number][];
+}
+
+/** Thrown for arguments that cannot work together. */
+export class ArgsError extends Error {
+  override name = "ArgsError";
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The algorithm.
+// ---------------------------------------------------------------------------------------------------
+
+/** RLOO advantages: each sample's reward minus the mean reward of the other samples of its prompt. */
+export function rlooAdvantages(rewards: Float32Array, samplesPerPrompt: number): Float32Array {
+  const k = samplesPerPrompt;
+  const out = new Float32Array(rewards.length);
+  for (let start = 0; start < rewards.length; start += k) {
+    let total = 0;
+    for (let j = 0; j < k; j++) total += rewards[start + j]!;
+    for (let j = 0; j < k; j++)
+      out[start + j] = rewards[start + j]! - (total - rewards[start + j]!) / (k - 1);
+  }
+  return out;
+}
+
+export async function train(
+  overrides: Partial<Args> = {},
+  log: (line: string) => void = console.log,
+): Promise<Summary> {
+  const args: Args = { ...DEFAULT_ARGS, ...overrides };
+  if (args.samplesPerPrompt < 2)
+    throw new ArgsError(`samplesPerPrompt must be >= 2 for RLOO, got ${args.samplesPerPrompt}`);
+  if (args.promptsPerStep % args.replicas !== 0)
+    throw new ArgsError(
+      `promptsPerStep (${args.promptsPerStep}) must be a multiple of replicas (${args.replicas})`,
+    );
+  if (!existsSync(join(args.modelDir, "config.json")))
+    throw new ArgsError(
+      `modelDir ${args.modelDir} holds no config.json (make one with createRandomPretrained)`,
+    );
+  const reward = rewardFn(args.reward);
+  const questions = makeQuestions(args.steps * args.promptsPerStep, args.seed);
+  mkdirSync(args.runDir, { recursive: true });
+  const metricsFile = join(args.runDir, "metrics.jsonl");
+  writeFileSync(metricsFile, "");
+
+  // Setup: the runtime, one actor per replica, a collective group over them, identical weights.
+  const startedRuntime = !isInitialized();
+  if (startedRuntime) await init({ numCpus: args.replicas });
+  const env: Record<string, string> = args.backend === "auto" ? {} : { TORL_BACKEND: args.backend };
+  const replicas = Array.from({ length: args.replicas }, () =>
+    PolicyActor.options({ env }).remote(args.modelDir, args.learningRate),
+  );
+  try {
+    const backends = await get(replicas.map((r) => r.setup()));
+    const group = await createCollectiveGroup(replicas, { name: "rloo" });
+    await get(replicas.map((r) => r.broadcastWeights(0, group.name)));
+    const fingerprintBefore = await replicas[0]!.weightsFingerprint();
+    log(
+      `rloo: ${args.replicas} replicas on ${backends.join(", ")}, ${args.steps} steps of ${args.promptsPerStep} prompts x ${args.samplesPerPrompt}`,
+    );
+
+    let lastMetrics: Record<string, number> = {};
+    for (let step = 1; step <= args.steps; step++) {
+      const t0 = performance.now();
+      const batchQuestions = questions.slice((step - 1) * args.promptsPerStep, step * args.promptsPerStep);
+      const perReplica = args.promptsPerStep / args.replicas;
+
+      // 1. Rollout: each replica samples for its slice of the prompts.
+      const sampling = {
+        samplesPerPrompt: args.samplesPerPrompt,
+        maxNewTokens: args.maxNewTokens,
+        temperature: args.temperature,
+      };
+      const shards = await get(
+        replicas.map((r, i) =>
+          r.rollout(
+            batchQuestions
+              .slice(i * perReplica, (i + 1) * perReplica)
+              .map((q) => promptFor(q.question, args.template)),
+            { ...sampling, seed: args.seed * 100_003 + step * 101 + i },
+          ),
+        ),
+      );
+      const t1 = performance.now();
+
+      // 2. Reward: rows are prompt-major (the k samples of a prompt are adjacent), shard after shard.
+      const answers = batchQuestions.flatMap((q) =>
+        Array.from({ length: args.samplesPerPrompt }, () => q.answer),
+      );
+      const responses = shards.flatMap((w) => DataProto.fromWire(w).column<string>("response_text"));
+      const rewards = Float32Array.from(responses, (text, i) => reward(text, answers[i]!));
+
+      // 3. Advantages on the driver.
+      const advantages = rlooAdvantages(rewards, args.samplesPerPrompt);
+
+      // 4. Update: each replica gets back its own rows, now with advantages; gradients are all-reduced.
+      const rowsPerReplica = perReplica * args.samplesPerPrompt;
+      const updates = shards.map((wire, i) => {
+        const shard = DataProto.fromWire(wire);
+        const adv = advantages.slice(i * rowsPerReplica, (i + 1) * rowsPerReplica);
+        shard.union(DataProto.fromDict({ advantages: { data: adv, shape: [rowsPerReplica] } }));
+        return replicas[i]!.update(
+          shard.select(["input_ids", "attention_mask", "response_mask", "advantages"]).toWire(),
+          group.name,
+        );
+      });
+      const stats: UpdateStats[] = await get(updates);
+      const t2 = performance.now();
+
+      // 5. Metrics, grouped by kind as in CleanRL.
+      const mean = (xs: ArrayLike<number>) => Array.from(xs).reduce((a, b) => a + b, 0) / xs.length;
+      lastMetrics = {
+        step,
+        "charts/reward_mean": mean(rewards),
+        "charts/reward_max": Math.max(...rewards),
+        "charts/exact_match": mean(responses.map((text, i) => rewardFn("exact_match")(text, answers[i]!))),
+        "charts/response_tokens_mean": stats.reduce((a, s) => a + s.response_tokens, 0) / rewards.length,
+        "losses/policy_loss": mean(stats.map((s) => s.policy_loss)),
+        "losses/grad_norm": stats[0]!.grad_norm,
+        "losses/advantage_abs_mean": mean(advantages.map(Math.abs)),
+        "perf/rollout_s": (t1 - t0) / 1000,
+        "perf/update_s": (t2 - t1) / 1000,
+        "perf/step_s": (performance.now() - t0) / 1000,
+      };
+      appendFileSync(metricsFile, `${JSON.stringify(lastMetrics)}\n`);
+      log(
+        `step ${step}/${args.steps} reward ${lastMetrics["charts/reward_mean"]!.toFixed(3)} exact ${lastMetrics["charts/exact_match"]!.toFixed(3)} ` +
+          `loss ${lastMetrics["losses/policy_loss"]!.toFixed(4)} ${lastMetrics["perf/step_s"]!.toFixed(1)}s`,
+      );
+    }
+
+    const fingerprintsAfter = await get(replicas.map((r) => r.weightsFingerprint()));
+    const summary: Summary = { steps: args.steps, lastMetrics, fingerprintBefore, fingerprintsAfter };
+    writeFileSync(join(args.runDir, "summary.json"), `${JSON.stringify(summary, null, 2)}\n`);
+    await group.destroy();
+    return summary;
+  } finally {
+    if (startedRuntime) await shutdown();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Command line: --name value for every key of Args.
+// ---------------------------------------------------------------------------------------------------
+export function parseArgs(argv: string[]): Partial<Args> {
+  const out: Record<string, string | number> = {};
+  for (let i = 0; i < argv.length; i += 2) {
+    const flag = argv[i]!;
+    const key = flag.replace(/^--/, "").replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+    if (!flag.startsWith("--") || !(key in DEFAULT_ARGS) || argv[i + 1] === undefined)
+      throw new ArgsError(
+        `bad flag ${flag}; flags: ${Object.keys(DEFAULT_ARGS)
+          .map((k) => `--${k}`)
+          .join(" ")}`,
+      );
+    const value = argv[i + 1]!;
+    out[key] = typeof DEFAULT_ARGS[key as keyof Args] === "number" ? Number(value) : value;
+    if (typeof out[key] === "number" && !Number.isFinite(out[key]))
+      throw new ArgsError(`${flag} needs a number, got ${value}`);
+  }
+  return out as Partial<Args>;
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  train(parseArgs(process.argv.slice(2))).then(
+    (s) => console.log(JSON.stringify(s.lastMetrics)),
+    (e) => {
+      console.error(e instanceof ArgsError ? e.message : e);
+      process.exitCode = 1;
+    },
+  );
+}

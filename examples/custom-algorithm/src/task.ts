@@ -1,0 +1,90 @@
+/**
+ * The task and its reward, written for this example: small arithmetic questions with an integer
+ * answer, and two reward functions. Nothing here knows about actors or models.
+ */
+import { renderPrompt } from "@torl-ts/verl";
+
+export interface Question {
+  question: string;
+  /** The exact answer as a decimal integer string. */
+  answer: string;
+}
+
+/** mulberry32: a seedable PRNG, so every run sees the same questions in the same order. */
+export function seededRandom(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * `count` questions "What is a plus b?" / "What is a times b?", phrased like the tiny ToRL corpus's easy
+ * problems but with larger operands (a tiny base model gets some right, not all: room to learn).
+ */
+export function makeQuestions(count: number, seed: number): Question[] {
+  const random = seededRandom(seed);
+  const int = (lo: number, hi: number) => lo + Math.floor(random() * (hi - lo + 1));
+  return Array.from({ length: count }, () => {
+    if (random() < 0.5) {
+      const [a, b] = [int(1, 30), int(1, 30)];
+      return { question: `What is ${a} plus ${b}?`, answer: String(a + b) };
+    }
+    const [a, b] = [int(2, 12), int(2, 12)];
+    return { question: `What is ${a} times ${b}?`, answer: String(a * b) };
+  });
+}
+
+/**
+ * The prompt the policy continues, rendered by a registered template: tir_base_0309 is ToRL's raw-text
+ * template (the one the tiny base model was trained on); chat is ChatML.
+ */
+export function promptFor(question: string, template: string): string {
+  return renderPrompt(template, [{ role: "user", content: question }]);
+}
+
+/** The content of the last \boxed{...} (nested braces allowed), else the last integer, else null. */
+export function extractAnswer(response: string): string | null {
+  const start = response.lastIndexOf("\\boxed{");
+  if (start >= 0) {
+    let depth = 0;
+    for (let i = start + "\\boxed{".length - 1; i < response.length; i++) {
+      if (response[i] === "{") depth++;
+      else if (response[i] === "}" && --depth === 0) return response.slice(start + 7, i).trim();
+    }
+  }
+  const numbers = response.match(/-?\d+/g);
+  return numbers ? numbers[numbers.length - 1]! : null;
+}
+
+/** A reward function: the response text and the reference answer in, a score out. */
+export type RewardFn = (response: string, answer: string) => number;
+
+export const REWARDS: Record<string, RewardFn> = {
+  /** 1 when the extracted answer equals the reference exactly, else 0. */
+  exact_match: (response, answer) => (extractAnswer(response) === answer ? 1 : 0),
+  /**
+   * The share of the response's characters that are digits. A randomly initialised model earns
+   * different amounts of it, so the smoke test can watch a policy-gradient step change the model.
+   */
+  digit_fraction: (response) =>
+    response.length ? (response.match(/\d/g)?.length ?? 0) / response.length : 0,
+};
+
+/** Thrown for a reward name that is not in REWARDS. */
+export class UnknownRewardError extends Error {
+  override name = "UnknownRewardError";
+  constructor(readonly reward: string) {
+    super(`unknown reward "${reward}" (known: ${Object.keys(REWARDS).join(", ")})`);
+  }
+}
+
+export function rewardFn(name: string): RewardFn {
+  const fn = REWARDS[name];
+  if (!fn) throw new UnknownRewardError(name);
+  return fn;
+}

@@ -1,0 +1,107 @@
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { buildByteBpeTokenizer, createRandomPretrained } from "@torl-ts/verl";
+import test from "ava";
+import { ArgsError, parseArgs, rlooAdvantages, train } from "../src/rloo.js";
+import { extractAnswer, REWARDS, UnknownRewardError } from "../src/task.js";
+
+function tinyRandomModel(): string {
+  const dir = mkdtempSync(join(tmpdir(), "rloo-model-"));
+  createRandomPretrained(
+    dir,
+    buildByteBpeTokenizer(),
+    { hiddenSize: 32, numHiddenLayers: 2, numAttentionHeads: 4, numKeyValueHeads: 2, intermediateSize: 64 },
+    { seed: 5, std: 0.1 },
+  );
+  return dir;
+}
+
+test("RLOO advantages subtract the mean of the other samples of the same prompt", (t) => {
+  const adv = rlooAdvantages(Float32Array.from([1, 0, 0, 1, 1, 1]), 3);
+  t.deepEqual(
+    Array.from(adv, (x) => Math.round(x * 1000) / 1000),
+    [1, -0.5, -0.5, 0, 0, 0],
+  );
+});
+
+test("the exact-match reward takes the last boxed answer, else the last integer", (t) => {
+  t.is(extractAnswer("so \\boxed{12} no \\boxed{{3}4}"), "{3}4");
+  t.is(extractAnswer("it is 7 or 42"), "42");
+  t.is(extractAnswer("no idea"), null);
+  t.is(REWARDS.exact_match!("the answer is \\boxed{56}", "56"), 1);
+  t.is(REWARDS.exact_match!("the answer is \\boxed{57}", "56"), 0);
+});
+
+test("bad arguments are named before any actor starts", async (t) => {
+  await t.throwsAsync(train({ samplesPerPrompt: 1 }), { instanceOf: ArgsError, message: /samplesPerPrompt/ });
+  await t.throwsAsync(train({ modelDir: "/nonexistent" }), {
+    instanceOf: ArgsError,
+    message: /no config\.json/,
+  });
+  await t.throwsAsync(train({ modelDir: tinyRandomModel(), reward: "nope" }), {
+    instanceOf: UnknownRewardError,
+  });
+  t.throws(() => parseArgs(["--stepz", "3"]), { instanceOf: ArgsError, message: /--steps/ });
+  t.deepEqual(parseArgs(["--steps", "3", "--reward", "digit_fraction"]), {
+    steps: 3,
+    reward: "digit_fraction",
+  });
+});
+
+test("two replicas train for two steps: metrics written, weights changed and still identical", async (t) => {
+  const runDir = mkdtempSync(join(tmpdir(), "rloo-run-"));
+  const lines: string[] = [];
+  const summary = await train(
+    {
+      modelDir: tinyRandomModel(),
+      replicas: 2,
+      steps: 2,
+      promptsPerStep: 2,
+      samplesPerPrompt: 4,
+      maxNewTokens: 8,
+      learningRate: 1e-2,
+      reward: "digit_fraction",
+      template: "chat",
+      backend: "cpu",
+      runDir,
+    },
+    (l) => lines.push(l),
+  );
+  t.log(lines.join("\n"));
+  const metrics = readFileSync(join(runDir, "metrics.jsonl"), "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l) as Record<string, number>);
+  t.deepEqual(
+    metrics.map((m) => m.step),
+    [1, 2],
+  );
+  for (const m of metrics)
+    for (const key of [
+      "charts/reward_mean",
+      "charts/exact_match",
+      "losses/policy_loss",
+      "losses/grad_norm",
+      "perf/step_s",
+    ])
+      t.true(Number.isFinite(m[key]), `${key} = ${m[key]}`);
+  t.true(
+    metrics.some((m) => m["losses/advantage_abs_mean"]! > 0),
+    "some group had different rewards",
+  );
+  t.true(
+    metrics.some((m) => m["losses/grad_norm"]! > 0),
+    "a gradient flowed",
+  );
+  const readme = readFileSync(new URL("../README.md", import.meta.url), "utf8");
+  const documented = new Set([...readme.matchAll(/^\|\s*`([^`]+)`\s*\|/gm)].map((m) => m[1]!));
+  t.deepEqual(
+    Object.keys(metrics[0]!).filter((k) => !documented.has(k)),
+    [],
+    "every metric is listed in the README",
+  );
+  const [after0, after1] = summary.fingerprintsAfter;
+  t.notDeepEqual(after0, summary.fingerprintBefore, "the update changed the weights");
+  t.deepEqual(after0, after1, "the all-reduce kept both replicas identical");
+});

@@ -1,0 +1,183 @@
+/**
+ * Writes docs/configuration.md: every key of the trainer config with its type, default and doc comment,
+ * read from the schema that @torl-ts/verl builds from its ppo-trainer.yaml (so the table is the code).
+ *
+ *   pnpm tsx examples/new-tool/src/config-reference.ts > docs/configuration.md
+ *
+ * (It lives here because docs/ is not a workspace package and cannot import @torl-ts/verl.)
+ * examples/new-tool/test/docs.test.ts fails when the committed file differs from what this prints.
+ */
+import { fileURLToPath } from "node:url";
+import { formatConfigType, trainerConfigSchema } from "@torl-ts/verl";
+
+const cell = (s: string) => s.replace(/\|/g, "\\|").replace(/\n+/g, " ");
+
+function formatDefault(v: unknown): string {
+  if (v === null) return "`null`";
+  if (typeof v === "string") return v === "" ? '`""`' : v.includes("`") ? `<code>${v}</code>` : `\`${v}\``;
+  return `\`${JSON.stringify(v)}\``;
+}
+
+/** Meanings of keys whose YAML has no comment (veRL's semantics; the YAML's own comment wins). */
+const MEANINGS: Record<string, string> = {
+  "data.tokenizer": "tokenizer directory; null: the model's own",
+  "data.train_files":
+    "training parquet/JSONL file(s) with veRL's RL columns (prompt, data_source, reward_model, ...)",
+  "data.val_files": "validation file(s); null: no validation",
+  "data.prompt_key": "column holding the chat messages of the prompt",
+  "data.reward_fn_key": "column that selects the reward scorer",
+  "data.max_prompt_length": "longest prompt in tokens (left-padded to this)",
+  "data.max_response_length": "most response tokens per sample, tool observations included",
+  "data.train_batch_size": "prompts per training step (before rollout.n)",
+  "data.val_batch_size": "prompts per validation batch; null: all at once",
+  "data.return_raw_input_ids": "keep the unpadded prompt ids in the batch",
+  "data.return_raw_chat": "keep the raw chat messages in the batch",
+  "data.shuffle": "shuffle the training rows every epoch",
+  "data.seed": "seed of the shuffle",
+  "data.filter_overlong_prompts": "drop prompts longer than the limit instead of failing",
+  "data.truncation": "what to do with a prompt over max_prompt_length when not filtered",
+  "data.execution_error_penalty_value": "ToRL: the amount subtracted when execution_error_penalty is on",
+  "actor_rollout_ref.hybrid_engine":
+    "actor, rollout and reference share one process per worker (the only mode)",
+  "actor_rollout_ref.model.path":
+    "HF-format model directory (config.json, model.safetensors, tokenizer.json)",
+  "actor_rollout_ref.model.external_lib": "module imported before the model is built",
+  "actor_rollout_ref.model.override_config": "fields merged over the model's config.json",
+  "actor_rollout_ref.model.enable_gradient_checkpointing": "recompute activations in the backward pass",
+  "actor_rollout_ref.model.use_remove_padding": "veRL's packed sequences (accepted, no effect)",
+  "actor_rollout_ref.model.dtype": "parameter dtype in the workers",
+  "actor_rollout_ref.actor.strategy":
+    "the sharding strategy (FSDP-style sharded AdamW over the worker group)",
+  "actor_rollout_ref.actor.ppo_mini_batch_size":
+    "prompts per optimizer step (x rollout.n rows); must divide data.train_batch_size",
+  "actor_rollout_ref.actor.ppo_micro_batch_size":
+    "rows per forward/backward over all workers (deprecated form)",
+  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu":
+    "rows per forward/backward per worker (gradient accumulation)",
+  "actor_rollout_ref.actor.use_dynamic_bsz": "pack micro-batches by token count",
+  "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "token budget of a packed micro-batch",
+  "actor_rollout_ref.actor.grad_clip": "global gradient-norm clip",
+  "actor_rollout_ref.actor.clip_ratio": "PPO clip epsilon (both sides unless the low/high keys differ)",
+  "actor_rollout_ref.actor.clip_ratio_low": "PPO clip: lower bound 1 - clip_ratio_low",
+  "actor_rollout_ref.actor.clip_ratio_high": "PPO clip: upper bound 1 + clip_ratio_high",
+  "actor_rollout_ref.actor.clip_ratio_c": "dual-clip constant for negative advantages",
+  "actor_rollout_ref.actor.loss_agg_mode": "how token losses become one number",
+  "actor_rollout_ref.actor.entropy_coeff": "entropy bonus weight (0: off)",
+  "actor_rollout_ref.actor.use_kl_loss": "add a KL-to-reference term to the actor loss (GRPO style)",
+  "actor_rollout_ref.actor.kl_loss_coef": "weight of the KL loss",
+  "actor_rollout_ref.actor.kl_loss_type": "KL estimator of the KL loss",
+  "actor_rollout_ref.actor.ppo_epochs": "passes over each batch",
+  "actor_rollout_ref.actor.shuffle": "shuffle rows between mini-batches",
+  "actor_rollout_ref.actor.ulysses_sequence_parallel_size":
+    "sequence parallelism (1: off; accepted for compatibility)",
+  "actor_rollout_ref.actor.checkpoint.contents": "what a checkpoint holds",
+  "actor_rollout_ref.actor.optim.lr": "AdamW learning rate",
+  "actor_rollout_ref.actor.optim.lr_warmup_steps": "warmup steps; -1: use lr_warmup_steps_ratio",
+  "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "warmup as a fraction of the total steps",
+  "actor_rollout_ref.actor.optim.min_lr_ratio": "cosine schedule floor as a fraction of lr",
+  "actor_rollout_ref.actor.optim.warmup_style": "schedule after warmup",
+  "actor_rollout_ref.actor.optim.total_training_steps": "set by the trainer from the data and epochs",
+  "actor_rollout_ref.actor.optim.weight_decay": "AdamW decoupled weight decay",
+  "actor_rollout_ref.actor.optim.betas": "AdamW betas",
+  "actor_rollout_ref.actor.optim.eps": "AdamW epsilon",
+  "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "rows per reference forward per worker",
+  "actor_rollout_ref.rollout.name": "rollout engine (the TIR engine of @torl-ts/verl)",
+  "actor_rollout_ref.rollout.mode": "sync: one batch at a time",
+  "actor_rollout_ref.rollout.temperature": "sampling temperature",
+  "actor_rollout_ref.rollout.top_k": "top-k sampling; -1: off",
+  "actor_rollout_ref.rollout.top_p": "nucleus sampling mass",
+  "actor_rollout_ref.rollout.prompt_length": "prompt length the rollout expects",
+  "actor_rollout_ref.rollout.response_length": "most response tokens the rollout generates",
+  "actor_rollout_ref.rollout.ignore_eos": "keep generating past EOS",
+  "actor_rollout_ref.rollout.max_num_seqs": "rows decoded together in one worker",
+  "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "rows per log-prob forward per worker",
+  "actor_rollout_ref.rollout.do_sample": "sample (true) or greedy (false)",
+  "actor_rollout_ref.rollout.n": "responses sampled per prompt (the GRPO group size)",
+  "actor_rollout_ref.rollout.seed": "sampling seed",
+  "actor_rollout_ref.rollout.val_kwargs.top_k": "validation sampling: top-k",
+  "actor_rollout_ref.rollout.val_kwargs.top_p": "validation sampling: nucleus mass",
+  "actor_rollout_ref.rollout.val_kwargs.temperature": "validation sampling: temperature (0: greedy)",
+  "actor_rollout_ref.rollout.val_kwargs.n": "validation samples per prompt",
+  "actor_rollout_ref.rollout.val_kwargs.do_sample": "validation: sample or greedy",
+  "actor_rollout_ref.rollout.tool.name": "ToRL: the tool's name",
+  "actor_rollout_ref.rollout.tool.run_timeout": "ToRL: seconds per code run",
+  "actor_rollout_ref.rollout.tool.memory_limit_mb": "ToRL: memory limit per code run",
+  "actor_rollout_ref.rollout.tool.max_concurrency": "ToRL: code runs in flight at once",
+  "actor_rollout_ref.rollout.tool.config":
+    "free-form settings of the tool (examples/new-tool reads module/export/options here)",
+  "custom_reward_function.path": "module with your own reward function; null: the built-in scorers",
+  "custom_reward_function.name": "the function's export name",
+  "algorithm.gamma": "discount (GAE)",
+  "algorithm.lam": "GAE lambda",
+  "algorithm.adv_estimator":
+    "advantage estimator registered by name: grpo, rloo, reinforce_plus_plus, remax, gae (needs a critic) ...",
+  "algorithm.norm_adv_by_std_in_grpo": "GRPO: divide by the group's std (false: Dr.GRPO)",
+  "algorithm.use_kl_in_reward": "subtract a KL penalty from the token rewards",
+  "algorithm.kl_penalty": "KL estimator of the in-reward penalty",
+  "algorithm.kl_ctrl.type": "fixed or adaptive KL coefficient",
+  "algorithm.kl_ctrl.kl_coef": "(initial) KL coefficient",
+  "algorithm.kl_ctrl.horizon": "adaptive controller horizon",
+  "algorithm.kl_ctrl.target_kl": "adaptive controller target",
+  "trainer.balance_batch": "reorder rows so workers get similar token counts",
+  "trainer.total_epochs": "passes over the training data",
+  "trainer.total_training_steps": "stop after this many steps; null: from epochs",
+  "trainer.project_name": "project name (run directory, loggers)",
+  "trainer.experiment_name": "run name: runs/<name>/",
+  "trainer.logger": "where metrics go: console, and always runs/<name>/metrics.jsonl",
+  "trainer.log_val_generations": "validation samples to print",
+  "trainer.rollout_data_dir": "dump rollouts as JSONL here",
+  "trainer.validation_data_dir": "dump validation generations here",
+  "trainer.nnodes": "machines; workers = nnodes x n_gpus_per_node",
+  "trainer.n_gpus_per_node": "workers per machine (one GPU each when GPUs exist)",
+  "trainer.save_freq": "checkpoint every N steps; -1: never",
+  "trainer.resume_mode": "auto: resume from the latest checkpoint; disable; resume_path",
+  "trainer.resume_from_path": "checkpoint directory for resume_mode=resume_path",
+  "trainer.val_before_train": "validate at step 0",
+  "trainer.val_only": "validate and stop",
+  "trainer.test_freq": "validate every N steps; -1: never",
+  "trainer.critic_warmup": "steps that train the critic only",
+  "trainer.default_local_dir": "checkpoint directory",
+  "trainer.max_actor_ckpt_to_keep": "keep this many checkpoints; null: all",
+  "trainer.ray_wait_register_center_timeout": "seconds to wait for the workers to start",
+  "trainer.seed": "driver seed",
+};
+
+/** Sections veRL has that this trainer accepts but does not run. */
+const SECTION_NOTES: Record<string, string> = {
+  critic: "critic (PPO with GAE): accepted for veRL compatibility; this trainer runs no critic",
+  reward_model: "model-based reward: accepted for veRL compatibility; rule-based scorers are used",
+};
+
+export function configReference(): string {
+  const schema = trainerConfigSchema();
+  const keys = schema.keys();
+  const sections = [...new Set(keys.map((k) => k.split(".")[0]!))];
+  const out = [
+    "# Configuration reference",
+    "",
+    "<!-- generated by `pnpm tsx examples/new-tool/src/config-reference.ts > docs/configuration.md`, then `pnpm biome format --write docs`; do not edit -->",
+    "",
+    "Every key of the trainer config (`packages/verl-ts/src/config/ppo-trainer.yaml`), with its type and default.",
+    "Names follow veRL's `ppo_trainer.yaml`; keys marked ToRL are this project's additions. Set them in a YAML",
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: the text shows the YAML interpolation syntax
+    "file (merged over the defaults) or with `a.b.c=value` overrides; `${a.b}` takes the value of key `a.b`.",
+    "Unknown keys and wrong types are refused with the key's name and a did-you-mean hint; `+a.b=value`",
+    "adds a key the schema does not know.",
+    "",
+    `${keys.length} keys in ${sections.length} sections: ${sections.map((s) => `[${s}](#${s})`).join(", ")}.`,
+  ];
+  for (const section of sections) {
+    out.push("", `## ${section}`, "", "| key | type | default | meaning |", "| --- | --- | --- | --- |");
+    for (const key of keys.filter((k) => k.split(".")[0] === section)) {
+      const spec = schema.get(key)!;
+      const doc = (spec.doc ?? "").replace(/^#\s?/gm, "") || MEANINGS[key] || SECTION_NOTES[section] || "";
+      out.push(
+        `| \`${key}\` | ${cell(formatConfigType(spec.types))} | ${cell(formatDefault(spec.default))} | ${cell(doc)} |`,
+      );
+    }
+  }
+  return `${out.join("\n")}\n`;
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1])
+  process.stdout.write(configReference());
