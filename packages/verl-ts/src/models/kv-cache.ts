@@ -19,7 +19,7 @@ export class KVCache {
   private keys: tf.Tensor4D[] = [];
   private values: tf.Tensor4D[] = [];
   private mirrors: Float32Array[][] = [];
-  /** [B, capacity]: 1 where the slot holds a real token. */
+  /** `[B, capacity]`: 1 where the slot holds a real token. */
   private valid = new Uint8Array(0);
   /** Next rotary position per row (count of real tokens so far). */
   private nextPos: Int32Array;

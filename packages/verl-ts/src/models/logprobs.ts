@@ -12,9 +12,9 @@ export interface LogProbOptions {
 }
 
 export interface TokenScores {
-  /** [B, L]: log p(token t | tokens < t); column 0 is 0. */
+  /** `[B, L]`: log p(token t | tokens < t); column 0 is 0. */
   logProbs: tf.Tensor2D;
-  /** [B, L]: entropy of the distribution that produced token t; column 0 is 0. */
+  /** `[B, L]`: entropy of the distribution that produced token t; column 0 is 0. */
   entropy?: tf.Tensor2D;
 }
 
