@@ -144,15 +144,20 @@ export class Runtime {
 
   put<T>(value: T): ObjectRef<T> {
     // Snapshot semantics: typed arrays are copied once; later changes by the caller are not seen.
+    // Large ones are copied into recycled, already-touched buffers (see object-store.ts for when
+    // a buffer may go back to the pool).
     const enc = encode(value);
+    const pool = this.store.pool;
+    let pooled: ArrayBuffer[] | null = null;
     const frames = enc.frames.map((f) => {
-      const c = new Uint8Array(f.byteLength);
-      c.set(f);
+      const c = pool.copyIn(f);
+      if (pool.poolable(f.byteLength)) (pooled ??= []).push(c.buffer as ArrayBuffer);
       return c;
     });
     const stored = decode(enc.head, frames);
     const seq = this.nextSeq();
     const ref = this.newOwnedRef<T>(seq);
+    this.store.entries.get(seq)!.pooled = pooled;
     this.store.settle(seq, READY, stored);
     return ref;
   }
@@ -171,7 +176,7 @@ export class Runtime {
     const e = this.store.entries.get(ref.seq);
     if (!e || e.state !== READY) return NOT_INLINED;
     if (ArrayBuffer.isView(e.value) && e.value.byteLength > maxBytes) return NOT_INLINED;
-    return e.value;
+    return this.store.handOut(e);
   }
 
   getOne(ref: ObjectRef): Promise<unknown> {
@@ -179,10 +184,12 @@ export class Runtime {
       const e = this.store.entries.get(ref.seq);
       if (!e)
         return Promise.reject(new ObjectLostError(ref.id, "it was freed (no reference to it remained)"));
-      if (e.state === READY) return Promise.resolve(e.value);
+      if (e.state === READY) return Promise.resolve(this.store.handOut(e));
       if (e.state === FAILED) return Promise.reject(e.value);
       return new Promise((resolve, reject) =>
-        this.store.onSettled(e, (s) => (s.state === READY ? resolve(s.value) : reject(s.value))),
+        this.store.onSettled(e, (s) =>
+          s.state === READY ? resolve(this.store.handOut(s)) : reject(s.value),
+        ),
       );
     }
     if (ref._cached)
@@ -266,7 +273,8 @@ export class Runtime {
         this.store.onSettled(e, (s) => {
           if (s.state === READY) {
             try {
-              this.server.sendEncoded(peer, encode([FETCH_REPLY, seq, 1, s.value]));
+              // the encoded frames are views that the send may read later: hand the value out
+              this.server.sendEncoded(peer, encode([FETCH_REPLY, seq, 1, this.store.handOut(s)]));
             } catch (err) {
               this.server.send(peer, [FETCH_REPLY, seq, 2, errorToWire(err)]);
             }
