@@ -154,7 +154,12 @@ const makers: Record<ProblemKind, { hard: boolean; make: Maker }> = {
     make: (r) => {
       const a = intBetween(r, 1, 9);
       const b = intBetween(r, 1, 9);
-      return { question: `What is ${a} plus ${b}?`, answer: String(a + b), code: `print(${a}+${b})`, work: `${a}+${b}` };
+      return {
+        question: `What is ${a} plus ${b}?`,
+        answer: String(a + b),
+        code: `print(${a}+${b})`,
+        work: `${a}+${b}`,
+      };
     },
   },
   easy_mul: {
@@ -162,7 +167,12 @@ const makers: Record<ProblemKind, { hard: boolean; make: Maker }> = {
     make: (r) => {
       const a = intBetween(r, 2, 9);
       const b = intBetween(r, 2, 9);
-      return { question: `What is ${a} times ${b}?`, answer: String(a * b), code: `print(${a}*${b})`, work: `${a}*${b}` };
+      return {
+        question: `What is ${a} times ${b}?`,
+        answer: String(a * b),
+        code: `print(${a}*${b})`,
+        work: `${a}*${b}`,
+      };
     },
   },
   easy_sub: {
@@ -170,7 +180,12 @@ const makers: Record<ProblemKind, { hard: boolean; make: Maker }> = {
     make: (r) => {
       const a = intBetween(r, 10, 19);
       const b = intBetween(r, 1, 9);
-      return { question: `What is ${a} minus ${b}?`, answer: String(a - b), code: `print(${a}-${b})`, work: `${a}-${b}` };
+      return {
+        question: `What is ${a} minus ${b}?`,
+        answer: String(a - b),
+        code: `print(${a}-${b})`,
+        work: `${a}-${b}`,
+      };
     },
   },
   easy_max: {
@@ -213,7 +228,9 @@ export function generateProblems(options: ProblemSetOptions): Problem[] {
   let attempts = 0;
   while (problems.length < count) {
     if (++attempts > count * 200) {
-      throw new Error(`generateProblems: could not make ${count} distinct problems (made ${problems.length})`);
+      throw new Error(
+        `generateProblems: could not make ${count} distinct problems (made ${problems.length})`,
+      );
     }
     const pool = random() < hardFraction ? hardKinds : easyKinds;
     const kind = pool[Math.floor(random() * pool.length)]!;
@@ -226,7 +243,12 @@ export function generateProblems(options: ProblemSetOptions): Problem[] {
 }
 
 /** The recipe's fixed split: a held-out test set and a disjoint train set. */
-export function trainTestSplit(options: { trainCount: number; testCount: number; seed: number; hardFraction?: number }) {
+export function trainTestSplit(options: {
+  trainCount: number;
+  testCount: number;
+  seed: number;
+  hardFraction?: number;
+}) {
   const test = generateProblems({
     count: options.testCount,
     seed: options.seed ^ 0x5eed,

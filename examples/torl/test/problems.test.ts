@@ -13,7 +13,11 @@ test("the generator is deterministic for a seed and differs across seeds", (t) =
 
 test("every kind's stated answer is what its Python program prints", (t) => {
   const problems = generateProblems({ count: 400, seed: 3 });
-  for (const kind of problemKinds) t.true(problems.some((p) => p.kind === kind), `kind ${kind} appears`);
+  for (const kind of problemKinds)
+    t.true(
+      problems.some((p) => p.kind === kind),
+      `kind ${kind} appears`,
+    );
   const sample = problemKinds.flatMap((kind) => problems.filter((p) => p.kind === kind).slice(0, 4));
   const script = sample.map((p) => `exec(${JSON.stringify(p.code)})`).join("\n");
   const printed = execFileSync("python3", ["-c", script], { encoding: "utf8" }).trim().split("\n");

@@ -189,7 +189,7 @@ test("decode-step logits equal full-forward logits within 1e-4 at every step", (
     for (let i = 0; i < want.length; i++) maxErr = Math.max(maxErr, Math.abs(got[i]! - want[i]!));
     t.true(maxErr < 1e-4, `step ${step}: ${maxErr}`);
     const next = Int32Array.from([7 + step, 40 + step]);
-    seqs.forEach((s, i) => s.push(next[i]!));
+    for (const [i, s] of seqs.entries()) s.push(next[i]!);
     logits = model.decodeStep(next, cache, head);
   }
   logits.dispose();
