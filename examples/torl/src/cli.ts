@@ -16,6 +16,7 @@ const commands: Record<string, Loader> = {
   train: async () => (await import("./commands.js")).trainCommand,
   eval: async () => (await import("./commands.js")).evalCommand,
   pretrain: async () => (await import("./commands.js")).pretrainCommand,
+  report: async () => (await import("./commands.js")).reportCommand,
   "bench actors": async () => (await import("@torl-ts/core")).benchActorsCommand,
   "bench collectives": async () => (await import("@torl-ts/actors")).benchCollectivesCommand,
   "bench sandbox": async () => (await import("@torl-ts/sandbox")).benchSandboxCommand,
