@@ -3,6 +3,7 @@
  * package), tfjs-node (libtensorflow on CPU), wasm (XNNPACK, SIMD), plain JS cpu. `TORL_BACKEND` or an
  * explicit name overrides; a requested backend that cannot start throws with what to install.
  */
+import { existsSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import * as tf from "@tensorflow/tfjs";
 import { BackendUnavailableError } from "./errors.js";
@@ -79,6 +80,9 @@ async function tryStart(
       return { tfName: "tensorflow", threads: availableParallelism() };
     }
     case "webgpu": {
+      // Probing Dawn on a Linux box without GPU device nodes only prints Vulkan loader warnings.
+      if (auto && process.platform === "linux" && !["/dev/dri", "/dev/nvidia0"].some((p) => existsSync(p)))
+        throw new Error("no GPU device (/dev/dri, /dev/nvidia0) visible");
       const g = globalThis as any;
       if (!g.navigator?.gpu) {
         const dawn = await importOptional("webgpu");
