@@ -2,7 +2,7 @@
  * The task and its reward, written for this example: small arithmetic questions with an integer
  * answer, and two reward functions. Nothing here knows about actors or models.
  */
-import { renderPrompt } from "@torl-ts/verl";
+import { renderPrompt, seededRandom } from "@torl-ts/verl";
 
 export interface Question {
   question: string;
@@ -10,17 +10,7 @@ export interface Question {
   answer: string;
 }
 
-/** mulberry32: a seedable PRNG, so every run sees the same questions in the same order. */
-export function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { seededRandom };
 
 /**
  * `count` questions "What is a plus b?" / "What is a times b?", phrased like the tiny ToRL corpus's easy

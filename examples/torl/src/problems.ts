@@ -7,6 +7,8 @@
  * pay off under RL, as in the paper.
  */
 
+import { seededRandom } from "@torl-ts/verl";
+
 export type ProblemKind =
   | "product"
   | "modpow"
@@ -34,17 +36,7 @@ export interface Problem {
   work: string;
 }
 
-/** mulberry32: a small, fast, seedable PRNG; good enough for data generation. */
-export function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { seededRandom };
 
 function intBetween(random: () => number, low: number, high: number): number {
   return low + Math.floor(random() * (high - low + 1));

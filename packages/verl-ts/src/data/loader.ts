@@ -1,4 +1,5 @@
 import { DataProto } from "../protocol/data-proto.js";
+import { mulberry32 as seededRandom } from "../random.js";
 import type { RlDatasetRow } from "./rows.js";
 import { renderPrompt } from "./templates.js";
 
@@ -50,17 +51,7 @@ export interface PromptLoaderOptions {
   dropLast?: boolean;
 }
 
-/** mulberry32: a small fast 32-bit PRNG, uniform in [0, 1). */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { mulberry32 as seededRandom } from "../random.js";
 
 /** The row order of one epoch: a Fisher-Yates shuffle seeded by (seed, epoch), or 0..n-1. */
 export function epochOrder(size: number, seed: number, epoch: number, shuffle = true): Uint32Array {

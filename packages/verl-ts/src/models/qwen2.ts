@@ -6,6 +6,7 @@
  * for the same reason.
  */
 import * as tf from "@tensorflow/tfjs";
+import { mulberry32 } from "../random.js";
 import type { Qwen2Config } from "./config.js";
 import { ModelFormatError } from "./errors.js";
 import type { KVCache } from "./kv-cache.js";
@@ -490,17 +491,7 @@ function uid(): number {
   return ++uidCounter;
 }
 
-/** A small seeded PRNG (mulberry32): uniform floats in [0, 1). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { mulberry32 } from "../random.js";
 
 function gaussian(rng: () => number): number {
   const u = Math.max(rng(), 1e-12);
