@@ -24,6 +24,8 @@ export interface ExecutorOptions {
   /** Isolation steps to leave out; for tests that show what a protection does. */
   disable?: IsolationStep[];
   preload?: string[];
+  /** Warm heap in 2 MiB huge pages (default true); see WorkerOptions.hugePages. */
+  hugePages?: boolean;
   limits?: Partial<RequestLimits>;
   /** Called with each line worth saying loudly (missing protections, restarts). Default: stderr. */
   log?: (line: string) => void;
@@ -141,6 +143,7 @@ export class SandboxExecutor implements CodeRunner {
       tmpfsMb: this.options.tmpfsMb,
       disable: this.options.disable,
       preload: this.options.preload,
+      hugePages: this.options.hugePages,
     });
     this.workers.push(worker);
     worker.onExit = (err) => this.onWorkerExit(worker, err.message);

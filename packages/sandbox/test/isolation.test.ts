@@ -93,13 +93,14 @@ test("memory limit: allocating past memory_limit_MB fails inside the run, a smal
   // several processes together are held by the memory cgroup, not only by per-process RLIMIT_AS
   const many = await ex.run({
     code: `
-import os
+import os, time
 pids = []
 for i in range(4):
     pid = os.fork()
     if pid == 0:
         x = bytearray(100 * 1024 * 1024)
         for j in range(0, len(x), 4096): x[j] = 1
+        time.sleep(3)  # hold it while the others allocate: on a loaded machine they may start late
         os._exit(0)
     pids.append(pid)
 codes = [os.waitpid(p, 0)[1] for p in pids]
@@ -290,4 +291,53 @@ open("ok.txt", "w").write("fine")
   });
   t.is(r.status, "Success", JSON.stringify(r));
   t.deepEqual(r.files, { "ok.txt": Buffer.from("fine").toString("base64") });
+});
+
+const SYSCALL_PROBE = `
+import ctypes, threading
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+def errno_of(ret):
+    return 0 if ret == 0 else ctypes.get_errno()
+print("userns", errno_of(libc.unshare(0x10000000)))
+print("traceme", errno_of(libc.ptrace(0, 0, 0, 0)))
+huge = libc.mmap(None, 2 << 20, 3, 0x22 | 0x40000, -1, 0)
+print("hugetlb", 0 if huge not in (None, 2**64 - 1) else ctypes.get_errno())
+out = []
+th = threading.Thread(target=lambda: out.append(sum(range(10))))
+th.start(); th.join()
+print("thread", out[0])
+print("alloc", len(bytearray(64 << 20)) >> 20)
+`;
+
+test("seccomp: no user namespace (it would hand the run capabilities), no ptrace, no huge pages; threads work", async (t) => {
+  const r = await ex.run({ code: SYSCALL_PROBE, memory_limit_MB: 256 });
+  // EPERM = 1, ENOMEM = 12: glibc falls back to ordinary pages, which the run's memory cgroup counts
+  t.is(r.run_result?.stdout, "userns 1\ntraceme 1\nhugetlb 12\nthread 45\nalloc 64\n", JSON.stringify(r));
+  // the control: the same probe without the filter (the namespaces and the uid drop stay on)
+  const open = await new SandboxExecutor({ workers: 1, disable: ["seccomp"], log: () => {} }).start();
+  try {
+    t.false(open.health().protections.seccomp?.active);
+    const c = await open.run({ code: SYSCALL_PROBE, memory_limit_MB: 256 });
+    t.regex(c.run_result?.stdout ?? "", /^userns 0\ntraceme 0\n/, JSON.stringify(c));
+  } finally {
+    await open.close();
+  }
+});
+
+test("the warm heap is in huge pages: a run holds its own copy of each 2 MiB page", async (t) => {
+  t.regex(ex.health().protections.warm_pool?.how ?? "", /heap in \d+ huge pages/);
+  const probe = "print(int(open('/proc/self/status').read().split('HugetlbPages:')[1].split()[0]) > 0)";
+  const r = await ex.run(probe);
+  t.is(r.run_result?.stdout, "True\n");
+  const plain = await new SandboxExecutor({ workers: 1, hugePages: false, log: () => {} }).start();
+  try {
+    t.notRegex(plain.health().protections.warm_pool?.how ?? "", /huge pages/);
+    t.is((await plain.run(probe)).run_result?.stdout, "False\n");
+    const same = "import sympy\nx = sympy.symbols('x')\nprint(sympy.factor(x**6 - 1))";
+    t.is((await plain.run(same)).run_result?.stdout, (await ex.run(same)).run_result?.stdout);
+  } finally {
+    await plain.close();
+  }
 });
