@@ -156,7 +156,18 @@ export function escapeHtml(s: string): string {
     .replace(/'/g, "&#39;");
 }
 
-const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"];
+const PALETTE = [
+  "#1f77b4",
+  "#d62728",
+  "#2ca02c",
+  "#9467bd",
+  "#ff7f0e",
+  "#8c564b",
+  "#e377c2",
+  "#17becf",
+  "#bcbd22",
+  "#7f7f7f",
+];
 /** Colours of the overlaid (compared) run's series. */
 const COMPARE_COLORS = ["#555555", "#aaaaaa"];
 const FONT = "DejaVu Sans, Liberation Sans, Arial, sans-serif";
@@ -197,7 +208,20 @@ export function lineChart(opts: {
   const shown = opts.series.filter((s) =>
     s.points.some(([x, y]) => Number.isFinite(x) && Number.isFinite(y)),
   );
-  const legendRows = Math.ceil(shown.length / 2);
+  // Legend entries flow left to right and wrap (10 px text is ~5.8 px per character).
+  const entryWidth = (s: Series) => 28 + s.label.length * 5.8;
+  const legend: { s: Series; x: number; row: number }[] = [];
+  let lx0 = 0;
+  let row = 0;
+  for (const s of shown) {
+    if (lx0 > 0 && lx0 + entryWidth(s) > W - m.l - m.r) {
+      row++;
+      lx0 = 0;
+    }
+    legend.push({ s, x: lx0, row });
+    lx0 += entryWidth(s) + 8;
+  }
+  const legendRows = shown.length ? row + 1 : 0;
   const plotH = H - m.t - m.b - legendRows * 15;
   const plotW = W - m.l - m.r;
   const all = opts.series
@@ -270,9 +294,9 @@ export function lineChart(opts: {
         parts.push(`<circle cx="${cx}" cy="${cy}" r="2.5" fill="${s.color}"/>`);
       }
   }
-  shown.forEach((s, i) => {
-    const lx = m.l + (i % 2) * (plotW / 2);
-    const ly = H - legendRows * 15 + Math.floor(i / 2) * 15 + 4;
+  legend.forEach(({ s, x, row }) => {
+    const lx = m.l + x;
+    const ly = H - legendRows * 15 + row * 15 + 4;
     const dash = s.dashed ? ` stroke-dasharray="6 4"` : "";
     parts.push(
       `<line x1="${lx}" x2="${lx + 18}" y1="${ly}" y2="${ly}" stroke="${s.color}" stroke-width="2"${dash}/>`,
@@ -507,7 +531,9 @@ export interface ReportOptions {
 }
 
 function loadRun(dir: string): RunData {
-  return { dir, label: basename(resolve(dir)), metrics: readRunMetrics(dir), summary: readSummary(dir) };
+  // runs/<experiment>-<yyyymmdd>-<hhmmss>: the experiment name alone keeps legends short
+  const label = basename(resolve(dir)).replace(/-\d{8}-\d{6}$/, "");
+  return { dir, label, metrics: readRunMetrics(dir), summary: readSummary(dir) };
 }
 
 /** The report page as a string. */
