@@ -1,4 +1,11 @@
-import { type ActorHandle, actor, createCollectiveGroup, get, kill } from "@torl-ts/actors";
+import {
+  type ActorHandle,
+  actor,
+  createCollectiveGroup,
+  destroyCollectiveGroup,
+  get,
+  kill,
+} from "@torl-ts/actors";
 import { DispatchError, type ResolvedRegistration, registeredMethods } from "./decorator.js";
 import { fromWireValue, type HostedRoleSpec, toWireValue, WorkerHost } from "./host.js";
 import type { ResourcePool } from "./resource-pool.js";
@@ -254,9 +261,10 @@ export class WorkerGroup<T = unknown> {
     return get(this.handles.map((h) => h.hostReady()));
   }
 
-  /** Kills the group's worker processes. */
-  shutdown(): void {
+  /** Kills the group's worker processes and removes its collective group, so the name can be reused. */
+  async shutdown(): Promise<void> {
     for (const h of this.handles) kill(h);
+    if (this.collectiveGroup) await destroyCollectiveGroup(this.collectiveGroup).catch(() => false);
   }
 }
 

@@ -11,7 +11,7 @@
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { clusterResources, destroyCollectiveGroup, init, isInitialized, shutdown } from "@torl-ts/actors";
+import { clusterResources, init, isInitialized, shutdown } from "@torl-ts/actors";
 import { computeAdvantage, listAdvantageEstimators } from "../algorithms/advantage.js";
 import { applyKlPenalty, createKlController, type KlController } from "../algorithms/kl.js";
 import type { MaskMatrix, ScoreMatrix } from "../algorithms/masked.js";
@@ -595,8 +595,7 @@ export class RayPPOTrainer {
     const wg = this.actor;
     this.actor = undefined;
     if (wg) {
-      wg.shutdown();
-      if (wg.collectiveGroup) await destroyCollectiveGroup(wg.collectiveGroup).catch(() => false);
+      await wg.shutdown();
     }
     if (this.startedRuntime) {
       this.startedRuntime = false;

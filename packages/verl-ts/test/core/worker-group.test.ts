@@ -1,4 +1,4 @@
-import { ActorDiedError, init, RemoteError, shutdown } from "@torl-ts/actors";
+import { ActorDiedError, getCollectiveGroup, init, RemoteError, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import {
   type BoundMethods,
@@ -132,7 +132,7 @@ test("methods registered without decorators and a custom dispatch mode; a CPU-on
     const infos = await wg.workerInfo();
     t.true(infos.every((i) => i.cudaVisibleDevices === undefined || i.cudaVisibleDevices === ""));
   } finally {
-    wg.shutdown();
+    await wg.shutdown();
     await pool.release();
   }
 });
@@ -156,7 +156,7 @@ test("colocated roles share one process per bundle; spawnRoles gives a group per
     const viaPrefix: DataProto = await wg.call("rollout_generateSequences", prompts);
     t.is(viaPrefix.length, 4);
   } finally {
-    wg.shutdown();
+    await wg.shutdown();
     await pool.release();
   }
 });
@@ -169,7 +169,7 @@ test("a worker that dies mid-call fails the call with ActorDiedError naming the 
     t.is((e as any).workerRank, 1);
     t.regex(e!.message, /^mortal rank 1 default\.exitOn: /);
   } finally {
-    wg.shutdown();
+    await wg.shutdown();
     await pool.release();
   }
 });
@@ -179,4 +179,21 @@ test("a role whose constructor throws fails the group's creation with the remote
   const e = await t.throwsAsync(WorkerGroup.create(pool, workerRole(BrokenRole, FIXTURES)));
   t.regex(e!.message, /cannot start this role/);
   await pool.release();
+});
+
+test("shutdown removes the group's collective group: the same name can be created again", async (t) => {
+  const pool = new ResourcePool({ processOnNodes: [2], useGpu: false });
+  const make = () =>
+    WorkerGroup.create(pool, workerRole(DoublerWorker, FIXTURES, 1), { name: "again", collective: true });
+  const first = await make();
+  t.truthy(getCollectiveGroup("again-collective"));
+  await first.shutdown();
+  t.is(getCollectiveGroup("again-collective"), undefined);
+  const second = await make();
+  try {
+    t.is((await second.describe("x")).length, 2);
+  } finally {
+    await second.shutdown();
+    await pool.release();
+  }
 });

@@ -175,5 +175,5 @@ test("N=2 and N=4 ranks give the same parameters and metrics as N=1; optimizer s
       `N=${n}: parameters ${total}, optimizer state per rank ${per.map((i) => i.optimizerBytes).join("/")} bytes, param shard ${per[0]!.paramShardBytes} bytes`,
     );
   }
-  for (const g of groups) g.shutdown();
+  for (const g of groups) await g.shutdown();
 });
