@@ -228,7 +228,8 @@ export function lineChart(opts: {
     .flatMap((s) => s.points)
     .filter(([x, y]) => Number.isFinite(x) && Number.isFinite(y));
   const parts: string[] = [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="${FONT}">`,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="${FONT}" role="img" aria-label="${escapeHtml(opts.title)}">`,
+    `<title>${escapeHtml(opts.title)}</title>`,
     `<rect width="${W}" height="${H}" fill="#ffffff"/>`,
     `<text x="${m.l}" y="18" font-size="14" font-weight="bold" fill="#222">${escapeHtml(opts.title)}</text>`,
   ];
