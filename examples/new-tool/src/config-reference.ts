@@ -54,8 +54,10 @@ const MEANINGS: Record<string, string> = {
     "rows per forward/backward over all workers (deprecated form)",
   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu":
     "rows per forward/backward per worker (gradient accumulation)",
-  "actor_rollout_ref.actor.use_dynamic_bsz": "pack micro-batches by token count",
-  "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "token budget of a packed micro-batch",
+  "actor_rollout_ref.actor.use_dynamic_bsz":
+    "veRL's token-budget micro-batches; not implemented: true is refused (micro-batches are fixed-size)",
+  "actor_rollout_ref.actor.ppo_max_token_len_per_gpu":
+    "accepted for veRL compatibility; unused (see use_dynamic_bsz)",
   "actor_rollout_ref.actor.grad_clip": "global gradient-norm clip",
   "actor_rollout_ref.actor.clip_ratio": "PPO clip epsilon (both sides unless the low/high keys differ)",
   "actor_rollout_ref.actor.clip_ratio_low": "PPO clip: lower bound 1 - clip_ratio_low",
@@ -118,7 +120,8 @@ const MEANINGS: Record<string, string> = {
   "algorithm.kl_ctrl.kl_coef": "(initial) KL coefficient",
   "algorithm.kl_ctrl.horizon": "adaptive controller horizon",
   "algorithm.kl_ctrl.target_kl": "adaptive controller target",
-  "trainer.balance_batch": "reorder rows so workers get similar token counts",
+  "trainer.balance_batch":
+    "accepted for veRL compatibility; no effect: every worker's rows are padded to the batch's shape, so reordering would not change any worker's work",
   "trainer.total_epochs": "passes over the training data",
   "trainer.total_training_steps": "stop after this many steps; null: from epochs",
   "trainer.project_name": "project name (run directory, loggers)",

@@ -122,6 +122,22 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
       "gae needs a critic, which this trainer does not run (use grpo, rloo, reinforce_plus_plus)",
     );
   }
+  if (a.use_dynamic_bsz) {
+    // refuse rather than ignore: a veRL config that relies on token-budget packing would silently run
+    // with fixed-size micro-batches and a different memory profile
+    add(
+      "actor_rollout_ref.actor.use_dynamic_bsz",
+      "is not implemented: micro-batches hold ppo_micro_batch_size_per_gpu rows (set it to false)",
+    );
+  }
+  for (const role of ["ref", "rollout"] as const) {
+    const section = cfg.actor_rollout_ref[role] as { log_prob_use_dynamic_bsz?: unknown };
+    if (section.log_prob_use_dynamic_bsz === true && !a.use_dynamic_bsz)
+      add(
+        `actor_rollout_ref.${role}.log_prob_use_dynamic_bsz`,
+        "is not implemented: log-prob micro-batches hold log_prob_micro_batch_size_per_gpu rows (set it to false)",
+      );
+  }
   if (a.ppo_mini_batch_size > 0 && cfg.data.train_batch_size % a.ppo_mini_batch_size !== 0) {
     add(
       "actor_rollout_ref.actor.ppo_mini_batch_size",

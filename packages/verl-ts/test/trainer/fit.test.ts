@@ -24,6 +24,11 @@ test.serial("a bad config stops in the constructor, before the runtime or any ac
   });
   t.regex(e2!.message, /actor_rollout_ref\.model\.path .*nope holds no config\.json/);
   t.regex(e2!.message, /must split evenly over 3 workers|must divide evenly over 3 workers/);
+  const dynamic = tinyConfig({ modelPath, ckptDir, extra: ["actor_rollout_ref.actor.use_dynamic_bsz=true"] });
+  const e3 = t.throws(() => new RayPPOTrainer(dynamic, { trainRows: rows(8) }), {
+    instanceOf: TrainerConfigError,
+  });
+  t.regex(e3!.message, /actor_rollout_ref\.actor\.use_dynamic_bsz is not implemented/);
   t.false(isInitialized(), "no runtime was started, so no actor exists");
 });
 
