@@ -6,25 +6,18 @@ import {
   buildByteBpeTokenizer,
   generate,
   KVCache,
-  makeQwen2Config,
   padBatch,
   Qwen2Model,
   selectBackend,
 } from "../../src/index.js";
+import { TINY_TEST_ARCH, tinyTestConfig } from "./tiny-config.js";
 
 const tok = buildByteBpeTokenizer();
 let model: Qwen2Model;
 
 test.before(async () => {
   await selectBackend({ backend: "wasm", log: null });
-  const cfg = makeQwen2Config({
-    vocabSize: tok.vocabSize,
-    hiddenSize: 32,
-    numHiddenLayers: 2,
-    numAttentionHeads: 4,
-    numKeyValueHeads: 2,
-    intermediateSize: 64,
-  });
+  const cfg = tinyTestConfig(tok.vocabSize);
   model = Qwen2Model.random(cfg, { seed: 11, std: 0.6 });
 });
 
@@ -157,7 +150,7 @@ test("the cpu backend's in-place cache generates what wasm generates", (t) => {
   const code = `import { buildByteBpeTokenizer, generate, makeQwen2Config, Qwen2Model, selectBackend } from "./src/index.ts";
     await selectBackend({ log: null });
     const tok = buildByteBpeTokenizer();
-    const cfg = makeQwen2Config({ vocabSize: tok.vocabSize, hiddenSize: 32, numHiddenLayers: 2, numAttentionHeads: 4, numKeyValueHeads: 2, intermediateSize: 64 });
+    const cfg = makeQwen2Config({ vocabSize: tok.vocabSize, ...${JSON.stringify(TINY_TEST_ARCH)} });
     const model = Qwen2Model.random(cfg, { seed: 11, std: 0.6 });
     const out = generate(model, tok, ${JSON.stringify(prompts)}, { maxNewTokens: 70, temperature: 0, ignoreEos: true });
     console.log(JSON.stringify(out.map((o) => o.tokenIds)));`;
@@ -198,15 +191,7 @@ test("decode-step logits equal full-forward logits within 1e-4 at every step", (
 });
 
 test("generation leaves an untied model's lm_head usable (the head weight handed out is the caller's)", (t) => {
-  const cfg = makeQwen2Config({
-    vocabSize: tok.vocabSize,
-    hiddenSize: 32,
-    numHiddenLayers: 1,
-    numAttentionHeads: 4,
-    numKeyValueHeads: 2,
-    intermediateSize: 64,
-    tieWordEmbeddings: false,
-  });
+  const cfg = tinyTestConfig(tok.vocabSize, { numHiddenLayers: 1, tieWordEmbeddings: false });
   const untied = Qwen2Model.random(cfg, { seed: 3, std: 0.6 });
   const params = { maxNewTokens: 5, temperature: 0, ignoreEos: true };
   const first = generate(untied, tok, [tok.encode("ab")], params);

@@ -1,8 +1,9 @@
 import { init, shutdown } from "@torl-ts/actors";
 import { PythonCodeInterpreter, SandboxActorPool } from "@torl-ts/sandbox";
 import test from "ava";
-import { buildByteBpeTokenizer, makeQwen2Config, Qwen2Model, selectBackend } from "../../src/models/index.js";
+import { buildByteBpeTokenizer, Qwen2Model, selectBackend } from "../../src/models/index.js";
 import { tirRollout } from "../../src/rollout/index.js";
+import { tinyTestConfig } from "../models/tiny-config.js";
 import { scriptedProcessor } from "./helpers.js";
 
 const tok = buildByteBpeTokenizer();
@@ -20,14 +21,7 @@ test.after.always(async () => {
 });
 
 test("the code interpreter backed by the sandbox actor pool: each row's code runs on an actor and its output comes back", async (t) => {
-  const cfg = makeQwen2Config({
-    vocabSize: tok.vocabSize,
-    hiddenSize: 32,
-    numHiddenLayers: 2,
-    numAttentionHeads: 4,
-    numKeyValueHeads: 2,
-    intermediateSize: 64,
-  });
+  const cfg = tinyTestConfig(tok.vocabSize);
   const model = Qwen2Model.random(cfg, { seed: 5, std: 0.6 });
   const prompts = [0, 1, 2, 3, 4, 5].map((i) => tok.encode(`Q${i}:`));
   const scripts = prompts.map((_, i) => [

@@ -1,13 +1,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { PythonCodeInterpreter, SandboxExecutor } from "@torl-ts/sandbox";
 import test from "ava";
-import {
-  buildByteBpeTokenizer,
-  generate,
-  makeQwen2Config,
-  Qwen2Model,
-  selectBackend,
-} from "../../src/models/index.js";
+import { buildByteBpeTokenizer, generate, Qwen2Model, selectBackend } from "../../src/models/index.js";
 import { DataProto } from "../../src/protocol/index.js";
 import {
   generateSequences,
@@ -20,6 +14,7 @@ import {
   ToolExecutionError,
   tirRollout,
 } from "../../src/rollout/index.js";
+import { tinyTestConfig } from "../models/tiny-config.js";
 import { greedyTargets, LengthTool, scriptedProcessor } from "./helpers.js";
 
 // One token per byte: a stop string always ends on a token boundary, so every unmasked response token
@@ -38,14 +33,7 @@ const prompts = [
 
 test.before(async () => {
   await selectBackend({ backend: "wasm", log: null });
-  const cfg = makeQwen2Config({
-    vocabSize: tok.vocabSize,
-    hiddenSize: 32,
-    numHiddenLayers: 2,
-    numAttentionHeads: 4,
-    numKeyValueHeads: 2,
-    intermediateSize: 64,
-  });
+  const cfg = tinyTestConfig(tok.vocabSize);
   model = Qwen2Model.random(cfg, { seed: 11, std: 0.6 });
   executor = await new SandboxExecutor({ workers: 2, log: () => {} }).start();
   python = new PythonCodeInterpreter(executor, { runTimeout: 10 });
@@ -335,14 +323,7 @@ test("bad input and a failing tool give typed errors", async (t) => {
 test("a token that straddles the trigger is re-encoded with the appended text; masks follow character offsets", async (t) => {
   const block = "```python\nprint(42)\n``` ```output\n42\n```\n";
   const bpe = buildByteBpeTokenizer({ corpus: `${block} x ${block}`.repeat(20), vocabSize: 300 });
-  const cfg = makeQwen2Config({
-    vocabSize: bpe.vocabSize,
-    hiddenSize: 32,
-    numHiddenLayers: 2,
-    numAttentionHeads: 4,
-    numKeyValueHeads: 2,
-    intermediateSize: 64,
-  });
+  const cfg = tinyTestConfig(bpe.vocabSize);
   const m = Qwen2Model.random(cfg, { seed: 3, std: 0.6 });
   const script = bpe.encode("```python\nprint(42)\n``` ```output");
   const pieces = script.map((id) => bpe.decode([id]));
@@ -471,15 +452,7 @@ test("generateSequences: a left-padded veRL prompt batch in, a padded rollout ba
 });
 
 test.serial("no tensors leak; an untied model's LM head is left alone", async (t) => {
-  const cfg = makeQwen2Config({
-    vocabSize: tok.vocabSize,
-    hiddenSize: 32,
-    numHiddenLayers: 2,
-    numAttentionHeads: 4,
-    numKeyValueHeads: 2,
-    intermediateSize: 64,
-    tieWordEmbeddings: false,
-  });
+  const cfg = tinyTestConfig(tok.vocabSize, { tieWordEmbeddings: false });
   const untied = Qwen2Model.random(cfg, { seed: 2, std: 0.6 });
   const before = tf.memory().numTensors;
   const opts = {

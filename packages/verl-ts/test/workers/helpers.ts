@@ -3,6 +3,7 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildByteBpeTokenizer, createRandomPretrained } from "../../src/models/index.js";
+import { TINY_TEST_ARCH } from "../models/tiny-config.js";
 
 export const WORKER_MODULE = new URL("../../src/workers/actor-rollout-ref.ts", import.meta.url).href;
 
@@ -10,11 +11,6 @@ export const WORKER_MODULE = new URL("../../src/workers/actor-rollout-ref.ts", i
 export function tinyModelDir(seed = 7): string {
   const dir = mkdtempSync(join(tmpdir(), "torl-tiny-model-"));
   const tok = buildByteBpeTokenizer();
-  createRandomPretrained(
-    dir,
-    tok,
-    { hiddenSize: 32, numHiddenLayers: 2, numAttentionHeads: 4, numKeyValueHeads: 2, intermediateSize: 64 },
-    { seed, std: 0.1 },
-  );
+  createRandomPretrained(dir, tok, TINY_TEST_ARCH, { seed, std: 0.1 });
   return dir;
 }
