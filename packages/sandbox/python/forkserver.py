@@ -596,10 +596,20 @@ def learn_hot_pages(state):
     return [(a, n) for a, n in ranges if not in_ranges(a, state["huge_ranges"])], [(w, HUGE) for w in windows]
 
 
-def populate(ranges):
-    """Copies the given ranges into this process now (before its request arrives)."""
-    for addr, length in ranges:
+def populate_while_idle(ranges, request_fd):
+    """Copies the ranges into this process until its request arrives; returns how many it copied.
+
+    Idle, the copies take the faults off the request's path (latency). Under load the request is
+    usually waiting already, and copying pages the run may not write costs more than faulting in the
+    ones it does (measured: 57 vs 68 runs/s for a bare fork loop), so the run starts at once.
+    """
+    waiting = select.poll()
+    waiting.register(request_fd, select.POLLIN)
+    for i, (addr, length) in enumerate(ranges):
+        if waiting.poll(0):
+            return i
         libc.madvise(addr, length, MADV_POPULATE_WRITE)
+    return len(ranges)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -659,8 +669,7 @@ def zygote_main(state, ctrl_r, out_w, err_w, status_w):
             cg.join()
         t_pop = time.perf_counter()
         if not state.get("learning"):
-            populate(state["hot_huge"])
-            populate(state["hot_pages"])
+            timings["zygote_populated_ranges"] = populate_while_idle(state["hot_huge"] + state["hot_pages"], ctrl_r)
         timings["zygote_populate_ms"] = (time.perf_counter() - t_pop) * 1000
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)

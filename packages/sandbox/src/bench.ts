@@ -102,9 +102,9 @@ export async function benchSandbox(
   const faultUs = await pageFaultMicros(python);
   log(`machine: one page fault costs ${round(faultUs)} us`);
 
-  log(`naive: ${opts.naiveRuns ?? 2 * workers} runs of a fresh python3 process, ${workers} at a time`);
+  log(`naive: ${opts.naiveRuns ?? 4 * workers} runs of a fresh python3 process, ${workers} at a time`);
   await naiveRun(python); // page cache warm, as the pool's own start is
-  const naive = await throughput(opts.naiveRuns ?? 2 * workers, workers, () => naiveRun(python));
+  const naive = await throughput(opts.naiveRuns ?? 4 * workers, workers, () => naiveRun(python));
   log(`  naive_spawn_per_s ${round(naive)}`);
 
   log(`pool: starting ${workers} warm workers`);
