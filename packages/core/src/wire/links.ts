@@ -15,174 +15,66 @@ function tune(sock: zmq.Dealer | zmq.Router): void {
   sock.receiveHighWaterMark = 0;
 }
 
-/** A connection to one peer (a worker, an owner of objects, or the head). */
-export class DealerLink {
-  readonly sock = new zmq.Dealer();
-  private queue: Encoded[] = [];
-  private scheduled = false;
-  private busy = false;
-  private closed = false;
+/**
+ * What both sockets share: batched writes (whatever is queued while a send is running, or within one
+ * tick, leaves as one multipart message) and a read loop that splits batches and isolates handlers.
+ */
+abstract class BatchingSocket<S extends zmq.Dealer | zmq.Router> {
+  protected scheduled = false;
+  protected busy = false;
+  protected closed = false;
 
   constructor(
-    readonly endpoint: string,
-    private onMessage: (msg: any) => void,
-    private label = endpoint,
+    readonly sock: S,
+    protected label: string,
   ) {
-    tune(this.sock);
-    this.sock.connect(endpoint);
-    void this.readLoop();
+    tune(sock);
   }
 
-  send(msg: unknown): void {
-    this.sendEncoded(encode(msg));
-  }
+  /** Sends what is queued, and what gets queued meanwhile, until nothing is left or the socket closes. */
+  protected abstract drain(): Promise<void>;
 
-  sendEncoded(e: Encoded): void {
-    if (this.closed) return;
-    this.queue.push(e);
-    if (!this.scheduled && !this.busy) {
-      if (this.queue.length === 1) {
-        // idle link: send now (lowest latency); what follows in this tick batches behind it
-        void this.flush();
-        return;
-      }
-      this.scheduled = true;
-      queueMicrotask(() => this.flush());
-    }
-  }
+  /** Whether anything is queued. */
+  protected abstract pending(): boolean;
 
-  private async flush(): Promise<void> {
-    this.scheduled = false;
-    if (this.busy || this.closed) return;
-    this.busy = true;
-    try {
-      while (this.queue.length > 0 && !this.closed) {
-        const batch = this.queue.length <= MAX_BATCH ? this.queue : this.queue.slice(0, MAX_BATCH);
-        this.queue = this.queue.length <= MAX_BATCH ? [] : this.queue.slice(MAX_BATCH);
-        await this.sock.send(buildBatch(batch));
-      }
-    } catch (e) {
-      if (!this.closed) logWarn(`send to ${this.label} failed: ${(e as Error).message}`);
-    } finally {
-      this.busy = false;
-    }
-  }
+  /** Forgets what is still queued (on close). */
+  protected abstract discard(): void;
 
-  private async readLoop(): Promise<void> {
-    try {
-      for await (const parts of this.sock) {
-        let msgs: any[];
-        try {
-          msgs = parseBatch(parts, 0);
-        } catch (e) {
-          if (e instanceof MalformedMessageError) {
-            logWarn(`dropped malformed message from ${this.label}: ${e.message}`);
-            continue;
-          }
-          throw e;
-        }
-        for (const m of msgs) {
-          try {
-            this.onMessage(m);
-          } catch (e) {
-            logWarn(`handler failed for message from ${this.label}: ${(e as Error).stack}`);
-          }
-        }
-      }
-    } catch (e) {
-      if (!this.closed) logWarn(`receive from ${this.label} stopped: ${(e as Error).message}`);
-    }
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.queue = [];
-    try {
-      this.sock.close();
-    } catch {}
-  }
-}
-
-interface Pending {
-  id: Buffer;
-  msgs: Encoded[];
-}
-
-/** A bound Router: receives from many peers (identified by routing id) and replies in batches. */
-export class RouterServer {
-  readonly sock = new zmq.Router();
-  private out = new Map<string, Pending>();
-  private scheduled = false;
-  private busy = false;
-  private closed = false;
-  readonly endpoints: string[] = [];
-  /** Bytes received so far (all frames). */
-  bytesIn = 0;
-
-  constructor(
-    private onMessage: (peer: Buffer, msg: any) => void,
-    private label: string,
-  ) {
-    tune(this.sock);
-  }
-
-  async bind(endpoint: string): Promise<string> {
-    await this.sock.bind(endpoint);
-    const real = this.sock.lastEndpoint ?? endpoint;
-    this.endpoints.push(real);
-    return real;
-  }
-
-  start(): void {
-    void this.readLoop();
-  }
-
-  send(peer: Buffer, msg: unknown): void {
-    this.sendEncoded(peer, encode(msg));
-  }
-
-  sendEncoded(peer: Buffer, e: Encoded): void {
-    if (this.closed) return;
-    const key = peer.toString("latin1");
-    let p = this.out.get(key);
-    if (!p) this.out.set(key, (p = { id: peer, msgs: [] }));
-    p.msgs.push(e);
+  /** A flush on the next microtask, unless one is running or already due. */
+  protected schedule(): void {
     if (!this.scheduled && !this.busy) {
       this.scheduled = true;
       queueMicrotask(() => this.flush());
     }
   }
 
-  private async flush(): Promise<void> {
+  protected async flush(): Promise<void> {
     this.scheduled = false;
     if (this.busy || this.closed) return;
     this.busy = true;
     try {
-      while (this.out.size > 0 && !this.closed) {
-        const batches = [...this.out.values()];
-        this.out.clear();
-        for (const b of batches) {
-          for (let i = 0; i < b.msgs.length; i += MAX_BATCH) {
-            await this.sock.send([b.id, ...buildBatch(b.msgs.slice(i, i + MAX_BATCH))]);
-          }
-        }
-      }
+      await this.drain();
     } catch (e) {
       if (!this.closed) logWarn(`${this.label}: send failed: ${(e as Error).message}`);
     } finally {
       this.busy = false;
+      // a message queued between drain()'s last check and here saw a busy socket and scheduled nothing
+      if (!this.closed && this.pending()) this.schedule();
     }
   }
 
-  private async readLoop(): Promise<void> {
+  /** Delivers every message of every batch; `frames` sees each raw multipart message first. */
+  protected async readLoop(
+    firstFrame: number,
+    deliver: (parts: Buffer[], msg: any) => void,
+    frames: (parts: Buffer[]) => void = () => {},
+  ): Promise<void> {
     try {
       for await (const parts of this.sock) {
-        const peer = parts[0]!;
-        for (const p of parts) this.bytesIn += p.byteLength;
+        frames(parts);
         let msgs: any[];
         try {
-          msgs = parseBatch(parts, 1);
+          msgs = parseBatch(parts, firstFrame);
         } catch (e) {
           if (e instanceof MalformedMessageError) {
             logWarn(`${this.label}: dropped malformed message (${parts.length} frames): ${e.message}`);
@@ -192,7 +84,7 @@ export class RouterServer {
         }
         for (const m of msgs) {
           try {
-            this.onMessage(peer, m);
+            deliver(parts, m);
           } catch (e) {
             logWarn(`${this.label}: handler failed: ${(e as Error).stack}`);
           }
@@ -206,9 +98,125 @@ export class RouterServer {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    this.out.clear();
+    this.discard();
     try {
       this.sock.close();
     } catch {}
+  }
+}
+
+/** A connection to one peer (a worker, an owner of objects, or the head). */
+export class DealerLink extends BatchingSocket<zmq.Dealer> {
+  private queue: Encoded[] = [];
+
+  constructor(
+    readonly endpoint: string,
+    onMessage: (msg: any) => void,
+    label = endpoint,
+  ) {
+    super(new zmq.Dealer(), label);
+    this.sock.connect(endpoint);
+    void this.readLoop(0, (_parts, m) => onMessage(m));
+  }
+
+  send(msg: unknown): void {
+    this.sendEncoded(encode(msg));
+  }
+
+  sendEncoded(e: Encoded): void {
+    if (this.closed) return;
+    this.queue.push(e);
+    if (this.queue.length === 1 && !this.scheduled && !this.busy) {
+      // idle link: send now (lowest latency); what follows in this tick batches behind it
+      void this.flush();
+      return;
+    }
+    this.schedule();
+  }
+
+  protected async drain(): Promise<void> {
+    while (this.queue.length > 0 && !this.closed) {
+      const batch = this.queue.length <= MAX_BATCH ? this.queue : this.queue.slice(0, MAX_BATCH);
+      this.queue = this.queue.length <= MAX_BATCH ? [] : this.queue.slice(MAX_BATCH);
+      await this.sock.send(buildBatch(batch));
+    }
+  }
+
+  protected pending(): boolean {
+    return this.queue.length > 0;
+  }
+
+  protected discard(): void {
+    this.queue = [];
+  }
+}
+
+interface Pending {
+  id: Buffer;
+  msgs: Encoded[];
+}
+
+/** A bound Router: receives from many peers (identified by routing id) and replies in batches. */
+export class RouterServer extends BatchingSocket<zmq.Router> {
+  private out = new Map<string, Pending>();
+  readonly endpoints: string[] = [];
+  /** Bytes received so far (all frames). */
+  bytesIn = 0;
+
+  constructor(
+    private onMessage: (peer: Buffer, msg: any) => void,
+    label: string,
+  ) {
+    super(new zmq.Router(), label);
+  }
+
+  async bind(endpoint: string): Promise<string> {
+    await this.sock.bind(endpoint);
+    const real = this.sock.lastEndpoint ?? endpoint;
+    this.endpoints.push(real);
+    return real;
+  }
+
+  start(): void {
+    void this.readLoop(
+      1,
+      (parts, m) => this.onMessage(parts[0]!, m),
+      (parts) => {
+        for (const p of parts) this.bytesIn += p.byteLength;
+      },
+    );
+  }
+
+  send(peer: Buffer, msg: unknown): void {
+    this.sendEncoded(peer, encode(msg));
+  }
+
+  sendEncoded(peer: Buffer, e: Encoded): void {
+    if (this.closed) return;
+    const key = peer.toString("latin1");
+    let p = this.out.get(key);
+    if (!p) this.out.set(key, (p = { id: peer, msgs: [] }));
+    p.msgs.push(e);
+    this.schedule();
+  }
+
+  protected async drain(): Promise<void> {
+    while (this.out.size > 0 && !this.closed) {
+      const batches = [...this.out.values()];
+      this.out.clear();
+      for (const b of batches) {
+        for (let i = 0; i < b.msgs.length; i += MAX_BATCH) {
+          await this.sock.send([b.id, ...buildBatch(b.msgs.slice(i, i + MAX_BATCH))]);
+        }
+      }
+    }
+  }
+
+  protected pending(): boolean {
+    return this.out.size > 0;
+  }
+
+  protected discard(): void {
+    this.out.clear();
   }
 }
