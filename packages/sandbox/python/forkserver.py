@@ -1042,7 +1042,7 @@ def serve(state):
             state["hot_pages"], state["hot_huge"] = learn_hot_pages(state)
         PROTECTIONS["warm_pool"]["how"] += (
             f"; {len(state['hot_huge'])} huge and {sum(n for _, n in state['hot_pages']) // PAGE} small hot pages"
-            " copied into each run before its request arrives"
+            " copied into each prepared run while no request waits"
         )
     except Exception as exc:  # noqa: BLE001
         state["hot_pages"], state["hot_huge"] = [], state["huge_ranges"]
@@ -1082,16 +1082,18 @@ def main():
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
+    # a speed feature, not a protection: when it is off the health says why but stays "ok"
     huge_heap = None
+    huge_off = "huge pages off by configuration"
     if CONFIG.get("huge_pages") and os.environ.get("PYTHONMALLOC") == "malloc":
         try:
             if huge_pages_usable():
                 block_brk()
                 huge_heap = True
             else:
-                WARNINGS.append("huge pages unavailable (no free or overcommittable 2 MiB pages): runs copy 4 KiB pages")
+                huge_off = "no free or overcommittable 2 MiB pages"
         except OSError as exc:
-            WARNINGS.append(f"huge-page heap off: {exc}")
+            huge_off = f"huge-page heap off: {exc}"
     for var in list(os.environ):
         if var not in ("PATH", "LANG", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                        "NUMEXPR_NUM_THREADS"):
@@ -1101,6 +1103,8 @@ def main():
     ranges = huge_ranges() if huge_heap else []
     if ranges:
         how += f"; heap in {sum(n for _, n in ranges) // HUGE} huge pages, copied whole per run"
+    else:
+        how += f"; heap in 4 KiB pages ({huge_off if not huge_heap else 'glibc made no huge mapping'})"
     PROTECTIONS["warm_pool"] = {"active": True, "how": how}
     PROTECTIONS["env_scrubbed"] = {"active": True, "how": "the server drops its environment; runs get a fixed minimal one"}
     is_root = os.geteuid() == 0
