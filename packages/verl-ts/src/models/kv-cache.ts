@@ -128,16 +128,30 @@ export class KVCache {
   writePrefill(layer: number, k: tf.Tensor, v: tf.Tensor, rowOffset = 0): void {
     const rows = k.shape[0]!;
     const L = k.shape[2]!;
-    const D = this.headDim;
+    this.writeRows(layer, k, v, rowOffset * this.kvHeads, rows * this.kvHeads, 0, L * this.headDim);
+  }
+
+  /**
+   * Copies k and v, `count` (row, kv head) runs of `span` floats each, into the layer's storage from
+   * slot `slot` of cache run `first` on.
+   */
+  private writeRows(
+    layer: number,
+    k: tf.Tensor,
+    v: tf.Tensor,
+    first: number,
+    count: number,
+    slot: number,
+    span: number,
+  ): void {
     for (const [which, t] of [
       [0, k],
       [1, v],
     ] as const) {
       const src = t.dataSync() as Float32Array;
       const dst = this.storage(layer, which);
-      const base = rowOffset * this.kvHeads;
-      for (let r = 0; r < rows * this.kvHeads; r++)
-        dst.set(src.subarray(r * L * D, (r + 1) * L * D), (base + r) * this.capacity * D);
+      for (let r = 0; r < count; r++)
+        dst.set(src.subarray(r * span, (r + 1) * span), ((first + r) * this.capacity + slot) * this.headDim);
       if (!this.inPlace) this.publish(layer, which, undefined);
     }
   }
@@ -177,17 +191,7 @@ export class KVCache {
 
   /** Writes one step's k, v (memory order [B, KV, 1, D]) at `slot`; returns the layer's K and V tensors. */
   writeStep(layer: number, slot: number, k: tf.Tensor, v: tf.Tensor): [tf.Tensor4D, tf.Tensor4D] {
-    const D = this.headDim;
-    for (const [which, t] of [
-      [0, k],
-      [1, v],
-    ] as const) {
-      const src = t.dataSync() as Float32Array;
-      const dst = this.storage(layer, which);
-      for (let r = 0; r < this.batch * this.kvHeads; r++)
-        dst.set(src.subarray(r * D, (r + 1) * D), (r * this.capacity + slot) * D);
-      if (!this.inPlace) this.publish(layer, which, undefined);
-    }
+    this.writeRows(layer, k, v, 0, this.batch * this.kvHeads, slot, this.headDim);
     return [this.keys[layer]!, this.values[layer]!];
   }
 
