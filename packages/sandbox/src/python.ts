@@ -25,3 +25,14 @@ export function resolvePython(): string {
   }
   return resolved;
 }
+
+/** The environment a fork server starts with (it drops all of it before any run). */
+export function forkServerEnv(hugePages: boolean): Record<string, string> {
+  const env: Record<string, string> = { PATH: process.env.PATH ?? "/usr/bin:/bin", LANG: "C.UTF-8" };
+  if (hugePages) {
+    // every Python object in glibc's heap, which grows in 2 MiB hugetlb mappings (see forkserver.py)
+    env.PYTHONMALLOC = "malloc";
+    env.GLIBC_TUNABLES = "glibc.malloc.hugetlb=2:glibc.malloc.mmap_threshold=33554432";
+  }
+  return env;
+}

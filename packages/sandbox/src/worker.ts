@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, readdirSync, rmdirSync } from "node:fs";
 import { SandboxInternalError, SandboxStartError, SandboxWorkerDiedError } from "./errors.js";
-import { FORKSERVER_PATH, resolvePython } from "./python.js";
+import { FORKSERVER_PATH, forkServerEnv, resolvePython } from "./python.js";
 import type { NormalizedRequest } from "./request.js";
 import type { Protection } from "./types.js";
 
@@ -104,15 +104,9 @@ export class SandboxWorker {
       // per-phase timings in each raw result, for profiling the run cycle
       trace: process.env.TORL_SANDBOX_TRACE === "1",
     };
-    const env: Record<string, string> = { PATH: process.env.PATH ?? "/usr/bin:/bin", LANG: "C.UTF-8" };
-    if (config.huge_pages) {
-      // every Python object in glibc's heap, which grows in 2 MiB hugetlb mappings (see forkserver.py)
-      env.PYTHONMALLOC = "malloc";
-      env.GLIBC_TUNABLES = "glibc.malloc.hugetlb=2:glibc.malloc.mmap_threshold=33554432";
-    }
     const proc = spawn(this.python, ["-u", FORKSERVER_PATH, JSON.stringify(config)], {
       stdio: ["pipe", "pipe", "pipe"],
-      env,
+      env: forkServerEnv(config.huge_pages),
     });
     this.proc = proc;
     this.pid = proc.pid;
