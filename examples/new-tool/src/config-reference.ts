@@ -107,12 +107,32 @@ const MEANINGS: Record<string, string> = {
   "actor_rollout_ref.rollout.tool.max_concurrency": "ToRL: code runs in flight at once",
   "actor_rollout_ref.rollout.tool.config":
     "free-form settings of the tool (examples/new-tool reads module/export/options here)",
+  "critic.rollout_n": "responses per prompt (the critic's mini-batches hold ppo_mini_batch_size x rollout_n rows)",
+  "critic.optim.lr": "critic AdamW learning rate",
+  "critic.optim.lr_warmup_steps": "warmup steps; -1: use lr_warmup_steps_ratio",
+  "critic.optim.lr_warmup_steps_ratio": "warmup as a fraction of the total steps",
+  "critic.optim.min_lr_ratio": "cosine schedule floor as a fraction of lr",
+  "critic.optim.warmup_style": "schedule after warmup",
+  "critic.optim.total_training_steps": "set by the trainer from the data and epochs",
+  "critic.optim.weight_decay": "AdamW decoupled weight decay",
+  "critic.optim.betas": "AdamW betas",
+  "critic.optim.eps": "AdamW epsilon",
+  "critic.model.path": "HF model directory of the value model's backbone; null: the actor's model (a value head is added)",
+  "critic.ppo_mini_batch_size": "prompts per critic update (x rollout_n rows), over all workers",
+  "critic.ppo_micro_batch_size": "rows per forward/backward over all workers (deprecated: use _per_gpu)",
+  "critic.ppo_micro_batch_size_per_gpu": "rows per forward/backward on one worker; null: the whole local mini-batch",
+  "critic.forward_micro_batch_size_per_gpu": "rows per value forward (no gradient) on one worker",
+  "critic.use_dynamic_bsz": "token-budget micro-batches: not implemented, refused when true",
+  "critic.ppo_epochs": "passes over each batch in the critic update",
+  "critic.grad_clip": "global gradient-norm clip of the critic",
+  "critic.cliprange_value": "value clipping around the old values in the value loss",
+  "critic.loss_agg_mode": "how the value loss is averaged over tokens and rows",
   "custom_reward_function.path": "module with your own reward function; null: the built-in scorers",
   "custom_reward_function.name": "the function's export name",
   "algorithm.gamma": "discount (GAE)",
   "algorithm.lam": "GAE lambda",
   "algorithm.adv_estimator":
-    "advantage estimator registered by name: grpo, rloo, reinforce_plus_plus, remax, gae (needs a critic) ...",
+    "advantage estimator registered by name: grpo, rloo, reinforce_plus_plus, remax, gae (runs a critic) ...",
   "algorithm.norm_adv_by_std_in_grpo": "GRPO: divide by the group's std (false: Dr.GRPO)",
   "algorithm.use_kl_in_reward": "subtract a KL penalty from the token rewards",
   "algorithm.kl_penalty": "KL estimator of the in-reward penalty",
@@ -138,16 +158,16 @@ const MEANINGS: Record<string, string> = {
   "trainer.val_before_train": "validate at step 0",
   "trainer.val_only": "validate and stop",
   "trainer.test_freq": "validate every N steps; -1: never",
-  "trainer.critic_warmup": "steps that train the critic only",
+  "trainer.critic_warmup": "the actor is updated from global step critic_warmup on (veRL); earlier steps train the critic only",
   "trainer.default_local_dir": "checkpoint directory",
   "trainer.max_actor_ckpt_to_keep": "keep this many checkpoints; null: all",
   "trainer.ray_wait_register_center_timeout": "seconds to wait for the workers to start",
   "trainer.seed": "driver seed",
 };
 
-/** Sections veRL has that this trainer accepts but does not run. */
+/** What keys without their own line mean, by section (veRL keys this trainer accepts but does not use). */
 const SECTION_NOTES: Record<string, string> = {
-  critic: "critic (PPO with GAE): accepted for veRL compatibility; this trainer runs no critic",
+  critic: "critic (PPO with GAE): accepted for veRL compatibility; no effect here",
   reward_model: "model-based reward: accepted for veRL compatibility; rule-based scorers are used",
 };
 

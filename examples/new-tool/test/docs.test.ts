@@ -44,6 +44,7 @@ test("every metric name the trainer's metric functions emit is listed in docs/me
       token_level_rewards: f(B * R),
       advantages: f(B * R),
       returns: f(B * R),
+      values: f(B * R),
       response_mask: f(B * R),
       responses: { data: new Int32Array(B * R), shape: [B, R] },
       prompts: { data: new Int32Array(B * P), shape: [B, P] },

@@ -59,4 +59,5 @@ export {
   policyLossTf,
   registerPolicyLoss,
   type TensorLike,
+  valueLossTf,
 } from "./tf-ops.js";

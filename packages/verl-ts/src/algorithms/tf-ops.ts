@@ -119,6 +119,27 @@ export function klPenaltyTf(
   });
 }
 
+/**
+ * The clipped value loss of a critic (formula in computeValueLoss) with `vpreds` a tfjs tensor, so the
+ * loss is differentiable with respect to it: 0.5 agg(max((vpred - R)^2, (clip(vpred, V +- c) - R)^2)).
+ */
+export function valueLossTf(
+  vpreds: tf.Tensor,
+  values: TensorLike,
+  returns: TensorLike,
+  responseMask: TensorLike,
+  cliprangeValue: number,
+  lossAggMode: LossAggMode | string = "token-mean",
+): tf.Scalar {
+  return tf.tidy(() => {
+    const v = asTfTensor(values);
+    const r = asTfTensor(returns);
+    const clipped = tf.minimum(tf.maximum(vpreds, tf.sub(v, cliprangeValue)), tf.add(v, cliprangeValue));
+    const losses = tf.maximum(tf.square(tf.sub(vpreds, r)), tf.square(tf.sub(clipped, r)));
+    return tf.mul(aggLossTf(losses, responseMask, lossAggMode), 0.5) as tf.Scalar;
+  });
+}
+
 /** KL loss for the actor (actor.use_kl_loss): agg(kl(logp, ref), mask, mode). */
 export function klLossTf(
   logProb: tf.Tensor,

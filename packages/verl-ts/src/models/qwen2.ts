@@ -6,7 +6,7 @@
  * for the same reason.
  */
 import * as tf from "@tensorflow/tfjs";
-import { mulberry32 } from "../random.js";
+import { gaussian, mulberry32 } from "../random.js";
 import type { Qwen2Config } from "./config.js";
 import { ModelFormatError } from "./errors.js";
 import type { KVCache } from "./kv-cache.js";
@@ -487,13 +487,9 @@ export class Qwen2Model {
 }
 
 let uidCounter = 0;
-function uid(): number {
+/** A process-unique number for tfjs variable names (they share one registry). */
+export function uid(): number {
   return ++uidCounter;
 }
 
 export { mulberry32 } from "../random.js";
-
-function gaussian(rng: () => number): number {
-  const u = Math.max(rng(), 1e-12);
-  return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * rng());
-}

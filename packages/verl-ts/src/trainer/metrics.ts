@@ -40,7 +40,8 @@ function maskedValues(data: DataProto, key: string, maskKey: string): number[] {
 
 /**
  * veRL's data metrics: critic/score, critic/rewards (per-sequence sums), critic/advantages and
- * critic/returns (over the loss tokens), response_length and prompt_length (mean/max/min/clip_ratio).
+ * critic/returns (over the loss tokens), with a critic critic/values and critic/vf_explained_var,
+ * response_length and prompt_length (mean/max/min/clip_ratio).
  */
 export function computeDataMetrics(data: DataProto): Record<string, number> {
   const out: Record<string, number> = {};
@@ -49,6 +50,18 @@ export function computeDataMetrics(data: DataProto): Record<string, number> {
   if (data.batch.token_level_rewards) stats("critic/rewards", rowSums(data, "token_level_rewards"), out);
   if (data.batch.advantages) stats("critic/advantages", maskedValues(data, "advantages", mask), out);
   if (data.batch.returns) stats("critic/returns", maskedValues(data, "returns", mask), out);
+  if (data.batch.values && data.batch.returns) {
+    const values = maskedValues(data, "values", mask);
+    stats("critic/values", values, out);
+    // how much of the returns' variance the critic explains: 1 - Var(returns - values) / Var(returns)
+    const returns = maskedValues(data, "returns", mask);
+    const variance = (xs: number[]) => {
+      const m = xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+      return xs.reduce((a, b) => a + (b - m) ** 2, 0) / Math.max(1, xs.length);
+    };
+    out["critic/vf_explained_var"] =
+      1 - variance(returns.map((r, i) => r - values[i]!)) / (variance(returns) + 1e-5);
+  }
   const R = data.tensor("responses").shape[1]!;
   const respLen = rowSums(data, "response_mask");
   stats("response_length", respLen, out);

@@ -1,6 +1,7 @@
 /**
  * veRL's RayPPOTrainer for the hybrid engine: a single driver that owns the data, the reward and the
- * advantage computation, and one colocated worker group (actor + rollout + ref per process, FSDP-style).
+ * advantage computation, and one colocated worker group (actor + rollout + ref per process, FSDP-style;
+ * with adv_estimator=gae the critic joins the same processes).
  *
  *   const trainer = new RayPPOTrainer(config, { tool, reward, trainRows, valRows });
  *   const summary = await trainer.fit();
@@ -28,6 +29,7 @@ import { RewardManager } from "../reward/manager.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundMethods, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
+import { CriticWorker } from "../workers/critic.js";
 import { CheckpointManager, DriverRng, type TrainerState } from "./checkpoint.js";
 import { describeWorkerFailure, WorkerFailureError } from "./errors.js";
 import { computeDataMetrics, computeToolMetrics, computeValidationMetrics } from "./metrics.js";
@@ -88,11 +90,17 @@ export interface TrainingSummary {
 }
 
 type ActorGroup = WorkerGroup<ActorRolloutRefWorker> & BoundMethods<ActorRolloutRefWorker>;
+type CriticGroup = WorkerGroup<CriticWorker> & BoundMethods<CriticWorker>;
 
-const WORKER_MODULE = new URL(
-  import.meta.url.endsWith(".ts") ? "../workers/actor-rollout-ref.ts" : "../workers/actor-rollout-ref.js",
-  import.meta.url,
-).href;
+const workerModule = (name: string) =>
+  new URL(`../workers/${name}${import.meta.url.endsWith(".ts") ? ".ts" : ".js"}`, import.meta.url).href;
+const WORKER_MODULE = workerModule("actor-rollout-ref");
+const CRITIC_MODULE = workerModule("critic");
+
+/** veRL runs a critic exactly when the advantage estimator is GAE. */
+export function usesCritic(cfg: TrainerConfig): boolean {
+  return cfg.algorithm.adv_estimator === "gae";
+}
 
 const PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"];
 
@@ -116,11 +124,36 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
   if (!path) add("actor_rollout_ref.model.path", "must name an HF model directory");
   else if (!existsSync(join(path, "config.json")))
     add("actor_rollout_ref.model.path", `${path} holds no config.json`);
-  if (cfg.algorithm.adv_estimator === "gae" && listAdvantageEstimators().includes("gae")) {
+  if (!listAdvantageEstimators().includes(cfg.algorithm.adv_estimator))
     add(
       "algorithm.adv_estimator",
-      "gae needs a critic, which this trainer does not run (use grpo, rloo, reinforce_plus_plus)",
+      `"${cfg.algorithm.adv_estimator}" is not a registered estimator (have: ${listAdvantageEstimators().join(", ")})`,
     );
+  if (usesCritic(cfg)) {
+    const c = cfg.critic as TrainerConfig["critic"] & {
+      model: { path: string | null };
+      use_dynamic_bsz: boolean;
+      ppo_micro_batch_size_per_gpu: number | null;
+    };
+    if (c.model.path && !existsSync(join(c.model.path, "config.json")))
+      add("critic.model.path", `${c.model.path} holds no config.json`);
+    if (c.ppo_mini_batch_size > 0 && cfg.data.train_batch_size % c.ppo_mini_batch_size !== 0)
+      add(
+        "critic.ppo_mini_batch_size",
+        `(${c.ppo_mini_batch_size}) must divide data.train_batch_size (${cfg.data.train_batch_size})`,
+      );
+    if (W > 0 && (c.ppo_mini_batch_size * n) % W !== 0)
+      add(
+        "critic.ppo_mini_batch_size",
+        `x rollout.n = ${c.ppo_mini_batch_size * n} rows must split evenly over ${W} workers`,
+      );
+    if (c.ppo_micro_batch_size_per_gpu !== null && !(c.ppo_micro_batch_size_per_gpu > 0))
+      add("critic.ppo_micro_batch_size_per_gpu", `must be > 0, got ${c.ppo_micro_batch_size_per_gpu}`);
+    if (c.use_dynamic_bsz)
+      add(
+        "critic.use_dynamic_bsz",
+        "is not implemented: micro-batches hold ppo_micro_batch_size_per_gpu rows (set it to false)",
+      );
   }
   if (a.use_dynamic_bsz) {
     // refuse rather than ignore: a veRL config that relies on token-budget packing would silently run
@@ -182,6 +215,7 @@ export class RayPPOTrainer {
   private readonly opts: TrainerOptions;
   private readonly print: (line: string) => void;
   private actor?: ActorGroup;
+  private critic?: CriticGroup;
   private workerPids: number[] = [];
   private startedRuntime = false;
   private tokenizer!: Tokenizer;
@@ -224,6 +258,12 @@ export class RayPPOTrainer {
     return this.actor;
   }
 
+  /** The critic's worker group (after init, with adv_estimator=gae). */
+  get criticWg(): CriticGroup {
+    if (!this.critic) throw new Error("no critic: call init() first, with algorithm.adv_estimator=gae");
+    return this.critic;
+  }
+
   private get needRef(): boolean {
     return this.config.actor_rollout_ref.actor.use_kl_loss || this.config.algorithm.use_kl_in_reward;
   }
@@ -262,6 +302,7 @@ export class RayPPOTrainer {
     this.totalSteps =
       cfg.trainer.total_training_steps ?? this.loader.batchesPerEpoch * cfg.trainer.total_epochs;
     cfg.actor_rollout_ref.actor.optim.total_training_steps = this.totalSteps;
+    cfg.critic.optim.total_training_steps = this.totalSteps;
     this.reward =
       this.opts.reward ??
       new RewardManager({
@@ -283,26 +324,40 @@ export class RayPPOTrainer {
       namePrefix: `${cfg.trainer.experiment_name}-pool`,
     });
     this.currentStage = "spawning workers";
-    this.actor = (await WorkerGroup.create(
-      pool,
-      workerRole(
-        ActorRolloutRefWorker,
-        { module: WORKER_MODULE },
-        {
-          config: cfg,
-          role: this.needRef ? "actor_rollout_ref" : "actor_rollout",
-          tool: this.opts.tool ?? null,
-        },
-      ),
+    const actorRole = workerRole(
+      ActorRolloutRefWorker,
+      { module: WORKER_MODULE },
       {
-        name: `actor_rollout_ref-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`,
-        collective: true,
-        env: this.opts.workerEnv,
+        config: cfg,
+        role: this.needRef ? "actor_rollout_ref" : "actor_rollout",
+        tool: this.opts.tool ?? null,
       },
-    )) as ActorGroup;
+    );
+    const groupOptions = {
+      name: `actor_rollout_ref-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`,
+      collective: true,
+      env: this.opts.workerEnv,
+    };
+    if (usesCritic(cfg)) {
+      // the critic shares each process (and its collective group) with the actor, as veRL colocates them
+      const colocated = await WorkerGroup.createColocated(
+        pool,
+        {
+          actor_rollout_ref: actorRole,
+          critic: workerRole(CriticWorker, { module: CRITIC_MODULE }, { config: cfg }),
+        },
+        groupOptions,
+      );
+      const roles = colocated.spawnRoles();
+      this.actor = roles.actor_rollout_ref as ActorGroup;
+      this.critic = roles.critic as CriticGroup;
+    } else {
+      this.actor = (await WorkerGroup.create(pool, actorRole, groupOptions)) as ActorGroup;
+    }
     this.workerPids = (await this.actor.workerInfo()).map((i) => i.pid);
     this.currentStage = "initModel";
     await this.actor.initModel();
+    if (this.critic) await this.critic.initModel();
   }
 
   /** Loads the checkpoint resume_mode asks for; returns its step (undefined: fresh start). */
@@ -316,6 +371,7 @@ export class RayPPOTrainer {
     if (!dir) return undefined;
     const state = this.ckpt.readState(dir);
     await this.actorRolloutWg.loadCheckpoint(join(dir, "actor"));
+    if (this.critic) await this.critic.loadCheckpoint(join(dir, "critic"));
     this.loader.loadState(state.loader);
     this.rng.state = state.rng;
     this.globalStep = state.globalStep;
@@ -329,6 +385,7 @@ export class RayPPOTrainer {
   private async saveCheckpoint(wallSeconds: number): Promise<void> {
     const dir = this.ckpt.begin(this.globalStep);
     await this.actorRolloutWg.saveCheckpoint(join(dir, "actor"));
+    if (this.critic) await this.critic.saveCheckpoint(join(dir, "critic"));
     const state: TrainerState = {
       globalStep: this.globalStep,
       loader: this.loader.state(),
@@ -439,18 +496,37 @@ export class RayPPOTrainer {
     // 5. Reference log-probs, only when a KL term uses them.
     if (this.needRef) batch.union(await timed("ref", () => actor.computeRefLogProb(batch)));
 
-    // 6. Advantages on the driver (KL penalty in the reward first, when enabled).
+    // 6. Critic values (GAE only).
+    const critic = this.critic;
+    if (critic) batch.union(await timed("values", () => critic.computeValues(batch)));
+
+    // 7. Advantages on the driver (KL penalty in the reward first, when enabled).
     const klMetrics = await timed("adv", async () => this.computeAdvantages(batch));
 
-    // 7. Update the actor (global mini-batches laid out over the ranks). The rollout shares the
-    // actor's process and weights, so the new weights are in the rollout already.
-    const miniRows = ar.actor.ppo_mini_batch_size * ar.rollout.n;
-    const actorOut: StepMetrics[] = await timed("update_actor", () =>
-      actor.updateActor(layoutForMiniBatches(batch, actor.worldSize, miniRows)),
-    );
+    // 8. Update the critic on the returns (global mini-batches laid out over the ranks).
+    let criticOut: StepMetrics = {};
+    if (critic) {
+      const rows = (cfg.critic.ppo_mini_batch_size as number) * ar.rollout.n;
+      const out: StepMetrics[] = await timed("update_critic", () =>
+        critic.updateCritic(layoutForMiniBatches(batch, critic.worldSize, rows)),
+      );
+      criticOut = out[0]!;
+    }
+
+    // 9. Update the actor, unless the critic is still warming up (veRL: from step critic_warmup on). The rollout
+    // shares the actor's process and weights, so the new weights are in the rollout already.
+    let actorOut: StepMetrics = {};
+    if (!critic || cfg.trainer.critic_warmup <= this.globalStep) {
+      const miniRows = ar.actor.ppo_mini_batch_size * ar.rollout.n;
+      const out: StepMetrics[] = await timed("update_actor", () =>
+        actor.updateActor(layoutForMiniBatches(batch, actor.worldSize, miniRows)),
+      );
+      actorOut = out[0]!;
+    }
 
     return {
-      ...actorOut[0],
+      ...actorOut,
+      ...criticOut,
       "actor/entropy": entropy,
       ...klMetrics,
       ...computeDataMetrics(batch),
@@ -506,6 +582,7 @@ export class RayPPOTrainer {
     const { advantages, returns } = computeAdvantage(alg.adv_estimator, {
       tokenLevelRewards: rewards,
       responseMask: mask,
+      ...(batch.batch.values ? { values: batch.tensor("values") as ScoreMatrix } : {}),
       index: batch.column<string>("uid"),
       gamma: alg.gamma,
       lam: alg.lam,
@@ -594,7 +671,7 @@ export class RayPPOTrainer {
   private explain(e: unknown): unknown {
     const wg = this.actor;
     const f = describeWorkerFailure(e, {
-      role: "actor_rollout_ref",
+      role: this.critic ? "actor_rollout_ref+critic" : "actor_rollout_ref",
       actorIds: wg?.handles.map((h) => h.actorId) ?? [],
       pids: this.workerPids,
       step: this.globalStep,
@@ -610,6 +687,7 @@ export class RayPPOTrainer {
   async close(): Promise<void> {
     const wg = this.actor;
     this.actor = undefined;
+    this.critic = undefined; // the same processes as the actor's
     if (wg) {
       await wg.shutdown();
     }

@@ -62,6 +62,8 @@ const SHOWN: [string, string][] = [
   ["actor/pg_loss", "pg_loss"],
   ["actor/entropy", "entropy"],
   ["actor/grad_norm", "grad_norm"],
+  ["critic/vf_loss", "vf_loss"],
+  ["critic/vf_explained_var", "vf_ev"],
   ["response_length/mean", "resp_len"],
   ["tool/code_ratio", "code"],
   ["tool/pass_ratio", "pass"],

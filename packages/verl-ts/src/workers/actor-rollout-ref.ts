@@ -3,22 +3,9 @@
  * (trained), the rollout (generation on the actor's gathered weights, colocated in the same process) and
  * the reference policy (a frozen copy).
  *
- * Sharding: all parameters laid end to end form one flat vector (FlatLayout); rank r of W owns
- * shardRange(total, W, r) of it, plus the AdamW exp_avg / exp_avg_sq of that range. Per mini-batch:
- * forward/backward on the gathered weights (the model's variables) over micro-batches, gradients summed
- * into a flat vector, reduce-scattered (sum) so each rank gets its shard of the global gradient, the
- * global norm taken across shards (all-reduce of squared sums) and clipped, AdamW applied to the shard,
- * and the updated shards all-gathered back into the model's variables.
- *
- * Loss aggregation is global: the loss of a mini-batch is `aggLoss` of the whole global mini-batch (all
- * ranks' rows), not a mean of per-rank means. Every token gets a weight (token-mean: 1 / global loss
- * tokens; seq-mean-token-sum: 1 / global rows; seq-mean-token-mean: 1 / (row tokens x global rows);
- * seq-mean-token-sum-norm: 1 / response width) and the rank's loss is the weighted sum of its tokens'
- * losses, so the summed gradients are exactly those of the global loss, whatever W is.
+ * Sharding and the global loss aggregation: see fsdp.ts (shared with the critic).
  */
-import { statSync } from "node:fs";
 import * as tf from "@tensorflow/tfjs";
-import { type CollectiveArray, collective, shardRange } from "@torl-ts/actors";
 import type { Tool } from "@torl-ts/sandbox";
 import { computePolicyLoss } from "../algorithms/policy-loss.js";
 import { aggLossTf, getPolicyLoss, klLossTf } from "../algorithms/tf-ops.js";
@@ -26,17 +13,25 @@ import type { TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
 import { computeLogProbs, tokenLogProbs } from "../models/logprobs.js";
 import { loadPretrained } from "../models/pretrained.js";
-import type { Qwen2Model, TokenBatch } from "../models/qwen2.js";
+import type { Qwen2Model } from "../models/qwen2.js";
 import type { Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
 import type { BatchTensor } from "../protocol/tensor.js";
 import { padRolloutBatch } from "../rollout/batch.js";
 import { tirRollout } from "../rollout/tir.js";
 import { Dispatch, register } from "../single-controller/decorator.js";
-import { Worker } from "../single-controller/worker.js";
-import { CheckpointError, readAllShards, writeShard } from "./checkpoint-files.js";
-import { FlatLayout } from "./flat-params.js";
-import { clipCoefficient, learningRate, type OptimSettings, ShardedAdamW } from "./optim.js";
+import {
+  allReduceSum,
+  globalMaskSum,
+  lossTokenWeights,
+  miniBatchPlan,
+  responseTokenBatch,
+  rowColumns,
+  ShardedParameters,
+  ShardedWorker,
+  WorkerStateError,
+} from "./fsdp.js";
+import { learningRate, type OptimSettings } from "./optim.js";
 
 /**
  * Where a worker process finds the rollout's tool: a module URL and an export that is either a class
@@ -58,9 +53,7 @@ export interface ActorRolloutRefOptions {
 }
 
 /** A worker method called before initModel, or a batch missing what a method needs. */
-export class WorkerStateError extends Error {
-  override name = "WorkerStateError";
-}
+export { WorkerStateError };
 
 /** Facts about one rank's shard and memory (bytes). */
 export interface ShardInfo {
@@ -82,17 +75,13 @@ export interface ShardInfo {
 const f32 = (t: BatchTensor | undefined): Float32Array | undefined =>
   t ? (t.data instanceof Float32Array ? t.data : Float32Array.from(t.data as ArrayLike<number>)) : undefined;
 
-export class ActorRolloutRefWorker extends Worker {
+export class ActorRolloutRefWorker extends ShardedWorker {
   private readonly cfg: TrainerConfig;
   private readonly role: NonNullable<ActorRolloutRefOptions["role"]>;
   private readonly toolSpec: ToolSpec | null;
   private model?: Qwen2Model;
   private ref?: Qwen2Model;
   private tokenizer?: Tokenizer;
-  private layout?: FlatLayout;
-  private shard?: { start: number; end: number; params: Float32Array };
-  private optim?: ShardedAdamW;
-  private schedulerStep = 0;
   private tool?: Tool;
   private backendName = "";
   private readonly calls = new Map<string, number>();
@@ -110,9 +99,6 @@ export class ActorRolloutRefWorker extends Worker {
   private get hasRef(): boolean {
     return this.role !== "actor_rollout";
   }
-  private get group(): string | undefined {
-    return this.env.collectiveGroup;
-  }
 
   /** Loads the model (every rank from the same directory), shards it and sets up the optimizer. */
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
@@ -122,21 +108,15 @@ export class ActorRolloutRefWorker extends Worker {
     const path = this.cfg.actor_rollout_ref.model.path;
     if (!path)
       throw new WorkerStateError("actor_rollout_ref.model.path is not set (an HF model directory is needed)");
-    if (this.worldSize > 1 && !this.group) {
-      throw new WorkerStateError(
-        `rank ${this.rank} of ${this.worldSize} has no collective group (create the WorkerGroup with collective: true)`,
-      );
-    }
     const loaded = loadPretrained(path, { trainable: this.isActor });
     this.tokenizer = loaded.tokenizer;
     if (this.isActor) {
       this.model = loaded.model;
-      const values = this.model.getParameters();
-      this.layout = FlatLayout.of(values);
-      const { start, end } = shardRange(this.layout.total, this.worldSize, this.rank);
-      const flat = this.layout.flatten(values);
-      this.shard = { start, end, params: flat.slice(start, end) };
-      this.optim = new ShardedAdamW(end - start, this.cfg.actor_rollout_ref.actor.optim as OptimSettings);
+      this.sharded = new ShardedParameters(
+        this.model.getParameters(),
+        this.ctx,
+        this.cfg.actor_rollout_ref.actor.optim as OptimSettings,
+      );
       if (this.hasRef) this.ref = loadPretrained(path, { trainable: false }).model;
     } else {
       this.ref = loaded.model;
@@ -147,15 +127,16 @@ export class ActorRolloutRefWorker extends Worker {
   /** Where this rank's shard lies and the bytes it holds. */
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   shardInfo(): ShardInfo {
-    const total = this.layout?.total ?? this.ref?.numParameters() ?? 0;
+    const s = this.sharded;
+    const total = s?.layout.total ?? this.ref?.numParameters() ?? 0;
     return {
       rank: this.rank,
       worldSize: this.worldSize,
       numParameters: total,
-      shardStart: this.shard?.start ?? 0,
-      shardEnd: this.shard?.end ?? 0,
-      paramShardBytes: this.shard?.params.byteLength ?? 0,
-      optimizerBytes: this.optim?.stateBytes ?? 0,
+      shardStart: s?.start ?? 0,
+      shardEnd: s?.end ?? 0,
+      paramShardBytes: s?.params.byteLength ?? 0,
+      optimizerBytes: s?.optim.stateBytes ?? 0,
       gatheredParamBytes: total * 4,
       backend: this.backendName,
       pid: process.pid,
@@ -267,43 +248,6 @@ export class ActorRolloutRefWorker extends Worker {
     );
   }
 
-  /**
-   * The token batch of input_ids / attention_mask and the response width. Leading columns that are
-   * padding in every row are dropped (prompts are left-padded to max_prompt_length): the scores of
-   * real tokens do not change, the attention gets much cheaper.
-   */
-  private tokenBatch(data: DataProto): { tb: TokenBatch; P: number; R: number } {
-    const ids = data.tensor("input_ids");
-    const attn = data.tensor("attention_mask");
-    const R = data.tensor("responses").shape[1]!;
-    const [B, L] = ids.shape as [number, number];
-    let c0 = L - R;
-    for (let b = 0; b < B && c0 > 0; b++) {
-      for (let t = 0; t < c0; t++) {
-        if (Number(attn.data[b * L + t]) !== 0) {
-          c0 = t;
-          break;
-        }
-      }
-    }
-    const W = L - c0;
-    const idOut = new Int32Array(B * W);
-    const maskOut = new Uint8Array(B * W);
-    for (let b = 0; b < B; b++) {
-      for (let t = 0; t < W; t++) {
-        idOut[b * W + t] = Number(ids.data[b * L + c0 + t]);
-        maskOut[b * W + t] = Number(attn.data[b * L + c0 + t]);
-      }
-    }
-    return { tb: { ids: idOut, mask: maskOut, batch: B, length: W }, P: L - R - c0, R };
-  }
-
-  private responseColumns(full: Float32Array, B: number, L: number, P: number, R: number): Float32Array {
-    const out = new Float32Array(B * R);
-    for (let b = 0; b < B; b++) out.set(full.subarray(b * L + P, b * L + P + R), b * R);
-    return out;
-  }
-
   private logProbMicro(key: "rollout" | "ref"): number {
     const ar = this.cfg.actor_rollout_ref;
     const v =
@@ -315,7 +259,7 @@ export class ActorRolloutRefWorker extends Worker {
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   computeLogProb(data: DataProto): DataProto {
     const model = this.needModel();
-    const { tb, P, R } = this.tokenBatch(data);
+    const { tb, P, R } = responseTokenBatch(data);
     const r = computeLogProbs(model, tb, {
       temperature: this.cfg.actor_rollout_ref.rollout.temperature || 1,
       withEntropy: true,
@@ -323,8 +267,8 @@ export class ActorRolloutRefWorker extends Worker {
     });
     const B = tb.batch;
     return DataProto.fromDict({
-      old_log_probs: { data: this.responseColumns(r.logProbs, B, tb.length, P, R), shape: [B, R] },
-      entropys: { data: this.responseColumns(r.entropy!, B, tb.length, P, R), shape: [B, R] },
+      old_log_probs: { data: rowColumns(r.logProbs, B, tb.length, P, R), shape: [B, R] },
+      entropys: { data: rowColumns(r.entropy!, B, tb.length, P, R), shape: [B, R] },
     });
   }
 
@@ -332,21 +276,17 @@ export class ActorRolloutRefWorker extends Worker {
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   computeRefLogProb(data: DataProto): DataProto {
     if (!this.ref) throw new WorkerStateError(`rank ${this.rank}: this worker holds no reference model`);
-    const { tb, P, R } = this.tokenBatch(data);
+    const { tb, P, R } = responseTokenBatch(data);
     const r = computeLogProbs(this.ref, tb, {
       temperature: this.cfg.actor_rollout_ref.rollout.temperature || 1,
       microBatchSize: this.logProbMicro("ref"),
     });
     return DataProto.fromDict({
       ref_log_prob: {
-        data: this.responseColumns(r.logProbs, tb.batch, tb.length, P, R),
+        data: rowColumns(r.logProbs, tb.batch, tb.length, P, R),
         shape: [tb.batch, R],
       },
     });
-  }
-
-  private async allReduceSum(arr: Float64Array | Float32Array): Promise<void> {
-    if (this.worldSize > 1) await collective.allReduce(arr as CollectiveArray, "sum", this.group!);
   }
 
   /**
@@ -363,29 +303,22 @@ export class ActorRolloutRefWorker extends Worker {
     const ar = this.cfg.actor_rollout_ref;
     const a = ar.actor;
     const W = this.worldSize;
-    const n = ar.rollout.n;
-    const globalMini = a.ppo_mini_batch_size * n;
-    if (globalMini % W !== 0)
-      throw new WorkerStateError(
-        `actor.ppo_mini_batch_size x rollout.n = ${globalMini} rows do not split over ${W} ranks`,
-      );
-    const localMini = globalMini / W;
-    if (data.length % localMini !== 0) {
-      throw new WorkerStateError(
-        `rank ${this.rank} got ${data.length} rows, not a multiple of its mini-batch (${localMini} rows = ppo_mini_batch_size ${a.ppo_mini_batch_size} x n ${n} / ${W} ranks)`,
-      );
-    }
-    const micro =
+    const globalMini = a.ppo_mini_batch_size * ar.rollout.n;
+    const { localMini, micro } = miniBatchPlan(
+      this.ctx,
+      data.length,
+      globalMini,
       a.ppo_micro_batch_size_per_gpu ??
-      (a.ppo_micro_batch_size ? Math.max(1, Math.floor(a.ppo_micro_batch_size / W)) : localMini);
+        (a.ppo_micro_batch_size ? Math.max(1, Math.floor(a.ppo_micro_batch_size / W)) : null),
+      "actor.ppo_mini_batch_size x rollout.n",
+    );
     const lossFn = getPolicyLoss(String((a.policy_loss as { loss_mode?: string })?.loss_mode ?? "vanilla"));
     const mode = a.loss_agg_mode;
     const temperature = ar.rollout.temperature || 1;
-    const lr = learningRate(a.optim as OptimSettings, this.schedulerStep);
+    const sharded = this.sharded!;
+    const lr = learningRate(a.optim as OptimSettings, sharded.schedulerStep);
     const vars = model.variables();
     const nameOf = new Map(vars.map((v, i) => [v.name, model.specs[i]!.name]));
-    const layout = this.layout!;
-    const offsets = new Map(layout.entries.map((e) => [e.name, e.offset]));
     const useKl = a.use_kl_loss;
     const entCoef = a.entropy_coeff;
 
@@ -398,19 +331,15 @@ export class ActorRolloutRefWorker extends Worker {
     for (let epoch = 0; epoch < a.ppo_epochs; epoch++) {
       for (let ms = 0; ms < data.length; ms += localMini) {
         const mini = data.slice(ms, ms + localMini);
-        const { R } = this.tokenBatch(mini);
+        const R = mini.tensor("responses").shape[1]!;
         const mask = mini.batch.loss_mask ?? mini.tensor("response_mask");
-        // Global denominators of this mini-batch.
-        const den = new Float64Array(1);
-        for (let i = 0; i < mask.data.length; i++) den[0]! += Number(mask.data[i]);
-        await this.allReduceSum(den);
-        const weights = this.tokenWeights(mask, mode, den[0]!, globalMini, R);
-        const grad = new Float32Array(layout.total);
+        const weights = lossTokenWeights(mask, mode, await globalMaskSum(this.ctx, mask), globalMini);
+        const grad = new Float32Array(sharded.layout.total);
         const mb = new Float64Array(8);
         for (let s = 0; s < mini.length; s += micro) {
           const e = Math.min(mini.length, s + micro);
           const part = mini.slice(s, e);
-          const ptb = this.tokenBatch(part);
+          const ptb = responseTokenBatch(part);
           const b = e - s;
           const w: BatchTensor = { data: weights.subarray(s * R, e * R), shape: [b, R] };
           const old = part.tensor("old_log_probs");
@@ -447,12 +376,7 @@ export class ActorRolloutRefWorker extends Worker {
             return loss as tf.Scalar;
           }, vars);
           value.dispose();
-          for (const [vname, g] of Object.entries(grads)) {
-            const off = offsets.get(nameOf.get(vname)!)!;
-            const gd = g.dataSync() as Float32Array;
-            for (let i = 0; i < gd.length; i++) grad[off + i]! += gd[i]!;
-            g.dispose();
-          }
+          sharded.accumulate(grads, nameOf, grad);
           // Token-level metrics with the plain mask (host side).
           const mf: BatchTensor<Float32Array> = {
             data: Float32Array.from(pmask.data as ArrayLike<number>),
@@ -477,16 +401,17 @@ export class ActorRolloutRefWorker extends Worker {
           mb[5]! += m.pgClipfracLower * tok;
           mb[6]! += tok;
         }
-        await this.allReduceSum(mb);
+        await allReduceSum(this.ctx, mb);
         for (let i = 0; i < 7; i++) sums[i]! += mb[i]!;
-        const norm = await this.stepOptimizer(grad, lr);
+        const norm = await sharded.step(grad, lr, a.grad_clip);
+        if (Number.isFinite(norm)) model.setParameters(await sharded.gather());
         if (Number.isFinite(norm)) {
           gradNormSum += norm;
           updates++;
         } else skipped++;
       }
     }
-    this.schedulerStep++;
+    sharded.schedulerStep++;
     const miniCount = a.ppo_epochs * (data.length / localMini);
     const tok = Math.max(1, sums[6]!);
     const metrics: Record<string, number> = {
@@ -506,132 +431,12 @@ export class ActorRolloutRefWorker extends Worker {
     return metrics;
   }
 
-  /** Weight of every token of a local mini-batch in the global loss (see the file comment). */
-  private tokenWeights(
-    mask: BatchTensor,
-    mode: string,
-    globalTokens: number,
-    globalRows: number,
-    R: number,
-  ): Float32Array {
-    const B = mask.shape[0]!;
-    const w = new Float32Array(B * R);
-    for (let b = 0; b < B; b++) {
-      let rowTok = 0;
-      for (let t = 0; t < R; t++) rowTok += Number(mask.data[b * R + t]);
-      let scale: number;
-      switch (mode) {
-        case "token-mean":
-          scale = globalTokens > 0 ? 1 / globalTokens : 0;
-          break;
-        case "seq-mean-token-sum":
-          scale = 1 / globalRows;
-          break;
-        case "seq-mean-token-mean":
-          scale = rowTok > 0 ? 1 / (rowTok * globalRows) : 0;
-          break;
-        case "seq-mean-token-sum-norm":
-          scale = 1 / R;
-          break;
-        default:
-          throw new WorkerStateError(`unknown actor.loss_agg_mode "${mode}"`);
-      }
-      for (let t = 0; t < R; t++) w[b * R + t] = Number(mask.data[b * R + t]) * scale;
-    }
-    return w;
+  protected currentParameters(): Map<string, Float32Array> {
+    return this.needModel().getParameters();
   }
 
-  /**
-   * Reduce-scatter of the flat gradient, global norm, clipping, AdamW on the shard, all-gather of the
-   * parameters into the model. Returns the (pre-clip) global gradient norm; a non-finite norm skips
-   * the update (veRL does the same).
-   */
-  private async stepOptimizer(grad: Float32Array, lr: number): Promise<number> {
-    const shard = this.shard!;
-    const W = this.worldSize;
-    const g =
-      W > 1
-        ? ((await collective.reduceScatter(grad, "sum", this.group!)) as Float32Array)
-        : grad.subarray(shard.start, shard.end);
-    const sq = new Float64Array(1);
-    for (let i = 0; i < g.length; i++) sq[0]! += g[i]! * g[i]!;
-    await this.allReduceSum(sq);
-    const norm = Math.sqrt(sq[0]!);
-    if (!Number.isFinite(norm)) return norm;
-    const coef = clipCoefficient(norm, this.cfg.actor_rollout_ref.actor.grad_clip);
-    const gs = coef === 1 ? g : Float32Array.from(g, (x) => x * coef);
-    this.optim!.update(shard.params, gs, lr);
-    await this.pushShardToModel();
-    return norm;
-  }
-
-  /** All-gathers the parameter shards into the model's variables (the rollout uses them as they are). */
-  private async pushShardToModel(): Promise<void> {
-    const layout = this.layout!;
-    const full =
-      this.worldSize > 1
-        ? ((await collective.allGather(
-            this.shard!.params,
-            this.group!,
-            new Float32Array(layout.total),
-          )) as Float32Array)
-        : this.shard!.params;
-    this.model!.setParameters(layout.unflatten(full));
-  }
-
-  /** The gathered parameters as one flat vector (checkpoint order), from rank 0. */
-  @register({ dispatchMode: Dispatch.RANK_ZERO })
-  gatheredParameters(): Float32Array {
-    const model = this.needModel();
-    return this.layout!.flatten(model.getParameters());
-  }
-
-  /** Writes this rank's shard (params + AdamW state + counters) under `dir`. */
-  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
-  saveCheckpoint(dir: string): { rank: number; bytes: number } {
-    this.needModel();
-    const s = this.shard!;
-    writeShard(
-      dir,
-      {
-        rank: this.rank,
-        worldSize: this.worldSize,
-        start: s.start,
-        end: s.end,
-        total: this.layout!.total,
-        adamStep: this.optim!.step,
-        schedulerStep: this.schedulerStep,
-        layout: this.layout!.entries.map((e) => [e.name, e.size]),
-      },
-      s.params,
-      this.optim!.expAvg,
-      this.optim!.expAvgSq,
-    );
-    return { rank: this.rank, bytes: statSync(`${dir}/rank_${this.rank}.bin`).size };
-  }
-
-  /** Loads the shards written by saveCheckpoint (by any number of ranks) and takes this rank's range. */
-  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
-  async loadCheckpoint(dir: string): Promise<{ rank: number; schedulerStep: number }> {
-    this.needModel();
-    const full = readAllShards(dir);
-    const layout = this.layout!;
-    const same =
-      full.layout.length === layout.entries.length &&
-      full.layout.every(
-        ([name, size], i) => layout.entries[i]!.name === name && layout.entries[i]!.size === size,
-      );
-    if (!same) throw new CheckpointError(`${dir}: the checkpoint's parameters do not match the model`);
-    const s = this.shard!;
-    s.params.set(full.params.subarray(s.start, s.end));
-    this.optim!.loadState({
-      step: full.adamStep,
-      expAvg: full.expAvg.subarray(s.start, s.end),
-      expAvgSq: full.expAvgSq.subarray(s.start, s.end),
-    });
-    this.schedulerStep = full.schedulerStep;
-    this.model!.setParameters(layout.unflatten(full.params));
-    return { rank: this.rank, schedulerStep: this.schedulerStep };
+  protected applyParameters(values: Map<string, Float32Array>): void {
+    this.needModel().setParameters(values);
   }
 }
 

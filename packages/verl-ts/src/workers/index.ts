@@ -1,11 +1,11 @@
-// Workers: the FSDP-style ActorRolloutRef worker (actor + colocated rollout + reference policy).
+// Workers: the FSDP-style ActorRolloutRef worker (actor + colocated rollout + reference policy) and
+// the critic, with the sharding pieces they share.
 export {
   type ActorRolloutRefOptions,
   ActorRolloutRefWorker,
   layoutForMiniBatches,
   type ShardInfo,
   type ToolSpec,
-  WorkerStateError,
 } from "./actor-rollout-ref.js";
 export {
   CheckpointError,
@@ -14,7 +14,20 @@ export {
   type ShardMeta,
   writeShard,
 } from "./checkpoint-files.js";
+export { type CriticOptions, CriticWorker } from "./critic.js";
 export { type FlatEntry, FlatLayout } from "./flat-params.js";
+export {
+  allReduceSum,
+  globalMaskSum,
+  lossTokenWeights,
+  miniBatchPlan,
+  type RankContext,
+  responseTokenBatch,
+  rowColumns,
+  ShardedParameters,
+  ShardedWorker,
+  WorkerStateError,
+} from "./fsdp.js";
 export {
   type AdamState,
   clipCoefficient,

@@ -28,6 +28,7 @@ import {
   registerPolicyLoss,
   type ScoreMatrix,
   tokenLevelScoresFromFinal,
+  valueLossTf,
 } from "../../src/core.js";
 
 const fx = JSON.parse(
@@ -370,5 +371,32 @@ test("torch: clipped value loss", (t) => {
     const r = computeValueLoss(m("vpreds"), m("returns"), m("values"), mask, 0.5, mode);
     close(t, r.vfLoss, fx.value_loss[mode].vf_loss);
     close(t, r.vfClipfrac, fx.value_loss[mode].vf_clipfrac);
+  }
+});
+
+test("torch: tfjs value loss matches the value, and its gradient matches finite differences", (t) => {
+  for (const mode of ["token-mean", "seq-mean-token-mean"]) {
+    const vp = tf.tensor2d(fx.inputs.vpreds, [B, T]);
+    const f = (x: tf.Tensor) => valueLossTf(x, m("values"), m("returns"), mask, 0.5, mode);
+    const { value, grad } = tf.valueAndGrad(f)(vp);
+    close(t, value.dataSync(), [fx.value_loss[mode].vf_loss]);
+    // central differences of the (torch-checked) host loss: exact for its quadratic pieces
+    const base = Float32Array.from(fx.inputs.vpreds as number[]);
+    const g = grad.dataSync();
+    const h = 1e-2;
+    for (let i = 0; i < base.length; i++) {
+      const at = (d: number) => {
+        const v = Float32Array.from(base);
+        v[i]! += d;
+        return computeValueLoss({ data: v, shape: [B, T] }, m("returns"), m("values"), mask, 0.5, mode)
+          .vfLoss;
+      };
+      const fd = (at(h) - at(-h)) / (2 * h);
+      t.true(
+        Math.abs(fd - g[i]!) < 1e-3 * Math.max(1, Math.abs(fd)),
+        `${mode} d/dvpred[${i}]: ${g[i]} vs ${fd}`,
+      );
+    }
+    tf.dispose([vp, value, grad]);
   }
 });

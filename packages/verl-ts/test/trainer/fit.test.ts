@@ -29,6 +29,21 @@ test.serial("a bad config stops in the constructor, before the runtime or any ac
     instanceOf: TrainerConfigError,
   });
   t.regex(e3!.message, /actor_rollout_ref\.actor\.use_dynamic_bsz is not implemented/);
+  const critic = tinyConfig({
+    modelPath,
+    ckptDir,
+    extra: ["algorithm.adv_estimator=gae", "critic.ppo_mini_batch_size=3", `critic.model.path=${ckptDir}`],
+  });
+  const e4 = t.throws(() => new RayPPOTrainer(critic, { trainRows: rows(8) }), {
+    instanceOf: TrainerConfigError,
+  });
+  t.regex(e4!.message, /critic\.ppo_mini_batch_size \(3\) must divide data\.train_batch_size \(4\)/);
+  t.regex(e4!.message, /critic\.model\.path .* holds no config\.json/);
+  const unknown = tinyConfig({ modelPath, ckptDir, extra: ["algorithm.adv_estimator=ppo2"] });
+  const e5 = t.throws(() => new RayPPOTrainer(unknown, { trainRows: rows(8) }), {
+    instanceOf: TrainerConfigError,
+  });
+  t.regex(e5!.message, /algorithm\.adv_estimator "ppo2" is not a registered estimator \(have: .*gae/);
   t.false(isInitialized(), "no runtime was started, so no actor exists");
 });
 
@@ -122,5 +137,76 @@ test.serial(
       "checkpoint shards of both ranks",
     );
     t.is(readFileSync(join(ckptDir, "latest_checkpointed_iteration.txt"), "utf8"), "2");
+  },
+);
+
+test.serial(
+  "adv_estimator=gae runs the critic in the actor's processes: values, GAE, critic_warmup, checkpoint and resume",
+  async (t) => {
+    await init({ numCpus: 6 });
+    t.teardown(() => shutdown());
+    const ckptDir = mkdtempSync(join(tmpdir(), "torl-ckpt-"));
+    const runsDir = mkdtempSync(join(tmpdir(), "torl-runs-"));
+    const gae = (steps: number) =>
+      tinyConfig({
+        modelPath,
+        ckptDir,
+        workers: 2,
+        steps,
+        saveFreq: 2,
+        extra: [
+          "algorithm.adv_estimator=gae",
+          "algorithm.lam=0.95",
+          "trainer.critic_warmup=2",
+          "critic.ppo_micro_batch_size_per_gpu=2",
+          "critic.optim.lr=1e-3",
+        ],
+      });
+    const options = {
+      trainRows: rows(8),
+      valRows: [],
+      reward: vowelReward,
+      runsDir,
+      workerEnv: { TORL_BACKEND: "cpu" },
+    };
+    const first = new RayPPOTrainer(gae(2), { ...options, log: () => {} });
+    const summary = await first.fit();
+    const metrics = readMetrics(join(summary.run_dir, "metrics.jsonl"));
+    const [s1, s2] = [metrics.find((m) => m.step === 1)!, metrics.find((m) => m.step === 2)!];
+    for (const key of [
+      "critic/vf_loss",
+      "critic/vf_clipfrac",
+      "critic/vpred_mean",
+      "critic/grad_norm",
+      "critic/lr",
+      "critic/values/mean",
+      "critic/vf_explained_var",
+      "critic/returns/mean",
+      "timing_s/values",
+      "timing_s/update_critic",
+    ])
+      t.true(Number.isFinite(s1[key]) && Number.isFinite(s2[key]), key);
+    // veRL's warmup: the actor is updated from global step critic_warmup on
+    t.false("actor/pg_loss" in s1, "step 1: the critic warms up, the actor waits");
+    t.true("actor/pg_loss" in s2 && "timing_s/update_actor" in s2, "step 2: both are updated");
+    t.is(s1["critic/lr"], 1e-3);
+    t.true(
+      existsSync(join(ckptDir, "global_step_2", "critic", "rank_1.bin")),
+      "critic shards in the checkpoint",
+    );
+
+    // resume_mode=auto picks the checkpoint up, critic included, and runs the remaining step
+    const lines: string[] = [];
+    const second = new RayPPOTrainer(gae(3), {
+      ...options,
+      runName: "tiny-resumed",
+      log: (l) => lines.push(l),
+    });
+    const resumed = await second.fit();
+    t.is(resumed.resumed_from_step, 2);
+    t.is(resumed.steps, 3);
+    t.true(lines.some((l) => /resumed from .*global_step_2/.test(l)));
+    const s3 = readMetrics(join(resumed.run_dir, "metrics.jsonl")).find((m) => m.step === 3)!;
+    t.true(Number.isFinite(s3["critic/vf_loss"]) && "actor/pg_loss" in s3);
   },
 );

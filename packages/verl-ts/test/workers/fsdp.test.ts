@@ -2,14 +2,14 @@ import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import {
   type BoundMethods,
-  DataProto,
+  type DataProto,
   loadTrainerConfig,
   ResourcePool,
   WorkerGroup,
   workerRole,
 } from "../../src/core.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ShardInfo } from "../../src/workers/index.js";
-import { tinyModelDir, WORKER_MODULE } from "./helpers.js";
+import { responseBatch, tinyModelDir, WORKER_MODULE } from "./helpers.js";
 
 // FSDP equivalence: the same global batch gives the same parameters on 1, 2 and 4 ranks.
 
@@ -43,40 +43,21 @@ function config(modelPath: string) {
 /** Prompts left-padded, responses right-padded with very different lengths per row (so per-rank
  * token counts differ and a per-rank mean would not equal the global token mean). */
 function batch(): DataProto {
-  const L = P + R;
-  const ids = new Int32Array(B * L);
-  const attn = new Uint8Array(B * L);
-  const resp = new Int32Array(B * R);
-  const rmask = new Uint8Array(B * R);
-  const adv = new Float32Array(B * R);
   let s = 12345;
   const rnd = () => {
     s = (Math.imul(s, 1103515245) + 12345) >>> 0;
     return s / 2 ** 32;
   };
-  for (let b = 0; b < B; b++) {
-    const p = 2 + (b % 4);
-    const r = b % 3 === 0 ? R : 1 + (b % R);
-    for (let t = P - p; t < P; t++) {
-      ids[b * L + t] = 97 + Math.floor(rnd() * 26);
-      attn[b * L + t] = 1;
-    }
-    const a = rnd() * 2 - 1;
-    for (let t = 0; t < r; t++) {
-      const tokId = 97 + Math.floor(rnd() * 26);
-      ids[b * L + P + t] = tokId;
-      resp[b * R + t] = tokId;
-      attn[b * L + P + t] = 1;
-      rmask[b * R + t] = 1;
-      adv[b * R + t] = a;
-    }
-  }
-  return DataProto.fromDict({
-    input_ids: { data: ids, shape: [B, L] },
-    attention_mask: { data: attn, shape: [B, L] },
-    responses: { data: resp, shape: [B, R] },
-    response_mask: { data: rmask, shape: [B, R] },
-    advantages: { data: adv, shape: [B, R] },
+  const advantage = Array.from({ length: B }, () => rnd() * 2 - 1);
+  return responseBatch({
+    B,
+    P,
+    R,
+    promptLen: (b) => 2 + (b % 4),
+    responseLen: (b) => (b % 3 === 0 ? R : 1 + (b % R)),
+    token: () => 97 + Math.floor(rnd() * 26),
+    valueKey: "advantages",
+    rowValue: (b) => advantage[b]!,
   });
 }
 

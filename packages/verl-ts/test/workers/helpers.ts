@@ -3,6 +3,7 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildByteBpeTokenizer, createRandomPretrained } from "../../src/models/index.js";
+import { DataProto } from "../../src/protocol/index.js";
 import { TINY_TEST_ARCH } from "../models/tiny-config.js";
 
 export const WORKER_MODULE = new URL("../../src/workers/actor-rollout-ref.ts", import.meta.url).href;
@@ -13,4 +14,51 @@ export function tinyModelDir(seed = 7): string {
   const tok = buildByteBpeTokenizer();
   createRandomPretrained(dir, tok, TINY_TEST_ARCH, { seed, std: 0.1 });
   return dir;
+}
+
+/**
+ * A batch of B rows: prompts of promptLen(b) tokens left-padded to P, responses of responseLen(b)
+ * tokens right-padded to R (input_ids, attention_mask, responses, response_mask), token ids from
+ * token(b, t) (t < P: prompt position, t >= P: response position P + i), and per row a value
+ * rowValue(b) at every response token under the name `valueKey` (advantages, returns, ...).
+ */
+export function responseBatch(o: {
+  B: number;
+  P: number;
+  R: number;
+  promptLen: (b: number) => number;
+  responseLen: (b: number) => number;
+  token: (b: number, t: number) => number;
+  valueKey: string;
+  rowValue: (b: number) => number;
+}): DataProto {
+  const { B, P, R } = o;
+  const L = P + R;
+  const ids = new Int32Array(B * L);
+  const attn = new Uint8Array(B * L);
+  const resp = new Int32Array(B * R);
+  const mask = new Uint8Array(B * R);
+  const values = new Float32Array(B * R);
+  for (let b = 0; b < B; b++) {
+    for (let t = P - o.promptLen(b); t < P; t++) {
+      ids[b * L + t] = o.token(b, t);
+      attn[b * L + t] = 1;
+    }
+    const v = o.rowValue(b);
+    for (let i = 0; i < o.responseLen(b); i++) {
+      const id = o.token(b, P + i);
+      ids[b * L + P + i] = id;
+      resp[b * R + i] = id;
+      attn[b * L + P + i] = 1;
+      mask[b * R + i] = 1;
+      values[b * R + i] = v;
+    }
+  }
+  return DataProto.fromDict({
+    input_ids: { data: ids, shape: [B, L] },
+    attention_mask: { data: attn, shape: [B, L] },
+    responses: { data: resp, shape: [B, R] },
+    response_mask: { data: mask, shape: [B, R] },
+    [o.valueKey]: { data: values, shape: [B, R] },
+  });
 }

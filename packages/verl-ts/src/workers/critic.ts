@@ -1,0 +1,295 @@
+/**
+ * veRL's CriticWorker, FSDP-style: a value model sharded over the ranks exactly like the actor
+ * (fsdp.ts). The model is the Qwen2 backbone of critic.model.path (default: the actor's model) with a
+ * linear value head on the final hidden states, as HF's Qwen2ForTokenClassification with one label
+ * (`score.weight`, `score.bias`; the head starts at normal(0, 0.02) and 0, the same on every rank). The
+ * language-model head is not part of it.
+ *
+ * The value of response token t is read at the position before it (the state it was generated from),
+ * as veRL slices `values[:, -R - 1 : -1]`; values line up with old_log_probs and advantages.
+ *
+ * Colocate it with the actor (`WorkerGroup.createColocated(pool, {actor_rollout_ref, critic})`) so both
+ * share one process and collective group per bundle; the trainer does that when adv_estimator is gae.
+ */
+import * as tf from "@tensorflow/tfjs";
+import { valueLossTf } from "../algorithms/tf-ops.js";
+import type { TrainerConfig } from "../config/types.js";
+import { selectBackend } from "../models/backend.js";
+import { loadModel } from "../models/pretrained.js";
+import { type Qwen2Model, type TokenBatch, uid } from "../models/qwen2.js";
+import { DataProto } from "../protocol/data-proto.js";
+import type { BatchTensor } from "../protocol/tensor.js";
+import { gaussian, mulberry32 } from "../random.js";
+import { Dispatch, register } from "../single-controller/decorator.js";
+import type { ShardInfo } from "./actor-rollout-ref.js";
+import {
+  allReduceSum,
+  globalMaskSum,
+  lossTokenWeights,
+  miniBatchPlan,
+  responseTokenBatch,
+  ShardedParameters,
+  ShardedWorker,
+  WorkerStateError,
+} from "./fsdp.js";
+import { learningRate, type OptimSettings } from "./optim.js";
+
+export interface CriticOptions {
+  config: TrainerConfig;
+}
+
+/** Seed of the value head's initial weights (every rank draws the same). */
+const HEAD_SEED = 0x5c0e;
+
+/** The critic's part of the config, with the defaults veRL derives filled in. */
+interface CriticSettings {
+  path: string;
+  optim: OptimSettings;
+  miniRows: number;
+  micro: number | null;
+  forwardMicro: number;
+  epochs: number;
+  gradClip: number;
+  cliprange: number;
+  lossAggMode: string;
+}
+
+function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSettings {
+  const c = cfg.critic as TrainerConfig["critic"] & {
+    model: { path: string | null };
+    ppo_micro_batch_size: number | null;
+    ppo_micro_batch_size_per_gpu: number | null;
+    forward_micro_batch_size_per_gpu: number | null;
+    ppo_epochs: number;
+    grad_clip: number;
+    loss_agg_mode: string;
+    rollout_n: number;
+  };
+  const path = c.model.path ?? cfg.actor_rollout_ref.model.path;
+  if (!path) throw new WorkerStateError("critic.model.path (or actor_rollout_ref.model.path) is not set");
+  const micro =
+    c.ppo_micro_batch_size_per_gpu ??
+    (c.ppo_micro_batch_size ? Math.max(1, Math.floor(c.ppo_micro_batch_size / worldSize)) : null);
+  return {
+    path,
+    optim: c.optim as OptimSettings,
+    miniRows: c.ppo_mini_batch_size * c.rollout_n,
+    micro,
+    forwardMicro: c.forward_micro_batch_size_per_gpu ?? micro ?? 8,
+    epochs: c.ppo_epochs,
+    gradClip: c.grad_clip,
+    cliprange: c.cliprange_value,
+    lossAggMode: c.loss_agg_mode,
+  };
+}
+
+export class CriticWorker extends ShardedWorker {
+  private readonly cfg: TrainerConfig;
+  private settings?: CriticSettings;
+  private model?: Qwen2Model;
+  private head?: { weight: tf.Variable; bias: tf.Variable };
+  private backendName = "";
+
+  constructor(options: CriticOptions) {
+    super();
+    this.cfg = options.config;
+  }
+
+  /** Loads the backbone, adds the value head, shards the parameters and sets up AdamW. */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  async initModel(): Promise<ShardInfo> {
+    this.backendName = (await selectBackend({ log: null })).name;
+    const s = criticSettings(this.cfg, this.worldSize);
+    this.settings = s;
+    this.model = loadModel(s.path, { trainable: true });
+    const h = this.model.config.hiddenSize;
+    const rng = mulberry32(HEAD_SEED);
+    const w = new Float32Array(h);
+    for (let i = 0; i < h; i++) w[i] = gaussian(rng) * 0.02;
+    this.head = {
+      weight: tf.variable(tf.tensor2d(w, [h, 1]), true, `score.weight#${uid()}`),
+      bias: tf.variable(tf.zeros([1]), true, `score.bias#${uid()}`),
+    };
+    this.sharded = new ShardedParameters(this.parameters(), this.ctx, s.optim);
+    return this.shardInfo();
+  }
+
+  /** Where this rank's shard lies and the bytes it holds. */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  shardInfo(): ShardInfo {
+    const s = this.sharded;
+    return {
+      rank: this.rank,
+      worldSize: this.worldSize,
+      numParameters: s?.layout.total ?? 0,
+      shardStart: s?.start ?? 0,
+      shardEnd: s?.end ?? 0,
+      paramShardBytes: s?.params.byteLength ?? 0,
+      optimizerBytes: s?.optim.stateBytes ?? 0,
+      gatheredParamBytes: (s?.layout.total ?? 0) * 4,
+      backend: this.backendName,
+      pid: process.pid,
+    };
+  }
+
+  private need(): { model: Qwen2Model; head: { weight: tf.Variable; bias: tf.Variable }; s: CriticSettings } {
+    if (!this.model || !this.head || !this.settings)
+      throw new WorkerStateError(`rank ${this.rank}: call initModel before using the critic`);
+    return { model: this.model, head: this.head, s: this.settings };
+  }
+
+  /** The trained parameters by name: the backbone (without an untied lm_head) and the value head. */
+  private parameters(): Map<string, Float32Array> {
+    const { model, head } = this.need();
+    const out = new Map([...model.getParameters()].filter(([name]) => name !== "lm_head.weight"));
+    out.set("score.weight", head.weight.dataSync() as Float32Array);
+    out.set("score.bias", head.bias.dataSync() as Float32Array);
+    return out;
+  }
+
+  private setParameters(values: Map<string, Float32Array>): void {
+    const { model, head } = this.need();
+    const backbone = new Map([...values].filter(([name]) => !name.startsWith("score.")));
+    model.setParameters(backbone);
+    tf.tidy(() => {
+      head.weight.assign(tf.tensor2d(values.get("score.weight")!, head.weight.shape as [number, number]));
+      head.bias.assign(tf.tensor1d(values.get("score.bias")!));
+    });
+  }
+
+  /** Values of the R response tokens [B, R]: the head on the hidden state one position earlier. */
+  private responseValues(tb: TokenBatch, P: number, R: number): tf.Tensor2D {
+    const { model, head } = this.need();
+    if (P < 1) throw new WorkerStateError("the critic needs at least one prompt token per row");
+    const B = tb.batch;
+    const L = tb.length;
+    const h = model.config.hiddenSize;
+    const hidden = model.forward(tb, { hidden: true }) as tf.Tensor3D;
+    const v = tf.add(tf.matMul(tf.reshape(hidden, [B * L, h]), head.weight), head.bias);
+    return tf.slice(tf.reshape(v, [B, L]), [0, P - 1], [B, R]) as tf.Tensor2D;
+  }
+
+  /** Critic values of the responses (no gradient): values [B, R]. */
+  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
+  computeValues(data: DataProto): DataProto {
+    const { s } = this.need();
+    const R = data.tensor("responses").shape[1]!;
+    const out = new Float32Array(data.length * R);
+    for (let start = 0; start < data.length; start += s.forwardMicro) {
+      const part = data.slice(start, Math.min(data.length, start + s.forwardMicro));
+      const { tb, P } = responseTokenBatch(part);
+      const v = tf.tidy(() => this.responseValues(tb, P, R));
+      out.set(v.dataSync() as Float32Array, start * R);
+      v.dispose();
+    }
+    return DataProto.fromDict({ values: { data: out, shape: [data.length, R] } });
+  }
+
+  /**
+   * Value-loss update on this rank's rows (laid out with layoutForMiniBatches for critic mini-batches).
+   * Needs input_ids, attention_mask, responses, values (from computeValues), returns and a loss mask
+   * (loss_mask, else response_mask). Returns veRL's critic metrics (identical on every rank).
+   */
+  @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
+  async updateCritic(data: DataProto): Promise<Record<string, number>> {
+    const { head, model, s } = this.need();
+    const sharded = this.sharded!;
+    const { localMini, micro } = miniBatchPlan(
+      this.ctx,
+      data.length,
+      s.miniRows,
+      s.micro,
+      "critic.ppo_mini_batch_size x rollout.n",
+    );
+    const lr = learningRate(s.optim, sharded.schedulerStep);
+    const vars = [...model.variables().filter((_, i) => model.specs[i]!.name !== "lm_head.weight")];
+    const nameOf = new Map(
+      model.variables().map((v, i) => [v.name, model.specs[i]!.name] as [string, string]),
+    );
+    vars.push(head.weight, head.bias);
+    nameOf.set(head.weight.name, "score.weight");
+    nameOf.set(head.bias.name, "score.bias");
+    // per mini-batch sums (all-reduced): vf loss, clipped tokens, vpred sum, tokens
+    const sums = new Float64Array(4);
+    let gradNormSum = 0;
+    let updates = 0;
+    let skipped = 0;
+    for (let epoch = 0; epoch < s.epochs; epoch++) {
+      for (let ms = 0; ms < data.length; ms += localMini) {
+        const mini = data.slice(ms, ms + localMini);
+        const R = mini.tensor("responses").shape[1]!;
+        const mask = mini.batch.loss_mask ?? mini.tensor("response_mask");
+        const weights = lossTokenWeights(
+          mask,
+          s.lossAggMode,
+          await globalMaskSum(this.ctx, mask),
+          s.miniRows,
+        );
+        const grad = new Float32Array(sharded.layout.total);
+        const mb = new Float64Array(4);
+        for (let start = 0; start < mini.length; start += micro) {
+          const end = Math.min(mini.length, start + micro);
+          const part = mini.slice(start, end);
+          const { tb, P } = responseTokenBatch(part);
+          const b = end - start;
+          const w: BatchTensor = { data: weights.subarray(start * R, end * R), shape: [b, R] };
+          const old = part.tensor("values");
+          const returns = part.tensor("returns");
+          let vpredHost: Float32Array | undefined;
+          const { value, grads } = tf.variableGrads(() => {
+            const vpreds = this.responseValues(tb, P, R);
+            vpredHost = vpreds.dataSync() as Float32Array;
+            // the weights carry the global aggregation: sum-norm times R is the weighted sum
+            const loss = tf.mul(
+              valueLossTf(vpreds, old, returns, w, s.cliprange, "seq-mean-token-sum-norm"),
+              R,
+            );
+            mb[0]! += (loss.dataSync() as Float32Array)[0]!;
+            return loss as tf.Scalar;
+          }, vars);
+          value.dispose();
+          sharded.accumulate(grads, nameOf, grad);
+          const m = part.batch.loss_mask ?? part.tensor("response_mask");
+          for (let i = 0; i < b * R; i++) {
+            if (Number(m.data[i]) === 0) continue;
+            const v = Number(old.data[i]);
+            const ret = Number(returns.data[i]);
+            const p = vpredHost![i]!;
+            const pc = Math.min(v + s.cliprange, Math.max(v - s.cliprange, p));
+            if ((pc - ret) ** 2 > (p - ret) ** 2) mb[1]! += 1;
+            mb[2]! += p;
+            mb[3]! += 1;
+          }
+        }
+        await allReduceSum(this.ctx, mb);
+        for (let i = 0; i < 4; i++) sums[i]! += mb[i]!;
+        const norm = await sharded.step(grad, lr, s.gradClip);
+        if (Number.isFinite(norm)) {
+          this.setParameters(await sharded.gather());
+          gradNormSum += norm;
+          updates++;
+        } else skipped++;
+      }
+    }
+    sharded.schedulerStep++;
+    const miniCount = s.epochs * (data.length / localMini);
+    const tok = Math.max(1, sums[3]!);
+    const metrics: Record<string, number> = {
+      "critic/vf_loss": sums[0]! / miniCount,
+      "critic/vf_clipfrac": sums[1]! / tok,
+      "critic/vpred_mean": sums[2]! / tok,
+      "critic/grad_norm": updates ? gradNormSum / updates : Number.NaN,
+      "critic/lr": lr,
+    };
+    if (skipped) metrics["critic/skipped_updates"] = skipped;
+    return metrics;
+  }
+
+  protected currentParameters(): Map<string, Float32Array> {
+    return this.parameters();
+  }
+
+  protected applyParameters(values: Map<string, Float32Array>): void {
+    this.setParameters(values);
+  }
+}

@@ -1,0 +1,305 @@
+/**
+ * The FSDP-style pieces every trained worker shares (the actor and the critic): the sharded parameters
+ * with their AdamW state, the optimizer step (reduce-scatter, global norm, clip, AdamW, all-gather),
+ * checkpoints of the shard, global loss-token weights and the token batch of a DataProto.
+ *
+ * Sharding: all parameters laid end to end form one flat vector (FlatLayout); rank r of W owns
+ * shardRange(total, W, r) of it, plus the AdamW exp_avg / exp_avg_sq of that range.
+ *
+ * Loss aggregation is global: the loss of a mini-batch is `aggLoss` of the whole global mini-batch (all
+ * ranks' rows), not a mean of per-rank means. Every token gets a weight (token-mean: 1 / global loss
+ * tokens; seq-mean-token-sum: 1 / global rows; seq-mean-token-mean: 1 / (row tokens x global rows);
+ * seq-mean-token-sum-norm: 1 / response width) and the rank's loss is the weighted sum of its tokens'
+ * losses, so the summed gradients are exactly those of the global loss, whatever W is.
+ */
+import { statSync } from "node:fs";
+import type * as tf from "@tensorflow/tfjs";
+import { type CollectiveArray, collective, shardRange } from "@torl-ts/actors";
+import type { TokenBatch } from "../models/qwen2.js";
+import type { DataProto } from "../protocol/data-proto.js";
+import type { BatchTensor } from "../protocol/tensor.js";
+import { Dispatch, register } from "../single-controller/decorator.js";
+import { Worker } from "../single-controller/worker.js";
+import { CheckpointError, readAllShards, writeShard } from "./checkpoint-files.js";
+import { FlatLayout } from "./flat-params.js";
+import { clipCoefficient, type OptimSettings, ShardedAdamW } from "./optim.js";
+
+/** A worker used before its model is loaded, or asked for what its role does not hold. */
+export class WorkerStateError extends Error {
+  override name = "WorkerStateError";
+}
+
+/** Where a rank's collective calls go. */
+export interface RankContext {
+  rank: number;
+  worldSize: number;
+  /** The collective group (needed when worldSize > 1). */
+  group?: string;
+}
+
+export async function allReduceSum(ctx: RankContext, arr: Float64Array | Float32Array): Promise<void> {
+  if (ctx.worldSize > 1) await collective.allReduce(arr as CollectiveArray, "sum", ctx.group!);
+}
+
+/** This rank's shard of a model's parameters and of their AdamW state. */
+export class ShardedParameters {
+  readonly layout: FlatLayout;
+  readonly start: number;
+  readonly end: number;
+  /** The shard's parameters (the master copy; the model's variables hold the gathered values). */
+  readonly params: Float32Array;
+  readonly optim: ShardedAdamW;
+  /** Scheduler steps taken (one per update call). */
+  schedulerStep = 0;
+
+  constructor(
+    values: Map<string, Float32Array>,
+    private readonly ctx: RankContext,
+    optim: OptimSettings,
+  ) {
+    if (ctx.worldSize > 1 && !ctx.group)
+      throw new WorkerStateError(
+        `rank ${ctx.rank} of ${ctx.worldSize} has no collective group (create the WorkerGroup with collective: true)`,
+      );
+    this.layout = FlatLayout.of(values);
+    const { start, end } = shardRange(this.layout.total, ctx.worldSize, ctx.rank);
+    this.start = start;
+    this.end = end;
+    this.params = this.layout.flatten(values).slice(start, end);
+    this.optim = new ShardedAdamW(end - start, optim);
+  }
+
+  /**
+   * Reduce-scatter of the flat gradient, global norm, clipping, AdamW on the shard. Returns the
+   * (pre-clip) global gradient norm; a non-finite norm skips the update (veRL does the same). Call
+   * `gather` afterwards to get the parameters the model should hold.
+   */
+  async step(grad: Float32Array, lr: number, gradClip: number): Promise<number> {
+    const g =
+      this.ctx.worldSize > 1
+        ? ((await collective.reduceScatter(grad, "sum", this.ctx.group!)) as Float32Array)
+        : grad.subarray(this.start, this.end);
+    const sq = new Float64Array(1);
+    for (let i = 0; i < g.length; i++) sq[0]! += g[i]! * g[i]!;
+    await allReduceSum(this.ctx, sq);
+    const norm = Math.sqrt(sq[0]!);
+    if (!Number.isFinite(norm)) return norm;
+    const coef = clipCoefficient(norm, gradClip);
+    this.optim.update(this.params, coef === 1 ? g : Float32Array.from(g, (x) => x * coef), lr);
+    return norm;
+  }
+
+  /** All-gathers the shards into the full parameters, by name. */
+  async gather(): Promise<Map<string, Float32Array>> {
+    const full =
+      this.ctx.worldSize > 1
+        ? ((await collective.allGather(
+            this.params,
+            this.ctx.group!,
+            new Float32Array(this.layout.total),
+          )) as Float32Array)
+        : this.params;
+    return this.layout.unflatten(full);
+  }
+
+  /** Writes this rank's shard (params + AdamW state + counters) under `dir`; returns the bytes written. */
+  save(dir: string): number {
+    writeShard(
+      dir,
+      {
+        rank: this.ctx.rank,
+        worldSize: this.ctx.worldSize,
+        start: this.start,
+        end: this.end,
+        total: this.layout.total,
+        adamStep: this.optim.step,
+        schedulerStep: this.schedulerStep,
+        layout: this.layout.entries.map((e) => [e.name, e.size]),
+      },
+      this.params,
+      this.optim.expAvg,
+      this.optim.expAvgSq,
+    );
+    return statSync(`${dir}/rank_${this.ctx.rank}.bin`).size;
+  }
+
+  /**
+   * Loads the shards written by `save` (by any number of ranks), takes this rank's range, and returns
+   * the full parameters by name (for the model's variables).
+   */
+  load(dir: string): Map<string, Float32Array> {
+    const full = readAllShards(dir);
+    const entries = this.layout.entries;
+    const same =
+      full.layout.length === entries.length &&
+      full.layout.every(([name, size], i) => entries[i]!.name === name && entries[i]!.size === size);
+    if (!same) throw new CheckpointError(`${dir}: the checkpoint's parameters do not match the model`);
+    this.params.set(full.params.subarray(this.start, this.end));
+    this.optim.loadState({
+      step: full.adamStep,
+      expAvg: full.expAvg.subarray(this.start, this.end),
+      expAvgSq: full.expAvgSq.subarray(this.start, this.end),
+    });
+    this.schedulerStep = full.schedulerStep;
+    return this.layout.unflatten(full.params);
+  }
+
+  /** Adds tfjs gradients (by variable name) into a flat gradient vector, disposing them. */
+  accumulate(grads: Record<string, tf.Tensor>, paramNameOf: Map<string, string>, flat: Float32Array): void {
+    const offsets = new Map(this.layout.entries.map((e) => [e.name, e.offset]));
+    for (const [vname, g] of Object.entries(grads)) {
+      const off = offsets.get(paramNameOf.get(vname)!)!;
+      const gd = g.dataSync() as Float32Array;
+      for (let i = 0; i < gd.length; i++) flat[off + i]! += gd[i]!;
+      g.dispose();
+    }
+  }
+}
+
+/**
+ * A worker that trains a sharded model (the actor, the critic): its rank context and the registered
+ * methods every such worker has (gathered parameters, checkpoint save and load of its shard).
+ */
+export abstract class ShardedWorker extends Worker {
+  protected sharded?: ShardedParameters;
+
+  protected get ctx(): RankContext {
+    return { rank: this.rank, worldSize: this.worldSize, group: this.env.collectiveGroup };
+  }
+
+  /** The trained parameters by name, as the model holds them now (the flat layout's order). */
+  protected abstract currentParameters(): Map<string, Float32Array>;
+
+  /** Puts full parameters (by name) into the model. */
+  protected abstract applyParameters(values: Map<string, Float32Array>): void;
+
+  protected needSharded(): ShardedParameters {
+    if (!this.sharded)
+      throw new WorkerStateError(`rank ${this.rank}: call initModel before training or checkpointing`);
+    return this.sharded;
+  }
+
+  /** The gathered parameters as one flat vector (checkpoint order), from rank 0. */
+  @register({ dispatchMode: Dispatch.RANK_ZERO })
+  gatheredParameters(): Float32Array {
+    return this.needSharded().layout.flatten(this.currentParameters());
+  }
+
+  /** Writes this rank's shard (params + AdamW state + counters) under `dir`. */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  saveCheckpoint(dir: string): { rank: number; bytes: number } {
+    return { rank: this.rank, bytes: this.needSharded().save(dir) };
+  }
+
+  /** Loads the shards written by saveCheckpoint (by any number of ranks) and takes this rank's range. */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  async loadCheckpoint(dir: string): Promise<{ rank: number; schedulerStep: number }> {
+    const sharded = this.needSharded();
+    this.applyParameters(sharded.load(dir));
+    return { rank: this.rank, schedulerStep: sharded.schedulerStep };
+  }
+}
+
+/**
+ * Rows per local mini-batch and per micro-batch for an update over `data` (checked: the global
+ * mini-batch splits over the ranks and the rank's rows split into mini-batches).
+ */
+export function miniBatchPlan(
+  ctx: RankContext,
+  rows: number,
+  globalMiniRows: number,
+  microPerGpu: number | null | undefined,
+  what: string,
+): { localMini: number; micro: number } {
+  const W = ctx.worldSize;
+  if (globalMiniRows % W !== 0)
+    throw new WorkerStateError(
+      `${what}: a global mini-batch of ${globalMiniRows} rows does not split over ${W} ranks`,
+    );
+  const localMini = globalMiniRows / W;
+  if (rows % localMini !== 0)
+    throw new WorkerStateError(
+      `${what}: rank ${ctx.rank} got ${rows} rows, not a multiple of its mini-batch (${localMini} rows = ${globalMiniRows} / ${W} ranks)`,
+    );
+  return { localMini, micro: microPerGpu ?? localMini };
+}
+
+/** Weight of every token of a local mini-batch in the global loss (see the file comment). */
+export function lossTokenWeights(
+  mask: BatchTensor,
+  mode: string,
+  globalTokens: number,
+  globalRows: number,
+): Float32Array {
+  const [B, R] = mask.shape as [number, number];
+  const w = new Float32Array(B * R);
+  for (let b = 0; b < B; b++) {
+    let rowTok = 0;
+    for (let t = 0; t < R; t++) rowTok += Number(mask.data[b * R + t]);
+    let scale: number;
+    switch (mode) {
+      case "token-mean":
+        scale = globalTokens > 0 ? 1 / globalTokens : 0;
+        break;
+      case "seq-mean-token-sum":
+        scale = 1 / globalRows;
+        break;
+      case "seq-mean-token-mean":
+        scale = rowTok > 0 ? 1 / (rowTok * globalRows) : 0;
+        break;
+      case "seq-mean-token-sum-norm":
+        scale = 1 / R;
+        break;
+      default:
+        throw new WorkerStateError(`unknown loss_agg_mode "${mode}"`);
+    }
+    for (let t = 0; t < R; t++) w[b * R + t] = Number(mask.data[b * R + t]) * scale;
+  }
+  return w;
+}
+
+/** Sum of a mask over all ranks (the global loss-token count of a mini-batch). */
+export async function globalMaskSum(ctx: RankContext, mask: BatchTensor): Promise<number> {
+  const den = new Float64Array(1);
+  for (let i = 0; i < mask.data.length; i++) den[0]! += Number(mask.data[i]);
+  await allReduceSum(ctx, den);
+  return den[0]!;
+}
+
+/**
+ * The token batch of input_ids / attention_mask, the prompt width P and the response width R. Leading
+ * columns that are padding in every row are dropped (prompts are left-padded to max_prompt_length):
+ * the scores of real tokens do not change, the attention gets much cheaper.
+ */
+export function responseTokenBatch(data: DataProto): { tb: TokenBatch; P: number; R: number } {
+  const ids = data.tensor("input_ids");
+  const attn = data.tensor("attention_mask");
+  const R = data.tensor("responses").shape[1]!;
+  const [B, L] = ids.shape as [number, number];
+  let c0 = L - R;
+  for (let b = 0; b < B && c0 > 0; b++) {
+    for (let t = 0; t < c0; t++) {
+      if (Number(attn.data[b * L + t]) !== 0) {
+        c0 = t;
+        break;
+      }
+    }
+  }
+  const W = L - c0;
+  const idOut = new Int32Array(B * W);
+  const maskOut = new Uint8Array(B * W);
+  for (let b = 0; b < B; b++) {
+    for (let t = 0; t < W; t++) {
+      idOut[b * W + t] = Number(ids.data[b * L + c0 + t]);
+      maskOut[b * W + t] = Number(attn.data[b * L + c0 + t]);
+    }
+  }
+  return { tb: { ids: idOut, mask: maskOut, batch: B, length: W }, P: L - R - c0, R };
+}
+
+/** Columns [start, start + R) of every row of a [B, L] host array. */
+export function rowColumns(full: Float32Array, B: number, L: number, start: number, R: number): Float32Array {
+  const out = new Float32Array(B * R);
+  for (let b = 0; b < B; b++) out.set(full.subarray(b * L + start, b * L + start + R), b * R);
+  return out;
+}

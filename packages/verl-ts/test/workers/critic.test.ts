@@ -1,0 +1,181 @@
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { init, shutdown } from "@torl-ts/actors";
+import test from "ava";
+import {
+  type BoundMethods,
+  computeValueLoss,
+  type DataProto,
+  loadTrainerConfig,
+  ResourcePool,
+  WorkerGroup,
+  workerRole,
+} from "../../src/core.js";
+import type { BatchTensor } from "../../src/protocol/tensor.js";
+import { CriticWorker, layoutForMiniBatches, type ShardInfo } from "../../src/workers/index.js";
+import { responseBatch, tinyModelDir } from "./helpers.js";
+
+// The critic: values at the right positions, the clipped value loss, FSDP equivalence and checkpoints.
+
+const CRITIC_MODULE = new URL("../../src/workers/critic.ts", import.meta.url).href;
+const B = 8; // train_batch_size 4 x n 2
+const P = 4;
+const R = 5;
+
+function config(modelPath: string, miniBatch: number) {
+  return loadTrainerConfig({
+    values: {
+      data: { train_batch_size: 4, max_prompt_length: P, max_response_length: R },
+      actor_rollout_ref: { model: { path: modelPath }, rollout: { n: 2 } },
+      critic: {
+        ppo_mini_batch_size: miniBatch,
+        ppo_micro_batch_size_per_gpu: 1,
+        cliprange_value: 0.5,
+        grad_clip: 1.0,
+        optim: { lr: 1e-2, weight_decay: 0.0 },
+      },
+      algorithm: { adv_estimator: "gae" },
+      trainer: { n_gpus_per_node: 1 },
+    },
+  });
+}
+
+/** Left-padded prompts, right-padded responses of different lengths, returns +1 or -1 by row. */
+function batch(): DataProto {
+  return responseBatch({
+    B,
+    P,
+    R,
+    promptLen: (b) => 1 + (b % P),
+    responseLen: (b) => 1 + ((b * 3) % R),
+    token: (b, t) => 97 + (t < P ? (b * 7 + t) % 26 : (b * 5 + (t - P) * 3) % 26),
+    valueKey: "returns",
+    rowValue: (b) => (b % 2 === 0 ? 1 : -1),
+  });
+}
+
+type Group = WorkerGroup<CriticWorker> & BoundMethods<CriticWorker>;
+
+async function group(n: number, cfg: ReturnType<typeof config>, name: string): Promise<Group> {
+  const pool = new ResourcePool({ processOnNodes: [n], useGpu: false, namePrefix: name });
+  const wg = (await WorkerGroup.create(
+    pool,
+    workerRole(CriticWorker, { module: CRITIC_MODULE }, { config: cfg }),
+    {
+      name,
+      collective: true,
+      env: { TORL_BACKEND: "cpu" },
+    },
+  )) as Group;
+  await wg.initModel();
+  return wg;
+}
+
+/** One critic step as the trainer runs it: values of the current critic, then the update. */
+async function step(
+  wg: Group,
+  cfg: ReturnType<typeof config>,
+): Promise<{ data: DataProto; metrics: Record<string, number> }> {
+  const data = batch();
+  data.union(await wg.computeValues(data));
+  const rows = (cfg.critic.ppo_mini_batch_size as number) * 2;
+  const out = (await wg.updateCritic(layoutForMiniBatches(data, wg.worldSize, rows))) as Record<
+    string,
+    number
+  >[];
+  for (const m of out) if (JSON.stringify(m) !== JSON.stringify(out[0])) throw new Error("ranks disagree");
+  return { data, metrics: out[0]! };
+}
+
+test.before(async () => {
+  await init({ numCpus: 8 });
+});
+test.after.always(async () => {
+  await shutdown();
+});
+
+test("critic: the first loss is veRL's value loss of its own values; training fits the returns", async (t) => {
+  const cfg = config(tinyModelDir(), 4); // one mini-batch holds every row: the loss is over the whole batch
+  const wg = await group(1, cfg, "critic-fit");
+  const first = await step(wg, cfg);
+  const values = first.data.tensor("values");
+  t.deepEqual(values.shape, [B, R]);
+  // at the start vpreds are the values, so nothing is clipped and vf_loss = 0.5 token-mean((V - R)^2)
+  const f32 = (x: BatchTensor) => ({ data: Float32Array.from(x.data as ArrayLike<number>), shape: x.shape });
+  const mask = f32(first.data.tensor("response_mask"));
+  const expected = computeValueLoss(f32(values), f32(first.data.tensor("returns")), f32(values), mask, 0.5);
+  t.true(
+    Math.abs(first.metrics["critic/vf_loss"]! - expected.vfLoss) < 1e-5,
+    `${first.metrics["critic/vf_loss"]} vs ${expected.vfLoss}`,
+  );
+  t.is(first.metrics["critic/vf_clipfrac"], 0);
+  t.true(first.metrics["critic/grad_norm"]! > 0);
+  t.is(first.metrics["critic/lr"], 1e-2);
+  let last = first.metrics;
+  for (let i = 0; i < 15; i++) last = (await step(wg, cfg)).metrics;
+  t.log(`vf_loss ${first.metrics["critic/vf_loss"]!.toFixed(4)} -> ${last["critic/vf_loss"]!.toFixed(4)}`);
+  t.true(last["critic/vf_loss"]! < 0.5 * first.metrics["critic/vf_loss"]!, "the critic learns the returns");
+  // the values now separate the rows whose return is +1 from those with -1
+  const v = (await wg.computeValues(batch())).tensor("values");
+  const m = mask.data;
+  let pos = 0;
+  let neg = 0;
+  let np = 0;
+  let nn = 0;
+  for (let b = 0; b < B; b++)
+    for (let j = 0; j < R; j++) {
+      if (!m[b * R + j]) continue;
+      if (b % 2 === 0) {
+        pos += Number(v.data[b * R + j]);
+        np++;
+      } else {
+        neg += Number(v.data[b * R + j]);
+        nn++;
+      }
+    }
+  t.true(pos / np > neg / nn + 0.5, `mean value of +1 rows ${pos / np}, of -1 rows ${neg / nn}`);
+  await wg.shutdown();
+});
+
+test("critic: N=2 gives the same parameters and metrics as N=1; a checkpoint loads on another world size", async (t) => {
+  const cfg = config(tinyModelDir(), 2); // two mini-batches per step
+  const [one, two] = await Promise.all([group(1, cfg, "critic-n1"), group(2, cfg, "critic-n2")]);
+  const infos = (await two.shardInfo()) as ShardInfo[];
+  t.is(
+    infos[0]!.shardEnd - infos[0]!.shardStart + (infos[1]!.shardEnd - infos[1]!.shardStart),
+    infos[0]!.numParameters,
+  );
+  const before = (await one.gatheredParameters()) as Float32Array;
+  const a: Record<string, number>[] = [];
+  const b: Record<string, number>[] = [];
+  for (let i = 0; i < 2; i++) {
+    a.push((await step(one, cfg)).metrics);
+    b.push((await step(two, cfg)).metrics);
+  }
+  const p1 = (await one.gatheredParameters()) as Float32Array;
+  const p2 = (await two.gatheredParameters()) as Float32Array;
+  let moved = 0;
+  let diff = 0;
+  for (let i = 0; i < p1.length; i++) {
+    moved = Math.max(moved, Math.abs(p1[i]! - before[i]!));
+    diff = Math.max(diff, Math.abs(p1[i]! - p2[i]!));
+  }
+  t.log(`max update ${moved.toExponential(2)}, max |N=2 - N=1| ${diff.toExponential(2)}`);
+  t.true(moved > 1e-3);
+  t.true(diff < 2e-5);
+  for (const [k, v] of Object.entries(a[1]!))
+    t.true(Math.abs(b[1]![k]! - v) <= 1e-4 * Math.max(1, Math.abs(v)), k);
+
+  const dir = join(mkdtempSync(join(tmpdir(), "torl-critic-ckpt-")), "critic");
+  await two.saveCheckpoint(dir);
+  const fresh = await group(1, cfg, "critic-load");
+  const [loaded] = (await fresh.loadCheckpoint(dir)) as { schedulerStep: number }[];
+  t.is(loaded!.schedulerStep, 2);
+  t.deepEqual(Array.from((await fresh.gatheredParameters()) as Float32Array), Array.from(p2));
+  // and it continues exactly like the run that was not interrupted
+  const next1 = (await step(fresh, cfg)).metrics;
+  const next2 = (await step(two, cfg)).metrics;
+  t.true(Math.abs(next1["critic/vf_loss"]! - next2["critic/vf_loss"]!) < 1e-5);
+  for (const g of [one, two, fresh]) await g.shutdown();
+});
