@@ -107,7 +107,8 @@ const MEANINGS: Record<string, string> = {
   "actor_rollout_ref.rollout.tool.max_concurrency": "ToRL: code runs in flight at once",
   "actor_rollout_ref.rollout.tool.config":
     "free-form settings of the tool (examples/new-tool reads module/export/options here)",
-  "critic.rollout_n": "responses per prompt (the critic's mini-batches hold ppo_mini_batch_size x rollout_n rows)",
+  "critic.rollout_n":
+    "responses per prompt (the critic's mini-batches hold ppo_mini_batch_size x rollout_n rows)",
   "critic.optim.lr": "critic AdamW learning rate",
   "critic.optim.lr_warmup_steps": "warmup steps; -1: use lr_warmup_steps_ratio",
   "critic.optim.lr_warmup_steps_ratio": "warmup as a fraction of the total steps",
@@ -117,10 +118,12 @@ const MEANINGS: Record<string, string> = {
   "critic.optim.weight_decay": "AdamW decoupled weight decay",
   "critic.optim.betas": "AdamW betas",
   "critic.optim.eps": "AdamW epsilon",
-  "critic.model.path": "HF model directory of the value model's backbone; null: the actor's model (a value head is added)",
+  "critic.model.path":
+    "HF model directory of the value model's backbone; null: the actor's model (a value head is added)",
   "critic.ppo_mini_batch_size": "prompts per critic update (x rollout_n rows), over all workers",
   "critic.ppo_micro_batch_size": "rows per forward/backward over all workers (deprecated: use _per_gpu)",
-  "critic.ppo_micro_batch_size_per_gpu": "rows per forward/backward on one worker; null: the whole local mini-batch",
+  "critic.ppo_micro_batch_size_per_gpu":
+    "rows per forward/backward on one worker; null: the whole local mini-batch",
   "critic.forward_micro_batch_size_per_gpu": "rows per value forward (no gradient) on one worker",
   "critic.use_dynamic_bsz": "token-budget micro-batches: not implemented, refused when true",
   "critic.ppo_epochs": "passes over each batch in the critic update",
@@ -158,7 +161,8 @@ const MEANINGS: Record<string, string> = {
   "trainer.val_before_train": "validate at step 0",
   "trainer.val_only": "validate and stop",
   "trainer.test_freq": "validate every N steps; -1: never",
-  "trainer.critic_warmup": "the actor is updated from global step critic_warmup on (veRL); earlier steps train the critic only",
+  "trainer.critic_warmup":
+    "the actor is updated from global step critic_warmup on (veRL); earlier steps train the critic only",
   "trainer.default_local_dir": "checkpoint directory",
   "trainer.max_actor_ckpt_to_keep": "keep this many checkpoints; null: all",
   "trainer.ray_wait_register_center_timeout": "seconds to wait for the workers to start",
