@@ -55,9 +55,9 @@ const MEANINGS: Record<string, string> = {
   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu":
     "rows per forward/backward per worker (gradient accumulation)",
   "actor_rollout_ref.actor.use_dynamic_bsz":
-    "veRL's token-budget micro-batches; not implemented: true is refused (micro-batches are fixed-size)",
+    "token-budget micro-batches: rows sorted by length and packed up to ppo_max_token_len_per_gpu (same gradients, less padding)",
   "actor_rollout_ref.actor.ppo_max_token_len_per_gpu":
-    "accepted for veRL compatibility; unused (see use_dynamic_bsz)",
+    "with use_dynamic_bsz: tokens per micro-batch on one worker (rows x longest row, padding included)",
   "actor_rollout_ref.actor.grad_clip": "global gradient-norm clip",
   "actor_rollout_ref.actor.clip_ratio": "PPO clip epsilon (both sides unless the low/high keys differ)",
   "actor_rollout_ref.actor.clip_ratio_low": "PPO clip: lower bound 1 - clip_ratio_low",
@@ -83,6 +83,9 @@ const MEANINGS: Record<string, string> = {
   "actor_rollout_ref.actor.optim.betas": "AdamW betas",
   "actor_rollout_ref.actor.optim.eps": "AdamW epsilon",
   "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "rows per reference forward per worker",
+  "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": "token-budget micro-batches for the reference forward",
+  "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu":
+    "with log_prob_use_dynamic_bsz: tokens per micro-batch",
   "actor_rollout_ref.rollout.name": "rollout engine (the TIR engine of @torl-ts/verl)",
   "actor_rollout_ref.rollout.mode": "sync: one batch at a time",
   "actor_rollout_ref.rollout.temperature": "sampling temperature",
@@ -93,6 +96,10 @@ const MEANINGS: Record<string, string> = {
   "actor_rollout_ref.rollout.ignore_eos": "keep generating past EOS",
   "actor_rollout_ref.rollout.max_num_seqs": "rows decoded together in one worker",
   "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "rows per log-prob forward per worker",
+  "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz":
+    "token-budget micro-batches for the old-log-prob forward",
+  "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu":
+    "with log_prob_use_dynamic_bsz: tokens per micro-batch",
   "actor_rollout_ref.rollout.do_sample": "sample (true) or greedy (false)",
   "actor_rollout_ref.rollout.n": "responses sampled per prompt (the GRPO group size)",
   "actor_rollout_ref.rollout.seed": "sampling seed",
@@ -125,7 +132,11 @@ const MEANINGS: Record<string, string> = {
   "critic.ppo_micro_batch_size_per_gpu":
     "rows per forward/backward on one worker; null: the whole local mini-batch",
   "critic.forward_micro_batch_size_per_gpu": "rows per value forward (no gradient) on one worker",
-  "critic.use_dynamic_bsz": "token-budget micro-batches: not implemented, refused when true",
+  "critic.use_dynamic_bsz": "token-budget micro-batches for the critic (see the actor's)",
+  "critic.ppo_max_token_len_per_gpu":
+    "with use_dynamic_bsz: tokens per critic update micro-batch on one worker",
+  "critic.forward_max_token_len_per_gpu":
+    "with use_dynamic_bsz: tokens per value forward micro-batch on one worker",
   "critic.ppo_epochs": "passes over each batch in the critic update",
   "critic.grad_clip": "global gradient-norm clip of the critic",
   "critic.cliprange_value": "value clipping around the old values in the value loss",

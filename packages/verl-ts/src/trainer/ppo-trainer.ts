@@ -111,6 +111,11 @@ const PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"];
 export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {}): ConfigIssue[] {
   const issues: ConfigIssue[] = [];
   const add = (key: string, message: string) => issues.push({ key, message: `${key} ${message}` });
+  // a token budget of a dynamic micro-batch (use_dynamic_bsz); a row longer than it still runs alone
+  const budget = (key: string, v: number | undefined) => {
+    if (!(Number.isInteger(v) && v! > 0))
+      add(key, `must be a positive number of tokens with use_dynamic_bsz, got ${v}`);
+  };
   const W = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node;
   const a = cfg.actor_rollout_ref.actor;
   const n = cfg.actor_rollout_ref.rollout.n;
@@ -134,6 +139,8 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
       model: { path: string | null };
       use_dynamic_bsz: boolean;
       ppo_micro_batch_size_per_gpu: number | null;
+      ppo_max_token_len_per_gpu: number;
+      forward_max_token_len_per_gpu: number;
     };
     if (c.model.path && !existsSync(join(c.model.path, "config.json")))
       add("critic.model.path", `${c.model.path} holds no config.json`);
@@ -149,26 +156,22 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
       );
     if (c.ppo_micro_batch_size_per_gpu !== null && !(c.ppo_micro_batch_size_per_gpu > 0))
       add("critic.ppo_micro_batch_size_per_gpu", `must be > 0, got ${c.ppo_micro_batch_size_per_gpu}`);
-    if (c.use_dynamic_bsz)
-      add(
-        "critic.use_dynamic_bsz",
-        "is not implemented: micro-batches hold ppo_micro_batch_size_per_gpu rows (set it to false)",
-      );
+    if (c.use_dynamic_bsz) {
+      budget("critic.ppo_max_token_len_per_gpu", c.ppo_max_token_len_per_gpu);
+      budget("critic.forward_max_token_len_per_gpu", c.forward_max_token_len_per_gpu);
+    }
   }
-  if (a.use_dynamic_bsz) {
-    // refuse rather than ignore: a veRL config that relies on token-budget packing would silently run
-    // with fixed-size micro-batches and a different memory profile
-    add(
-      "actor_rollout_ref.actor.use_dynamic_bsz",
-      "is not implemented: micro-batches hold ppo_micro_batch_size_per_gpu rows (set it to false)",
-    );
-  }
+  if (a.use_dynamic_bsz)
+    budget("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", a.ppo_max_token_len_per_gpu);
   for (const role of ["ref", "rollout"] as const) {
-    const section = cfg.actor_rollout_ref[role] as { log_prob_use_dynamic_bsz?: unknown };
-    if (section.log_prob_use_dynamic_bsz === true && !a.use_dynamic_bsz)
-      add(
-        `actor_rollout_ref.${role}.log_prob_use_dynamic_bsz`,
-        "is not implemented: log-prob micro-batches hold log_prob_micro_batch_size_per_gpu rows (set it to false)",
+    const section = cfg.actor_rollout_ref[role] as {
+      log_prob_use_dynamic_bsz?: boolean;
+      log_prob_max_token_len_per_gpu?: number;
+    };
+    if (section.log_prob_use_dynamic_bsz)
+      budget(
+        `actor_rollout_ref.${role}.log_prob_max_token_len_per_gpu`,
+        section.log_prob_max_token_len_per_gpu,
       );
   }
   if (a.ppo_mini_batch_size > 0 && cfg.data.train_batch_size % a.ppo_mini_batch_size !== 0) {

@@ -22,11 +22,16 @@ import { tirRollout } from "../rollout/tir.js";
 import { Dispatch, register } from "../single-controller/decorator.js";
 import {
   allReduceSum,
+  byMicroBatch,
   globalMaskSum,
   lossTokenWeights,
+  microBatches,
   miniBatchPlan,
+  padColumns,
+  pickRows,
   responseTokenBatch,
   rowColumns,
+  rowsOf,
   ShardedParameters,
   ShardedWorker,
   WorkerStateError,
@@ -248,27 +253,42 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     );
   }
 
-  private logProbMicro(key: "rollout" | "ref"): number {
+  /** Micro-batches of a log-prob pass: log_prob_micro_batch_size_per_gpu rows, or a token budget. */
+  private logProbGroups(key: "rollout" | "ref", data: DataProto): number[][] {
     const ar = this.cfg.actor_rollout_ref;
-    const v =
-      key === "ref" ? ar.ref.log_prob_micro_batch_size_per_gpu : ar.rollout.log_prob_micro_batch_size_per_gpu;
-    return v ?? ar.actor.ppo_micro_batch_size_per_gpu ?? 8;
+    const section = ar[key] as {
+      log_prob_micro_batch_size_per_gpu: number | null;
+      log_prob_use_dynamic_bsz?: boolean;
+      log_prob_max_token_len_per_gpu?: number;
+    };
+    const rows = section.log_prob_micro_batch_size_per_gpu ?? ar.actor.ppo_micro_batch_size_per_gpu ?? 8;
+    return microBatches(
+      data,
+      rows,
+      section.log_prob_use_dynamic_bsz ? section.log_prob_max_token_len_per_gpu : null,
+    );
+  }
+
+  /** Log-probs (and entropy) of the responses under `model`, [B, R] each, micro-batched. */
+  private responseLogProbs(model: Qwen2Model, data: DataProto, key: "rollout" | "ref", withEntropy: boolean) {
+    const R = data.tensor("responses").shape[1]!;
+    const temperature = this.cfg.actor_rollout_ref.rollout.temperature || 1;
+    return byMicroBatch(data, this.logProbGroups(key, data), R, (part) => {
+      const { tb, P, kept } = responseTokenBatch(part);
+      const r = computeLogProbs(model, tb, { temperature, withEntropy, microBatchSize: tb.batch });
+      const cols = (full: Float32Array) => rowColumns(full, tb.batch, tb.length, P, kept, R);
+      return withEntropy ? [cols(r.logProbs), cols(r.entropy!)] : [cols(r.logProbs)];
+    });
   }
 
   /** Old log-probs and entropy of the responses under the current actor: old_log_probs, entropys [B, R]. */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   computeLogProb(data: DataProto): DataProto {
-    const model = this.needModel();
-    const { tb, P, R } = responseTokenBatch(data);
-    const r = computeLogProbs(model, tb, {
-      temperature: this.cfg.actor_rollout_ref.rollout.temperature || 1,
-      withEntropy: true,
-      microBatchSize: this.logProbMicro("rollout"),
-    });
-    const B = tb.batch;
+    const [logProbs, entropy] = this.responseLogProbs(this.needModel(), data, "rollout", true);
+    const shape = [data.length, data.tensor("responses").shape[1]!];
     return DataProto.fromDict({
-      old_log_probs: { data: rowColumns(r.logProbs, B, tb.length, P, R), shape: [B, R] },
-      entropys: { data: rowColumns(r.entropy!, B, tb.length, P, R), shape: [B, R] },
+      old_log_probs: { data: logProbs!, shape },
+      entropys: { data: entropy!, shape },
     });
   }
 
@@ -276,16 +296,9 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   computeRefLogProb(data: DataProto): DataProto {
     if (!this.ref) throw new WorkerStateError(`rank ${this.rank}: this worker holds no reference model`);
-    const { tb, P, R } = responseTokenBatch(data);
-    const r = computeLogProbs(this.ref, tb, {
-      temperature: this.cfg.actor_rollout_ref.rollout.temperature || 1,
-      microBatchSize: this.logProbMicro("ref"),
-    });
+    const [logProbs] = this.responseLogProbs(this.ref, data, "ref", false);
     return DataProto.fromDict({
-      ref_log_prob: {
-        data: rowColumns(r.logProbs, tb.batch, tb.length, P, R),
-        shape: [tb.batch, R],
-      },
+      ref_log_prob: { data: logProbs!, shape: [data.length, data.tensor("responses").shape[1]!] },
     });
   }
 
@@ -336,12 +349,15 @@ export class ActorRolloutRefWorker extends ShardedWorker {
         const weights = lossTokenWeights(mask, mode, await globalMaskSum(this.ctx, mask), globalMini);
         const grad = new Float32Array(sharded.layout.total);
         const mb = new Float64Array(8);
-        for (let s = 0; s < mini.length; s += micro) {
-          const e = Math.min(mini.length, s + micro);
-          const part = mini.slice(s, e);
+        for (const rows of microBatches(
+          mini,
+          micro,
+          a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : null,
+        )) {
+          const part = rowsOf(mini, rows);
           const ptb = responseTokenBatch(part);
-          const b = e - s;
-          const w: BatchTensor = { data: weights.subarray(s * R, e * R), shape: [b, R] };
+          const b = rows.length;
+          const w: BatchTensor = { data: pickRows(weights, R, rows), shape: [b, R] };
           const old = part.tensor("old_log_probs");
           const adv = part.tensor("advantages");
           const refLp = useKl ? part.tensor("ref_log_prob") : undefined;
@@ -349,7 +365,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
           let logpHost: Float32Array | undefined;
           const { value, grads } = tf.variableGrads(() => {
             const sc = tokenLogProbs(model, ptb.tb, { temperature, withEntropy: entCoef !== 0 });
-            const logp = tf.slice(sc.logProbs, [0, ptb.P], [b, R]);
+            const logp = padColumns(tf.slice(sc.logProbs, [0, ptb.P], [b, ptb.kept]) as tf.Tensor2D, R);
             logpHost = logp.dataSync() as Float32Array;
             const pl = lossFn(old, logp, adv, w, {
               clipRatio: a.clip_ratio,
@@ -363,7 +379,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
             mb[0]! += (pg.dataSync() as Float32Array)[0]!;
             let loss: tf.Tensor = pg;
             if (entCoef !== 0 && sc.entropy) {
-              const ent = tf.slice(sc.entropy, [0, ptb.P], [b, R]);
+              const ent = padColumns(tf.slice(sc.entropy, [0, ptb.P], [b, ptb.kept]) as tf.Tensor2D, R);
               const el = tf.mul(aggLossTf(ent, w, "seq-mean-token-sum-norm"), R);
               mb[2]! += (el.dataSync() as Float32Array)[0]!;
               loss = tf.sub(loss, tf.mul(el, entCoef));

@@ -24,10 +24,15 @@ import { Dispatch, register } from "../single-controller/decorator.js";
 import type { ShardInfo } from "./actor-rollout-ref.js";
 import {
   allReduceSum,
+  byMicroBatch,
   globalMaskSum,
   lossTokenWeights,
+  microBatches,
   miniBatchPlan,
+  padColumns,
+  pickRows,
   responseTokenBatch,
+  rowsOf,
   ShardedParameters,
   ShardedWorker,
   WorkerStateError,
@@ -48,6 +53,9 @@ interface CriticSettings {
   miniRows: number;
   micro: number | null;
   forwardMicro: number;
+  /** Token budgets of a micro-batch (use_dynamic_bsz), else null. */
+  maxTokens: number | null;
+  forwardMaxTokens: number | null;
   epochs: number;
   gradClip: number;
   cliprange: number;
@@ -60,6 +68,9 @@ function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSettings {
     ppo_micro_batch_size: number | null;
     ppo_micro_batch_size_per_gpu: number | null;
     forward_micro_batch_size_per_gpu: number | null;
+    use_dynamic_bsz: boolean;
+    ppo_max_token_len_per_gpu: number;
+    forward_max_token_len_per_gpu: number;
     ppo_epochs: number;
     grad_clip: number;
     loss_agg_mode: string;
@@ -76,6 +87,8 @@ function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSettings {
     miniRows: c.ppo_mini_batch_size * c.rollout_n,
     micro,
     forwardMicro: c.forward_micro_batch_size_per_gpu ?? micro ?? 8,
+    maxTokens: c.use_dynamic_bsz ? c.ppo_max_token_len_per_gpu : null,
+    forwardMaxTokens: c.use_dynamic_bsz ? c.forward_max_token_len_per_gpu : null,
     epochs: c.ppo_epochs,
     gradClip: c.grad_clip,
     cliprange: c.cliprange_value,
@@ -157,8 +170,11 @@ export class CriticWorker extends ShardedWorker {
     });
   }
 
-  /** Values of the R response tokens [B, R]: the head on the hidden state one position earlier. */
-  private responseValues(tb: TokenBatch, P: number, R: number): tf.Tensor2D {
+  /**
+   * Values of the response tokens [B, R] of a trimmed token batch (`kept` response columns, zeros
+   * after): the head on the hidden state one position earlier.
+   */
+  private responseValues(tb: TokenBatch, P: number, kept: number, R: number): tf.Tensor2D {
     const { model, head } = this.need();
     if (P < 1) throw new WorkerStateError("the critic needs at least one prompt token per row");
     const B = tb.batch;
@@ -166,7 +182,7 @@ export class CriticWorker extends ShardedWorker {
     const h = model.config.hiddenSize;
     const hidden = model.forward(tb, { hidden: true }) as tf.Tensor3D;
     const v = tf.add(tf.matMul(tf.reshape(hidden, [B * L, h]), head.weight), head.bias);
-    return tf.slice(tf.reshape(v, [B, L]), [0, P - 1], [B, R]) as tf.Tensor2D;
+    return padColumns(tf.slice(tf.reshape(v, [B, L]), [0, P - 1], [B, kept]) as tf.Tensor2D, R);
   }
 
   /** Critic values of the responses (no gradient): values [B, R]. */
@@ -174,15 +190,15 @@ export class CriticWorker extends ShardedWorker {
   computeValues(data: DataProto): DataProto {
     const { s } = this.need();
     const R = data.tensor("responses").shape[1]!;
-    const out = new Float32Array(data.length * R);
-    for (let start = 0; start < data.length; start += s.forwardMicro) {
-      const part = data.slice(start, Math.min(data.length, start + s.forwardMicro));
-      const { tb, P } = responseTokenBatch(part);
-      const v = tf.tidy(() => this.responseValues(tb, P, R));
-      out.set(v.dataSync() as Float32Array, start * R);
+    const groups = microBatches(data, s.forwardMicro, s.forwardMaxTokens);
+    const [values] = byMicroBatch(data, groups, R, (part) => {
+      const { tb, P, kept } = responseTokenBatch(part);
+      const v = tf.tidy(() => this.responseValues(tb, P, kept, R));
+      const host = v.dataSync() as Float32Array;
       v.dispose();
-    }
-    return DataProto.fromDict({ values: { data: out, shape: [data.length, R] } });
+      return [host];
+    });
+    return DataProto.fromDict({ values: { data: values!, shape: [data.length, R] } });
   }
 
   /**
@@ -227,17 +243,16 @@ export class CriticWorker extends ShardedWorker {
         );
         const grad = new Float32Array(sharded.layout.total);
         const mb = new Float64Array(4);
-        for (let start = 0; start < mini.length; start += micro) {
-          const end = Math.min(mini.length, start + micro);
-          const part = mini.slice(start, end);
-          const { tb, P } = responseTokenBatch(part);
-          const b = end - start;
-          const w: BatchTensor = { data: weights.subarray(start * R, end * R), shape: [b, R] };
+        for (const rows of microBatches(mini, micro, s.maxTokens)) {
+          const part = rowsOf(mini, rows);
+          const { tb, P, kept } = responseTokenBatch(part);
+          const b = rows.length;
+          const w: BatchTensor = { data: pickRows(weights, R, rows), shape: [b, R] };
           const old = part.tensor("values");
           const returns = part.tensor("returns");
           let vpredHost: Float32Array | undefined;
           const { value, grads } = tf.variableGrads(() => {
-            const vpreds = this.responseValues(tb, P, R);
+            const vpreds = this.responseValues(tb, P, kept, R);
             vpredHost = vpreds.dataSync() as Float32Array;
             // the weights carry the global aggregation: sum-norm times R is the weighted sum
             const loss = tf.mul(

@@ -13,7 +13,7 @@
  * losses, so the summed gradients are exactly those of the global loss, whatever W is.
  */
 import { statSync } from "node:fs";
-import type * as tf from "@tensorflow/tfjs";
+import * as tf from "@tensorflow/tfjs";
 import { type CollectiveArray, collective, shardRange } from "@torl-ts/actors";
 import type { TokenBatch } from "../models/qwen2.js";
 import type { DataProto } from "../protocol/data-proto.js";
@@ -267,25 +267,34 @@ export async function globalMaskSum(ctx: RankContext, mask: BatchTensor): Promis
 }
 
 /**
- * The token batch of input_ids / attention_mask, the prompt width P and the response width R. Leading
- * columns that are padding in every row are dropped (prompts are left-padded to max_prompt_length):
- * the scores of real tokens do not change, the attention gets much cheaper.
+ * The token batch of input_ids / attention_mask, trimmed: leading columns that are padding in every
+ * row (prompts are left-padded to max_prompt_length) and trailing ones (responses are right-padded to
+ * max_response_length) are dropped. The scores of real tokens do not change (causal attention, and
+ * positions count real tokens), the forward gets much cheaper. P: prompt columns kept; R: the data's
+ * response width; kept: response columns kept (the rest are padding in every row, scored 0).
  */
-export function responseTokenBatch(data: DataProto): { tb: TokenBatch; P: number; R: number } {
+export function responseTokenBatch(data: DataProto): { tb: TokenBatch; P: number; R: number; kept: number } {
   const ids = data.tensor("input_ids");
   const attn = data.tensor("attention_mask");
   const R = data.tensor("responses").shape[1]!;
   const [B, L] = ids.shape as [number, number];
   let c0 = L - R;
-  for (let b = 0; b < B && c0 > 0; b++) {
+  let c1 = L - R + 1; // at least one response column, so that every slice has a width
+  for (let b = 0; b < B; b++) {
     for (let t = 0; t < c0; t++) {
       if (Number(attn.data[b * L + t]) !== 0) {
         c0 = t;
         break;
       }
     }
+    for (let t = L - 1; t >= c1; t--) {
+      if (Number(attn.data[b * L + t]) !== 0) {
+        c1 = t + 1;
+        break;
+      }
+    }
   }
-  const W = L - c0;
+  const W = c1 - c0;
   const idOut = new Int32Array(B * W);
   const maskOut = new Uint8Array(B * W);
   for (let b = 0; b < B; b++) {
@@ -294,12 +303,116 @@ export function responseTokenBatch(data: DataProto): { tb: TokenBatch; P: number
       maskOut[b * W + t] = Number(attn.data[b * L + c0 + t]);
     }
   }
-  return { tb: { ids: idOut, mask: maskOut, batch: B, length: W }, P: L - R - c0, R };
+  return { tb: { ids: idOut, mask: maskOut, batch: B, length: W }, P: L - R - c0, R, kept: c1 - (L - R) };
 }
 
-/** Columns [start, start + R) of every row of a [B, L] host array. */
-export function rowColumns(full: Float32Array, B: number, L: number, start: number, R: number): Float32Array {
+/** Columns [start, start + kept) of every row of a [B, L] host array, as rows of width R (zero-filled). */
+export function rowColumns(
+  full: Float32Array,
+  B: number,
+  L: number,
+  start: number,
+  kept: number,
+  R: number,
+): Float32Array {
   const out = new Float32Array(B * R);
-  for (let b = 0; b < B; b++) out.set(full.subarray(b * L + start, b * L + start + R), b * R);
+  for (let b = 0; b < B; b++) out.set(full.subarray(b * L + start, b * L + start + kept), b * R);
   return out;
+}
+
+/** [b, kept] -> [b, R] with zero columns on the right (a trimmed batch's scores at full width). */
+export function padColumns(t: tf.Tensor2D, R: number): tf.Tensor2D {
+  const kept = t.shape[1];
+  return kept === R
+    ? t
+    : tf.pad(t, [
+        [0, 0],
+        [0, R - kept],
+      ]);
+}
+
+/**
+ * The micro-batches of one pass over `data`, as row indices. Fixed: `rows` rows each, in order.
+ * Dynamic (`maxTokens` set: veRL's use_dynamic_bsz with *_max_token_len_per_gpu): rows sorted by
+ * length, longest first, and packed while the micro-batch's tensor stays within maxTokens tokens
+ * (rows x (longest prompt + longest response): our forward pads a micro-batch to that); a row longer
+ * than the budget gets a micro-batch of its own. Losses are weighted globally (lossTokenWeights), so
+ * the grouping changes no gradient, only memory and speed.
+ */
+export function microBatches(data: DataProto, rows: number, maxTokens?: number | null): number[][] {
+  const B = data.length;
+  if (!maxTokens) {
+    const out: number[][] = [];
+    for (let s = 0; s < B; s += rows)
+      out.push(Array.from({ length: Math.min(rows, B - s) }, (_, i) => s + i));
+    return out;
+  }
+  const attn = data.tensor("attention_mask");
+  const R = data.tensor("responses").shape[1]!;
+  const L = attn.shape[1]!;
+  const P = L - R;
+  const len = (b: number, from: number, to: number) => {
+    let n = 0;
+    for (let t = from; t < to; t++) n += Number(attn.data[b * L + t]);
+    return n;
+  };
+  const prompt = Array.from({ length: B }, (_, b) => len(b, 0, P));
+  const response = Array.from({ length: B }, (_, b) => len(b, P, L));
+  const order = Array.from({ length: B }, (_, b) => b).sort(
+    (x, y) => prompt[y]! + response[y]! - (prompt[x]! + response[x]!) || x - y,
+  );
+  const out: number[][] = [];
+  let group: number[] = [];
+  let pMax = 0;
+  let rMax = 0;
+  for (const b of order) {
+    const p = Math.max(pMax, prompt[b]!);
+    const r = Math.max(rMax, response[b]!, 1);
+    if (group.length > 0 && (group.length + 1) * (p + r) > maxTokens) {
+      out.push(group);
+      group = [];
+      pMax = 0;
+      rMax = 0;
+    }
+    group.push(b);
+    pMax = Math.max(pMax, prompt[b]!);
+    rMax = Math.max(rMax, response[b]!, 1);
+  }
+  if (group.length) out.push(group);
+  return out;
+}
+
+/** Rows `idx` of a [B, R] host array. */
+export function pickRows(data: Float32Array, R: number, idx: readonly number[]): Float32Array {
+  const out = new Float32Array(idx.length * R);
+  for (const [i, row] of idx.entries()) out.set(data.subarray(row * R, (row + 1) * R), i * R);
+  return out;
+}
+
+/** Rows `idx` of `data`: a view when they are contiguous and in order, else a copy. */
+export function rowsOf(data: DataProto, idx: readonly number[]): DataProto {
+  const first = idx[0] ?? 0;
+  return idx.every((row, i) => row === first + i)
+    ? data.slice(first, first + idx.length)
+    : data.selectRows(idx);
+}
+
+/**
+ * Runs `score` on each micro-batch (row indices from microBatches) and assembles its outputs, host
+ * arrays [rows, R], into arrays [data.length, R] in the data's row order.
+ */
+export function byMicroBatch(
+  data: DataProto,
+  groups: number[][],
+  R: number,
+  score: (part: DataProto) => Float32Array[],
+): Float32Array[] {
+  let outs: Float32Array[] | undefined;
+  for (const g of groups) {
+    const res = score(rowsOf(data, g));
+    outs ??= res.map(() => new Float32Array(data.length * R));
+    for (const [k, r] of res.entries())
+      for (const [i, row] of g.entries()) outs[k]!.set(r.subarray(i * R, (i + 1) * R), row * R);
+  }
+  return outs ?? [];
 }

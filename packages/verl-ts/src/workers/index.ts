@@ -18,12 +18,17 @@ export { type CriticOptions, CriticWorker } from "./critic.js";
 export { type FlatEntry, FlatLayout } from "./flat-params.js";
 export {
   allReduceSum,
+  byMicroBatch,
   globalMaskSum,
   lossTokenWeights,
+  microBatches,
   miniBatchPlan,
+  padColumns,
+  pickRows,
   type RankContext,
   responseTokenBatch,
   rowColumns,
+  rowsOf,
   ShardedParameters,
   ShardedWorker,
   WorkerStateError,

@@ -24,11 +24,21 @@ test.serial("a bad config stops in the constructor, before the runtime or any ac
   });
   t.regex(e2!.message, /actor_rollout_ref\.model\.path .*nope holds no config\.json/);
   t.regex(e2!.message, /must split evenly over 3 workers|must divide evenly over 3 workers/);
-  const dynamic = tinyConfig({ modelPath, ckptDir, extra: ["actor_rollout_ref.actor.use_dynamic_bsz=true"] });
+  const dynamic = tinyConfig({
+    modelPath,
+    ckptDir,
+    extra: [
+      "actor_rollout_ref.actor.use_dynamic_bsz=true",
+      "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=0",
+    ],
+  });
   const e3 = t.throws(() => new RayPPOTrainer(dynamic, { trainRows: rows(8) }), {
     instanceOf: TrainerConfigError,
   });
-  t.regex(e3!.message, /actor_rollout_ref\.actor\.use_dynamic_bsz is not implemented/);
+  t.regex(
+    e3!.message,
+    /actor_rollout_ref\.actor\.ppo_max_token_len_per_gpu must be a positive number of tokens/,
+  );
   const critic = tinyConfig({
     modelPath,
     ckptDir,

@@ -11,14 +11,16 @@ import {
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ShardInfo } from "../../src/workers/index.js";
 import { responseBatch, tinyModelDir, WORKER_MODULE } from "./helpers.js";
 
-// FSDP equivalence: the same global batch gives the same parameters on 1, 2 and 4 ranks.
+// FSDP equivalence: the same global batch gives the same parameters on 1, 2 and 4 ranks, and with
+// token-budget micro-batches (use_dynamic_bsz) instead of fixed ones.
 
 const B = 16; // rows = train_batch_size 8 x n 2
 const P = 5;
 const R = 6;
 
-function config(modelPath: string) {
+function config(modelPath: string, extra: string[] = []) {
   return loadTrainerConfig({
+    overrides: extra,
     values: {
       data: { train_batch_size: 8, max_prompt_length: P, max_response_length: R },
       actor_rollout_ref: {
@@ -63,17 +65,17 @@ function batch(): DataProto {
 
 type Group = WorkerGroup<ActorRolloutRefWorker> & BoundMethods<ActorRolloutRefWorker>;
 
-async function group(n: number, cfg: ReturnType<typeof config>): Promise<Group> {
-  const pool = new ResourcePool({ processOnNodes: [n], useGpu: false, namePrefix: `fsdp${n}` });
+async function group(n: number, cfg: ReturnType<typeof config>, name = `fsdp${n}`): Promise<Group> {
+  const pool = new ResourcePool({ processOnNodes: [n], useGpu: false, namePrefix: name });
   return (await WorkerGroup.create(
     pool,
     workerRole(ActorRolloutRefWorker, { module: WORKER_MODULE }, { config: cfg }),
-    { name: `fsdp${n}`, collective: true, env: { TORL_BACKEND: "cpu" } },
+    { name, collective: true, env: { TORL_BACKEND: "cpu" } },
   )) as Group;
 }
 
 test.before(async () => {
-  await init({ numCpus: 8 });
+  await init({ numCpus: 9 }); // one per worker: groups of 1, 2, 4 and 2 ranks
 });
 test.after.always(async () => {
   await shutdown();
@@ -102,14 +104,24 @@ test("N=2 and N=4 ranks give the same parameters and metrics as N=1; optimizer s
   const dir = tinyModelDir();
   const cfg = config(dir);
   const t0 = Date.now();
-  const groups = await Promise.all([1, 2, 4].map((n) => group(n, cfg)));
+  // dynamic: rows sorted by length and packed into <= 24 tokens (2-4 rows of this batch per micro-batch)
+  const dynamicCfg = config(dir, [
+    "actor_rollout_ref.actor.use_dynamic_bsz=true",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=24",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=24",
+  ]);
+  const groups = await Promise.all([
+    ...[1, 2, 4].map((n) => group(n, cfg)),
+    group(2, dynamicCfg, "fsdp2-dynamic"),
+  ]);
   const t1 = Date.now();
   const infos = (await Promise.all(groups.map((g) => g.initModel()))) as ShardInfo[][];
   const t2 = Date.now();
   const before = (await groups[0]!.gatheredParameters()) as Float32Array;
   const results = [];
-  for (const g of groups) results.push(await train(g, cfg));
-  const [one, two, four] = results;
+  for (const [i, g] of groups.entries()) results.push(await train(g, i === 3 ? dynamicCfg : cfg));
+  const [one, two, four, dynamic] = results;
   t.log(`spawn ${t1 - t0} ms, initModel ${t2 - t1} ms, train ${Date.now() - t2} ms`);
   let moved = 0;
   for (let i = 0; i < before.length; i++) moved = Math.max(moved, Math.abs(one!.params[i]! - before[i]!));
@@ -117,6 +129,7 @@ test("N=2 and N=4 ranks give the same parameters and metrics as N=1; optimizer s
   for (const [name, r] of [
     ["N=2", two],
     ["N=4", four],
+    ["N=2, dynamic micro-batches", dynamic],
   ] as const) {
     let maxDiff = 0;
     for (let i = 0; i < before.length; i++)
