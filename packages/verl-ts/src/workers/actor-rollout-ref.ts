@@ -89,7 +89,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   private tokenizer?: Tokenizer;
   private tool?: Tool;
   private backendName = "";
-  private readonly calls = new Map<string, number>();
 
   constructor(options: ActorRolloutRefOptions) {
     super();
@@ -146,19 +145,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       backend: this.backendName,
       pid: process.pid,
     };
-  }
-
-  /**
-   * Fault injection for tests: TORL_TEST_EXIT_AT="method:call:rank[:code]" makes this rank's process exit
-   * at the start of its call-th call of `method` (as a crash would).
-   */
-  private injectFault(method: string): void {
-    const spec = process.env.TORL_TEST_EXIT_AT;
-    const n = (this.calls.get(method) ?? 0) + 1;
-    this.calls.set(method, n);
-    if (!spec) return;
-    const [m, call, rank, code] = spec.split(":");
-    if (m === method && Number(call) === n && Number(rank) === this.rank) process.exit(Number(code ?? 1));
   }
 
   private needModel(): Qwen2Model {

@@ -208,6 +208,7 @@ export class CriticWorker extends ShardedWorker {
    */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
   async updateCritic(data: DataProto): Promise<Record<string, number>> {
+    this.injectFault("updateCritic");
     const { head, model, s } = this.need();
     const sharded = this.sharded!;
     const { localMini, micro } = miniBatchPlan(

@@ -162,9 +162,23 @@ export class ShardedParameters {
  */
 export abstract class ShardedWorker extends Worker {
   protected sharded?: ShardedParameters;
+  private readonly calls = new Map<string, number>();
 
   protected get ctx(): RankContext {
     return { rank: this.rank, worldSize: this.worldSize, group: this.env.collectiveGroup };
+  }
+
+  /**
+   * Fault injection for tests: TORL_TEST_EXIT_AT="method:call:rank[:code]" makes this rank's process exit
+   * at the start of its call-th call of `method` (as a crash would).
+   */
+  protected injectFault(method: string): void {
+    const spec = process.env.TORL_TEST_EXIT_AT;
+    const n = (this.calls.get(method) ?? 0) + 1;
+    this.calls.set(method, n);
+    if (!spec) return;
+    const [m, call, rank, code] = spec.split(":");
+    if (m === method && Number(call) === n && Number(rank) === this.rank) process.exit(Number(code ?? 1));
   }
 
   /** The trained parameters by name, as the model holds them now (the flat layout's order). */

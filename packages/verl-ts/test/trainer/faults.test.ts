@@ -52,3 +52,28 @@ test("a worker dying mid-step is reported by role, rank, actor and cause; a reru
     [1, 2, 3],
   );
 });
+
+test("a critic dying mid-update is reported with its method, rank and cause (actor and critic share the process)", async (t) => {
+  const cfg = tinyConfig({
+    modelPath: tinyModelDir(9),
+    ckptDir: mkdtempSync(join(tmpdir(), "torl-fault-critic-")),
+    workers: 2,
+    steps: 2,
+    extra: ["algorithm.adv_estimator=gae"],
+  });
+  const failing = new RayPPOTrainer(cfg, {
+    trainRows: rows(8),
+    reward: vowelReward,
+    runsDir: mkdtempSync(join(tmpdir(), "torl-fault-runs-")),
+    log: () => {},
+    workerEnv: { TORL_BACKEND: "cpu", TORL_TEST_EXIT_AT: "updateCritic:1:0:5" },
+  });
+  const err = await t.throwsAsync(failing.fit(), { instanceOf: WorkerFailureError });
+  t.log(err!.message);
+  t.is(err!.facts.rank, 0);
+  t.is(err!.facts.role, "actor_rollout_ref+critic");
+  t.is(err!.facts.method, "updateCritic");
+  t.is(err!.facts.step, 1);
+  t.true(err!.facts.died);
+  t.regex(err!.message, /exit code 5/);
+});
