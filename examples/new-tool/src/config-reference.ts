@@ -155,7 +155,7 @@ const MEANINGS: Record<string, string> = {
   "algorithm.kl_ctrl.horizon": "adaptive controller horizon",
   "algorithm.kl_ctrl.target_kl": "adaptive controller target",
   "trainer.balance_batch":
-    "accepted for veRL compatibility; no effect: every worker's rows are padded to the batch's shape, so reordering would not change any worker's work",
+    "reorder each batch so every worker gets about the same number of tokens (veRL's balance_batch; global_seqlen/* metrics)",
   "trainer.total_epochs": "passes over the training data",
   "trainer.total_training_steps": "stop after this many steps; null: from epochs",
   "trainer.project_name": "project name (run directory, loggers)",

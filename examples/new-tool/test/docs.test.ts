@@ -3,6 +3,7 @@
  * generates, and every metric name the trainer's metric functions emit must be listed in docs/metrics.md.
  */
 import {
+  balanceBatch,
   computeDataMetrics,
   computeToolMetrics,
   computeValidationMetrics,
@@ -60,6 +61,7 @@ test("every metric name the trainer's metric functions emit is listed in docs/me
     ...computeToolMetrics(batch, "val/tool"),
     ...computeValidationMetrics(["aime24", "math500"], [true, false], [1, -1]),
     ...rolloutMetrics([]),
+    ...balanceBatch(batch, 2).metrics,
   };
   t.true(Object.keys(emitted).length > 25, Object.keys(emitted).join(" "));
   t.deepEqual(undocumented(Object.keys(emitted)), []);

@@ -1,4 +1,6 @@
 // Trainer: veRL's PPO/GRPO fit loop with validation, metrics, checkpoints, resume and fault reports.
+
+export { balanceBatch, balancedPartitions } from "./balance.js";
 export {
   CheckpointManager,
   DriverRng,

@@ -30,6 +30,7 @@ import { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundMethods, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
 import { CriticWorker } from "../workers/critic.js";
+import { balanceBatch } from "./balance.js";
 import { CheckpointManager, DriverRng, type TrainerState } from "./checkpoint.js";
 import { describeWorkerFailure, WorkerFailureError } from "./errors.js";
 import { computeDataMetrics, computeToolMetrics, computeValidationMetrics } from "./metrics.js";
@@ -485,6 +486,14 @@ export class RayPPOTrainer {
     const gen: DataProto = await timed("gen", () => actor.generateSequences(genBatch.repeat(ar.rollout.n)));
     batch = batch.repeat(ar.rollout.n).union(gen);
 
+    // Balance the tokens over the workers before every per-worker pass (veRL's balance_batch).
+    let balance: StepMetrics = {};
+    if (cfg.trainer.balance_batch && actor.worldSize > 1) {
+      const b = balanceBatch(batch, actor.worldSize);
+      batch.reorder(b.order);
+      balance = b.metrics;
+    }
+
     // 3. Reward: token_level_scores (score on the last response token), score, acc.
     const scored = await timed("reward", () => this.score(batch));
     batch.union(scored.select(["token_level_scores"], ["score", "acc", "extracted_answer"], []));
@@ -533,6 +542,7 @@ export class RayPPOTrainer {
       "actor/entropy": entropy,
       ...klMetrics,
       ...computeDataMetrics(batch),
+      ...balance,
       ...computeToolMetrics(batch),
       ...prefixed(scored.metaInfo.reward_metrics as StepMetrics | undefined),
       "training/epoch": epoch,

@@ -108,6 +108,8 @@ test.serial(
       "critic/advantages/mean",
       "response_length/mean",
       "prompt_length/mean",
+      "global_seqlen/balanced_max",
+      "global_seqlen/max",
       "tool/code_ratio",
       "tool/pass_ratio",
       "tool/effective_code_ratio",
