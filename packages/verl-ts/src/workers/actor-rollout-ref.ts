@@ -21,22 +21,18 @@ import { padRolloutBatch } from "../rollout/batch.js";
 import { tirRollout } from "../rollout/tir.js";
 import { Dispatch, register } from "../single-controller/decorator.js";
 import {
-  allReduceSum,
+  asFloat32,
   byMicroBatch,
-  globalMaskSum,
-  lossTokenWeights,
   microBatches,
-  miniBatchPlan,
   padColumns,
-  pickRows,
   responseTokenBatch,
   rowColumns,
-  rowsOf,
   ShardedParameters,
   ShardedWorker,
+  type ShardInfo,
   WorkerStateError,
 } from "./fsdp.js";
-import { learningRate, type OptimSettings } from "./optim.js";
+import type { OptimSettings } from "./optim.js";
 
 /**
  * Where a worker process finds the rollout's tool: a module URL and an export that is either a class
@@ -57,29 +53,6 @@ export interface ActorRolloutRefOptions {
   tool?: ToolSpec | null;
 }
 
-/** A worker method called before initModel, or a batch missing what a method needs. */
-export { WorkerStateError };
-
-/** Facts about one rank's shard and memory (bytes). */
-export interface ShardInfo {
-  rank: number;
-  worldSize: number;
-  numParameters: number;
-  shardStart: number;
-  shardEnd: number;
-  /** fp32 master shard of the parameters. */
-  paramShardBytes: number;
-  /** AdamW exp_avg + exp_avg_sq of the shard. */
-  optimizerBytes: number;
-  /** The gathered weights the model computes with (full size on every rank). */
-  gatheredParamBytes: number;
-  backend: string;
-  pid: number;
-}
-
-const f32 = (t: BatchTensor | undefined): Float32Array | undefined =>
-  t ? (t.data instanceof Float32Array ? t.data : Float32Array.from(t.data as ArrayLike<number>)) : undefined;
-
 export class ActorRolloutRefWorker extends ShardedWorker {
   private readonly cfg: TrainerConfig;
   private readonly role: NonNullable<ActorRolloutRefOptions["role"]>;
@@ -88,7 +61,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   private ref?: Qwen2Model;
   private tokenizer?: Tokenizer;
   private tool?: Tool;
-  private backendName = "";
 
   constructor(options: ActorRolloutRefOptions) {
     super();
@@ -128,23 +100,8 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     return this.shardInfo();
   }
 
-  /** Where this rank's shard lies and the bytes it holds. */
-  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
-  shardInfo(): ShardInfo {
-    const s = this.sharded;
-    const total = s?.layout.total ?? this.ref?.numParameters() ?? 0;
-    return {
-      rank: this.rank,
-      worldSize: this.worldSize,
-      numParameters: total,
-      shardStart: s?.start ?? 0,
-      shardEnd: s?.end ?? 0,
-      paramShardBytes: s?.params.byteLength ?? 0,
-      optimizerBytes: s?.optim.stateBytes ?? 0,
-      gatheredParamBytes: total * 4,
-      backend: this.backendName,
-      pid: process.pid,
-    };
+  protected override numParameters(): number {
+    return this.sharded?.layout.total ?? this.ref?.numParameters() ?? 0;
   }
 
   private needModel(): Qwen2Model {
@@ -302,134 +259,98 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const ar = this.cfg.actor_rollout_ref;
     const a = ar.actor;
     const W = this.worldSize;
-    const globalMini = a.ppo_mini_batch_size * ar.rollout.n;
-    const { localMini, micro } = miniBatchPlan(
-      this.ctx,
-      data.length,
-      globalMini,
-      a.ppo_micro_batch_size_per_gpu ??
-        (a.ppo_micro_batch_size ? Math.max(1, Math.floor(a.ppo_micro_batch_size / W)) : null),
-      "actor.ppo_mini_batch_size x rollout.n",
-    );
     const lossFn = getPolicyLoss(String((a.policy_loss as { loss_mode?: string })?.loss_mode ?? "vanilla"));
-    const mode = a.loss_agg_mode;
     const temperature = ar.rollout.temperature || 1;
-    const sharded = this.sharded!;
-    const lr = learningRate(a.optim as OptimSettings, sharded.schedulerStep);
     const vars = model.variables();
     const nameOf = new Map(vars.map((v, i) => [v.name, model.specs[i]!.name]));
     const useKl = a.use_kl_loss;
     const entCoef = a.entropy_coeff;
-
-    // Per-mini-batch sums (allReduced): pg loss, kl loss, entropy loss, clipfrac*tok, ppo_kl*tok,
-    // clipfrac_lower*tok, tokens.
-    const sums = new Float64Array(8);
-    let gradNormSum = 0;
-    let updates = 0;
-    let skipped = 0;
-    for (let epoch = 0; epoch < a.ppo_epochs; epoch++) {
-      for (let ms = 0; ms < data.length; ms += localMini) {
-        const mini = data.slice(ms, ms + localMini);
-        const R = mini.tensor("responses").shape[1]!;
-        const mask = mini.batch.loss_mask ?? mini.tensor("response_mask");
-        const weights = lossTokenWeights(mask, mode, await globalMaskSum(this.ctx, mask), globalMini);
-        const grad = new Float32Array(sharded.layout.total);
-        const mb = new Float64Array(8);
-        for (const rows of microBatches(
-          mini,
-          micro,
-          a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : null,
-        )) {
-          const part = rowsOf(mini, rows);
-          const ptb = responseTokenBatch(part);
-          const b = rows.length;
-          const w: BatchTensor = { data: pickRows(weights, R, rows), shape: [b, R] };
-          const old = part.tensor("old_log_probs");
-          const adv = part.tensor("advantages");
-          const refLp = useKl ? part.tensor("ref_log_prob") : undefined;
-          const pmask = part.batch.loss_mask ?? part.tensor("response_mask");
-          let logpHost: Float32Array | undefined;
-          const { value, grads } = tf.variableGrads(() => {
-            const sc = tokenLogProbs(model, ptb.tb, { temperature, withEntropy: entCoef !== 0 });
-            const logp = padColumns(tf.slice(sc.logProbs, [0, ptb.P], [b, ptb.kept]) as tf.Tensor2D, R);
-            logpHost = logp.dataSync() as Float32Array;
-            const pl = lossFn(old, logp, adv, w, {
-              clipRatio: a.clip_ratio,
-              clipRatioLow: a.clip_ratio_low,
-              clipRatioHigh: a.clip_ratio_high,
-              clipRatioC: a.clip_ratio_c,
-              lossAggMode: "seq-mean-token-sum-norm",
-            });
-            // sum-norm divides the weighted sum by R; undo it: the weights carry the normalisation.
-            const pg = tf.mul(pl.pgLoss, R);
-            mb[0]! += (pg.dataSync() as Float32Array)[0]!;
-            let loss: tf.Tensor = pg;
-            if (entCoef !== 0 && sc.entropy) {
-              const ent = padColumns(tf.slice(sc.entropy, [0, ptb.P], [b, ptb.kept]) as tf.Tensor2D, R);
-              const el = tf.mul(aggLossTf(ent, w, "seq-mean-token-sum-norm"), R);
-              mb[2]! += (el.dataSync() as Float32Array)[0]!;
-              loss = tf.sub(loss, tf.mul(el, entCoef));
-            }
-            if (useKl && refLp) {
-              const kl = tf.mul(klLossTf(logp, refLp, w, a.kl_loss_type, "seq-mean-token-sum-norm"), R);
-              mb[1]! += (kl.dataSync() as Float32Array)[0]!;
-              loss = tf.add(loss, tf.mul(kl, a.kl_loss_coef));
-            }
-            return loss as tf.Scalar;
-          }, vars);
-          value.dispose();
-          sharded.accumulate(grads, nameOf, grad);
-          // Token-level metrics with the plain mask (host side).
-          const mf: BatchTensor<Float32Array> = {
-            data: Float32Array.from(pmask.data as ArrayLike<number>),
-            shape: [b, R],
-          };
-          let tok = 0;
-          for (const x of mf.data) tok += x;
-          const m = computePolicyLoss(
-            { data: f32(old)!, shape: [b, R] },
-            { data: logpHost!, shape: [b, R] },
-            { data: f32(adv)!, shape: [b, R] },
-            mf,
-            {
-              clipRatio: a.clip_ratio,
-              clipRatioLow: a.clip_ratio_low,
-              clipRatioHigh: a.clip_ratio_high,
-              clipRatioC: a.clip_ratio_c,
-            },
-          );
-          mb[3]! += m.pgClipfrac * tok;
-          mb[4]! += m.ppoKl * tok;
-          mb[5]! += m.pgClipfracLower * tok;
-          mb[6]! += tok;
+    const clip = {
+      clipRatio: a.clip_ratio,
+      clipRatioLow: a.clip_ratio_low,
+      clipRatioHigh: a.clip_ratio_high,
+      clipRatioC: a.clip_ratio_c,
+    };
+    // Per-mini-batch sums: pg loss, kl loss, entropy loss, clipfrac*tok, ppo_kl*tok, clipfrac_lower*tok, tokens.
+    const run = await this.updateEpochs(
+      data,
+      {
+        what: "actor.ppo_mini_batch_size x rollout.n",
+        globalMiniRows: a.ppo_mini_batch_size * ar.rollout.n,
+        micro:
+          a.ppo_micro_batch_size_per_gpu ??
+          (a.ppo_micro_batch_size ? Math.max(1, Math.floor(a.ppo_micro_batch_size / W)) : null),
+        maxTokens: a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : null,
+        epochs: a.ppo_epochs,
+        lossAggMode: a.loss_agg_mode,
+        optim: a.optim as OptimSettings,
+        gradClip: a.grad_clip,
+        sums: 7,
+      },
+      vars,
+      nameOf,
+      ({ part, tokens, weights: w, sums: mb }) => {
+        const { tb, P, R, kept } = tokens;
+        const b = part.length;
+        const old = part.tensor("old_log_probs");
+        const adv = part.tensor("advantages");
+        const sc = tokenLogProbs(model, tb, { temperature, withEntropy: entCoef !== 0 });
+        const logp = padColumns(tf.slice(sc.logProbs, [0, P], [b, kept]) as tf.Tensor2D, R);
+        const pl = lossFn(old, logp, adv, w, { ...clip, lossAggMode: "seq-mean-token-sum-norm" });
+        // sum-norm divides the weighted sum by R; undo it: the weights carry the normalisation.
+        const pg = tf.mul(pl.pgLoss, R);
+        mb[0]! += (pg.dataSync() as Float32Array)[0]!;
+        let loss: tf.Tensor = pg;
+        if (entCoef !== 0 && sc.entropy) {
+          const ent = padColumns(tf.slice(sc.entropy, [0, P], [b, kept]) as tf.Tensor2D, R);
+          const el = tf.mul(aggLossTf(ent, w, "seq-mean-token-sum-norm"), R);
+          mb[2]! += (el.dataSync() as Float32Array)[0]!;
+          loss = tf.sub(loss, tf.mul(el, entCoef));
         }
-        await allReduceSum(this.ctx, mb);
-        for (let i = 0; i < 7; i++) sums[i]! += mb[i]!;
-        const norm = await sharded.step(grad, lr, a.grad_clip);
-        if (Number.isFinite(norm)) model.setParameters(await sharded.gather());
-        if (Number.isFinite(norm)) {
-          gradNormSum += norm;
-          updates++;
-        } else skipped++;
-      }
-    }
-    sharded.schedulerStep++;
-    const miniCount = a.ppo_epochs * (data.length / localMini);
+        if (useKl) {
+          const refLp = part.tensor("ref_log_prob");
+          const kl = tf.mul(klLossTf(logp, refLp, w, a.kl_loss_type, "seq-mean-token-sum-norm"), R);
+          mb[1]! += (kl.dataSync() as Float32Array)[0]!;
+          loss = tf.add(loss, tf.mul(kl, a.kl_loss_coef));
+        }
+        // token-level metrics with the plain mask (host side)
+        const pmask = part.batch.loss_mask ?? part.tensor("response_mask");
+        const mf: BatchTensor<Float32Array> = {
+          data: Float32Array.from(pmask.data as ArrayLike<number>),
+          shape: [b, R],
+        };
+        let tok = 0;
+        for (const x of mf.data) tok += x;
+        const m = computePolicyLoss(
+          { data: asFloat32(old), shape: [b, R] },
+          { data: logp.dataSync() as Float32Array, shape: [b, R] },
+          { data: asFloat32(adv), shape: [b, R] },
+          mf,
+          clip,
+        );
+        mb[3]! += m.pgClipfrac * tok;
+        mb[4]! += m.ppoKl * tok;
+        mb[5]! += m.pgClipfracLower * tok;
+        mb[6]! += tok;
+        return loss as tf.Scalar;
+      },
+    );
+    const { sums, miniBatches: minis } = run;
     const tok = Math.max(1, sums[6]!);
     const metrics: Record<string, number> = {
-      "actor/pg_loss": sums[0]! / miniCount,
+      "actor/pg_loss": sums[0]! / minis,
       "actor/pg_clipfrac": sums[3]! / tok,
       "actor/ppo_kl": sums[4]! / tok,
       "actor/pg_clipfrac_lower": sums[5]! / tok,
-      "actor/grad_norm": updates ? gradNormSum / updates : Number.NaN,
-      "actor/lr": lr,
+      "actor/grad_norm": run.gradNorm,
+      "actor/lr": run.lr,
     };
-    if (entCoef !== 0) metrics["actor/entropy_loss"] = sums[2]! / miniCount;
+    if (entCoef !== 0) metrics["actor/entropy_loss"] = sums[2]! / minis;
     if (useKl) {
-      metrics["actor/kl_loss"] = sums[1]! / miniCount;
+      metrics["actor/kl_loss"] = sums[1]! / minis;
       metrics["actor/kl_coef"] = a.kl_loss_coef;
     }
-    if (skipped) metrics["actor/skipped_updates"] = skipped;
+    if (run.skipped) metrics["actor/skipped_updates"] = run.skipped;
     return metrics;
   }
 

@@ -12,6 +12,7 @@
  * share one process and collective group per bundle; the trainer does that when adv_estimator is gae.
  */
 import * as tf from "@tensorflow/tfjs";
+import { computeValueLoss } from "../algorithms/policy-loss.js";
 import { valueLossTf } from "../algorithms/tf-ops.js";
 import type { TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
@@ -21,23 +22,17 @@ import { DataProto } from "../protocol/data-proto.js";
 import type { BatchTensor } from "../protocol/tensor.js";
 import { gaussian, mulberry32 } from "../random.js";
 import { Dispatch, register } from "../single-controller/decorator.js";
-import type { ShardInfo } from "./actor-rollout-ref.js";
 import {
-  allReduceSum,
   byMicroBatch,
-  globalMaskSum,
-  lossTokenWeights,
   microBatches,
-  miniBatchPlan,
   padColumns,
-  pickRows,
   responseTokenBatch,
-  rowsOf,
   ShardedParameters,
   ShardedWorker,
+  type ShardInfo,
   WorkerStateError,
 } from "./fsdp.js";
-import { learningRate, type OptimSettings } from "./optim.js";
+import type { OptimSettings } from "./optim.js";
 
 export interface CriticOptions {
   config: TrainerConfig;
@@ -101,7 +96,6 @@ export class CriticWorker extends ShardedWorker {
   private settings?: CriticSettings;
   private model?: Qwen2Model;
   private head?: { weight: tf.Variable; bias: tf.Variable };
-  private backendName = "";
 
   constructor(options: CriticOptions) {
     super();
@@ -125,24 +119,6 @@ export class CriticWorker extends ShardedWorker {
     };
     this.sharded = new ShardedParameters(this.parameters(), this.ctx, s.optim);
     return this.shardInfo();
-  }
-
-  /** Where this rank's shard lies and the bytes it holds. */
-  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
-  shardInfo(): ShardInfo {
-    const s = this.sharded;
-    return {
-      rank: this.rank,
-      worldSize: this.worldSize,
-      numParameters: s?.layout.total ?? 0,
-      shardStart: s?.start ?? 0,
-      shardEnd: s?.end ?? 0,
-      paramShardBytes: s?.params.byteLength ?? 0,
-      optimizerBytes: s?.optim.stateBytes ?? 0,
-      gatheredParamBytes: (s?.layout.total ?? 0) * 4,
-      backend: this.backendName,
-      pid: process.pid,
-    };
   }
 
   private need(): { model: Qwen2Model; head: { weight: tf.Variable; bias: tf.Variable }; s: CriticSettings } {
@@ -210,94 +186,66 @@ export class CriticWorker extends ShardedWorker {
   async updateCritic(data: DataProto): Promise<Record<string, number>> {
     this.injectFault("updateCritic");
     const { head, model, s } = this.need();
-    const sharded = this.sharded!;
-    const { localMini, micro } = miniBatchPlan(
-      this.ctx,
-      data.length,
-      s.miniRows,
-      s.micro,
-      "critic.ppo_mini_batch_size x rollout.n",
-    );
-    const lr = learningRate(s.optim, sharded.schedulerStep);
-    const vars = [...model.variables().filter((_, i) => model.specs[i]!.name !== "lm_head.weight")];
-    const nameOf = new Map(
-      model.variables().map((v, i) => [v.name, model.specs[i]!.name] as [string, string]),
-    );
+    const vars = model.variables().filter((_, i) => model.specs[i]!.name !== "lm_head.weight");
+    const nameOf = new Map(model.variables().map((v, i) => [v.name, model.specs[i]!.name]));
     vars.push(head.weight, head.bias);
     nameOf.set(head.weight.name, "score.weight");
     nameOf.set(head.bias.name, "score.bias");
-    // per mini-batch sums (all-reduced): vf loss, clipped tokens, vpred sum, tokens
-    const sums = new Float64Array(4);
-    let gradNormSum = 0;
-    let updates = 0;
-    let skipped = 0;
-    for (let epoch = 0; epoch < s.epochs; epoch++) {
-      for (let ms = 0; ms < data.length; ms += localMini) {
-        const mini = data.slice(ms, ms + localMini);
-        const R = mini.tensor("responses").shape[1]!;
-        const mask = mini.batch.loss_mask ?? mini.tensor("response_mask");
-        const weights = lossTokenWeights(
-          mask,
-          s.lossAggMode,
-          await globalMaskSum(this.ctx, mask),
-          s.miniRows,
+    // per mini-batch sums: vf loss, clipped tokens, vpred sum, tokens
+    const run = await this.updateEpochs(
+      data,
+      {
+        what: "critic.ppo_mini_batch_size x rollout.n",
+        globalMiniRows: s.miniRows,
+        micro: s.micro,
+        maxTokens: s.maxTokens,
+        epochs: s.epochs,
+        lossAggMode: s.lossAggMode,
+        optim: s.optim,
+        gradClip: s.gradClip,
+        sums: 4,
+      },
+      vars,
+      nameOf,
+      ({ part, tokens, weights, sums: mb }) => {
+        const { tb, P, R, kept } = tokens;
+        const old = part.tensor("values");
+        const returns = part.tensor("returns");
+        const vpreds = this.responseValues(tb, P, kept, R);
+        // the weights carry the global aggregation: sum-norm times R is the weighted sum
+        const loss = tf.mul(
+          valueLossTf(vpreds, old, returns, weights, s.cliprange, "seq-mean-token-sum-norm"),
+          R,
         );
-        const grad = new Float32Array(sharded.layout.total);
-        const mb = new Float64Array(4);
-        for (const rows of microBatches(mini, micro, s.maxTokens)) {
-          const part = rowsOf(mini, rows);
-          const { tb, P, kept } = responseTokenBatch(part);
-          const b = rows.length;
-          const w: BatchTensor = { data: pickRows(weights, R, rows), shape: [b, R] };
-          const old = part.tensor("values");
-          const returns = part.tensor("returns");
-          let vpredHost: Float32Array | undefined;
-          const { value, grads } = tf.variableGrads(() => {
-            const vpreds = this.responseValues(tb, P, kept, R);
-            vpredHost = vpreds.dataSync() as Float32Array;
-            // the weights carry the global aggregation: sum-norm times R is the weighted sum
-            const loss = tf.mul(
-              valueLossTf(vpreds, old, returns, w, s.cliprange, "seq-mean-token-sum-norm"),
-              R,
-            );
-            mb[0]! += (loss.dataSync() as Float32Array)[0]!;
-            return loss as tf.Scalar;
-          }, vars);
-          value.dispose();
-          sharded.accumulate(grads, nameOf, grad);
-          const m = part.batch.loss_mask ?? part.tensor("response_mask");
-          for (let i = 0; i < b * R; i++) {
-            if (Number(m.data[i]) === 0) continue;
-            const v = Number(old.data[i]);
-            const ret = Number(returns.data[i]);
-            const p = vpredHost![i]!;
-            const pc = Math.min(v + s.cliprange, Math.max(v - s.cliprange, p));
-            if ((pc - ret) ** 2 > (p - ret) ** 2) mb[1]! += 1;
-            mb[2]! += p;
-            mb[3]! += 1;
-          }
+        mb[0]! += (loss.dataSync() as Float32Array)[0]!;
+        // token-level metrics with the plain mask (host side)
+        const mask = part.batch.loss_mask ?? part.tensor("response_mask");
+        const f = (t: BatchTensor) => ({
+          data: Float32Array.from(t.data as ArrayLike<number>),
+          shape: t.shape,
+        });
+        const host = { data: vpreds.dataSync() as Float32Array, shape: [part.length, R] };
+        const m = computeValueLoss(host, f(returns), f(old), f(mask), s.cliprange);
+        let tok = 0;
+        for (let i = 0; i < host.data.length; i++) {
+          if (Number(mask.data[i]) === 0) continue;
+          mb[2]! += host.data[i]!;
+          tok++;
         }
-        await allReduceSum(this.ctx, mb);
-        for (let i = 0; i < 4; i++) sums[i]! += mb[i]!;
-        const norm = await sharded.step(grad, lr, s.gradClip);
-        if (Number.isFinite(norm)) {
-          this.setParameters(await sharded.gather());
-          gradNormSum += norm;
-          updates++;
-        } else skipped++;
-      }
-    }
-    sharded.schedulerStep++;
-    const miniCount = s.epochs * (data.length / localMini);
-    const tok = Math.max(1, sums[3]!);
+        mb[1]! += m.vfClipfrac * tok;
+        mb[3]! += tok;
+        return loss as tf.Scalar;
+      },
+    );
+    const tok = Math.max(1, run.sums[3]!);
     const metrics: Record<string, number> = {
-      "critic/vf_loss": sums[0]! / miniCount,
-      "critic/vf_clipfrac": sums[1]! / tok,
-      "critic/vpred_mean": sums[2]! / tok,
-      "critic/grad_norm": updates ? gradNormSum / updates : Number.NaN,
-      "critic/lr": lr,
+      "critic/vf_loss": run.sums[0]! / run.miniBatches,
+      "critic/vf_clipfrac": run.sums[1]! / tok,
+      "critic/vpred_mean": run.sums[2]! / tok,
+      "critic/grad_norm": run.gradNorm,
+      "critic/lr": run.lr,
     };
-    if (skipped) metrics["critic/skipped_updates"] = skipped;
+    if (run.skipped) metrics["critic/skipped_updates"] = run.skipped;
     return metrics;
   }
 

@@ -22,7 +22,7 @@ import { Dispatch, register } from "../single-controller/decorator.js";
 import { Worker } from "../single-controller/worker.js";
 import { CheckpointError, readAllShards, writeShard } from "./checkpoint-files.js";
 import { FlatLayout } from "./flat-params.js";
-import { clipCoefficient, type OptimSettings, ShardedAdamW } from "./optim.js";
+import { clipCoefficient, learningRate, type OptimSettings, ShardedAdamW } from "./optim.js";
 
 /** A worker used before its model is loaded, or asked for what its role does not hold. */
 export class WorkerStateError extends Error {
@@ -51,6 +51,8 @@ export class ShardedParameters {
   readonly optim: ShardedAdamW;
   /** Scheduler steps taken (one per update call). */
   schedulerStep = 0;
+  /** Where each parameter starts in the flat vector. */
+  private readonly offsets: Map<string, number>;
 
   constructor(
     values: Map<string, Float32Array>,
@@ -66,6 +68,7 @@ export class ShardedParameters {
     this.start = start;
     this.end = end;
     this.params = this.layout.flatten(values).slice(start, end);
+    this.offsets = new Map(this.layout.entries.map((e) => [e.name, e.offset]));
     this.optim = new ShardedAdamW(end - start, optim);
   }
 
@@ -146,14 +149,47 @@ export class ShardedParameters {
 
   /** Adds tfjs gradients (by variable name) into a flat gradient vector, disposing them. */
   accumulate(grads: Record<string, tf.Tensor>, paramNameOf: Map<string, string>, flat: Float32Array): void {
-    const offsets = new Map(this.layout.entries.map((e) => [e.name, e.offset]));
     for (const [vname, g] of Object.entries(grads)) {
-      const off = offsets.get(paramNameOf.get(vname)!)!;
+      const off = this.offsets.get(paramNameOf.get(vname)!)!;
       const gd = g.dataSync() as Float32Array;
       for (let i = 0; i < gd.length; i++) flat[off + i]! += gd[i]!;
       g.dispose();
     }
   }
+}
+
+/** Where a rank's shard lies and the bytes it holds. */
+export interface ShardInfo {
+  rank: number;
+  worldSize: number;
+  numParameters: number;
+  shardStart: number;
+  shardEnd: number;
+  /** fp32 master shard of the parameters. */
+  paramShardBytes: number;
+  /** AdamW exp_avg + exp_avg_sq of the shard. */
+  optimizerBytes: number;
+  /** The gathered weights the model computes with (full size on every rank). */
+  gatheredParamBytes: number;
+  backend: string;
+  pid: number;
+}
+
+/** A host tensor's values as float32 (no copy when they already are). */
+export function asFloat32(t: BatchTensor): Float32Array {
+  return t.data instanceof Float32Array ? t.data : Float32Array.from(t.data as ArrayLike<number>);
+}
+
+/** One micro-batch of an update, as the loss sees it. */
+export interface MicroStep {
+  /** Its rows. */
+  part: DataProto;
+  /** Their tokens, trimmed (responseTokenBatch). */
+  tokens: { tb: TokenBatch; P: number; R: number; kept: number };
+  /** The global loss weight of each of their response tokens [rows, R]. */
+  weights: BatchTensor;
+  /** The mini-batch's metric sums, to add to. */
+  sums: Float64Array;
 }
 
 /**
@@ -162,6 +198,8 @@ export class ShardedParameters {
  */
 export abstract class ShardedWorker extends Worker {
   protected sharded?: ShardedParameters;
+  /** The tensor backend initModel selected. */
+  protected backendName = "";
   private readonly calls = new Map<string, number>();
 
   protected get ctx(): RankContext {
@@ -191,6 +229,111 @@ export abstract class ShardedWorker extends Worker {
     if (!this.sharded)
       throw new WorkerStateError(`rank ${this.rank}: call initModel before training or checkpointing`);
     return this.sharded;
+  }
+
+  /** Parameters of the model this worker computes with (the sharded ones, unless it holds others). */
+  protected numParameters(): number {
+    return this.sharded?.layout.total ?? 0;
+  }
+
+  /** Where this rank's shard lies and the bytes it holds. */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  shardInfo(): ShardInfo {
+    const s = this.sharded;
+    const total = this.numParameters();
+    return {
+      rank: this.rank,
+      worldSize: this.worldSize,
+      numParameters: total,
+      shardStart: s?.start ?? 0,
+      shardEnd: s?.end ?? 0,
+      paramShardBytes: s?.params.byteLength ?? 0,
+      optimizerBytes: s?.optim.stateBytes ?? 0,
+      gatheredParamBytes: total * 4,
+      backend: this.backendName,
+      pid: process.pid,
+    };
+  }
+
+  /**
+   * The update loop both trained workers run: `epochs` passes over the rank's rows in local
+   * mini-batches (laid out by layoutForMiniBatches), each cut into micro-batches (fixed rows, or a token
+   * budget), the gradient of `loss` accumulated over them with the global token weights of
+   * `lossAggMode`, then one optimizer step on the shards and the gathered parameters back in the model.
+   * `loss` runs inside the gradient tape and adds its metric sums to `step.sums` (all-reduced per
+   * mini-batch, summed over mini-batches). One scheduler step per call.
+   */
+  protected async updateEpochs(
+    data: DataProto,
+    plan: {
+      /** What the mini-batch is, for errors ("actor.ppo_mini_batch_size x rollout.n"). */
+      what: string;
+      globalMiniRows: number;
+      micro: number | null;
+      maxTokens: number | null;
+      epochs: number;
+      lossAggMode: string;
+      optim: OptimSettings;
+      gradClip: number;
+      /** Metric sums per mini-batch. */
+      sums: number;
+    },
+    vars: tf.Variable[],
+    paramNameOf: Map<string, string>,
+    loss: (step: MicroStep) => tf.Scalar,
+  ): Promise<{ sums: Float64Array; miniBatches: number; gradNorm: number; skipped: number; lr: number }> {
+    const sharded = this.needSharded();
+    const { localMini, micro } = miniBatchPlan(
+      this.ctx,
+      data.length,
+      plan.globalMiniRows,
+      plan.micro,
+      plan.what,
+    );
+    const lr = learningRate(plan.optim, sharded.schedulerStep);
+    const sums = new Float64Array(plan.sums);
+    let gradNormSum = 0;
+    let updates = 0;
+    let skipped = 0;
+    for (let epoch = 0; epoch < plan.epochs; epoch++) {
+      for (let ms = 0; ms < data.length; ms += localMini) {
+        const mini = data.slice(ms, ms + localMini);
+        const R = mini.tensor("responses").shape[1]!;
+        const mask = mini.batch.loss_mask ?? mini.tensor("response_mask");
+        const globalTokens = await globalMaskSum(this.ctx, mask);
+        const weights = lossTokenWeights(mask, plan.lossAggMode, globalTokens, plan.globalMiniRows);
+        const grad = new Float32Array(sharded.layout.total);
+        const mb = new Float64Array(plan.sums);
+        for (const rows of microBatches(mini, micro, plan.maxTokens)) {
+          const part = rowsOf(mini, rows);
+          const step: MicroStep = {
+            part,
+            tokens: responseTokenBatch(part),
+            weights: { data: pickRows(weights, R, rows), shape: [rows.length, R] },
+            sums: mb,
+          };
+          const { value, grads } = tf.variableGrads(() => loss(step), vars);
+          value.dispose();
+          sharded.accumulate(grads, paramNameOf, grad);
+        }
+        await allReduceSum(this.ctx, mb);
+        for (let i = 0; i < plan.sums; i++) sums[i]! += mb[i]!;
+        const norm = await sharded.step(grad, lr, plan.gradClip);
+        if (Number.isFinite(norm)) {
+          this.applyParameters(await sharded.gather());
+          gradNormSum += norm;
+          updates++;
+        } else skipped++;
+      }
+    }
+    sharded.schedulerStep++;
+    return {
+      sums,
+      miniBatches: plan.epochs * (data.length / localMini),
+      gradNorm: updates ? gradNormSum / updates : Number.NaN,
+      skipped,
+      lr,
+    };
   }
 
   /** The gathered parameters as one flat vector (checkpoint order), from rank 0. */

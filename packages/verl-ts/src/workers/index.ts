@@ -4,7 +4,6 @@ export {
   type ActorRolloutRefOptions,
   ActorRolloutRefWorker,
   layoutForMiniBatches,
-  type ShardInfo,
   type ToolSpec,
 } from "./actor-rollout-ref.js";
 export {
@@ -18,9 +17,11 @@ export { type CriticOptions, CriticWorker } from "./critic.js";
 export { type FlatEntry, FlatLayout } from "./flat-params.js";
 export {
   allReduceSum,
+  asFloat32,
   byMicroBatch,
   globalMaskSum,
   lossTokenWeights,
+  type MicroStep,
   microBatches,
   miniBatchPlan,
   padColumns,
@@ -31,6 +32,7 @@ export {
   rowsOf,
   ShardedParameters,
   ShardedWorker,
+  type ShardInfo,
   WorkerStateError,
 } from "./fsdp.js";
 export {
