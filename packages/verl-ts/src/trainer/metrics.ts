@@ -2,6 +2,7 @@
  * Step metrics with veRL's names (compute_data_metrics, compute_timing_metrics) plus ToRL's tool
  * metrics. Every function reads columns of the step's DataProto and returns a flat name -> number map.
  */
+import { type MaskMatrix, maskedVar, type ScoreMatrix } from "../algorithms/masked.js";
 import type { DataProto } from "../protocol/data-proto.js";
 
 function stats(prefix: string, values: number[], out: Record<string, number>): void {
@@ -51,16 +52,13 @@ export function computeDataMetrics(data: DataProto): Record<string, number> {
   if (data.batch.advantages) stats("critic/advantages", maskedValues(data, "advantages", mask), out);
   if (data.batch.returns) stats("critic/returns", maskedValues(data, "returns", mask), out);
   if (data.batch.values && data.batch.returns) {
-    const values = maskedValues(data, "values", mask);
-    stats("critic/values", values, out);
+    stats("critic/values", maskedValues(data, "values", mask), out);
     // how much of the returns' variance the critic explains: 1 - Var(returns - values) / Var(returns)
-    const returns = maskedValues(data, "returns", mask);
-    const variance = (xs: number[]) => {
-      const m = xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
-      return xs.reduce((a, b) => a + (b - m) ** 2, 0) / Math.max(1, xs.length);
-    };
-    out["critic/vf_explained_var"] =
-      1 - variance(returns.map((r, i) => r - values[i]!)) / (variance(returns) + 1e-5);
+    const m = data.tensor(mask) as MaskMatrix;
+    const returns = data.tensor("returns") as ScoreMatrix;
+    const v = data.tensor("values").data;
+    const diff = { data: returns.data.map((r, i) => r - Number(v[i])), shape: returns.shape };
+    out["critic/vf_explained_var"] = 1 - maskedVar(diff, m, false) / (maskedVar(returns, m, false) + 1e-5);
   }
   const R = data.tensor("responses").shape[1]!;
   const respLen = rowSums(data, "response_mask");

@@ -120,6 +120,21 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
   const W = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node;
   const a = cfg.actor_rollout_ref.actor;
   const n = cfg.actor_rollout_ref.rollout.n;
+  // the mini-batches of an update (actor, critic) must split the batch and the workers evenly
+  const batchSizes = (section: string, mini: number, micro: number | null) => {
+    if (mini > 0 && cfg.data.train_batch_size % mini !== 0)
+      add(
+        `${section}.ppo_mini_batch_size`,
+        `(${mini}) must divide data.train_batch_size (${cfg.data.train_batch_size})`,
+      );
+    if (W > 0 && (mini * n) % W !== 0)
+      add(
+        `${section}.ppo_mini_batch_size`,
+        `x rollout.n = ${mini * n} rows must split evenly over ${W} workers`,
+      );
+    if (micro !== null && !(micro > 0))
+      add(`${section}.ppo_micro_batch_size_per_gpu`, `must be > 0, got ${micro}`);
+  };
   try {
     assertTrainerConfig(cfg, { worldSize: W });
   } catch (e) {
@@ -145,18 +160,7 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
     };
     if (c.model.path && !existsSync(join(c.model.path, "config.json")))
       add("critic.model.path", `${c.model.path} holds no config.json`);
-    if (c.ppo_mini_batch_size > 0 && cfg.data.train_batch_size % c.ppo_mini_batch_size !== 0)
-      add(
-        "critic.ppo_mini_batch_size",
-        `(${c.ppo_mini_batch_size}) must divide data.train_batch_size (${cfg.data.train_batch_size})`,
-      );
-    if (W > 0 && (c.ppo_mini_batch_size * n) % W !== 0)
-      add(
-        "critic.ppo_mini_batch_size",
-        `x rollout.n = ${c.ppo_mini_batch_size * n} rows must split evenly over ${W} workers`,
-      );
-    if (c.ppo_micro_batch_size_per_gpu !== null && !(c.ppo_micro_batch_size_per_gpu > 0))
-      add("critic.ppo_micro_batch_size_per_gpu", `must be > 0, got ${c.ppo_micro_batch_size_per_gpu}`);
+    batchSizes("critic", c.ppo_mini_batch_size, c.ppo_micro_batch_size_per_gpu);
     if (c.use_dynamic_bsz) {
       budget("critic.ppo_max_token_len_per_gpu", c.ppo_max_token_len_per_gpu);
       budget("critic.forward_max_token_len_per_gpu", c.forward_max_token_len_per_gpu);
@@ -175,21 +179,7 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
         section.log_prob_max_token_len_per_gpu,
       );
   }
-  if (a.ppo_mini_batch_size > 0 && cfg.data.train_batch_size % a.ppo_mini_batch_size !== 0) {
-    add(
-      "actor_rollout_ref.actor.ppo_mini_batch_size",
-      `(${a.ppo_mini_batch_size}) must divide data.train_batch_size (${cfg.data.train_batch_size})`,
-    );
-  }
-  if (W > 0 && (a.ppo_mini_batch_size * n) % W !== 0) {
-    add(
-      "actor_rollout_ref.actor.ppo_mini_batch_size",
-      `x rollout.n = ${a.ppo_mini_batch_size * n} rows must split evenly over ${W} workers`,
-    );
-  }
-  const micro = a.ppo_micro_batch_size_per_gpu;
-  if (micro !== null && !(micro > 0))
-    add("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", `must be > 0, got ${micro}`);
+  batchSizes("actor_rollout_ref.actor", a.ppo_mini_batch_size, a.ppo_micro_batch_size_per_gpu);
   const o = a.optim;
   if (o.warmup_style !== "constant" && o.warmup_style !== "cosine")
     add("actor_rollout_ref.actor.optim.warmup_style", `must be constant or cosine, got ${o.warmup_style}`);
