@@ -1077,6 +1077,21 @@ def serve(state):
                               "prev_cleanup_ms": (t1 - t) * 1000, "prev_fork_ms": (time.monotonic() - t1) * 1000}
 
 
+def huge_heap_setup():
+    """Makes glibc grow the heap in huge pages when configured and possible (before any import);
+    returns None when it did, else why not. A speed feature, not a protection: when it is off the
+    health says why but stays "ok"."""
+    if not (CONFIG.get("huge_pages") and os.environ.get("PYTHONMALLOC") == "malloc"):
+        return "huge pages off by configuration"
+    try:
+        if not huge_pages_usable():
+            return "no free or overcommittable 2 MiB pages"
+        block_brk()
+        return None
+    except OSError as exc:
+        return f"huge-page heap off: {exc}"
+
+
 def bare_fork_loop():
     """The machine's ceiling for any fork-per-run pool, for `bench sandbox`: the same huge-page heap,
     warmed the same way, forking children in a plain loop with no isolation, no IPC and no Node.
@@ -1087,8 +1102,7 @@ def bare_fork_loop():
     """
     import gc
 
-    if CONFIG.get("huge_pages") and os.environ.get("PYTHONMALLOC") == "malloc" and huge_pages_usable():
-        block_brk()
+    huge_heap_setup()
     warm_up()
     compiled = compile(CONFIG.get("code", "pass"), "main.py", "exec")
     gc.collect()
@@ -1124,29 +1138,18 @@ def main():
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    # a speed feature, not a protection: when it is off the health says why but stays "ok"
-    huge_heap = None
-    huge_off = "huge pages off by configuration"
-    if CONFIG.get("huge_pages") and os.environ.get("PYTHONMALLOC") == "malloc":
-        try:
-            if huge_pages_usable():
-                block_brk()
-                huge_heap = True
-            else:
-                huge_off = "no free or overcommittable 2 MiB pages"
-        except OSError as exc:
-            huge_off = f"huge-page heap off: {exc}"
+    huge_off = huge_heap_setup()
     for var in list(os.environ):
         if var not in ("PATH", "LANG", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                        "NUMEXPR_NUM_THREADS"):
             del os.environ[var]
     warm_up()
     how = "sympy and numpy imported and warmed once; each run is a fork"
-    ranges = huge_ranges() if huge_heap else []
+    ranges = huge_ranges() if huge_off is None else []
     if ranges:
         how += f"; heap in {sum(n for _, n in ranges) // HUGE} huge pages, copied whole per run"
     else:
-        how += f"; heap in 4 KiB pages ({huge_off if not huge_heap else 'glibc made no huge mapping'})"
+        how += f"; heap in 4 KiB pages ({huge_off or 'glibc made no huge mapping'})"
     PROTECTIONS["warm_pool"] = {"active": True, "how": how}
     PROTECTIONS["env_scrubbed"] = {"active": True, "how": "the server drops its environment; runs get a fixed minimal one"}
     is_root = os.geteuid() == 0

@@ -1,6 +1,7 @@
 import { spawn } from "node:child_process";
 import { cpus } from "node:os";
 import { performance } from "node:perf_hooks";
+import { createInterface } from "node:readline";
 import { type CliCommand, UsageError } from "@torl-ts/core";
 import { intFlag, parseFlags } from "./cli.js";
 import { SandboxExecutor } from "./executor.js";
@@ -92,30 +93,12 @@ async function bareForkLoop(
       stdio: ["pipe", "pipe", "inherit"],
       env: forkServerEnv(true),
     });
-    const lines: string[] = [];
-    const waiters: Array<(line: string) => void> = [];
-    let buf = "";
-    proc.stdout.on("data", (c: Buffer) => {
-      buf += c.toString();
-      for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
-        const line = buf.slice(0, i);
-        buf = buf.slice(i + 1);
-        const w = waiters.shift();
-        if (w) w(line);
-        else lines.push(line);
-      }
-    });
-    const exited = new Promise<never>((_, reject) =>
-      proc.on("exit", (code) => reject(new Error(`bare fork loop exited with ${code}`))),
-    );
-    exited.catch(() => {});
-    const next = () =>
-      Promise.race([
-        new Promise<string>((resolve) =>
-          lines.length > 0 ? resolve(lines.shift()!) : waiters.push(resolve),
-        ),
-        exited,
-      ]);
+    const lines = createInterface({ input: proc.stdout })[Symbol.asyncIterator]();
+    const next = async (): Promise<string> => {
+      const line = await lines.next();
+      if (line.done) throw new Error(`bare fork loop ended (exit code ${proc.exitCode})`);
+      return line.value;
+    };
     return { proc, next };
   });
   try {
