@@ -3,13 +3,15 @@
  *  1. text: identical after normalisation (most matching pairs stop here);
  *  2. structure: lists, sets, tuples, intervals, unions, matrices, equations are compared part by part
  *     (sets and bare solution lists unordered, tuples ordered, interval ends exactly);
- *  3. scalars: exact rational arithmetic when both sides are rational (so 0.333 is not 1/3), otherwise
- *     numeric evaluation in complex floats; expressions with variables are compared at several seeded
+ *  3. scalars: exact rational arithmetic when both sides are rational, otherwise numeric evaluation in
+ *     complex floats; a decimal numeral against an exact value follows decimal-precision.ts (0.333 is
+ *     not 1/3, 0.3333333333 is); expressions with variables are compared at several seeded
  *     random complex points (polynomial identity testing: (x+1)^2 and x^2+2x+1 agree everywhere,
  *     distinct expressions disagree at random points with probability ~1).
  * Every step is linear in the (bounded) answer size; see README.md in this folder for why this was
  * chosen over a symbolic engine, with measurements.
  */
+import { decimalMatchesRational, decimalMatchesReal, decimalNumeral } from "./decimal-precision.js";
 import { type MathNode, normalizeAnswerText, parseAnswer } from "./latex.js";
 import {
   type Complex,
@@ -81,7 +83,10 @@ export function parseMathAnswer(answer: string): ParsedAnswer {
   if (plain) {
     // Fast path for the most common answer, a plain number: no normalisation or parsing needed.
     const v = ratFromDecimal(plain[2]!)!;
-    const num: MathNode = { k: "num", v, lit: true };
+    const digits = plain[2]!;
+    const num: MathNode = digits.includes(".")
+      ? { k: "num", v, lit: true, decimal: digits }
+      : { k: "num", v, lit: true };
     const node: MathNode = plain[1] === "-" ? { k: "neg", a: num } : num;
     parsed = { kind: "math", node, percent: false, text: answer.trim() };
     remember(answer, parsed);
@@ -566,6 +571,12 @@ class Comparator {
     // Collections: bare lists and sets are unordered; tuples ordered; vectors compare with tuples.
     const ea = this.elements(a);
     const eb = this.elements(b);
+    // A set written with a repeated element is the same set: {1, 2, 2} = {1, 2}. Against a set, a bare
+    // list is read as a set too; two bare lists (solutions with multiplicity) keep their repeats.
+    if ((ea?.set && (eb?.unordered ?? true)) || (eb?.set && (ea?.unordered ?? true))) {
+      if (ea) ea.items = this.distinct(ea.items);
+      if (eb) eb.items = this.distinct(eb.items);
+    }
     if (ea || eb) {
       if (!ea || !eb) {
         // A one-element set or list against a scalar.
@@ -609,6 +620,14 @@ class Comparator {
     }
     if (n.k === "group") return { items: n.items, unordered: false, set: false, matrixShape: null };
     return null;
+  }
+
+  /** The items without repeats (first occurrence kept); at most MAX_UNORDERED items are compared. */
+  private distinct(items: MathNode[]): MathNode[] {
+    if (items.length > MAX_UNORDERED) return items;
+    const out: MathNode[] = [];
+    for (const x of items) if (!out.some((y) => this.equal(x, y))) out.push(x);
+    return out;
   }
 
   private orderedEqual(a: MathNode[], b: MathNode[]): boolean {
@@ -672,10 +691,16 @@ class Comparator {
     const sa = infSign(a);
     const sb = infSign(b);
     if (sa !== 0 || sb !== 0) return sa === sb;
+    // One side a decimal numeral, the other exact: the decimal-precision rule (decimal-precision.ts).
+    const da = decimalNumeral(a);
+    const db = decimalNumeral(b);
+    const approx = (da === null) !== (db === null) && this.percentA === this.percentB ? (da ?? db) : null;
+    const exactSide = da ? b : a;
     const ra = exactValue(a);
     const rb = exactValue(b);
     if (ra && rb) {
       if (ratEq(ra, rb)) return true;
+      if (approx) return decimalMatchesRational(approx, da ? rb : ra);
       const hundred = { n: 100n, d: 1n };
       if (this.percentA && !this.percentB) {
         const r = ratDiv(ra, hundred);
@@ -687,8 +712,12 @@ class Comparator {
       }
       return false;
     }
-    if (this.scalarStage) return this.scalarStage(a, b);
     const symbols = collectSymbols(b, collectSymbols(a, new Set()));
+    if (approx && symbols.size === 0) {
+      const v = numericValue(exactSide, new Map());
+      return Math.abs(v.im) <= 1e-12 * Math.max(1, cAbs(v)) && decimalMatchesReal(approx, v.re);
+    }
+    if (this.scalarStage) return this.scalarStage(a, b);
     if (symbols.size === 0) {
       const x = numericValue(a, new Map());
       const y = numericValue(b, new Map());

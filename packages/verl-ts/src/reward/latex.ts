@@ -23,7 +23,8 @@ export class AnswerParseError extends Error {
 }
 
 export type MathNode =
-  | { k: "num"; v: Rational; lit: boolean }
+  /** `decimal`: the literal as written when it has a point ("0.333"), for the decimal-precision rule. */
+  | { k: "num"; v: Rational; lit: boolean; decimal?: string }
   | { k: "sym"; name: string }
   | { k: "const"; name: "pi" | "e" | "i" | "inf" }
   | { k: "add" | "sub" | "mul" | "pow"; a: MathNode; b: MathNode }
@@ -614,7 +615,7 @@ class Parser {
   private numNode(text: string): MathNode {
     const v = ratFromDecimal(text);
     if (!v) this.fail(`bad number ${text}`);
-    return { k: "num", v, lit: true };
+    return text.includes(".") ? { k: "num", v, lit: true, decimal: text } : { k: "num", v, lit: true };
   }
 
   private subscriptText(): string {

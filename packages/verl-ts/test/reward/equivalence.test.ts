@@ -138,3 +138,67 @@ test("random LaTeX fragments never throw and the verdict is symmetric", (t) => {
   }
   t.deepEqual(asymmetric, []);
 });
+
+test("a set written with a repeated element is the same set; tuples and bare lists keep their repeats", (t) => {
+  t.true(isEquivalentAnswer("\\{1, 2, 2, 3\\}", "\\{1, 2, 3\\}"));
+  t.true(isEquivalentAnswer("\\{3, 3\\}", "3"));
+  t.true(isEquivalentAnswer("\\{\\frac12, 0.5, 1\\}", "\\{1, \\frac12\\}"));
+  t.true(isEquivalentAnswer("\\{1, 1, 2\\}", "1, 2"));
+  t.false(isEquivalentAnswer("\\{1, 2, 2\\}", "\\{1, 2, 3\\}"));
+  t.false(isEquivalentAnswer("(1, 2, 2)", "(1, 2)"));
+  t.false(isEquivalentAnswer("1, 2, 2", "1, 2"));
+});
+
+test("decimal rule: a terminating exact value matches only its own decimal", (t) => {
+  t.true(isEquivalentAnswer("1.250", "\\frac54"));
+  t.false(isEquivalentAnswer("1.2", "\\frac54"));
+  t.false(isEquivalentAnswer("1.2499999999", "\\frac54"));
+  t.false(isEquivalentAnswer("1.2500000001", "\\frac54"));
+  t.true(isEquivalentAnswer("0.5", "\\cos\\frac{\\pi}{3}"));
+  t.false(isEquivalentAnswer("0.49999999", "\\cos\\frac{\\pi}{3}"));
+  t.false(isEquivalentAnswer("0.50000001", "\\sin\\frac{\\pi}{6}"));
+  t.true(isEquivalentAnswer("2.0", "\\sqrt{2}\\cdot\\sqrt{2}"));
+});
+
+test("decimal rule: 8 significant digits at least, rounded or truncated at the decimal's own places", (t) => {
+  // the 8-digit edge, for a rational and an irrational
+  t.true(isEquivalentAnswer("0.33333333", "\\frac13"));
+  t.false(isEquivalentAnswer("0.3333333", "\\frac13"));
+  t.true(isEquivalentAnswer("1.4142136", "\\sqrt2"));
+  t.false(isEquivalentAnswer("1.414214", "\\sqrt2"));
+  // leading zeros are not significant
+  t.false(isEquivalentAnswer("0.00033333", "\\frac{1}{3000}"));
+  t.true(isEquivalentAnswer("0.00033333333", "\\frac{1}{3000}"));
+  // rounded and truncated pass, any other last digit fails
+  t.true(isEquivalentAnswer("0.66666667", "\\frac23"));
+  t.true(isEquivalentAnswer("0.66666666", "\\frac23"));
+  t.false(isEquivalentAnswer("0.66666668", "\\frac23"));
+  t.false(isEquivalentAnswer("0.33333334", "\\frac13"));
+  t.true(isEquivalentAnswer("3.1415926", "\\pi"));
+  t.true(isEquivalentAnswer("3.1415927", "\\pi"));
+  t.false(isEquivalentAnswer("3.1415928", "\\pi"));
+  // sign must agree; a negative value is rounded like its magnitude
+  t.true(isEquivalentAnswer("-0.42857143", "-\\frac37"));
+  t.false(isEquivalentAnswer("-0.33333333", "\\frac13"));
+  t.false(isEquivalentAnswer("0.70710678", "-\\frac{\\sqrt2}{2}"));
+});
+
+test("decimal rule: past 12 significant digits only 12 are checked (printed doubles)", (t) => {
+  t.true(isEquivalentAnswer("0.3333333333333333", "\\frac13"));
+  t.true(isEquivalentAnswer("1.4142135623730951", "\\sqrt2"));
+  t.true(isEquivalentAnswer("0.14285714285714285", "\\frac17"));
+  t.true(isEquivalentAnswer("3.14159265358979323846264", "\\pi"));
+  // wrong at the 12th digit
+  t.false(isEquivalentAnswer("3.14159265360979", "\\pi"));
+  t.false(isEquivalentAnswer("0.33333333343333", "\\frac13"));
+});
+
+test("decimal rule: only a lone decimal numeral is an approximation; decimals never approximate decimals", (t) => {
+  t.false(isEquivalentAnswer("0.33333333 \\cdot 3", "1"));
+  t.false(isEquivalentAnswer("3.3333333 \\times 10^{-1}", "\\frac13"));
+  t.true(isEquivalentAnswer("0.5\\pi", "\\frac{\\pi}{2}"));
+  t.false(isEquivalentAnswer("3.14159265", "3.1415926535"));
+  t.true(isEquivalentAnswer("(0.33333333, 2)", "(\\frac13, 2)"));
+  t.true(isEquivalentAnswer("[1.4142136, \\infty)", "[\\sqrt2, \\infty)"));
+  t.false(isEquivalentAnswer("0.70710678", "\\frac{\\sqrt2}{2} i"));
+});
