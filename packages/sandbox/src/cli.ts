@@ -1,6 +1,6 @@
 import { type CliCommand, UsageError } from "@torl-ts/core";
 import { SandboxExecutor } from "./executor.js";
-import { serveSandbox } from "./server.js";
+import { DEFAULT_MAX_BODY_BYTES, SandboxListenError, type SandboxServer, serveSandbox } from "./server.js";
 
 /** Parses `--name value` / `--name=value` flags; every flag must be in `known`. */
 export function parseFlags(args: string[], known: string[]): Map<string, string> {
@@ -37,23 +37,33 @@ export const sandboxCommand: CliCommand = {
   summary: "serve the SandboxFusion-compatible code execution API (POST /run_code, GET /health)",
   usage: [
     "usage: pnpm torl sandbox serve --port P [--host 127.0.0.1] [--workers N]",
-    "                               [--max-processes 64] [--max-output-bytes 1048576]",
+    `                               [--max-processes 64] [--max-output-bytes 1048576] [--max-body-bytes ${DEFAULT_MAX_BODY_BYTES}]`,
     "",
     "Starts N warm Python interpreters (sympy and numpy imported) that fork an isolated child per run,",
     "and serves SandboxFusion's API on host:port (loopback unless --host says otherwise).",
     "  POST /run_code  {code, language: 'python', run_timeout, memory_limit_MB, stdin, files, fetch_files}",
     "  GET  /health    workers, queue, and which isolation protections are active",
     "Requests beyond N wait in a queue; none is dropped. Missing protections are printed at start.",
+    "A request body over --max-body-bytes (default 64 MiB) is answered 413 {status, message}.",
+    "A port already in use exits 2 with 'error: port P is in use' (--port 0 picks a free one).",
   ].join("\n"),
   async run(args) {
     if (args[0] !== "serve")
       throw new UsageError(args[0] ? `unknown subcommand '${args[0]}'` : "missing subcommand 'serve'");
-    const flags = parseFlags(args.slice(1), ["port", "host", "workers", "max-processes", "max-output-bytes"]);
+    const flags = parseFlags(args.slice(1), [
+      "port",
+      "host",
+      "workers",
+      "max-processes",
+      "max-output-bytes",
+      "max-body-bytes",
+    ]);
     if (!flags.has("port")) throw new UsageError("--port is required");
     const port = intFlag(flags, "port", 0, 0);
     if (port > 65535) throw new UsageError(`--port must be <= 65535, got ${port}`);
     const workers = intFlag(flags, "workers", 2, 1);
     const host = flags.get("host") ?? "127.0.0.1";
+    const maxBodyBytes = intFlag(flags, "max-body-bytes", DEFAULT_MAX_BODY_BYTES, 1);
     console.log(`starting ${workers} sandbox worker(s)...`);
     const executor = await new SandboxExecutor({
       workers,
@@ -72,7 +82,17 @@ export const sandboxCommand: CliCommand = {
         `WARNING: sandbox isolation is incomplete on this machine:\n  ${health.warnings.join("\n  ")}`,
       );
     }
-    const srv = await serveSandbox(executor, { host, port });
+    let srv: SandboxServer;
+    try {
+      srv = await serveSandbox(executor, { host, port, maxBodyBytes });
+    } catch (error) {
+      await executor.close();
+      if (!(error instanceof SandboxListenError)) throw error;
+      // A setting the user chose that cannot work: a usage-class failure, one line, no stack.
+      const hint = error.code === "EADDRINUSE" ? "; pick another --port, or --port 0 for a free one" : "";
+      console.error(`error: ${error.message}${hint}`);
+      return 2;
+    }
     if (host !== "127.0.0.1" && host !== "localhost" && host !== "::1") {
       console.error(`WARNING: listening on ${host}, not loopback: anyone who can reach it can run code here`);
     }

@@ -18,7 +18,13 @@ export * from "./errors.js";
 export { type ExecutorOptions, SandboxExecutor, sandboxError } from "./executor.js";
 export { type NormalizedRequest, normalizeRequest, type RequestLimits } from "./request.js";
 export { SandboxActor, SandboxActorClass, type SandboxActorOptions } from "./sandbox-actor.js";
-export { type SandboxServer, type ServerOptions, serveSandbox } from "./server.js";
+export {
+  DEFAULT_MAX_BODY_BYTES,
+  SandboxListenError,
+  type SandboxServer,
+  type ServerOptions,
+  serveSandbox,
+} from "./server.js";
 export {
   executeAll,
   type JsonSchema,

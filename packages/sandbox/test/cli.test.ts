@@ -19,8 +19,9 @@ function waitForLine(proc: ChildProcess, pattern: RegExp): Promise<string> {
   });
 }
 
-test("pnpm torl sandbox serve --port P serves /run_code and /health, and stops on SIGTERM", async (t) => {
-  const proc = spawn("node", [...CLI, "sandbox", "serve", "--port", "0", "--workers", "1"], {
+test("pnpm torl sandbox serve --port P serves /run_code and /health, applies --max-body-bytes, and stops on SIGTERM", async (t) => {
+  const args = ["sandbox", "serve", "--port", "0", "--workers", "1", "--max-body-bytes", "2048"];
+  const proc = spawn("node", [...CLI, ...args], {
     cwd: process.cwd(),
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -34,6 +35,12 @@ test("pnpm torl sandbox serve --port P serves /run_code and /health, and stops o
       body: JSON.stringify({ code: "print(2 ** 10)", language: "python" }),
     });
     t.is(((await res.json()) as { run_result: { stdout: string } }).run_result.stdout, "1024\n");
+    const big = await fetch(`${url}/run_code`, {
+      method: "POST",
+      body: JSON.stringify({ code: `# ${"x".repeat(2048)}`, language: "python" }),
+    });
+    t.is(big.status, 413);
+    t.regex(((await big.json()) as { message: string }).message, /limit of 2048 bytes/);
   } finally {
     const exited = new Promise<number | null>((r) => proc.once("exit", (code) => r(code)));
     proc.kill("SIGTERM");
@@ -45,6 +52,7 @@ test("bad flags exit 2 with the reason and the usage", async (t) => {
   for (const args of [
     ["sandbox", "serve", "--port", "x"],
     ["sandbox", "serve", "--port", "1", "--bogus", "1"],
+    ["sandbox", "serve", "--port", "1", "--max-body-bytes", "0"],
     ["bench", "sandbox", "--workers", "0"],
   ]) {
     const error = (await t.throwsAsync(run("node", [...CLI, ...args]))) as unknown as {
