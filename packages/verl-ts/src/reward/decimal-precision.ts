@@ -16,6 +16,7 @@
  * that decimal as its ground truth, and then the second point applies (π does not match 3.14).
  * Only an answer that is a single decimal numeral (signed, or one element of a tuple, set or interval)
  * is an approximation; a decimal inside an expression (`0.5\pi`, `1.5 \times 10^{-3}`) is exact.
+ * A `%` on one side only is read with and without it (33.333333% stands for 1/3).
  */
 import type { MathNode } from "./latex.js";
 import { type Rational, ratFromDecimal, ratSub } from "./numbers.js";
@@ -39,6 +40,16 @@ export function decimalNumeral(n: MathNode): DecimalNumeral | null {
     return inner && { negative: !inner.negative, digits: inner.digits };
   }
   return n.k === "num" && n.decimal !== undefined ? { negative: false, digits: n.decimal } : null;
+}
+
+/** The numeral divided by 100, as written: 33.333333 (a percentage) is 0.33333333. */
+export function percentOf(d: DecimalNumeral): DecimalNumeral {
+  const [int = "", frac = ""] = d.digits.split(".");
+  const whole = int.padStart(3, "0");
+  return {
+    negative: d.negative,
+    digits: `${whole.slice(0, -2).replace(/^0+(?=\d)/, "")}.${whole.slice(-2)}${frac}`,
+  };
 }
 
 /** Places after the point, significant digits (leading zeros not counted), and the digits as one integer. */

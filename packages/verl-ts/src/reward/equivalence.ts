@@ -11,7 +11,13 @@
  * Every step is linear in the (bounded) answer size; see README.md in this folder for why this was
  * chosen over a symbolic engine, with measurements.
  */
-import { decimalMatchesRational, decimalMatchesReal, decimalNumeral } from "./decimal-precision.js";
+import {
+  type DecimalNumeral,
+  decimalMatchesRational,
+  decimalMatchesReal,
+  decimalNumeral,
+  percentOf,
+} from "./decimal-precision.js";
 import { type MathNode, normalizeAnswerText, parseAnswer } from "./latex.js";
 import {
   type Complex,
@@ -687,20 +693,45 @@ class Comparator {
     return valid >= 2;
   }
 
+  /**
+   * One side a decimal numeral, the other an exact value without variables: the decimal-precision rule
+   * (decimal-precision.ts). Null when it does not apply. A `%` on one side only is read with and
+   * without it, as everywhere in the comparator (50% = 0.5 = 50).
+   */
+  private decimalVerdict(a: MathNode, b: MathNode): boolean | null {
+    const da = decimalNumeral(a);
+    const db = decimalNumeral(b);
+    if ((da === null) === (db === null)) return null;
+    const exact = da ? b : a;
+    if (collectSymbols(exact, new Set()).size > 0) return null;
+    const dec = (da ?? db)!;
+    const decPercent = da ? this.percentA : this.percentB;
+    const exactPercent = da ? this.percentB : this.percentA;
+    const readings: { dec: DecimalNumeral; divide: boolean }[] = [{ dec, divide: false }];
+    if (decPercent && !exactPercent) readings.push({ dec: percentOf(dec), divide: false });
+    if (exactPercent && !decPercent) readings.push({ dec, divide: true });
+    const r = exactValue(exact);
+    if (r) {
+      return readings.some((x) => {
+        const v = x.divide ? ratDiv(r, { n: 100n, d: 1n }) : r;
+        return !!v && decimalMatchesRational(x.dec, v);
+      });
+    }
+    const v = numericValue(exact, new Map());
+    if (Math.abs(v.im) > 1e-12 * Math.max(1, cAbs(v))) return false;
+    return readings.some((x) => decimalMatchesReal(x.dec, x.divide ? v.re / 100 : v.re));
+  }
+
   private scalarEqual(a: MathNode, b: MathNode): boolean {
     const sa = infSign(a);
     const sb = infSign(b);
     if (sa !== 0 || sb !== 0) return sa === sb;
-    // One side a decimal numeral, the other exact: the decimal-precision rule (decimal-precision.ts).
-    const da = decimalNumeral(a);
-    const db = decimalNumeral(b);
-    const approx = (da === null) !== (db === null) && this.percentA === this.percentB ? (da ?? db) : null;
-    const exactSide = da ? b : a;
+    const decimal = this.decimalVerdict(a, b);
+    if (decimal !== null) return decimal;
     const ra = exactValue(a);
     const rb = exactValue(b);
     if (ra && rb) {
       if (ratEq(ra, rb)) return true;
-      if (approx) return decimalMatchesRational(approx, da ? rb : ra);
       const hundred = { n: 100n, d: 1n };
       if (this.percentA && !this.percentB) {
         const r = ratDiv(ra, hundred);
@@ -712,12 +743,8 @@ class Comparator {
       }
       return false;
     }
-    const symbols = collectSymbols(b, collectSymbols(a, new Set()));
-    if (approx && symbols.size === 0) {
-      const v = numericValue(exactSide, new Map());
-      return Math.abs(v.im) <= 1e-12 * Math.max(1, cAbs(v)) && decimalMatchesReal(approx, v.re);
-    }
     if (this.scalarStage) return this.scalarStage(a, b);
+    const symbols = collectSymbols(b, collectSymbols(a, new Set()));
     if (symbols.size === 0) {
       const x = numericValue(a, new Map());
       const y = numericValue(b, new Map());

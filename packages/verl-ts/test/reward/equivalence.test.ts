@@ -202,3 +202,12 @@ test("decimal rule: only a lone decimal numeral is an approximation; decimals ne
   t.true(isEquivalentAnswer("[1.4142136, \\infty)", "[\\sqrt2, \\infty)"));
   t.false(isEquivalentAnswer("0.70710678", "\\frac{\\sqrt2}{2} i"));
 });
+
+test("decimal rule: a percentage on one side is read with and without its %", (t) => {
+  t.true(isEquivalentAnswer("33.333333\\%", "\\frac13"));
+  t.false(isEquivalentAnswer("33.33\\%", "\\frac13"));
+  t.true(isEquivalentAnswer("0.33333333", "\\frac{100}{3}\\%"));
+  t.true(isEquivalentAnswer("14.142136\\%", "\\frac{\\sqrt2}{10}"));
+  t.true(isEquivalentAnswer("50\\%", "0.5"));
+  t.true(isEquivalentAnswer(".5\\%", "\\frac{1}{200}"));
+});
