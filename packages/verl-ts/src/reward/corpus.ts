@@ -7,7 +7,7 @@ import { readFileSync } from "node:fs";
 
 export interface RewardCorpusPair {
   category: string;
-  /** A whole response; its answer is the last \boxed{}. */
+  /** A whole response; its answer is the last box given as one (see extract.ts). */
   solution: string;
   ground_truth: string;
   /** The grader's verdict. */
