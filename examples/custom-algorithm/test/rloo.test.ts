@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { buildByteBpeTokenizer, createRandomPretrained } from "@torl-ts/verl";
 import test from "ava";
 import { ArgsError, parseArgs, rlooAdvantages, train } from "../src/rloo.js";
-import { extractAnswer, REWARDS, UnknownRewardError } from "../src/task.js";
+import { extractAnswer, REWARDS, type RewardName, UnknownRewardError } from "../src/task.js";
 
 function tinyRandomModel(): string {
   const dir = mkdtempSync(join(tmpdir(), "rloo-model-"));
@@ -39,7 +39,7 @@ test("bad arguments are named before any actor starts", async (t) => {
     instanceOf: ArgsError,
     message: /no config\.json/,
   });
-  await t.throwsAsync(train({ modelDir: tinyRandomModel(), reward: "nope" }), {
+  await t.throwsAsync(train({ modelDir: tinyRandomModel(), reward: "nope" as RewardName }), {
     instanceOf: UnknownRewardError,
   });
   t.throws(() => parseArgs(["--stepz", "3"]), { instanceOf: ArgsError, message: /--steps/ });
