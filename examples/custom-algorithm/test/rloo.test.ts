@@ -3,8 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildByteBpeTokenizer, createRandomPretrained } from "@torl-ts/verl";
 import test from "ava";
-import { ArgsError, parseArgs, rlooAdvantages, train } from "../src/rloo.js";
 import type { ToolChoice } from "../src/policy.js";
+import { ArgsError, parseArgs, rlooAdvantages, train } from "../src/rloo.js";
 import { extractAnswer, REWARDS, type RewardName, type TaskName, UnknownRewardError } from "../src/task.js";
 
 function tinyRandomModel(): string {
@@ -53,8 +53,14 @@ test("bad arguments are named before any actor starts", async (t) => {
   await t.throwsAsync(train({ modelDir: tinyRandomModel(), reward: "nope" as RewardName }), {
     instanceOf: UnknownRewardError,
   });
-  await t.throwsAsync(train({ task: "nope" as TaskName }), { instanceOf: ArgsError, message: /task must be one of arithmetic, tiny/ });
-  await t.throwsAsync(train({ tool: "nope" as ToolChoice }), { instanceOf: ArgsError, message: /tool must be one of none, python/ });
+  await t.throwsAsync(train({ task: "nope" as TaskName }), {
+    instanceOf: ArgsError,
+    message: /task must be one of arithmetic, tiny/,
+  });
+  await t.throwsAsync(train({ tool: "nope" as ToolChoice }), {
+    instanceOf: ArgsError,
+    message: /tool must be one of none, python/,
+  });
   t.throws(() => parseArgs(["--stepz", "3"]), { instanceOf: ArgsError, message: /--steps/ });
   t.deepEqual(parseArgs(["--steps", "3", "--reward", "digit_fraction"]), {
     steps: 3,
