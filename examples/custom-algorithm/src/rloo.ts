@@ -3,10 +3,12 @@
  * alone: no trainer, no worker group, no config system. Read it top to bottom.
  *
  *   pnpm tsx examples/custom-algorithm/src/rloo.ts [--steps 20] [--replicas 2] [--reward exact_match] ...
+ *   pnpm tsx examples/custom-algorithm/src/rloo.ts --task tiny --tool python --reward verifier   # ToRL-style
  *
  * For each step:
- *   1. every policy replica (an actor) samples k responses for its share of the prompts;
- *   2. the driver scores each response with the reward function;
+ *   1. every policy replica (an actor) samples k responses for its share of the prompts, calling the
+ *      Python tool when `tool` is python (the TIR rollout; tool output is masked out of the loss);
+ *   2. the driver scores each response with the reward function (e.g. the project's verifier);
  *   3. the driver computes RLOO advantages: A_ij = r_ij - mean_{l != j} r_il over the k samples of prompt i;
  *   4. every replica takes a REINFORCE step on its rows; gradients are averaged by a collective
  *      all-reduce, so the replicas stay identical;
@@ -16,9 +18,17 @@ import { appendFileSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createCollectiveGroup, get, init, isInitialized, shutdown } from "@torl-ts/actors";
-import { DataProto } from "@torl-ts/verl";
-import { PolicyActor, type UpdateStats } from "./policy.js";
-import { makeQuestions, promptFor, rewardFn } from "./task.js";
+import { DataProto, executionInfoFromRollout } from "@torl-ts/verl";
+import { PolicyActor, type ToolChoice, type UpdateStats } from "./policy.js";
+import {
+  extractAnswer,
+  makeQuestions,
+  promptFor,
+  type RewardName,
+  rewardFn,
+  TASKS,
+  type TaskName,
+} from "./task.js";
 
 // ---------------------------------------------------------------------------------------------------
 // Hyperparameters: every knob of the run, named in one place.
@@ -34,11 +44,18 @@ export interface Args {
   promptsPerStep: number;
   /** k: responses sampled per prompt; RLOO needs k >= 2 for its leave-one-out baseline. */
   samplesPerPrompt: number;
+  /** Most response tokens per sample, generated and tool-appended together. */
   maxNewTokens: number;
   temperature: number;
   learningRate: number;
-  /** A name from REWARDS in task.ts. */
-  reward: string;
+  /** The reward function (REWARDS in task.ts). */
+  reward: RewardName;
+  /** Where the questions come from (task.ts). */
+  task: TaskName;
+  /** The tool the policy may call: none (plain generation) or python (ToRL's code interpreter in a sandbox). */
+  tool: ToolChoice;
+  /** Most tool calls per response (ToRL's C, num_llm_calls_available). */
+  maxToolCalls: number;
   /** Prompt template (a data.template_type name): tir_base_0309 (ToRL's raw text) or chat. */
   template: string;
   seed: number;
@@ -47,6 +64,10 @@ export interface Args {
   /** metrics.jsonl and summary.json go here. */
   runDir: string;
 }
+
+const TOOLS: readonly ToolChoice[] = ["none", "python"];
+/** The collective group of the replicas. */
+const GROUP = "rloo";
 
 const TINY_BASE = fileURLToPath(new URL("../../torl/assets/tiny-base", import.meta.url));
 
@@ -60,6 +81,9 @@ export const DEFAULT_ARGS: Args = {
   temperature: 1.0,
   learningRate: 1e-5,
   reward: "exact_match",
+  task: "arithmetic",
+  tool: "none",
+  maxToolCalls: 1,
   template: "tir_base_0309",
   seed: 1,
   backend: "auto",
@@ -108,12 +132,16 @@ export async function train(
     throw new ArgsError(
       `promptsPerStep (${args.promptsPerStep}) must be a multiple of replicas (${args.replicas})`,
     );
+  if (!TASKS.includes(args.task))
+    throw new ArgsError(`task must be one of ${TASKS.join(", ")}, got ${args.task}`);
+  if (!TOOLS.includes(args.tool))
+    throw new ArgsError(`tool must be one of ${TOOLS.join(", ")}, got ${args.tool}`);
   if (!existsSync(join(args.modelDir, "config.json")))
     throw new ArgsError(
       `modelDir ${args.modelDir} holds no config.json (make one with createRandomPretrained)`,
     );
   const reward = rewardFn(args.reward);
-  const questions = makeQuestions(args.steps * args.promptsPerStep, args.seed);
+  const questions = makeQuestions(args.steps * args.promptsPerStep, args.seed, args.task);
   mkdirSync(args.runDir, { recursive: true });
   const metricsFile = join(args.runDir, "metrics.jsonl");
   writeFileSync(metricsFile, "");
@@ -123,12 +151,13 @@ export async function train(
   if (startedRuntime) await init({ numCpus: args.replicas });
   const env: Record<string, string> = args.backend === "auto" ? {} : { TORL_BACKEND: args.backend };
   const replicas = Array.from({ length: args.replicas }, () =>
-    PolicyActor.options({ env }).remote(args.modelDir, args.learningRate),
+    PolicyActor.options({ env }).remote(args.modelDir, args.learningRate, args.tool),
   );
+  let group: Awaited<ReturnType<typeof createCollectiveGroup>> | undefined;
   try {
     const backends = await get(replicas.map((r) => r.setup()));
-    const group = await createCollectiveGroup(replicas, { name: "rloo" });
-    await get(replicas.map((r) => r.broadcastWeights(0, group.name)));
+    group = await createCollectiveGroup(replicas, { name: GROUP });
+    await get(replicas.map((r) => r.broadcastWeights(0, GROUP)));
     const fingerprintBefore = await replicas[0]!.weightsFingerprint();
     log(
       `rloo: ${args.replicas} replicas on ${backends.join(", ")}, ${args.steps} steps of ${args.promptsPerStep} prompts x ${args.samplesPerPrompt}`,
@@ -145,6 +174,7 @@ export async function train(
         samplesPerPrompt: args.samplesPerPrompt,
         maxNewTokens: args.maxNewTokens,
         temperature: args.temperature,
+        maxToolCalls: args.maxToolCalls,
       };
       const shards = await get(
         replicas.map((r, i) =>
@@ -162,8 +192,20 @@ export async function train(
       const answers = batchQuestions.flatMap((q) =>
         Array.from({ length: args.samplesPerPrompt }, () => q.answer),
       );
-      const responses = shards.flatMap((w) => DataProto.fromWire(w).column<string>("response_text"));
-      const rewards = Float32Array.from(responses, (text, i) => reward(text, answers[i]!));
+      // Shards differ in width (each is padded to its own longest row): read them column by column.
+      const rollout = shards.map((w) => DataProto.fromWire(w));
+      const responses = rollout.flatMap((d) => d.column<string>("response_text"));
+      const rowValues = (key: string) => rollout.flatMap((d) => Array.from(d.tensor(key).data, Number));
+      const toolCalls = rowValues("num_tool_calls");
+      const toolPasses = rowValues("num_tool_passes");
+      const passes = rowValues("execution_passes");
+      const rewards = Float32Array.from(responses, (text, i) =>
+        reward(
+          text,
+          answers[i]!,
+          executionInfoFromRollout({ executionPasses: passes[i]!, numToolCalls: toolCalls[i]! }),
+        ),
+      );
 
       // 3. Advantages on the driver.
       const advantages = rlooAdvantages(rewards, args.samplesPerPrompt);
@@ -175,8 +217,8 @@ export async function train(
         const adv = advantages.slice(i * rowsPerReplica, (i + 1) * rowsPerReplica);
         shard.union(DataProto.fromDict({ advantages: { data: adv, shape: [rowsPerReplica] } }));
         return replicas[i]!.update(
-          shard.select(["input_ids", "attention_mask", "response_mask", "advantages"]).toWire(),
-          group.name,
+          shard.select(["input_ids", "attention_mask", "responses", "loss_mask", "advantages"]).toWire(),
+          GROUP,
         );
       });
       const stats: UpdateStats[] = await get(updates);
@@ -184,11 +226,14 @@ export async function train(
 
       // 5. Metrics, grouped by kind as in CleanRL.
       const mean = (xs: ArrayLike<number>) => Array.from(xs).reduce((a, b) => a + b, 0) / xs.length;
+      const allCalls = toolCalls.reduce((a, b) => a + b, 0);
       lastMetrics = {
         step,
         "charts/reward_mean": mean(rewards),
         "charts/reward_max": Math.max(...rewards),
-        "charts/exact_match": mean(responses.map((text, i) => rewardFn("exact_match")(text, answers[i]!))),
+        "charts/exact_match": mean(responses.map((text, i) => (extractAnswer(text) === answers[i] ? 1 : 0))),
+        "tool/code_ratio": mean(Array.from(toolCalls, (c) => (c > 0 ? 1 : 0))),
+        "tool/pass_ratio": allCalls === 0 ? 0 : toolPasses.reduce((a, b) => a + b, 0) / allCalls,
         "charts/response_tokens_mean": stats.reduce((a, s) => a + s.response_tokens, 0) / rewards.length,
         "losses/policy_loss": mean(stats.map((s) => s.policy_loss)),
         "losses/grad_norm": stats[0]!.grad_norm,
@@ -207,9 +252,11 @@ export async function train(
     const fingerprintsAfter = await get(replicas.map((r) => r.weightsFingerprint()));
     const summary: Summary = { steps: args.steps, lastMetrics, fingerprintBefore, fingerprintsAfter };
     writeFileSync(join(args.runDir, "summary.json"), `${JSON.stringify(summary, null, 2)}\n`);
-    await group.destroy();
     return summary;
   } finally {
+    // Destroying the group also releases replicas blocked in a collective (e.g. after one of them died).
+    await group?.destroy();
+    await Promise.allSettled(replicas.map((r) => r.close()));
     if (startedRuntime) await shutdown();
   }
 }

@@ -1,8 +1,15 @@
 /**
- * The task and its reward, written for this example: small arithmetic questions with an integer
- * answer, and two reward functions. Nothing here knows about actors or models.
+ * The task and its reward: small arithmetic questions written for this example, or the tiny ToRL
+ * recipe's problems (from @torl-ts/verl, the ones the tiny base model learned to solve with Python),
+ * and the reward functions, among them the project's verifier. Nothing here knows about actors or models.
  */
-import { renderPrompt, seededRandom } from "@torl-ts/verl";
+import {
+  computeMathScore,
+  type ExecutionInfo,
+  generateProblems,
+  renderPrompt,
+  seededRandom,
+} from "@torl-ts/verl";
 
 export interface Question {
   question: string;
@@ -13,10 +20,24 @@ export interface Question {
 export { seededRandom };
 
 /**
+ * Where the questions come from: `arithmetic`, sums and products written for this example; `tiny`,
+ * the tiny ToRL recipe's problems (half of them need exact multi-digit arithmetic: the Python tool pays).
+ */
+export type TaskName = "arithmetic" | "tiny";
+export const TASKS: readonly TaskName[] = ["arithmetic", "tiny"];
+
+/** `count` questions of a task, deterministic for a seed. */
+export function makeQuestions(count: number, seed: number, task: TaskName = "arithmetic"): Question[] {
+  if (task === "tiny")
+    return generateProblems({ count, seed }).map((p) => ({ question: p.question, answer: p.answer }));
+  return arithmeticQuestions(count, seed);
+}
+
+/**
  * `count` questions "What is a plus b?" / "What is a times b?", phrased like the tiny ToRL corpus's easy
  * problems but with larger operands (a tiny base model gets some right, not all: room to learn).
  */
-export function makeQuestions(count: number, seed: number): Question[] {
+function arithmeticQuestions(count: number, seed: number): Question[] {
   const random = seededRandom(seed);
   const int = (lo: number, hi: number) => lo + Math.floor(random() * (hi - lo + 1));
   return Array.from({ length: count }, () => {
@@ -51,10 +72,13 @@ export function extractAnswer(response: string): string | null {
   return numbers ? numbers[numbers.length - 1]! : null;
 }
 
-/** A reward function: the response text and the reference answer in, a score out. */
-export type RewardFn = (response: string, answer: string) => number;
+/**
+ * A reward function: the response text, the reference answer and what the rollout recorded about the
+ * response's tool calls (`executionInfoFromRollout`) in, a score out.
+ */
+export type RewardFn = (response: string, answer: string, execution: ExecutionInfo) => number;
 
-export const REWARDS: Record<string, RewardFn> = {
+export const REWARDS = {
   /** 1 when the extracted answer equals the reference exactly, else 0. */
   exact_match: (response, answer) => (extractAnswer(response) === answer ? 1 : 0),
   /**
@@ -63,7 +87,14 @@ export const REWARDS: Record<string, RewardFn> = {
    */
   digit_fraction: (response) =>
     response.length ? (response.match(/\d/g)?.length ?? 0) / response.length : 0,
-};
+  /** The project's verifier with ToRL's reward: +1 when the last \boxed{} answer is equivalent, else -1. */
+  verifier: (response, answer) => computeMathScore(response, answer).score,
+  /** The verifier, and 0.5 less when the response ran code that failed (ToRL's execution penalty). */
+  verifier_exec_penalty: (response, answer, execution) =>
+    computeMathScore(response, answer, { executionErrorPenalty: true }, execution).score,
+} satisfies Record<string, RewardFn>;
+
+export type RewardName = keyof typeof REWARDS;
 
 /** Thrown for a reward name that is not in REWARDS. */
 export class UnknownRewardError extends Error {
@@ -74,7 +105,6 @@ export class UnknownRewardError extends Error {
 }
 
 export function rewardFn(name: string): RewardFn {
-  const fn = REWARDS[name];
-  if (!fn) throw new UnknownRewardError(name);
-  return fn;
+  if (!Object.hasOwn(REWARDS, name)) throw new UnknownRewardError(name);
+  return REWARDS[name as RewardName];
 }

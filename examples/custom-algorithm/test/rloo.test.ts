@@ -3,8 +3,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildByteBpeTokenizer, createRandomPretrained } from "@torl-ts/verl";
 import test from "ava";
+import type { ToolChoice } from "../src/policy.js";
 import { ArgsError, parseArgs, rlooAdvantages, train } from "../src/rloo.js";
-import { extractAnswer, REWARDS, UnknownRewardError } from "../src/task.js";
+import { extractAnswer, REWARDS, type RewardName, type TaskName, UnknownRewardError } from "../src/task.js";
 
 function tinyRandomModel(): string {
   const dir = mkdtempSync(join(tmpdir(), "rloo-model-"));
@@ -33,14 +34,32 @@ test("the exact-match reward takes the last boxed answer, else the last integer"
   t.is(REWARDS.exact_match!("the answer is \\boxed{57}", "56"), 0);
 });
 
+test("the verifier rewards: ToRL's +1 / -1, and the execution penalty only for code that failed", (t) => {
+  const ran = (passed: boolean) => ({ hadCode: true, passed });
+  const noCode = { hadCode: false, passed: true };
+  t.is(REWARDS.verifier("so \\boxed{\\frac{12}{2}}", "6", noCode), 1, "equivalent, not equal text");
+  t.is(REWARDS.verifier("so \\boxed{7}", "6", ran(false)), -1);
+  t.is(REWARDS.verifier_exec_penalty("so \\boxed{6}", "6", ran(false)), 0.5);
+  t.is(REWARDS.verifier_exec_penalty("so \\boxed{6}", "6", ran(true)), 1);
+  t.is(REWARDS.verifier_exec_penalty("no answer", "6", noCode), -1);
+});
+
 test("bad arguments are named before any actor starts", async (t) => {
   await t.throwsAsync(train({ samplesPerPrompt: 1 }), { instanceOf: ArgsError, message: /samplesPerPrompt/ });
   await t.throwsAsync(train({ modelDir: "/nonexistent" }), {
     instanceOf: ArgsError,
     message: /no config\.json/,
   });
-  await t.throwsAsync(train({ modelDir: tinyRandomModel(), reward: "nope" }), {
+  await t.throwsAsync(train({ modelDir: tinyRandomModel(), reward: "nope" as RewardName }), {
     instanceOf: UnknownRewardError,
+  });
+  await t.throwsAsync(train({ task: "nope" as TaskName }), {
+    instanceOf: ArgsError,
+    message: /task must be one of arithmetic, tiny/,
+  });
+  await t.throwsAsync(train({ tool: "nope" as ToolChoice }), {
+    instanceOf: ArgsError,
+    message: /tool must be one of none, python/,
   });
   t.throws(() => parseArgs(["--stepz", "3"]), { instanceOf: ArgsError, message: /--steps/ });
   t.deepEqual(parseArgs(["--steps", "3", "--reward", "digit_fraction"]), {

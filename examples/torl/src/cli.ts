@@ -17,6 +17,7 @@ const commands: Record<string, Loader> = {
   eval: async () => (await import("./commands.js")).evalCommand,
   pretrain: async () => (await import("./commands.js")).pretrainCommand,
   report: async () => (await import("./commands.js")).reportCommand,
+  "new algorithm": async () => (await import("./commands.js")).newAlgorithmCommand,
   "bench actors": async () => (await import("@torl-ts/core")).benchActorsCommand,
   "bench collectives": async () => (await import("@torl-ts/actors")).benchCollectivesCommand,
   "bench sandbox": async () => (await import("@torl-ts/sandbox")).benchSandboxCommand,

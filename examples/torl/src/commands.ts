@@ -1,5 +1,6 @@
 // The ToRL example's commands, gathered for the CLI dispatcher (cli.ts imports this lazily).
 export { evalCommand } from "./eval.js";
+export { newAlgorithmCommand } from "./new-algorithm.js";
 export { pretrainCommand } from "./pretrain.js";
 export { mainCommand, trainCommand } from "./recipe.js";
 export { reportCommand } from "./report.js";

@@ -41,9 +41,10 @@ import {
   type TrainerConfig,
   TrainerConfigError,
   type TrainingSummary,
+  tinyDataset,
   trainerConfigSchema,
 } from "@torl-ts/verl";
-import { tinyDataset } from "./dataset.js";
+
 import { SANDBOX_TOOL_MODULE, type SandboxToolOptions } from "./sandbox-tool.js";
 import { TINY_BASE_DIR } from "./tiny-model.js";
 

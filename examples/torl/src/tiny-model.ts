@@ -10,7 +10,6 @@
 import { fileURLToPath } from "node:url";
 import { buildByteBpeTokenizer, maskFromCharRanges, renderPrompt, Tokenizer } from "@torl-ts/verl";
 import type { CorpusDocument } from "./corpus.js";
-import { generateProblems, type Problem } from "./problems.js";
 
 /** The committed pretrained base model (HF format: config.json, model.safetensors, tokenizer.json). */
 export const TINY_BASE_DIR = fileURLToPath(new URL("../assets/tiny-base", import.meta.url));
@@ -34,31 +33,6 @@ export const TINY_ARCHITECTURE: TinyArchitecture = {
   intermediateSize: 192,
   vocabSize: 600,
 };
-
-/**
- * The held-out split the recipe evaluates on: `trainTestSplit({ seed: RECIPE_SPLIT_SEED, testCount <= HELD_OUT_RESERVE })`.
- * Its hard questions never appear in the pretraining corpus.
- */
-export const RECIPE_SPLIT_SEED = 1;
-export const HELD_OUT_RESERVE = 2000;
-
-/** The held-out problems of a split seed (the same list trainTestSplit's `test` starts with). */
-export function heldOutProblems(count: number, splitSeed = RECIPE_SPLIT_SEED): Problem[] {
-  return generateProblems({ count, seed: splitSeed ^ 0x5eed, split: "test" });
-}
-
-/**
- * Questions the pretraining corpus must not contain: the hard held-out ones. The easy kinds are small
- * fact tables (81 sums, 90 differences, 64 products) that a base model knows whole, like a real base
- * model knows its times tables, so they may appear; the hard ones would otherwise be memorised answers.
- */
-export function pretrainExclusions(splitSeed = RECIPE_SPLIT_SEED, reserve = HELD_OUT_RESERVE): Set<string> {
-  return new Set(
-    heldOutProblems(reserve, splitSeed)
-      .filter((p) => p.hard)
-      .map((p) => p.question),
-  );
-}
 
 /** The ToRL prompt of a question (tir_base_0309, raw text). */
 export function tinyPrompt(question: string): string {

@@ -2,7 +2,13 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { buildByteBpeTokenizer, createRandomPretrained, selectBackend, type Tokenizer } from "@torl-ts/verl";
+import {
+  buildByteBpeTokenizer,
+  createRandomPretrained,
+  heldOutProblems,
+  selectBackend,
+  type Tokenizer,
+} from "@torl-ts/verl";
 import test from "ava";
 import {
   type EvalResult,
@@ -13,7 +19,7 @@ import {
   formatEvalTable,
 } from "../src/eval.js";
 import { writeReport } from "../src/report.js";
-import { heldOutProblems, TINY_BASE_DIR } from "../src/tiny-model.js";
+import { TINY_BASE_DIR } from "../src/tiny-model.js";
 
 const PARQUET = fileURLToPath(
   new URL("../../../packages/verl-ts/test/fixtures/core/torl-test.parquet", import.meta.url),

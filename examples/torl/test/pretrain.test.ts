@@ -1,7 +1,13 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { loadPretrained, selectBackend } from "@torl-ts/verl";
+import {
+  generateProblems,
+  heldOutProblems,
+  loadPretrained,
+  pretrainExclusions,
+  selectBackend,
+} from "@torl-ts/verl";
 import test from "ava";
 import { buildCorpus } from "../src/corpus.js";
 import {
@@ -13,14 +19,7 @@ import {
   type TrainerState,
   tirRollouts,
 } from "../src/pretrain.js";
-import { generateProblems } from "../src/problems.js";
-import {
-  buildTinyTokenizer,
-  heldOutProblems,
-  pretrainExclusions,
-  TINY_BASE_DIR,
-  trainingRow,
-} from "../src/tiny-model.js";
+import { buildTinyTokenizer, TINY_BASE_DIR, trainingRow } from "../src/tiny-model.js";
 
 test.before(async () => {
   await selectBackend({ backend: "wasm", log: null });

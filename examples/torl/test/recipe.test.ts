@@ -11,8 +11,6 @@ import {
   TrainerConfigError,
 } from "@torl-ts/verl";
 import test from "ava";
-import { tinyDataset } from "../src/dataset.js";
-import { problemKinds } from "../src/problems.js";
 import {
   loadRecipeConfig,
   mainCommand,
@@ -24,7 +22,7 @@ import {
   toolCallsOf,
   trainCommand,
 } from "../src/recipe.js";
-import { heldOutProblems, TINY_BASE_DIR } from "../src/tiny-model.js";
+import { TINY_BASE_DIR } from "../src/tiny-model.js";
 
 test("tiny.yaml loads: tiny data, the committed base, 2 actor ranks, GRPO with C=1", (t) => {
   const cfg = loadRecipeConfig([TINY_CONFIG]);
@@ -54,37 +52,6 @@ test("the ablations are config overrides alone: C, execution penalty, observatio
   });
   t.regex(e!.message, /unknown key "actor_rollout_ref\.rollout\.num_llm_calls"/, "a misspelt key is named");
   t.throws(() => loadRecipeConfig([TINY_CONFIG], ["torl.data=parquet"]), { instanceOf: TrainerConfigError });
-});
-
-test("tiny data: veRL rows, data source per kind, held-out split = the base model's, disjoint from train", (t) => {
-  const { train, val } = tinyDataset({ trainCount: 300, valCount: 60 });
-  t.is(train.length, 300);
-  t.is(val.length, 60);
-  const held = heldOutProblems(60);
-  t.deepEqual(
-    val.map((r) => r.prompt[0]!.content),
-    held.map((p) => p.question),
-  );
-  t.deepEqual(
-    val.map((r) => r.reward_model.ground_truth),
-    held.map((p) => p.answer),
-  );
-  const valQ = new Set(val.map((r) => r.prompt[0]!.content));
-  t.false(
-    train.some((r) => valQ.has(r.prompt[0]!.content)),
-    "no held-out question in the train split",
-  );
-  for (const r of [...train, ...val]) {
-    t.regex(r.data_source, /^tiny\/[a-z_]+$/);
-    t.true(problemKinds.includes(r.data_source.slice(5) as never));
-    t.is(r.ability, "math");
-    t.deepEqual(Object.keys(r.prompt[0]!), ["role", "content"]);
-    t.is(r.prompt[0]!.role, "user");
-  }
-  t.true(
-    val.every((r) => r.extra_info.split === "val") && train.every((r) => r.extra_info.split === "train"),
-  );
-  t.deepEqual(tinyDataset({ trainCount: 300, valCount: 60 }), { train, val }, "deterministic");
 });
 
 test("toolCallsOf reads the tool's calls from a response: code, observation, range, success", (t) => {

@@ -215,3 +215,21 @@ export class CollectiveWorker {
 }
 
 export const CollectiveWorkerActor = actor(CollectiveWorker, { module: import.meta.url });
+
+const enteredBarrier = new Set<string>();
+
+/** Enters a barrier and reports how it ended: "ok", or the error's name and message. */
+export async function barrierOutcome(group: string): Promise<string> {
+  enteredBarrier.add(group);
+  try {
+    await collective.barrier(group);
+    return "ok";
+  } catch (err) {
+    return `${(err as Error).name}: ${(err as Error).message}`;
+  }
+}
+
+/** Whether this process has entered `barrierOutcome` for the group. */
+export function hasEnteredBarrier(group: string): boolean {
+  return enteredBarrier.has(group);
+}

@@ -359,6 +359,25 @@ test.serial("a rank whose peer never arrives fails with CollectiveTimeoutError",
   }
 });
 
+test.serial(
+  "destroying the group releases ranks blocked on a member that never calls (as when one died)",
+  async (t) => {
+    // A long timeout: only the destroy can end the wait.
+    const g = await group(3, { timeoutMs: 10 * 60_000 });
+    // Ranks 0 and 1 enter a barrier; rank 2 never does.
+    const outcomes = [0, 1].map((r) => procs[r]!.invoke(FIXTURE, "barrierOutcome", [g.name]));
+    for (const r of [0, 1])
+      while (!(await procs[r]!.invoke(FIXTURE, "hasEnteredBarrier", [g.name])))
+        await new Promise((resolve) => setTimeout(resolve, 20));
+    await g.destroy();
+    for (const outcome of (await Promise.all(outcomes)) as string[])
+      t.regex(
+        outcome,
+        /^CollectiveGroupDestroyedError: group "g\d+" was destroyed while rank \d waited in barrier/,
+      );
+  },
+);
+
 test.serial("bad arguments are refused with a clear error and do not break the group", async (t) => {
   const g = await group(2);
   try {

@@ -42,5 +42,12 @@ export class CollectiveGroupBrokenError extends CollectiveError {
   }
 }
 
+/**
+ * The group was destroyed (`group.destroy()` in the driver, or `collective.destroyGroup` here) while
+ * this call waited or before it started. The driver destroys a group to release the survivors of a
+ * member that died.
+ */
+export class CollectiveGroupDestroyedError extends CollectiveError {}
+
 /** Bad arguments (unsupported array type, bad rank, unknown op...). */
 export class CollectiveArgumentError extends CollectiveError {}

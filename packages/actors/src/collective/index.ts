@@ -6,6 +6,7 @@ export {
   CollectiveArgumentError,
   CollectiveError,
   CollectiveGroupBrokenError,
+  CollectiveGroupDestroyedError,
   CollectiveGroupNotFoundError,
   CollectiveMismatchError,
   CollectiveTimeoutError,

@@ -37,6 +37,7 @@ import {
   CollectiveArgumentError,
   CollectiveError,
   CollectiveGroupBrokenError,
+  CollectiveGroupDestroyedError,
   CollectiveMismatchError,
   CollectiveTimeoutError,
 } from "./errors.js";
@@ -252,11 +253,13 @@ export class RingMember {
       );
     }
     const pull = this.pull;
-    if (!pull) throw new CollectiveError(`group "${this.group}" is closed`, this.group, this.rank);
+    if (!pull) throw this.destroyedError(op, seq);
     let frames: Buffer[];
     try {
       frames = await pull.receive();
     } catch (err) {
+      // Closing the socket (the group was destroyed) rejects a pending receive with EAGAIN too.
+      if (this.closed) throw this.destroyedError(op, seq);
       if ((err as { code?: string }).code === "EAGAIN") {
         throw new CollectiveTimeoutError(
           `rank ${this.rank} waited ${this.options.timeoutMs} ms in ${OP_NAMES[op]} #${seq} of group "${this.group}" for rank ${this.prevRank}`,
@@ -295,6 +298,14 @@ export class RingMember {
       sliceLen: h.readUInt32LE(20),
       data: frames[1],
     };
+  }
+
+  private destroyedError(op: number, seq: number): CollectiveGroupDestroyedError {
+    return new CollectiveGroupDestroyedError(
+      `group "${this.group}" was destroyed while rank ${this.rank} waited in ${OP_NAMES[op]} #${seq} for rank ${this.prevRank}`,
+      this.group,
+      this.rank,
+    );
   }
 
   /** Checks a received slice against what this rank expects and returns it as a typed array. */
@@ -399,7 +410,8 @@ export class RingMember {
   /** Runs collectives one at a time, in call order; a failure mid-way breaks the group. */
   private enqueue<T>(body: (seq: number) => Promise<T>): Promise<T> {
     const run = async (): Promise<T> => {
-      if (this.closed) throw new CollectiveError(`group "${this.group}" is destroyed`, this.group, this.rank);
+      if (this.closed)
+        throw new CollectiveGroupDestroyedError(`group "${this.group}" is destroyed`, this.group, this.rank);
       if (this.broken !== undefined) {
         throw new CollectiveGroupBrokenError(
           `group "${this.group}" is broken by an earlier failure on rank ${this.rank}: ${String((this.broken as Error)?.message ?? this.broken)}; destroy and recreate it`,

@@ -33,3 +33,24 @@ export {
   TIR_BASE_0309_PREFIX,
   tirBase0309Template,
 } from "./templates.js";
+export {
+  HELD_OUT_RESERVE,
+  heldOutProblems,
+  pretrainExclusions,
+  problemRow,
+  RECIPE_SPLIT_SEED,
+  TINY_SOURCE_PREFIX,
+  type TinyDatasetOptions,
+  tinyDataset,
+} from "./tiny-dataset.js";
+export {
+  easyKinds,
+  generateProblems,
+  hardKinds,
+  type Problem,
+  type ProblemKind,
+  type ProblemSetOptions,
+  problemKinds,
+  TinyDatasetError,
+  trainTestSplit,
+} from "./tiny-problems.js";

@@ -38,10 +38,12 @@ export {
   checkRewardType,
   computeMathScore,
   type ExecutionInfo,
+  executionInfoFromRollout,
   MATH_REWARD_TYPES,
   type MathRewardType,
   type MathScoreOptions,
   type MathScoreResult,
   RewardTypeError,
+  type RolloutExecution,
 } from "./score.js";
 export { RewardPoolError } from "./score-pool.js";

@@ -20,7 +20,13 @@ import {
   type RewardScorerOptions,
   rewardScorerFor,
 } from "./registry.js";
-import { checkRewardType, type ExecutionInfo, type MathRewardType, type MathScoreResult } from "./score.js";
+import {
+  checkRewardType,
+  type ExecutionInfo,
+  executionInfoFromRollout,
+  type MathRewardType,
+  type MathScoreResult,
+} from "./score.js";
 import { MathScorePool } from "./score-pool.js";
 
 /** A batch given as plain per-row arrays. */
@@ -276,7 +282,7 @@ export class RewardManager {
     const passes = this.rowValues(data, "execution_passes");
     const calls = this.rowValues(data, "num_tool_calls");
     const execution = passes
-      ? passes.map((p, i) => ({ hadCode: calls ? calls[i]! > 0 : p < 1, passed: p >= 1 }))
+      ? passes.map((p, i) => executionInfoFromRollout({ executionPasses: p, numToolCalls: calls?.[i] }))
       : undefined;
 
     const r = await this.score({

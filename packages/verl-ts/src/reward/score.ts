@@ -22,12 +22,34 @@ export class RewardTypeError extends Error {
   }
 }
 
-/** What the rollout recorded about tool use for one response. */
+/**
+ * What the rollout recorded about tool use for one response; `executionInfoFromRollout` builds it
+ * from a rollout row. Only the execution penalty reads it.
+ */
 export interface ExecutionInfo {
-  /** The response contained at least one code block that was run. */
+  /** The response made at least one tool call (ran code). */
   hadCode: boolean;
-  /** Every run succeeded (ToRL's execution_passes = 1). Meaningless when hadCode is false. */
+  /** Every call succeeded (ToRL's execution_passes = 1). Meaningless when hadCode is false. */
   passed: boolean;
+}
+
+/** A rollout row's tool columns: `execution_passes` and, when the batch has it, `num_tool_calls`. */
+export interface RolloutExecution {
+  /** 1 when every tool call of the row passed, also when it made none (the TIR rollout's rule); else 0. */
+  executionPasses: number;
+  /** Tool calls the row made. */
+  numToolCalls?: number;
+}
+
+/**
+ * ExecutionInfo of a rollout row (a `TirSample`, or the `execution_passes` / `num_tool_calls` columns
+ * of a rollout batch): `hadCode` = numToolCalls > 0, `passed` = executionPasses >= 1. Without
+ * numToolCalls (a batch from elsewhere), a row counts as having run code when executionPasses < 1,
+ * since a row without calls has executionPasses 1.
+ */
+export function executionInfoFromRollout(row: RolloutExecution): ExecutionInfo {
+  const passed = row.executionPasses >= 1;
+  return { hadCode: row.numToolCalls === undefined ? !passed : row.numToolCalls > 0, passed };
 }
 
 export interface MathScoreOptions {
@@ -50,7 +72,11 @@ export function checkRewardType(rewardType: string): MathRewardType {
   return rewardType as MathRewardType;
 }
 
-/** Answer reward alone, from the verdict and whether an answer was found. */
+/**
+ * Answer reward alone, from the verdict and whether a \boxed{} answer was found:
+ * `default` +1 / -1 / -1, `v2.wformat` +1 / -0.5 / -1, `accuracy` 1 / 0 / 0 (correct / wrong boxed
+ * answer / no boxed answer).
+ */
 export function answerReward(rewardType: MathRewardType, correct: boolean, answered: boolean): number {
   switch (rewardType) {
     case "default":
@@ -62,7 +88,13 @@ export function answerReward(rewardType: MathRewardType, correct: boolean, answe
   }
 }
 
-/** Scores one response against its ground truth (veRL's `compute_score(solution_str, ground_truth)`). */
+/**
+ * Scores one response against its ground truth (veRL's `compute_score(solution_str, ground_truth)`):
+ * the last \boxed{} answer is compared with the ground truth (`isEquivalentAnswer`), `answerReward`
+ * gives the score for the reward type (default `default`), and with `executionErrorPenalty` the
+ * penalty (default 0.5) is subtracted when `execution` says code ran and failed. `extracted` is null
+ * when the response has no \boxed{} answer.
+ */
 export function computeMathScore(
   solution: string,
   groundTruth: string,

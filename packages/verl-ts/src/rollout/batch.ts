@@ -108,34 +108,108 @@ export function rolloutMetrics(samples: TirSample[]): Record<string, number> {
   };
 }
 
+export interface RolloutBatchOptions {
+  padTokenId: number;
+  /** Prompt width P; default the longest prompt. A longer prompt is an error. */
+  promptLength?: number;
+  /** Response width R; default the longest response. A longer response is an error. */
+  responseLength?: number;
+  /**
+   * loss_mask = response_mask & tool_output_mask when true (default; ToRL and veRL's
+   * `actor.mask_tool_output`), = response_mask when false (tool output is trained on too).
+   */
+  maskToolOutput?: boolean;
+}
+
 /**
- * The samples as a veRL DataProto: batch `prompts`, `responses`, `input_ids`, `attention_mask`,
- * `position_ids`, `response_mask`, `tool_output_mask` (0 on tool output; the loss mask is
- * response_mask & tool_output_mask), `execution_passes` (float32), `num_tool_calls` (int32);
- * non-tensor `response_text`, `finish_reason`; metaInfo `rollout_metrics` (rolloutMetrics).
+ * A rollout as the training batch the actor update reads: the one conversion from samples to batch
+ * tensors, used by the stock worker's `generateSequences` and by hand-written algorithms alike.
+ * Rows are in `sample.index` order. With P the prompt width and R the response width:
+ *
+ * | key                | dtype      | shape      | content                                                            |
+ * | ------------------ | ---------- | ---------- | ------------------------------------------------------------------ |
+ * | `prompts`          | Int32Array | [B, P]     | prompt ids, left-padded with padTokenId                           |
+ * | `responses`        | Int32Array | [B, R]     | response ids (generated and tool-appended), right-padded          |
+ * | `input_ids`        | Int32Array | [B, P + R] | prompts then responses: the response starts at column P           |
+ * | `attention_mask`   | Uint8Array | [B, P + R] | 1 on real tokens                                                   |
+ * | `position_ids`     | Int32Array | [B, P + R] | real-token count from 0, continuing over the right padding (veRL)  |
+ * | `response_mask`    | Uint8Array | [B, R]     | 1 on real response tokens, EOS included                            |
+ * | `tool_output_mask` | Uint8Array | [B, R]     | 0 on tokens of tool-appended text, 1 elsewhere (padding too)       |
+ * | `loss_mask`        | Uint8Array | [B, R]     | response_mask & tool_output_mask (see `maskToolOutput`)            |
+ * | `execution_passes` | Float32Array | [B]      | 1 when every tool call passed, also with no calls                 |
+ * | `num_tool_calls`   | Int32Array | [B]        | tool calls per row                                                 |
+ * | `num_tool_passes`  | Int32Array | [B]        | calls that passed                                                  |
+ *
+ * Non-tensor: `response_text` (decoded response), `finish_reason` ("stop" | "length"),
+ * `tool_observations` (per row, the observations of the calls that passed). `responseOffset(batch)`
+ * gives P. Masks are Uint8Array: convert with `Float32Array.from(mask)` before multiplying with
+ * float tensors. Log-probs of `input_ids` (`tokenLogProbs`: column t scores token t) for the
+ * response are columns [P, P + R), aligned with `loss_mask`.
  */
-export function rolloutDataProto(
-  samples: TirSample[],
-  options: { padTokenId: number; promptLength?: number; responseLength?: number },
-): DataProto {
-  const b = padRolloutBatch(samples, options);
+export function rolloutTrainingBatch(samples: TirSample[], options: RolloutBatchOptions): DataProto {
+  const ordered = [...samples].sort((a, b) => a.index - b.index);
+  const b = padRolloutBatch(ordered, options);
   const B = b.batchSize;
-  const W = b.promptLength + b.responseLength;
+  const P = b.promptLength;
+  const R = b.responseLength;
+  const maskTool = options.maskToolOutput ?? true;
+  const lossMask = new Uint8Array(B * R);
+  for (let i = 0; i < lossMask.length; i++)
+    lossMask[i] = b.responseMask[i]! & (maskTool ? b.toolOutputMask[i]! : 1);
   return DataProto.fromDict(
     {
-      prompts: { data: b.prompts, shape: [B, b.promptLength] },
-      responses: { data: b.responses, shape: [B, b.responseLength] },
-      input_ids: { data: b.inputIds, shape: [B, W] },
-      attention_mask: { data: b.attentionMask, shape: [B, W] },
-      position_ids: { data: b.positionIds, shape: [B, W] },
-      response_mask: { data: b.responseMask, shape: [B, b.responseLength] },
-      tool_output_mask: { data: b.toolOutputMask, shape: [B, b.responseLength] },
+      prompts: { data: b.prompts, shape: [B, P] },
+      responses: { data: b.responses, shape: [B, R] },
+      input_ids: { data: b.inputIds, shape: [B, P + R] },
+      attention_mask: { data: b.attentionMask, shape: [B, P + R] },
+      position_ids: { data: b.positionIds, shape: [B, P + R] },
+      response_mask: { data: b.responseMask, shape: [B, R] },
+      tool_output_mask: { data: b.toolOutputMask, shape: [B, R] },
+      loss_mask: { data: lossMask, shape: [B, R] },
       execution_passes: { data: b.executionPasses, shape: [B] },
       num_tool_calls: { data: b.numToolCalls, shape: [B] },
+      num_tool_passes: { data: Int32Array.from(ordered, (s) => s.numToolPasses), shape: [B] },
     },
-    { response_text: b.responseText, finish_reason: b.finishReasons },
-    { rollout_metrics: rolloutMetrics(samples) },
+    {
+      response_text: b.responseText,
+      finish_reason: b.finishReasons,
+      tool_observations: ordered.map((s) => s.calls.filter((c) => c.success).map((c) => c.observation)),
+    },
   );
+}
+
+/** Thrown when a batch lacks the columns that locate its responses. */
+export class RolloutBatchError extends Error {
+  override name = "RolloutBatchError";
+}
+
+/**
+ * The column of `input_ids` where the responses begin (the prompt width P): `input_ids` is [B, P + R],
+ * `responses` (or `response_mask`) [B, R].
+ */
+export function responseOffset(data: DataProto): number {
+  const ids = data.batch.input_ids;
+  const resp = data.batch.responses ?? data.batch.response_mask;
+  if (ids?.shape.length !== 2 || resp?.shape.length !== 2)
+    throw new RolloutBatchError(
+      'responseOffset: need 2-d "input_ids" and "responses" (or "response_mask") tensors',
+    );
+  const offset = ids.shape[1]! - resp.shape[1]!;
+  if (offset < 0)
+    throw new RolloutBatchError(
+      `responseOffset: input_ids is [${ids.shape}] but the responses are [${resp.shape}], wider`,
+    );
+  return offset;
+}
+
+/**
+ * `rolloutTrainingBatch` plus metaInfo `rollout_metrics` (`rolloutMetrics` of the samples), for a
+ * rollout run outside the trainer.
+ */
+export function rolloutDataProto(samples: TirSample[], options: RolloutBatchOptions): DataProto {
+  const out = rolloutTrainingBatch(samples, options);
+  out.metaInfo.rollout_metrics = rolloutMetrics(samples);
+  return out;
 }
 
 /**

@@ -3,8 +3,12 @@ export {
   padRolloutBatch,
   promptsFromDataProto,
   type RolloutBatchArrays,
+  RolloutBatchError,
+  type RolloutBatchOptions,
+  responseOffset,
   rolloutDataProto,
   rolloutMetrics,
+  rolloutTrainingBatch,
 } from "./batch.js";
 export { benchRolloutCommand, DelayedRunner } from "./bench.js";
 export { RaggedKVCache } from "./ragged-cache.js";

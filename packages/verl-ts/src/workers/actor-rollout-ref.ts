@@ -17,7 +17,7 @@ import type { Qwen2Model } from "../models/qwen2.js";
 import type { Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
 import type { BatchTensor } from "../protocol/tensor.js";
-import { padRolloutBatch } from "../rollout/batch.js";
+import { rolloutTrainingBatch } from "../rollout/batch.js";
 import { tirRollout } from "../rollout/tir.js";
 import { Dispatch, register } from "../single-controller/decorator.js";
 import {
@@ -131,10 +131,10 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    * Rollout on the gathered weights (ToRL's TIR generation; plain generation when C = 0 or without a
    * tool). In: input_ids / attention_mask [B, P] left-padded prompts. metaInfo: `seed` (this rank
    * samples with seed + rank * 1_000_003), `validate` (use rollout.val_kwargs: greedy by default).
-   * Out: prompts, responses, input_ids, attention_mask, position_ids, response_mask, tool_output_mask,
-   * loss_mask (response_mask & tool_output_mask when actor.mask_tool_output), execution_passes,
-   * num_tool_calls, num_tool_passes; non-tensor response_text, finish_reason, tool_observations (the
-   * observations of the calls that passed, per row).
+   * Out: `rolloutTrainingBatch` of the samples (prompts, responses, input_ids, attention_mask,
+   * position_ids, response_mask, tool_output_mask, loss_mask = response_mask & tool_output_mask when
+   * actor.mask_tool_output, execution_passes, num_tool_calls, num_tool_passes; non-tensor
+   * response_text, finish_reason, tool_observations).
    */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   async generateSequences(prompts: DataProto): Promise<DataProto> {
@@ -167,33 +167,12 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       seed: (seedBase + this.rank * 1_000_003) >>> 0,
       maxBatchSize: Math.max(1, ro.max_num_seqs as number),
     });
-    const samples = [...out.samples].sort((a, b) => a.index - b.index);
-    const a = padRolloutBatch(samples, { padTokenId: tok.padTokenId, promptLength: P, responseLength: R });
-    const lossMask = new Uint8Array(B * R);
-    const maskTool = this.cfg.actor_rollout_ref.actor.mask_tool_output;
-    for (let i = 0; i < lossMask.length; i++)
-      lossMask[i] = a.responseMask[i]! & (maskTool ? a.toolOutputMask[i]! : 1);
-    const W = P + R;
-    return DataProto.fromDict(
-      {
-        prompts: { data: a.prompts, shape: [B, P] },
-        responses: { data: a.responses, shape: [B, R] },
-        input_ids: { data: a.inputIds, shape: [B, W] },
-        attention_mask: { data: a.attentionMask, shape: [B, W] },
-        position_ids: { data: a.positionIds, shape: [B, W] },
-        response_mask: { data: a.responseMask, shape: [B, R] },
-        tool_output_mask: { data: a.toolOutputMask, shape: [B, R] },
-        loss_mask: { data: lossMask, shape: [B, R] },
-        execution_passes: { data: a.executionPasses, shape: [B] },
-        num_tool_calls: { data: a.numToolCalls, shape: [B] },
-        num_tool_passes: { data: Int32Array.from(samples, (s) => s.numToolPasses), shape: [B] },
-      },
-      {
-        response_text: a.responseText,
-        finish_reason: a.finishReasons,
-        tool_observations: samples.map((x) => x.calls.filter((c) => c.success).map((c) => c.observation)),
-      },
-    );
+    return rolloutTrainingBatch(out.samples, {
+      padTokenId: tok.padTokenId,
+      promptLength: P,
+      responseLength: R,
+      maskToolOutput: this.cfg.actor_rollout_ref.actor.mask_tool_output,
+    });
   }
 
   /** Micro-batches of a log-prob pass: log_prob_micro_batch_size_per_gpu rows, or a token budget. */

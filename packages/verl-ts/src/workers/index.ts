@@ -45,3 +45,10 @@ export {
   ShardedAdamW,
   warmupSteps,
 } from "./optim.js";
+export {
+  type AllReduceGradientsOptions,
+  allReduceGradients,
+  broadcastParameters,
+  type GradientReduceOp,
+  GradientSyncError,
+} from "./replica-sync.js";

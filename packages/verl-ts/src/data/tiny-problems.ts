@@ -1,5 +1,7 @@
 /**
- * A seeded generator of arithmetic word problems for the tiny ToRL recipe.
+ * A seeded generator of arithmetic word problems: the tiny ToRL recipe's task, public so that a custom
+ * algorithm can train on the same prompts (`generateProblems`, `trainTestSplit`; as dataset rows:
+ * `tinyDataset` in tiny-dataset.ts).
  *
  * Half the kinds need exact multi-digit computation (products, modular powers, long sums, gcd/lcm,
  * digit sums of big powers): a tiny model cannot do them "in its head", Python can. The other half
@@ -7,7 +9,7 @@
  * pay off under RL, as in the paper.
  */
 
-import { seededRandom } from "@torl-ts/verl";
+import { mulberry32 as seededRandom } from "../random.js";
 
 export type ProblemKind =
   | "product"
@@ -36,7 +38,10 @@ export interface Problem {
   work: string;
 }
 
-export { seededRandom };
+/** Bad options for the tiny recipe's problems or dataset (names the option and the value). */
+export class TinyDatasetError extends Error {
+  override name = "TinyDatasetError";
+}
 
 function intBetween(random: () => number, low: number, high: number): number {
   return low + Math.floor(random() * (high - low + 1));
@@ -220,8 +225,8 @@ export function generateProblems(options: ProblemSetOptions): Problem[] {
   let attempts = 0;
   while (problems.length < count) {
     if (++attempts > count * 200) {
-      throw new Error(
-        `generateProblems: could not make ${count} distinct problems (made ${problems.length})`,
+      throw new TinyDatasetError(
+        `generateProblems: could not make ${count} distinct problems (made ${problems.length}); ask for fewer or exclude fewer questions`,
       );
     }
     const pool = random() < hardFraction ? hardKinds : easyKinds;

@@ -1,15 +1,39 @@
 /**
- * The tiny recipe's data as veRL dataset rows: generated problems (problems.ts) with a held-out split
- * that is the one the tiny base model was evaluated on (tiny-model.ts: heldOutProblems), and a train
- * split that never contains a held-out question.
+ * The tiny recipe's data as veRL dataset rows: generated problems (tiny-problems.ts) with a held-out
+ * split that is the one the tiny base model was evaluated on (`heldOutProblems`), and a train split
+ * that never contains a held-out question.
  *
  * Row schema (veRL's RL dataset): data_source "tiny/<kind>", prompt [{role: "user", content: question}]
  * (the tir_base_0309 template renders it), ability "math", reward_model {ground_truth, style: "rule"},
  * extra_info {split, index, id, kind, hard, question}.
  */
-import type { RlDatasetRow } from "@torl-ts/verl";
-import { generateProblems, type Problem } from "./problems.js";
-import { heldOutProblems, pretrainExclusions, RECIPE_SPLIT_SEED } from "./tiny-model.js";
+import type { RlDatasetRow } from "./rows.js";
+import { generateProblems, type Problem, TinyDatasetError } from "./tiny-problems.js";
+
+/**
+ * The held-out split the recipe evaluates on: `trainTestSplit({ seed: RECIPE_SPLIT_SEED, testCount <= HELD_OUT_RESERVE })`.
+ * Its hard questions never appear in the tiny base model's pretraining corpus.
+ */
+export const RECIPE_SPLIT_SEED = 1;
+export const HELD_OUT_RESERVE = 2000;
+
+/** The held-out problems of a split seed (the same list trainTestSplit's `test` starts with). */
+export function heldOutProblems(count: number, splitSeed = RECIPE_SPLIT_SEED): Problem[] {
+  return generateProblems({ count, seed: splitSeed ^ 0x5eed, split: "test" });
+}
+
+/**
+ * Questions the pretraining corpus must not contain: the hard held-out ones. The easy kinds are small
+ * fact tables (81 sums, 90 differences, 64 products) that a base model knows whole, like a real base
+ * model knows its times tables, so they may appear; the hard ones would otherwise be memorised answers.
+ */
+export function pretrainExclusions(splitSeed = RECIPE_SPLIT_SEED, reserve = HELD_OUT_RESERVE): Set<string> {
+  return new Set(
+    heldOutProblems(reserve, splitSeed)
+      .filter((p) => p.hard)
+      .map((p) => p.question),
+  );
+}
 
 /** Prefix of the tiny recipe's data sources: `tiny/<kind>`. */
 export const TINY_SOURCE_PREFIX = "tiny/";
@@ -38,10 +62,6 @@ export interface TinyDatasetOptions {
   splitSeed?: number;
   /** Share of hard problems in the train split (the held-out split is 50/50 as the base was measured). */
   hardFraction?: number;
-}
-
-export class TinyDatasetError extends Error {
-  override name = "TinyDatasetError";
 }
 
 /** The train and held-out rows of the tiny recipe; deterministic for the options. */
