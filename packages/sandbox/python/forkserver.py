@@ -23,6 +23,7 @@ import base64
 import builtins
 import ctypes
 import errno
+import fcntl
 import io
 import json
 import os
@@ -31,6 +32,7 @@ import random
 import resource
 import select
 import signal
+import stat
 import struct
 import sys
 import time
@@ -57,6 +59,9 @@ MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
+PR_CAPBSET_DROP = 24
+PR_SET_CHILD_SUBREAPER = 36
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(platform.machine())
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -68,6 +73,10 @@ libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 
 PROTECTIONS = {}  # name -> {"active": bool, "how": str} or {"active": False, "reason": str}
 WARNINGS = []
+
+
+def _raise(message):
+    raise OSError(errno.EPERM, message)
 
 
 def _check(ret, what):
@@ -310,7 +319,9 @@ def build_root(uid, gid, tmpfs_mb):
     os.makedirs(root + "/dev/shm")
     os.makedirs(root + "/tmp")
     os.makedirs(root + "/proc")
-    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # hidepid=2: a run sees only its own processes, not the server's or the template's (their command
+    # lines, status, maps)
+    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
     os.makedirs(root + "/.old")
     os.chdir(root)
     if SYS_PIVOT_ROOT is None:
@@ -345,7 +356,7 @@ def vm_size_bytes():
 # ---------------------------------------------------------------------------------------------
 # seccomp: a small deny-list on top of the namespaces and the uid drop. It keeps the run from
 # creating namespaces (user namespaces would hand it capabilities inside them), mounting, tracing,
-# loading kernel code or using bpf/userfaultfd/perf/keyrings, and from taking huge pages (the warm
+# loading kernel code or using bpf/userfaultfd/perf/keyrings/io_uring/inotify/fanotify, and from taking huge pages (the warm
 # heap's pool; the run's own memory stays in ordinary pages, counted by its memory cgroup).
 
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
@@ -365,6 +376,11 @@ SYSCALL_NUMBERS = {
     "add_key": (248, 217), "request_key": (249, 218), "open_by_handle_at": (304, 265), "fsopen": (430, 430),
     "fsmount": (432, 432), "move_mount": (429, 429), "open_tree": (428, 428), "mount_setattr": (442, 442),
     "swapon": (167, 224), "swapoff": (168, 225), "reboot": (169, 142), "acct": (163, 89),
+    # io_uring's operations never pass through this filter; inotify/fanotify would let a run watch
+    # the read-only host directories it shares with the host and with other runs
+    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
+    "inotify_init": (253, None), "inotify_init1": (294, 26), "inotify_add_watch": (254, 27),
+    "fanotify_init": (300, 262), "fanotify_mark": (301, 263),
 }
 DENIED_SYSCALLS = [n for n in SYSCALL_NUMBERS if n not in ("mmap", "memfd_create", "shmget", "clone", "clone3")]
 # machine: (column in SYSCALL_NUMBERS, AUDIT_ARCH value, bit marking x32 calls)
@@ -418,7 +434,8 @@ def seccomp_program():
     if x32_bit:
         op(JSET_K, x32_bit, "enosys", None)
     for name in DENIED_SYSCALLS:
-        op(JEQ_K, nr[name], "eperm", None)
+        if nr[name] is not None:  # None: the architecture has no such call
+            op(JEQ_K, nr[name], "eperm", None)
     op(JEQ_K, nr["clone3"], "enosys", None)  # its flags live in memory; libc falls back to clone
     op(JEQ_K, nr["clone"], "clone", None)
     op(JEQ_K, nr["mmap"], "mmap", None)
@@ -577,18 +594,22 @@ print(numpy.arange(10).sum())
 
 
 def learn_hot_pages(state):
-    """Runs the warm-up code through a real zygote in learning mode; it reports the pages it copied."""
-    z = Zygote(dict(state, learning=True))
+    """Runs the warm-up code through a real run child in learning mode; it reports the pages it copied.
+    Done by the server before the template exists and before any request."""
+    pid, ctrl_w, out_r, err_r, status_r = fork_zygote(dict(state, learning=True))
     body = json.dumps({"code": CONFIG.get("learn_code", LEARN_CODE), "run_timeout": 30}).encode()
-    write_all(z.ctrl_w, body)
-    os.close(z.ctrl_w)
+    write_all(ctrl_w, body)
+    os.close(ctrl_w)
     chunks = []
     while True:
-        chunk = os.read(z.status_r, 1 << 16)
+        chunk = os.read(status_r, 1 << 16)
         if not chunk:
             break
         chunks.append(chunk)
-    cleanup(z, state)
+    end_runs(state, pid)
+    for fd in (out_r, err_r, status_r):
+        os.close(fd)
+    fresh_scratch(state["tmpfs_mb"])
     data = b"".join(chunks)
     ranges = json.loads(data) if data else []
     # a huge page the run wrote is copied whole: keep one entry per such 2 MiB page
@@ -623,39 +644,206 @@ def fork_bare():
     """fork(2) without Python's at-fork machinery, which costs ~3 ms of copy-on-write faults per run.
 
     Safe here because the server has one thread (numpy's BLAS pools are pinned to one thread) and holds
-    no lock across the call; what the hooks would do that matters is done by hand: `random` is
-    reseeded so that runs do not share a sequence.
+    no lock across the call; what the hooks would do that matters is done by hand: each run child
+    reseeds every random generator (reseed_generators).
     """
     pid = libc.fork()
     if pid < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"fork: {os.strerror(err)}")
-    if pid == 0:
-        random.seed()
     return pid
 
 
+def random_generators():
+    """Every pseudo-random generator the warm interpreter holds (random's, sympy's, numpy's global
+    RandomState, and any other random.Random, RandomState or Generator a preloaded module made)."""
+    import gc
+
+    import numpy.random
+
+    kinds = (random.Random, numpy.random.RandomState, numpy.random.Generator)
+    found = [o for o in gc.get_objects() if isinstance(o, kinds) and not isinstance(o, random.SystemRandom)]
+    return found
+
+
+def reseed_generators(generators):
+    """Fresh entropy for each generator, in each run child: forked runs would otherwise all continue
+    the warm interpreter's sequences, identically."""
+    import numpy.random
+
+    for gen in generators:
+        if isinstance(gen, numpy.random.Generator):
+            gen.bit_generator.state = type(gen.bit_generator)().state
+        else:
+            gen.seed()
+
+
 class Zygote:
-    """A forked child waiting for one request. Everything request-independent is done already."""
+    """The server's handle on a forked child waiting for one request (everything request-independent
+    is done already): the pipe ends the server keeps, and a pidfd that turns readable when it exits."""
+
+    def __init__(self, pid, ctrl_w, out_r, err_r, status_r):
+        self.pid, self.ctrl_w, self.out_r, self.err_r, self.status_r = pid, ctrl_w, out_r, err_r, status_r
+        self.pidfd = os.pidfd_open(pid)
+
+    def close(self):
+        for fd in (self.out_r, self.err_r, self.status_r, self.pidfd, self.ctrl_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def fork_zygote(state):
+    """Forks a run child; returns (pid, ctrl_w, out_r, err_r, status_r) in the parent."""
+    scratch = state["scratch"]
+    os.makedirs(scratch, mode=0o700, exist_ok=True)
+    if state["drop_uid"]:
+        os.chown(scratch, state["uid"], state["gid"])
+    ctrl_r, ctrl_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    status_r, status_w = os.pipe()
+    pid = fork_bare()
+    if pid == 0:
+        for fd in (ctrl_w, out_r, err_r, status_r, *state["parent_fds"]):
+            os.close(fd)
+        zygote_main(state, ctrl_r, out_w, err_w, status_w)
+    for fd in (ctrl_r, out_w, err_w, status_w):
+        os.close(fd)
+    return pid, ctrl_w, out_r, err_r, status_r
+
+
+# ---------------------------------------------------------------------------------------------
+# the template: the only process that forks runs. It is forked from the server before the first
+# request and never receives one: requests are parsed, files written and outputs collected by the
+# server, so no run inherits memory in which another run's code, input or output ever was. Over a
+# SOCK_SEQPACKET socketpair the server sends one byte per command, the template answers with JSON
+# (and, for "next", the new child's pipe ends as SCM_RIGHTS):
+#   b"E" end the run: SIGKILL every run process, reap them; answer {"status", "cpu_ms", "faults"}
+#        of the last run child (status: its wait status, null if there was none)
+#   b"N" end the run as above, then fresh /tmp and /dev/shm, and fork the next run child:
+#        answer as above plus "pid" and "cycle_ms", with fds [ctrl_w, out_r, err_r, status_r]
+
+
+class Template:
+    """The server's side of the template process."""
 
     def __init__(self, state):
-        scratch = state["scratch"]
-        os.makedirs(scratch, mode=0o700, exist_ok=True)
-        if state["drop_uid"]:
-            os.chown(scratch, state["uid"], state["gid"])
-        ctrl_r, self.ctrl_w = os.pipe()
-        self.out_r, out_w = os.pipe()
-        self.err_r, err_w = os.pipe()
-        self.status_r, status_w = os.pipe()
+        import socket
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = fork_bare()
         if pid == 0:
-            for fd in (self.ctrl_w, self.out_r, self.err_r, self.status_r, state["req_fd"], state["resp_fd"]):
+            ours.close()
+            for fd in state["parent_fds"]:
                 os.close(fd)
-            zygote_main(state, ctrl_r, out_w, err_w, status_w)
-        self.pid = pid
-        for fd in (ctrl_r, out_w, err_w, status_w):
+            state = dict(state, parent_fds=(theirs.fileno(),))
+            try:
+                template_main(theirs, state)
+            finally:
+                os._exit(70)
+        theirs.close()
+        self.sock, self.pid = ours, pid
+
+    def _ask(self, command):
+        import socket
+
+        self.sock.send(command)
+        data, fds, _, _ = socket.recv_fds(self.sock, 4096, 4)
+        if not data:
+            raise RuntimeError("the template process (the parent of every run) is gone")
+        return json.loads(data), fds
+
+    def end_run(self):
+        """Kills whatever the run left and reaps it; the last run child's wait status and usage."""
+        return self._ask(b"E")[0]
+
+    def next_zygote(self):
+        """Ends the run, then a fresh scratch and a new prepared child: (Zygote, what end_run says)."""
+        ended, fds = self._ask(b"N")
+        if len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            raise RuntimeError(f"the template answered 'next' without the run child's pipes: {ended}")
+        return Zygote(ended.pop("pid"), *fds), ended
+
+
+def template_main(sock, state):
+    import socket
+
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # the run's orphaned descendants come to us (not to the server), so we can reap them
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    child = None
+    while True:
+        command = sock.recv(16)
+        if not command:
+            os._exit(0)
+        ended = end_runs(state, child)
+        child = None
+        if command == b"E":
+            sock.send(json.dumps(ended).encode())
+            continue
+        t = time.monotonic()
+        fresh_scratch(state["tmpfs_mb"])
+        child, *fds = fork_zygote(state)
+        ended.update(pid=child, cycle_ms=(time.monotonic() - t) * 1000)
+        socket.send_fds(sock, [json.dumps(ended).encode()], fds)
+        for fd in fds:
             os.close(fd)
-        self.pidfd = os.pidfd_open(pid)
+
+
+def end_runs(state, child):
+    """SIGKILLs every process the run left (all of them, daemons in their own session included) and
+    reaps them; the wait status and resource usage of `child`, the run's first process."""
+    found = {"status": None, "cpu_ms": 0.0, "faults": 0}
+
+    def reap_all(block):
+        while True:
+            try:
+                pid, st, usage = os.wait4(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == child:
+                found.update(status=st, cpu_ms=(usage.ru_utime + usage.ru_stime) * 1000, faults=usage.ru_minflt)
+
+    if state["pid_ns"]:
+        # in our own pid namespace, kill(-1) from a root process that is not its pid 1 reaches every
+        # process but pid 1 (the server) and ourselves: exactly what the runs left
+        for i in range(100000):
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                break
+            reap_all(False)
+            if i > 20:
+                time.sleep(0.001)
+        reap_all(True)
+    elif child is not None:
+        # without the namespace only the run's process group can be reached safely
+        try:
+            os.killpg(child, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            _, st, usage = os.wait4(child, 0)
+            found.update(status=st, cpu_ms=(usage.ru_utime + usage.ru_stime) * 1000, faults=usage.ru_minflt)
+        except ChildProcessError:
+            pass
+        reap_all(False)
+    return found
+
+
+def drop_capability_bounding_set():
+    """No capability can ever come back to the run (not even through a file capability)."""
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        _check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"PR_CAPBSET_DROP {cap}")
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 
 
 def zygote_main(state, ctrl_r, out_w, err_w, status_w):
@@ -674,10 +862,10 @@ def zygote_main(state, ctrl_r, out_w, err_w, status_w):
                 libc.madvise(addr, length, MADV_POPULATE_WRITE)
             timings["zygote_populated_ranges"] = populate_while_idle(state["hot_huge"], ctrl_r)
         timings["zygote_populate_ms"] = (time.perf_counter() - t_pop) * 1000
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.dup2(status_w, 3)
-        os.dup2(ctrl_r, 4)
+        # above every target first: a pipe end may itself sit on 1-4
+        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 5) for fd in (out_w, err_w, status_w, ctrl_r)]
+        for target, fd in enumerate(moved, start=1):
+            os.dup2(fd, target)
         os.closerange(5, 65536)
         os.chdir(state["scratch"])
         # everything that does not depend on the request happens before it arrives
@@ -688,7 +876,12 @@ def zygote_main(state, ctrl_r, out_w, err_w, status_w):
         ]
         for which, value in fixed:
             resource.setrlimit(which, (value, value))
+        reseed_generators(state.get("generators", ()))
+        if state["ipc_per_run"]:
+            # SysV shared memory, queues and semaphores and POSIX queues die with the run
+            _check(libc.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
         if state["drop_uid"]:
+            drop_capability_bounding_set()
             uid, gid = state["uid"], state["gid"]
             os.setgroups([])
             os.setresgid(gid, gid, gid)
@@ -812,34 +1005,39 @@ def run_user_code(path, source):
 # the server loop
 
 
-def kill_everything_else():
-    """From pid 1 of the namespace: SIGKILL every other process until none is left, reaping them.
+def read_run_file(scratch, name, limit):
+    """A regular file of the run's working directory, read by root without blocking or following
+    links: a FIFO, a device or a socket is refused instead of read, and so is a file over `limit`."""
+    real = os.path.realpath(os.path.join(scratch, safe_relpath(name)))
+    if not real.startswith(scratch + "/"):
+        raise ValueError("leads outside the working directory (a link?)")
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"not a regular file ({file_kind(info.st_mode)})")
+        if info.st_size > limit:
+            raise ValueError(f"{info.st_size} bytes, over the limit of {limit}")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise ValueError(f"over the limit of {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
-    Only ever called as pid 1 of our own pid namespace: there kill(-1) reaches exactly the processes
-    the runs left behind. Without the namespace it would reach the whole host, so it is not used.
-    """
-    if os.getpid() != 1:
-        reap()
-        return
-    for i in range(100000):
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            break
-        reap()
-        if i > 20:
-            time.sleep(0.001)
-    reap()
 
-
-def reap():
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+def file_kind(mode):
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a link")):
+        if test(mode):
+            return kind
+    return "not a plain file"
 
 
 def safe_relpath(name):
@@ -849,8 +1047,8 @@ def safe_relpath(name):
     return norm
 
 
-def run_one(z, req, state):
-    """Hands the request to the waiting zygote and collects its result."""
+def run_one(z, req, state, template):
+    """Hands the request to the waiting run child and collects its result."""
     max_out = int(req.get("max_output_bytes", state["max_output_bytes"]))
     scratch = state["scratch"]
     for name, b64 in (req.get("files") or {}).items():
@@ -933,30 +1131,25 @@ def run_one(z, req, state):
     elif reported is not None:
         return_code = reported
     else:
-        _, st = os.waitpid(z.pid, 0)
+        # the child died without reporting (a signal: SIGKILL by the memory cgroup, SIGXCPU, ...):
+        # its wait status is with the template, its parent
+        st = template.end_run()["status"]
+        if st is None:
+            raise RuntimeError(f"run child {z.pid} ended but its parent holds no wait status for it")
         if os.WIFSIGNALED(st):
             signum = os.WTERMSIG(st)
             return_code = -signum
         else:
             return_code = os.WEXITSTATUS(st)
-    fetched = {}
+    fetched, unfetched = {}, {}
     if req.get("fetch_files"):
         # nothing of the run may still be running while root reads its files (no link swapping)
-        try:
-            os.killpg(z.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        kill_everything_else()
-    for name in req.get("fetch_files") or []:
-        try:
-            # resolve links first: the run may have planted one pointing at a root-only file
-            real = os.path.realpath(os.path.join(scratch, safe_relpath(name)))
-            if not real.startswith(scratch + "/"):
-                continue
-            with open(real, "rb") as f:
-                fetched[name] = base64.b64encode(f.read(max_out)).decode()
-        except (OSError, ValueError):
-            pass
+        template.end_run()
+        for name in req["fetch_files"]:
+            try:
+                fetched[name] = base64.b64encode(read_run_file(scratch, name, state["max_fetch_bytes"])).decode()
+            except (OSError, ValueError) as exc:
+                unfetched[name] = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     result = {
         "timed_out": timed_out,
         "return_code": return_code,
@@ -967,6 +1160,7 @@ def run_one(z, req, state):
         "stdout_bytes": totals[z.out_r],
         "stderr_bytes": totals[z.err_r],
         "files": fetched,
+        "unfetched": unfetched,
     }
     if trace is not None:
         trace["run_ms"] = wall * 1000
@@ -978,32 +1172,6 @@ def write_all(fd, body):
     data = memoryview(struct.pack(">I", len(body)) + body)
     while data:
         data = data[os.write(fd, data):]
-
-
-def cleanup(z, state):
-    """Nothing of the last run survives: kill every process it left, wipe /tmp and /dev/shm."""
-    try:
-        os.killpg(z.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        _, _, usage = os.wait4(z.pid, 0)
-        if state.get("trace") is not None:
-            state["trace"]["prev_zygote_cpu_ms"] = (usage.ru_utime + usage.ru_stime) * 1000
-            state["trace"]["prev_zygote_faults"] = usage.ru_minflt
-    except ChildProcessError:
-        pass
-    kill_everything_else()
-    for fd in (z.out_r, z.err_r, z.status_r, z.pidfd):
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    try:
-        os.close(z.ctrl_w)
-    except OSError:
-        pass
-    fresh_scratch(state["tmpfs_mb"])
 
 
 # Imported once into the warm interpreter so that runs find them loaded (model-written math code uses
@@ -1037,6 +1205,7 @@ def serve(state):
     import gc
 
     req_fd, resp_fd = state["req_fd"], state["resp_fd"]
+    state["generators"] = random_generators()  # before gc.freeze: get_objects() skips frozen objects
     gc.collect()
     gc.freeze()
     try:
@@ -1052,29 +1221,31 @@ def serve(state):
         WARNINGS.append(f"prefault learning failed: {exc}")
     gc.collect()
     gc.freeze()
-    z = Zygote(state)
+    # from here on this process handles requests, so it never forks a run again: the template does
+    template = Template(state)
+    z, _ = template.next_zygote()
     write_frame(resp_fd, {"type": "ready", "uid": state["uid"] if state["drop_uid"] else os.geteuid(),
                           "protections": PROTECTIONS, "warnings": WARNINGS})
     while True:
         req = read_frame(req_fd)
         if req is None:
-            cleanup(z, state)
+            template.end_run()
             return
         try:
-            result = run_one(z, req, state)
+            result = run_one(z, req, state, template)
             result["id"] = req.get("id")
             result["type"] = "result"
         except Exception as exc:  # noqa: BLE001
             result = {"type": "error", "id": req.get("id"), "error": f"{type(exc).__name__}: {exc}"}
+        del req
         write_frame(resp_fd, result)
+        del result
+        z.close()
         t = time.monotonic()
-        cleanup(z, state)
-        t1 = time.monotonic()
-        z = Zygote(state)
+        z, ended = template.next_zygote()
         if state["trace"] is not None:
-            state["trace"] = {"prev_zygote_cpu_ms": state["trace"].get("prev_zygote_cpu_ms", 0),
-                              "prev_zygote_faults": state["trace"].get("prev_zygote_faults", 0),
-                              "prev_cleanup_ms": (t1 - t) * 1000, "prev_fork_ms": (time.monotonic() - t1) * 1000}
+            state["trace"] = {"prev_zygote_cpu_ms": ended["cpu_ms"], "prev_zygote_faults": ended["faults"],
+                              "prev_cycle_ms": ended["cycle_ms"], "prev_next_ms": (time.monotonic() - t) * 1000}
 
 
 def huge_heap_setup():
@@ -1130,6 +1301,15 @@ def bare_fork_loop():
         print(json.dumps({"mode": mode, "runs": int(runs), "seconds": time.perf_counter() - started}), flush=True)
 
 
+# Run uids: one per worker, RUN_UID_BASE + the worker's pid, so that no two live workers share one
+# (RLIMIT_NPROC and signals go by uid) whatever pid_max is (at most 2^22 on Linux).
+RUN_UID_BASE = 1_000_000_000
+
+
+def run_uid(worker_pid):
+    return RUN_UID_BASE + worker_pid
+
+
 def main():
     # protocol fds away from 0/1 so that nothing printed by a library can corrupt a frame
     req_fd = os.dup(0)
@@ -1153,7 +1333,7 @@ def main():
     PROTECTIONS["warm_pool"] = {"active": True, "how": how}
     PROTECTIONS["env_scrubbed"] = {"active": True, "how": "the server drops its environment; runs get a fixed minimal one"}
     is_root = os.geteuid() == 0
-    uid = int(CONFIG.get("uid", 0)) or 100000 + (os.getpid() % 50000) * 16
+    uid = int(CONFIG.get("uid", 0)) or run_uid(os.getpid())
     gid = uid
     tmpfs_mb = int(CONFIG.get("tmpfs_mb", 256))
     name = CONFIG.get("name") or f"w{os.getpid()}"
@@ -1165,7 +1345,9 @@ def main():
         "gid": gid,
         "tmpfs_mb": tmpfs_mb,
         "max_output_bytes": int(CONFIG.get("max_output_bytes", 1 << 20)),
+        "max_fetch_bytes": int(CONFIG.get("max_fetch_bytes", 32 << 20)),
         "drop_uid": False,
+        "ipc_per_run": False,
         "cgroups": None,
     }
     if not is_root:
@@ -1181,7 +1363,7 @@ def main():
     state["cgroups"] = cgroups
     pid_ns = False
     if is_root and "pid_ns" not in disabled:
-        pid_ns = protect("pid_namespace", "new pid namespace; the server is its pid 1 and kill(-1)s leftovers",
+        pid_ns = protect("pid_namespace", "new pid namespace; after each run the parent of the runs kill(-1)s every process left",
                          lambda: _check(libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)") or True)
     if pid_ns:
         child = os.fork()
@@ -1228,9 +1410,16 @@ def main():
             if pname not in PROTECTIONS:
                 why = "disabled by configuration" if step in disabled else "needs root"
                 PROTECTIONS[pname] = {"active": False, "reason": why}
+    if is_root:
+        state["ipc_per_run"] = bool(protect(
+            "ipc_namespace_per_run", "each run has an IPC namespace of its own: SysV shared memory, message queues,"
+            " semaphores and POSIX queues die with it, and their limits count per run",
+            lambda: status_in_child(lambda: libc.unshare(CLONE_NEWIPC) == 0) == 0 or _raise("unshare(CLONE_NEWIPC) failed")))
+    else:
+        PROTECTIONS["ipc_namespace_per_run"] = {"active": False, "reason": "needs root"}
     if is_root and "uid" not in disabled:
         state["drop_uid"] = True
-        PROTECTIONS["uid_drop"] = {"active": True, "how": f"runs as uid {uid} with no capabilities and no_new_privs"}
+        PROTECTIONS["uid_drop"] = {"active": True, "how": f"runs as uid {uid} (this worker's own) with an empty capability bounding set and no_new_privs"}
         PROTECTIONS["process_limit_rlimit"] = {"active": True, "how": "RLIMIT_NPROC per run uid"}
     else:
         PROTECTIONS["uid_drop"] = {"active": False, "reason": "not root" if not is_root else "disabled"}
@@ -1238,10 +1427,12 @@ def main():
         PROTECTIONS["seccomp"] = {"active": False, "reason": "disabled by configuration"}
     else:
         state["seccomp"] = protect("seccomp", "BPF filter: no namespaces, mounts, ptrace, bpf, userfaultfd, perf, "
-                                   "keyrings, kernel modules, kexec or huge pages", lambda: verify_seccomp(seccomp_program()))
+                                   "keyrings, kernel modules, kexec, huge pages, io_uring, inotify or fanotify", lambda: verify_seccomp(seccomp_program()))
     PROTECTIONS["rlimits"] = {"active": True, "how": "RLIMIT_AS (memory), FSIZE, NOFILE, CPU, CORE per run"}
     state["vm_base"] = vm_size_bytes()
     state["req_fd"], state["resp_fd"] = req_fd, resp_fd
+    state["parent_fds"] = (req_fd, resp_fd)  # what every child of the server closes first
+    state["pid_ns"] = bool(pid_ns)
     state["scratch"] = "/tmp/run"
     if not PROTECTIONS.get("filesystem", {}).get("active"):
         # without the private root, still give each run a scratch dir of its own (wiped per run)

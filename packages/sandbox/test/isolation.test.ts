@@ -251,7 +251,9 @@ for target in (os.getppid(), 1, -1):
     except OSError as e:
         print(target, type(e).__name__)
 `);
-  t.notRegex(r.run_result?.stdout ?? "", /sent/);
+  // kill(-1) answers success when the namespace holds other processes, even if it may signal none
+  // of them (the parent of the runs is one): what counts is that the next run still works
+  t.regex(r.run_result?.stdout ?? "", /^\d+ PermissionError\n1 PermissionError\n-1 /);
   t.is((await ex.run("print('up')")).run_result?.stdout, "up\n");
 });
 
