@@ -216,6 +216,8 @@ function toResponse(raw: RawRunResult, request: NormalizedRequest, maxOutputByte
     stdout: raw.stdout,
     stderr: raw.stderr,
   };
+  for (const [path, why] of Object.entries(raw.unfetched ?? {}))
+    notes.push(`fetch_files '${path}' not read: ${why}`);
   if (raw.timed_out) notes.unshift(`run exceeded run_timeout of ${request.run_timeout} s and was killed`);
   const ok = !raw.timed_out && raw.return_code === 0;
   return {

@@ -18,6 +18,8 @@ export interface RawRunResult {
   stdout_bytes: number;
   stderr_bytes: number;
   files: Record<string, string>;
+  /** fetch_files entries that were not returned, with the reason (missing, not a regular file, too large). */
+  unfetched: Record<string, string>;
   /** Per-phase timings in ms, only when the server runs with TORL_SANDBOX_TRACE=1 (profiling). */
   trace?: Record<string, number>;
 }

@@ -257,7 +257,7 @@ for target in (os.getppid(), 1, -1):
   t.is((await ex.run("print('up')")).run_result?.stdout, "up\n");
 });
 
-test("runs cannot gain privileges: uid is unprivileged, setuid root fails, no capabilities", async (t) => {
+test("runs cannot gain privileges: uid is unprivileged, setuid root fails, no capabilities, empty bounding set", async (t) => {
   const r = await ex.run(`
 import os
 print(os.getuid() != 0, os.geteuid() != 0)
@@ -266,9 +266,14 @@ try:
     print("became root")
 except PermissionError:
     print("setuid refused")
-print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])
+status = open("/proc/self/status").read()
+print(status.split("CapEff:")[1].split()[0], status.split("CapBnd:")[1].split()[0], status.split("CapAmb:")[1].split()[0])
 `);
-  t.is(r.run_result?.stdout, "True True\nsetuid refused\n0000000000000000\n");
+  // CapBnd empty: no capability can come back, not even through a file with capabilities
+  t.is(
+    r.run_result?.stdout,
+    "True True\nsetuid refused\n0000000000000000 0000000000000000 0000000000000000\n",
+  );
 });
 
 test("sympy and numpy are importable and already loaded in the run", async (t) => {
@@ -295,6 +300,36 @@ open("ok.txt", "w").write("fine")
   t.deepEqual(r.files, { "ok.txt": Buffer.from("fine").toString("base64") });
 });
 
+test("each worker's runs have a uid of their own: 1e9 + the worker's pid, never wrapped", (t) => {
+  const pids = ex.workerPids();
+  t.is(pids.length, 2);
+  // a pid modulo a constant would give two workers one uid (and one RLIMIT_NPROC) where pid_max is large
+  t.deepEqual(
+    ex.runUids(),
+    pids.map((pid) => 1_000_000_000 + pid),
+  );
+});
+
+test("fetch_files: a FIFO, a directory, a missing or an oversized file is refused at once and named", async (t) => {
+  const r = await ex.run({
+    code: `
+import os
+os.mkfifo("pipe")
+os.mkdir("dir")
+open("ok.txt", "w").write("fine")
+open("big.bin", "wb").write(b"x" * (40 << 20))
+`,
+    fetch_files: ["pipe", "dir", "ok.txt", "absent.txt", "big.bin"],
+    run_timeout: 20,
+  });
+  t.is(r.status, "Success", JSON.stringify(r));
+  t.deepEqual(r.files, { "ok.txt": Buffer.from("fine").toString("base64") });
+  t.regex(r.message, /fetch_files 'pipe' not read: not a regular file \(a FIFO\)/);
+  t.regex(r.message, /fetch_files 'dir' not read: not a regular file \(a directory\)/);
+  t.regex(r.message, /fetch_files 'absent.txt' not read: No such file or directory/);
+  t.regex(r.message, /fetch_files 'big.bin' not read: 41943040 bytes, over the limit of 33554432/);
+});
+
 const SYSCALL_PROBE = `
 import ctypes, threading
 libc = ctypes.CDLL(None, use_errno=True)
@@ -306,6 +341,10 @@ print("userns", errno_of(libc.unshare(0x10000000)))
 print("traceme", errno_of(libc.ptrace(0, 0, 0, 0)))
 huge = libc.mmap(None, 2 << 20, 3, 0x22 | 0x40000, -1, 0)
 print("hugetlb", 0 if huge not in (None, 2**64 - 1) else ctypes.get_errno())
+print("inotify", 0 if libc.inotify_init1(0) >= 0 else ctypes.get_errno())
+print("fanotify", 0 if libc.fanotify_init(0, 0) >= 0 else ctypes.get_errno())
+params = ctypes.create_string_buffer(120)
+print("io_uring", 0 if libc.syscall(425, 1, params) >= 0 else ctypes.get_errno())
 out = []
 th = threading.Thread(target=lambda: out.append(sum(range(10))))
 th.start(); th.join()
@@ -313,16 +352,25 @@ print("thread", out[0])
 print("alloc", len(bytearray(64 << 20)) >> 20)
 `;
 
-test("seccomp: no user namespace (it would hand the run capabilities), no ptrace, no huge pages; threads work", async (t) => {
+test("seccomp: no user namespace (it would hand the run capabilities), no ptrace, no huge pages, no io_uring, no inotify; threads work", async (t) => {
   const r = await ex.run({ code: SYSCALL_PROBE, memory_limit_MB: 256 });
   // EPERM = 1, ENOMEM = 12: glibc falls back to ordinary pages, which the run's memory cgroup counts
-  t.is(r.run_result?.stdout, "userns 1\ntraceme 1\nhugetlb 12\nthread 45\nalloc 64\n", JSON.stringify(r));
+  t.is(
+    r.run_result?.stdout,
+    "userns 1\ntraceme 1\nhugetlb 12\ninotify 1\nfanotify 1\nio_uring 1\nthread 45\nalloc 64\n",
+    JSON.stringify(r),
+  );
   // the control: the same probe without the filter (the namespaces and the uid drop stay on)
   const open = await new SandboxExecutor({ workers: 1, disable: ["seccomp"], log: () => {} }).start();
   try {
     t.false(open.health().protections.seccomp?.active);
     const c = await open.run({ code: SYSCALL_PROBE, memory_limit_MB: 256 });
-    t.regex(c.run_result?.stdout ?? "", /^userns 0\ntraceme 0\n/, JSON.stringify(c));
+    // fanotify needs CAP_SYS_ADMIN, which the run lacks anyway (EPERM with or without the filter)
+    t.regex(
+      c.run_result?.stdout ?? "",
+      /^userns 0\ntraceme 0\nhugetlb \d+\ninotify 0\nfanotify 1\nio_uring 0\n/,
+      JSON.stringify(c),
+    );
   } finally {
     await open.close();
   }
