@@ -221,8 +221,6 @@ class Cgroups:
             return False
 
     def set_limits(self, max_pids, mem_bytes):
-        if mem_bytes < 0:
-            mem_bytes = "max" if self.kind == "cgroup v2" else -1
         if (max_pids, mem_bytes) == getattr(self, "_last", None):
             return True  # the usual case: same limits as the previous run, nothing to write
         ok = self._write(self.pids_max_fd, max_pids)
@@ -913,13 +911,11 @@ def zygote_main(state, ctrl_r, out_w, err_w, status_w):
         os.close(stdin_fd)
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
         # per-request limits: only ever lowered, which an unprivileged process may do
-        timeout = float(req.get("run_timeout", 10))
+        mem_mb, timeout, max_processes = run_limits(req)
         limits = [(resource.RLIMIT_CPU, int(timeout) + 2)]
         if state["drop_uid"]:
-            limits.append((resource.RLIMIT_NPROC, int(req.get("max_processes", 64))))
-        mem_mb = float(req.get("memory_limit_MB", 1024))
-        if mem_mb > 0:
-            limits.append((resource.RLIMIT_AS, state["vm_base"] + int(mem_mb * 1024 * 1024)))
+            limits.append((resource.RLIMIT_NPROC, max_processes))
+        limits.append((resource.RLIMIT_AS, state["vm_base"] + int(mem_mb * 1024 * 1024)))
         for which, value in limits:
             resource.setrlimit(which, (value, value))
         path = os.path.join(state["scratch"], "main.py")
@@ -1047,6 +1043,18 @@ def safe_relpath(name):
     return norm
 
 
+def run_limits(req):
+    """(memory_limit_MB, run_timeout, max_processes) of a request; a limit that would be off (<= 0,
+    not a number) is refused: Node validates first, this is the last line."""
+    values = []
+    for key, default in (("memory_limit_MB", 1024), ("run_timeout", 10), ("max_processes", 64)):
+        value = req.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+            raise ValueError(f"{key} must be a finite number > 0, got {value!r}")
+        values.append(value)
+    return float(values[0]), float(values[1]), int(values[2])
+
+
 def run_one(z, req, state, template):
     """Hands the request to the waiting run child and collects its result."""
     max_out = int(req.get("max_output_bytes", state["max_output_bytes"]))
@@ -1062,12 +1070,12 @@ def run_one(z, req, state, template):
                 os.chown(d, state["uid"], state["gid"])
                 d = os.path.dirname(d)
             os.chown(dest, state["uid"], state["gid"])
+    mem_mb, timeout, max_processes = run_limits(req)
     cg = state["cgroups"]
     if cg is not None:
-        mem_mb = float(req.get("memory_limit_MB", 1024))
         # pids: the run's own limit; memory: what the run allocates beyond the pages it shares
-        cg.set_limits(int(req.get("max_processes", 64)), int(mem_mb * 1024 * 1024) + (64 << 20) if mem_mb > 0 else -1)
-    timeout = float(req.get("run_timeout", 10))
+        if not cg.set_limits(max_processes, int(mem_mb * 1024 * 1024) + (64 << 20)):
+            raise OSError(errno.EIO, f"cannot write the run's limits into {cg.dirs} ({max_processes} processes, {mem_mb} MB)")
     started = time.monotonic()
     trace = state["trace"]
     keys = ("code", "stdin", "run_timeout", "memory_limit_MB", "max_processes")

@@ -1,5 +1,6 @@
 import { type CliCommand, UsageError } from "@torl-ts/core";
 import { SandboxExecutor } from "./executor.js";
+import { DEFAULT_LIMITS } from "./request.js";
 import { serveSandbox } from "./server.js";
 
 /** Parses `--name value` / `--name=value` flags; every flag must be in `known`. */
@@ -38,6 +39,7 @@ export const sandboxCommand: CliCommand = {
   usage: [
     "usage: pnpm torl sandbox serve --port P [--host 127.0.0.1] [--workers N]",
     "                               [--max-processes 64] [--max-output-bytes 1048576]",
+    "                               [--max-memory-mb 8192] [--max-run-timeout 300]",
     "",
     "Starts N warm Python interpreters (sympy and numpy imported) that fork an isolated child per run,",
     "and serves SandboxFusion's API on host:port (loopback unless --host says otherwise).",
@@ -48,7 +50,20 @@ export const sandboxCommand: CliCommand = {
   async run(args) {
     if (args[0] !== "serve")
       throw new UsageError(args[0] ? `unknown subcommand '${args[0]}'` : "missing subcommand 'serve'");
-    const flags = parseFlags(args.slice(1), ["port", "host", "workers", "max-processes", "max-output-bytes"]);
+    const flags = parseFlags(args.slice(1), [
+      "port",
+      "host",
+      "workers",
+      "max-processes",
+      "max-output-bytes",
+      "max-memory-mb",
+      "max-run-timeout",
+    ]);
+    // the most a request may ask for; more (or a limit <= 0) is answered 400
+    const limits = {
+      maxMemoryMB: intFlag(flags, "max-memory-mb", DEFAULT_LIMITS.maxMemoryMB, 1),
+      maxRunTimeout: intFlag(flags, "max-run-timeout", DEFAULT_LIMITS.maxRunTimeout, 1),
+    };
     if (!flags.has("port")) throw new UsageError("--port is required");
     const port = intFlag(flags, "port", 0, 0);
     if (port > 65535) throw new UsageError(`--port must be <= 65535, got ${port}`);
@@ -59,6 +74,7 @@ export const sandboxCommand: CliCommand = {
       workers,
       maxProcesses: intFlag(flags, "max-processes", 64, 1),
       maxOutputBytes: intFlag(flags, "max-output-bytes", 1 << 20, 1),
+      limits,
       log: (line) => console.error(`[sandbox] ${line}`),
     }).start();
     const health = executor.health();
@@ -72,7 +88,7 @@ export const sandboxCommand: CliCommand = {
         `WARNING: sandbox isolation is incomplete on this machine:\n  ${health.warnings.join("\n  ")}`,
       );
     }
-    const srv = await serveSandbox(executor, { host, port });
+    const srv = await serveSandbox(executor, { host, port, limits });
     if (host !== "127.0.0.1" && host !== "localhost" && host !== "::1") {
       console.error(`WARNING: listening on ${host}, not loopback: anyone who can reach it can run code here`);
     }
