@@ -159,14 +159,57 @@ def write_frame(fd, obj):
 # cgroups
 
 
+def hugetlb_hierarchy():
+    """(mount point, cgroup version) of the hugetlb controller, or None."""
+    root = "/sys/fs/cgroup"
+    if os.path.exists(os.path.join(root, "hugetlb", "cgroup.procs")):
+        return os.path.join(root, "hugetlb"), 1
+    for v2 in (root, os.path.join(root, "unified")):
+        try:
+            with open(os.path.join(v2, "cgroup.controllers")) as f:
+                if "hugetlb" in f.read().split():
+                    return v2, 2
+        except OSError:
+            continue
+    return None
+
+
 class Cgroups:
     """The cgroup(s) that hold this worker's runs: pids.max and the memory limit are set per run."""
 
-    def __init__(self, name):
+    def __init__(self, name, hugetlb=False):
         self.dirs = []
         self.procs_fds = []
         self.pids_max_fd = None
         self.mem_fds = []
+        self.huge_fd = None
+        self._controllers(name)
+        if hugetlb:
+            self._hugetlb(name)
+
+    def _hugetlb(self, name):
+        """The hugetlb controller, where this machine has it: its own v1 hierarchy, or the v2 one
+        (also beside v1 controllers, as /sys/fs/cgroup/unified). Caps the run's copies of the warm
+        heap's huge pages, which the memory controller does not count."""
+        found = hugetlb_hierarchy()
+        if found is None:
+            raise OSError(errno.ENOENT, "no hugetlb cgroup controller (v1 hierarchy or v2) on this machine")
+        root, version = found
+        parent = os.path.join(root, "torl-sandbox")
+        d = os.path.join(parent, name)
+        if version == 2:
+            for level in (root, parent):
+                os.makedirs(level, exist_ok=True)
+                with open(os.path.join(level, "cgroup.subtree_control"), "w") as f:
+                    f.write("+hugetlb")
+        os.makedirs(d, exist_ok=True)
+        limit = "hugetlb.2MB.max" if version == 2 else "hugetlb.2MB.limit_in_bytes"
+        self.huge_fd = os.open(os.path.join(d, limit), os.O_WRONLY)
+        if d not in self.dirs:
+            self.dirs.append(d)
+            self.procs_fds.append(os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY))
+
+    def _controllers(self, name):
         root = "/sys/fs/cgroup"
         if os.path.exists(os.path.join(root, "cgroup.controllers")):  # cgroup v2
             parent = os.path.join(root, "torl-sandbox")
@@ -220,17 +263,19 @@ class Cgroups:
         except OSError:
             return False
 
-    def set_limits(self, max_pids, mem_bytes):
-        if (max_pids, mem_bytes) == getattr(self, "_last", None):
+    def set_limits(self, max_pids, mem_bytes, huge_bytes):
+        if (max_pids, mem_bytes, huge_bytes) == getattr(self, "_last", None):
             return True  # the usual case: same limits as the previous run, nothing to write
         ok = self._write(self.pids_max_fd, max_pids)
+        if self.huge_fd is not None:
+            ok = self._write(self.huge_fd, huge_bytes) and ok
         # v1 wants memory.memsw >= memory at every moment: one of the first writes may be refused,
         # the second round then succeeds whichever way the limit moved
         for fd in self.mem_fds:
             self._write(fd, mem_bytes)
         for fd in self.mem_fds:
             ok = self._write(fd, mem_bytes) and ok
-        self._last = (max_pids, mem_bytes) if ok else None
+        self._last = (max_pids, mem_bytes, huge_bytes) if ok else None
         return ok
 
     def join(self):
@@ -1074,7 +1119,10 @@ def run_one(z, req, state, template):
     cg = state["cgroups"]
     if cg is not None:
         # pids: the run's own limit; memory: what the run allocates beyond the pages it shares
-        if not cg.set_limits(max_processes, int(mem_mb * 1024 * 1024) + (64 << 20)):
+        # the copies of the warm heap's huge pages: capped on their own (the memory controller does
+        # not see them), at the run's limit, but never below one whole copy of the heap
+        huge_cap = -(-max(state["heap_bytes"], int(mem_mb * 1024 * 1024)) // HUGE) * HUGE
+        if not cg.set_limits(max_processes, int(mem_mb * 1024 * 1024) + (64 << 20), huge_cap):
             raise OSError(errno.EIO, f"cannot write the run's limits into {cg.dirs} ({max_processes} processes, {mem_mb} MB)")
     started = time.monotonic()
     trace = state["trace"]
@@ -1256,12 +1304,14 @@ def serve(state):
                               "prev_cycle_ms": ended["cycle_ms"], "prev_next_ms": (time.monotonic() - t) * 1000}
 
 
-def huge_heap_setup():
+def huge_heap_setup(need_hugetlb_cgroup=False):
     """Makes glibc grow the heap in huge pages when configured and possible (before any import);
     returns None when it did, else why not. A speed feature, not a protection: when it is off the
     health says why but stays "ok"."""
     if not (CONFIG.get("huge_pages") and os.environ.get("PYTHONMALLOC") == "malloc"):
         return "huge pages off by configuration"
+    if need_hugetlb_cgroup and hugetlb_hierarchy() is None:
+        return "no hugetlb cgroup controller to cap the runs' copies of a huge-page heap"
     try:
         if not huge_pages_usable():
             return "no free or overcommittable 2 MiB pages"
@@ -1326,7 +1376,10 @@ def main():
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    huge_off = huge_heap_setup()
+    disabled = set(CONFIG.get("disable", []))
+    # as root with cgroups, the runs' copies of a huge-page heap must be capped: no hugetlb
+    # controller, no huge pages (the heap stays in ordinary pages, which the memory cgroup counts)
+    huge_off = huge_heap_setup(need_hugetlb_cgroup=os.geteuid() == 0 and "cgroups" not in disabled)
     for var in list(os.environ):
         if var not in ("PATH", "LANG", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                        "NUMEXPR_NUM_THREADS"):
@@ -1347,6 +1400,7 @@ def main():
     name = CONFIG.get("name") or f"w{os.getpid()}"
     state = {
         "huge_ranges": ranges,
+        "heap_bytes": sum(n for _, n in ranges),
         "trace": {} if CONFIG.get("trace") else None,  # per-phase timings, returned with each result
         "seccomp": None,
         "uid": uid,
@@ -1360,14 +1414,23 @@ def main():
     }
     if not is_root:
         WARNINGS.append("not running as root: namespaces, cgroups and the uid drop are unavailable")
-    disabled = set(CONFIG.get("disable", []))
     cgroups = None
     if is_root and "cgroups" not in disabled:
-        cgroups = protect("cgroups", "", lambda: Cgroups(name).verify())
+        cgroups = protect("cgroups", "", lambda: Cgroups(name, hugetlb=bool(ranges)).verify())
         if cgroups is not None:
             PROTECTIONS["cgroups"]["how"] = f"{cgroups.kind}: pids.max and memory limit per run"
     elif "cgroups" in disabled:
         PROTECTIONS["cgroups"] = {"active": False, "reason": "disabled by configuration"}
+    if not ranges:
+        PROTECTIONS["heap_copies_counted"] = {
+            "active": True, "how": "heap in ordinary pages: a run's copies count in its memory cgroup"}
+    elif cgroups is not None:
+        PROTECTIONS["heap_copies_counted"] = {
+            "active": True, "how": "hugetlb cgroup: a run's copies of the huge-page heap are capped at "
+            "memory_limit_MB (at least one whole copy of the heap), its processes together"}
+    else:
+        PROTECTIONS["heap_copies_counted"] = {
+            "active": False, "reason": "the heap is in huge pages and no cgroup caps the runs' copies of it"}
     state["cgroups"] = cgroups
     pid_ns = False
     if is_root and "pid_ns" not in disabled:

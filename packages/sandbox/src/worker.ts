@@ -253,15 +253,22 @@ export class SandboxWorker {
   }
 }
 
+/** Where a worker's cgroups live: v1 pids, memory and hugetlb, v2 (alone or beside v1 as "unified"). */
+const CGROUP_ROOTS = [
+  "/sys/fs/cgroup/pids",
+  "/sys/fs/cgroup/memory",
+  "/sys/fs/cgroup/hugetlb",
+  "/sys/fs/cgroup/unified",
+  "/sys/fs/cgroup",
+];
+
 function cgroupDirs(name: string): string[] {
-  return ["/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup"].map(
-    (root) => `${root}/torl-sandbox/${name}`,
-  );
+  return CGROUP_ROOTS.map((root) => `${root}/torl-sandbox/${name}`);
 }
 
 /** Removes cgroups left by sandbox workers of processes that no longer exist (names are torl-<pid>-...). */
 export function sweepStaleCgroups(): void {
-  for (const root of ["/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup"]) {
+  for (const root of CGROUP_ROOTS) {
     let names: string[];
     try {
       names = readdirSync(`${root}/torl-sandbox`);

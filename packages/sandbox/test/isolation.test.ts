@@ -113,6 +113,53 @@ print(sum(1 for c in codes if c == 0), "of 4 children allocated 100 MB")
   t.true(ok >= 0 && ok < 4, `cgroup memory limit not enforced: ${JSON.stringify(many.run_result)}`);
 });
 
+// Any process that writes a page of the warm heap it shares may be the one that finds the cap
+// full (SIGBUS), so only processes whose fate does not matter write: the run execs into `cat`, which
+// ends when every writer is done (or dead), and each writer that copied the whole heap says so.
+const HEAP_COPIES = `
+import ctypes, os
+pages = []
+span = None
+for line in open("/proc/self/smaps"):
+    head = line.split(None, 1)[0]
+    if "-" in head and not head.endswith(":"):
+        span = [int(x, 16) for x in head.split("-")]
+    elif head == "KernelPageSize:" and int(line.split()[1]) == 2048:
+        pages += range(span[0], span[1], 2 << 20)
+print(len(pages), flush=True)
+done_r, done_w = os.pipe()  # EOF once every writer is done or dead
+hold_r, hold_w = os.pipe()  # never written: the writers keep their copies until the run ends
+if os.fork() == 0:
+    for i in range(12):
+        if os.fork() == 0:
+            try:
+                for a in pages:
+                    byte = ctypes.c_char.from_address(a)
+                    byte.value = byte.value  # a write: this process gets its own copy of the page
+                os.write(1, b"held\\n")
+                os.close(done_w)
+                os.read(hold_r, 1)
+            finally:
+                os._exit(0)
+    os.close(done_w)
+    os.read(hold_r, 1)
+    os._exit(0)
+os.dup2(done_r, 0)
+os.execv("/bin/cat", ["cat"])
+`;
+
+test("copies of the huge-page heap count: 12 processes writing all of it cannot take more than the run's limit", async (t) => {
+  const r = await ex.run({ code: HEAP_COPIES, memory_limit_MB: 128, run_timeout: 60 });
+  t.is(r.status, "Success", JSON.stringify(r));
+  const [first, ...rest] = (r.run_result?.stdout ?? "").trim().split("\n");
+  const heapPages = Number(first);
+  const held = rest.filter((line) => line === "held").length;
+  t.true(heapPages > 4, `the heap is in ${heapPages} huge pages`);
+  // 128 MB = 64 pages of 2 MiB; a writer that would pass it gets SIGBUS on the page that does not fit
+  t.true(held >= 1, r.run_result?.stdout ?? "");
+  t.true(held * heapPages <= 64, `${held} processes held a copy of all ${heapPages} pages at once`);
+});
+
 test("process-count limit: a run cannot have more than maxProcesses processes", async (t) => {
   const r = await ex.run({
     code: `
