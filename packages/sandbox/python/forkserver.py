@@ -1,7 +1,9 @@
 """Warm fork server for @torl-ts/sandbox.
 
-One instance is one sandbox worker. Node starts it as `python3 forkserver.py '<config json>'` and
-talks to it over fds 0/1 with length-prefixed JSON frames (4-byte big-endian length + UTF-8 JSON).
+One instance is one sandbox worker. Node starts it as `python3 -u -c <bootstrap> '<config json>'`
+with this file open on fd 3 (so that no host path is in its command line or in `__file__`, which
+every run inherits), and talks to it over fds 0/1 with length-prefixed JSON frames (4-byte
+big-endian length + UTF-8 JSON).
 
 Start-up (as root; each step is recorded in `protections`, a failed step is reported, never hidden):
   1. import sympy and numpy once (the point of the pool) and warm them up;
@@ -301,9 +303,8 @@ class Cgroups:
 
 def python_dirs():
     dirs = set()
-    script_dir = os.path.dirname(os.path.realpath(__file__))
     for p in [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path[1:]]:
-        if p and os.path.isabs(p) and os.path.exists(p) and os.path.realpath(p) != script_dir:
+        if p and os.path.isabs(p) and os.path.exists(p):
             dirs.add(os.path.realpath(p) if os.path.isdir(p) else os.path.dirname(os.path.realpath(p)))
     # keep only the outermost of nested dirs
     out = []
@@ -314,23 +315,47 @@ def python_dirs():
     return [d for d in out if not (d == "/usr" or d.startswith("/usr/"))]
 
 
+LAYERS = "/tmp/layers"  # in the server's private /tmp, which the pivot detaches with the old root
+
+
+def view_ro(src, dst):
+    """A read-only view of host directory `src` at `dst` whose mount entry names neither a host path
+    nor the host's device and filesystem options (a bind would show both in /proc/self/mountinfo):
+    an overlay whose lower layers are a bind of `src` under LAYERS and an empty directory. Returns
+    False where overlayfs refuses (e.g. stacked too deep); then it is a plain read-only bind."""
+    layer = os.path.join(LAYERS, str(len(os.listdir(LAYERS))))
+    os.makedirs(layer)
+    os.makedirs(dst, exist_ok=True)
+    try:
+        mount(src, layer, None, MS_BIND | MS_REC)
+        mount("sandbox", dst, "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, f"lowerdir={layer}:{LAYERS}/empty")
+        return True
+    except OSError:
+        libc.umount2(layer.encode(), MNT_DETACH)
+        bind_ro(src, dst)
+        return False
+
+
 def build_root(uid, gid, tmpfs_mb):
-    """In a fresh mount namespace: a tmpfs root holding read-only binds of what Python needs."""
+    """In a fresh mount namespace: a tmpfs root holding read-only views of what Python needs.
+    Returns the directories whose mount entry still shows the host's (see view_ro)."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     # A private tmpfs over /tmp gives a place for the new root that the host never sees.
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=0755")
     root = "/tmp/root"
     os.makedirs(root)
+    os.makedirs(LAYERS + "/empty")
     mount("tmpfs", root, "tmpfs", MS_NOSUID, "size=16m,mode=0755")
-    bind_ro("/usr", root + "/usr")
+    shown = []
+    for d in ["/usr", *python_dirs()]:
+        if not view_ro(d, root + d):
+            shown.append(d)
     for link in ("bin", "lib", "lib64", "sbin", "lib32", "libx32"):
         src = "/" + link
         if os.path.islink(src):
             os.symlink(os.readlink(src), f"{root}/{link}")
-        elif os.path.isdir(src):
-            bind_ro(src, f"{root}/{link}")
-    for d in python_dirs():
-        bind_ro(d, root + d)
+        elif os.path.isdir(src) and not view_ro(src, f"{root}/{link}"):
+            shown.append(src)
     for d in python_dirs():
         # make the path down to each bind traversable for the unprivileged uid
         parts = d.strip("/").split("/")
@@ -343,7 +368,10 @@ def build_root(uid, gid, tmpfs_mb):
     os.makedirs(root + "/etc")
     for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf"):
         if os.path.exists(f):
-            bind_ro(f, root + f)
+            # copies, not binds: a bind's mount entry would show where the file lives on the host
+            with open(f, "rb") as src, open(root + f, "wb") as dst:
+                dst.write(src.read())
+            os.chmod(root + f, 0o644)
     with open(root + "/etc/passwd", "w") as f:
         f.write(f"root:x:0:0:root:/root:/bin/sh\nsandbox:x:{uid}:{gid}:sandbox:/tmp:/bin/sh\n")
     with open(root + "/etc/group", "w") as f:
@@ -375,6 +403,7 @@ def build_root(uid, gid, tmpfs_mb):
     os.rmdir("/.old")
     mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID)
     fresh_scratch(tmpfs_mb)
+    return shown
 
 
 def fresh_scratch(tmpfs_mb):
@@ -1470,12 +1499,20 @@ def main():
                      lambda: _check(libc.unshare(flags), "unshare(NEWNS|NEWIPC|NEWUTS)") or True)
         if ok:
             libc.sethostname(b"sandbox", 7)
-            protect("filesystem", "pivot_root into a tmpfs root with read-only /usr and Python dirs, private /tmp per run",
-                    lambda: build_root(uid, gid, tmpfs_mb) or True)
+            shown = protect("filesystem", "pivot_root into a tmpfs root with read-only /usr and Python dirs, "
+                            "private /tmp per run", lambda: build_root(uid, gid, tmpfs_mb))
+            if shown == []:
+                PROTECTIONS["mount_sources_hidden"] = {
+                    "active": True, "how": "read-only overlays: the runs' mountinfo names no host path or device"}
+            elif shown is not None:
+                PROTECTIONS["mount_sources_hidden"] = {
+                    "active": False, "reason": f"overlayfs refused, plain binds show the host's mounts for {shown}"}
+            else:
+                PROTECTIONS["mount_sources_hidden"] = {"active": False, "reason": "no private root (see filesystem)"}
     if is_root and "net_ns" not in disabled:
         protect("network_namespace", "empty network namespace (no interfaces up)",
                 lambda: _check(libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)") or True)
-    for step, names in (("pid_ns", ["pid_namespace"]), ("mount_ns", ["mount_ipc_uts_namespaces", "filesystem"]),
+    for step, names in (("pid_ns", ["pid_namespace"]), ("mount_ns", ["mount_ipc_uts_namespaces", "filesystem", "mount_sources_hidden"]),
                         ("net_ns", ["network_namespace"]), ("cgroups", ["cgroups"])):
         for pname in names:
             if pname not in PROTECTIONS:

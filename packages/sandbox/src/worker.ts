@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, readdirSync, rmdirSync } from "node:fs";
+import { closeSync, existsSync, openSync, readdirSync, rmdirSync } from "node:fs";
 import { SandboxInternalError, SandboxStartError, SandboxWorkerDiedError } from "./errors.js";
-import { FORKSERVER_PATH, forkServerEnv, resolvePython } from "./python.js";
+import { FORKSERVER_PATH, forkServerArgs, forkServerEnv, resolvePython } from "./python.js";
 import type { NormalizedRequest } from "./request.js";
 import type { Protection } from "./types.js";
 
@@ -106,10 +106,17 @@ export class SandboxWorker {
       // per-phase timings in each raw result, for profiling the run cycle
       trace: process.env.TORL_SANDBOX_TRACE === "1",
     };
-    const proc = spawn(this.python, ["-u", FORKSERVER_PATH, JSON.stringify(config)], {
-      stdio: ["pipe", "pipe", "pipe"],
-      env: forkServerEnv(config.huge_pages),
-    });
+    const source = openSync(FORKSERVER_PATH, "r");
+    let proc: ChildProcess;
+    try {
+      proc = spawn(this.python, forkServerArgs(config), {
+        // fd 3 (FORKSERVER_SOURCE_FD): the server's source
+        stdio: ["pipe", "pipe", "pipe", source],
+        env: forkServerEnv(config.huge_pages),
+      });
+    } finally {
+      closeSync(source);
+    }
     this.proc = proc;
     this.pid = proc.pid;
     proc.stdout!.on("data", (chunk: Buffer) => this.onData(chunk));

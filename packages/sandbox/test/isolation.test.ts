@@ -3,7 +3,7 @@
  * machine lacks a kernel feature the matching test fails and names the protection that is missing.
  */
 import { randomBytes } from "node:crypto";
-import { existsSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import test from "ava";
 import { SandboxExecutor } from "../src/index.js";
@@ -302,6 +302,30 @@ for target in (os.getppid(), 1, -1):
   // of them (the parent of the runs is one): what counts is that the next run still works
   t.regex(r.run_result?.stdout ?? "", /^\d+ PermissionError\n1 PermissionError\n-1 /);
   t.is((await ex.run("print('up')")).run_result?.stdout, "up\n");
+});
+
+test("a run finds no host path or host device in its command line, environment, interpreter or mountinfo", async (t) => {
+  const r = await ex.run(`
+import ctypes, os, sys, __main__
+ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: its own /proc/self/environ becomes readable
+print(os.path.exists("/proc/1/cmdline"), len(os.listdir("/proc/self/fd")) > 0)
+for path in ("/proc/self/cmdline", "/proc/self/environ", "/proc/self/mountinfo"):
+    sys.stdout.write(open(path, "rb").read().decode("utf-8", "replace"))
+print(sys.orig_argv, sys.argv, getattr(__main__, "__file__", None), sys.path)
+`);
+  t.is(r.status, "Success", JSON.stringify(r));
+  const out = r.run_result?.stdout ?? "";
+  // pid 1 (the server) and the template are other uids' processes: not even listed
+  t.true(out.startsWith("False True\n"), out.slice(0, 200));
+  t.false(out.includes(process.cwd()), `the repository's path ${process.cwd()} is visible to runs`);
+  const hostRoot = readFileSync("/proc/self/mountinfo", "utf8")
+    .split("\n")
+    .map((line) => line.split(" "))
+    .find((f) => f[4] === "/");
+  const [fstype, source] = hostRoot?.slice(hostRoot.indexOf("-") + 1) ?? [];
+  t.truthy(source);
+  t.false(out.includes(` ${fstype} ${source} `), `the host's root filesystem (${fstype} ${source}) is named`);
+  t.regex(out, / - overlay sandbox ro,lowerdir=\/tmp\/layers\/\d+:/);
 });
 
 test("runs cannot gain privileges: uid is unprivileged, setuid root fails, no capabilities, empty bounding set", async (t) => {
