@@ -34,6 +34,7 @@ import random
 import resource
 import select
 import signal
+import socket
 import stat
 import struct
 import sys
@@ -75,10 +76,6 @@ libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 
 PROTECTIONS = {}  # name -> {"active": bool, "how": str} or {"active": False, "reason": str}
 WARNINGS = []
-
-
-def _raise(message):
-    raise OSError(errno.EPERM, message)
 
 
 def _check(ret, what):
@@ -802,8 +799,6 @@ class Template:
     """The server's side of the template process."""
 
     def __init__(self, state):
-        import socket
-
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = fork_bare()
         if pid == 0:
@@ -819,8 +814,6 @@ class Template:
         self.sock, self.pid = ours, pid
 
     def _ask(self, command):
-        import socket
-
         self.sock.send(command)
         data, fds, _, _ = socket.recv_fds(self.sock, 4096, 4)
         if not data:
@@ -842,8 +835,7 @@ class Template:
 
 
 def template_main(sock, state):
-    import socket
-
+    """The template's loop: one command at a time from the server (see above); never returns."""
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     # the run's orphaned descendants come to us (not to the server), so we can reap them
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -907,6 +899,14 @@ def end_runs(state, child):
             pass
         reap_all(False)
     return found
+
+
+def verify_ipc_unshare():
+    """A throwaway child enters a new IPC namespace, as every run child will."""
+    st = status_in_child(lambda: libc.unshare(CLONE_NEWIPC) == 0)
+    if st != 0:
+        raise OSError(errno.EPERM, f"unshare(CLONE_NEWIPC) failed in a probe child (status {st})")
+    return True
 
 
 def drop_capability_bounding_set():
@@ -1521,8 +1521,7 @@ def main():
     if is_root:
         state["ipc_per_run"] = bool(protect(
             "ipc_namespace_per_run", "each run has an IPC namespace of its own: SysV shared memory, message queues,"
-            " semaphores and POSIX queues die with it, and their limits count per run",
-            lambda: status_in_child(lambda: libc.unshare(CLONE_NEWIPC) == 0) == 0 or _raise("unshare(CLONE_NEWIPC) failed")))
+            " semaphores and POSIX queues die with it, and their limits count per run", verify_ipc_unshare))
     else:
         PROTECTIONS["ipc_namespace_per_run"] = {"active": False, "reason": "needs root"}
     if is_root and "uid" not in disabled:

@@ -36,7 +36,6 @@ export const FORKSERVER_SOURCE_FD = 3;
  */
 export function forkServerArgs(config: unknown): string[] {
   const bootstrap = [
-    "import sys",
     `f = open(${FORKSERVER_SOURCE_FD}, "rb")`,
     "source = f.read()",
     "f.close()",
