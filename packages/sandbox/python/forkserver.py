@@ -1151,8 +1151,14 @@ def run_one(z, req, state, template):
         # the copies of the warm heap's huge pages: capped on their own (the memory controller does
         # not see them), at the run's limit, but never below one whole copy of the heap
         huge_cap = -(-max(state["heap_bytes"], int(mem_mb * 1024 * 1024)) // HUGE) * HUGE
-        if not cg.set_limits(max_processes, int(mem_mb * 1024 * 1024) + (64 << 20), huge_cap):
-            raise OSError(errno.EIO, f"cannot write the run's limits into {cg.dirs} ({max_processes} processes, {mem_mb} MB)")
+        # a lower limit than the cgroup holds is refused (EBUSY); the last run's System V shared
+        # memory is freed a little after its IPC namespace died (the kernel does it in a work item)
+        waited_until = time.monotonic() + 5
+        while not cg.set_limits(max_processes, int(mem_mb * 1024 * 1024) + (64 << 20), huge_cap):
+            if time.monotonic() > waited_until:
+                raise OSError(errno.EBUSY, f"cannot write the run's limits into {cg.dirs} for 5 s "
+                              f"({max_processes} processes, {mem_mb} MB): the cgroup still holds more")
+            time.sleep(0.005)
     started = time.monotonic()
     trace = state["trace"]
     keys = ("code", "stdin", "run_timeout", "memory_limit_MB", "max_processes")

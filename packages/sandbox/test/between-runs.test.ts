@@ -143,6 +143,63 @@ print(libc.shmget(0, 1, 0o1600) >= 0)
   t.is(next.run_result?.stdout, "True\n", JSON.stringify(next));
 });
 
+test.serial(
+  "200 MB of shared memory a run pins are gone, and the next run gets its own memory limit, all of it",
+  async (t) => {
+    const pin = await ex.run({
+      code: `
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+size = 200 << 20
+seg = libc.shmget(0, size, 0o1600)
+addr = libc.shmat(seg, None, 0)
+ctypes.memset(addr, 1, size)  # 200 MB of shared memory, charged to the run's memory cgroup
+print(seg >= 0)
+`,
+      memory_limit_MB: 512,
+    });
+    t.is(pin.run_result?.stdout, "True\n", JSON.stringify(pin));
+    // the next run gets its own limit (128 MB + 64 MB of slack), all of it: one 80 MB process fits,
+    // three do not (the old code kept the cgroup at the pinning run's limit, silently)
+    const next = await ex.run({
+      code: `
+import os
+done_r, done_w = os.pipe()
+hold_r, hold_w = os.pipe()
+children = []
+for i in range(3):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(done_r)
+            os.close(hold_w)
+            x = bytearray(80 << 20)
+            for j in range(0, len(x), 4096):
+                x[j] = 1
+            os.write(done_w, b"a")
+            os.close(done_w)
+            os.read(hold_r, 1)  # EOF once the parent closes its end: hold the 80 MB until then
+        finally:
+            os._exit(0)
+    children.append(pid)
+os.close(done_w)
+while os.read(done_r, 16):
+    pass  # until every child allocated or was killed
+os.close(hold_w)
+# a child the memory cgroup killed (it may kill one that had finished) exits by SIGKILL; the others
+# held their 80 MB together until now
+print(sum(1 for pid in children if os.waitpid(pid, 0)[1] == 0))
+`,
+      memory_limit_MB: 128,
+      run_timeout: 60,
+    });
+    t.is(next.status, "Success", JSON.stringify(next));
+    const held = Number(next.run_result?.stdout);
+    t.true(held >= 1 && held < 3, `${held} of 3 processes held 80 MB at once: ${JSON.stringify(next)}`);
+  },
+);
+
 test.serial("every random generator a run can reach starts from fresh entropy in each run", async (t) => {
   const code = `
 import random, numpy, sympy.core.random as sr
