@@ -333,6 +333,17 @@ def view_ro(src, dst):
         return False
 
 
+def mounts_below(path):
+    """Mount points strictly below `path` (this namespace's view), outermost first."""
+    below = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            at = line.split()[4].replace("\\040", " ")
+            if at.startswith(path.rstrip("/") + "/") and not at.startswith(LAYERS):
+                below.append(at)
+    return sorted(set(below), key=lambda m: m.count("/"))
+
+
 def build_root(uid, gid, tmpfs_mb):
     """In a fresh mount namespace: a tmpfs root holding read-only views of what Python needs.
     Returns the directories whose mount entry still shows the host's (see view_ro)."""
@@ -345,8 +356,10 @@ def build_root(uid, gid, tmpfs_mb):
     mount("tmpfs", root, "tmpfs", MS_NOSUID, "size=16m,mode=0755")
     shown = []
     for d in ["/usr", *python_dirs()]:
-        if not view_ro(d, root + d):
-            shown.append(d)
+        # an overlay does not show what is mounted below its lower directory: view those mounts too
+        for at in [d, *mounts_below(d)]:
+            if not view_ro(at, root + at):
+                shown.append(at)
     for link in ("bin", "lib", "lib64", "sbin", "lib32", "libx32"):
         src = "/" + link
         if os.path.islink(src):
