@@ -158,6 +158,9 @@ test("copies of the huge-page heap count: 12 processes writing all of it cannot 
   // 128 MB = 64 pages of 2 MiB; a writer that would pass it gets SIGBUS on the page that does not fit
   // (when all 12 race, each may get part of the way and none all of it: held is then 0)
   t.true(held * heapPages <= 64, `${held} processes held a copy of all ${heapPages} pages at once`);
+  // the control: with room for them (2 GB), all 12 writers copy the whole heap and hold it
+  const roomy = await ex.run({ code: HEAP_COPIES, memory_limit_MB: 2048, run_timeout: 60 });
+  t.is(roomy.run_result?.stdout, `${heapPages}\n${"held\n".repeat(12)}`, JSON.stringify(roomy));
 });
 
 test("process-count limit: a run cannot have more than maxProcesses processes", async (t) => {
