@@ -7,18 +7,23 @@ big-endian length + UTF-8 JSON).
 
 Start-up (as root; each step is recorded in `protections`, a failed step is reported, never hidden):
   1. import sympy and numpy once (the point of the pool) and warm them up;
-  2. create cgroups (pids + memory, v1 or v2) that will hold the runs of this worker;
+  2. create cgroups (pids, memory and hugetlb; v1, v2 or both) that will hold the runs of this worker;
   3. unshare a new pid namespace and fork: the child is pid 1 of that namespace and becomes the
-     fork server; the parent only waits, relays the exit status and removes the cgroups;
+     server; the parent only waits, relays the exit status and removes the cgroups;
   4. the server unshares mount, network, IPC and UTS namespaces, builds a minimal read-only root
-     (the interpreter's own directories, /usr, a private /tmp, /dev with a few devices, its own
-     /proc) and pivots into it, so no host file is reachable any more.
+     (overlay views of the interpreter's own directories and /usr, a private /tmp, /dev with a few
+     devices, its own /proc with hidepid=2) and pivots into it, so no host file is reachable any more;
+  5. before the first request the server forks the template, the only process that forks runs.
+     The server handles every request and result but never forks a run; the template never sees a
+     request. So no run inherits memory that held another run's data.
 
-Each run: a fresh fork of the warm server, in its own session, moved into the run cgroups, with
-rlimits (address space, processes, file size, open files, CPU), dropped to an unprivileged uid that
-differs from the server's, no_new_privs, an empty environment, stdin from a memfd and a scratch
-working directory. After the run every process left in the pid namespace is SIGKILLed (kill(-1) from
-pid 1) and /tmp and /dev/shm are replaced by fresh tmpfs mounts, so nothing carries over.
+Each run: a fresh fork of the template, in its own session, moved into the run cgroups, with fresh
+entropy in every random generator, its own IPC namespace, rlimits (address space, processes, file
+size, open files, CPU), an empty capability bounding set, dropped to the worker's unprivileged uid
+(not the server's), no_new_privs, seccomp, an empty environment, stdin from a memfd and a scratch
+working directory. After the run the template SIGKILLs every process left in the pid namespace
+(kill(-1) spares only pid 1 and itself) and replaces /tmp and /dev/shm by fresh tmpfs mounts, so
+nothing carries over.
 """
 
 import base64
