@@ -30,5 +30,19 @@ elif [ -e /sys/fs/cgroup/pids/cgroup.procs ]; then
 else
   say "WARNING: no pids cgroup controller mounted: the per-run process limit falls back to RLIMIT_NPROC"; ok=0
 fi
+# the runs' copies of the huge-page heap are capped by the hugetlb controller (v1, v2, or v2 beside v1)
+if [ -e /sys/fs/cgroup/hugetlb/cgroup.procs ] \
+  || grep -qw hugetlb /sys/fs/cgroup/cgroup.controllers 2>/dev/null \
+  || grep -qw hugetlb /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null; then
+  say "hugetlb cgroup controller: available"
+else
+  say "WARNING: no hugetlb cgroup controller: the warm heap stays in ordinary pages (slower runs)"; ok=0
+fi
+# read-only overlays keep host paths and devices out of the runs' mountinfo
+if grep -qw overlay /proc/filesystems || modinfo overlay >/dev/null 2>&1; then
+  say "overlayfs: available"
+else
+  say "WARNING: no overlayfs: runs see the host's mount sources in /proc/self/mountinfo"; ok=0
+fi
 [ "$ok" = 1 ] && say "all isolation prerequisites present"
 exit 0

@@ -1,28 +1,36 @@
 """Warm fork server for @torl-ts/sandbox.
 
-One instance is one sandbox worker. Node starts it as `python3 forkserver.py '<config json>'` and
-talks to it over fds 0/1 with length-prefixed JSON frames (4-byte big-endian length + UTF-8 JSON).
+One instance is one sandbox worker. Node starts it as `python3 -u -c <bootstrap> '<config json>'`
+with this file open on fd 3 (so that no host path is in its command line or in `__file__`, which
+every run inherits), and talks to it over fds 0/1 with length-prefixed JSON frames (4-byte
+big-endian length + UTF-8 JSON).
 
 Start-up (as root; each step is recorded in `protections`, a failed step is reported, never hidden):
   1. import sympy and numpy once (the point of the pool) and warm them up;
-  2. create cgroups (pids + memory, v1 or v2) that will hold the runs of this worker;
+  2. create cgroups (pids, memory and hugetlb; v1, v2 or both) that will hold the runs of this worker;
   3. unshare a new pid namespace and fork: the child is pid 1 of that namespace and becomes the
-     fork server; the parent only waits, relays the exit status and removes the cgroups;
+     server; the parent only waits, relays the exit status and removes the cgroups;
   4. the server unshares mount, network, IPC and UTS namespaces, builds a minimal read-only root
-     (the interpreter's own directories, /usr, a private /tmp, /dev with a few devices, its own
-     /proc) and pivots into it, so no host file is reachable any more.
+     (overlay views of the interpreter's own directories and /usr, a private /tmp, /dev with a few
+     devices, its own /proc with hidepid=2) and pivots into it, so no host file is reachable any more;
+  5. before the first request the server forks the template, the only process that forks runs.
+     The server handles every request and result but never forks a run; the template never sees a
+     request. So no run inherits memory that held another run's data.
 
-Each run: a fresh fork of the warm server, in its own session, moved into the run cgroups, with
-rlimits (address space, processes, file size, open files, CPU), dropped to an unprivileged uid that
-differs from the server's, no_new_privs, an empty environment, stdin from a memfd and a scratch
-working directory. After the run every process left in the pid namespace is SIGKILLed (kill(-1) from
-pid 1) and /tmp and /dev/shm are replaced by fresh tmpfs mounts, so nothing carries over.
+Each run: a fresh fork of the template, in its own session, moved into the run cgroups, with fresh
+entropy in every random generator, its own IPC namespace, rlimits (address space, processes, file
+size, open files, CPU), an empty capability bounding set, dropped to the worker's unprivileged uid
+(not the server's), no_new_privs, seccomp, an empty environment, stdin from a memfd and a scratch
+working directory. After the run the template SIGKILLs every process left in the pid namespace
+(kill(-1) spares only pid 1 and itself) and replaces /tmp and /dev/shm by fresh tmpfs mounts, so
+nothing carries over.
 """
 
 import base64
 import builtins
 import ctypes
 import errno
+import fcntl
 import io
 import json
 import os
@@ -31,6 +39,8 @@ import random
 import resource
 import select
 import signal
+import socket
+import stat
 import struct
 import sys
 import time
@@ -57,6 +67,9 @@ MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
+PR_CAPBSET_DROP = 24
+PR_SET_CHILD_SUBREAPER = 36
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(platform.machine())
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -150,14 +163,57 @@ def write_frame(fd, obj):
 # cgroups
 
 
+def hugetlb_hierarchy():
+    """(mount point, cgroup version) of the hugetlb controller, or None."""
+    root = "/sys/fs/cgroup"
+    if os.path.exists(os.path.join(root, "hugetlb", "cgroup.procs")):
+        return os.path.join(root, "hugetlb"), 1
+    for v2 in (root, os.path.join(root, "unified")):
+        try:
+            with open(os.path.join(v2, "cgroup.controllers")) as f:
+                if "hugetlb" in f.read().split():
+                    return v2, 2
+        except OSError:
+            continue
+    return None
+
+
 class Cgroups:
     """The cgroup(s) that hold this worker's runs: pids.max and the memory limit are set per run."""
 
-    def __init__(self, name):
+    def __init__(self, name, hugetlb=False):
         self.dirs = []
         self.procs_fds = []
         self.pids_max_fd = None
         self.mem_fds = []
+        self.huge_fd = None
+        self._controllers(name)
+        if hugetlb:
+            self._hugetlb(name)
+
+    def _hugetlb(self, name):
+        """The hugetlb controller, where this machine has it: its own v1 hierarchy, or the v2 one
+        (also beside v1 controllers, as /sys/fs/cgroup/unified). Caps the run's copies of the warm
+        heap's huge pages, which the memory controller does not count."""
+        found = hugetlb_hierarchy()
+        if found is None:
+            raise OSError(errno.ENOENT, "no hugetlb cgroup controller (v1 hierarchy or v2) on this machine")
+        root, version = found
+        parent = os.path.join(root, "torl-sandbox")
+        d = os.path.join(parent, name)
+        if version == 2:
+            for level in (root, parent):
+                os.makedirs(level, exist_ok=True)
+                with open(os.path.join(level, "cgroup.subtree_control"), "w") as f:
+                    f.write("+hugetlb")
+        os.makedirs(d, exist_ok=True)
+        limit = "hugetlb.2MB.max" if version == 2 else "hugetlb.2MB.limit_in_bytes"
+        self.huge_fd = os.open(os.path.join(d, limit), os.O_WRONLY)
+        if d not in self.dirs:
+            self.dirs.append(d)
+            self.procs_fds.append(os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY))
+
+    def _controllers(self, name):
         root = "/sys/fs/cgroup"
         if os.path.exists(os.path.join(root, "cgroup.controllers")):  # cgroup v2
             parent = os.path.join(root, "torl-sandbox")
@@ -211,19 +267,19 @@ class Cgroups:
         except OSError:
             return False
 
-    def set_limits(self, max_pids, mem_bytes):
-        if mem_bytes < 0:
-            mem_bytes = "max" if self.kind == "cgroup v2" else -1
-        if (max_pids, mem_bytes) == getattr(self, "_last", None):
+    def set_limits(self, max_pids, mem_bytes, huge_bytes):
+        if (max_pids, mem_bytes, huge_bytes) == getattr(self, "_last", None):
             return True  # the usual case: same limits as the previous run, nothing to write
         ok = self._write(self.pids_max_fd, max_pids)
+        if self.huge_fd is not None:
+            ok = self._write(self.huge_fd, huge_bytes) and ok
         # v1 wants memory.memsw >= memory at every moment: one of the first writes may be refused,
         # the second round then succeeds whichever way the limit moved
         for fd in self.mem_fds:
             self._write(fd, mem_bytes)
         for fd in self.mem_fds:
             ok = self._write(fd, mem_bytes) and ok
-        self._last = (max_pids, mem_bytes) if ok else None
+        self._last = (max_pids, mem_bytes, huge_bytes) if ok else None
         return ok
 
     def join(self):
@@ -249,9 +305,8 @@ class Cgroups:
 
 def python_dirs():
     dirs = set()
-    script_dir = os.path.dirname(os.path.realpath(__file__))
     for p in [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path[1:]]:
-        if p and os.path.isabs(p) and os.path.exists(p) and os.path.realpath(p) != script_dir:
+        if p and os.path.isabs(p) and os.path.exists(p):
             dirs.add(os.path.realpath(p) if os.path.isdir(p) else os.path.dirname(os.path.realpath(p)))
     # keep only the outermost of nested dirs
     out = []
@@ -262,23 +317,60 @@ def python_dirs():
     return [d for d in out if not (d == "/usr" or d.startswith("/usr/"))]
 
 
+LAYERS = "/tmp/layers"  # in the server's private /tmp, which the pivot detaches with the old root
+
+
+def view_ro(src, dst):
+    """A read-only view of host directory `src` at `dst` whose mount entry names neither a host path
+    nor the host's device and filesystem options (a bind would show both in /proc/self/mountinfo):
+    an overlay whose lower layers are a bind of `src` under LAYERS and an empty directory. Returns
+    False where overlayfs refuses (e.g. stacked too deep); then it is a plain read-only bind."""
+    layer = os.path.join(LAYERS, str(len(os.listdir(LAYERS))))
+    os.makedirs(layer)
+    os.makedirs(dst, exist_ok=True)
+    try:
+        mount(src, layer, None, MS_BIND | MS_REC)
+        mount("sandbox", dst, "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, f"lowerdir={layer}:{LAYERS}/empty")
+        return True
+    except OSError:
+        libc.umount2(layer.encode(), MNT_DETACH)
+        bind_ro(src, dst)
+        return False
+
+
+def mounts_below(path):
+    """Mount points strictly below `path` (this namespace's view), outermost first."""
+    below = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            at = line.split()[4].replace("\\040", " ")
+            if at.startswith(path.rstrip("/") + "/") and not at.startswith(LAYERS):
+                below.append(at)
+    return sorted(set(below), key=lambda m: m.count("/"))
+
+
 def build_root(uid, gid, tmpfs_mb):
-    """In a fresh mount namespace: a tmpfs root holding read-only binds of what Python needs."""
+    """In a fresh mount namespace: a tmpfs root holding read-only views of what Python needs.
+    Returns the directories whose mount entry still shows the host's (see view_ro)."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     # A private tmpfs over /tmp gives a place for the new root that the host never sees.
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=0755")
     root = "/tmp/root"
     os.makedirs(root)
+    os.makedirs(LAYERS + "/empty")
     mount("tmpfs", root, "tmpfs", MS_NOSUID, "size=16m,mode=0755")
-    bind_ro("/usr", root + "/usr")
+    shown = []
+    for d in ["/usr", *python_dirs()]:
+        # an overlay does not show what is mounted below its lower directory: view those mounts too
+        for at in [d, *mounts_below(d)]:
+            if not view_ro(at, root + at):
+                shown.append(at)
     for link in ("bin", "lib", "lib64", "sbin", "lib32", "libx32"):
         src = "/" + link
         if os.path.islink(src):
             os.symlink(os.readlink(src), f"{root}/{link}")
-        elif os.path.isdir(src):
-            bind_ro(src, f"{root}/{link}")
-    for d in python_dirs():
-        bind_ro(d, root + d)
+        elif os.path.isdir(src) and not view_ro(src, f"{root}/{link}"):
+            shown.append(src)
     for d in python_dirs():
         # make the path down to each bind traversable for the unprivileged uid
         parts = d.strip("/").split("/")
@@ -291,7 +383,10 @@ def build_root(uid, gid, tmpfs_mb):
     os.makedirs(root + "/etc")
     for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf"):
         if os.path.exists(f):
-            bind_ro(f, root + f)
+            # copies, not binds: a bind's mount entry would show where the file lives on the host
+            with open(f, "rb") as src, open(root + f, "wb") as dst:
+                dst.write(src.read())
+            os.chmod(root + f, 0o644)
     with open(root + "/etc/passwd", "w") as f:
         f.write(f"root:x:0:0:root:/root:/bin/sh\nsandbox:x:{uid}:{gid}:sandbox:/tmp:/bin/sh\n")
     with open(root + "/etc/group", "w") as f:
@@ -310,7 +405,9 @@ def build_root(uid, gid, tmpfs_mb):
     os.makedirs(root + "/dev/shm")
     os.makedirs(root + "/tmp")
     os.makedirs(root + "/proc")
-    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # hidepid=2: a run sees only its own processes, not the server's or the template's (their command
+    # lines, status, maps)
+    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
     os.makedirs(root + "/.old")
     os.chdir(root)
     if SYS_PIVOT_ROOT is None:
@@ -321,6 +418,7 @@ def build_root(uid, gid, tmpfs_mb):
     os.rmdir("/.old")
     mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID)
     fresh_scratch(tmpfs_mb)
+    return shown
 
 
 def fresh_scratch(tmpfs_mb):
@@ -345,7 +443,7 @@ def vm_size_bytes():
 # ---------------------------------------------------------------------------------------------
 # seccomp: a small deny-list on top of the namespaces and the uid drop. It keeps the run from
 # creating namespaces (user namespaces would hand it capabilities inside them), mounting, tracing,
-# loading kernel code or using bpf/userfaultfd/perf/keyrings, and from taking huge pages (the warm
+# loading kernel code or using bpf/userfaultfd/perf/keyrings/io_uring/inotify/fanotify, and from taking huge pages (the warm
 # heap's pool; the run's own memory stays in ordinary pages, counted by its memory cgroup).
 
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
@@ -365,6 +463,11 @@ SYSCALL_NUMBERS = {
     "add_key": (248, 217), "request_key": (249, 218), "open_by_handle_at": (304, 265), "fsopen": (430, 430),
     "fsmount": (432, 432), "move_mount": (429, 429), "open_tree": (428, 428), "mount_setattr": (442, 442),
     "swapon": (167, 224), "swapoff": (168, 225), "reboot": (169, 142), "acct": (163, 89),
+    # io_uring's operations never pass through this filter; inotify/fanotify would let a run watch
+    # the read-only host directories it shares with the host and with other runs
+    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
+    "inotify_init": (253, None), "inotify_init1": (294, 26), "inotify_add_watch": (254, 27),
+    "fanotify_init": (300, 262), "fanotify_mark": (301, 263),
 }
 DENIED_SYSCALLS = [n for n in SYSCALL_NUMBERS if n not in ("mmap", "memfd_create", "shmget", "clone", "clone3")]
 # machine: (column in SYSCALL_NUMBERS, AUDIT_ARCH value, bit marking x32 calls)
@@ -418,7 +521,8 @@ def seccomp_program():
     if x32_bit:
         op(JSET_K, x32_bit, "enosys", None)
     for name in DENIED_SYSCALLS:
-        op(JEQ_K, nr[name], "eperm", None)
+        if nr[name] is not None:  # None: the architecture has no such call
+            op(JEQ_K, nr[name], "eperm", None)
     op(JEQ_K, nr["clone3"], "enosys", None)  # its flags live in memory; libc falls back to clone
     op(JEQ_K, nr["clone"], "clone", None)
     op(JEQ_K, nr["mmap"], "mmap", None)
@@ -577,18 +681,22 @@ print(numpy.arange(10).sum())
 
 
 def learn_hot_pages(state):
-    """Runs the warm-up code through a real zygote in learning mode; it reports the pages it copied."""
-    z = Zygote(dict(state, learning=True))
+    """Runs the warm-up code through a real run child in learning mode; it reports the pages it copied.
+    Done by the server before the template exists and before any request."""
+    pid, ctrl_w, out_r, err_r, status_r = fork_zygote(dict(state, learning=True))
     body = json.dumps({"code": CONFIG.get("learn_code", LEARN_CODE), "run_timeout": 30}).encode()
-    write_all(z.ctrl_w, body)
-    os.close(z.ctrl_w)
+    write_all(ctrl_w, body)
+    os.close(ctrl_w)
     chunks = []
     while True:
-        chunk = os.read(z.status_r, 1 << 16)
+        chunk = os.read(status_r, 1 << 16)
         if not chunk:
             break
         chunks.append(chunk)
-    cleanup(z, state)
+    end_runs(state, pid)
+    for fd in (out_r, err_r, status_r):
+        os.close(fd)
+    fresh_scratch(state["tmpfs_mb"])
     data = b"".join(chunks)
     ranges = json.loads(data) if data else []
     # a huge page the run wrote is copied whole: keep one entry per such 2 MiB page
@@ -623,39 +731,209 @@ def fork_bare():
     """fork(2) without Python's at-fork machinery, which costs ~3 ms of copy-on-write faults per run.
 
     Safe here because the server has one thread (numpy's BLAS pools are pinned to one thread) and holds
-    no lock across the call; what the hooks would do that matters is done by hand: `random` is
-    reseeded so that runs do not share a sequence.
+    no lock across the call; what the hooks would do that matters is done by hand: each run child
+    reseeds every random generator (reseed_generators).
     """
     pid = libc.fork()
     if pid < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"fork: {os.strerror(err)}")
-    if pid == 0:
-        random.seed()
     return pid
 
 
+def random_generators():
+    """Every pseudo-random generator the warm interpreter holds (random's, sympy's, numpy's global
+    RandomState, and any other random.Random, RandomState or Generator a preloaded module made)."""
+    import gc
+
+    import numpy.random
+
+    kinds = (random.Random, numpy.random.RandomState, numpy.random.Generator)
+    found = [o for o in gc.get_objects() if isinstance(o, kinds) and not isinstance(o, random.SystemRandom)]
+    return found
+
+
+def reseed_generators(generators):
+    """Fresh entropy for each generator, in each run child: forked runs would otherwise all continue
+    the warm interpreter's sequences, identically."""
+    import numpy.random
+
+    for gen in generators:
+        if isinstance(gen, numpy.random.Generator):
+            gen.bit_generator.state = type(gen.bit_generator)().state
+        else:
+            gen.seed()
+
+
 class Zygote:
-    """A forked child waiting for one request. Everything request-independent is done already."""
+    """The server's handle on a forked child waiting for one request (everything request-independent
+    is done already): the pipe ends the server keeps, and a pidfd that turns readable when it exits."""
+
+    def __init__(self, pid, ctrl_w, out_r, err_r, status_r):
+        self.pid, self.ctrl_w, self.out_r, self.err_r, self.status_r = pid, ctrl_w, out_r, err_r, status_r
+        self.pidfd = os.pidfd_open(pid)
+
+    def close(self):
+        for fd in (self.out_r, self.err_r, self.status_r, self.pidfd, self.ctrl_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def fork_zygote(state):
+    """Forks a run child; returns (pid, ctrl_w, out_r, err_r, status_r) in the parent."""
+    scratch = state["scratch"]
+    os.makedirs(scratch, mode=0o700, exist_ok=True)
+    if state["drop_uid"]:
+        os.chown(scratch, state["uid"], state["gid"])
+    ctrl_r, ctrl_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    status_r, status_w = os.pipe()
+    pid = fork_bare()
+    if pid == 0:
+        for fd in (ctrl_w, out_r, err_r, status_r, *state["parent_fds"]):
+            os.close(fd)
+        zygote_main(state, ctrl_r, out_w, err_w, status_w)
+    for fd in (ctrl_r, out_w, err_w, status_w):
+        os.close(fd)
+    return pid, ctrl_w, out_r, err_r, status_r
+
+
+# ---------------------------------------------------------------------------------------------
+# the template: the only process that forks runs. It is forked from the server before the first
+# request and never receives one: requests are parsed, files written and outputs collected by the
+# server, so no run inherits memory in which another run's code, input or output ever was. Over a
+# SOCK_SEQPACKET socketpair the server sends one byte per command, the template answers with JSON
+# (and, for "next", the new child's pipe ends as SCM_RIGHTS):
+#   b"E" end the run: SIGKILL every run process, reap them; answer {"status", "cpu_ms", "faults"}
+#        of the last run child (status: its wait status, null if there was none)
+#   b"N" end the run as above, then fresh /tmp and /dev/shm, and fork the next run child:
+#        answer as above plus "pid" and "cycle_ms", with fds [ctrl_w, out_r, err_r, status_r]
+
+
+class Template:
+    """The server's side of the template process."""
 
     def __init__(self, state):
-        scratch = state["scratch"]
-        os.makedirs(scratch, mode=0o700, exist_ok=True)
-        if state["drop_uid"]:
-            os.chown(scratch, state["uid"], state["gid"])
-        ctrl_r, self.ctrl_w = os.pipe()
-        self.out_r, out_w = os.pipe()
-        self.err_r, err_w = os.pipe()
-        self.status_r, status_w = os.pipe()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = fork_bare()
         if pid == 0:
-            for fd in (self.ctrl_w, self.out_r, self.err_r, self.status_r, state["req_fd"], state["resp_fd"]):
+            ours.close()
+            for fd in state["parent_fds"]:
                 os.close(fd)
-            zygote_main(state, ctrl_r, out_w, err_w, status_w)
-        self.pid = pid
-        for fd in (ctrl_r, out_w, err_w, status_w):
+            state = dict(state, parent_fds=(theirs.fileno(),))
+            try:
+                template_main(theirs, state)
+            finally:
+                os._exit(70)
+        theirs.close()
+        self.sock, self.pid = ours, pid
+
+    def _ask(self, command):
+        self.sock.send(command)
+        data, fds, _, _ = socket.recv_fds(self.sock, 4096, 4)
+        if not data:
+            raise RuntimeError("the template process (the parent of every run) is gone")
+        return json.loads(data), fds
+
+    def end_run(self):
+        """Kills whatever the run left and reaps it; the last run child's wait status and usage."""
+        return self._ask(b"E")[0]
+
+    def next_zygote(self):
+        """Ends the run, then a fresh scratch and a new prepared child: (Zygote, what end_run says)."""
+        ended, fds = self._ask(b"N")
+        if len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            raise RuntimeError(f"the template answered 'next' without the run child's pipes: {ended}")
+        return Zygote(ended.pop("pid"), *fds), ended
+
+
+def template_main(sock, state):
+    """The template's loop: one command at a time from the server (see above); never returns."""
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # the run's orphaned descendants come to us (not to the server), so we can reap them
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    child = None
+    while True:
+        command = sock.recv(16)
+        if not command:
+            os._exit(0)
+        ended = end_runs(state, child)
+        child = None
+        if command == b"E":
+            sock.send(json.dumps(ended).encode())
+            continue
+        t = time.monotonic()
+        fresh_scratch(state["tmpfs_mb"])
+        child, *fds = fork_zygote(state)
+        ended.update(pid=child, cycle_ms=(time.monotonic() - t) * 1000)
+        socket.send_fds(sock, [json.dumps(ended).encode()], fds)
+        for fd in fds:
             os.close(fd)
-        self.pidfd = os.pidfd_open(pid)
+
+
+def end_runs(state, child):
+    """SIGKILLs every process the run left (all of them, daemons in their own session included) and
+    reaps them; the wait status and resource usage of `child`, the run's first process."""
+    found = {"status": None, "cpu_ms": 0.0, "faults": 0}
+
+    def reap_all(block):
+        while True:
+            try:
+                pid, st, usage = os.wait4(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == child:
+                found.update(status=st, cpu_ms=(usage.ru_utime + usage.ru_stime) * 1000, faults=usage.ru_minflt)
+
+    if state["pid_ns"]:
+        # in our own pid namespace, kill(-1) from a root process that is not its pid 1 reaches every
+        # process but pid 1 (the server) and ourselves: exactly what the runs left
+        for i in range(100000):
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                break
+            reap_all(False)
+            if i > 20:
+                time.sleep(0.001)
+        reap_all(True)
+    elif child is not None:
+        # without the namespace only the run's process group can be reached safely
+        try:
+            os.killpg(child, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            _, st, usage = os.wait4(child, 0)
+            found.update(status=st, cpu_ms=(usage.ru_utime + usage.ru_stime) * 1000, faults=usage.ru_minflt)
+        except ChildProcessError:
+            pass
+        reap_all(False)
+    return found
+
+
+def verify_ipc_unshare():
+    """A throwaway child enters a new IPC namespace, as every run child will."""
+    st = status_in_child(lambda: libc.unshare(CLONE_NEWIPC) == 0)
+    if st != 0:
+        raise OSError(errno.EPERM, f"unshare(CLONE_NEWIPC) failed in a probe child (status {st})")
+    return True
+
+
+def drop_capability_bounding_set():
+    """No capability can ever come back to the run (not even through a file capability)."""
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        _check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"PR_CAPBSET_DROP {cap}")
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 
 
 def zygote_main(state, ctrl_r, out_w, err_w, status_w):
@@ -674,10 +952,10 @@ def zygote_main(state, ctrl_r, out_w, err_w, status_w):
                 libc.madvise(addr, length, MADV_POPULATE_WRITE)
             timings["zygote_populated_ranges"] = populate_while_idle(state["hot_huge"], ctrl_r)
         timings["zygote_populate_ms"] = (time.perf_counter() - t_pop) * 1000
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.dup2(status_w, 3)
-        os.dup2(ctrl_r, 4)
+        # above every target first: a pipe end may itself sit on 1-4
+        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 5) for fd in (out_w, err_w, status_w, ctrl_r)]
+        for target, fd in enumerate(moved, start=1):
+            os.dup2(fd, target)
         os.closerange(5, 65536)
         os.chdir(state["scratch"])
         # everything that does not depend on the request happens before it arrives
@@ -688,7 +966,12 @@ def zygote_main(state, ctrl_r, out_w, err_w, status_w):
         ]
         for which, value in fixed:
             resource.setrlimit(which, (value, value))
+        reseed_generators(state.get("generators", ()))
+        if state["ipc_per_run"]:
+            # SysV shared memory, queues and semaphores and POSIX queues die with the run
+            _check(libc.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
         if state["drop_uid"]:
+            drop_capability_bounding_set()
             uid, gid = state["uid"], state["gid"]
             os.setgroups([])
             os.setresgid(gid, gid, gid)
@@ -720,13 +1003,11 @@ def zygote_main(state, ctrl_r, out_w, err_w, status_w):
         os.close(stdin_fd)
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
         # per-request limits: only ever lowered, which an unprivileged process may do
-        timeout = float(req.get("run_timeout", 10))
+        mem_mb, timeout, max_processes = run_limits(req)
         limits = [(resource.RLIMIT_CPU, int(timeout) + 2)]
         if state["drop_uid"]:
-            limits.append((resource.RLIMIT_NPROC, int(req.get("max_processes", 64))))
-        mem_mb = float(req.get("memory_limit_MB", 1024))
-        if mem_mb > 0:
-            limits.append((resource.RLIMIT_AS, state["vm_base"] + int(mem_mb * 1024 * 1024)))
+            limits.append((resource.RLIMIT_NPROC, max_processes))
+        limits.append((resource.RLIMIT_AS, state["vm_base"] + int(mem_mb * 1024 * 1024)))
         for which, value in limits:
             resource.setrlimit(which, (value, value))
         path = os.path.join(state["scratch"], "main.py")
@@ -812,34 +1093,39 @@ def run_user_code(path, source):
 # the server loop
 
 
-def kill_everything_else():
-    """From pid 1 of the namespace: SIGKILL every other process until none is left, reaping them.
+def read_run_file(scratch, name, limit):
+    """A regular file of the run's working directory, read by root without blocking or following
+    links: a FIFO, a device or a socket is refused instead of read, and so is a file over `limit`."""
+    real = os.path.realpath(os.path.join(scratch, safe_relpath(name)))
+    if not real.startswith(scratch + "/"):
+        raise ValueError("leads outside the working directory (a link?)")
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"not a regular file ({file_kind(info.st_mode)})")
+        if info.st_size > limit:
+            raise ValueError(f"{info.st_size} bytes, over the limit of {limit}")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise ValueError(f"over the limit of {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
-    Only ever called as pid 1 of our own pid namespace: there kill(-1) reaches exactly the processes
-    the runs left behind. Without the namespace it would reach the whole host, so it is not used.
-    """
-    if os.getpid() != 1:
-        reap()
-        return
-    for i in range(100000):
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            break
-        reap()
-        if i > 20:
-            time.sleep(0.001)
-    reap()
 
-
-def reap():
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+def file_kind(mode):
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a link")):
+        if test(mode):
+            return kind
+    return "not a plain file"
 
 
 def safe_relpath(name):
@@ -849,8 +1135,20 @@ def safe_relpath(name):
     return norm
 
 
-def run_one(z, req, state):
-    """Hands the request to the waiting zygote and collects its result."""
+def run_limits(req):
+    """(memory_limit_MB, run_timeout, max_processes) of a request; a limit that would be off (<= 0,
+    not a number) is refused: Node validates first, this is the last line."""
+    values = []
+    for key, default in (("memory_limit_MB", 1024), ("run_timeout", 10), ("max_processes", 64)):
+        value = req.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+            raise ValueError(f"{key} must be a finite number > 0, got {value!r}")
+        values.append(value)
+    return float(values[0]), float(values[1]), int(values[2])
+
+
+def run_one(z, req, state, template):
+    """Hands the request to the waiting run child and collects its result."""
     max_out = int(req.get("max_output_bytes", state["max_output_bytes"]))
     scratch = state["scratch"]
     for name, b64 in (req.get("files") or {}).items():
@@ -864,12 +1162,21 @@ def run_one(z, req, state):
                 os.chown(d, state["uid"], state["gid"])
                 d = os.path.dirname(d)
             os.chown(dest, state["uid"], state["gid"])
+    mem_mb, timeout, max_processes = run_limits(req)
     cg = state["cgroups"]
     if cg is not None:
-        mem_mb = float(req.get("memory_limit_MB", 1024))
         # pids: the run's own limit; memory: what the run allocates beyond the pages it shares
-        cg.set_limits(int(req.get("max_processes", 64)), int(mem_mb * 1024 * 1024) + (64 << 20) if mem_mb > 0 else -1)
-    timeout = float(req.get("run_timeout", 10))
+        # the copies of the warm heap's huge pages: capped on their own (the memory controller does
+        # not see them), at the run's limit, but never below one whole copy of the heap
+        huge_cap = -(-max(state["heap_bytes"], int(mem_mb * 1024 * 1024)) // HUGE) * HUGE
+        # a lower limit than the cgroup holds is refused (EBUSY); the last run's System V shared
+        # memory is freed a little after its IPC namespace died (the kernel does it in a work item)
+        waited_until = time.monotonic() + 5
+        while not cg.set_limits(max_processes, int(mem_mb * 1024 * 1024) + (64 << 20), huge_cap):
+            if time.monotonic() > waited_until:
+                raise OSError(errno.EBUSY, f"cannot write the run's limits into {cg.dirs} for 5 s "
+                              f"({max_processes} processes, {mem_mb} MB): the cgroup still holds more")
+            time.sleep(0.005)
     started = time.monotonic()
     trace = state["trace"]
     keys = ("code", "stdin", "run_timeout", "memory_limit_MB", "max_processes")
@@ -933,30 +1240,25 @@ def run_one(z, req, state):
     elif reported is not None:
         return_code = reported
     else:
-        _, st = os.waitpid(z.pid, 0)
+        # the child died without reporting (a signal: SIGKILL by the memory cgroup, SIGXCPU, ...):
+        # its wait status is with the template, its parent
+        st = template.end_run()["status"]
+        if st is None:
+            raise RuntimeError(f"run child {z.pid} ended but its parent holds no wait status for it")
         if os.WIFSIGNALED(st):
             signum = os.WTERMSIG(st)
             return_code = -signum
         else:
             return_code = os.WEXITSTATUS(st)
-    fetched = {}
+    fetched, unfetched = {}, {}
     if req.get("fetch_files"):
         # nothing of the run may still be running while root reads its files (no link swapping)
-        try:
-            os.killpg(z.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        kill_everything_else()
-    for name in req.get("fetch_files") or []:
-        try:
-            # resolve links first: the run may have planted one pointing at a root-only file
-            real = os.path.realpath(os.path.join(scratch, safe_relpath(name)))
-            if not real.startswith(scratch + "/"):
-                continue
-            with open(real, "rb") as f:
-                fetched[name] = base64.b64encode(f.read(max_out)).decode()
-        except (OSError, ValueError):
-            pass
+        template.end_run()
+        for name in req["fetch_files"]:
+            try:
+                fetched[name] = base64.b64encode(read_run_file(scratch, name, state["max_fetch_bytes"])).decode()
+            except (OSError, ValueError) as exc:
+                unfetched[name] = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     result = {
         "timed_out": timed_out,
         "return_code": return_code,
@@ -967,6 +1269,7 @@ def run_one(z, req, state):
         "stdout_bytes": totals[z.out_r],
         "stderr_bytes": totals[z.err_r],
         "files": fetched,
+        "unfetched": unfetched,
     }
     if trace is not None:
         trace["run_ms"] = wall * 1000
@@ -978,32 +1281,6 @@ def write_all(fd, body):
     data = memoryview(struct.pack(">I", len(body)) + body)
     while data:
         data = data[os.write(fd, data):]
-
-
-def cleanup(z, state):
-    """Nothing of the last run survives: kill every process it left, wipe /tmp and /dev/shm."""
-    try:
-        os.killpg(z.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        _, _, usage = os.wait4(z.pid, 0)
-        if state.get("trace") is not None:
-            state["trace"]["prev_zygote_cpu_ms"] = (usage.ru_utime + usage.ru_stime) * 1000
-            state["trace"]["prev_zygote_faults"] = usage.ru_minflt
-    except ChildProcessError:
-        pass
-    kill_everything_else()
-    for fd in (z.out_r, z.err_r, z.status_r, z.pidfd):
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    try:
-        os.close(z.ctrl_w)
-    except OSError:
-        pass
-    fresh_scratch(state["tmpfs_mb"])
 
 
 # Imported once into the warm interpreter so that runs find them loaded (model-written math code uses
@@ -1037,6 +1314,7 @@ def serve(state):
     import gc
 
     req_fd, resp_fd = state["req_fd"], state["resp_fd"]
+    state["generators"] = random_generators()  # before gc.freeze: get_objects() skips frozen objects
     gc.collect()
     gc.freeze()
     try:
@@ -1052,37 +1330,41 @@ def serve(state):
         WARNINGS.append(f"prefault learning failed: {exc}")
     gc.collect()
     gc.freeze()
-    z = Zygote(state)
+    # from here on this process handles requests, so it never forks a run again: the template does
+    template = Template(state)
+    z, _ = template.next_zygote()
     write_frame(resp_fd, {"type": "ready", "uid": state["uid"] if state["drop_uid"] else os.geteuid(),
                           "protections": PROTECTIONS, "warnings": WARNINGS})
     while True:
         req = read_frame(req_fd)
         if req is None:
-            cleanup(z, state)
+            template.end_run()
             return
         try:
-            result = run_one(z, req, state)
+            result = run_one(z, req, state, template)
             result["id"] = req.get("id")
             result["type"] = "result"
         except Exception as exc:  # noqa: BLE001
             result = {"type": "error", "id": req.get("id"), "error": f"{type(exc).__name__}: {exc}"}
+        del req
         write_frame(resp_fd, result)
+        del result
+        z.close()
         t = time.monotonic()
-        cleanup(z, state)
-        t1 = time.monotonic()
-        z = Zygote(state)
+        z, ended = template.next_zygote()
         if state["trace"] is not None:
-            state["trace"] = {"prev_zygote_cpu_ms": state["trace"].get("prev_zygote_cpu_ms", 0),
-                              "prev_zygote_faults": state["trace"].get("prev_zygote_faults", 0),
-                              "prev_cleanup_ms": (t1 - t) * 1000, "prev_fork_ms": (time.monotonic() - t1) * 1000}
+            state["trace"] = {"prev_zygote_cpu_ms": ended["cpu_ms"], "prev_zygote_faults": ended["faults"],
+                              "prev_cycle_ms": ended["cycle_ms"], "prev_next_ms": (time.monotonic() - t) * 1000}
 
 
-def huge_heap_setup():
+def huge_heap_setup(need_hugetlb_cgroup=False):
     """Makes glibc grow the heap in huge pages when configured and possible (before any import);
     returns None when it did, else why not. A speed feature, not a protection: when it is off the
     health says why but stays "ok"."""
     if not (CONFIG.get("huge_pages") and os.environ.get("PYTHONMALLOC") == "malloc"):
         return "huge pages off by configuration"
+    if need_hugetlb_cgroup and hugetlb_hierarchy() is None:
+        return "no hugetlb cgroup controller to cap the runs' copies of a huge-page heap"
     try:
         if not huge_pages_usable():
             return "no free or overcommittable 2 MiB pages"
@@ -1130,6 +1412,15 @@ def bare_fork_loop():
         print(json.dumps({"mode": mode, "runs": int(runs), "seconds": time.perf_counter() - started}), flush=True)
 
 
+# Run uids: one per worker, RUN_UID_BASE + the worker's pid, so that no two live workers share one
+# (RLIMIT_NPROC and signals go by uid) whatever pid_max is (at most 2^22 on Linux).
+RUN_UID_BASE = 1_000_000_000
+
+
+def run_uid(worker_pid):
+    return RUN_UID_BASE + worker_pid
+
+
 def main():
     # protocol fds away from 0/1 so that nothing printed by a library can corrupt a frame
     req_fd = os.dup(0)
@@ -1138,7 +1429,10 @@ def main():
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    huge_off = huge_heap_setup()
+    disabled = set(CONFIG.get("disable", []))
+    # as root with cgroups, the runs' copies of a huge-page heap must be capped: no hugetlb
+    # controller, no huge pages (the heap stays in ordinary pages, which the memory cgroup counts)
+    huge_off = huge_heap_setup(need_hugetlb_cgroup=os.geteuid() == 0 and "cgroups" not in disabled)
     for var in list(os.environ):
         if var not in ("PATH", "LANG", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                        "NUMEXPR_NUM_THREADS"):
@@ -1153,35 +1447,47 @@ def main():
     PROTECTIONS["warm_pool"] = {"active": True, "how": how}
     PROTECTIONS["env_scrubbed"] = {"active": True, "how": "the server drops its environment; runs get a fixed minimal one"}
     is_root = os.geteuid() == 0
-    uid = int(CONFIG.get("uid", 0)) or 100000 + (os.getpid() % 50000) * 16
+    uid = int(CONFIG.get("uid", 0)) or run_uid(os.getpid())
     gid = uid
     tmpfs_mb = int(CONFIG.get("tmpfs_mb", 256))
     name = CONFIG.get("name") or f"w{os.getpid()}"
     state = {
         "huge_ranges": ranges,
+        "heap_bytes": sum(n for _, n in ranges),
         "trace": {} if CONFIG.get("trace") else None,  # per-phase timings, returned with each result
         "seccomp": None,
         "uid": uid,
         "gid": gid,
         "tmpfs_mb": tmpfs_mb,
         "max_output_bytes": int(CONFIG.get("max_output_bytes", 1 << 20)),
+        "max_fetch_bytes": int(CONFIG.get("max_fetch_bytes", 32 << 20)),
         "drop_uid": False,
+        "ipc_per_run": False,
         "cgroups": None,
     }
     if not is_root:
         WARNINGS.append("not running as root: namespaces, cgroups and the uid drop are unavailable")
-    disabled = set(CONFIG.get("disable", []))
     cgroups = None
     if is_root and "cgroups" not in disabled:
-        cgroups = protect("cgroups", "", lambda: Cgroups(name).verify())
+        cgroups = protect("cgroups", "", lambda: Cgroups(name, hugetlb=bool(ranges)).verify())
         if cgroups is not None:
             PROTECTIONS["cgroups"]["how"] = f"{cgroups.kind}: pids.max and memory limit per run"
     elif "cgroups" in disabled:
         PROTECTIONS["cgroups"] = {"active": False, "reason": "disabled by configuration"}
+    if not ranges:
+        PROTECTIONS["heap_copies_counted"] = {
+            "active": True, "how": "heap in ordinary pages: a run's copies count in its memory cgroup"}
+    elif cgroups is not None:
+        PROTECTIONS["heap_copies_counted"] = {
+            "active": True, "how": "hugetlb cgroup: a run's copies of the huge-page heap are capped at "
+            "memory_limit_MB (at least one whole copy of the heap), its processes together"}
+    else:
+        PROTECTIONS["heap_copies_counted"] = {
+            "active": False, "reason": "the heap is in huge pages and no cgroup caps the runs' copies of it"}
     state["cgroups"] = cgroups
     pid_ns = False
     if is_root and "pid_ns" not in disabled:
-        pid_ns = protect("pid_namespace", "new pid namespace; the server is its pid 1 and kill(-1)s leftovers",
+        pid_ns = protect("pid_namespace", "new pid namespace; after each run the parent of the runs kill(-1)s every process left",
                          lambda: _check(libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)") or True)
     if pid_ns:
         child = os.fork()
@@ -1217,20 +1523,34 @@ def main():
                      lambda: _check(libc.unshare(flags), "unshare(NEWNS|NEWIPC|NEWUTS)") or True)
         if ok:
             libc.sethostname(b"sandbox", 7)
-            protect("filesystem", "pivot_root into a tmpfs root with read-only /usr and Python dirs, private /tmp per run",
-                    lambda: build_root(uid, gid, tmpfs_mb) or True)
+            shown = protect("filesystem", "pivot_root into a tmpfs root with read-only /usr and Python dirs, "
+                            "private /tmp per run", lambda: build_root(uid, gid, tmpfs_mb))
+            if shown == []:
+                PROTECTIONS["mount_sources_hidden"] = {
+                    "active": True, "how": "read-only overlays: the runs' mountinfo names no host path or device"}
+            elif shown is not None:
+                PROTECTIONS["mount_sources_hidden"] = {
+                    "active": False, "reason": f"overlayfs refused, plain binds show the host's mounts for {shown}"}
+            else:
+                PROTECTIONS["mount_sources_hidden"] = {"active": False, "reason": "no private root (see filesystem)"}
     if is_root and "net_ns" not in disabled:
         protect("network_namespace", "empty network namespace (no interfaces up)",
                 lambda: _check(libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)") or True)
-    for step, names in (("pid_ns", ["pid_namespace"]), ("mount_ns", ["mount_ipc_uts_namespaces", "filesystem"]),
+    for step, names in (("pid_ns", ["pid_namespace"]), ("mount_ns", ["mount_ipc_uts_namespaces", "filesystem", "mount_sources_hidden"]),
                         ("net_ns", ["network_namespace"]), ("cgroups", ["cgroups"])):
         for pname in names:
             if pname not in PROTECTIONS:
                 why = "disabled by configuration" if step in disabled else "needs root"
                 PROTECTIONS[pname] = {"active": False, "reason": why}
+    if is_root:
+        state["ipc_per_run"] = bool(protect(
+            "ipc_namespace_per_run", "each run has an IPC namespace of its own: SysV shared memory, message queues,"
+            " semaphores and POSIX queues die with it, and their limits count per run", verify_ipc_unshare))
+    else:
+        PROTECTIONS["ipc_namespace_per_run"] = {"active": False, "reason": "needs root"}
     if is_root and "uid" not in disabled:
         state["drop_uid"] = True
-        PROTECTIONS["uid_drop"] = {"active": True, "how": f"runs as uid {uid} with no capabilities and no_new_privs"}
+        PROTECTIONS["uid_drop"] = {"active": True, "how": f"runs as uid {uid} (this worker's own) with an empty capability bounding set and no_new_privs"}
         PROTECTIONS["process_limit_rlimit"] = {"active": True, "how": "RLIMIT_NPROC per run uid"}
     else:
         PROTECTIONS["uid_drop"] = {"active": False, "reason": "not root" if not is_root else "disabled"}
@@ -1238,10 +1558,12 @@ def main():
         PROTECTIONS["seccomp"] = {"active": False, "reason": "disabled by configuration"}
     else:
         state["seccomp"] = protect("seccomp", "BPF filter: no namespaces, mounts, ptrace, bpf, userfaultfd, perf, "
-                                   "keyrings, kernel modules, kexec or huge pages", lambda: verify_seccomp(seccomp_program()))
+                                   "keyrings, kernel modules, kexec, huge pages, io_uring, inotify or fanotify", lambda: verify_seccomp(seccomp_program()))
     PROTECTIONS["rlimits"] = {"active": True, "how": "RLIMIT_AS (memory), FSIZE, NOFILE, CPU, CORE per run"}
     state["vm_base"] = vm_size_bytes()
     state["req_fd"], state["resp_fd"] = req_fd, resp_fd
+    state["parent_fds"] = (req_fd, resp_fd)  # what every child of the server closes first
+    state["pid_ns"] = bool(pid_ns)
     state["scratch"] = "/tmp/run"
     if not PROTECTIONS.get("filesystem", {}).get("active"):
         # without the private root, still give each run a scratch dir of its own (wiped per run)

@@ -1,5 +1,6 @@
 import { type CliCommand, UsageError } from "@torl-ts/core";
 import { SandboxExecutor } from "./executor.js";
+import { DEFAULT_LIMITS } from "./request.js";
 import { DEFAULT_MAX_BODY_BYTES, SandboxListenError, type SandboxServer, serveSandbox } from "./server.js";
 
 /** Parses `--name value` / `--name=value` flags; every flag must be in `known`. */
@@ -38,6 +39,7 @@ export const sandboxCommand: CliCommand = {
   usage: [
     "usage: pnpm torl sandbox serve --port P [--host 127.0.0.1] [--workers N]",
     `                               [--max-processes 64] [--max-output-bytes 1048576] [--max-body-bytes ${DEFAULT_MAX_BODY_BYTES}]`,
+    "                               [--max-memory-mb 8192] [--max-run-timeout 300]",
     "",
     "Starts N warm Python interpreters (sympy and numpy imported) that fork an isolated child per run,",
     "and serves SandboxFusion's API on host:port (loopback unless --host says otherwise).",
@@ -57,7 +59,14 @@ export const sandboxCommand: CliCommand = {
       "max-processes",
       "max-output-bytes",
       "max-body-bytes",
+      "max-memory-mb",
+      "max-run-timeout",
     ]);
+    // the most a request may ask for; more (or a limit <= 0) is answered 400
+    const limits = {
+      maxMemoryMB: intFlag(flags, "max-memory-mb", DEFAULT_LIMITS.maxMemoryMB, 1),
+      maxRunTimeout: intFlag(flags, "max-run-timeout", DEFAULT_LIMITS.maxRunTimeout, 1),
+    };
     if (!flags.has("port")) throw new UsageError("--port is required");
     const port = intFlag(flags, "port", 0, 0);
     if (port > 65535) throw new UsageError(`--port must be <= 65535, got ${port}`);
@@ -69,6 +78,7 @@ export const sandboxCommand: CliCommand = {
       workers,
       maxProcesses: intFlag(flags, "max-processes", 64, 1),
       maxOutputBytes: intFlag(flags, "max-output-bytes", 1 << 20, 1),
+      limits,
       log: (line) => console.error(`[sandbox] ${line}`),
     }).start();
     const health = executor.health();
@@ -84,7 +94,7 @@ export const sandboxCommand: CliCommand = {
     }
     let srv: SandboxServer;
     try {
-      srv = await serveSandbox(executor, { host, port, maxBodyBytes });
+      srv = await serveSandbox(executor, { host, port, maxBodyBytes, limits });
     } catch (error) {
       await executor.close();
       if (!(error instanceof SandboxListenError)) throw error;

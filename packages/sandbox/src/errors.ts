@@ -11,6 +11,17 @@ export class RunRequestError extends Error {
   }
 }
 
+/** An executor or server option that cannot work (`option` names it, e.g. `limits.maxMemoryMB`). */
+export class SandboxConfigError extends Error {
+  override name = "SandboxConfigError";
+  constructor(
+    readonly option: string,
+    reason: string,
+  ) {
+    super(`sandbox option ${option}: ${reason}`);
+  }
+}
+
 /** A sandbox worker (one warm fork server) could not start. */
 export class SandboxStartError extends Error {
   override name = "SandboxStartError";

@@ -1,6 +1,12 @@
 import { hostname } from "node:os";
-import { SandboxClosedError } from "./errors.js";
-import { DEFAULT_LIMITS, type NormalizedRequest, normalizeRequest, type RequestLimits } from "./request.js";
+import { SandboxClosedError, SandboxConfigError } from "./errors.js";
+import {
+  checkRunLimits,
+  type NormalizedRequest,
+  normalizeRequest,
+  type RequestLimits,
+  resolveLimits,
+} from "./request.js";
 import type {
   CodeRunner,
   CommandRunResult,
@@ -26,6 +32,7 @@ export interface ExecutorOptions {
   preload?: string[];
   /** Warm heap in 2 MiB huge pages (default true); see WorkerOptions.hugePages. */
   hugePages?: boolean;
+  /** This executor's maxima (run_timeout, memory_limit_MB, request size); a request over one is refused. */
   limits?: Partial<RequestLimits>;
   /** Called with each line worth saying loudly (missing protections, restarts). Default: stderr. */
   log?: (line: string) => void;
@@ -58,7 +65,11 @@ export class SandboxExecutor implements CodeRunner {
 
   constructor(readonly options: ExecutorOptions = {}) {
     this.prefix = `torl-${process.pid}-${poolCounter++}`;
-    this.limits = { ...DEFAULT_LIMITS, ...options.limits };
+    this.limits = resolveLimits(options.limits);
+    const maxProcesses = options.maxProcesses ?? 64;
+    if (!Number.isInteger(maxProcesses) || maxProcesses < 1) {
+      throw new SandboxConfigError("maxProcesses", `must be an integer >= 1, got ${maxProcesses}`);
+    }
     this.log = options.log ?? ((line) => process.stderr.write(`[sandbox] ${line}\n`));
   }
 
@@ -92,9 +103,14 @@ export class SandboxExecutor implements CodeRunner {
     }
   }
 
-  /** Runs an already validated request. */
+  /** Runs a request `normalizeRequest` made; its limits are checked again against this executor's. */
   runNormalized(request: NormalizedRequest): Promise<RunCodeResponse> {
     if (this.closed) return Promise.reject(new SandboxClosedError());
+    try {
+      checkRunLimits(request, this.limits);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     return new Promise((resolve) => {
       this.queue.push({ request, resolve });
       this.pump();
@@ -216,6 +232,8 @@ function toResponse(raw: RawRunResult, request: NormalizedRequest, maxOutputByte
     stdout: raw.stdout,
     stderr: raw.stderr,
   };
+  for (const [path, why] of Object.entries(raw.unfetched ?? {}))
+    notes.push(`fetch_files '${path}' not read: ${why}`);
   if (raw.timed_out) notes.unshift(`run exceeded run_timeout of ${request.run_timeout} s and was killed`);
   const ok = !raw.timed_out && raw.return_code === 0;
   return {

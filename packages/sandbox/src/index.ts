@@ -16,7 +16,14 @@ export {
 } from "./code-interpreter.js";
 export * from "./errors.js";
 export { type ExecutorOptions, SandboxExecutor, sandboxError } from "./executor.js";
-export { type NormalizedRequest, normalizeRequest, type RequestLimits } from "./request.js";
+export {
+  checkRunLimits,
+  DEFAULT_LIMITS,
+  type NormalizedRequest,
+  normalizeRequest,
+  type RequestLimits,
+  resolveLimits,
+} from "./request.js";
 export { SandboxActor, SandboxActorClass, type SandboxActorOptions } from "./sandbox-actor.js";
 export {
   DEFAULT_MAX_BODY_BYTES,

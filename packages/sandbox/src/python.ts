@@ -26,9 +26,29 @@ export function resolvePython(): string {
   return resolved;
 }
 
-/** The environment a fork server starts with (it drops all of it before any run). */
+/** The fd on which a fork server finds its own source (see forkServerArgs). */
+export const FORKSERVER_SOURCE_FD = 3;
+
+/**
+ * Arguments that start the fork server from the source open on FORKSERVER_SOURCE_FD, under the
+ * name "forkserver.py": every run is a fork of it, and its command line, `sys.orig_argv` and
+ * `__file__` would otherwise show runs where this package lives on the host.
+ */
+export function forkServerArgs(config: unknown): string[] {
+  const bootstrap = [
+    `f = open(${FORKSERVER_SOURCE_FD}, "rb")`,
+    "source = f.read()",
+    "f.close()",
+    '__file__ = "forkserver.py"',
+    'exec(compile(source, "forkserver.py", "exec"))',
+  ].join("; ");
+  return ["-u", "-c", bootstrap, JSON.stringify(config)];
+}
+
+/** The environment a fork server starts with (it drops all of it before any run; none of it may name
+ * a host path, as its runs could read what is left of it in memory). */
 export function forkServerEnv(hugePages: boolean): Record<string, string> {
-  const env: Record<string, string> = { PATH: process.env.PATH ?? "/usr/bin:/bin", LANG: "C.UTF-8" };
+  const env: Record<string, string> = { PATH: "/usr/local/bin:/usr/bin:/bin", LANG: "C.UTF-8" };
   if (hugePages) {
     // every Python object in glibc's heap, which grows in 2 MiB hugetlb mappings (see forkserver.py)
     env.PYTHONMALLOC = "malloc";

@@ -1,4 +1,4 @@
-import { RunRequestError } from "./errors.js";
+import { RunRequestError, SandboxConfigError } from "./errors.js";
 import type { RunCodeRequest } from "./types.js";
 
 /** A validated request with every default filled in (what a worker receives). */
@@ -11,15 +11,51 @@ export interface NormalizedRequest {
   fetch_files: string[];
 }
 
-/** Limits a service applies on top of what a request asks for. */
+/** The service's own maxima: a request asking for more is refused (HTTP 400), never run. */
 export interface RequestLimits {
   /** Longest `run_timeout` accepted, seconds. */
   maxRunTimeout: number;
+  /** Largest `memory_limit_MB` accepted, MB. */
+  maxMemoryMB: number;
   /** Largest code + stdin + files, bytes. */
   maxRequestBytes: number;
 }
 
-export const DEFAULT_LIMITS: RequestLimits = { maxRunTimeout: 300, maxRequestBytes: 32 << 20 };
+export const DEFAULT_LIMITS: RequestLimits = {
+  maxRunTimeout: 300,
+  maxMemoryMB: 8192,
+  maxRequestBytes: 32 << 20,
+};
+
+/** The defaults with `overrides` applied; throws SandboxConfigError for a maximum that is not a positive number. */
+export function resolveLimits(overrides: Partial<RequestLimits> = {}): RequestLimits {
+  const limits = { ...DEFAULT_LIMITS, ...overrides };
+  for (const [key, value] of Object.entries(limits)) {
+    if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
+      throw new SandboxConfigError(`limits.${key}`, `must be a positive number, got ${String(value)}`);
+    }
+  }
+  return limits;
+}
+
+/**
+ * The limits a run asks for, checked against `limits` (a request that switched a limit off or asked
+ * for more than the service allows is refused): both `normalizeRequest` and the executor call it.
+ */
+export function checkRunLimits(
+  request: Pick<NormalizedRequest, "run_timeout" | "memory_limit_MB">,
+  limits: RequestLimits,
+): void {
+  const within = (field: string, value: number, max: number, unit: string): void => {
+    if (typeof value !== "number" || !Number.isFinite(value))
+      throw new RunRequestError(field, "must be a finite number");
+    if (value <= 0) throw new RunRequestError(field, `must be > 0 ${unit}, got ${value}`);
+    if (value > max)
+      throw new RunRequestError(field, `${value} ${unit} is over this server's limit of ${max} ${unit}`);
+  };
+  within("run_timeout", request.run_timeout, limits.maxRunTimeout, "s");
+  within("memory_limit_MB", request.memory_limit_MB, limits.maxMemoryMB, "MB");
+}
 
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 
@@ -31,7 +67,8 @@ function checkRelativePath(field: string, path: string): void {
 
 /**
  * Validates a SandboxFusion `/run_code` body and fills defaults (run_timeout 10 s, memory 1024 MB).
- * Throws RunRequestError naming the field and the reason.
+ * Throws RunRequestError naming the field and the reason: a limit of 0 or below, or over the
+ * service's maximum, is refused (it never switches a limit off).
  */
 export function normalizeRequest(body: unknown, limits: RequestLimits = DEFAULT_LIMITS): NormalizedRequest {
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
@@ -52,15 +89,9 @@ export function normalizeRequest(body: unknown, limits: RequestLimits = DEFAULT_
     return v;
   };
   const run_timeout = num("run_timeout", 10);
-  if (run_timeout <= 0) throw new RunRequestError("run_timeout", "must be > 0 seconds");
-  if (run_timeout > limits.maxRunTimeout) {
-    throw new RunRequestError(
-      "run_timeout",
-      `${run_timeout} s is over this server's limit of ${limits.maxRunTimeout} s`,
-    );
-  }
   num("compile_timeout", 10);
   const memory_limit_MB = num("memory_limit_MB", 1024);
+  checkRunLimits({ run_timeout, memory_limit_MB }, limits);
   const stdin = r.stdin ?? "";
   if (typeof stdin !== "string") throw new RunRequestError("stdin", "must be a string or null");
   const files: Record<string, string> = {};

@@ -9,11 +9,11 @@ export interface RunCodeRequest {
   code: string;
   /** Only "python" (alias "python3") runs here. */
   language?: string;
-  /** Wall-clock limit in seconds (SandboxFusion default 10). */
+  /** Wall-clock limit in seconds (SandboxFusion default 10); > 0 and at most the service's `maxRunTimeout`. */
   run_timeout?: number;
   /** Accepted for compatibility; Python has no compile step. */
   compile_timeout?: number;
-  /** Memory the run may allocate, in MB (SandboxFusion default 1024; <= 0 means no limit). */
+  /** Memory the run may allocate, in MB (default 1024); > 0 and at most the service's `maxMemoryMB` (nothing switches it off). */
   memory_limit_MB?: number;
   stdin?: string | null;
   /** Relative path -> base64 content, written into the run's working directory first. */

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, readdirSync, rmdirSync } from "node:fs";
+import { closeSync, existsSync, openSync, readdirSync, rmdirSync } from "node:fs";
 import { SandboxInternalError, SandboxStartError, SandboxWorkerDiedError } from "./errors.js";
-import { FORKSERVER_PATH, forkServerEnv, resolvePython } from "./python.js";
+import { FORKSERVER_PATH, forkServerArgs, forkServerEnv, resolvePython } from "./python.js";
 import type { NormalizedRequest } from "./request.js";
 import type { Protection } from "./types.js";
 
@@ -18,6 +18,8 @@ export interface RawRunResult {
   stdout_bytes: number;
   stderr_bytes: number;
   files: Record<string, string>;
+  /** fetch_files entries that were not returned, with the reason (missing, not a regular file, too large). */
+  unfetched: Record<string, string>;
   /** Per-phase timings in ms, only when the server runs with TORL_SANDBOX_TRACE=1 (profiling). */
   trace?: Record<string, number>;
 }
@@ -104,10 +106,17 @@ export class SandboxWorker {
       // per-phase timings in each raw result, for profiling the run cycle
       trace: process.env.TORL_SANDBOX_TRACE === "1",
     };
-    const proc = spawn(this.python, ["-u", FORKSERVER_PATH, JSON.stringify(config)], {
-      stdio: ["pipe", "pipe", "pipe"],
-      env: forkServerEnv(config.huge_pages),
-    });
+    const source = openSync(FORKSERVER_PATH, "r");
+    let proc: ChildProcess;
+    try {
+      proc = spawn(this.python, forkServerArgs(config), {
+        // fd 3 (FORKSERVER_SOURCE_FD): the server's source
+        stdio: ["pipe", "pipe", "pipe", source],
+        env: forkServerEnv(config.huge_pages),
+      });
+    } finally {
+      closeSync(source);
+    }
     this.proc = proc;
     this.pid = proc.pid;
     proc.stdout!.on("data", (chunk: Buffer) => this.onData(chunk));
@@ -251,15 +260,22 @@ export class SandboxWorker {
   }
 }
 
+/** Where a worker's cgroups live: v1 pids, memory and hugetlb, v2 (alone or beside v1 as "unified"). */
+const CGROUP_ROOTS = [
+  "/sys/fs/cgroup/pids",
+  "/sys/fs/cgroup/memory",
+  "/sys/fs/cgroup/hugetlb",
+  "/sys/fs/cgroup/unified",
+  "/sys/fs/cgroup",
+];
+
 function cgroupDirs(name: string): string[] {
-  return ["/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup"].map(
-    (root) => `${root}/torl-sandbox/${name}`,
-  );
+  return CGROUP_ROOTS.map((root) => `${root}/torl-sandbox/${name}`);
 }
 
 /** Removes cgroups left by sandbox workers of processes that no longer exist (names are torl-<pid>-...). */
 export function sweepStaleCgroups(): void {
-  for (const root of ["/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup"]) {
+  for (const root of CGROUP_ROOTS) {
     let names: string[];
     try {
       names = readdirSync(`${root}/torl-sandbox`);

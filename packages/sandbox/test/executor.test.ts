@@ -7,7 +7,14 @@ import { randomBytes } from "node:crypto";
 import { existsSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import test from "ava";
-import { SandboxExecutor } from "../src/index.js";
+import {
+  normalizeRequest,
+  RunRequestError,
+  SandboxConfigError,
+  SandboxExecutor,
+  SandboxInternalError,
+  SandboxWorker,
+} from "../src/index.js";
 import { eventually } from "./helpers.js";
 
 let ex: SandboxExecutor;
@@ -103,3 +110,58 @@ print("connected")
     t.false(existsSync(hostFile));
   },
 );
+
+test("limits a request asks for are checked on every path: <= 0 or over the executor's maximum is refused", async (t) => {
+  const small = new SandboxExecutor({
+    workers: 1,
+    limits: { maxMemoryMB: 512, maxRunTimeout: 20 },
+    log: () => {},
+  });
+  // refused before any worker is needed: nothing is started
+  for (const [request, reason] of [
+    [{ code: "print(1)", memory_limit_MB: 0 }, /memory_limit_MB: must be > 0 MB, got 0/],
+    [{ code: "print(1)", memory_limit_MB: -5 }, /memory_limit_MB: must be > 0 MB, got -5/],
+    [
+      { code: "print(1)", memory_limit_MB: 513 },
+      /memory_limit_MB: 513 MB is over this server's limit of 512 MB/,
+    ],
+    [{ code: "print(1)", run_timeout: 0 }, /run_timeout: must be > 0 s, got 0/],
+    [{ code: "print(1)", run_timeout: 21 }, /run_timeout: 21 s is over this server's limit of 20 s/],
+  ] as const) {
+    await t.throwsAsync(small.run(request), { instanceOf: RunRequestError, message: reason });
+  }
+  // a request validated elsewhere (a server with looser limits) is checked again by the executor
+  const loose = normalizeRequest({ code: "print(1)", memory_limit_MB: 4096 });
+  await t.throwsAsync(small.runNormalized(loose), {
+    instanceOf: RunRequestError,
+    message: /over this server's limit of 512 MB/,
+  });
+  await t.throwsAsync(small.runNormalized({ ...loose, memory_limit_MB: -1 }), {
+    instanceOf: RunRequestError,
+  });
+  t.throws(() => new SandboxExecutor({ limits: { maxMemoryMB: 0 } }), {
+    instanceOf: SandboxConfigError,
+    message: /limits.maxMemoryMB/,
+  });
+  t.throws(() => new SandboxExecutor({ maxProcesses: 0 }), {
+    instanceOf: SandboxConfigError,
+    message: /maxProcesses/,
+  });
+});
+
+test("the fork server refuses a limit that would be off, whatever reaches it", async (t) => {
+  const worker = new SandboxWorker({ name: `torl-${process.pid}-limits`, hugePages: false });
+  await worker.start();
+  try {
+    const base = normalizeRequest({ code: "print(1)" });
+    for (const bad of [{ memory_limit_MB: 0 }, { memory_limit_MB: -1 }, { run_timeout: 0 }]) {
+      await t.throwsAsync(worker.run({ ...base, ...bad, max_processes: 8 }), {
+        instanceOf: SandboxInternalError,
+        message: /must be a finite number > 0/,
+      });
+    }
+    t.is((await worker.run({ ...base, max_processes: 8 })).stdout, "1\n");
+  } finally {
+    await worker.close();
+  }
+});

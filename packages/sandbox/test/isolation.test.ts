@@ -3,7 +3,7 @@
  * machine lacks a kernel feature the matching test fails and names the protection that is missing.
  */
 import { randomBytes } from "node:crypto";
-import { existsSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import test from "ava";
 import { SandboxExecutor } from "../src/index.js";
@@ -111,6 +111,56 @@ print(sum(1 for c in codes if c == 0), "of 4 children allocated 100 MB")
   });
   const ok = Number(/^(\d+) of 4/.exec(many.run_result?.stdout ?? "")?.[1] ?? -1);
   t.true(ok >= 0 && ok < 4, `cgroup memory limit not enforced: ${JSON.stringify(many.run_result)}`);
+});
+
+// Any process that writes a page of the warm heap it shares may be the one that finds the cap
+// full (SIGBUS), so only processes whose fate does not matter write: the run execs into `cat`, which
+// ends when every writer is done (or dead), and each writer that copied the whole heap says so.
+const HEAP_COPIES = `
+import ctypes, os
+pages = []
+span = None
+for line in open("/proc/self/smaps"):
+    head = line.split(None, 1)[0]
+    if "-" in head and not head.endswith(":"):
+        span = [int(x, 16) for x in head.split("-")]
+    elif head == "KernelPageSize:" and int(line.split()[1]) == 2048:
+        pages += range(span[0], span[1], 2 << 20)
+print(len(pages), flush=True)
+done_r, done_w = os.pipe()  # EOF once every writer is done or dead
+hold_r, hold_w = os.pipe()  # never written: the writers keep their copies until the run ends
+if os.fork() == 0:
+    for i in range(12):
+        if os.fork() == 0:
+            try:
+                for a in pages:
+                    byte = ctypes.c_char.from_address(a)
+                    byte.value = byte.value  # a write: this process gets its own copy of the page
+                os.write(1, b"held\\n")
+                os.close(done_w)
+                os.read(hold_r, 1)
+            finally:
+                os._exit(0)
+    os.close(done_w)
+    os.read(hold_r, 1)
+    os._exit(0)
+os.dup2(done_r, 0)
+os.execv("/bin/cat", ["cat"])
+`;
+
+test("copies of the huge-page heap count: 12 processes writing all of it cannot take more than the run's limit", async (t) => {
+  const r = await ex.run({ code: HEAP_COPIES, memory_limit_MB: 128, run_timeout: 60 });
+  t.is(r.status, "Success", JSON.stringify(r));
+  const [first, ...rest] = (r.run_result?.stdout ?? "").trim().split("\n");
+  const heapPages = Number(first);
+  const held = rest.filter((line) => line === "held").length;
+  t.true(heapPages > 4, `the heap is in ${heapPages} huge pages`);
+  // 128 MB = 64 pages of 2 MiB; a writer that would pass it gets SIGBUS on the page that does not fit
+  // (when all 12 race, each may get part of the way and none all of it: held is then 0)
+  t.true(held * heapPages <= 64, `${held} processes held a copy of all ${heapPages} pages at once`);
+  // the control: with room for them (2 GB), all 12 writers copy the whole heap and hold it
+  const roomy = await ex.run({ code: HEAP_COPIES, memory_limit_MB: 2048, run_timeout: 60 });
+  t.is(roomy.run_result?.stdout, `${heapPages}\n${"held\n".repeat(12)}`, JSON.stringify(roomy));
 });
 
 test("process-count limit: a run cannot have more than maxProcesses processes", async (t) => {
@@ -251,11 +301,37 @@ for target in (os.getppid(), 1, -1):
     except OSError as e:
         print(target, type(e).__name__)
 `);
-  t.notRegex(r.run_result?.stdout ?? "", /sent/);
+  // kill(-1) answers success when the namespace holds other processes, even if it may signal none
+  // of them (the parent of the runs is one): what counts is that the next run still works
+  t.regex(r.run_result?.stdout ?? "", /^\d+ PermissionError\n1 PermissionError\n-1 /);
   t.is((await ex.run("print('up')")).run_result?.stdout, "up\n");
 });
 
-test("runs cannot gain privileges: uid is unprivileged, setuid root fails, no capabilities", async (t) => {
+test("a run finds no host path or host device in its command line, environment, interpreter or mountinfo", async (t) => {
+  const r = await ex.run(`
+import ctypes, os, sys, __main__
+ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: its own /proc/self/environ becomes readable
+print(os.path.exists("/proc/1/cmdline"), len(os.listdir("/proc/self/fd")) > 0)
+for path in ("/proc/self/cmdline", "/proc/self/environ", "/proc/self/mountinfo"):
+    sys.stdout.write(open(path, "rb").read().decode("utf-8", "replace"))
+print(sys.orig_argv, sys.argv, getattr(__main__, "__file__", None), sys.path)
+`);
+  t.is(r.status, "Success", JSON.stringify(r));
+  const out = r.run_result?.stdout ?? "";
+  // pid 1 (the server) and the template are other uids' processes: not even listed
+  t.true(out.startsWith("False True\n"), out.slice(0, 200));
+  t.false(out.includes(process.cwd()), `the repository's path ${process.cwd()} is visible to runs`);
+  const hostRoot = readFileSync("/proc/self/mountinfo", "utf8")
+    .split("\n")
+    .map((line) => line.split(" "))
+    .find((f) => f[4] === "/");
+  const [fstype, source] = hostRoot?.slice(hostRoot.indexOf("-") + 1) ?? [];
+  t.truthy(source);
+  t.false(out.includes(` ${fstype} ${source} `), `the host's root filesystem (${fstype} ${source}) is named`);
+  t.regex(out, / - overlay sandbox ro,lowerdir=\/tmp\/layers\/\d+:/);
+});
+
+test("runs cannot gain privileges: uid is unprivileged, setuid root fails, no capabilities, empty bounding set", async (t) => {
   const r = await ex.run(`
 import os
 print(os.getuid() != 0, os.geteuid() != 0)
@@ -264,9 +340,14 @@ try:
     print("became root")
 except PermissionError:
     print("setuid refused")
-print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])
+status = open("/proc/self/status").read()
+print(status.split("CapEff:")[1].split()[0], status.split("CapBnd:")[1].split()[0], status.split("CapAmb:")[1].split()[0])
 `);
-  t.is(r.run_result?.stdout, "True True\nsetuid refused\n0000000000000000\n");
+  // CapBnd empty: no capability can come back, not even through a file with capabilities
+  t.is(
+    r.run_result?.stdout,
+    "True True\nsetuid refused\n0000000000000000 0000000000000000 0000000000000000\n",
+  );
 });
 
 test("sympy and numpy are importable and already loaded in the run", async (t) => {
@@ -293,6 +374,36 @@ open("ok.txt", "w").write("fine")
   t.deepEqual(r.files, { "ok.txt": Buffer.from("fine").toString("base64") });
 });
 
+test("each worker's runs have a uid of their own: 1e9 + the worker's pid, never wrapped", (t) => {
+  const pids = ex.workerPids();
+  t.is(pids.length, 2);
+  // a pid modulo a constant would give two workers one uid (and one RLIMIT_NPROC) where pid_max is large
+  t.deepEqual(
+    ex.runUids(),
+    pids.map((pid) => 1_000_000_000 + pid),
+  );
+});
+
+test("fetch_files: a FIFO, a directory, a missing or an oversized file is refused at once and named", async (t) => {
+  const r = await ex.run({
+    code: `
+import os
+os.mkfifo("pipe")
+os.mkdir("dir")
+open("ok.txt", "w").write("fine")
+open("big.bin", "wb").write(b"x" * (40 << 20))
+`,
+    fetch_files: ["pipe", "dir", "ok.txt", "absent.txt", "big.bin"],
+    run_timeout: 20,
+  });
+  t.is(r.status, "Success", JSON.stringify(r));
+  t.deepEqual(r.files, { "ok.txt": Buffer.from("fine").toString("base64") });
+  t.regex(r.message, /fetch_files 'pipe' not read: not a regular file \(a FIFO\)/);
+  t.regex(r.message, /fetch_files 'dir' not read: not a regular file \(a directory\)/);
+  t.regex(r.message, /fetch_files 'absent.txt' not read: No such file or directory/);
+  t.regex(r.message, /fetch_files 'big.bin' not read: 41943040 bytes, over the limit of 33554432/);
+});
+
 const SYSCALL_PROBE = `
 import ctypes, threading
 libc = ctypes.CDLL(None, use_errno=True)
@@ -304,6 +415,10 @@ print("userns", errno_of(libc.unshare(0x10000000)))
 print("traceme", errno_of(libc.ptrace(0, 0, 0, 0)))
 huge = libc.mmap(None, 2 << 20, 3, 0x22 | 0x40000, -1, 0)
 print("hugetlb", 0 if huge not in (None, 2**64 - 1) else ctypes.get_errno())
+print("inotify", 0 if libc.inotify_init1(0) >= 0 else ctypes.get_errno())
+print("fanotify", 0 if libc.fanotify_init(0, 0) >= 0 else ctypes.get_errno())
+params = ctypes.create_string_buffer(120)
+print("io_uring", 0 if libc.syscall(425, 1, params) >= 0 else ctypes.get_errno())
 out = []
 th = threading.Thread(target=lambda: out.append(sum(range(10))))
 th.start(); th.join()
@@ -311,16 +426,25 @@ print("thread", out[0])
 print("alloc", len(bytearray(64 << 20)) >> 20)
 `;
 
-test("seccomp: no user namespace (it would hand the run capabilities), no ptrace, no huge pages; threads work", async (t) => {
+test("seccomp: no user namespace (it would hand the run capabilities), no ptrace, no huge pages, no io_uring, no inotify; threads work", async (t) => {
   const r = await ex.run({ code: SYSCALL_PROBE, memory_limit_MB: 256 });
   // EPERM = 1, ENOMEM = 12: glibc falls back to ordinary pages, which the run's memory cgroup counts
-  t.is(r.run_result?.stdout, "userns 1\ntraceme 1\nhugetlb 12\nthread 45\nalloc 64\n", JSON.stringify(r));
+  t.is(
+    r.run_result?.stdout,
+    "userns 1\ntraceme 1\nhugetlb 12\ninotify 1\nfanotify 1\nio_uring 1\nthread 45\nalloc 64\n",
+    JSON.stringify(r),
+  );
   // the control: the same probe without the filter (the namespaces and the uid drop stay on)
   const open = await new SandboxExecutor({ workers: 1, disable: ["seccomp"], log: () => {} }).start();
   try {
     t.false(open.health().protections.seccomp?.active);
     const c = await open.run({ code: SYSCALL_PROBE, memory_limit_MB: 256 });
-    t.regex(c.run_result?.stdout ?? "", /^userns 0\ntraceme 0\n/, JSON.stringify(c));
+    // fanotify needs CAP_SYS_ADMIN, which the run lacks anyway (EPERM with or without the filter)
+    t.regex(
+      c.run_result?.stdout ?? "",
+      /^userns 0\ntraceme 0\nhugetlb \d+\ninotify 0\nfanotify 1\nio_uring 0\n/,
+      JSON.stringify(c),
+    );
   } finally {
     await open.close();
   }
