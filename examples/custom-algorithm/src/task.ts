@@ -78,7 +78,7 @@ export function extractAnswer(response: string): string | null {
  */
 export type RewardFn = (response: string, answer: string, execution: ExecutionInfo) => number;
 
-export const REWARDS = {
+const rewardFunctions = {
   /** 1 when the extracted answer equals the reference exactly, else 0. */
   exact_match: (response, answer) => (extractAnswer(response) === answer ? 1 : 0),
   /**
@@ -94,7 +94,10 @@ export const REWARDS = {
     computeMathScore(response, answer, { executionErrorPenalty: true }, execution).score,
 } satisfies Record<string, RewardFn>;
 
-export type RewardName = keyof typeof REWARDS;
+export type RewardName = keyof typeof rewardFunctions;
+
+/** The rewards by name, each callable with the full RewardFn signature. */
+export const REWARDS: Record<RewardName, RewardFn> = rewardFunctions;
 
 /** Thrown for a reward name that is not in REWARDS. */
 export class UnknownRewardError extends Error {

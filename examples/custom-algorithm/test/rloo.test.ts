@@ -27,11 +27,12 @@ test("RLOO advantages subtract the mean of the other samples of the same prompt"
 });
 
 test("the exact-match reward takes the last boxed answer, else the last integer", (t) => {
+  const noTool = { hadCode: false, passed: true };
   t.is(extractAnswer("so \\boxed{12} no \\boxed{{3}4}"), "{3}4");
   t.is(extractAnswer("it is 7 or 42"), "42");
   t.is(extractAnswer("no idea"), null);
-  t.is(REWARDS.exact_match!("the answer is \\boxed{56}", "56"), 1);
-  t.is(REWARDS.exact_match!("the answer is \\boxed{57}", "56"), 0);
+  t.is(REWARDS.exact_match("the answer is \\boxed{56}", "56", noTool), 1);
+  t.is(REWARDS.exact_match("the answer is \\boxed{57}", "56", noTool), 0);
 });
 
 test("the verifier rewards: ToRL's +1 / -1, and the execution penalty only for code that failed", (t) => {
