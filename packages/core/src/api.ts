@@ -14,6 +14,7 @@ import { type ActorSpec, FLAG_IMMEDIATE, type PlacementStrategy } from "./runtim
 import { Runtime, type RuntimeContext } from "./runtime/runtime.js";
 import { TaskPool } from "./runtime/tasks.js";
 import { encode } from "./wire/codec.js";
+import { prepareValue } from "./wire/sendable.js";
 
 export interface InitOptions {
   /** "host:port" of a head started with `torl start --head`; omitted: start an embedded cluster here. */
@@ -138,7 +139,8 @@ export function createActor(
 ): any {
   const rt = currentRuntime();
   const actorId = `${className ? className.slice(0, 16) : "exec"}-${randomId(5)}`;
-  const enc = encode(args);
+  const site = className ? `constructor of ${className}` : "task executor";
+  const enc = encode(prepareValue(args, "args", `cannot be sent to an actor (${site})`));
   const pg = opts.placementGroup;
   const spec: ActorSpec = {
     actorId,
@@ -238,6 +240,7 @@ export function put<T>(value: T): ObjectRef<T> {
 }
 
 export interface GetOptions {
+  /** Give up after this long with GetTimeoutError; 0 = only what is ready now; omitted = no limit. */
   timeoutMs?: number;
 }
 
@@ -248,9 +251,15 @@ export function get<T extends readonly unknown[]>(
   opts?: GetOptions,
 ): Promise<{ [K in keyof T]: Awaited<T[K]> }>;
 export function get(refs: any, opts: GetOptions = {}): Promise<any> {
+  const ms = opts.timeoutMs;
+  if (ms !== undefined && !(ms >= 0)) {
+    throw new RangeError(`get(): timeoutMs must be a number >= 0 (0 = only if ready now), got ${ms}`);
+  }
   const p = Array.isArray(refs) ? Promise.all(refs.map((r) => resolveOne(r))) : resolveOne(refs);
-  if (!opts.timeoutMs) return p;
-  return withTimeout(p, opts.timeoutMs, `get() did not finish within ${opts.timeoutMs} ms`);
+  if (ms === undefined || ms === Number.POSITIVE_INFINITY) return p;
+  // a timer of 0 fires after the microtasks that deliver values already here: 0 means "if ready now"
+  const why = ms === 0 ? "the value is not ready (timeoutMs: 0)" : `get() did not finish within ${ms} ms`;
+  return withTimeout(p, ms, why);
 }
 
 function resolveOne(r: any): Promise<unknown> {

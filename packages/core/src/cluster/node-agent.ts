@@ -8,6 +8,7 @@ import { fileURLToPath } from "node:url";
 import { logWarn } from "../log.js";
 import { randomId } from "../runtime/ids.js";
 import type { ActorSpec } from "../runtime/protocol.js";
+import { UndecodableMessage } from "../wire/batch.js";
 import { DealerLink } from "../wire/links.js";
 import { detectGpuIds } from "./detect-gpus.js";
 
@@ -82,7 +83,12 @@ export class NodeAgent {
   private registered: () => void = () => {};
 
   private onMessage(m: any): void {
-    if (!m || typeof m !== "object") return;
+    if (m instanceof UndecodableMessage || !m || typeof m !== "object") {
+      const reason = m instanceof UndecodableMessage ? m.reason : "a message that is not an object";
+      logWarn(`node ${this.nodeId}: a message from the head could not be decoded: ${reason}`);
+      this.link.send({ t: "undecodable", reason: `node ${this.nodeId}: ${reason}` });
+      return;
+    }
     switch (m.t) {
       case "re":
         if (m.rid === 0) this.registered();
@@ -100,6 +106,15 @@ export class NodeAgent {
         void this.stop();
         this.onShutdownRequest?.();
         return;
+      case "undecodable":
+        logWarn(`node ${this.nodeId}: the head could not decode a message of this node: ${m.reason}`);
+        return;
+      case "refused":
+        logWarn(`node ${this.nodeId}: the head refused '${m.request}': ${m.e?.name}: ${m.e?.message}`);
+        return;
+      default:
+        logWarn(`node ${this.nodeId}: unknown message '${m.t}' from the head`);
+        this.link.send({ t: "undecodable", reason: `node ${this.nodeId}: unknown message '${m.t}'` });
     }
   }
 

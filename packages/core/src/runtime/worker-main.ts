@@ -8,7 +8,6 @@ import { setLogRole } from "../log.js";
 import { decode, errorToWire } from "../wire/codec.js";
 import { Executor } from "./executor.js";
 import { ObjectRef } from "./object-ref.js";
-import { CALL } from "./protocol.js";
 import { Runtime } from "./runtime.js";
 
 let workerContext: any = null;
@@ -44,10 +43,7 @@ async function boot(m: any): Promise<void> {
       instance = new Cls(...args);
     }
     const executor = new Executor(rt, instance, Math.max(1, spec.maxConcurrency ?? 1));
-    rt.callHandler = (peer, msg) => {
-      if (msg[0] !== CALL) throw new Error(`unexpected message type ${msg[0]} at a worker`);
-      executor.onCall(peer, msg);
-    };
+    rt.callHandler = (peer, msg) => executor.onCall(peer, msg);
     process.send!({ t: "ready", endpoint: rt.address });
   } catch (e) {
     process.send!({ t: "failed", error: errorToWire(e) }, () => process.exit(1));
