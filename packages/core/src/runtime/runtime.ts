@@ -427,7 +427,7 @@ export class Runtime {
   }
 
   private queueRelease(owner: string, addr: OwnerAddress, seq: number, add: boolean): void {
-    if (this.closed) return;
+    if (this.closed || this.goneOwners.has(owner)) return;
     let r = this.releases.get(owner);
     if (!r) this.releases.set(owner, (r = { addr, seqs: [], add: [] }));
     if (add) {
