@@ -47,8 +47,9 @@ test("get of a ref whose owner died rejects with OwnerDiedError, also in a proce
   const owner = ProbeActor.remote();
   const [mine] = await owner.ownRef(1);
   const [forLater] = await owner.ownRef(2);
+  const running = owner.sleep(BOUND_MS);
   kill(owner);
-  await t.throwsAsync(owner.echo(1), { instanceOf: ActorDiedError });
+  await t.throwsAsync(running, { instanceOf: ActorDiedError });
   // the driver was connected when the owner died and heard of it
   const lost = await t.throwsAsync(get(mine!, { timeoutMs: BOUND_MS }), { instanceOf: OwnerDiedError });
   t.regex(lost!.message, /died/);
