@@ -13,6 +13,7 @@ import { ObjectRef } from "./runtime/object-ref.js";
 import { type ActorSpec, FLAG_IMMEDIATE, type PlacementStrategy } from "./runtime/protocol.js";
 import { Runtime, type RuntimeContext } from "./runtime/runtime.js";
 import { TaskPool } from "./runtime/tasks.js";
+import { affinityOf, type SchedulingStrategy } from "./scheduling-strategy.js";
 import { encode } from "./wire/codec.js";
 import { prepareValue } from "./wire/sendable.js";
 
@@ -73,7 +74,7 @@ export async function init(opts: InitOptions = {}): Promise<ClusterInfo> {
   }
   const res = await rt.head.request("clusterResources", {}, 10000);
   clusterCpus = res.total.CPU ?? 1;
-  return { address, clientId: rt.clientId, nodeId, embedded: embedded !== null };
+  return { address, clientId: rt.clientId, nodeId: rt.context.nodeId, embedded: embedded !== null };
 }
 
 export function isInitialized(): boolean {
@@ -115,6 +116,8 @@ export interface ActorOptions {
   lifetime?: "detached";
   /** Extra environment variables for the worker process. */
   env?: Record<string, string>;
+  /** Place it on a chosen node (not with placementGroup). */
+  schedulingStrategy?: SchedulingStrategy;
 }
 
 function resourcesOf(
@@ -156,6 +159,7 @@ export function createActor(
     detached: opts.lifetime === "detached",
     env: opts.env,
     ownerClientId: rt.clientId,
+    nodeAffinity: affinityOf(opts.schedulingStrategy, opts.placementGroup, className ?? "task executor"),
   };
   const rec = rt.actors.record(actorId, opts.name);
   rec.maxTaskRetries = opts.maxTaskRetries ?? 0;
@@ -207,6 +211,8 @@ export interface TaskOptions {
   resources?: Record<string, number>;
   /** Re-runs after the executing worker died (not after exceptions). Default 3, like Ray. */
   maxRetries?: number;
+  /** Run on a chosen node. */
+  schedulingStrategy?: SchedulingStrategy;
 }
 
 /** Submits `exportName` of `moduleUrl` as a task. */
@@ -218,13 +224,21 @@ export function submitTask<R = unknown>(
 ): ObjectRef<R> {
   const rt = currentRuntime();
   const resources = resourcesOf(opts, 1);
-  const key = JSON.stringify(Object.entries(resources).sort());
+  const strategy = opts.schedulingStrategy;
+  affinityOf(strategy, undefined, `task ${exportName}`);
+  // executors are leased per resource shape and per target node
+  const key = JSON.stringify([Object.entries(resources).sort(), strategy ?? null]);
   let pool = pools.get(key);
   if (!pool) {
     const perTask = resources.CPU ?? 1;
     const maxExecs = perTask > 0 ? Math.max(1, Math.min(16, Math.floor(clusterCpus / perTask))) : 4;
     pool = new TaskPool(rt, resources, maxExecs, (res) => {
-      const h = createActor("", null, [], { numCpus: res.CPU, numGpus: res.GPU, resources: res });
+      const h = createActor("", null, [], {
+        numCpus: res.CPU,
+        numGpus: res.GPU,
+        resources: res,
+        schedulingStrategy: strategy,
+      });
       return (h as ActorHandleBase)._rec;
     });
     pools.set(key, pool);

@@ -158,7 +158,7 @@ export class Head {
           lastSeen: m.heartbeats ? Date.now() : Number.POSITIVE_INFINITY,
         });
         if (m.actorId) this.clientOfActor.set(m.actorId, m.clientId);
-        return { nodes: this.nodes.size };
+        return { nodes: this.nodes.size, nodeId: this.nodeAt(m.nodeIp) };
       case "chb": {
         const c = this.clients.get(m.clientId);
         if (c) c.lastSeen = Date.now();
@@ -260,6 +260,12 @@ export class Head {
     return { nodeId: m.nodeId };
   }
 
+  /** The live node at this IP (the first registered), where a driver that joined runs. */
+  private nodeAt(ip: unknown): string | undefined {
+    for (const n of this.nodes.values()) if (n.alive && n.ip === ip) return n.nodeId;
+    return undefined;
+  }
+
   private checkNodes(): void {
     const now = Date.now();
     for (const c of [...this.clients.values()]) {
@@ -355,10 +361,29 @@ export class Head {
       }
       return null;
     }
+    const affinity = this.affinityProblem(spec);
+    if (affinity && !spec.nodeAffinity!.soft) return affinity;
+    if (spec.nodeAffinity && !affinity) return null;
     const alive = [...this.nodes.values()].filter((n) => n.alive);
     if (alive.some((n) => couldEverFit(n.pool, req))) return null;
     const have = alive.map((n) => `${n.nodeId}: {${formatResources(n.pool.total)}}`).join("; ") || "no nodes";
     return `${this.describeActor(spec)} requests {${formatResources(req)}}, which no node in the cluster can ever provide (${have})`;
+  }
+
+  /** Why the node an actor has affinity to cannot take it (dead, unknown, too small), or null. */
+  private affinityProblem(spec: ActorSpec): string | null {
+    const na = spec.nodeAffinity;
+    if (!na) return null;
+    const n = this.nodes.get(na.nodeId);
+    const kind = na.soft ? "soft" : "hard";
+    if (!n)
+      return `${this.describeActor(spec)} has ${kind} affinity to node ${na.nodeId}, which is not in the cluster`;
+    if (!n.alive)
+      return `${this.describeActor(spec)} has ${kind} affinity to node ${na.nodeId}, which is dead`;
+    if (!couldEverFit(n.pool, spec.resources)) {
+      return `${this.describeActor(spec)} has ${kind} affinity to node ${na.nodeId}, which can never provide {${formatResources(spec.resources)}} (it has {${formatResources(n.pool.total)}})`;
+    }
+    return null;
   }
 
   /** Places pending actors where resources allow, in arrival order. */
@@ -399,7 +424,17 @@ export class Head {
         }
       }
     } else {
-      const nodes = [...this.nodes.values()].filter((n) => n.alive);
+      let nodes = [...this.nodes.values()].filter((n) => n.alive);
+      const na = a.spec.nodeAffinity;
+      if (na) {
+        // the node may have died since creation (a restart): hard affinity cannot go elsewhere
+        const problem = this.affinityProblem(a.spec);
+        if (!problem) nodes = [this.nodes.get(na.nodeId)!];
+        else if (!na.soft) {
+          this.setDead(id, a, { kind: "infeasible", message: problem, nodeId: na.nodeId });
+          return true;
+        }
+      }
       // prefer the node with the most free CPU (spread load), then registration order
       nodes.sort((x, y) => (y.pool.avail.CPU ?? 0) - (x.pool.avail.CPU ?? 0));
       for (const node of nodes) {
@@ -673,6 +708,7 @@ export class Head {
         pid: a.pid,
         resources: a.spec.resources,
         restarts: a.incarnation,
+        nodeAffinity: a.spec.nodeAffinity,
         cause: a.cause?.message,
       })),
       placementGroups: [...this.pgs.values()].map(pgInfo),

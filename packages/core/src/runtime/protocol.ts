@@ -49,6 +49,13 @@ export interface ActorSpec {
   detached?: boolean;
   env?: Record<string, string>;
   ownerClientId: string;
+  nodeAffinity?: NodeAffinity;
+}
+
+/** Run on `nodeId`; `soft`: elsewhere when that node is dead or can never fit the request. */
+export interface NodeAffinity {
+  nodeId: string;
+  soft: boolean;
 }
 
 /** The head's news about one actor, pushed to subscribers. */

@@ -35,6 +35,7 @@ export interface RuntimeContext {
   /** Id of the actor this process hosts; undefined in a driver. */
   actorId?: string;
   actorName?: string;
+  /** The node this process runs on (as in `torl status`); undefined for a driver on a machine with no node. */
   nodeId?: string;
   /** GPU ids assigned to this actor (also in CUDA_VISIBLE_DEVICES). */
   gpuIds: number[];
@@ -127,17 +128,20 @@ export class Runtime {
     };
     setRuntime(this);
     const heartbeats = !this.context.isWorker;
-    await this.head.request(
+    const hello = await this.head.request<{ nodeId?: string }>(
       "hello",
       {
         clientId: this.clientId,
         address: this.address,
+        nodeIp: ip,
         pid: process.pid,
         actorId: this.context.actorId,
         heartbeats,
       },
       15000,
     );
+    // a driver that joined runs on the node at its own address (workers and embedded drivers know theirs)
+    this.context.nodeId ??= hello?.nodeId;
     if (heartbeats) {
       this.heartbeat = setInterval(() => this.head.notify("chb", { clientId: this.clientId }), 1000);
       this.heartbeat.unref();
