@@ -4,7 +4,7 @@
  * or its node agent goes away.
  */
 import { Worker } from "node:worker_threads";
-import { setLogRole } from "../log.js";
+import { logWarn, setLogRole } from "../log.js";
 import { decode, errorToWire } from "../wire/codec.js";
 import { Executor } from "./executor.js";
 import { ObjectRef } from "./object-ref.js";
@@ -61,8 +61,9 @@ const watchdog = new Worker(
   { eval: true },
 );
 watchdog.unref();
-// warm the rest of the runtime (actor code imports it) while this worker waits for its actor
-void import("../index.js").catch(() => {});
+// warm the rest of the runtime (actor code imports it) while this worker waits for its actor; value
+// types are registered by the runtime module itself, so decoding never depends on this finishing
+void import("../index.js").catch((e: Error) => logWarn(`warming the runtime failed: ${e.message}`));
 process.on("SIGTERM", () => process.exit(0));
 
 export function getWorkerContext(): unknown {
