@@ -8,6 +8,7 @@ import {
   init,
   kill,
   MessageDecodeError,
+  type ObjectRef,
   OwnerDiedError,
   put,
   RemoteError,
@@ -75,6 +76,18 @@ test("a call the worker cannot decode is answered with MessageDecodeError naming
   });
   t.regex(err!.message, /\.echo: .*OnlyInTheDriver/s);
   t.is(await p.echo(3), 3, "later calls on the same link still work");
+});
+
+test("a result or fetched object the caller cannot decode fails that ref with MessageDecodeError", async (t) => {
+  const p = ProbeActor.remote();
+  const result = await t.throwsAsync(get(p.returnsWorkerOnly(false), { timeoutMs: BOUND_MS }), {
+    instanceOf: MessageDecodeError,
+  });
+  t.regex(result!.message, /returnsWorkerOnly.*WorkerOnly/s);
+  const [ref] = (await p.returnsWorkerOnly(true)) as [ObjectRef<unknown>];
+  const fetched = await t.throwsAsync(get(ref, { timeoutMs: BOUND_MS }), { instanceOf: MessageDecodeError });
+  t.regex(fetched!.message, /could not be decoded.*WorkerOnly/s);
+  t.is(await p.echo(4), 4, "the link keeps working");
 });
 
 // The holder's module imports nothing of the runtime; a fresh process (own env, so not a prewarmed
