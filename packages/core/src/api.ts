@@ -13,7 +13,9 @@ import { ObjectRef } from "./runtime/object-ref.js";
 import { type ActorSpec, FLAG_IMMEDIATE, type PlacementStrategy } from "./runtime/protocol.js";
 import { Runtime, type RuntimeContext } from "./runtime/runtime.js";
 import { TaskPool } from "./runtime/tasks.js";
+import { affinityOf, type SchedulingStrategy } from "./scheduling-strategy.js";
 import { encode } from "./wire/codec.js";
+import { prepareValue } from "./wire/sendable.js";
 
 export interface InitOptions {
   /** "host:port" of a head started with `torl start --head`; omitted: start an embedded cluster here. */
@@ -72,7 +74,7 @@ export async function init(opts: InitOptions = {}): Promise<ClusterInfo> {
   }
   const res = await rt.head.request("clusterResources", {}, 10000);
   clusterCpus = res.total.CPU ?? 1;
-  return { address, clientId: rt.clientId, nodeId, embedded: embedded !== null };
+  return { address, clientId: rt.clientId, nodeId: rt.context.nodeId, embedded: embedded !== null };
 }
 
 export function isInitialized(): boolean {
@@ -114,6 +116,8 @@ export interface ActorOptions {
   lifetime?: "detached";
   /** Extra environment variables for the worker process. */
   env?: Record<string, string>;
+  /** Place it on a chosen node (not with placementGroup). */
+  schedulingStrategy?: SchedulingStrategy;
 }
 
 function resourcesOf(
@@ -138,7 +142,8 @@ export function createActor(
 ): any {
   const rt = currentRuntime();
   const actorId = `${className ? className.slice(0, 16) : "exec"}-${randomId(5)}`;
-  const enc = encode(args);
+  const site = className ? `constructor of ${className}` : "task executor";
+  const enc = encode(prepareValue(args, "args", `cannot be sent to an actor (${site})`));
   const pg = opts.placementGroup;
   const spec: ActorSpec = {
     actorId,
@@ -154,6 +159,7 @@ export function createActor(
     detached: opts.lifetime === "detached",
     env: opts.env,
     ownerClientId: rt.clientId,
+    nodeAffinity: affinityOf(opts.schedulingStrategy, opts.placementGroup, className ?? "task executor"),
   };
   const rec = rt.actors.record(actorId, opts.name);
   rec.maxTaskRetries = opts.maxTaskRetries ?? 0;
@@ -205,6 +211,8 @@ export interface TaskOptions {
   resources?: Record<string, number>;
   /** Re-runs after the executing worker died (not after exceptions). Default 3, like Ray. */
   maxRetries?: number;
+  /** Run on a chosen node. */
+  schedulingStrategy?: SchedulingStrategy;
 }
 
 /** Submits `exportName` of `moduleUrl` as a task. */
@@ -216,13 +224,21 @@ export function submitTask<R = unknown>(
 ): ObjectRef<R> {
   const rt = currentRuntime();
   const resources = resourcesOf(opts, 1);
-  const key = JSON.stringify(Object.entries(resources).sort());
+  const strategy = opts.schedulingStrategy;
+  affinityOf(strategy, undefined, `task ${exportName}`);
+  // executors are leased per resource shape and per target node
+  const key = JSON.stringify([Object.entries(resources).sort(), strategy ?? null]);
   let pool = pools.get(key);
   if (!pool) {
     const perTask = resources.CPU ?? 1;
     const maxExecs = perTask > 0 ? Math.max(1, Math.min(16, Math.floor(clusterCpus / perTask))) : 4;
     pool = new TaskPool(rt, resources, maxExecs, (res) => {
-      const h = createActor("", null, [], { numCpus: res.CPU, numGpus: res.GPU, resources: res });
+      const h = createActor("", null, [], {
+        numCpus: res.CPU,
+        numGpus: res.GPU,
+        resources: res,
+        schedulingStrategy: strategy,
+      });
       return (h as ActorHandleBase)._rec;
     });
     pools.set(key, pool);
@@ -238,6 +254,7 @@ export function put<T>(value: T): ObjectRef<T> {
 }
 
 export interface GetOptions {
+  /** Give up after this long with GetTimeoutError; 0 = only what is ready now; omitted = no limit. */
   timeoutMs?: number;
 }
 
@@ -248,9 +265,15 @@ export function get<T extends readonly unknown[]>(
   opts?: GetOptions,
 ): Promise<{ [K in keyof T]: Awaited<T[K]> }>;
 export function get(refs: any, opts: GetOptions = {}): Promise<any> {
+  const ms = opts.timeoutMs;
+  if (ms !== undefined && !(ms >= 0)) {
+    throw new RangeError(`get(): timeoutMs must be a number >= 0 (0 = only if ready now), got ${ms}`);
+  }
   const p = Array.isArray(refs) ? Promise.all(refs.map((r) => resolveOne(r))) : resolveOne(refs);
-  if (!opts.timeoutMs) return p;
-  return withTimeout(p, opts.timeoutMs, `get() did not finish within ${opts.timeoutMs} ms`);
+  if (ms === undefined || ms === Number.POSITIVE_INFINITY) return p;
+  // a timer of 0 fires after the microtasks that deliver values already here: 0 means "if ready now"
+  const why = ms === 0 ? "the value is not ready (timeoutMs: 0)" : `get() did not finish within ${ms} ms`;
+  return withTimeout(p, ms, why);
 }
 
 function resolveOne(r: any): Promise<unknown> {

@@ -73,7 +73,65 @@ export class ObjectLostError extends Error {
   }
 }
 
-/** `get` or `wait` ran past its timeout. */
+/** An object whose owner process died (Ray's OwnerDiedError): its value can never be fetched. */
+export class OwnerDiedError extends ObjectLostError {
+  override name = "OwnerDiedError";
+  constructor(
+    objectId: string,
+    readonly ownerId: string,
+    why = "the process that owned it died",
+  ) {
+    super(objectId, `${why} (owner ${ownerId})`);
+  }
+}
+
+/**
+ * A value that cannot travel between processes faithfully (a function, a symbol, an instance of
+ * an unregistered class, a cycle ...). `path` names where it sits, e.g. `args[0].f`.
+ */
+export class SerializationError extends TypeError {
+  override name = "SerializationError";
+  constructor(
+    readonly path: string,
+    /** What was found there, e.g. "a function". */
+    readonly found: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** A message that arrived but could not be decoded (answered to its sender with this error). */
+export class MessageDecodeError extends Error {
+  override name = "MessageDecodeError";
+}
+
+/** `getActor(name)` found no live actor of that name. */
+export class ActorNotFoundError extends Error {
+  override name = "ActorNotFoundError";
+}
+
+/** An actor was created under a name that a live actor already holds. */
+export class ActorNameTakenError extends Error {
+  override name = "ActorNameTakenError";
+}
+
+/** A placement group that was removed (or is otherwise unusable) was waited on. */
+export class PlacementGroupError extends Error {
+  override name = "PlacementGroupError";
+}
+
+/** A resource request of the wrong shape (negative, not a number, a fractional count above one GPU). */
+export class ResourceRequestError extends Error {
+  override name = "ResourceRequestError";
+}
+
+/** The head did not answer, or the connection to it closed, or it refused a request for no typed reason. */
+export class HeadError extends Error {
+  override name = "HeadError";
+}
+
+/** `get` ran past its timeout (`timeoutMs: 0`: the value was not ready at once). */
 export class GetTimeoutError extends Error {
   override name = "GetTimeoutError";
 }
@@ -89,4 +147,9 @@ export class NotInitializedError extends Error {
 /** A task whose worker died more often than `maxRetries` allows. */
 export class TaskFailedError extends Error {
   override name = "TaskFailedError";
+}
+
+/** A value of a class this process has no serializer for arrived (see registerSerializer). */
+export class UnknownClassError extends Error {
+  override name = "UnknownClassError";
 }

@@ -10,3 +10,5 @@ export { ActorHandleBase } from "./runtime/actor-handle.js";
 export { ObjectRef, type OwnerAddress } from "./runtime/object-ref.js";
 export type { ActorState, PlacementStrategy } from "./runtime/protocol.js";
 export type { RuntimeContext } from "./runtime/runtime.js";
+export { NodeAffinitySchedulingStrategy, type SchedulingStrategy } from "./scheduling-strategy.js";
+export { registerSerializer, type SerializerOptions } from "./wire/codec.js";

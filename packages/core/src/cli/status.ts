@@ -36,7 +36,7 @@ export function formatStatus(s: any): string {
   lines.push("", `actors (${actors.length}, plus ${execs} task executors):`);
   for (const a of actors) {
     lines.push(
-      `  ${a.actorId.padEnd(28)} ${(a.name ?? "-").padEnd(14)} ${a.state.padEnd(10)} ${a.nodeId ?? "-"}  pid ${a.pid ?? "-"}${a.state === "DEAD" && a.cause ? `  (${a.cause.split("\n")[0]})` : ""}`,
+      `  ${a.actorId.padEnd(28)} ${(a.name ?? "-").padEnd(14)} ${a.state.padEnd(10)} ${a.nodeId ?? "-"}  pid ${a.pid ?? "-"}${a.nodeAffinity ? `  affinity ${a.nodeAffinity.nodeId}${a.nodeAffinity.soft ? " (soft)" : ""}` : ""}${a.state === "DEAD" && a.cause ? `  (${a.cause.split("\n")[0]})` : ""}`,
     );
   }
   if (s.placementGroups.length > 0) {

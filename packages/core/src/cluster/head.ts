@@ -3,10 +3,17 @@
  * actors, placement groups, and the scheduler that places actors on nodes. Data never passes here:
  * callers talk to workers and owners directly.
  */
-import type { DeathCause } from "../errors.js";
+import {
+  ActorNameTakenError,
+  ActorNotFoundError,
+  type DeathCause,
+  InfeasibleResourceError,
+  PlacementGroupError,
+} from "../errors.js";
 import { logWarn } from "../log.js";
 import { randomId } from "../runtime/ids.js";
 import type { ActorSpec, ActorState, ActorUpdate, PlacementStrategy } from "../runtime/protocol.js";
+import { UndecodableMessage } from "../wire/batch.js";
 import { errorToWire, type WireError } from "../wire/codec.js";
 import { RouterServer } from "../wire/links.js";
 import { type Placed, placeBundles } from "./placement.js";
@@ -117,7 +124,13 @@ export class Head {
   }
 
   private onMessage(peer: Buffer, m: any): void {
-    if (!m || typeof m !== "object" || typeof m.t !== "string") throw new Error("message without a type");
+    if (m instanceof UndecodableMessage || !m || typeof m !== "object" || typeof m.t !== "string") {
+      // the sender cannot be told which request failed: it fails all it has waiting (see HeadClient)
+      const reason = m instanceof UndecodableMessage ? m.reason : "a message without a type";
+      logWarn(`head: a message could not be decoded: ${reason}`);
+      this.server.send(peer, { t: "undecodable", reason });
+      return;
+    }
     const key = peer.toString("latin1");
     this.peers.set(key, peer);
     try {
@@ -125,7 +138,11 @@ export class Head {
       if (v !== NO_REPLY && typeof m.rid === "number") this.reply(peer, m.rid, true, v ?? null);
     } catch (e) {
       if (typeof m.rid === "number") this.reply(peer, m.rid, false, e);
-      else logWarn(`head: '${m.t}' failed: ${(e as Error).message}`);
+      else {
+        // a notification (no one waits for a reply): tell the sender anyway
+        logWarn(`head: '${m.t}' failed: ${(e as Error).message}`);
+        this.server.send(peer, { t: "refused", request: m.t, e: errorToWire(e) });
+      }
     }
   }
 
@@ -141,7 +158,7 @@ export class Head {
           lastSeen: m.heartbeats ? Date.now() : Number.POSITIVE_INFINITY,
         });
         if (m.actorId) this.clientOfActor.set(m.actorId, m.clientId);
-        return { nodes: this.nodes.size };
+        return { nodes: this.nodes.size, nodeId: this.nodeAt(m.nodeIp) };
       case "chb": {
         const c = this.clients.get(m.clientId);
         if (c) c.lastSeen = Date.now();
@@ -150,6 +167,9 @@ export class Head {
       case "bye":
         this.onClientGone(m.clientId);
         return null;
+      case "clientAlive":
+        // every live process said hello before it could own an object; gone ones were removed
+        return this.clients.has(m.clientId);
       case "createActor":
         return this.createActor(m.spec as ActorSpec, key);
       case "subscribe": {
@@ -170,11 +190,7 @@ export class Head {
       case "getActor": {
         const id = this.named.get(m.name);
         const a = id ? this.actors.get(id) : undefined;
-        if (!id || !a || a.state === "DEAD") {
-          const err = new Error(`no live actor named '${m.name}'`);
-          err.name = "ActorNotFoundError";
-          throw err;
-        }
+        if (!id || !a || a.state === "DEAD") throw new ActorNotFoundError(`no live actor named '${m.name}'`);
         return { actorId: id, name: m.name };
       }
       case "kill":
@@ -184,7 +200,7 @@ export class Head {
         return this.createPg(m);
       case "waitPg": {
         const pg = this.pgs.get(m.pgId);
-        if (!pg) throw new Error(`no placement group ${m.pgId}`);
+        if (!pg) throw new PlacementGroupError(`no placement group ${m.pgId}`);
         if (pg.state === "CREATED") return pgInfo(pg);
         if (pg.state !== "PENDING") throw pgError(pg);
         pg.waiters.push({ peer, rid: m.rid });
@@ -216,6 +232,9 @@ export class Head {
       case "workerExit":
         this.onWorkerExit(m);
         return NO_REPLY;
+      case "undecodable":
+        logWarn(`head: a peer could not decode a message from the head: ${m.reason}`);
+        return NO_REPLY;
       default:
         throw new Error(`unknown message type '${m.t}'`);
     }
@@ -239,6 +258,12 @@ export class Head {
     this.nodes.set(m.nodeId, node);
     this.schedule();
     return { nodeId: m.nodeId };
+  }
+
+  /** The live node at this IP (the first registered), where a driver that joined runs. */
+  private nodeAt(ip: unknown): string | undefined {
+    for (const n of this.nodes.values()) if (n.alive && n.ip === ip) return n.nodeId;
+    return undefined;
   }
 
   private checkNodes(): void {
@@ -283,9 +308,7 @@ export class Head {
     if (spec.name) {
       const existing = this.named.get(spec.name);
       if (existing && this.actors.get(existing)?.state !== "DEAD") {
-        const err = new Error(`an actor named '${spec.name}' already exists`);
-        err.name = "ActorNameTakenError";
-        throw err;
+        throw new ActorNameTakenError(`an actor named '${spec.name}' already exists`);
       }
     }
     const a: HeadActor = {
@@ -338,10 +361,29 @@ export class Head {
       }
       return null;
     }
+    const affinity = this.affinityProblem(spec);
+    if (affinity && !spec.nodeAffinity!.soft) return affinity;
+    if (spec.nodeAffinity && !affinity) return null;
     const alive = [...this.nodes.values()].filter((n) => n.alive);
     if (alive.some((n) => couldEverFit(n.pool, req))) return null;
     const have = alive.map((n) => `${n.nodeId}: {${formatResources(n.pool.total)}}`).join("; ") || "no nodes";
     return `${this.describeActor(spec)} requests {${formatResources(req)}}, which no node in the cluster can ever provide (${have})`;
+  }
+
+  /** Why the node an actor has affinity to cannot take it (dead, unknown, too small), or null. */
+  private affinityProblem(spec: ActorSpec): string | null {
+    const na = spec.nodeAffinity;
+    if (!na) return null;
+    const n = this.nodes.get(na.nodeId);
+    const kind = na.soft ? "soft" : "hard";
+    if (!n)
+      return `${this.describeActor(spec)} has ${kind} affinity to node ${na.nodeId}, which is not in the cluster`;
+    if (!n.alive)
+      return `${this.describeActor(spec)} has ${kind} affinity to node ${na.nodeId}, which is dead`;
+    if (!couldEverFit(n.pool, spec.resources)) {
+      return `${this.describeActor(spec)} has ${kind} affinity to node ${na.nodeId}, which can never provide {${formatResources(spec.resources)}} (it has {${formatResources(n.pool.total)}})`;
+    }
+    return null;
   }
 
   /** Places pending actors where resources allow, in arrival order. */
@@ -382,7 +424,17 @@ export class Head {
         }
       }
     } else {
-      const nodes = [...this.nodes.values()].filter((n) => n.alive);
+      let nodes = [...this.nodes.values()].filter((n) => n.alive);
+      const na = a.spec.nodeAffinity;
+      if (na) {
+        // the node may have died since creation (a restart): hard affinity cannot go elsewhere
+        const problem = this.affinityProblem(a.spec);
+        if (!problem) nodes = [this.nodes.get(na.nodeId)!];
+        else if (!na.soft) {
+          this.setDead(id, a, { kind: "infeasible", message: problem, nodeId: na.nodeId });
+          return true;
+        }
+      }
       // prefer the node with the most free CPU (spread load), then registration order
       nodes.sort((x, y) => (y.pool.avail.CPU ?? 0) - (x.pool.avail.CPU ?? 0));
       for (const node of nodes) {
@@ -656,6 +708,7 @@ export class Head {
         pid: a.pid,
         resources: a.spec.resources,
         restarts: a.incarnation,
+        nodeAffinity: a.spec.nodeAffinity,
         cause: a.cause?.message,
       })),
       placementGroups: [...this.pgs.values()].map(pgInfo),
@@ -689,7 +742,6 @@ function pgInfo(pg: HeadPg): unknown {
 }
 
 function pgError(pg: HeadPg): Error {
-  const e = new Error(pg.error ?? `placement group ${pg.pgId} is ${pg.state}`);
-  e.name = pg.state === "INFEASIBLE" ? "InfeasibleResourceError" : "PlacementGroupError";
-  return e;
+  const message = pg.error ?? `placement group ${pg.pgId} is ${pg.state}`;
+  return pg.state === "INFEASIBLE" ? new InfeasibleResourceError(message) : new PlacementGroupError(message);
 }

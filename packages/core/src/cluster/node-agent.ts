@@ -5,9 +5,11 @@
 import { type ChildProcess, fork } from "node:child_process";
 import os from "node:os";
 import { fileURLToPath } from "node:url";
+import { HeadError } from "../errors.js";
 import { logWarn } from "../log.js";
 import { randomId } from "../runtime/ids.js";
 import type { ActorSpec } from "../runtime/protocol.js";
+import { UndecodableMessage } from "../wire/batch.js";
 import { DealerLink } from "../wire/links.js";
 import { detectGpuIds } from "./detect-gpus.js";
 
@@ -28,6 +30,9 @@ interface Worker {
   incarnation: number;
   exited: boolean;
 }
+
+/** How long a node agent waits for the head to acknowledge its registration. */
+const REGISTER_TIMEOUT_MS = 30_000;
 
 const WORKER_MAIN = fileURLToPath(new URL("../runtime/worker-main.ts", import.meta.url));
 
@@ -58,9 +63,23 @@ export class NodeAgent {
     this.resources = { CPU: opts.numCpus ?? os.cpus().length, ...(opts.resources ?? {}) };
   }
 
-  async start(): Promise<void> {
-    const registered = new Promise<void>((resolve) => {
-      this.registered = resolve;
+  /** Registers with the head; rejects with HeadError if the head does not answer within `registerTimeoutMs`. */
+  async start(registerTimeoutMs = REGISTER_TIMEOUT_MS): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const registered = new Promise<void>((resolve, reject) => {
+      this.registered = (error) => {
+        clearTimeout(timer);
+        if (error)
+          reject(new HeadError(`the head refused node ${this.nodeId}: ${error.name}: ${error.message}`));
+        else resolve();
+      };
+      timer = setTimeout(() => {
+        reject(
+          new HeadError(
+            `node ${this.nodeId}: no answer from the head at ${this.opts.headAddress} within ${registerTimeoutMs} ms; is it running and reachable?`,
+          ),
+        );
+      }, registerTimeoutMs);
     });
     this.link = new DealerLink(`tcp://${this.opts.headAddress}`, (m) => this.onMessage(m), "head");
     this.link.send({
@@ -75,17 +94,28 @@ export class NodeAgent {
     const hb = this.opts.heartbeatMs ?? Number(process.env.TORL_HEARTBEAT_MS ?? 500);
     this.timer = setInterval(() => this.link.send({ t: "hb", nodeId: this.nodeId }), hb);
     this.timer.unref();
-    await registered;
+    try {
+      await registered;
+    } catch (e) {
+      await this.stop();
+      throw e;
+    }
     this.refillSpare();
   }
 
-  private registered: () => void = () => {};
+  private registered: (error?: { name: string; message: string }) => void = () => {};
 
   private onMessage(m: any): void {
-    if (!m || typeof m !== "object") return;
+    if (m instanceof UndecodableMessage || !m || typeof m !== "object") {
+      const reason = m instanceof UndecodableMessage ? m.reason : "a message that is not an object";
+      logWarn(`node ${this.nodeId}: a message from the head could not be decoded: ${reason}`);
+      this.link.send({ t: "undecodable", reason: `node ${this.nodeId}: ${reason}` });
+      return;
+    }
     switch (m.t) {
       case "re":
-        if (m.rid === 0) this.registered();
+        if (m.rid === 0)
+          this.registered(m.ok ? undefined : (m.e ?? { name: "HeadError", message: "refused" }));
         return;
       case "startWorker":
         this.startWorker(m.spec, m.incarnation, m.gpuIds ?? [], m.resources ?? {}, m.bundleIndex);
@@ -100,6 +130,15 @@ export class NodeAgent {
         void this.stop();
         this.onShutdownRequest?.();
         return;
+      case "undecodable":
+        logWarn(`node ${this.nodeId}: the head could not decode a message of this node: ${m.reason}`);
+        return;
+      case "refused":
+        logWarn(`node ${this.nodeId}: the head refused '${m.request}': ${m.e?.name}: ${m.e?.message}`);
+        return;
+      default:
+        logWarn(`node ${this.nodeId}: unknown message '${m.t}' from the head`);
+        this.link.send({ t: "undecodable", reason: `node ${this.nodeId}: unknown message '${m.t}'` });
     }
   }
 

@@ -2,6 +2,8 @@
  * Resource pools (a node, or a placement-group bundle) and allocation, including GPU ids with
  * fractional shares. Pure functions: the head's scheduler is built on these.
  */
+import { ResourceRequestError } from "../errors.js";
+
 export type Resources = Record<string, number>;
 
 const EPS = 1e-9;
@@ -19,10 +21,6 @@ export interface Allocation {
   res: Resources;
   /** [gpu id, share] pairs. */
   gpus: Array<[number, number]>;
-}
-
-export class ResourceRequestError extends Error {
-  override name = "ResourceRequestError";
 }
 
 export function makePool(total: Resources, gpuIds: number[]): Pool {

@@ -3,12 +3,30 @@
  * calls in flight (rejected with ActorDiedError when the worker dies), calls queued until it is alive.
  */
 import os from "node:os";
-import { ActorDiedError, type DeathCause, InfeasibleResourceError, RemoteError } from "../errors.js";
+import {
+  ActorDiedError,
+  type DeathCause,
+  InfeasibleResourceError,
+  MessageDecodeError,
+  RemoteError,
+  SerializationError,
+} from "../errors.js";
+import { UndecodableMessage } from "../wire/batch.js";
 import { type Encoded, encode } from "../wire/codec.js";
 import { DealerLink } from "../wire/links.js";
+import { prepareValue } from "../wire/sendable.js";
 import type { ObjectRef } from "./object-ref.js";
 import { FAILED, READY } from "./object-store.js";
-import { type ActorState, type ActorUpdate, CALL, RESULT } from "./protocol.js";
+import {
+  type ActorState,
+  type ActorUpdate,
+  CALL,
+  PROTOCOL_ERROR,
+  RESULT,
+  RESULT_OK,
+  RESULT_UNDECODABLE,
+  RESULT_UNSENDABLE,
+} from "./protocol.js";
 import type { Runtime } from "./runtime.js";
 
 export interface CallInfo {
@@ -66,13 +84,15 @@ export class ActorCalls {
         const inlined = this.rt.tryInline(a, LARGE_INLINE);
         if (inlined !== NOT_INLINED) {
           if (out === args) out = args.slice();
-          out[i] = inlined;
+          // a stored value is sendable; this only boxes the Maps it may hold
+          out[i] = prepareValue(inlined, `args[${i}]`, "cannot be sent");
         }
       }
     }
     return out;
   }
 
+  /** Sends a call; throws SerializationError at once for arguments that cannot travel. */
   call(
     rec: ActorRecord,
     target: string | [string, string],
@@ -80,12 +100,14 @@ export class ActorCalls {
     flags = 0,
     retries?: number,
   ): ObjectRef {
+    const sendable = prepareValue(args, "args", `cannot be sent to an actor (${describe(rec, target)})`);
     const seq = this.rt.nextSeq();
     const ref = this.rt.newOwnedRef(seq);
-    this.send(rec, seq, target, args, flags, retries ?? rec.maxTaskRetries);
+    this.send(rec, seq, target, sendable, flags, retries ?? rec.maxTaskRetries);
     return ref;
   }
 
+  /** Sends a call whose `args` went through prepareValue. */
   send(
     rec: ActorRecord,
     seq: number,
@@ -103,11 +125,16 @@ export class ActorCalls {
     try {
       enc = encode([CALL, seq, target, this.prepareArgs(args), flags]);
     } catch (e) {
-      this.rt.store.settle(
-        seq,
-        FAILED,
-        new TypeError(`arguments of ${describe(rec, target)} cannot be serialized: ${(e as Error).message}`),
-      );
+      const err =
+        e instanceof SerializationError
+          ? e
+          : new SerializationError(
+              "args",
+              "a value",
+              `the arguments of ${describe(rec, target)} cannot be encoded: ${(e as Error).message}`,
+            );
+      this.rt.store.settle(seq, FAILED, err);
+      extra?.done?.(false, err);
       return null;
     }
     const info: CallInfo = { seq, enc, target, retriesLeft: retries, ...extra };
@@ -117,15 +144,32 @@ export class ActorCalls {
     return info;
   }
 
+  /** What the worker sent back on this caller's link: results, or news of what it could not decode. */
   onResult(rec: ActorRecord, msg: any): void {
-    if (msg[0] !== RESULT) return;
+    if (msg instanceof UndecodableMessage) {
+      if (msg.kind === RESULT && msg.seq !== undefined) {
+        const info = rec.inflight.get(msg.seq);
+        if (info) this.fail(rec, info, this.decodeError(rec, info, `its result arrived but ${msg.reason}`));
+      } else this.failAll(rec, `a message from the worker could not be decoded (${msg.reason})`);
+      return;
+    }
+    if (!Array.isArray(msg) || msg[0] !== RESULT) {
+      const why = Array.isArray(msg) && msg[0] === PROTOCOL_ERROR ? msg[1] : "an unexpected message";
+      this.failAll(rec, `the worker could not process a message of this caller: ${why}`);
+      return;
+    }
     const seq = msg[1] as number;
     const info = rec.inflight.get(seq);
-    if (!info) return;
+    if (!info) return; // a result for a call already failed (its worker restarted): nothing waits for it
     rec.inflight.delete(seq);
-    if (msg[2] === 1) {
+    if (msg[2] === RESULT_OK) {
       this.rt.store.settle(seq, READY, msg[3]);
       info.done?.(true, msg[3]);
+    } else if (msg[2] === RESULT_UNSENDABLE) {
+      const [path, found, message] = msg[3] as [string, string, string];
+      this.fail(rec, info, new SerializationError(path, found, message));
+    } else if (msg[2] === RESULT_UNDECODABLE) {
+      this.fail(rec, info, this.decodeError(rec, info, `the worker could not decode it: ${msg[3]}`));
     } else {
       const err = new RemoteError(msg[3] ?? { name: "Error", message: "unknown remote error" }, {
         actorId: rec.pool ? undefined : rec.actorId,
@@ -137,6 +181,25 @@ export class ActorCalls {
       info.done?.(false, err);
     }
     if (rec.pool && rec.inflight.size === 0) rec.pool.onIdle(rec);
+  }
+
+  private fail(rec: ActorRecord, info: CallInfo, err: Error): void {
+    rec.inflight.delete(info.seq);
+    this.rt.store.settle(info.seq, FAILED, err);
+    info.done?.(false, err);
+    if (rec.pool && rec.inflight.size === 0) rec.pool.onIdle(rec);
+  }
+
+  /** Fails every call in flight on `rec`'s link: one of them may have been lost, and none can tell which. */
+  private failAll(rec: ActorRecord, why: string): void {
+    for (const info of [...rec.inflight.values()]) {
+      if (rec.queued.includes(info)) continue;
+      this.fail(rec, info, this.decodeError(rec, info, why));
+    }
+  }
+
+  private decodeError(rec: ActorRecord, info: CallInfo, why: string): MessageDecodeError {
+    return new MessageDecodeError(`call ${describe(rec, info.target)}: ${why}`);
   }
 
   onUpdate(u: ActorUpdate): void {

@@ -2,9 +2,11 @@
  * The worker's side of calls: runs methods of the actor instance (or exported functions, for tasks
  * and invokeInActor) in arrival order, at most `maxConcurrency` at a time, and replies to the caller.
  */
+import { SerializationError } from "../errors.js";
 import { encode, errorToWire } from "../wire/codec.js";
+import { prepareValue } from "../wire/sendable.js";
 import { ObjectRef } from "./object-ref.js";
-import { FLAG_IMMEDIATE, RESULT } from "./protocol.js";
+import { FLAG_IMMEDIATE, RESULT, RESULT_OK, RESULT_THREW, RESULT_UNSENDABLE } from "./protocol.js";
 import type { Runtime } from "./runtime.js";
 
 interface Job {
@@ -29,9 +31,9 @@ export class Executor {
     private maxConcurrency: number,
   ) {}
 
+  /** Runs a decoded CALL (its seq was checked by the caller of this method). */
   onCall(peer: Buffer, m: any[]): void {
     const job: Job = { peer, seq: m[1], target: m[2], args: Array.isArray(m[3]) ? m[3] : [] };
-    if (typeof job.seq !== "number") throw new Error("call without a sequence number");
     if ((m[4] ?? 0) & FLAG_IMMEDIATE) {
       this.run(job, false);
       return;
@@ -43,15 +45,21 @@ export class Executor {
   private reply(job: Job, ok: boolean, value: unknown): void {
     if (ok) {
       try {
-        this.rt.server.sendEncoded(job.peer, encode([RESULT, job.seq, 1, value]));
+        const sendable = prepareValue(value, "result", `cannot be returned from ${describe(job.target)}`);
+        this.rt.server.sendEncoded(job.peer, encode([RESULT, job.seq, RESULT_OK, sendable]));
         return;
       } catch (e) {
+        if (e instanceof SerializationError) {
+          // the caller rebuilds a SerializationError: the same error a bad argument gives
+          this.rt.server.send(job.peer, [RESULT, job.seq, RESULT_UNSENDABLE, [e.path, e.found, e.message]]);
+          return;
+        }
         value = new ExecutorError(
           `the result of ${describe(job.target)} cannot be serialized: ${(e as Error).message}`,
         );
       }
     }
-    this.rt.server.sendEncoded(job.peer, encode([RESULT, job.seq, 0, errorToWire(value)]));
+    this.rt.server.sendEncoded(job.peer, encode([RESULT, job.seq, RESULT_THREW, errorToWire(value)]));
   }
 
   private run(job: Job, counted: boolean): void {

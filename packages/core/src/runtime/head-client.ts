@@ -1,9 +1,17 @@
 /** Request/reply and pushed updates between a process's runtime and the head. */
+import {
+  ActorNameTakenError,
+  ActorNotFoundError,
+  HeadError,
+  InfeasibleResourceError,
+  MessageDecodeError,
+  PlacementGroupError,
+  ResourceRequestError,
+} from "../errors.js";
+import { logWarn } from "../log.js";
+import { UndecodableMessage } from "../wire/batch.js";
+import type { WireError } from "../wire/codec.js";
 import { DealerLink } from "../wire/links.js";
-
-export class HeadError extends Error {
-  override name = "HeadError";
-}
 
 export class HeadClient {
   private link: DealerLink;
@@ -39,18 +47,29 @@ export class HeadClient {
   }
 
   private onMessage(m: any): void {
-    if (!m || typeof m !== "object") return;
+    if (m instanceof UndecodableMessage || m?.t === "undecodable" || !m || typeof m !== "object") {
+      // a lost reply (ours to decode, or our request at the head): fail every request still waiting
+      const reason =
+        m instanceof UndecodableMessage
+          ? `a message from the head: ${m.reason}`
+          : m?.t === "undecodable"
+            ? `the head could not decode a message from this process: ${m.reason}`
+            : "the head sent a message that is not an object";
+      logWarn(`head client: ${reason}`);
+      for (const p of this.pending.values()) p.reject(new MessageDecodeError(`'${p.t}' failed: ${reason}`));
+      this.pending.clear();
+      return;
+    }
+    if (m.t === "refused") {
+      logWarn(`the head refused '${m.request}': ${m.e?.name}: ${m.e?.message}`);
+      return;
+    }
     if (m.t === "re") {
       const p = this.pending.get(m.rid);
       if (!p) return;
       this.pending.delete(m.rid);
       if (m.ok) p.resolve(m.v);
-      else {
-        const err = new Error(m.e?.message ?? "head error");
-        err.name = m.e?.name ?? "HeadError";
-        Object.assign(err, m.e?.data ?? {});
-        p.reject(err);
-      }
+      else p.reject(headErrorFromWire(m.e));
       return;
     }
     this.onPush(m);
@@ -62,4 +81,23 @@ export class HeadClient {
     this.pending.clear();
     this.link.close();
   }
+}
+
+/** Errors the head may answer with, rebuilt as these classes by the process that asked. */
+const HEAD_ERRORS: Record<string, new (message: string) => Error> = {
+  ActorNotFoundError,
+  ActorNameTakenError,
+  PlacementGroupError,
+  InfeasibleResourceError,
+  ResourceRequestError,
+  HeadError,
+};
+
+/** The typed error for a refusal from the head (any other name becomes a HeadError). */
+export function headErrorFromWire(wire: Partial<WireError> | undefined): Error {
+  const Cls = HEAD_ERRORS[wire?.name ?? ""] ?? HeadError;
+  const err = new Cls(wire?.message ?? "the head refused the request");
+  for (const [k, v] of Object.entries(wire?.data ?? {})) if (!(k in err)) (err as any)[k] = v;
+  if (wire?.stack) err.stack = `${err.name}: ${err.message}\n  --- at the head ---\n${wire.stack}`;
+  return err;
 }

@@ -3,16 +3,25 @@ import type { DeathCause } from "../errors.js";
 
 /** [CALL, seq, target, args, flags]: target is a method name or [moduleUrl, exportName]. */
 export const CALL = 1;
-/** [RESULT, seq, ok(1|0), value | WireError] */
+/** [RESULT, seq, status: ResultStatus, value | WireError | [path, found, message] | reason] */
 export const RESULT = 2;
 /** [FETCH, seq]: ask an owner for an object. */
 export const FETCH = 3;
-/** [FETCH_REPLY, seq, status(1 ok | 2 error | 3 lost), value] */
+/** [FETCH_REPLY, seq, status(1 ok | 2 error | 3 lost), value | WireError | null] */
 export const FETCH_REPLY = 4;
 /** [RELEASE, seqs]: a borrower dropped its copies. */
 export const RELEASE = 5;
 /** [ADDREF, seqs]: a borrower passed a copy on to a third process. */
 export const ADDREF = 6;
+
+/** [PROTOCOL_ERROR, reason]: the peer got a message from us that it could not tie to a call or fetch. */
+export const PROTOCOL_ERROR = 7;
+
+/** How a call ended: the value, an exception, a result that could not be encoded, a call that could not be decoded. */
+export const RESULT_OK = 1;
+export const RESULT_THREW = 0;
+export const RESULT_UNSENDABLE = 2;
+export const RESULT_UNDECODABLE = 3;
 
 /** Call flags. */
 export const FLAG_IMMEDIATE = 1;
@@ -40,6 +49,13 @@ export interface ActorSpec {
   detached?: boolean;
   env?: Record<string, string>;
   ownerClientId: string;
+  nodeAffinity?: NodeAffinity;
+}
+
+/** Run on `nodeId`; `soft`: elsewhere when that node is dead or can never fit the request. */
+export interface NodeAffinity {
+  nodeId: string;
+  soft: boolean;
 }
 
 /** The head's news about one actor, pushed to subscribers. */

@@ -6,22 +6,36 @@
 import { mkdirSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { ObjectLostError, RemoteError } from "../errors.js";
+import { MessageDecodeError, ObjectLostError, OwnerDiedError, RemoteError } from "../errors.js";
 import { logWarn } from "../log.js";
+import { UndecodableMessage } from "../wire/batch.js";
 import { decode, encode, errorToWire, registerClass } from "../wire/codec.js";
 import { DealerLink, RouterServer } from "../wire/links.js";
+import { prepareValue } from "../wire/sendable.js";
 import { ActorCalls, NOT_INLINED } from "./actor-calls.js";
+// every process that decodes messages must know every value type from its first message on
+import "./actor-handle.js";
 import { setRuntime } from "./current.js";
 import { HeadClient } from "./head-client.js";
 import { randomId } from "./ids.js";
 import { ObjectRef, type OwnerAddress } from "./object-ref.js";
 import { FAILED, ObjectStore, PENDING, READY } from "./object-store.js";
-import { ADDREF, FETCH, FETCH_REPLY, RELEASE } from "./protocol.js";
+import {
+  ADDREF,
+  CALL,
+  FETCH,
+  FETCH_REPLY,
+  PROTOCOL_ERROR,
+  RELEASE,
+  RESULT,
+  RESULT_UNDECODABLE,
+} from "./protocol.js";
 
 export interface RuntimeContext {
   /** Id of the actor this process hosts; undefined in a driver. */
   actorId?: string;
   actorName?: string;
+  /** The node this process runs on (as in `torl status`); undefined for a driver on a machine with no node. */
   nodeId?: string;
   /** GPU ids assigned to this actor (also in CUDA_VISIBLE_DEVICES). */
   gpuIds: number[];
@@ -39,6 +53,12 @@ export interface RuntimeContext {
 }
 
 type Handler = (peer: Buffer, msg: any) => void;
+
+/** Statuses of a fetch settled here (not sent by owners): its reply did not decode, its owner's fate is unknown. */
+const FETCH_UNDECODABLE = 4;
+const FETCH_UNCONFIRMED = 5;
+/** How long the head may take to say whether an object's owner is alive. */
+const OWNER_CHECK_MS = 10_000;
 
 export class Runtime {
   readonly clientId = randomId();
@@ -58,6 +78,9 @@ export class Runtime {
   private fetches = new Map<string, Array<(m: any) => void>>();
   private ownerOfEndpoint = new Map<string, string>();
   private goneOwners = new Set<string>();
+  /** Owners the head said were alive (their death arrives as a clientGone push). */
+  private liveOwners = new Set<string>();
+  private checkingOwners = new Set<string>();
   private releases = new Map<string, { addr: OwnerAddress; seqs: number[]; add: number[] }>();
   private releaseTimer: NodeJS.Timeout | null = null;
   private ownedFr = new FinalizationRegistry<number>((seq) => this.store.dropLocal(seq));
@@ -105,17 +128,20 @@ export class Runtime {
     };
     setRuntime(this);
     const heartbeats = !this.context.isWorker;
-    await this.head.request(
+    const hello = await this.head.request<{ nodeId?: string }>(
       "hello",
       {
         clientId: this.clientId,
         address: this.address,
+        nodeIp: ip,
         pid: process.pid,
         actorId: this.context.actorId,
         heartbeats,
       },
       15000,
     );
+    // a driver that joined runs on the node at its own address (workers and embedded drivers know theirs)
+    this.context.nodeId ??= hello?.nodeId;
     if (heartbeats) {
       this.heartbeat = setInterval(() => this.head.notify("chb", { clientId: this.clientId }), 1000);
       this.heartbeat.unref();
@@ -146,7 +172,7 @@ export class Runtime {
     // Snapshot semantics: typed arrays are copied once; later changes by the caller are not seen.
     // Large ones are copied into recycled, already-touched buffers (see object-store.ts for when
     // a buffer may go back to the pool).
-    const enc = encode(value);
+    const enc = encode(prepareValue(value, "value", "cannot be stored with put()"));
     const pool = this.store.pool;
     let pooled: ArrayBuffer[] | null = null;
     const frames = enc.frames.map((f) => {
@@ -199,9 +225,16 @@ export class Runtime {
         ref._cached = { ok: true, value: m[3] };
         return m[3];
       }
+      if (m[2] === FETCH_UNCONFIRMED) throw new ObjectLostError(ref.id, m[3]);
+      if (m[2] === FETCH_UNDECODABLE) {
+        // not cached: the reader may still learn to decode it (a serializer registered later)
+        throw new MessageDecodeError(`object ${ref.id} arrived but could not be decoded: ${m[3]}`);
+      }
       const err =
         m[2] === 3
-          ? new ObjectLostError(ref.id, "its owner no longer has it (freed, or the owner process died)")
+          ? this.goneOwners.has(ref.ownerId)
+            ? new OwnerDiedError(ref.id, ref.ownerId)
+            : new ObjectLostError(ref.id, "its owner no longer has it (freed, or the owner process died)")
           : new RemoteError(m[3] ?? { name: "Error", message: "unknown" }, {});
       ref._cached = { ok: false, value: err };
       throw err;
@@ -223,7 +256,7 @@ export class Runtime {
     const link = this.peer(ref.owner);
     this.ownerOfEndpoint.set(link.endpoint, ref.ownerId);
     const key = `${link.endpoint}|${ref.seq}`;
-    return new Promise((resolve) => {
+    const reply = new Promise((resolve) => {
       const w = this.fetches.get(key);
       if (w) w.push(resolve);
       else {
@@ -231,37 +264,109 @@ export class Runtime {
         link.send([FETCH, ref.seq]);
       }
     });
+    this.confirmOwner(ref.ownerId);
+    return reply;
+  }
+
+  /**
+   * Asks the head, once per owner, whether the owner is alive. A process that joined after the
+   * owner died never got the news, and a fetch sent to a dead endpoint would wait forever.
+   */
+  private confirmOwner(ownerId: string): void {
+    if (this.liveOwners.has(ownerId) || this.checkingOwners.has(ownerId)) return;
+    this.checkingOwners.add(ownerId);
+    this.head.request<boolean>("clientAlive", { clientId: ownerId }, OWNER_CHECK_MS).then(
+      (alive) => {
+        this.checkingOwners.delete(ownerId);
+        if (alive) this.liveOwners.add(ownerId);
+        else this.onOwnerGone(ownerId);
+      },
+      (e: Error) => {
+        this.checkingOwners.delete(ownerId);
+        if (this.closed) return;
+        this.failFetches(
+          ownerId,
+          FETCH_UNCONFIRMED,
+          `the head could not say whether its owner is alive (${e.message})`,
+        );
+      },
+    );
   }
 
   /** A process that owned objects is gone: fetches from it can never be answered. */
   private onOwnerGone(ownerId: string): void {
     this.goneOwners.add(ownerId);
+    this.liveOwners.delete(ownerId);
+    this.failFetches(ownerId, 3, null, true);
+  }
+
+  /** Settles every fetch waiting on `ownerId` with `status` (and, with `forget`, closes its links). */
+  private failFetches(ownerId: string, status: number, value: unknown, forget = false): void {
     for (const [endpoint, owner] of this.ownerOfEndpoint) {
       if (owner !== ownerId) continue;
+      this.failEndpointFetches(endpoint, status, value);
+      if (!forget) continue;
       this.ownerOfEndpoint.delete(endpoint);
-      for (const [key, waiters] of this.fetches) {
-        if (!key.startsWith(`${endpoint}|`)) continue;
-        this.fetches.delete(key);
-        const seq = Number(key.slice(endpoint.length + 1));
-        for (const f of waiters) f([FETCH_REPLY, seq, 3, null]);
-      }
       this.peers.get(endpoint)?.close();
       this.peers.delete(endpoint);
     }
   }
 
+  private failEndpointFetches(endpoint: string, status: number, value: unknown): void {
+    for (const [key, waiters] of this.fetches) {
+      if (!key.startsWith(`${endpoint}|`)) continue;
+      this.fetches.delete(key);
+      const seq = Number(key.slice(endpoint.length + 1));
+      for (const f of waiters) f([FETCH_REPLY, seq, status, value]);
+    }
+  }
+
+  /** Replies from owners this process fetched from. */
   private onPeerMessage(endpoint: string, m: any): void {
-    if (!Array.isArray(m) || m[0] !== FETCH_REPLY) return;
+    if (m instanceof UndecodableMessage) {
+      if (m.kind === FETCH_REPLY && m.seq !== undefined) {
+        this.settleFetch(endpoint, [FETCH_REPLY, m.seq, FETCH_UNDECODABLE, m.reason]);
+      } else this.failEndpointFetches(endpoint, FETCH_UNDECODABLE, `a message from ${endpoint}: ${m.reason}`);
+      return;
+    }
+    if (!Array.isArray(m) || m[0] !== FETCH_REPLY) {
+      const why = Array.isArray(m) && m[0] === PROTOCOL_ERROR ? m[1] : "it sent an unexpected message";
+      this.failEndpointFetches(
+        endpoint,
+        FETCH_UNDECODABLE,
+        `the owner at ${endpoint} could not serve fetches: ${why}`,
+      );
+      return;
+    }
+    this.settleFetch(endpoint, m);
+  }
+
+  private settleFetch(endpoint: string, m: any[]): void {
     const key = `${endpoint}|${m[1]}`;
     const w = this.fetches.get(key);
-    if (!w) return;
+    if (!w) return; // already settled (the owner was declared gone first)
     this.fetches.delete(key);
     for (const f of w) f(m);
   }
 
-  /** Object server: answers fetches and reference-count news; hands calls to the worker. */
+  /**
+   * Object server: answers fetches and reference-count news; hands calls to the worker. Whatever
+   * it cannot decode or does not expect is answered with an error, never dropped.
+   */
   private onServerMessage(peer: Buffer, m: any): void {
-    if (!Array.isArray(m)) throw new Error("message is not an array");
+    if (m instanceof UndecodableMessage) {
+      if (m.kind === CALL && m.seq !== undefined) {
+        this.server.send(peer, [RESULT, m.seq, RESULT_UNDECODABLE, m.reason]);
+      } else if (m.kind === FETCH && m.seq !== undefined) {
+        const wire = errorToWire(new MessageDecodeError(`the fetch could not be decoded: ${m.reason}`));
+        this.server.send(peer, [FETCH_REPLY, m.seq, 2, wire]);
+      } else this.server.send(peer, [PROTOCOL_ERROR, `a message could not be decoded: ${m.reason}`]);
+      return;
+    }
+    if (!Array.isArray(m) || (m[0] !== RELEASE && m[0] !== ADDREF && typeof m[1] !== "number")) {
+      this.server.send(peer, [PROTOCOL_ERROR, "expected a message [kind, seq, ...]"]);
+      return;
+    }
     switch (m[0]) {
       case FETCH: {
         const seq = m[1] as number;
@@ -274,7 +379,8 @@ export class Runtime {
           if (s.state === READY) {
             try {
               // the encoded frames are views that the send may read later: hand the value out
-              this.server.sendEncoded(peer, encode([FETCH_REPLY, seq, 1, this.store.handOut(s)]));
+              const value = prepareValue(this.store.handOut(s), "value", "cannot be sent");
+              this.server.sendEncoded(peer, encode([FETCH_REPLY, seq, 1, value]));
             } catch (err) {
               this.server.send(peer, [FETCH_REPLY, seq, 2, errorToWire(err)]);
             }
@@ -288,9 +394,15 @@ export class Runtime {
       case ADDREF:
         for (const seq of m[1] as number[]) this.store.addOut(seq, 1);
         return;
-      default:
+      case CALL:
         if (this.callHandler) this.callHandler(peer, m);
-        else throw new Error(`unexpected message type ${m[0]} at a driver`);
+        else {
+          const err = new MessageDecodeError("a call reached a process that hosts no actor (a driver)");
+          this.server.send(peer, [RESULT, m[1], 0, errorToWire(err)]);
+        }
+        return;
+      default:
+        this.server.send(peer, [PROTOCOL_ERROR, `unknown message kind ${m[0]}`]);
     }
   }
 
@@ -319,7 +431,7 @@ export class Runtime {
   }
 
   private queueRelease(owner: string, addr: OwnerAddress, seq: number, add: boolean): void {
-    if (this.closed) return;
+    if (this.closed || this.goneOwners.has(owner)) return;
     let r = this.releases.get(owner);
     if (!r) this.releases.set(owner, (r = { addr, seqs: [], add: [] }));
     if (add) {

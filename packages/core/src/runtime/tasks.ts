@@ -4,6 +4,7 @@
  * CPUs allow); a task whose executor dies is retried elsewhere up to `maxRetries` times.
  */
 import { type ActorDiedError, InfeasibleResourceError } from "../errors.js";
+import { prepareValue } from "../wire/sendable.js";
 import type { ActorRecord, CallInfo } from "./actor-calls.js";
 import type { ObjectRef } from "./object-ref.js";
 import { FAILED } from "./object-store.js";
@@ -31,10 +32,12 @@ export class TaskPool {
     private spawn: (resources: Record<string, number>) => ActorRecord,
   ) {}
 
+  /** Queues a task; throws SerializationError at once for arguments that cannot travel. */
   submit(target: [string, string], args: unknown[], maxRetries: number): ObjectRef {
+    const sendable = prepareValue(args, "args", `cannot be sent to a task (${target[1]})`);
     const seq = this.rt.nextSeq();
     const ref = this.rt.newOwnedRef(seq);
-    this.queue.push({ seq, target, args, retriesLeft: maxRetries });
+    this.queue.push({ seq, target, args: sendable, retriesLeft: maxRetries });
     this.pump();
     return ref;
   }

@@ -4,11 +4,10 @@
  * or its node agent goes away.
  */
 import { Worker } from "node:worker_threads";
-import { setLogRole } from "../log.js";
+import { logWarn, setLogRole } from "../log.js";
 import { decode, errorToWire } from "../wire/codec.js";
 import { Executor } from "./executor.js";
 import { ObjectRef } from "./object-ref.js";
-import { CALL } from "./protocol.js";
 import { Runtime } from "./runtime.js";
 
 let workerContext: any = null;
@@ -44,10 +43,7 @@ async function boot(m: any): Promise<void> {
       instance = new Cls(...args);
     }
     const executor = new Executor(rt, instance, Math.max(1, spec.maxConcurrency ?? 1));
-    rt.callHandler = (peer, msg) => {
-      if (msg[0] !== CALL) throw new Error(`unexpected message type ${msg[0]} at a worker`);
-      executor.onCall(peer, msg);
-    };
+    rt.callHandler = (peer, msg) => executor.onCall(peer, msg);
     process.send!({ t: "ready", endpoint: rt.address });
   } catch (e) {
     process.send!({ t: "failed", error: errorToWire(e) }, () => process.exit(1));
@@ -65,8 +61,9 @@ const watchdog = new Worker(
   { eval: true },
 );
 watchdog.unref();
-// warm the rest of the runtime (actor code imports it) while this worker waits for its actor
-void import("../index.js").catch(() => {});
+// warm the rest of the runtime (actor code imports it) while this worker waits for its actor; value
+// types are registered by the runtime module itself, so decoding never depends on this finishing
+void import("../index.js").catch((e: Error) => logWarn(`warming the runtime failed: ${e.message}`));
 process.on("SIGTERM", () => process.exit(0));
 
 export function getWorkerContext(): unknown {

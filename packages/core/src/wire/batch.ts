@@ -11,6 +11,53 @@ export class MalformedMessageError extends Error {
   override name = "MalformedMessageError";
 }
 
+/**
+ * Delivered in place of a message that could not be decoded, so that its receiver can answer the
+ * sender (a call gets an error result, a fetch an error reply) instead of dropping it. `kind` and
+ * `seq` are read from the raw bytes when the message is a data-plane array `[kind, seq, ...]`.
+ */
+export class UndecodableMessage {
+  constructor(
+    readonly reason: string,
+    readonly kind?: number,
+    readonly seq?: number,
+  ) {}
+}
+
+/** The first two integers of a msgpack array, read without decoding the rest. */
+function peekKindAndSeq(b: Uint8Array): [number | undefined, number | undefined] {
+  const view = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  let pos = 0;
+  const readUint = (): number | undefined => {
+    const c = view.getUint8(pos++);
+    if (c <= 0x7f) return c;
+    const widths: Record<number, number> = { 204: 1, 205: 2, 206: 4, 207: 8, 203: 8 };
+    const w = widths[c];
+    if (w === undefined) return undefined;
+    pos += w;
+    if (c === 0xcc) return view.getUint8(pos - 1);
+    if (c === 0xcd) return view.getUint16(pos - 2);
+    if (c === 0xce) return view.getUint32(pos - 4);
+    if (c === 0xcf) return Number(view.getBigUint64(pos - 8));
+    return view.getFloat64(pos - 8);
+  };
+  try {
+    const t = view.getUint8(pos++);
+    if (t === 0xdc) pos += 2;
+    else if (t === 0xdd) pos += 4;
+    else if (t < 0x90 || t > 0x9f) return [undefined, undefined];
+    const kind = readUint();
+    return [kind, kind === undefined ? undefined : readUint()];
+  } catch {
+    return [undefined, undefined]; // truncated
+  }
+}
+
+function undecodable(reason: string, head?: Uint8Array): UndecodableMessage {
+  const [kind, seq] = head ? peekKindAndSeq(head) : [undefined, undefined];
+  return new UndecodableMessage(reason, kind, seq);
+}
+
 export function buildBatch(messages: Encoded[]): Uint8Array[] {
   const index: number[] = [];
   const heads: Uint8Array[] = [];
@@ -26,8 +73,20 @@ export function buildBatch(messages: Encoded[]): Uint8Array[] {
   return [packPlain([MAGIC, index]), headBuf, ...frames];
 }
 
-/** Decodes a batch starting at `parts[offset]`; throws MalformedMessageError for anything foreign. */
+/**
+ * Decodes a batch starting at `parts[offset]`. A message that does not decode becomes an
+ * UndecodableMessage; a batch whose framing is foreign becomes one UndecodableMessage.
+ */
 export function parseBatch(parts: Uint8Array[], offset: number): any[] {
+  try {
+    return parseFrames(parts, offset);
+  } catch (e) {
+    if (e instanceof MalformedMessageError) return [undecodable(e.message)];
+    throw e;
+  }
+}
+
+function parseFrames(parts: Uint8Array[], offset: number): any[] {
   if (parts.length < offset + 2)
     throw new MalformedMessageError(`expected at least 2 frames, got ${parts.length - offset}`);
   let header: any;
@@ -57,10 +116,11 @@ export function parseBatch(parts: Uint8Array[], offset: number): any[] {
     }
     if (frame + nFrames > parts.length) throw new MalformedMessageError("batch refers to missing frames");
     const frames = parts.slice(frame, frame + nFrames);
+    const head = heads.subarray(pos, pos + len);
     try {
-      out.push(decode(heads.subarray(pos, pos + len), frames));
+      out.push(decode(head, frames));
     } catch (e) {
-      throw new MalformedMessageError(`message ${i / 2} does not decode: ${(e as Error).message}`);
+      out.push(undecodable(`${(e as Error).name}: ${(e as Error).message}`, head));
     }
     pos += len;
     frame += nFrames;

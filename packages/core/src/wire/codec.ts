@@ -1,8 +1,15 @@
 /**
  * Value codec: msgpackr with typed arrays lifted out as raw frames (no copy into the msgpack body),
- * plus extensions for errors and for the runtime's own classes (ObjectRef, actor handles).
+ * plus extensions for the built-in classes msgpack would flatten (Map, Set, RegExp, ArrayBuffer,
+ * DataView, Error), for the runtime's own classes (ObjectRef, actor handles) and for user classes
+ * registered with `registerSerializer`. What may be encoded is checked first (sendable.ts).
+ *
+ * Extension type codes: 0x40-0x4a typed arrays, 0x50 Error, 0x51 Map, 0x52 Set, 0x53 RegExp,
+ * 0x54 ArrayBuffer, 0x55 DataView, 0x56 registered user class, 0x60 ObjectRef, 0x61 actor handle.
  */
 import { addExtension, Packr } from "msgpackr";
+import { SerializationError, UnknownClassError } from "../errors.js";
+import { BoxedMap, isSendable, markLeafClass, prepareValue } from "./sendable.js";
 
 /** A value split into a msgpack body and the raw frames its typed arrays point into. */
 export interface Encoded {
@@ -47,6 +54,7 @@ const FRAME = 1;
 const AS_BUFFER = 2;
 
 for (const [type, Ctor] of TYPED) {
+  markLeafClass(Ctor);
   addExtension({
     Class: Ctor,
     type,
@@ -90,16 +98,13 @@ export interface WireError {
   data?: Record<string, unknown>;
 }
 
-export class EncodedError {
-  constructor(readonly error: WireError) {}
-}
-
+/** An error as data; own fields that cannot travel are sent as their string form. */
 export function errorToWire(error: unknown): WireError {
   if (error instanceof Error) {
     const data: Record<string, unknown> = {};
     for (const key of Object.keys(error)) {
       const value = (error as any)[key];
-      if (typeof value !== "function") data[key] = value;
+      if (typeof value !== "function") data[key] = safe(value);
     }
     return { name: error.name, message: error.message, stack: error.stack, data };
   }
@@ -107,23 +112,66 @@ export function errorToWire(error: unknown): WireError {
 }
 
 function safe(v: unknown): unknown {
-  try {
-    packr.pack(v);
-    return v;
-  } catch {
-    return String(v);
-  }
+  return isSendable(v) ? v : String(v);
 }
 
+const BUILTIN_ERRORS: Record<string, ErrorConstructor> = {
+  Error,
+  TypeError,
+  RangeError,
+  SyntaxError,
+  ReferenceError,
+  EvalError,
+  URIError,
+};
+
+/** An Error value rebuilt: built-in classes keep their class, others arrive as Error with their name. */
+function errorFromWire(w: WireError): Error {
+  const e = new (BUILTIN_ERRORS[w.name] ?? Error)(w.message);
+  if (e.name !== w.name)
+    Object.defineProperty(e, "name", { value: w.name, writable: true, configurable: true });
+  e.stack = w.stack;
+  Object.assign(e, w.data ?? {});
+  return e;
+}
+
+addExtension({ Class: Error, type: 0x50, write: errorToWire, read: errorFromWire });
 addExtension({
-  Class: Error,
-  type: 0x50,
-  write(e: Error) {
-    return errorToWire(e);
+  Class: BoxedMap,
+  type: 0x51,
+  write: (m: BoxedMap) => m.flat,
+  read(flat: unknown[]) {
+    const m = new Map<unknown, unknown>();
+    for (let i = 0; i < flat.length; i += 2) m.set(flat[i], flat[i + 1]);
+    return m;
   },
-  read(d: WireError) {
-    return new EncodedError(d);
+});
+addExtension({
+  Class: Set,
+  type: 0x52,
+  write: (v: Set<unknown>) => [...v],
+  read: (a: unknown[]) => new Set(a),
+});
+addExtension({
+  Class: RegExp,
+  type: 0x53,
+  write: (r: RegExp) => [r.source, r.flags],
+  read: (d: [string, string]) => new RegExp(d[0], d[1]),
+});
+addExtension({
+  Class: ArrayBuffer,
+  type: 0x54,
+  write: (b: ArrayBuffer) => new Uint8Array(b),
+  read(bytes: Uint8Array) {
+    const whole = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength;
+    return whole ? bytes.buffer : bytes.slice().buffer;
   },
+});
+addExtension({
+  Class: DataView,
+  type: 0x55,
+  write: (v: DataView) => new Uint8Array(v.buffer, v.byteOffset, v.byteLength),
+  read: (bytes: Uint8Array) => new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength),
 });
 
 /** Hooks for classes defined elsewhere in core (ObjectRef, actor handles), to avoid import cycles. */
@@ -133,10 +181,73 @@ export function registerClass<T>(
   write: (v: T) => unknown,
   read: (d: any) => T,
 ) {
+  markLeafClass(Class);
   addExtension({ Class, type, write, read });
 }
 
-const packr = new Packr({ useRecords: false, moreTypes: false, structuredClone: false });
+/** How instances of a user class travel (see registerSerializer). */
+export interface SerializerOptions<T> {
+  /** Name on the wire, the same in every process (default: the class's name). */
+  name?: string;
+  /** The instance as sendable data (default: its own enumerable fields). */
+  serialize?: (value: T) => unknown;
+  /** The instance rebuilt from that data (default: an object of the class with those fields, no constructor call). */
+  deserialize?: (data: any) => T;
+}
+
+const serializers = new Map<
+  string,
+  { Class: abstract new (...args: never) => unknown; deserialize: (data: any) => unknown }
+>();
+
+/**
+ * Lets instances of `Class` travel between processes (Ray's `register_serializer`): they arrive as
+ * instances of the same class. Call it in a module that every process using the class imports (the
+ * module that defines the class is the natural place); a process that receives an instance of a
+ * class it has no serializer for fails that message with an error naming the class.
+ */
+export function registerSerializer<T extends object>(
+  Class: new (...args: any[]) => T,
+  opts: SerializerOptions<T> = {},
+): void {
+  const name = opts.name ?? Class.name;
+  if (!name) throw new TypeError("registerSerializer: an anonymous class needs { name }");
+  const taken = serializers.get(name);
+  if (taken && taken.Class !== Class) {
+    throw new TypeError(`registerSerializer: the name '${name}' is already registered for another class`);
+  }
+  const serialize = opts.serialize ?? ((v: T) => ({ ...v }));
+  const deserialize =
+    opts.deserialize ?? ((d: object) => Object.assign(Object.create(Class.prototype), d) as T);
+  serializers.set(name, { Class, deserialize });
+  markLeafClass(Class, true);
+  addExtension({
+    Class,
+    type: 0x56,
+    write: (v: T) => [name, prepareValue(serialize(v), `serialize(${name})`, "cannot be sent")],
+    read: readRegistered,
+  });
+}
+
+function readRegistered(d: [string, unknown]): unknown {
+  const s = serializers.get(d[0]);
+  if (!s) {
+    throw new UnknownClassError(
+      `a value of class '${d[0]}' arrived, but this process has no serializer for it: import the module that calls registerSerializer(${d[0]})`,
+    );
+  }
+  return s.deserialize(d[1]);
+}
+
+const packr = new Packr({
+  useRecords: false,
+  moreTypes: false,
+  structuredClone: false,
+  // values are checked before encoding; this catches a function that slipped past (a serializer's output)
+  writeFunction() {
+    throw new SerializationError("(unknown)", "a function", "a function cannot be encoded");
+  },
+} as ConstructorParameters<typeof Packr>[0]);
 
 export function encode(value: unknown): Encoded {
   const saved = encFrames;

@@ -4,7 +4,7 @@
  */
 import * as zmq from "zeromq";
 import { logWarn } from "../log.js";
-import { buildBatch, MalformedMessageError, parseBatch } from "./batch.js";
+import { buildBatch, parseBatch } from "./batch.js";
 import { type Encoded, encode } from "./codec.js";
 
 const MAX_BATCH = 4096;
@@ -72,16 +72,8 @@ abstract class BatchingSocket<S extends zmq.Dealer | zmq.Router> {
     try {
       for await (const parts of this.sock) {
         frames(parts);
-        let msgs: any[];
-        try {
-          msgs = parseBatch(parts, firstFrame);
-        } catch (e) {
-          if (e instanceof MalformedMessageError) {
-            logWarn(`${this.label}: dropped malformed message (${parts.length} frames): ${e.message}`);
-            continue;
-          }
-          throw e;
-        }
+        // a message that does not decode arrives as an UndecodableMessage for its handler to answer
+        const msgs = parseBatch(parts, firstFrame);
         for (const m of msgs) {
           try {
             deliver(parts, m);
