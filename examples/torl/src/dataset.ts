@@ -7,6 +7,8 @@
  * (the tir_base_0309 template renders it), ability "math", reward_model {ground_truth, style: "rule"},
  * extra_info {split, index, id, kind, hard, question}.
  */
+
+import { InputError } from "@torl-ts/core";
 import type { RlDatasetRow } from "@torl-ts/verl";
 import { generateProblems, type Problem } from "./problems.js";
 import { heldOutProblems, pretrainExclusions, RECIPE_SPLIT_SEED } from "./tiny-model.js";
@@ -40,7 +42,7 @@ export interface TinyDatasetOptions {
   hardFraction?: number;
 }
 
-export class TinyDatasetError extends Error {
+export class TinyDatasetError extends InputError {
   override name = "TinyDatasetError";
 }
 

@@ -18,7 +18,7 @@ import { availableParallelism } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { init, isInitialized, kill, shutdown } from "@torl-ts/actors";
-import { type CliCommand, UsageError } from "@torl-ts/core";
+import { type CliCommand, InputError, parseFlags, UsageError } from "@torl-ts/core";
 import { extractLastPythonBlock } from "@torl-ts/sandbox";
 import {
   type ConfigSchema,
@@ -108,7 +108,7 @@ export function recipeSettings(cfg: TrainerConfig): RecipeSettings {
 }
 
 /** The tiny base model is not there: tells how to make it. */
-export class TinyBaseMissingError extends Error {
+export class TinyBaseMissingError extends InputError {
   override name = "TinyBaseMissingError";
   constructor(readonly path: string) {
     super(
@@ -578,9 +578,10 @@ summary.json, samples.jsonl, report.html, report.png) and prints the run directo
 
 ${OVERRIDE_HELP}`,
   async run(args) {
-    const bad = args.filter((a) => !a.includes("="));
+    const { positionals } = parseFlags(args, {}, { positionals: true });
+    const bad = positionals.filter((a) => !a.includes("="));
     if (bad.length) throw new UsageError(`expected key=value overrides, got: ${bad.join(" ")}`);
-    return runFromArgs([TINY_CONFIG], args);
+    return runFromArgs([TINY_CONFIG], positionals);
   },
 };
 
@@ -596,16 +597,13 @@ local Qwen2.5-Math-1.5B and data.train_files / data.val_files to the released pa
 
 ${OVERRIDE_HELP}`,
   async run(args) {
-    const rest: string[] = [];
-    for (let i = 0; i < args.length; i++) {
-      const a = args[i]!;
-      if (a === "--runs-dir") {
-        const dir = args[++i];
-        if (!dir) throw new UsageError("--runs-dir needs a directory");
-        rest.push(`torl.runs_dir=${dir}`);
-      } else if (a.startsWith("--")) throw new UsageError(`unknown flag ${a}`);
-      else rest.push(a);
-    }
+    const { flags, positionals } = parseFlags(
+      args,
+      { "runs-dir": { type: "string" } },
+      { positionals: true },
+    );
+    const rest =
+      flags["runs-dir"] === undefined ? positionals : [...positionals, `torl.runs_dir=${flags["runs-dir"]}`];
     const { files, overrides } = splitConfigArgs(rest);
     if (files.length === 0) throw new UsageError("train needs a config file (<config.yaml>)");
     for (const f of files) if (!existsSync(f)) throw new UsageError(`config file not found: ${f}`);

@@ -14,9 +14,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
 import { createCanvas, Image } from "@napi-rs/canvas";
-import { type CliCommand, UsageError } from "@torl-ts/core";
+import { type CliCommand, InputError, parseFlags, UsageError } from "@torl-ts/core";
 
 /**
  * One line of `runs/<name>/samples.jsonl`: one trajectory (a training rollout or a validation
@@ -55,7 +54,7 @@ export interface TrajectorySample {
 }
 
 /** A report input that cannot be read: names the file and, where it applies, the line. */
-export class ReportInputError extends Error {
+export class ReportInputError extends InputError {
   override name = "ReportInputError";
   constructor(
     readonly file: string,
@@ -692,33 +691,21 @@ export const reportCommand: CliCommand = {
     "--screenshot also renders the HTML page with headless Chromium into FILE.png.",
   ].join("\n"),
   async run(args) {
-    let parsed: ReturnType<
-      typeof parseArgs<{
-        options: { compare: { type: "string" }; samples: { type: "string" }; screenshot: { type: "string" } };
-        allowPositionals: true;
-      }>
-    >;
-    try {
-      parsed = parseArgs({
-        args,
-        options: { compare: { type: "string" }, samples: { type: "string" }, screenshot: { type: "string" } },
-        allowPositionals: true,
-      });
-    } catch (e) {
-      throw new UsageError((e as Error).message);
-    }
-    const [dir, ...extra] = parsed.positionals;
+    const { flags, positionals } = parseFlags(
+      args,
+      { compare: { type: "string" }, samples: { type: "integer", min: 0 }, screenshot: { type: "string" } },
+      { positionals: true },
+    );
+    const [dir, ...extra] = positionals;
     if (!dir) throw new UsageError("RUN_DIR is required");
     if (extra.length) throw new UsageError(`unexpected argument '${extra[0]}'`);
-    const maxSamples = parsed.values.samples === undefined ? undefined : Number(parsed.values.samples);
-    if (maxSamples !== undefined && !(Number.isInteger(maxSamples) && maxSamples >= 0))
-      throw new UsageError(`--samples must be a non-negative integer, got '${parsed.values.samples}'`);
-    const out = await writeReport(dir, { compareDir: parsed.values.compare, maxSamples });
+    const maxSamples = flags.samples;
+    const out = await writeReport(dir, { compareDir: flags.compare, maxSamples });
     console.log(`wrote ${out.html}`);
     if (out.png) console.log(`wrote ${out.png}`);
-    if (parsed.values.screenshot) {
-      await screenshotHtml(out.html, parsed.values.screenshot);
-      console.log(`wrote ${parsed.values.screenshot}`);
+    if (flags.screenshot) {
+      await screenshotHtml(out.html, flags.screenshot);
+      console.log(`wrote ${flags.screenshot}`);
     }
     return 0;
   },

@@ -90,7 +90,7 @@ function toResources(flag: string, raw: string): Record<string, number> {
  * returned in order when `positionals` is true, and are a UsageError otherwise. Throws UsageError
  * naming the flag for an unknown flag, a missing value or a value of the wrong kind.
  */
-export function parseFlags<T extends Record<string, FlagSpec>>(
+export function parseFlags<const T extends Record<string, FlagSpec>>(
   args: string[],
   spec: T,
   options: { positionals?: boolean } = {},

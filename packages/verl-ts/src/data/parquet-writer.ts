@@ -10,6 +10,7 @@
  * bytes, INT64/DOUBLE as 8 bytes little-endian, BOOLEAN bit-packed, least significant bit first).
  */
 import { writeFileSync } from "node:fs";
+import { InputError } from "@torl-ts/core";
 
 /** The schema of one field: a leaf, a struct of fields, or a list of one element type. */
 export type ParquetField =
@@ -18,7 +19,7 @@ export type ParquetField =
   | { name: string; kind: "list"; element: ParquetField };
 
 /** A row that does not fit the schema; names the row and the field path. */
-export class ParquetWriteError extends Error {
+export class ParquetWriteError extends InputError {
   override name = "ParquetWriteError";
   constructor(
     readonly path: string,
