@@ -58,7 +58,12 @@ for (const { file, cmd } of cases) {
     const args = words.slice(2);
     // Repository paths (relative, with a slash, not a key=value override, not a placeholder) must exist.
     for (const a of args.filter(
-      (w) => !w.startsWith("-") && !w.startsWith("/") && !w.includes("=") && w.includes("/") && !/[A-Z]{3}/.test(w),
+      (w) =>
+        !w.startsWith("-") &&
+        !w.startsWith("/") &&
+        !w.includes("=") &&
+        w.includes("/") &&
+        !/[A-Z]{3}/.test(w),
     ))
       t.true(existsSync(join(ROOT, a)), `${a} does not exist from the repository root`);
     const node = nodeArgs(words);
