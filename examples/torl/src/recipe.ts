@@ -537,26 +537,14 @@ function fmtPct(v: number | null): string {
 }
 
 /** Errors that say what to fix in the command line, config or data: printed without a stack. */
-const USER_ERRORS = new Set([
-  "TinyBaseMissingError",
-  "TrainerConfigError",
-  "DatasetFileError",
-  "TinyDatasetError",
-]);
-
+/** Loads the config and runs; bad input (a config key, a data file, a missing base model) throws an
+ * InputError, which the CLI prints as one `error:` line with exit 2. */
 async function runFromArgs(files: string[], overrides: string[]): Promise<number> {
-  try {
-    const notes: string[] = [];
-    const cfg = loadRecipeConfig(files, overrides, notes);
-    for (const n of notes) console.log(`[torl] note: ${n}`);
-    await runRecipe(cfg);
-    return 0;
-  } catch (e) {
-    const err = e as Error;
-    if (!USER_ERRORS.has(err?.name)) throw e;
-    console.error(`error: ${err.message}`);
-    return 2;
-  }
+  const notes: string[] = [];
+  const cfg = loadRecipeConfig(files, overrides, notes);
+  for (const n of notes) console.log(`[torl] note: ${n}`);
+  await runRecipe(cfg);
+  return 0;
 }
 
 const OVERRIDE_HELP = `overrides: key.path=value (veRL's config keys), e.g.
