@@ -5,7 +5,7 @@ import test from "ava";
 const run = promisify(execFile);
 const script = (file: string, ...args: string[]) =>
   run("node", ["--import=tsx", file, ...args], { env: { ...process.env, TORL_DEBUG: "" }, timeout: 120_000 });
-type Failure = { code: number; stderr: string };
+type Failure = Error & { code: number; stderr: string };
 
 test("the example scripts fail like pnpm torl: one error line naming the file or flag, exit 2, no stack", async (t) => {
   const missing = (await t.throwsAsync(
