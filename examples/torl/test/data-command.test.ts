@@ -6,7 +6,9 @@ import { readRlDataset } from "@torl-ts/verl";
 import test from "ava";
 import { dataTinyCommand } from "../src/data-command.js";
 import { tinyDataset } from "../src/dataset.js";
+import { evaluate } from "../src/eval.js";
 import { loadRecipeConfig, recipeRows, TINY_CONFIG } from "../src/recipe.js";
+import { TINY_BASE_DIR } from "../src/tiny-model.js";
 
 function tmp(t: { teardown: (f: () => void) => void }): string {
   const dir = mkdtempSync(join(tmpdir(), "torl-data-"));
@@ -43,4 +45,21 @@ test("data tiny takes --flag value and --flag=value alike, and refuses bad flags
   await t.throwsAsync(dataTinyCommand.run(["--out", a, "--frobnicate"]), {
     message: /unknown flag --frobnicate/,
   });
+});
+
+test("eval runs on the held-out parquet that data tiny writes, with the tiny base model", async (t) => {
+  const out = tmp(t);
+  await dataTinyCommand.run(["--out", out, "--train", "4", "--val", "3"]);
+  const result = await evaluate({
+    model: TINY_BASE_DIR,
+    data: [join(out, "test.parquet")],
+    maxResponseLength: 96,
+    workers: 1,
+    log: null,
+  });
+  t.is(result.overall.rows, 3);
+  t.deepEqual(
+    result.samples.map((s) => s.data_source),
+    tinyDataset({ trainCount: 4, valCount: 3 }).val.map((r) => r.data_source),
+  );
 });
