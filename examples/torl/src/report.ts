@@ -446,7 +446,7 @@ const TIMING_LAYERS: [string, string][] = [
 ];
 
 /** Each step's time by phase, and what the phases leave out of timing_s/step ("other"). */
-function timingChart(run: RunData, axis: ReportAxis, xLabel: string): string {
+function timingChart(run: RunData, axis: ReportAxis, xLabel: string, note?: string): string {
   const x = xOf(run, axis);
   const rows = run.metrics.filter((r) => typeof r["timing_s/step"] === "number");
   const layers: Series[] = TIMING_LAYERS.map(([key, label], i) => ({
@@ -464,6 +464,7 @@ function timingChart(run: RunData, axis: ReportAxis, xLabel: string): string {
     title: "Time per step",
     yLabel: "seconds",
     xLabel,
+    note,
     layers,
     describeX: describeX(run, axis),
   });
@@ -557,7 +558,11 @@ export function reportCharts(
     });
   }
   if (hasWallClock(main.metrics))
-    charts.push({ title: "Time per step", group: "Time", svg: timingChart(main, axis, xLabel) });
+    charts.push({
+      title: "Time per step",
+      group: "Time",
+      svg: timingChart(main, axis, xLabel, compare ? `${main.label} only` : undefined),
+    });
   return charts;
 }
 
@@ -658,7 +663,9 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px} h3{font-s
 .charts svg rect.hover:hover{fill-opacity:0.06}
 .axis{font-size:13px;margin:4px 0 8px} .axis label{margin-right:14px;cursor:pointer}
 .by-wall{display:none} input[name=xaxis]{display:none}
+.axis label::before{content:"\\25CB  "}
 #x-step:checked ~ .axis label[for=x-step],#x-wall:checked ~ .axis label[for=x-wall]{font-weight:bold}
+#x-step:checked ~ .axis label[for=x-step]::before,#x-wall:checked ~ .axis label[for=x-wall]::before{content:"\\25CF  "}
 #x-wall:checked ~ .by-wall{display:block} #x-wall:checked ~ .by-step{display:none}
 table{border-collapse:collapse;font-size:13px;background:#fff}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top} th{background:#f0f0f0}
@@ -775,7 +782,7 @@ export function renderReportHtml(runDir: string, options: ReportOptions = {}): s
         wall
           ? `<input type="radio" name="xaxis" id="x-step"${options.axis === "wall" ? "" : " checked"}>` +
             `<input type="radio" name="xaxis" id="x-wall"${options.axis === "wall" ? " checked" : ""}>` +
-            `<div class="axis">x axis: <label for="x-step">&#9673; step</label><label for="x-wall">&#9673; wall-clock (seconds of training)</label></div>`
+            `<div class="axis">x axis: <label for="x-step">step</label><label for="x-wall">wall-clock (seconds of training)</label></div>`
           : "",
         `<div class="by-step">${chartGrid(reportCharts(run, compare, { ...chartOptions, axis: "step" }))}</div>`,
         wall
