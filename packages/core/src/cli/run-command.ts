@@ -59,11 +59,13 @@ export async function runCommand(command: CliCommand, args: string[], invokedAs:
 export function runScript(command: CliCommand, invokedAs: string): void {
   runCommand(command, process.argv.slice(2), invokedAs).then(
     (code) => {
+      // A failed run may leave sockets or children behind: exit now rather than wait on them.
+      if (code !== 0) process.exit(code);
       process.exitCode = code;
     },
     (error) => {
       console.error(formatCliError(error, true));
-      process.exitCode = 1;
+      process.exit(1);
     },
   );
 }
