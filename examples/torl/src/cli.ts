@@ -42,7 +42,7 @@ function groups(): Map<string, string[]> {
 }
 
 /** The version in the repository's package.json. */
-export function torlVersion(): string {
+function torlVersion(): string {
   const pkg = JSON.parse(readFileSync(new URL("../../../package.json", import.meta.url), "utf8")) as {
     version?: string;
   };
