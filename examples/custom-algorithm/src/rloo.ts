@@ -18,6 +18,7 @@ import { appendFileSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createCollectiveGroup, get, init, isInitialized, shutdown } from "@torl-ts/actors";
+import { type CliCommand, type FlagSpec, InputError, parseFlags, runScript } from "@torl-ts/core";
 import { DataProto, executionInfoFromRollout } from "@torl-ts/verl";
 import { PolicyActor, type ToolChoice, type UpdateStats } from "./policy.js";
 import {
@@ -100,7 +101,7 @@ export interface Summary {
 }
 
 /** Thrown for arguments that cannot work together. */
-export class ArgsError extends Error {
+export class ArgsError extends InputError {
   override name = "ArgsError";
 }
 
@@ -262,33 +263,37 @@ export async function train(
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Command line: --name value for every key of Args.
+// Command line: --kebab-name value (or --kebab-name=value) for every key of Args.
 // ---------------------------------------------------------------------------------------------------
+const flagOf = (key: string) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+
+/** Parses the flags into Args keys; throws UsageError naming a bad flag. */
 export function parseArgs(argv: string[]): Partial<Args> {
-  const out: Record<string, string | number> = {};
-  for (let i = 0; i < argv.length; i += 2) {
-    const flag = argv[i]!;
-    const key = flag.replace(/^--/, "").replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
-    if (!flag.startsWith("--") || !(key in DEFAULT_ARGS) || argv[i + 1] === undefined)
-      throw new ArgsError(
-        `bad flag ${flag}; flags: ${Object.keys(DEFAULT_ARGS)
-          .map((k) => `--${k}`)
-          .join(" ")}`,
-      );
-    const value = argv[i + 1]!;
-    out[key] = typeof DEFAULT_ARGS[key as keyof Args] === "number" ? Number(value) : value;
-    if (typeof out[key] === "number" && !Number.isFinite(out[key]))
-      throw new ArgsError(`${flag} needs a number, got ${value}`);
-  }
+  const spec: Record<string, FlagSpec> = {};
+  for (const [key, value] of Object.entries(DEFAULT_ARGS))
+    spec[flagOf(key)] = typeof value === "number" ? { type: "number" } : { type: "string" };
+  const { flags } = parseFlags(argv, spec);
+  const out: Record<string, unknown> = {};
+  for (const key of Object.keys(DEFAULT_ARGS))
+    if (flags[flagOf(key)] !== undefined) out[key] = flags[flagOf(key)];
   return out as Partial<Args>;
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
-  train(parseArgs(process.argv.slice(2))).then(
-    (s) => console.log(JSON.stringify(s.lastMetrics)),
-    (e) => {
-      console.error(e instanceof ArgsError ? e.message : e);
-      process.exitCode = 1;
-    },
-  );
-}
+export const rlooCommand: CliCommand = {
+  summary: "train with RLOO on the actor API alone",
+  usage: [
+    "usage: pnpm tsx examples/custom-algorithm/src/rloo.ts [--flag value ...]",
+    "",
+    "Trains with RLOO (one policy actor per replica, gradients all-reduced) and prints the last metrics.",
+    "flags (default):",
+    ...Object.entries(DEFAULT_ARGS).map(([k, v]) => `  --${flagOf(k).padEnd(20)} ${String(v)}`),
+  ].join("\n"),
+  async run(args) {
+    const summary = await train(parseArgs(args));
+    console.log(JSON.stringify(summary.lastMetrics));
+    return 0;
+  },
+};
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1])
+  runScript(rlooCommand, "pnpm tsx examples/custom-algorithm/src/rloo.ts");

@@ -1,6 +1,7 @@
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { UsageError } from "@torl-ts/core";
 import { buildByteBpeTokenizer, createRandomPretrained } from "@torl-ts/verl";
 import test from "ava";
 import type { ToolChoice } from "../src/policy.js";
@@ -62,10 +63,15 @@ test("bad arguments are named before any actor starts", async (t) => {
     instanceOf: ArgsError,
     message: /tool must be one of none, python/,
   });
-  t.throws(() => parseArgs(["--stepz", "3"]), { instanceOf: ArgsError, message: /--steps/ });
-  t.deepEqual(parseArgs(["--steps", "3", "--reward", "digit_fraction"]), {
+  t.throws(() => parseArgs(["--stepz", "3"]), { instanceOf: UsageError, message: /unknown flag --stepz/ });
+  t.throws(() => parseArgs(["--steps", "many"]), {
+    instanceOf: UsageError,
+    message: /--steps must be a number/,
+  });
+  t.deepEqual(parseArgs(["--steps", "3", "--reward", "digit_fraction", "--learning-rate=1e-6"]), {
     steps: 3,
     reward: "digit_fraction",
+    learningRate: 1e-6,
   });
 });
 

@@ -11,6 +11,7 @@
 import { existsSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { type CliCommand, parseFlags, runScript, UsageError } from "@torl-ts/core";
 import {
   type ChatMessage,
   loadTrainerConfig,
@@ -115,14 +116,29 @@ export async function trainWithCalculator(o: TrainCalculatorOptions = {}): Promi
   return trainer.fit();
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
-  const args = process.argv.slice(2);
-  const file = args[0] && !args[0].includes("=") ? resolve(args.shift()!) : undefined;
-  trainWithCalculator({ ...(file ? { configFile: file } : {}), overrides: args }).then(
-    (s) => console.log(JSON.stringify(s)),
-    (e) => {
-      console.error(e instanceof TrainerConfigError ? e.message : e);
-      process.exitCode = 1;
-    },
-  );
-}
+export const trainCalculatorCommand: CliCommand = {
+  summary: "train with the calculator tool on the stock trainer",
+  usage: [
+    "usage: pnpm tsx examples/new-tool/src/train.ts [CONFIG.yaml] [key.path=value ...]",
+    "",
+    "Trains with the calculator tool (RayPPOTrainer, the stock TIR rollout). CONFIG.yaml (a path from the",
+    "current directory) defaults to examples/new-tool/configs/calculator.yaml; the overrides use veRL's",
+    "keys, e.g. trainer.total_training_steps=20 actor_rollout_ref.model.path=DIR (default: the tiny ToRL base).",
+    "Prints the training summary as JSON.",
+  ].join("\n"),
+  async run(args) {
+    const { positionals } = parseFlags(args, {}, { positionals: true });
+    const file = positionals[0] && !positionals[0].includes("=") ? positionals.shift() : undefined;
+    if (file !== undefined && !existsSync(file))
+      throw new UsageError(`config file not found: ${file} (resolved to ${resolve(file)})`);
+    const summary = await trainWithCalculator({
+      ...(file ? { configFile: resolve(file) } : {}),
+      overrides: positionals,
+    });
+    console.log(JSON.stringify(summary));
+    return 0;
+  },
+};
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1])
+  runScript(trainCalculatorCommand, "pnpm tsx examples/new-tool/src/train.ts");

@@ -1,9 +1,12 @@
 #!/usr/bin/env node
 /**
  * `pnpm torl <command>`: the one entry point. Each command lives in the package that owns it and is
- * imported lazily, so `pnpm torl status` never loads tensorflow.
+ * imported lazily, so `pnpm torl status` never loads tensorflow. Every command fails the same way
+ * (one `error: ...` line; exit 2 for bad input, 1 for a runtime failure; the stack with --verbose or
+ * TORL_DEBUG=1), through @torl-ts/core's runCommand.
  */
-import type { CliCommand } from "@torl-ts/core";
+import { readFileSync } from "node:fs";
+import { type CliCommand, formatCliError, runCommand } from "@torl-ts/core";
 
 type Loader = () => Promise<CliCommand>;
 
@@ -18,6 +21,7 @@ const commands: Record<string, Loader> = {
   pretrain: async () => (await import("./commands.js")).pretrainCommand,
   report: async () => (await import("./commands.js")).reportCommand,
   "new algorithm": async () => (await import("./commands.js")).newAlgorithmCommand,
+  "data tiny": async () => (await import("./commands.js")).dataTinyCommand,
   "bench actors": async () => (await import("@torl-ts/core")).benchActorsCommand,
   "bench collectives": async () => (await import("@torl-ts/actors")).benchCollectivesCommand,
   "bench sandbox": async () => (await import("@torl-ts/sandbox")).benchSandboxCommand,
@@ -28,65 +32,96 @@ const commands: Record<string, Loader> = {
 
 const mainJob: Loader = async () => (await import("./commands.js")).mainCommand;
 
-function topLevelHelp(): string {
+/** Commands with a sub-command (`bench model`, `data tiny`): the group word and its choices. */
+function groups(): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  for (const name of Object.keys(commands)) {
+    const [group, sub] = name.split(" ");
+    if (sub) out.set(group!, [...(out.get(group!) ?? []), sub]);
+  }
+  return out;
+}
+
+/** The version in the repository's package.json. */
+function torlVersion(): string {
+  const pkg = JSON.parse(readFileSync(new URL("../../../package.json", import.meta.url), "utf8")) as {
+    version?: string;
+  };
+  return pkg.version ?? "unknown";
+}
+
+/** Usage lines with each command's one-line summary (loads every command module). */
+async function helpText(prefix?: string): Promise<string> {
+  const names = Object.keys(commands).filter((n) => !prefix || n.startsWith(`${prefix} `));
+  const loaded = await Promise.all(names.map(async (n) => [n, (await commands[n]!()).summary] as const));
+  const width = Math.max(...names.map((n) => n.length)) + 2;
+  const rows = loaded.map(([n, summary]) => `  ${n.padEnd(width)}${summary}`);
+  if (prefix)
+    return [`usage: pnpm torl ${prefix} <${groups().get(prefix)!.join("|")}> [--help]`, "", ...rows].join(
+      "\n",
+    );
   return [
     "usage: pnpm torl [k=v ...]            run the tiny ToRL recipe (the main job), with config overrides",
     "       pnpm torl <command> [--help]",
+    "       pnpm torl --version",
     "",
     "commands:",
-    ...Object.keys(commands).map((name) => `  ${name}`),
+    ...rows,
+    "",
+    "A failure prints one `error: ...` line and exits 2 for bad input (a flag, a config key, a file) or 1",
+    "for a runtime failure. --verbose (or TORL_DEBUG=1) adds the stack trace.",
   ].join("\n");
 }
 
 async function main(argv: string[]): Promise<number> {
-  if (argv[0] === "--help" || argv[0] === "-h" || argv[0] === "help") {
-    console.log(topLevelHelp());
+  // --verbose may come anywhere (before `--`); it goes to the command's runner.
+  const end = argv.indexOf("--");
+  const verbose = (end < 0 ? argv : argv.slice(0, end)).includes("--verbose");
+  const args = verbose ? argv.filter((a, i) => a !== "--verbose" || (end >= 0 && i > end)) : argv;
+  const first = args[0];
+  if (first === "--help" || first === "-h" || first === "help") {
+    console.log(await helpText());
+    return 0;
+  }
+  if (first === "--version" || first === "-V") {
+    console.log(torlVersion());
     return 0;
   }
   let name = "";
-  let rest = argv;
-  if (argv.length >= 2 && commands[`${argv[0]} ${argv[1]}`]) {
-    name = `${argv[0]} ${argv[1]}`;
-    rest = argv.slice(2);
-  } else if (argv.length >= 1 && commands[argv[0]!]) {
-    name = argv[0]!;
-    rest = argv.slice(1);
-  } else if (argv.length >= 1 && argv[0] === "bench") {
+  let rest = args;
+  const group = first ? groups().get(first) : undefined;
+  if (args.length >= 2 && commands[`${args[0]} ${args[1]}`]) {
+    name = `${args[0]} ${args[1]}`;
+    rest = args.slice(2);
+  } else if (first && commands[first]) {
+    name = first;
+    rest = args.slice(1);
+  } else if (group) {
+    const sub = args[1];
+    if (sub === undefined || sub === "--help" || sub === "-h") {
+      console.log(await helpText(first));
+      return sub === undefined ? 2 : 0;
+    }
     console.error(
-      `unknown benchmark '${argv[1] ?? ""}'; one of: actors, collectives, sandbox, reward, model, rollout`,
+      `error: unknown ${first} command '${sub}'; one of: ${group.join(", ")} (see pnpm torl ${first} --help)`,
     );
     return 2;
-  } else if (argv.length >= 1 && !argv[0]!.includes("=")) {
-    console.error(`unknown command '${argv[0]}'\n\n${topLevelHelp()}`);
+  } else if (first !== undefined && !first.includes("=")) {
+    console.error(`error: unknown command '${first}' (see pnpm torl --help)`);
     return 2;
   }
   const command = await (name ? commands[name]! : mainJob)();
-  if (!command) {
-    console.error(`command '${name}' is not available in this build`);
-    return 2;
-  }
-  if (rest.includes("--help") || rest.includes("-h")) {
-    console.log(command.usage);
-    return 0;
-  }
-  try {
-    return (await command.run(rest)) ?? 0;
-  } catch (error) {
-    const err = error as Error;
-    if (err?.name === "UsageError") {
-      console.error(`error: ${err.message}\n\n${command.usage}`);
-      return 2;
-    }
-    throw error;
-  }
+  return runCommand(command, verbose ? ["--verbose", ...rest] : rest, `pnpm torl${name ? ` ${name}` : ""}`);
 }
 
 main(process.argv.slice(2)).then(
   (code) => {
+    // A failed command may leave sockets or children behind: exit now rather than hang on them.
+    if (code !== 0) process.exit(code);
     process.exitCode = code;
   },
   (error) => {
-    console.error(error instanceof Error ? (error.stack ?? error.message) : error);
-    process.exitCode = 1;
+    console.error(formatCliError(error, true));
+    process.exit(1);
   },
 );

@@ -1,4 +1,6 @@
 // The ToRL example's commands, gathered for the CLI dispatcher (cli.ts imports this lazily).
+
+export { dataTinyCommand } from "./data-command.js";
 export { evalCommand } from "./eval.js";
 export { newAlgorithmCommand } from "./new-algorithm.js";
 export { pretrainCommand } from "./pretrain.js";

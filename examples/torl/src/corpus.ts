@@ -24,7 +24,7 @@ export interface CorpusDocument {
   response: string;
 }
 
-/** The observation block ToRL appends after a tool call (DESIGN.md §4). */
+/** The observation block ToRL appends after a tool call (wrapObservation in packages/sandbox/src/code-interpreter.ts). */
 export function observationBlock(observation: string): string {
   return "```output\n" + observation + "\n```\n";
 }

@@ -15,10 +15,10 @@
  * paper's "average" column).
  */
 import { writeFileSync } from "node:fs";
-import { parseArgs } from "node:util";
-import { type CliCommand, UsageError } from "@torl-ts/core";
+import { type CliCommand, InputError, parseFlags, UsageError } from "@torl-ts/core";
 import { PythonCodeInterpreter, SandboxExecutor, type Tool } from "@torl-ts/sandbox";
 import {
+  BACKEND_NAMES,
   type BackendName,
   loadPretrained,
   type RlDatasetRow,
@@ -106,7 +106,7 @@ export interface EvalResult {
 }
 
 /** A model/data pair that cannot be evaluated (empty data, no room for a response...). */
-export class EvalInputError extends Error {
+export class EvalInputError extends InputError {
   override name = "EvalInputError";
 }
 
@@ -338,22 +338,6 @@ export function formatEvalTable(result: EvalResult): string {
   ].join("\n");
 }
 
-function intFlag(name: string, v: string | undefined, min: number): number | undefined {
-  if (v === undefined) return undefined;
-  const x = Number(v);
-  if (!Number.isInteger(x) || x < min)
-    throw new UsageError(`--${name} must be an integer >= ${min}, got '${v}'`);
-  return x;
-}
-
-function numFlag(name: string, v: string | undefined): number | undefined {
-  if (v === undefined) return undefined;
-  const x = Number(v);
-  if (!Number.isFinite(x) || x < 0)
-    throw new UsageError(`--${name} must be a non-negative number, got '${v}'`);
-  return x;
-}
-
 export const evalCommand: CliCommand = {
   summary: "accuracy per data_source with tool calls, code ratio and pass ratio (the paper's evaluation)",
   usage: [
@@ -369,60 +353,49 @@ export const evalCommand: CliCommand = {
     "--out writes the figures and every sample as JSON; --samples writes samples.jsonl for `pnpm torl report`.",
   ].join("\n"),
   async run(args) {
-    let values: Record<string, string | string[] | undefined>;
-    try {
-      ({ values } = parseArgs({
-        args,
-        options: {
-          model: { type: "string" },
-          data: { type: "string", multiple: true },
-          n: { type: "string" },
-          temperature: { type: "string" },
-          "top-p": { type: "string" },
-          "max-calls": { type: "string" },
-          limit: { type: "string" },
-          "max-response-length": { type: "string" },
-          "max-prompt-length": { type: "string" },
-          template: { type: "string" },
-          seed: { type: "string" },
-          workers: { type: "string" },
-          "run-timeout": { type: "string" },
-          backend: { type: "string" },
-          out: { type: "string" },
-          samples: { type: "string" },
-        },
-        allowPositionals: false,
-      }));
-    } catch (e) {
-      throw new UsageError((e as Error).message);
-    }
-    const s = (k: string) => values[k] as string | undefined;
-    if (!s("model")) throw new UsageError("--model DIR is required");
-    const data = values.data as string[] | undefined;
-    if (!data?.length) throw new UsageError("--data FILE is required");
+    const { flags } = parseFlags(args, {
+      model: { type: "string" },
+      data: { type: "strings" },
+      n: { type: "integer", min: 1 },
+      temperature: { type: "number", min: 0 },
+      "top-p": { type: "number", min: 0, max: 1 },
+      "max-calls": { type: "integer", min: 0 },
+      limit: { type: "integer", min: 1 },
+      "max-response-length": { type: "integer", min: 1 },
+      "max-prompt-length": { type: "integer", min: 11 },
+      template: { type: "string" },
+      seed: { type: "integer", min: 0 },
+      workers: { type: "integer", min: 1 },
+      "run-timeout": { type: "number", min: 0 },
+      backend: { type: "string", choices: ["auto", ...BACKEND_NAMES] },
+      out: { type: "string" },
+      samples: { type: "string" },
+    });
+    if (!flags.model) throw new UsageError("--model DIR is required");
+    if (!flags.data?.length) throw new UsageError("--data FILE is required");
     const result = await evaluate({
-      model: s("model")!,
-      data,
-      n: intFlag("n", s("n"), 1),
-      temperature: numFlag("temperature", s("temperature")),
-      topP: numFlag("top-p", s("top-p")),
-      maxCalls: intFlag("max-calls", s("max-calls"), 0),
-      limit: intFlag("limit", s("limit"), 1),
-      maxResponseLength: intFlag("max-response-length", s("max-response-length"), 1),
-      maxPromptLength: intFlag("max-prompt-length", s("max-prompt-length"), 11),
-      template: s("template"),
-      seed: intFlag("seed", s("seed"), 0),
-      workers: intFlag("workers", s("workers"), 1),
-      runTimeout: numFlag("run-timeout", s("run-timeout")),
-      backend: s("backend") as BackendName | "auto" | undefined,
+      model: flags.model,
+      data: flags.data,
+      n: flags.n,
+      temperature: flags.temperature,
+      topP: flags["top-p"],
+      maxCalls: flags["max-calls"],
+      limit: flags.limit,
+      maxResponseLength: flags["max-response-length"],
+      maxPromptLength: flags["max-prompt-length"],
+      template: flags.template,
+      seed: flags.seed,
+      workers: flags.workers,
+      runTimeout: flags["run-timeout"],
+      backend: flags.backend,
     });
     console.log(formatEvalTable(result));
-    const out = s("out");
+    const out = flags.out;
     if (out) {
       writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
       console.log(`wrote ${out}`);
     }
-    const samplesFile = s("samples");
+    const samplesFile = flags.samples;
     if (samplesFile) {
       writeFileSync(samplesFile, result.samples.map((x) => `${JSON.stringify(x)}\n`).join(""));
       console.log(`wrote ${samplesFile}`);

@@ -13,11 +13,11 @@ import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import * as tf from "@tensorflow/tfjs";
-import type { CliCommand } from "@torl-ts/core";
-import { UsageError } from "@torl-ts/core";
+import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
 import { extractLastPythonBlock, formatObservation, wrapObservation } from "@torl-ts/sandbox";
 import {
   applyGradients,
+  BACKEND_NAMES,
   type BackendName,
   countParameters,
   forwardBackward,
@@ -641,97 +641,57 @@ options:
 
 function parsePretrainArgs(args: string[]): { options: Omit<PretrainOptions, "log">; evalOnly: boolean } {
   const o: Omit<PretrainOptions, "log"> = { ...DEFAULT_PRETRAIN, architecture: { ...TINY_ARCHITECTURE } };
-  let evalOnly = false;
-  const num = (flag: string, v: string | undefined, integer = true, min = 0): number => {
-    if (v === undefined) throw new UsageError(`${flag} needs a value`);
-    const n = Number(v);
-    if (!Number.isFinite(n) || (integer && !Number.isInteger(n)) || n < min)
-      throw new UsageError(`${flag} must be ${integer ? "an integer" : "a number"} >= ${min}, got '${v}'`);
-    return n;
-  };
-  for (let i = 0; i < args.length; i++) {
-    const flag = args[i]!;
-    const v = () => args[++i];
-    switch (flag) {
-      case "--out": {
-        const d = v();
-        if (!d) throw new UsageError("--out needs a directory");
-        o.out = d;
-        break;
-      }
-      case "--steps":
-        o.steps = num(flag, v(), true, 1);
-        break;
-      case "--seed":
-        o.seed = num(flag, v());
-        break;
-      case "--batch-size":
-        o.batchSize = num(flag, v(), true, 1);
-        break;
-      case "--lr":
-        o.lr = num(flag, v(), false);
-        break;
-      case "--warmup":
-        o.warmupSteps = num(flag, v(), true, 1);
-        break;
-      case "--corpus-docs":
-        o.corpusDocs = num(flag, v(), true, 1);
-        break;
-      case "--tokenizer-docs":
-        o.tokenizerDocs = num(flag, v(), true, 1);
-        break;
-      case "--code-fraction":
-        o.codeFraction = num(flag, v(), false);
-        break;
-      case "--init-std":
-        o.initStd = num(flag, v(), false);
-        break;
-      case "--template-fraction":
-        o.templateFraction = num(flag, v(), false);
-        break;
-      case "--hidden":
-        o.architecture.hiddenSize = num(flag, v(), true, 8);
-        break;
-      case "--layers":
-        o.architecture.numHiddenLayers = num(flag, v(), true, 1);
-        break;
-      case "--heads":
-        o.architecture.numAttentionHeads = num(flag, v(), true, 1);
-        break;
-      case "--kv-heads":
-        o.architecture.numKeyValueHeads = num(flag, v(), true, 1);
-        break;
-      case "--intermediate":
-        o.architecture.intermediateSize = num(flag, v(), true, 1);
-        break;
-      case "--vocab":
-        o.architecture.vocabSize = num(flag, v(), true, 257);
-        break;
-      case "--log-every":
-        o.logEvery = num(flag, v(), true, 1);
-        break;
-      case "--save-every":
-        o.saveEvery = num(flag, v(), true, 1);
-        break;
-      case "--eval":
-        o.evalProblems = num(flag, v());
-        break;
-      case "--split-seed":
-        o.splitSeed = num(flag, v());
-        break;
-      case "--eval-only":
-        evalOnly = true;
-        break;
-      case "--resume":
-        o.resume = true;
-        break;
-      case "--backend":
-        o.backend = v() as BackendName;
-        break;
-      default:
-        throw new UsageError(`unknown option '${flag}'`);
-    }
-  }
+  const { flags: f } = parseFlags(args, {
+    out: { type: "string" },
+    steps: { type: "integer", min: 1 },
+    seed: { type: "integer", min: 0 },
+    "batch-size": { type: "integer", min: 1 },
+    lr: { type: "number", min: 0 },
+    warmup: { type: "integer", min: 1 },
+    "corpus-docs": { type: "integer", min: 1 },
+    "tokenizer-docs": { type: "integer", min: 1 },
+    "code-fraction": { type: "number", min: 0, max: 1 },
+    "init-std": { type: "number", min: 0 },
+    "template-fraction": { type: "number", min: 0, max: 1 },
+    hidden: { type: "integer", min: 8 },
+    layers: { type: "integer", min: 1 },
+    heads: { type: "integer", min: 1 },
+    "kv-heads": { type: "integer", min: 1 },
+    intermediate: { type: "integer", min: 1 },
+    vocab: { type: "integer", min: 257 },
+    "log-every": { type: "integer", min: 1 },
+    "save-every": { type: "integer", min: 1 },
+    eval: { type: "integer", min: 0 },
+    "split-seed": { type: "integer", min: 0 },
+    "eval-only": { type: "boolean" },
+    resume: { type: "boolean" },
+    backend: { type: "string", choices: ["auto", ...BACKEND_NAMES] },
+  });
+  if (f.out === "") throw new UsageError("--out needs a directory");
+  if (f.out !== undefined) o.out = f.out;
+  o.steps = f.steps ?? o.steps;
+  o.seed = f.seed ?? o.seed;
+  o.batchSize = f["batch-size"] ?? o.batchSize;
+  o.lr = f.lr ?? o.lr;
+  o.warmupSteps = f.warmup ?? o.warmupSteps;
+  o.corpusDocs = f["corpus-docs"] ?? o.corpusDocs;
+  o.tokenizerDocs = f["tokenizer-docs"] ?? o.tokenizerDocs;
+  o.codeFraction = f["code-fraction"] ?? o.codeFraction;
+  o.initStd = f["init-std"] ?? o.initStd;
+  o.templateFraction = f["template-fraction"] ?? o.templateFraction;
+  o.architecture.hiddenSize = f.hidden ?? o.architecture.hiddenSize;
+  o.architecture.numHiddenLayers = f.layers ?? o.architecture.numHiddenLayers;
+  o.architecture.numAttentionHeads = f.heads ?? o.architecture.numAttentionHeads;
+  o.architecture.numKeyValueHeads = f["kv-heads"] ?? o.architecture.numKeyValueHeads;
+  o.architecture.intermediateSize = f.intermediate ?? o.architecture.intermediateSize;
+  o.architecture.vocabSize = f.vocab ?? o.architecture.vocabSize;
+  o.logEvery = f["log-every"] ?? o.logEvery;
+  o.saveEvery = f["save-every"] ?? o.saveEvery;
+  o.evalProblems = f.eval ?? o.evalProblems;
+  o.splitSeed = f["split-seed"] ?? o.splitSeed;
+  if (f.resume) o.resume = true;
+  if (f.backend) o.backend = f.backend;
+  const evalOnly = f["eval-only"] ?? false;
   const a = o.architecture;
   if (a.hiddenSize % a.numAttentionHeads !== 0 || (a.hiddenSize / a.numAttentionHeads) % 2 !== 0)
     throw new UsageError(
@@ -741,9 +701,6 @@ function parsePretrainArgs(args: string[]): { options: Omit<PretrainOptions, "lo
     throw new UsageError(
       `--heads ${a.numAttentionHeads} must be a multiple of --kv-heads ${a.numKeyValueHeads}`,
     );
-  if (o.codeFraction > 1) throw new UsageError(`--code-fraction must be in [0, 1], got ${o.codeFraction}`);
-  if (o.templateFraction > 1)
-    throw new UsageError(`--template-fraction must be in [0, 1], got ${o.templateFraction}`);
   return { options: o, evalOnly };
 }
 

@@ -18,7 +18,7 @@ import { availableParallelism } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { init, isInitialized, kill, shutdown } from "@torl-ts/actors";
-import { type CliCommand, UsageError } from "@torl-ts/core";
+import { type CliCommand, InputError, parseFlags, UsageError } from "@torl-ts/core";
 import { extractLastPythonBlock } from "@torl-ts/sandbox";
 import {
   type ConfigSchema,
@@ -109,7 +109,7 @@ export function recipeSettings(cfg: TrainerConfig): RecipeSettings {
 }
 
 /** The tiny base model is not there: tells how to make it. */
-export class TinyBaseMissingError extends Error {
+export class TinyBaseMissingError extends InputError {
   override name = "TinyBaseMissingError";
   constructor(readonly path: string) {
     super(
@@ -538,26 +538,14 @@ function fmtPct(v: number | null): string {
 }
 
 /** Errors that say what to fix in the command line, config or data: printed without a stack. */
-const USER_ERRORS = new Set([
-  "TinyBaseMissingError",
-  "TrainerConfigError",
-  "DatasetFileError",
-  "TinyDatasetError",
-]);
-
+/** Loads the config and runs; bad input (a config key, a data file, a missing base model) throws an
+ * InputError, which the CLI prints as one `error:` line with exit 2. */
 async function runFromArgs(files: string[], overrides: string[]): Promise<number> {
-  try {
-    const notes: string[] = [];
-    const cfg = loadRecipeConfig(files, overrides, notes);
-    for (const n of notes) console.log(`[torl] note: ${n}`);
-    await runRecipe(cfg);
-    return 0;
-  } catch (e) {
-    const err = e as Error;
-    if (!USER_ERRORS.has(err?.name)) throw e;
-    console.error(`error: ${err.message}`);
-    return 2;
-  }
+  const notes: string[] = [];
+  const cfg = loadRecipeConfig(files, overrides, notes);
+  for (const n of notes) console.log(`[torl] note: ${n}`);
+  await runRecipe(cfg);
+  return 0;
 }
 
 const OVERRIDE_HELP = `overrides: key.path=value (veRL's config keys), e.g.
@@ -579,9 +567,10 @@ summary.json, samples.jsonl, report.html, report.png) and prints the run directo
 
 ${OVERRIDE_HELP}`,
   async run(args) {
-    const bad = args.filter((a) => !a.includes("="));
+    const { positionals } = parseFlags(args, {}, { positionals: true });
+    const bad = positionals.filter((a) => !a.includes("="));
     if (bad.length) throw new UsageError(`expected key=value overrides, got: ${bad.join(" ")}`);
-    return runFromArgs([TINY_CONFIG], args);
+    return runFromArgs([TINY_CONFIG], positionals);
   },
 };
 
@@ -597,16 +586,13 @@ local Qwen2.5-Math-1.5B and data.train_files / data.val_files to the released pa
 
 ${OVERRIDE_HELP}`,
   async run(args) {
-    const rest: string[] = [];
-    for (let i = 0; i < args.length; i++) {
-      const a = args[i]!;
-      if (a === "--runs-dir") {
-        const dir = args[++i];
-        if (!dir) throw new UsageError("--runs-dir needs a directory");
-        rest.push(`torl.runs_dir=${dir}`);
-      } else if (a.startsWith("--")) throw new UsageError(`unknown flag ${a}`);
-      else rest.push(a);
-    }
+    const { flags, positionals } = parseFlags(
+      args,
+      { "runs-dir": { type: "string" } },
+      { positionals: true },
+    );
+    const rest =
+      flags["runs-dir"] === undefined ? positionals : [...positionals, `torl.runs_dir=${flags["runs-dir"]}`];
     const { files, overrides } = splitConfigArgs(rest);
     if (files.length === 0) throw new UsageError("train needs a config file (<config.yaml>)");
     for (const f of files) if (!existsSync(f)) throw new UsageError(`config file not found: ${f}`);

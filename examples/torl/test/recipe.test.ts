@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { isInitialized } from "@torl-ts/actors";
-import { UsageError } from "@torl-ts/core";
+import { exitCodeFor, UsageError } from "@torl-ts/core";
 import {
   buildByteBpeTokenizer,
   createRandomPretrained,
@@ -130,27 +130,13 @@ test("RecordingScorer passes the reward through and writes samples with their st
   t.true(lines.every((l) => l.correct === true && l.score === 1 && typeof l.response === "string"));
 });
 
-/** Runs a command, capturing what it prints to stderr. */
-async function stderrOf(
-  run: () => Promise<number | undefined>,
-): Promise<{ code: number | undefined; err: string }> {
-  const lines: string[] = [];
-  const error = console.error;
-  console.error = (...a: unknown[]) => {
-    lines.push(a.map(String).join(" "));
-  };
-  try {
-    return { code: await run(), err: lines.join("\n") };
-  } finally {
-    console.error = error;
-  }
-}
-
 test.serial("a missing tiny base model stops at once, telling how to make it", async (t) => {
   const missing = join(tmpdir(), "no-such-base");
-  const { code, err } = await stderrOf(() => mainCommand.run([`actor_rollout_ref.model.path=${missing}`]));
-  t.is(code, 2);
-  t.regex(err, /tiny base model is missing.*pnpm torl pretrain/s);
+  const e = await t.throwsAsync(mainCommand.run([`actor_rollout_ref.model.path=${missing}`]), {
+    instanceOf: TinyBaseMissingError,
+  });
+  t.is(exitCodeFor(e), 2, "the CLI prints it as one error line, exit 2");
+  t.regex(e!.message, /tiny base model is missing.*pnpm torl pretrain/s);
   t.false(isInitialized());
   const cfg = loadRecipeConfig([TINY_CONFIG], [`actor_rollout_ref.model.path=${missing}`]);
   await t.throwsAsync(runRecipe(cfg), { instanceOf: TinyBaseMissingError });
@@ -159,19 +145,21 @@ test.serial("a missing tiny base model stops at once, telling how to make it", a
 test.serial("a bad config stops before the runtime starts, naming the key", async (t) => {
   const model = mkdtempSync(join(tmpdir(), "torl-recipe-model-"));
   createRandomPretrained(model, buildByteBpeTokenizer(), { hiddenSize: 8, numHiddenLayers: 1 }).dispose();
-  const { code, err } = await stderrOf(() =>
+  const e = await t.throwsAsync(
     mainCommand.run([
       `actor_rollout_ref.model.path=${model}`,
       "actor_rollout_ref.actor.ppo_mini_batch_size=3",
       "data.train_batch_size=16",
     ]),
+    { instanceOf: TrainerConfigError },
   );
-  t.is(code, 2);
-  t.regex(err, /ppo_mini_batch_size \(3\) must divide data\.train_batch_size \(16\)/);
+  t.is(exitCodeFor(e), 2);
+  t.regex(e!.message, /ppo_mini_batch_size \(3\) must divide data\.train_batch_size \(16\)/);
   t.false(isInitialized(), "no runtime, no actor");
-  const unknown = await stderrOf(() => mainCommand.run(["trainer.total_trainig_steps=3"]));
-  t.is(unknown.code, 2);
-  t.regex(unknown.err, /unknown key "trainer\.total_trainig_steps"/);
+  const unknown = await t.throwsAsync(mainCommand.run(["trainer.total_trainig_steps=3"]), {
+    instanceOf: TrainerConfigError,
+  });
+  t.regex(unknown!.message, /unknown key "trainer\.total_trainig_steps"/);
 });
 
 test("bad command lines are usage errors", async (t) => {

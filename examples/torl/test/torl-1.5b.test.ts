@@ -15,7 +15,7 @@ const TEST_PARQUET = new URL(
   import.meta.url,
 ).pathname;
 
-/** scripts/torl_1.5b.sh of GAIR-NLP/ToRL @ 1db091d9 (DESIGN.md §4), key by key. */
+/** scripts/torl_1.5b.sh of GAIR-NLP/ToRL @ 1db091d9 (ToRL's released training script), key by key. */
 const RELEASED: Record<string, unknown> = {
   "algorithm.adv_estimator": "grpo",
   "data.train_batch_size": 128,

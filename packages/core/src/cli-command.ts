@@ -8,7 +8,16 @@ export interface CliCommand {
   run(args: string[]): Promise<number | undefined>;
 }
 
-/** Thrown for bad command-line input; the CLI prints the message and the usage, exit code 2. */
-export class UsageError extends Error {
+/**
+ * Bad input from the user: a file, key, line or flag that cannot be used. The message names it. Every
+ * CLI prints it as one `error: ...` line and exits 2 (runtime failures exit 1). Packages extend it for
+ * their own input errors (a config key, a dataset row, a report file).
+ */
+export class InputError extends Error {
+  override name = "InputError";
+}
+
+/** Bad command-line input (an unknown flag, a missing value): exit code 2. */
+export class UsageError extends InputError {
   override name = "UsageError";
 }

@@ -1,10 +1,12 @@
 export * from "./api.js";
 export { benchActorsCommand } from "./bench/actors.js";
+export { type FlagSpec, type FlagValues, parseFlags } from "./cli/flags.js";
+export { debugFromEnv, exitCodeFor, formatCliError, runCommand, runScript } from "./cli/run-command.js";
 export { startCommand } from "./cli/start.js";
 export { statusCommand } from "./cli/status.js";
 export { stopCommand } from "./cli/stop.js";
 export type { CliCommand } from "./cli-command.js";
-export { UsageError } from "./cli-command.js";
+export { InputError, UsageError } from "./cli-command.js";
 export * from "./errors.js";
 export { ActorHandleBase } from "./runtime/actor-handle.js";
 export { ObjectRef, type OwnerAddress } from "./runtime/object-ref.js";

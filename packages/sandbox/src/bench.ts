@@ -2,8 +2,7 @@ import { spawn } from "node:child_process";
 import { cpus } from "node:os";
 import { performance } from "node:perf_hooks";
 import { createInterface } from "node:readline";
-import { type CliCommand, UsageError } from "@torl-ts/core";
-import { intFlag, parseFlags } from "./cli.js";
+import { type CliCommand, parseFlags } from "@torl-ts/core";
 import { SandboxExecutor } from "./executor.js";
 import { FORKSERVER_PATH, forkServerEnv, resolvePython } from "./python.js";
 import { serveSandbox } from "./server.js";
@@ -251,12 +250,14 @@ export const benchSandboxCommand: CliCommand = {
     "Targets: pool_per_s >= 50 x naive_spawn_per_s; pool_p50_ms <= 10.",
   ].join("\n"),
   async run(args) {
-    const flags = parseFlags(args, ["json", "workers", "runs"]);
-    const json = flags.has("json");
-    const workers = intFlag(flags, "workers", Math.max(1, cpus().length), 1);
-    const runs = intFlag(flags, "runs", 300, 1);
-    if (flags.get("json") !== undefined && flags.get("json") !== "true")
-      throw new UsageError("--json takes no value");
+    const { flags } = parseFlags(args, {
+      json: { type: "boolean" },
+      workers: { type: "integer", min: 1 },
+      runs: { type: "integer", min: 1 },
+    });
+    const json = flags.json ?? false;
+    const workers = flags.workers ?? Math.max(1, cpus().length);
+    const runs = flags.runs ?? 300;
     const result = await benchSandbox({ workers, runs }, (line) => console.log(line));
     const row = (figure: string, value: string | number, note = "") =>
       console.log(`${figure.padEnd(22)}${String(value).padEnd(10)}${note}`.trimEnd());

@@ -9,8 +9,7 @@
  * rank, so at W=2 it cannot beat the one-way transfer of the whole array.
  */
 import { tmpdir } from "node:os";
-import type { CliCommand } from "@torl-ts/core";
-import { UsageError } from "@torl-ts/core";
+import { type CliCommand, parseFlags } from "@torl-ts/core";
 import type { BenchKind } from "./bench-member.js";
 import { createCollectiveGroupOn } from "./group.js";
 import { ProcessMember } from "./process-member.js";
@@ -112,31 +111,23 @@ export async function runCollectiveBench(opts: CollectiveBenchOptions = {}): Pro
   return out;
 }
 
-function parseArgs(args: string[]): CollectiveBenchOptions & { json: boolean } {
-  const o: CollectiveBenchOptions & { json: boolean } = { json: false };
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    const val = () => {
-      const v = args[++i];
-      if (v === undefined) throw new UsageError(`${a} needs a value`);
-      return v;
-    };
-    if (a === "--json") o.json = true;
-    else if (a === "--mib") o.mib = Number(val());
-    else if (a === "--iters") o.iters = Number(val());
-    else if (a === "--world-sizes") o.worldSizes = val().split(",").map(Number);
-    else if (a === "--transport") o.transport = val() as CollectiveTransport;
-    else if (a === "--slice-bytes") o.sliceBytes = Number(val());
-    else throw new UsageError(`unknown flag ${a}`);
-  }
-  if (o.mib !== undefined && !(o.mib > 0)) throw new UsageError("--mib must be > 0");
-  if (o.iters !== undefined && !(Number.isInteger(o.iters) && o.iters > 0))
-    throw new UsageError("--iters must be a positive integer");
-  if (o.worldSizes?.some((w) => !Number.isInteger(w) || w < 1 || w > 16))
-    throw new UsageError("--world-sizes: integers in 1..16");
-  if (o.transport !== undefined && !["auto", "tcp", "ipc"].includes(o.transport))
-    throw new UsageError("--transport: auto, tcp or ipc");
-  return o;
+function parseBenchArgs(args: string[]): CollectiveBenchOptions & { json: boolean } {
+  const { flags } = parseFlags(args, {
+    json: { type: "boolean" },
+    mib: { type: "number", min: 1 / 1024 },
+    iters: { type: "integer", min: 1 },
+    "world-sizes": { type: "integers", min: 1, max: 16 },
+    transport: { type: "string", choices: ["auto", "tcp", "ipc"] },
+    "slice-bytes": { type: "integer", min: 4 },
+  });
+  return {
+    json: flags.json ?? false,
+    mib: flags.mib,
+    iters: flags.iters,
+    worldSizes: flags["world-sizes"],
+    transport: flags.transport,
+    sliceBytes: flags["slice-bytes"],
+  };
 }
 
 export const benchCollectivesCommand: CliCommand = {
@@ -150,7 +141,7 @@ export const benchCollectivesCommand: CliCommand = {
     "zmq_oneway_gbps (one-way transfer of the array between two processes). --json prints one JSON object last.",
   ].join("\n"),
   async run(args) {
-    const o = parseArgs(args);
+    const o = parseBenchArgs(args);
     const res = await runCollectiveBench({ ...o, progress: (l) => console.log(l) });
     if (o.json) console.log(JSON.stringify(res));
     else console.table(res);

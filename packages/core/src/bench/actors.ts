@@ -5,7 +5,7 @@
 import os from "node:os";
 import path from "node:path";
 import { createActor, free, get, init, put, shutdown, submitTask } from "../api.js";
-import { parseFlags } from "../cli/args.js";
+import { parseFlags } from "../cli/flags.js";
 import type { CliCommand } from "../cli-command.js";
 import { RawEcho } from "./raw-zmq.js";
 
@@ -214,7 +214,10 @@ export const benchActorsCommand: CliCommand = {
   summary: "actor runtime microbenchmark (Ray's figures) against raw ZeroMQ",
   usage,
   async run(args) {
-    const f = parseFlags(args, { json: "boolean", seconds: "number" });
+    const { flags: f } = parseFlags(args, {
+      json: { type: "boolean" },
+      seconds: { type: "number", min: 0.1 },
+    });
     const figures = await benchActors(f.seconds ?? 2, (s) => console.error(s));
     const round = (v: number) => (v >= 100 ? Math.round(v) : Math.round(v * 1000) / 1000);
     const rows = Object.entries(figures).map(

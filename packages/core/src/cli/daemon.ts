@@ -2,6 +2,7 @@
  * The long-running process behind `torl start`: a head (plus its local node agent) or a node agent
  * joining a head. Tells its parent (if any) when it is ready, stops cleanly on SIGTERM/SIGINT.
  */
+import { InputError } from "../cli-command.js";
 import { Head } from "../cluster/head.js";
 import { NodeAgent } from "../cluster/node-agent.js";
 import { setLogRole } from "../log.js";
@@ -19,13 +20,37 @@ export interface DaemonOptions {
   log: string;
 }
 
+/** The head's port is taken by another process: bad input (exit 2), with what to do. */
+export class PortInUseError extends InputError {
+  override name = "PortInUseError";
+  constructor(
+    readonly host: string,
+    readonly port: number,
+  ) {
+    super(`port ${port} is in use on ${host}; stop what holds it or give another --port (0 = any free port)`);
+  }
+}
+
+/** What the daemon tells its parent over IPC when it cannot start. */
+export interface DaemonFailure {
+  t: "failed";
+  kind: "port_in_use" | "other";
+  message: string;
+}
+
 export async function runDaemon(o: DaemonOptions): Promise<void> {
   let head: Head | null = null;
   let address = o.address ?? "";
   if (o.head) {
     setLogRole("head");
     head = new Head({ host: o.host, port: o.port });
-    const bound = await head.start();
+    let bound: string;
+    try {
+      bound = await head.start();
+    } catch (e) {
+      if ((e as { code?: string }).code === "EADDRINUSE") throw new PortInUseError(o.host, o.port);
+      throw e;
+    }
     address = `${o.nodeIp}:${bound.split(":").pop()}`;
     head.address = address;
   } else setLogRole("node");
@@ -66,6 +91,12 @@ export async function runDaemon(o: DaemonOptions): Promise<void> {
 if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split("/").pop()!) && process.argv[2]) {
   runDaemon(JSON.parse(process.argv[2])).catch((e) => {
     process.stderr.write(`torl daemon failed: ${(e as Error).stack}\n`);
-    process.exit(1);
+    const failure: DaemonFailure = {
+      t: "failed",
+      kind: e instanceof PortInUseError ? "port_in_use" : "other",
+      message: (e as Error).message,
+    };
+    if (process.send) process.send(failure, () => process.exit(1));
+    else process.exit(1);
   });
 }

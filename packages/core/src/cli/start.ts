@@ -4,8 +4,8 @@ import { openSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { type CliCommand, UsageError } from "../cli-command.js";
-import { parseFlags } from "./args.js";
-import { type DaemonOptions, runDaemon } from "./daemon.js";
+import { type DaemonFailure, type DaemonOptions, PortInUseError, runDaemon } from "./daemon.js";
+import { parseFlags } from "./flags.js";
 import { stateDir } from "./state.js";
 
 const usage = `usage: pnpm torl start --head [--port P] [--host H] [options]
@@ -35,20 +35,31 @@ function tsxLoader(): string {
   }
 }
 
+/** The head or node process failed before it was ready (a runtime failure: exit 1). */
+export class DaemonStartError extends Error {
+  override name = "DaemonStartError";
+  constructor(
+    readonly role: "head" | "node",
+    detail: string,
+  ) {
+    super(`the ${role} did not start: ${detail}`);
+  }
+}
+
 export const startCommand: CliCommand = {
   summary: "start a cluster head (--head) or a node agent (--address H:P)",
   usage,
   async run(args) {
-    const f = parseFlags(args, {
-      head: "boolean",
-      port: "number",
-      host: "string",
-      address: "string",
-      "num-cpus": "number",
-      "num-gpus": "number",
-      resources: "json",
-      "node-ip": "string",
-      block: "boolean",
+    const { flags: f } = parseFlags(args, {
+      head: { type: "boolean" },
+      port: { type: "integer", min: 0, max: 65535 },
+      host: { type: "string" },
+      address: { type: "string" },
+      "num-cpus": { type: "number", min: 0 },
+      "num-gpus": { type: "integer", min: 0 },
+      resources: { type: "resources" },
+      "node-ip": { type: "string" },
+      block: { type: "boolean" },
     });
     if (!f.head && !f.address) throw new UsageError("give --head or --address HOST:PORT");
     if (f.head && f.address) throw new UsageError("--head and --address exclude each other");
@@ -79,9 +90,17 @@ export const startCommand: CliCommand = {
       env: process.env,
     });
     const ready = await new Promise<any>((resolve, reject) => {
-      child.once("message", resolve);
+      child.once("message", (m: { t: string } | DaemonFailure) => {
+        if (m.t !== "failed") return resolve(m);
+        const failure = m as DaemonFailure;
+        reject(
+          failure.kind === "port_in_use"
+            ? new PortInUseError(opts.host, opts.port)
+            : new DaemonStartError(role, `${failure.message}; see ${log}`),
+        );
+      });
       child.once("exit", (code) =>
-        reject(new Error(`the ${role} exited with code ${code} before it was ready; see ${log}`)),
+        reject(new DaemonStartError(role, `it exited with code ${code} before it was ready; see ${log}`)),
       );
     });
     child.disconnect();

@@ -1,7 +1,8 @@
 /** `torl status`: nodes, resources used/free, actors and their state, asked of the head. */
 import { type CliCommand, UsageError } from "../cli-command.js";
+import { HeadError } from "../errors.js";
 import { HeadClient } from "../runtime/head-client.js";
-import { parseFlags } from "./args.js";
+import { parseFlags } from "./flags.js";
 import { lastHeadAddress } from "./state.js";
 
 const usage = `usage: pnpm torl status [--address HOST:PORT] [--json]
@@ -51,7 +52,7 @@ export const statusCommand: CliCommand = {
   summary: "show the cluster's nodes, resources and actors",
   usage,
   async run(args) {
-    const f = parseFlags(args, { address: "string", json: "boolean" });
+    const { flags: f } = parseFlags(args, { address: { type: "string" }, json: { type: "boolean" } });
     const address = f.address ?? process.env.TORL_ADDRESS ?? lastHeadAddress();
     if (!address)
       throw new UsageError("no head address: give --address HOST:PORT (no head was started here)");
@@ -59,8 +60,7 @@ export const statusCommand: CliCommand = {
     try {
       s = await fetchStatus(address);
     } catch (e) {
-      console.error(`cannot reach the head at ${address}: ${(e as Error).message}`);
-      return 1;
+      throw new HeadError(`cannot reach the head at ${address}: ${(e as Error).message}`, { cause: e });
     }
     console.log(f.json ? JSON.stringify(s) : formatStatus(s));
     return 0;

@@ -1,6 +1,6 @@
 /** `torl stop`: stops the heads and node agents that `torl start` started on this machine. */
 import type { CliCommand } from "../cli-command.js";
-import { parseFlags } from "./args.js";
+import { parseFlags } from "./flags.js";
 import { forgetDaemon, forgetHeadAddress, listDaemons } from "./state.js";
 
 const usage = `usage: pnpm torl stop [--force]
@@ -21,7 +21,7 @@ export const stopCommand: CliCommand = {
   summary: "stop the cluster processes started on this machine",
   usage,
   async run(args) {
-    const f = parseFlags(args, { force: "boolean" });
+    const { flags: f } = parseFlags(args, { force: { type: "boolean" } });
     const daemons = listDaemons();
     // nodes first, so they report their workers' exits while the head still listens
     daemons.sort((a, b) => (a.role === b.role ? 0 : a.role === "node" ? -1 : 1));

@@ -1,3 +1,4 @@
+import { InputError } from "@torl-ts/core";
 import { isMap, isScalar, type Node, parseDocument, type YAMLMap } from "yaml";
 
 /** One accepted type of a config key. */
@@ -24,7 +25,7 @@ export interface ConfigIssue {
 }
 
 /** A bad config: unknown keys, wrong types, bad override syntax, unreadable files. Lists every issue. */
-export class TrainerConfigError extends Error {
+export class TrainerConfigError extends InputError {
   override name = "TrainerConfigError";
   constructor(readonly issues: ConfigIssue[]) {
     super(

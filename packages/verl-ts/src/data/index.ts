@@ -12,6 +12,13 @@ export {
   type TokenizeFn,
 } from "./loader.js";
 export {
+  encodeParquet,
+  inferParquetSchema,
+  type ParquetField,
+  ParquetWriteError,
+  writeParquetRows,
+} from "./parquet-writer.js";
+export {
   type ChatMessage,
   DatasetFileError,
   type ReadRlDatasetOptions,

@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { InputError } from "@torl-ts/core";
 import { parquetMetadata, parquetReadObjects, parquetSchema } from "hyparquet";
 
 /** One chat message of a prompt. */
@@ -17,7 +18,7 @@ export interface RlDatasetRow {
 }
 
 /** A dataset file that cannot be used: unreadable, not parquet/JSONL, a missing column, a bad value. */
-export class DatasetFileError extends Error {
+export class DatasetFileError extends InputError {
   override name = "DatasetFileError";
   constructor(
     readonly file: string,

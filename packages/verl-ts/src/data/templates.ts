@@ -1,10 +1,11 @@
+import { InputError } from "@torl-ts/core";
 import type { ChatMessage } from "./rows.js";
 
 /** Turns a prompt's messages into the text the model sees. */
 export type PromptTemplate = (messages: readonly ChatMessage[]) => string;
 
 /** An unknown template name or a prompt a template cannot render. */
-export class PromptTemplateError extends Error {
+export class PromptTemplateError extends InputError {
   override name = "PromptTemplateError";
 }
 

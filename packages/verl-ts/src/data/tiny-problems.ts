@@ -9,6 +9,7 @@
  * pay off under RL, as in the paper.
  */
 
+import { InputError } from "@torl-ts/core";
 import { mulberry32 as seededRandom } from "../random.js";
 
 export type ProblemKind =
@@ -39,7 +40,7 @@ export interface Problem {
 }
 
 /** Bad options for the tiny recipe's problems or dataset (names the option and the value). */
-export class TinyDatasetError extends Error {
+export class TinyDatasetError extends InputError {
   override name = "TinyDatasetError";
 }
 

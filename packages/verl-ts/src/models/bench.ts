@@ -1,9 +1,8 @@
 /** `pnpm torl bench model [--json]`: matmul floor, training throughput and decode speed of the tiny config. */
 
 import * as tf from "@tensorflow/tfjs";
-import type { CliCommand } from "@torl-ts/core";
-import { UsageError } from "@torl-ts/core";
-import { type BackendName, selectBackend } from "./backend.js";
+import { type CliCommand, parseFlags } from "@torl-ts/core";
+import { BACKEND_NAMES, type BackendName, selectBackend } from "./backend.js";
 import { countParameters, makeQwen2Config, type Qwen2Config } from "./config.js";
 import { KVCache } from "./kv-cache.js";
 import { applyGradients, forwardBackward, maskedMean } from "./logprobs.js";
@@ -215,22 +214,16 @@ export const benchModelCommand: CliCommand = {
     "The last line is one JSON object with these figures. --quick: a smoke run (tiny batches), not comparable.",
   ].join("\n"),
   async run(args) {
-    let json = false;
-    let quick = false;
-    let backend: BackendName | "auto" | undefined;
-    let config = BENCH_TINY_CONFIG;
-    for (let i = 0; i < args.length; i++) {
-      const a = args[i]!;
-      if (a === "--json") json = true;
-      else if (a === "--quick") quick = true;
-      else if (a === "--model" || a.startsWith("--model=")) {
-        const m = a === "--model" ? args[++i] : a.slice(8);
-        if (m !== "tiny" && m !== "small") throw new UsageError(`--model must be tiny or small, got '${m}'`);
-        config = m === "small" ? BENCH_SMALL_CONFIG : BENCH_TINY_CONFIG;
-      } else if (a === "--backend") backend = args[++i] as BackendName;
-      else if (a.startsWith("--backend=")) backend = a.slice(10) as BackendName;
-      else throw new UsageError(`unknown argument '${a}'`);
-    }
+    const { flags } = parseFlags(args, {
+      json: { type: "boolean" },
+      quick: { type: "boolean" },
+      model: { type: "string", choices: ["tiny", "small"] },
+      backend: { type: "string", choices: ["auto", ...BACKEND_NAMES] },
+    });
+    const json = flags.json ?? false;
+    const quick = flags.quick ?? false;
+    const backend = flags.backend;
+    const config = flags.model === "small" ? BENCH_SMALL_CONFIG : BENCH_TINY_CONFIG;
     const result = await runModelBench({ backend, quick, config, log: (s) => console.log(s) });
     if (json) console.log(JSON.stringify(result));
     else console.table(result);

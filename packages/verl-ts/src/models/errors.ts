@@ -1,5 +1,6 @@
 /** A model, weight, config or tokenizer file that cannot be used; names the file and the tensor or key. */
-export class ModelFormatError extends Error {
+import { InputError } from "@torl-ts/core";
+export class ModelFormatError extends InputError {
   override name = "ModelFormatError";
   constructor(
     message: string,

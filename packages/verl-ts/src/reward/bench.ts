@@ -5,7 +5,7 @@
  * throughput with worker threads; with --alternatives, the same corpus with the mathjs and sympy
  * scalar stages in place of the numeric one.
  */
-import { type CliCommand, UsageError } from "@torl-ts/core";
+import { type CliCommand, parseFlags } from "@torl-ts/core";
 import { mathjsScalarStage, SympyOracle, withSympyStage } from "./alternatives.js";
 import { baselineEquivalent } from "./baseline.js";
 import { loadRewardCorpus, type RewardCorpusPair } from "./corpus.js";
@@ -85,18 +85,14 @@ export const benchRewardCommand: CliCommand = {
   summary: "benchmark answer verification: speed and accuracy on the labeled corpus",
   usage: USAGE,
   async run(args) {
-    let json = false;
-    let alternatives = false;
-    let seconds = 2;
-    for (let i = 0; i < args.length; i++) {
-      const a = args[i]!;
-      if (a === "--json") json = true;
-      else if (a === "--alternatives") alternatives = true;
-      else if (a === "--seconds") {
-        seconds = Number(args[++i]);
-        if (!(seconds > 0)) throw new UsageError("--seconds needs a positive number");
-      } else throw new UsageError(`unknown option '${a}'`);
-    }
+    const { flags } = parseFlags(args, {
+      json: { type: "boolean" },
+      alternatives: { type: "boolean" },
+      seconds: { type: "number", min: 0.01 },
+    });
+    const json = flags.json ?? false;
+    const alternatives = flags.alternatives ?? false;
+    const seconds = flags.seconds ?? 2;
     const corpus = loadRewardCorpus();
     console.log(`corpus: ${corpus.length} labeled pairs`);
 

@@ -8,6 +8,8 @@
  * `execution_passes == 0` and so also penalises responses that never wrote code, a response without
  * code is not penalised here: the penalty is about broken tool use, not about not using the tool.
  */
+
+import { InputError } from "@torl-ts/core";
 import { isEquivalentAnswer } from "./equivalence.js";
 import { extractBoxedAnswer, groundTruthAnswer } from "./extract.js";
 
@@ -15,7 +17,7 @@ export const MATH_REWARD_TYPES = ["default", "v2.wformat", "accuracy"] as const;
 export type MathRewardType = (typeof MATH_REWARD_TYPES)[number];
 
 /** Thrown for an unknown reward type; names the value and the accepted ones. */
-export class RewardTypeError extends Error {
+export class RewardTypeError extends InputError {
   override name = "RewardTypeError";
   constructor(readonly rewardType: string) {
     super(`unknown reward type '${rewardType}'; one of: ${MATH_REWARD_TYPES.join(", ")}`);

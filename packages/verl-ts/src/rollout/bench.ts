@@ -11,8 +11,7 @@
  */
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
-import type { CliCommand } from "@torl-ts/core";
-import { UsageError } from "@torl-ts/core";
+import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
 import {
   type BatchCodeRunner,
   PythonCodeInterpreter,
@@ -22,7 +21,7 @@ import {
 } from "@torl-ts/sandbox";
 import { renderPrompt } from "../data/index.js";
 import {
-  type BackendName,
+  BACKEND_NAMES,
   buildByteBpeTokenizer,
   loadPretrained,
   makeQwen2Config,
@@ -124,41 +123,29 @@ function pretrainedSetup(dir: string, batch: number, maxResponse: number): Bench
   };
 }
 
-function parseArgs(args: string[]) {
-  const o = {
-    json: false,
-    repeats: 3,
-    model: undefined as string | undefined,
-    batch: 16,
-    maxResponse: 192,
-    delayMs: 100,
-    backend: undefined as BackendName | undefined,
-    random: false,
+function parseBenchArgs(args: string[]) {
+  const { flags } = parseFlags(args, {
+    json: { type: "boolean" },
+    model: { type: "string" },
+    random: { type: "boolean" },
+    batch: { type: "integer", min: 1 },
+    "max-response": { type: "integer", min: 1 },
+    "delay-ms": { type: "integer", min: 0 },
+    repeats: { type: "integer", min: 1 },
+    backend: { type: "string", choices: BACKEND_NAMES },
+  });
+  if (flags.model !== undefined && flags.random)
+    throw new UsageError("--model and --random exclude each other");
+  return {
+    json: flags.json ?? false,
+    repeats: flags.repeats ?? 3,
+    model: flags.model,
+    batch: flags.batch ?? 16,
+    maxResponse: flags["max-response"] ?? 192,
+    delayMs: flags["delay-ms"] ?? 100,
+    backend: flags.backend,
+    random: flags.random ?? false,
   };
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    const value = () => {
-      const v = args[++i];
-      if (v === undefined) throw new UsageError(`${a} needs a value`);
-      return v;
-    };
-    const int = (v: string) => {
-      const n = Number(v);
-      if (!Number.isInteger(n) || n < 0)
-        throw new UsageError(`${a} needs a non-negative integer, got '${v}'`);
-      return n;
-    };
-    if (a === "--json") o.json = true;
-    else if (a === "--model") o.model = value();
-    else if (a === "--random") o.random = true;
-    else if (a === "--batch") o.batch = Math.max(1, int(value()));
-    else if (a === "--max-response") o.maxResponse = Math.max(1, int(value()));
-    else if (a === "--delay-ms") o.delayMs = int(value());
-    else if (a === "--repeats") o.repeats = Math.max(1, int(value()));
-    else if (a === "--backend") o.backend = value() as BackendName;
-    else throw new UsageError(`unknown option '${a}'`);
-  }
-  return o;
 }
 
 const responseTokens = (r: TirRolloutResult) => r.samples.reduce((a, s) => a + s.responseIds.length, 0);
@@ -176,7 +163,7 @@ Model: --model DIR (HF directory), else ${DEFAULT_MODEL_DIR} when present, else 
 random tiny model made to write code. Defaults: --batch 16 --max-response 192 --repeats 3 (best of
 N interleaved runs per variant).`,
   async run(args) {
-    const o = parseArgs(args);
+    const o = parseBenchArgs(args);
     const say = (line: string) => process.stderr.write(`[bench rollout] ${line}\n`);
     const backend = await selectBackend({ ...(o.backend ? { backend: o.backend } : {}), log: say });
     const dir = o.random

@@ -4,7 +4,7 @@
  * RayPPOTrainer.fit(). The rollout tool, when given, is imported by every worker process.
  */
 import { pathToFileURL } from "node:url";
-import { type CliCommand, UsageError } from "@torl-ts/core";
+import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
 import { loadTrainerConfig, splitConfigArgs } from "../config/load.js";
 import { RayPPOTrainer } from "./ppo-trainer.js";
 
@@ -22,27 +22,19 @@ export const trainCommand: CliCommand = {
   summary: "train a policy with PPO/GRPO (veRL's trainer config)",
   usage: USAGE,
   async run(args: string[]): Promise<number> {
-    const rest: string[] = [];
+    const { flags, positionals } = parseFlags(
+      args,
+      { tool: { type: "string" }, "runs-dir": { type: "string" } },
+      { positionals: true },
+    );
     let tool: { module: string; exportName: string } | undefined;
-    let runsDir = "runs";
-    for (let i = 0; i < args.length; i++) {
-      const a = args[i]!;
-      if (a === "--help" || a === "-h") {
-        console.log(USAGE);
-        return 0;
-      }
-      if (a === "--tool" || a === "--runs-dir") {
-        const v = args[++i];
-        if (!v) throw new UsageError(`${a} needs a value`);
-        if (a === "--runs-dir") runsDir = v;
-        else {
-          const [mod, exp] = v.split("#");
-          if (!mod || !exp) throw new UsageError(`--tool wants MODULE#EXPORT, got ${v}`);
-          tool = { module: /^[a-z]+:/.test(mod) ? mod : pathToFileURL(mod).href, exportName: exp };
-        }
-      } else if (a.startsWith("--")) throw new UsageError(`unknown flag ${a}`);
-      else rest.push(a);
+    if (flags.tool !== undefined) {
+      const [mod, exp] = flags.tool.split("#");
+      if (!mod || !exp) throw new UsageError(`--tool wants MODULE#EXPORT, got ${flags.tool}`);
+      tool = { module: /^[a-z]+:/.test(mod) ? mod : pathToFileURL(mod).href, exportName: exp };
     }
+    const runsDir = flags["runs-dir"] ?? "runs";
+    const rest = positionals;
     const { files, overrides } = splitConfigArgs(rest);
     const config = loadTrainerConfig({ files, overrides });
     const trainer = new RayPPOTrainer(config, { tool, runsDir });

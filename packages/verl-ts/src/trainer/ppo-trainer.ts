@@ -70,7 +70,7 @@ export interface TrainerOptions {
   onStep?: (step: number, metrics: StepMetrics) => void | Promise<void>;
 }
 
-/** summary.json: DESIGN.md §7's keys (fractions in [0, 1]) and a few more. */
+/** summary.json: the keys a run's readers rely on (accuracies and ratios as fractions in [0, 1]) and a few more. */
 export interface TrainingSummary {
   name: string;
   run_dir: string;

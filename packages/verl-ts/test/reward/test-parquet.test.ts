@@ -3,7 +3,7 @@ import { extractBoxedAnswer, isEquivalentAnswer } from "@torl-ts/verl";
 import test from "ava";
 import { parquetReadObjects } from "hyparquet";
 
-/** A copy of ToRL's validation set (shared/data/torl/test.parquet). */
+/** A copy of ToRL's validation set (its released test.parquet: AIME24, AIME25, MATH500 level 5). */
 const PARQUET = new URL("../fixtures/reward/torl-test.parquet", import.meta.url);
 
 /**

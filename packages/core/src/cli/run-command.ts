@@ -1,0 +1,71 @@
+/**
+ * The one error path of every command, the `pnpm torl` dispatcher and the example scripts alike:
+ * a failure prints one `error: ...` line (the message names the file, key, line or flag) and exits 2
+ * for bad input (InputError, UsageError) or 1 for a runtime failure. The stack trace is printed
+ * only with `--verbose` or TORL_DEBUG=1.
+ */
+import { type CliCommand, InputError } from "../cli-command.js";
+
+/** 2 for bad input (usage, config, a file that cannot be used), 1 for anything else. */
+export function exitCodeFor(error: unknown): 1 | 2 {
+  return error instanceof InputError ? 2 : 1;
+}
+
+/** The lines printed for a failure: `error: <message>` and, when verbose, the stack (with causes). */
+export function formatCliError(error: unknown, verbose: boolean, helpHint?: string): string {
+  const message = error instanceof Error ? error.message : String(error);
+  const lines = [`error: ${message}${helpHint && error instanceof InputError ? ` (${helpHint})` : ""}`];
+  if (verbose) {
+    let e: unknown = error;
+    while (e instanceof Error) {
+      lines.push(e.stack ?? `${e.name}: ${e.message}`);
+      e = e.cause;
+      if (e !== undefined) lines.push("caused by:");
+    }
+  }
+  return lines.join("\n");
+}
+
+/** True when TORL_DEBUG asks for stack traces. */
+export function debugFromEnv(env: NodeJS.ProcessEnv = process.env): boolean {
+  return !!env.TORL_DEBUG && env.TORL_DEBUG !== "0";
+}
+
+/**
+ * Runs `command` with `args`: `--help`/`-h` prints its usage; `--verbose` (anywhere before `--`) is
+ * taken out and turns on stack traces; a throw becomes one `error:` line on stderr and exit 1 or 2.
+ */
+export async function runCommand(command: CliCommand, args: string[], invokedAs: string): Promise<number> {
+  const end = args.indexOf("--");
+  const flagsPart = end < 0 ? args : args.slice(0, end);
+  if (flagsPart.includes("--help") || flagsPart.includes("-h")) {
+    console.log(command.usage);
+    return 0;
+  }
+  const verbose = flagsPart.includes("--verbose") || debugFromEnv();
+  const rest = [...flagsPart.filter((a) => a !== "--verbose"), ...(end < 0 ? [] : args.slice(end))];
+  try {
+    return (await command.run(rest)) ?? 0;
+  } catch (error) {
+    console.error(formatCliError(error, verbose, `see ${invokedAs} --help`));
+    return exitCodeFor(error);
+  }
+}
+
+/**
+ * For a script run directly (`tsx examples/x/src/train.ts ...`): runs the command on process.argv
+ * and sets the exit code, with the same error path as `pnpm torl`.
+ */
+export function runScript(command: CliCommand, invokedAs: string): void {
+  runCommand(command, process.argv.slice(2), invokedAs).then(
+    (code) => {
+      // A failed run may leave sockets or children behind: exit now rather than wait on them.
+      if (code !== 0) process.exit(code);
+      process.exitCode = code;
+    },
+    (error) => {
+      console.error(formatCliError(error, true));
+      process.exit(1);
+    },
+  );
+}
