@@ -33,7 +33,17 @@ export interface ActorConfig extends Open {
   ppo_epochs: number;
   shuffle: boolean;
   mask_tool_output: boolean;
+  policy_loss: PolicyLossConfig;
   optim: OptimConfig;
+}
+
+export interface PolicyLossConfig extends Open {
+  loss_mode: string;
+  clip_cov_ratio: number;
+  clip_cov_lb: number;
+  clip_cov_ub: number;
+  kl_cov_ratio: number;
+  ppo_kl_coef: number;
 }
 
 export interface RolloutConfig extends Open {
