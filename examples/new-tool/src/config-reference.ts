@@ -41,7 +41,8 @@ const MEANINGS: Record<string, string> = {
     "actor, rollout and reference share one process per worker (the only mode)",
   "actor_rollout_ref.model.path":
     "HF-format model directory (config.json, model.safetensors, tokenizer.json)",
-  "actor_rollout_ref.model.external_lib": "module imported before the model is built",
+  "actor_rollout_ref.model.external_lib":
+    "a module of yours (path, file: URL or package name) imported by the driver and every worker before the model is built, e.g. one that calls registerPolicyLoss",
   "actor_rollout_ref.model.override_config": "fields merged over the model's config.json",
   "actor_rollout_ref.model.enable_gradient_checkpointing": "recompute activations in the backward pass",
   "actor_rollout_ref.model.use_remove_padding": "veRL's packed sequences (accepted, no effect)",

@@ -17,6 +17,7 @@ import { computeAdvantage, listAdvantageEstimators } from "../algorithms/advanta
 import { applyKlPenalty, createKlController, type KlController } from "../algorithms/kl.js";
 import type { MaskMatrix, ScoreMatrix } from "../algorithms/masked.js";
 import { aggLoss } from "../algorithms/policy-loss.js";
+import { listPolicyLosses } from "../algorithms/policy-loss-registry.js";
 import { assertTrainerConfig } from "../config/check.js";
 import { configToYaml } from "../config/load.js";
 import { type ConfigIssue, TrainerConfigError } from "../config/schema.js";
@@ -30,6 +31,7 @@ import { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundMethods, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
 import { CriticWorker } from "../workers/critic.js";
+import { externalLibSpecifier, importExternalLib } from "../workers/external-lib.js";
 import { balanceBatch } from "./balance.js";
 import { CheckpointManager, DriverRng, type TrainerState } from "./checkpoint.js";
 import { describeWorkerFailure, WorkerFailureError } from "./errors.js";
@@ -145,6 +147,13 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
   if (!path) add("actor_rollout_ref.model.path", "must name an HF model directory");
   else if (!existsSync(join(path, "config.json")))
     add("actor_rollout_ref.model.path", `${path} holds no config.json`);
+  const lossMode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode;
+  // a loss from external_lib is registered when the workers import it (they check the name then)
+  if (!cfg.actor_rollout_ref.model.external_lib && !listPolicyLosses().includes(lossMode))
+    add(
+      "actor_rollout_ref.actor.policy_loss.loss_mode",
+      `"${lossMode}" is not a registered policy loss (have: ${listPolicyLosses().join(", ")}); register your own in a module named by actor_rollout_ref.model.external_lib`,
+    );
   if (!listAdvantageEstimators().includes(cfg.algorithm.adv_estimator))
     add(
       "algorithm.adv_estimator",
@@ -306,6 +315,12 @@ export class RayPPOTrainer {
       });
     if (cfg.algorithm.use_kl_in_reward) this.klCtrl = createKlController(cfg.algorithm.kl_ctrl);
 
+    // the user's module, by an absolute specifier so every worker process finds it too
+    const lib = cfg.actor_rollout_ref.model.external_lib as string | null;
+    if (lib) {
+      cfg.actor_rollout_ref.model.external_lib = externalLibSpecifier(lib);
+      await importExternalLib(lib);
+    }
     if (!isInitialized()) {
       await init();
       this.startedRuntime = true;

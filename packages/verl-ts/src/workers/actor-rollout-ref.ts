@@ -20,6 +20,7 @@ import { DataProto } from "../protocol/data-proto.js";
 import { padRolloutBatch } from "../rollout/batch.js";
 import { tirRollout } from "../rollout/tir.js";
 import { Dispatch, register } from "../single-controller/decorator.js";
+import { importExternalLib } from "./external-lib.js";
 import {
   byMicroBatch,
   microBatches,
@@ -78,6 +79,9 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   /** Loads the model (every rank from the same directory), shards it and sets up the optimizer. */
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async initModel(): Promise<ShardInfo> {
+    // the user's module first: the policy loss it registers must exist in this process
+    await importExternalLib(this.cfg.actor_rollout_ref.model.external_lib as string | null);
+    if (this.isActor) getPolicyLoss(this.cfg.actor_rollout_ref.actor.policy_loss.loss_mode);
     const backend = await selectBackend({ log: null });
     this.backendName = backend.name;
     const path = this.cfg.actor_rollout_ref.model.path;
