@@ -99,7 +99,12 @@ export interface TrainerConfig extends Open {
     rollout: RolloutConfig;
   } & Open;
   critic: { optim: OptimConfig; cliprange_value: number; ppo_mini_batch_size: number } & Open;
-  reward_model: { enable: boolean; reward_manager: string; reward_kwargs: Open } & Open;
+  reward_model: {
+    enable: boolean;
+    reward_manager: string;
+    reward_kwargs: Open;
+    overlong_buffer: { enable: boolean; len: number; penalty_factor: number } & Open;
+  } & Open;
   custom_reward_function: { path: string | null; name: string } & Open;
   algorithm: {
     gamma: number;
@@ -109,6 +114,7 @@ export interface TrainerConfig extends Open {
     use_kl_in_reward: boolean;
     kl_penalty: string;
     kl_ctrl: { type: "fixed" | "adaptive"; kl_coef: number; horizon: number; target_kl: number } & Open;
+    filter_groups: { enable: boolean; metric: "acc" | "score"; max_num_gen_batches: number } & Open;
   } & Open;
   trainer: {
     balance_batch: boolean;

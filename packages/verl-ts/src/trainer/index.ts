@@ -9,6 +9,14 @@ export {
   type TrainerState,
 } from "./checkpoint.js";
 export { trainCommand } from "./cli.js";
+export {
+  DynamicSamplingError,
+  FILTER_GROUPS_METRICS,
+  type FilterGroupsMetric,
+  filterInformativeGroups,
+  filterMetricValues,
+  type GroupFilter,
+} from "./dynamic-sampling.js";
 export { describeWorkerFailure, WorkerFailureError } from "./errors.js";
 export { computeDataMetrics, computeToolMetrics, computeValidationMetrics } from "./metrics.js";
 export {
