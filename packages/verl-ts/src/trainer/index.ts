@@ -18,6 +18,20 @@ export {
   type GroupFilter,
 } from "./dynamic-sampling.js";
 export { describeWorkerFailure, WorkerFailureError } from "./errors.js";
+export {
+  DEFAULT_MAX_SHARD_BYTES,
+  EXPORT_DTYPES,
+  type ExportDtype,
+  ExportError,
+  type ExportOptions,
+  type ExportResult,
+  exportCheckpoint,
+  HF_METADATA_DIR,
+  HF_METADATA_FILES,
+  resolveActorDir,
+  saveHfMetadata,
+} from "./export.js";
+export { exportCommand, parseByteSize } from "./export-command.js";
 export { computeDataMetrics, computeToolMetrics, computeValidationMetrics } from "./metrics.js";
 export {
   checkTrainerSetup,

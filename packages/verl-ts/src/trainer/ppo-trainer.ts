@@ -37,6 +37,7 @@ import { balanceBatch } from "./balance.js";
 import { CheckpointManager, DriverRng, type TrainerState } from "./checkpoint.js";
 import { DynamicSamplingError, filterInformativeGroups, filterMetricValues } from "./dynamic-sampling.js";
 import { describeWorkerFailure, WorkerFailureError } from "./errors.js";
+import { saveHfMetadata } from "./export.js";
 import { computeDataMetrics, computeToolMetrics, computeValidationMetrics } from "./metrics.js";
 import { RunLog, type StepMetrics } from "./run-log.js";
 
@@ -415,6 +416,8 @@ export class RayPPOTrainer {
   private async saveCheckpoint(wallSeconds: number): Promise<void> {
     const dir = this.ckpt.begin(this.globalStep);
     await this.actorRolloutWg.saveCheckpoint(join(dir, "actor"));
+    // config and tokenizer beside the shards, so `torl export` needs nothing else
+    saveHfMetadata(this.config.actor_rollout_ref.model.path!, join(dir, "actor"));
     if (this.critic) await this.critic.saveCheckpoint(join(dir, "critic"));
     const state: TrainerState = {
       globalStep: this.globalStep,
