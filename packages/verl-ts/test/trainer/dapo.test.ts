@@ -8,8 +8,10 @@ import {
   DataProto,
   type DataProtoWire,
   DynamicSamplingError,
+  exportCheckpoint,
   filterInformativeGroups,
   filterMetricValues,
+  loadPretrained,
   OverlongBufferError,
   overlongPenalty,
   RayPPOTrainer,
@@ -102,11 +104,13 @@ test.serial(
     await init({ numCpus: 2 });
     t.teardown(() => shutdown());
     const modelPath = tinyModelDir(5);
+    const ckptDir = mkdtempSync(join(tmpdir(), "torl-ckpt-"));
     const make = (extra: string[]) =>
       tinyConfig({
         modelPath,
-        ckptDir: mkdtempSync(join(tmpdir(), "torl-ckpt-")),
+        ckptDir,
         steps: 1,
+        saveFreq: 1,
         extra: [
           "data.train_batch_size=2",
           "data.shuffle=false",
@@ -116,6 +120,7 @@ test.serial(
           "reward_model.overlong_buffer.enable=true",
           "reward_model.overlong_buffer.len=8",
           "reward_model.overlong_buffer.penalty_factor=0.5",
+          "trainer.resume_mode=disable",
           ...extra,
         ],
       });
@@ -136,6 +141,15 @@ test.serial(
     // the kept rows have acc 1, 0, 1, 0; every response is inside the 8-token buffer, so each loses some score
     t.is(step!["reward/overlong_ratio"], 1);
     t.true(step!["critic/score/mean"]! < 0.5 && step!["critic/score/mean"]! >= 0, JSON.stringify(step));
+
+    // the run's checkpoint carries the model's config and tokenizer, so it exports with nothing else
+    const out = join(mkdtempSync(join(tmpdir(), "torl-export-")), "hf");
+    const exported = exportCheckpoint(ckptDir, { out });
+    t.true(exported.actorDir.endsWith(join("global_step_1", "actor")));
+    const { model, tokenizer } = loadPretrained(out, { trainable: false });
+    t.is(tokenizer.vocabSize, loadPretrained(modelPath, { trainable: false }).tokenizer.vocabSize);
+    t.is(model.numParameters(), exported.parameters);
+    model.dispose();
 
     const capped = new RayPPOTrainer(make(["algorithm.filter_groups.max_num_gen_batches=1"]), {
       trainRows: rows(8),
