@@ -507,8 +507,8 @@ export class RayPPOTrainer {
 
     // 1-3. Prompts (each row's uid is its GRPO group), rollout of n responses each, reward. With
     // algorithm.filter_groups (DAPO's dynamic sampling) rounds repeat until enough groups teach something.
-    const { batch: generated, epoch, scored, sampling } = await this.generateAndScore(timed);
-    const batch = generated;
+    // (reward/ metrics then describe the last round)
+    const { batch, epoch, scored, sampling } = await this.generateAndScore(timed);
 
     // Balance the tokens over the workers before every per-worker pass (veRL's balance_batch).
     let balance: StepMetrics = {};
