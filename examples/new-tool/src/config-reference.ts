@@ -41,7 +41,8 @@ const MEANINGS: Record<string, string> = {
     "actor, rollout and reference share one process per worker (the only mode)",
   "actor_rollout_ref.model.path":
     "HF-format model directory (config.json, model.safetensors, tokenizer.json)",
-  "actor_rollout_ref.model.external_lib": "module imported before the model is built",
+  "actor_rollout_ref.model.external_lib":
+    "a module of yours (path, file: URL or package name) imported by the driver and every worker before the model is built, e.g. one that calls registerPolicyLoss",
   "actor_rollout_ref.model.override_config": "fields merged over the model's config.json",
   "actor_rollout_ref.model.enable_gradient_checkpointing": "recompute activations in the backward pass",
   "actor_rollout_ref.model.use_remove_padding": "veRL's packed sequences (accepted, no effect)",
@@ -146,7 +147,7 @@ const MEANINGS: Record<string, string> = {
   "algorithm.gamma": "discount (GAE)",
   "algorithm.lam": "GAE lambda",
   "algorithm.adv_estimator":
-    "advantage estimator registered by name: grpo, rloo, reinforce_plus_plus, remax, gae (runs a critic) ...",
+    "advantage estimator registered by name: grpo, grpo_passk, opo, gpg, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, gae (runs a critic), or one a module in actor_rollout_ref.model.external_lib registers",
   "algorithm.norm_adv_by_std_in_grpo": "GRPO: divide by the group's std (false: Dr.GRPO)",
   "algorithm.use_kl_in_reward": "subtract a KL penalty from the token rewards",
   "algorithm.kl_penalty": "KL estimator of the in-reward penalty",

@@ -254,3 +254,100 @@ registerAdvantageEstimator("grpo", computeGrpoOutcomeAdvantage);
 registerAdvantageEstimator("rloo", computeRlooOutcomeAdvantage);
 registerAdvantageEstimator("reinforce_plus_plus", computeReinforcePlusPlusOutcomeAdvantage);
 registerAdvantageEstimator("reinforce_plus_plus_baseline", computeReinforcePlusPlusBaselineOutcomeAdvantage);
+
+function groupMeanStd(rows: number[], scores: Float64Array): { mean: number; std: number } {
+  if (rows.length < 2) return { mean: 0, std: 1 };
+  const mean = rows.reduce((s, i) => s + scores[i]!, 0) / rows.length;
+  const ss = rows.reduce((s, i) => s + (scores[i]! - mean) ** 2, 0);
+  return { mean, std: Math.sqrt(ss / (rows.length - 1)) };
+}
+
+/**
+ * GRPO for pass@k (arXiv:2503.19595): in each group only the best response learns. With r_max and
+ * r_2nd the two highest scores of the group (the first row holding r_max when tied),
+ *   A_best = r_max - r_2nd,  divided by (std_G + epsilon) when normAdvByStdInGrpo (std unbiased);
+ *   A = 0 for every other row.
+ * Broadcast over tokens times the mask; returns = advantages. A group of one row is an error: pass@k
+ * needs rollout.n >= 2.
+ */
+export function computeGrpoPassKOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
+  const { tokenLevelRewards: r, responseMask: mask } = input;
+  sameShape(r, mask, "tokenLevelRewards", "responseMask");
+  const [B, T] = dims2(r, "tokenLevelRewards");
+  const eps = input.epsilon ?? 1e-6;
+  const norm = input.normAdvByStdInGrpo ?? true;
+  const scores = rowSums(r);
+  const adv = new Float64Array(B);
+  for (const [id, rows] of groupsOf(input.index, B, "grpo_passk")) {
+    if (rows.length < 2)
+      throw new AlgorithmInputError(
+        `grpo_passk needs at least 2 responses per prompt (actor_rollout_ref.rollout.n >= 2); group ${String(id)} has ${rows.length}`,
+      );
+    let best = rows[0]!;
+    for (const i of rows) if (scores[i]! > scores[best]!) best = i;
+    let second = Number.NEGATIVE_INFINITY;
+    for (const i of rows) if (i !== best && scores[i]! > second) second = scores[i]!;
+    const gap = scores[best]! - second;
+    adv[best] = norm ? gap / (groupMeanStd(rows, scores).std + eps) : gap;
+  }
+  const a = broadcastRows(adv, mask, T);
+  return { advantages: a, returns: a };
+}
+
+/**
+ * OPO (arXiv:2505.23585), the length-weighted optimal baseline: with |y_i| the number of response
+ * tokens of row i (the mask's row sum), per group b_G = sum_i |y_i| score_i / sum_i |y_i| (a group of
+ * one: b = 0), A_i = score_i - b_G, broadcast over tokens times the mask; returns = advantages.
+ */
+export function computeOpoOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
+  const { tokenLevelRewards: r, responseMask: mask } = input;
+  sameShape(r, mask, "tokenLevelRewards", "responseMask");
+  const [B, T] = dims2(r, "tokenLevelRewards");
+  const scores = rowSums(r);
+  const lengths = new Float64Array(B);
+  for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) lengths[b]! += mask.data[b * T + t] as number;
+  const adv = new Float64Array(B);
+  for (const rows of groupsOf(input.index, B, "opo").values()) {
+    let baseline = 0;
+    if (rows.length > 1) {
+      let weighted = 0;
+      let total = 0;
+      for (const i of rows) {
+        weighted += lengths[i]! * scores[i]!;
+        total += lengths[i]!;
+      }
+      baseline = weighted / total;
+    }
+    for (const i of rows) adv[i] = scores[i]! - baseline;
+  }
+  const a = broadcastRows(adv, mask, T);
+  return { advantages: a, returns: a };
+}
+
+/**
+ * GPG (arXiv:2504.02546): alpha = B / max(1, number of rows whose score is non-zero), and
+ *   A_i = alpha (score_i - mean_G) / f_norm   (f_norm = 1; a group of one: mean 0),
+ * broadcast over tokens times the mask; returns = advantages. Rows scored exactly 0 thus raise alpha,
+ * which rescales the gradient of a batch with few informative rows.
+ */
+export function computeGpgOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
+  const { tokenLevelRewards: r, responseMask: mask } = input;
+  sameShape(r, mask, "tokenLevelRewards", "responseMask");
+  const [B, T] = dims2(r, "tokenLevelRewards");
+  const scores = rowSums(r);
+  let nonZero = 0;
+  for (const s of scores) if (s !== 0) nonZero++;
+  const alpha = B / Math.max(1, nonZero);
+  const fNorm = 1;
+  const adv = new Float64Array(B);
+  for (const rows of groupsOf(input.index, B, "gpg").values()) {
+    const { mean } = groupMeanStd(rows, scores);
+    for (const i of rows) adv[i] = (alpha * (scores[i]! - mean)) / fNorm;
+  }
+  const a = broadcastRows(adv, mask, T);
+  return { advantages: a, returns: a };
+}
+
+registerAdvantageEstimator("grpo_passk", computeGrpoPassKOutcomeAdvantage);
+registerAdvantageEstimator("opo", computeOpoOutcomeAdvantage);
+registerAdvantageEstimator("gpg", computeGpgOutcomeAdvantage);

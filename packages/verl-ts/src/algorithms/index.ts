@@ -4,7 +4,10 @@ export {
   type AdvantageOutput,
   computeAdvantage,
   computeGaeAdvantageReturn,
+  computeGpgOutcomeAdvantage,
   computeGrpoOutcomeAdvantage,
+  computeGrpoPassKOutcomeAdvantage,
+  computeOpoOutcomeAdvantage,
   computeReinforcePlusPlusBaselineOutcomeAdvantage,
   computeReinforcePlusPlusOutcomeAdvantage,
   computeRlooOutcomeAdvantage,
@@ -47,17 +50,34 @@ export {
   type PolicyLossResult,
 } from "./policy-loss.js";
 export {
+  getPolicyLoss,
+  listPolicyLosses,
+  type PolicyLossDefinition,
+  type PolicyLossFnTf,
+  type PolicyLossInputTf,
+  type PolicyLossOutputTf,
+  policyLossInput,
+  registerPolicyLoss,
+  runPolicyLoss,
+  vanillaPolicyLossTf,
+} from "./policy-loss-registry.js";
+export {
+  clipCovPolicyLossTf,
+  gpgPolicyLossTf,
+  gspoPolicyLossTf,
+  klCovPolicyLossTf,
+} from "./policy-loss-variants.js";
+export {
   aggLossTf,
   asTfTensor,
   entropyFromLogitsTf,
-  getPolicyLoss,
   klLossTf,
   klPenaltyTf,
   maskedMeanTf,
-  type PolicyLossFnTf,
   type PolicyLossTf,
+  type PpoTokenLossTf,
   policyLossTf,
-  registerPolicyLoss,
+  ppoTokenLossTf,
   type TensorLike,
   valueLossTf,
 } from "./tf-ops.js";

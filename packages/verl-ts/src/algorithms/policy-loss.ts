@@ -73,6 +73,17 @@ export interface PolicyLossOptions {
   /** Dual-clip bound for negative advantages (actor.clip_ratio_c). Default 3. */
   clipRatioC?: number;
   lossAggMode?: LossAggMode | string;
+  /** clip_cov: fraction of loss tokens whose gradient may be cut (policy_loss.clip_cov_ratio). Default 0.0002. */
+  clipCovRatio?: number;
+  /** clip_cov: covariance window (lb, ub) of the tokens that may be cut. Defaults 1 and 5. */
+  clipCovLb?: number;
+  clipCovUb?: number;
+  /** kl_cov: fraction of loss tokens, highest covariance first, that get the KL term. Default 0.0002. */
+  klCovRatio?: number;
+  /** kl_cov: coefficient of |logp - old_logp| on those tokens (policy_loss.ppo_kl_coef). Default 0.1. */
+  ppoKlCoef?: number;
+  /** clip_cov: seed of the random choice among more candidate tokens than may be cut. Default 0. */
+  seed?: number;
 }
 
 export interface PolicyLossResult {

@@ -55,17 +55,22 @@ export interface PolicyLossTf {
   pgClipfracLower: tf.Scalar;
 }
 
-/**
- * The clipped, dual-clipped PPO policy loss (formula in computePolicyLoss) with `logProb` a tfjs tensor
- * so the loss is differentiable with respect to it. The metrics carry no gradient.
- */
-export function policyLossTf(
+/** The per-token clipped, dual-clipped PPO loss before aggregation, with its metrics over `responseMask`. */
+export interface PpoTokenLossTf {
+  losses: tf.Tensor;
+  pgClipfrac: tf.Scalar;
+  ppoKl: tf.Scalar;
+  pgClipfracLower: tf.Scalar;
+}
+
+/** The per-token matrix of the PPO loss (formula in computePolicyLoss) and its metrics, before aggregation. */
+export function ppoTokenLossTf(
   oldLogProb: TensorLike,
   logProb: tf.Tensor,
   advantages: TensorLike,
   responseMask: TensorLike,
   opts: PolicyLossOptions = {},
-): PolicyLossTf {
+): PpoTokenLossTf {
   const clip = opts.clipRatio ?? 0.2;
   const low = opts.clipRatioLow ?? clip;
   const high = opts.clipRatioHigh ?? clip;
@@ -83,11 +88,27 @@ export function policyLossTf(
     const l3 = tf.mul(tf.neg(adv), c);
     const isNeg = tf.less(adv, 0);
     const losses = tf.where(isNeg, tf.minimum(l3, lc), lc);
-    const pgLoss = aggLossTf(losses, mask, opts.lossAggMode ?? "token-mean");
     const pgClipfrac = maskedMeanTf(tf.cast(tf.greater(l2, l1), "float32"), mask);
     const ppoKl = maskedMeanTf(tf.neg(neg), mask);
     const pgClipfracLower = maskedMeanTf(tf.cast(tf.logicalAnd(tf.greater(lc, l3), isNeg), "float32"), mask);
-    return { pgLoss, pgClipfrac, ppoKl, pgClipfracLower };
+    return { losses, pgClipfrac, ppoKl, pgClipfracLower };
+  });
+}
+
+/**
+ * The clipped, dual-clipped PPO policy loss (formula in computePolicyLoss) with `logProb` a tfjs tensor
+ * so the loss is differentiable with respect to it. The metrics carry no gradient.
+ */
+export function policyLossTf(
+  oldLogProb: TensorLike,
+  logProb: tf.Tensor,
+  advantages: TensorLike,
+  responseMask: TensorLike,
+  opts: PolicyLossOptions = {},
+): PolicyLossTf {
+  return tf.tidy(() => {
+    const { losses, ...metrics } = ppoTokenLossTf(oldLogProb, logProb, advantages, responseMask, opts);
+    return { pgLoss: aggLossTf(losses, responseMask, opts.lossAggMode ?? "token-mean"), ...metrics };
   });
 }
 
@@ -158,31 +179,4 @@ export function entropyFromLogitsTf(logits: tf.Tensor): tf.Tensor {
     const p = tf.softmax(logits, -1);
     return tf.sub(lse, tf.sum(tf.mul(p, logits), -1));
   });
-}
-
-/** A differentiable policy loss (actor.policy_loss.loss_mode): same inputs and outputs as policyLossTf. */
-export type PolicyLossFnTf = (
-  oldLogProb: TensorLike,
-  logProb: tf.Tensor,
-  advantages: TensorLike,
-  responseMask: TensorLike,
-  opts: PolicyLossOptions,
-) => PolicyLossTf;
-
-const policyLosses = new Map<string, PolicyLossFnTf>([["vanilla", policyLossTf]]);
-
-/** Registers a policy loss under `name` ("vanilla" is the clipped, dual-clipped PPO loss). */
-export function registerPolicyLoss(name: string, fn: PolicyLossFnTf): void {
-  policyLosses.set(name, fn);
-}
-
-/** The policy loss registered as `name`; an unknown name is an error listing the known ones. */
-export function getPolicyLoss(name: string): PolicyLossFnTf {
-  const fn = policyLosses.get(name);
-  if (!fn) {
-    throw new AlgorithmInputError(
-      `unknown policy loss "${name}" (known: ${[...policyLosses.keys()].sort().join(", ")})`,
-    );
-  }
-  return fn;
 }

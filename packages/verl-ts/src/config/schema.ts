@@ -345,15 +345,20 @@ export function setPath(node: ConfigNode, key: string, value: unknown): void {
 }
 
 export function editDistance(a: string, b: string): number {
-  const prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  // optimal string alignment: insert, delete, substitute, or swap two adjacent letters, each costs 1
+  // (a swap is the commonest typo: "gpro" is one edit from "grpo", two from "gpg")
+  let before = new Array<number>(b.length + 1).fill(0);
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
-    let diag = prev[0]!;
-    prev[0] = i;
+    const cur = [i];
     for (let j = 1; j <= b.length; j++) {
-      const tmp = prev[j]!;
-      prev[j] = Math.min(prev[j]! + 1, prev[j - 1]! + 1, diag + (a[i - 1] === b[j - 1] ? 0 : 1));
-      diag = tmp;
+      let d = Math.min(prev[j]! + 1, cur[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1])
+        d = Math.min(d, before[j - 2]! + 1);
+      cur.push(d);
     }
+    before = prev;
+    prev = cur;
   }
   return prev[b.length]!;
 }

@@ -33,7 +33,17 @@ export interface ActorConfig extends Open {
   ppo_epochs: number;
   shuffle: boolean;
   mask_tool_output: boolean;
+  policy_loss: PolicyLossConfig;
   optim: OptimConfig;
+}
+
+export interface PolicyLossConfig extends Open {
+  loss_mode: string;
+  clip_cov_ratio: number;
+  clip_cov_lb: number;
+  clip_cov_ub: number;
+  kl_cov_ratio: number;
+  ppo_kl_coef: number;
 }
 
 export interface RolloutConfig extends Open {
@@ -89,7 +99,12 @@ export interface TrainerConfig extends Open {
     rollout: RolloutConfig;
   } & Open;
   critic: { optim: OptimConfig; cliprange_value: number; ppo_mini_batch_size: number } & Open;
-  reward_model: { enable: boolean; reward_manager: string; reward_kwargs: Open } & Open;
+  reward_model: {
+    enable: boolean;
+    reward_manager: string;
+    reward_kwargs: Open;
+    overlong_buffer: { enable: boolean; len: number; penalty_factor: number } & Open;
+  } & Open;
   custom_reward_function: { path: string | null; name: string } & Open;
   algorithm: {
     gamma: number;
@@ -99,6 +114,7 @@ export interface TrainerConfig extends Open {
     use_kl_in_reward: boolean;
     kl_penalty: string;
     kl_ctrl: { type: "fixed" | "adaptive"; kl_coef: number; horizon: number; target_kl: number } & Open;
+    filter_groups: { enable: boolean; metric: "acc" | "score"; max_num_gen_batches: number } & Open;
   } & Open;
   trainer: {
     balance_batch: boolean;

@@ -46,7 +46,8 @@ export function loadModel(dir: string, options: { trainable?: boolean } = {}): Q
   return new Qwen2Model(config, values, options.trainable ?? true);
 }
 
-function transpose2d(a: Float32Array, rows: number, cols: number): Float32Array {
+/** Row-major [rows, cols] -> [cols, rows]. */
+export function transpose2d(a: Float32Array, rows: number, cols: number): Float32Array {
   const out = new Float32Array(a.length);
   for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = a[r * cols + c]!;
   return out;

@@ -26,6 +26,13 @@ export {
 } from "./manager.js";
 export { RewardManagerActor } from "./manager-actor.js";
 export {
+  applyOverlongPenalty,
+  checkOverlongBuffer,
+  type OverlongBuffer,
+  OverlongBufferError,
+  overlongPenalty,
+} from "./overlong.js";
+export {
   mathRewardScorer,
   type RewardScorer,
   type RewardScorerInput,

@@ -6,6 +6,7 @@
 import { pathToFileURL } from "node:url";
 import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
 import { loadTrainerConfig, splitConfigArgs } from "../config/load.js";
+import { importExternalLib } from "../workers/external-lib.js";
 import { RayPPOTrainer } from "./ppo-trainer.js";
 
 const USAGE = `usage: pnpm torl train <config.yaml ...> [key.path=value ...] [--tool MODULE#EXPORT] [--runs-dir DIR]
@@ -37,6 +38,8 @@ export const trainCommand: CliCommand = {
     const rest = positionals;
     const { files, overrides } = splitConfigArgs(rest);
     const config = loadTrainerConfig({ files, overrides });
+    // before the checks: an estimator or loss the module registers must be known to them
+    await importExternalLib(config.actor_rollout_ref.model.external_lib as string | null);
     const trainer = new RayPPOTrainer(config, { tool, runsDir });
     await trainer.fit();
     return 0;

@@ -9,7 +9,29 @@ export {
   type TrainerState,
 } from "./checkpoint.js";
 export { trainCommand } from "./cli.js";
+export {
+  DynamicSamplingError,
+  FILTER_GROUPS_METRICS,
+  type FilterGroupsMetric,
+  filterInformativeGroups,
+  filterMetricValues,
+  type GroupFilter,
+} from "./dynamic-sampling.js";
 export { describeWorkerFailure, WorkerFailureError } from "./errors.js";
+export {
+  DEFAULT_MAX_SHARD_BYTES,
+  EXPORT_DTYPES,
+  type ExportDtype,
+  ExportError,
+  type ExportOptions,
+  type ExportResult,
+  exportCheckpoint,
+  HF_METADATA_DIR,
+  HF_METADATA_FILES,
+  resolveActorDir,
+  saveHfMetadata,
+} from "./export.js";
+export { exportCommand, parseByteSize } from "./export-command.js";
 export { computeDataMetrics, computeToolMetrics, computeValidationMetrics } from "./metrics.js";
 export {
   checkTrainerSetup,

@@ -17,6 +17,7 @@ import { computeAdvantage, listAdvantageEstimators } from "../algorithms/advanta
 import { applyKlPenalty, createKlController, type KlController } from "../algorithms/kl.js";
 import type { MaskMatrix, ScoreMatrix } from "../algorithms/masked.js";
 import { aggLoss } from "../algorithms/policy-loss.js";
+import { listPolicyLosses } from "../algorithms/policy-loss-registry.js";
 import { assertTrainerConfig } from "../config/check.js";
 import { configToYaml } from "../config/load.js";
 import { type ConfigIssue, TrainerConfigError } from "../config/schema.js";
@@ -26,13 +27,17 @@ import { type RlDatasetRow, readRlDataset } from "../data/rows.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto, type DataProtoWire, isDataProtoWire } from "../protocol/data-proto.js";
 import { RewardManager } from "../reward/manager.js";
+import { applyOverlongPenalty, checkOverlongBuffer, OverlongBufferError } from "../reward/overlong.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundMethods, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
 import { CriticWorker } from "../workers/critic.js";
+import { externalLibSpecifier, importExternalLib } from "../workers/external-lib.js";
 import { balanceBatch } from "./balance.js";
 import { CheckpointManager, DriverRng, type TrainerState } from "./checkpoint.js";
+import { DynamicSamplingError, filterInformativeGroups, filterMetricValues } from "./dynamic-sampling.js";
 import { describeWorkerFailure, WorkerFailureError } from "./errors.js";
+import { saveHfMetadata } from "./export.js";
 import { computeDataMetrics, computeToolMetrics, computeValidationMetrics } from "./metrics.js";
 import { RunLog, type StepMetrics } from "./run-log.js";
 
@@ -145,6 +150,32 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
   if (!path) add("actor_rollout_ref.model.path", "must name an HF model directory");
   else if (!existsSync(join(path, "config.json")))
     add("actor_rollout_ref.model.path", `${path} holds no config.json`);
+  const ob = cfg.reward_model.overlong_buffer;
+  if (ob.enable) {
+    try {
+      checkOverlongBuffer({
+        len: ob.len,
+        penaltyFactor: ob.penalty_factor,
+        maxResponseLength: cfg.data.max_response_length,
+      });
+    } catch (e) {
+      if (!(e instanceof OverlongBufferError)) throw e;
+      issues.push({ key: "reward_model.overlong_buffer", message: e.message });
+    }
+  }
+  const fg = cfg.algorithm.filter_groups;
+  if (!(Number.isInteger(fg.max_num_gen_batches) && fg.max_num_gen_batches >= 0))
+    add(
+      "algorithm.filter_groups.max_num_gen_batches",
+      `must be an integer >= 0, got ${fg.max_num_gen_batches}`,
+    );
+  const lossMode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode;
+  // a loss from external_lib is registered when the workers import it (they check the name then)
+  if (!cfg.actor_rollout_ref.model.external_lib && !listPolicyLosses().includes(lossMode))
+    add(
+      "actor_rollout_ref.actor.policy_loss.loss_mode",
+      `"${lossMode}" is not a registered policy loss (have: ${listPolicyLosses().join(", ")}); register your own in a module named by actor_rollout_ref.model.external_lib`,
+    );
   if (!listAdvantageEstimators().includes(cfg.algorithm.adv_estimator))
     add(
       "algorithm.adv_estimator",
@@ -306,6 +337,12 @@ export class RayPPOTrainer {
       });
     if (cfg.algorithm.use_kl_in_reward) this.klCtrl = createKlController(cfg.algorithm.kl_ctrl);
 
+    // the user's module, by an absolute specifier so every worker process finds it too
+    const lib = cfg.actor_rollout_ref.model.external_lib as string | null;
+    if (lib) {
+      cfg.actor_rollout_ref.model.external_lib = externalLibSpecifier(lib);
+      await importExternalLib(lib);
+    }
     if (!isInitialized()) {
       await init();
       this.startedRuntime = true;
@@ -379,6 +416,8 @@ export class RayPPOTrainer {
   private async saveCheckpoint(wallSeconds: number): Promise<void> {
     const dir = this.ckpt.begin(this.globalStep);
     await this.actorRolloutWg.saveCheckpoint(join(dir, "actor"));
+    // config and tokenizer beside the shards, so `torl export` needs nothing else
+    saveHfMetadata(this.config.actor_rollout_ref.model.path!, join(dir, "actor"));
     if (this.critic) await this.critic.saveCheckpoint(join(dir, "critic"));
     const state: TrainerState = {
       globalStep: this.globalStep,
@@ -461,20 +500,15 @@ export class RayPPOTrainer {
       this.currentStage = name;
       const s = performance.now();
       const out = await f();
-      timing[`timing_s/${name}`] = (performance.now() - s) / 1000;
+      // several generation rounds (dynamic sampling) add up
+      timing[`timing_s/${name}`] = (timing[`timing_s/${name}`] ?? 0) + (performance.now() - s) / 1000;
       return out;
     };
 
-    // 1. The next batch of prompts; each row gets a uid (its GRPO group).
-    const { rows, epoch } = this.loader.next();
-    let batch = this.collate(rows);
-    batch.nonTensorBatch.uid = rows.map((_, i) => `${this.globalStep}-${i}`);
-    const genBatch = batch.pop(PROMPT_KEYS);
-    genBatch.metaInfo.seed = this.rng.nextUint32();
-
-    // 2. Rollout: each prompt repeated n times (interleaved), generated on the actor's own weights.
-    const gen: DataProto = await timed("gen", () => actor.generateSequences(genBatch.repeat(ar.rollout.n)));
-    batch = batch.repeat(ar.rollout.n).union(gen);
+    // 1-3. Prompts (each row's uid is its GRPO group), rollout of n responses each, reward. With
+    // algorithm.filter_groups (DAPO's dynamic sampling) rounds repeat until enough groups teach something.
+    // (reward/ metrics then describe the last round)
+    const { batch, epoch, scored, sampling } = await this.generateAndScore(timed);
 
     // Balance the tokens over the workers before every per-worker pass (veRL's balance_batch).
     let balance: StepMetrics = {};
@@ -483,10 +517,6 @@ export class RayPPOTrainer {
       batch.reorder(b.order);
       balance = b.metrics;
     }
-
-    // 3. Reward: token_level_scores (score on the last response token), score, acc.
-    const scored = await timed("reward", () => this.score(batch));
-    batch.union(scored.select(["token_level_scores"], ["score", "acc", "extracted_answer"], []));
 
     // 4. Old log-probs (and entropy) under the actor that generated the responses.
     const old: DataProto = await timed("old_log_prob", () => actor.computeLogProb(batch));
@@ -535,10 +565,81 @@ export class RayPPOTrainer {
       ...balance,
       ...computeToolMetrics(batch),
       ...prefixed(scored.metaInfo.reward_metrics as StepMetrics | undefined),
+      ...sampling,
       "training/epoch": epoch,
       "training/global_step": this.globalStep,
       ...timing,
     };
+  }
+
+  /** One generation round: the next prompts, n responses each, scored (steps 1-3 of trainStep). */
+  private async generateRound(
+    timed: <T>(name: string, f: () => Promise<T>) => Promise<T>,
+    round: number,
+  ): Promise<{ batch: DataProto; epoch: number; scored: DataProto }> {
+    const n = this.config.actor_rollout_ref.rollout.n;
+    const { rows, epoch } = this.loader.next();
+    let batch = this.collate(rows);
+    const tag = round === 0 ? `${this.globalStep}` : `${this.globalStep}-g${round}`;
+    batch.nonTensorBatch.uid = rows.map((_, i) => `${tag}-${i}`);
+    const genBatch = batch.pop(PROMPT_KEYS);
+    genBatch.metaInfo.seed = this.rng.nextUint32();
+    // each prompt repeated n times (interleaved), generated on the actor's own weights
+    const gen: DataProto = await timed("gen", () =>
+      this.actorRolloutWg.generateSequences(genBatch.repeat(n)),
+    );
+    batch = batch.repeat(n).union(gen);
+    // token_level_scores (score on the last response token), score, acc
+    const scored = await timed("reward", () => this.score(batch));
+    batch.union(scored.select(["token_level_scores"], ["score", "acc", "extracted_answer"], []));
+    return { batch, epoch, scored };
+  }
+
+  /**
+   * The step's scored batch. With algorithm.filter_groups.enable, groups whose responses all have the
+   * same filter metric are dropped and rounds repeat until data.train_batch_size groups are kept (the
+   * surplus of the last round is cut), at most max_num_gen_batches rounds (0: no limit).
+   */
+  private async generateAndScore(timed: <T>(name: string, f: () => Promise<T>) => Promise<T>) {
+    const fg = this.config.algorithm.filter_groups;
+    const first = await this.generateRound(timed, 0);
+    if (!fg.enable) return { ...first, sampling: {} as StepMetrics };
+    const want = this.config.data.train_batch_size;
+    const n = this.config.actor_rollout_ref.rollout.n;
+    const kept: DataProto[] = [];
+    let keptPrompts = 0;
+    let dropped = 0;
+    let round = first;
+    let rounds = 0;
+    for (;;) {
+      const values = filterMetricValues(
+        fg.metric,
+        round.batch.column("acc"),
+        round.batch.column<number>("score"),
+      );
+      const f = filterInformativeGroups(round.batch.column<string>("uid"), values);
+      kept.push(round.batch.selectRows(f.rows));
+      keptPrompts += f.keptGroups.length;
+      dropped += f.droppedGroups;
+      rounds++;
+      if (keptPrompts >= want) break;
+      if (fg.max_num_gen_batches > 0 && rounds >= fg.max_num_gen_batches)
+        throw new DynamicSamplingError({
+          numGenBatches: rounds,
+          keptPrompts,
+          trainBatchSize: want,
+          metric: fg.metric,
+        });
+      round = await this.generateRound(timed, rounds);
+    }
+    // a group's n rows are adjacent, so the first want x n rows are the first want kept groups
+    const batch = DataProto.concat(kept).slice(0, want * n);
+    const sampling: StepMetrics = {
+      "train/num_gen_batches": rounds,
+      "train/num_kept_prompts": keptPrompts,
+      "train/num_dropped_prompts": dropped,
+    };
+    return { batch, epoch: round.epoch, scored: round.scored, sampling };
   }
 
   private collate(rows: RlDatasetRow[]): DataProto {
@@ -561,7 +662,15 @@ export class RayPPOTrainer {
       (k) => k in batch.nonTensorBatch,
     );
     const out = await this.reward.scoreDataProto(batch.select(tensors, cols, []).toWire());
-    return isDataProtoWire(out) ? DataProto.fromWire(out) : (out as DataProto);
+    const scored = isDataProtoWire(out) ? DataProto.fromWire(out) : (out as DataProto);
+    const ob = this.config.reward_model.overlong_buffer;
+    if (ob.enable)
+      applyOverlongPenalty(batch.tensor("response_mask"), scored, {
+        len: ob.len,
+        penaltyFactor: ob.penalty_factor,
+        maxResponseLength: this.config.data.max_response_length,
+      });
+    return scored;
   }
 
   /** token_level_rewards (scores, minus the in-reward KL penalty when enabled), advantages, returns. */

@@ -7,8 +7,9 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import type { Tool } from "@torl-ts/sandbox";
-import { computePolicyLoss } from "../algorithms/policy-loss.js";
-import { aggLossTf, getPolicyLoss, klLossTf } from "../algorithms/tf-ops.js";
+import type { PolicyLossOptions } from "../algorithms/policy-loss.js";
+import { getPolicyLoss, runPolicyLoss } from "../algorithms/policy-loss-registry.js";
+import { aggLossTf, asTfTensor, klLossTf } from "../algorithms/tf-ops.js";
 import type { TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
 import { computeLogProbs, tokenLogProbs } from "../models/logprobs.js";
@@ -20,8 +21,8 @@ import type { BatchTensor } from "../protocol/tensor.js";
 import { rolloutTrainingBatch } from "../rollout/batch.js";
 import { tirRollout } from "../rollout/tir.js";
 import { Dispatch, register } from "../single-controller/decorator.js";
+import { importExternalLib } from "./external-lib.js";
 import {
-  asFloat32,
   byMicroBatch,
   microBatches,
   padColumns,
@@ -79,6 +80,9 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   /** Loads the model (every rank from the same directory), shards it and sets up the optimizer. */
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async initModel(): Promise<ShardInfo> {
+    // the user's module first: the policy loss it registers must exist in this process
+    await importExternalLib(this.cfg.actor_rollout_ref.model.external_lib as string | null);
+    if (this.isActor) getPolicyLoss(this.cfg.actor_rollout_ref.actor.policy_loss.loss_mode);
     const backend = await selectBackend({ log: null });
     this.backendName = backend.name;
     const path = this.cfg.actor_rollout_ref.model.path;
@@ -238,19 +242,29 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const ar = this.cfg.actor_rollout_ref;
     const a = ar.actor;
     const W = this.worldSize;
-    const lossFn = getPolicyLoss(String((a.policy_loss as { loss_mode?: string })?.loss_mode ?? "vanilla"));
+    const lossMode = a.policy_loss.loss_mode;
+    // the metrics come from the loss itself: it names them at registration
+    const lossMetrics = getPolicyLoss(lossMode).metrics;
     const temperature = ar.rollout.temperature || 1;
     const vars = model.variables();
     const nameOf = new Map(vars.map((v, i) => [v.name, model.specs[i]!.name]));
     const useKl = a.use_kl_loss;
     const entCoef = a.entropy_coeff;
-    const clip = {
+    const pl = a.policy_loss;
+    const lossOptions: PolicyLossOptions = {
       clipRatio: a.clip_ratio,
       clipRatioLow: a.clip_ratio_low,
       clipRatioHigh: a.clip_ratio_high,
       clipRatioC: a.clip_ratio_c,
+      clipCovRatio: pl.clip_cov_ratio,
+      clipCovLb: pl.clip_cov_lb,
+      clipCovUb: pl.clip_cov_ub,
+      klCovRatio: pl.kl_cov_ratio,
+      ppoKlCoef: pl.ppo_kl_coef,
     };
-    // Per-mini-batch sums: pg loss, kl loss, entropy loss, clipfrac*tok, ppo_kl*tok, clipfrac_lower*tok, tokens.
+    let microStep = 0;
+    const seedBase = (Number(ar.rollout.seed) + this.rank * 1_000_003) >>> 0;
+    // Per-mini-batch sums: pg loss, kl loss, entropy loss, tokens, then each loss metric * tokens.
     const run = await this.updateEpochs(
       data,
       {
@@ -264,7 +278,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
         lossAggMode: a.loss_agg_mode,
         optim: a.optim as OptimSettings,
         gradClip: a.grad_clip,
-        sums: 7,
+        sums: 4 + lossMetrics.length,
       },
       vars,
       nameOf,
@@ -275,10 +289,25 @@ export class ActorRolloutRefWorker extends ShardedWorker {
         const adv = part.tensor("advantages");
         const sc = tokenLogProbs(model, tb, { temperature, withEntropy: entCoef !== 0 });
         const logp = padColumns(tf.slice(sc.logProbs, [0, P], [b, kept]) as tf.Tensor2D, R);
-        const pl = lossFn(old, logp, adv, w, { ...clip, lossAggMode: "seq-mean-token-sum-norm" });
-        // sum-norm divides the weighted sum by R; undo it: the weights carry the normalisation.
-        const pg = tf.mul(pl.pgLoss, R);
+        const pmask = part.batch.loss_mask ?? part.tensor("response_mask");
+        const weights = asTfTensor(w);
+        const out = runPolicyLoss(lossMode, {
+          oldLogProb: old,
+          logProb: logp,
+          advantages: adv,
+          responseMask: pmask,
+          // the global token weights already hold loss_agg_mode's normalisation over the mini-batch
+          aggregate: (perToken) => tf.sum(tf.mul(perToken, weights)) as tf.Scalar,
+          options: { ...lossOptions, seed: (seedBase + microStep++) >>> 0 },
+        });
+        const pg = out.pgLoss;
         mb[0]! += (pg.dataSync() as Float32Array)[0]!;
+        let tok = 0;
+        for (let i = 0; i < pmask.data.length; i++) tok += Number(pmask.data[i]);
+        mb[3]! += tok;
+        lossMetrics.forEach((name, j) => {
+          mb[4 + j]! += (out.metrics[name]!.dataSync() as Float32Array)[0]! * tok;
+        });
         let loss: tf.Tensor = pg;
         if (entCoef !== 0 && sc.entropy) {
           const ent = padColumns(tf.slice(sc.entropy, [0, P], [b, kept]) as tf.Tensor2D, R);
@@ -292,38 +321,19 @@ export class ActorRolloutRefWorker extends ShardedWorker {
           mb[1]! += (kl.dataSync() as Float32Array)[0]!;
           loss = tf.add(loss, tf.mul(kl, a.kl_loss_coef));
         }
-        // token-level metrics with the plain mask (host side)
-        const pmask = part.batch.loss_mask ?? part.tensor("response_mask");
-        const mf: BatchTensor<Float32Array> = {
-          data: Float32Array.from(pmask.data as ArrayLike<number>),
-          shape: [b, R],
-        };
-        let tok = 0;
-        for (const x of mf.data) tok += x;
-        const m = computePolicyLoss(
-          { data: asFloat32(old), shape: [b, R] },
-          { data: logp.dataSync() as Float32Array, shape: [b, R] },
-          { data: asFloat32(adv), shape: [b, R] },
-          mf,
-          clip,
-        );
-        mb[3]! += m.pgClipfrac * tok;
-        mb[4]! += m.ppoKl * tok;
-        mb[5]! += m.pgClipfracLower * tok;
-        mb[6]! += tok;
         return loss as tf.Scalar;
       },
     );
     const { sums, miniBatches: minis } = run;
-    const tok = Math.max(1, sums[6]!);
+    const tok = Math.max(1, sums[3]!);
     const metrics: Record<string, number> = {
       "actor/pg_loss": sums[0]! / minis,
-      "actor/pg_clipfrac": sums[3]! / tok,
-      "actor/ppo_kl": sums[4]! / tok,
-      "actor/pg_clipfrac_lower": sums[5]! / tok,
       "actor/grad_norm": run.gradNorm,
       "actor/lr": run.lr,
     };
+    lossMetrics.forEach((name, j) => {
+      metrics[`actor/${name}`] = sums[4 + j]! / tok;
+    });
     if (entCoef !== 0) metrics["actor/entropy_loss"] = sums[2]! / minis;
     if (useKl) {
       metrics["actor/kl_loss"] = sums[1]! / minis;

@@ -14,6 +14,12 @@ export {
   writeShard,
 } from "./checkpoint-files.js";
 export { type CriticOptions, CriticWorker } from "./critic.js";
+export {
+  EXTERNAL_LIB_KEY,
+  ExternalLibError,
+  externalLibSpecifier,
+  importExternalLib,
+} from "./external-lib.js";
 export { type FlatEntry, FlatLayout } from "./flat-params.js";
 export {
   allReduceSum,

@@ -23,12 +23,15 @@ import {
   maskedMeanScalar,
   maskedVar,
   maskedWhiten,
+  policyLossInput,
   policyLossTf,
   registerAdvantageEstimator,
   registerPolicyLoss,
+  runPolicyLoss,
   type ScoreMatrix,
   tokenLevelScoresFromFinal,
   valueLossTf,
+  vanillaPolicyLossTf,
 } from "../../src/core.js";
 
 const fx = JSON.parse(
@@ -300,15 +303,21 @@ test("torch: tfjs policy loss matches the value and the gradient with respect to
   }
 });
 
-test("policy losses are registered by name: vanilla is the clipped PPO loss", (t) => {
-  t.is(getPolicyLoss("vanilla"), policyLossTf);
-  registerPolicyLoss("plain_pg_test", (old, logp, adv, mask, opts) => {
-    const base = policyLossTf(old, logp, adv, mask, opts);
-    return { ...base, pgLoss: tf.neg(tf.mean(tf.mul(logp, asTfTensor(adv)))) as tf.Scalar };
-  });
-  const lp = tf.tensor2d([[0, 0]]);
-  const r = getPolicyLoss("plain_pg_test")(one([[0, 0]]), lp, one([[1, 3]]), one([[1, 1]]), {});
-  t.is(r.pgLoss.dataSync()[0], -0);
+test("policy losses are registered by name: vanilla is the clipped PPO loss, with its own metrics", (t) => {
+  t.is(getPolicyLoss("vanilla").fn, vanillaPolicyLossTf);
+  t.deepEqual(getPolicyLoss("vanilla").metrics, ["pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"]);
+  registerPolicyLoss(
+    "plain_pg_test",
+    (input) => ({
+      pgLoss: input.aggregate(tf.neg(tf.mul(input.logProb, asTfTensor(input.advantages)))),
+      metrics: { mean_logp: tf.mean(input.logProb) as tf.Scalar },
+    }),
+    ["mean_logp"],
+  );
+  const lp = tf.tensor2d([[0.5, -1]]);
+  const r = runPolicyLoss("plain_pg_test", policyLossInput(one([[0, 0]]), lp, one([[1, 3]]), one([[1, 1]])));
+  close(t, r.pgLoss.dataSync(), [-(0.5 * 1 - 1 * 3) / 2]);
+  close(t, r.metrics.mean_logp!.dataSync(), [-0.25]);
   t.throws(() => getPolicyLoss("vanila"), { message: /unknown policy loss "vanila" \(known: .*vanilla/ });
 });
 

@@ -1,0 +1,127 @@
+import * as tf from "@tensorflow/tfjs";
+import { AlgorithmInputError } from "./masked.js";
+import type { PolicyLossOptions } from "./policy-loss.js";
+import {
+  clipCovPolicyLossTf,
+  gpgPolicyLossTf,
+  gspoPolicyLossTf,
+  klCovPolicyLossTf,
+} from "./policy-loss-variants.js";
+import { aggLossTf, ppoTokenLossTf, type TensorLike } from "./tf-ops.js";
+
+/** What a policy loss (actor.policy_loss.loss_mode) receives. Matrices are [batch, responseLength]. */
+export interface PolicyLossInputTf {
+  oldLogProb: TensorLike;
+  /** The current policy's log-probs: the loss is differentiated with respect to these. */
+  logProb: tf.Tensor;
+  advantages: TensorLike;
+  /** 1 for the tokens in the loss. Metrics are means over these tokens. */
+  responseMask: TensorLike;
+  /**
+   * Reduces a per-token loss to the scalar that is minimised. Standalone it is aggLossTf over the mask
+   * with `options.lossAggMode`; the trainer passes one that applies the global token weights of the
+   * whole mini-batch, so a loss never aggregates by itself.
+   */
+  aggregate: (perToken: tf.Tensor) => tf.Scalar;
+  options: PolicyLossOptions;
+}
+
+export interface PolicyLossOutputTf {
+  pgLoss: tf.Scalar;
+  /** Token means over the mask, named without the "actor/" prefix (the trainer adds it). No gradient. */
+  metrics: Record<string, tf.Scalar>;
+}
+
+/** A differentiable policy loss. It must return exactly the metrics named at its registration. */
+export type PolicyLossFnTf = (input: PolicyLossInputTf) => PolicyLossOutputTf;
+
+export interface PolicyLossDefinition {
+  fn: PolicyLossFnTf;
+  /** The metric names the loss reports, in order ("pg_clipfrac" becomes actor/pg_clipfrac). */
+  metrics: readonly string[];
+}
+
+/** The input a standalone call gets: aggregation over the mask with options.lossAggMode (token-mean). */
+export function policyLossInput(
+  oldLogProb: TensorLike,
+  logProb: tf.Tensor,
+  advantages: TensorLike,
+  responseMask: TensorLike,
+  options: PolicyLossOptions = {},
+): PolicyLossInputTf {
+  const mode = options.lossAggMode ?? "token-mean";
+  return {
+    oldLogProb,
+    logProb,
+    advantages,
+    responseMask,
+    options,
+    aggregate: (perToken) => aggLossTf(perToken, responseMask, mode),
+  };
+}
+
+/**
+ * veRL's "vanilla" loss: the clipped, dual-clipped PPO loss of policyLossTf (its formula is in
+ * computePolicyLoss), with the metrics measured over the plain token mask.
+ */
+export function vanillaPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputTf {
+  return tf.tidy(() => {
+    const t = ppoTokenLossTf(
+      input.oldLogProb,
+      input.logProb,
+      input.advantages,
+      input.responseMask,
+      input.options,
+    );
+    return {
+      pgLoss: input.aggregate(t.losses),
+      metrics: { pg_clipfrac: t.pgClipfrac, ppo_kl: t.ppoKl, pg_clipfrac_lower: t.pgClipfracLower },
+    };
+  });
+}
+
+const policyLosses = new Map<string, PolicyLossDefinition>();
+
+/**
+ * Registers a policy loss under `name` (actor.policy_loss.loss_mode), replacing one of that name.
+ * `metrics` names what the loss reports; the trainer sums exactly these over micro-batches and ranks.
+ * A loss defined in a user's module reaches the worker processes through actor_rollout_ref.model.external_lib.
+ */
+export function registerPolicyLoss(name: string, fn: PolicyLossFnTf, metrics: readonly string[] = []): void {
+  policyLosses.set(name, { fn, metrics: [...metrics] });
+}
+
+/** The policy loss registered as `name`; an unknown name is an error listing the known ones. */
+export function getPolicyLoss(name: string): PolicyLossDefinition {
+  const def = policyLosses.get(name);
+  if (!def) {
+    throw new AlgorithmInputError(
+      `unknown policy loss "${name}" (known: ${listPolicyLosses().join(", ")}); a loss of your own is registered with registerPolicyLoss in a module named by actor_rollout_ref.model.external_lib`,
+    );
+  }
+  return def;
+}
+
+export function listPolicyLosses(): string[] {
+  return [...policyLosses.keys()].sort();
+}
+
+/** Runs the loss and checks it reported exactly the metrics it registered. */
+export function runPolicyLoss(name: string, input: PolicyLossInputTf): PolicyLossOutputTf {
+  const def = getPolicyLoss(name);
+  const out = def.fn(input);
+  const got = Object.keys(out.metrics).sort();
+  const want = [...def.metrics].sort();
+  if (got.length !== want.length || got.some((k, i) => k !== want[i])) {
+    throw new AlgorithmInputError(
+      `policy loss "${name}" returned metrics [${got.join(", ")}] but registered [${want.join(", ")}]`,
+    );
+  }
+  return out;
+}
+
+registerPolicyLoss("vanilla", vanillaPolicyLossTf, ["pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"]);
+registerPolicyLoss("gspo", gspoPolicyLossTf, ["pg_clipfrac", "ppo_kl"]);
+registerPolicyLoss("gpg", gpgPolicyLossTf, []);
+registerPolicyLoss("clip_cov", clipCovPolicyLossTf, ["pg_clipfrac", "ppo_kl"]);
+registerPolicyLoss("kl_cov", klCovPolicyLossTf, ["ppo_kl"]);

@@ -1,0 +1,186 @@
+import * as tf from "@tensorflow/tfjs";
+import { mulberry32 } from "../random.js";
+import { AlgorithmInputError } from "./masked.js";
+import type { PolicyLossInputTf, PolicyLossOutputTf } from "./policy-loss-registry.js";
+import { asTfTensor, maskedMeanTf } from "./tf-ops.js";
+
+// The policy losses veRL offers beside vanilla PPO, as tfjs ops (registered in policy-loss-registry.ts).
+// Each aggregates through input.aggregate and reports its metrics as token means over the mask.
+
+/** x in the forward pass, no gradient in the backward pass (torch's .detach()). */
+const stopGradient = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => ({
+  value: tf.clone(args[0] as tf.Tensor),
+  gradFunc: (dy: tf.Tensor) => tf.zerosLike(dy),
+})) as (x: tf.Tensor) => tf.Tensor;
+
+/**
+ * GSPO (arXiv:2507.18071), the sequence-level importance ratio. With d = logp - old_logp and |y_b|
+ * the row's loss tokens (at least 1):
+ *   log s_b = sum_t d_{b,t} m_{b,t} / |y_b|
+ *   log s_{b,t} = min(10, sg[log s_b] + logp_{b,t} - sg[logp_{b,t}])   (value s_b, gradient s_b dlogp)
+ *   L = max(-A s_{b,t}, -A clip(s_{b,t}, 1 - eps_low, 1 + eps_high))
+ * pgLoss = aggregate(L) (veRL's recipe aggregates with seq-mean-token-mean: set actor.loss_agg_mode to it);
+ * pg_clipfrac = mean_mask[L2 > L1], ppo_kl = mean_mask(-d).
+ */
+export function gspoPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputTf {
+  const { options } = input;
+  const clip = options.clipRatio ?? 0.2;
+  const low = options.clipRatioLow ?? clip;
+  const high = options.clipRatioHigh ?? clip;
+  return tf.tidy(() => {
+    const old = asTfTensor(input.oldLogProb);
+    const adv = asTfTensor(input.advantages);
+    const mask = asTfTensor(input.responseMask);
+    const logp = input.logProb;
+    const d = tf.sub(logp, old);
+    const seqLen = tf.maximum(tf.sum(mask, -1, true), 1);
+    const seqLogRatio = stopGradient(tf.div(tf.sum(tf.mul(d, mask), -1, true), seqLen));
+    const logS = tf.minimum(tf.add(tf.sub(logp, stopGradient(logp)), seqLogRatio), 10);
+    const s = tf.exp(logS);
+    const l1 = tf.mul(tf.neg(adv), s);
+    const l2 = tf.mul(tf.neg(adv), tf.clipByValue(s, 1 - low, 1 + high));
+    return {
+      pgLoss: input.aggregate(tf.maximum(l1, l2)),
+      metrics: {
+        pg_clipfrac: maskedMeanTf(tf.cast(tf.greater(l2, l1), "float32"), mask),
+        ppo_kl: maskedMeanTf(tf.neg(d), mask),
+      },
+    };
+  });
+}
+
+/**
+ * GPG (arXiv:2504.02546): plain policy gradient on the advantages, no ratio and no clipping:
+ *   L = -logp A,   pgLoss = aggregate(L). No metrics (there is nothing clipped to count).
+ */
+export function gpgPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputTf {
+  return tf.tidy(() => ({
+    pgLoss: input.aggregate(tf.mul(tf.neg(input.logProb), asTfTensor(input.advantages))),
+    metrics: {},
+  }));
+}
+
+/** Host copies of a micro-batch for the covariance-based token choices (no gradient flows through them). */
+function hostArrays(input: PolicyLossInputTf) {
+  const mask = Float32Array.from(asTfTensor(input.responseMask).dataSync());
+  const adv = Float32Array.from(asTfTensor(input.advantages).dataSync());
+  const logp = Float32Array.from(input.logProb.dataSync());
+  const old = Float32Array.from(asTfTensor(input.oldLogProb).dataSync());
+  return { mask, adv, logp, old };
+}
+
+function maskedMean(v: Float32Array, mask: Float32Array): number {
+  let s = 0;
+  let m = 0;
+  for (let i = 0; i < v.length; i++) {
+    s += v[i]! * mask[i]!;
+    m += mask[i]!;
+  }
+  return s / (m + 1e-8);
+}
+
+/**
+ * Clip-Cov (arXiv:2505.22617): the PPO clipped loss (ratio = exp(logp - old_logp), no dual clip),
+ * with the gradient cut on a few tokens whose centred covariance
+ *   cov_t = (A_t - mean_mask A) (logp_t - mean_mask logp)
+ * lies in (clip_cov_lb, clip_cov_ub) among loss tokens the PPO clip did not already clip. At most
+ * max(1, floor(clip_cov_ratio * sum(mask))) of them are cut, picked at random (seeded by
+ * options.seed) when there are more candidates. L = max(L1, L2) * corr (corr = 0 on cut tokens);
+ * pg_clipfrac = mean_mask[corr = 0], ppo_kl = mean_mask(old_logp - logp).
+ */
+export function clipCovPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputTf {
+  const { options } = input;
+  const clip = options.clipRatio ?? 0.2;
+  const low = options.clipRatioLow ?? clip;
+  const high = options.clipRatioHigh ?? clip;
+  const ratioCut = options.clipCovRatio ?? 0.0002;
+  const lb = options.clipCovLb ?? 1;
+  const ub = options.clipCovUb ?? 5;
+  if (!(ratioCut > 0))
+    throw new AlgorithmInputError(`actor.policy_loss.clip_cov_ratio must be > 0, got ${ratioCut}`);
+  const h = hostArrays(input);
+  const meanA = maskedMean(h.adv, h.mask);
+  const meanLp = maskedMean(h.logp, h.mask);
+  let tokens = 0;
+  const candidates: number[] = [];
+  for (let i = 0; i < h.mask.length; i++) {
+    if (h.mask[i]! <= 0) continue;
+    tokens += h.mask[i]!;
+    const ratio = Math.exp(h.logp[i]! - h.old[i]!);
+    const a = h.adv[i]!;
+    const clippedByPpo = -a * Math.min(1 + high, Math.max(1 - low, ratio)) > -a * ratio;
+    if (clippedByPpo) continue;
+    const cov = (a - meanA) * (h.logp[i]! - meanLp);
+    if (cov > lb && cov < ub) candidates.push(i);
+  }
+  const maxCut = Math.max(Math.floor(ratioCut * tokens), 1);
+  if (candidates.length > maxCut) {
+    const rng = mulberry32(options.seed ?? 0);
+    for (let i = candidates.length - 1; i > 0; i--) {
+      const j = Math.floor(rng() * (i + 1));
+      [candidates[i], candidates[j]] = [candidates[j]!, candidates[i]!];
+    }
+    candidates.length = maxCut;
+  }
+  const corrData = new Float32Array(h.mask.length).fill(1);
+  for (const i of candidates) corrData[i] = 0;
+  return tf.tidy(() => {
+    const old = asTfTensor(input.oldLogProb);
+    const adv = asTfTensor(input.advantages);
+    const mask = asTfTensor(input.responseMask);
+    const corr = tf.tensor(corrData, mask.shape);
+    const d = tf.sub(input.logProb, old);
+    const ratio = tf.exp(d);
+    const l1 = tf.mul(tf.neg(adv), ratio);
+    const l2 = tf.mul(tf.neg(adv), tf.clipByValue(ratio, 1 - low, 1 + high));
+    return {
+      pgLoss: input.aggregate(tf.mul(tf.maximum(l1, l2), corr)),
+      metrics: {
+        pg_clipfrac: maskedMeanTf(tf.sub(1, corr), mask),
+        ppo_kl: maskedMeanTf(tf.neg(d), mask),
+      },
+    };
+  });
+}
+
+/**
+ * KL-Cov (arXiv:2505.22617): the unclipped surrogate L = -A ratio (ratio = exp(logp - old_logp)),
+ * plus ppo_kl_coef |logp - old_logp| on the k = max(1, floor(kl_cov_ratio * n)) loss tokens with the
+ * largest centred covariance (A_t - mean A)(logp_t - mean logp), means over the n loss tokens (ties:
+ * the earlier token first). pgLoss = aggregate(L); ppo_kl = mean_mask |logp - old_logp|.
+ */
+export function klCovPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputTf {
+  const { options } = input;
+  const ratioKl = options.klCovRatio ?? 0.0002;
+  const coef = options.ppoKlCoef ?? 0.1;
+  if (!(ratioKl > 0))
+    throw new AlgorithmInputError(`actor.policy_loss.kl_cov_ratio must be > 0, got ${ratioKl}`);
+  const h = hostArrays(input);
+  const valid: number[] = [];
+  for (let i = 0; i < h.mask.length; i++) if (h.mask[i]! > 0) valid.push(i);
+  const pick = new Float32Array(h.mask.length);
+  if (valid.length > 0) {
+    let meanA = 0;
+    let meanLp = 0;
+    for (const i of valid) {
+      meanA += h.adv[i]!;
+      meanLp += h.logp[i]!;
+    }
+    meanA /= valid.length;
+    meanLp /= valid.length;
+    const cov = valid.map((i) => ({ i, c: (h.adv[i]! - meanA) * (h.logp[i]! - meanLp) }));
+    cov.sort((x, y) => y.c - x.c || x.i - y.i);
+    const k = Math.max(1, Math.floor(valid.length * ratioKl));
+    for (const { i } of cov.slice(0, k)) pick[i] = 1;
+  }
+  return tf.tidy(() => {
+    const old = asTfTensor(input.oldLogProb);
+    const adv = asTfTensor(input.advantages);
+    const mask = asTfTensor(input.responseMask);
+    const d = tf.sub(input.logProb, old);
+    const absKl = tf.abs(d);
+    const surrogate = tf.mul(tf.neg(adv), tf.exp(d));
+    const perToken = tf.add(surrogate, tf.mul(tf.tensor(pick, mask.shape), tf.mul(absKl, coef)));
+    return { pgLoss: input.aggregate(perToken), metrics: { ppo_kl: maskedMeanTf(absKl, mask) } };
+  });
+}
