@@ -17,7 +17,6 @@ import { loadPretrained } from "../models/pretrained.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
-import type { BatchTensor } from "../protocol/tensor.js";
 import { rolloutTrainingBatch } from "../rollout/batch.js";
 import { tirRollout } from "../rollout/tir.js";
 import { Dispatch, register } from "../single-controller/decorator.js";
