@@ -1,7 +1,9 @@
-// Every error name the runtime's documents mention is a class exported by @torl-ts/actors, and
+// Every error name the runtime's documents mention is a class exported by @torl-ts/actors (or, for
+// the CLI's errors, by @torl-ts/core), and
 // the errors the head answers with arrive as those classes (usable with instanceof).
 import { readFileSync } from "node:fs";
 import * as actors from "@torl-ts/actors";
+import * as core from "@torl-ts/core";
 import {
   ActorNotFoundError,
   getActor,
@@ -42,12 +44,12 @@ function documentedErrorNames(): string[] {
 test("every error name in the runtime's documents is an exported Error class", (t) => {
   const names = documentedErrorNames();
   t.true(names.includes("ActorNotFoundError"), `found ${names.join(", ")}`);
-  const exported = actors as unknown as Record<string, unknown>;
+  const exported = { ...core, ...actors } as unknown as Record<string, unknown>;
   const builtIn = globalThis as unknown as Record<string, unknown>;
   for (const name of names) {
     if (name in builtIn) continue; // TypeError, RangeError ...: JavaScript's own
     const C = exported[name];
-    t.is(typeof C, "function", `${name} is documented but not exported by @torl-ts/actors`);
+    t.is(typeof C, "function", `${name} is documented but not exported by @torl-ts/actors or @torl-ts/core`);
     t.true((C as { prototype: unknown }).prototype instanceof Error, `${name} is not an Error class`);
   }
 });
