@@ -17,6 +17,7 @@ import {
   loadRecipeConfig,
   mainCommand,
   RecordingScorer,
+  recipeRows,
   recipeSettings,
   runRecipe,
   TINY_CONFIG,
@@ -54,6 +55,36 @@ test("the ablations are config overrides alone: C, execution penalty, observatio
   });
   t.regex(e!.message, /unknown key "actor_rollout_ref\.rollout\.num_llm_calls"/, "a misspelt key is named");
   t.throws(() => loadRecipeConfig([TINY_CONFIG], ["torl.data=parquet"]), { instanceOf: TrainerConfigError });
+});
+
+const TEST_PARQUET = new URL(
+  "../../../packages/verl-ts/test/fixtures/core/torl-test.parquet",
+  import.meta.url,
+).pathname;
+
+test("data.train_files / val_files on the command line win over the tiny recipe's generated data", async (t) => {
+  const notes: string[] = [];
+  const cfg = loadRecipeConfig(
+    [TINY_CONFIG],
+    [`data.train_files=${TEST_PARQUET}`, `data.val_files=${TEST_PARQUET}`, "torl.max_val_rows=null"],
+    notes,
+  );
+  t.is(recipeSettings(cfg).data, "files");
+  t.regex(notes.join("\n"), /the files are used \(torl\.data=files\)/);
+  const { train, val } = await recipeRows(cfg);
+  const sources = new Set(train.map((r) => r.data_source));
+  t.true(sources.has("aime24"), [...sources].join(", "));
+  t.is(train.length, val.length, "both splits come from the one file given");
+  // the train file alone wins too; without files the tiny data stays
+  const back = loadRecipeConfig([TINY_CONFIG], [`data.train_files=${TEST_PARQUET}`], []);
+  t.is(recipeSettings(back).data, "files");
+  t.is(recipeSettings(loadRecipeConfig([TINY_CONFIG], [])).data, "tiny");
+  // one source that says both is refused, naming both keys
+  const e = t.throws(
+    () => loadRecipeConfig([TINY_CONFIG], ["torl.data=tiny", `data.train_files=${TEST_PARQUET}`]),
+    { instanceOf: TrainerConfigError },
+  );
+  t.regex(e!.message, /sets both torl\.data=tiny and data\.train_files: choose one/);
 });
 
 test("tiny data: veRL rows, data source per kind, held-out split = the base model's, disjoint from train", (t) => {
