@@ -19,7 +19,7 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { init, isInitialized, kill, shutdown } from "@torl-ts/actors";
 import { type CliCommand, UsageError } from "@torl-ts/core";
-import { extractLastPythonBlock } from "@torl-ts/sandbox";
+import { extractLastPythonBlock, OUTPUT_STOP } from "@torl-ts/sandbox";
 import {
   type ConfigSchema,
   checkTrainerSetup,
@@ -220,12 +220,11 @@ export interface SampleRecord {
   tool_calls: { code: string; observation: string; success: boolean; range: [number, number] }[];
 }
 
-const OUTPUT_OPEN = "```output\n";
 const OUTPUT_CLOSE = "\n```\n";
 
 /**
- * The tool calls of a response, read from its text: the first `numCalls` "```output" blocks are the
- * ones the tool appended (after the call budget is spent the rollout has no stop string, so later
+ * The tool calls of a response, read from its text: the first `numCalls` output blocks (opened by the
+ * tool's stop string, "```output" by default) are the ones the tool appended (after the call budget is spent the rollout has no stop string, so later
  * blocks are the model's own); each call's code is the last ```python block before it. A call's
  * success: all passed when `allPassed`; otherwise the calls whose observation reads as an error.
  */
@@ -233,16 +232,18 @@ export function toolCallsOf(
   response: string,
   numCalls: number,
   allPassed: boolean,
+  stop = OUTPUT_STOP,
 ): SampleRecord["tool_calls"] {
+  const open = `${stop}\n`;
   const calls: SampleRecord["tool_calls"] = [];
   let from = 0;
   let roundStart = 0;
   while (calls.length < numCalls) {
-    const at = response.indexOf(OUTPUT_OPEN, from);
+    const at = response.indexOf(open, from);
     if (at < 0) break;
-    const close = response.indexOf(OUTPUT_CLOSE, at + OUTPUT_OPEN.length);
+    const close = response.indexOf(OUTPUT_CLOSE, at + open.length);
     const end = close < 0 ? response.length : close + OUTPUT_CLOSE.length;
-    const observation = response.slice(at + OUTPUT_OPEN.length, close < 0 ? response.length : close);
+    const observation = response.slice(at + open.length, close < 0 ? response.length : close);
     calls.push({
       code: extractLastPythonBlock(response.slice(roundStart, at)),
       observation,
@@ -281,6 +282,8 @@ export class RecordingScorer implements RewardScorerLike {
     runDir: string,
     private readonly samplesPerStep: number,
     private readonly valSamples: number,
+    /** The tool's stop string, which opens each appended output block. */
+    private readonly toolStop = OUTPUT_STOP,
   ) {
     mkdirSync(runDir, { recursive: true });
     this.file = join(runDir, "samples.jsonl");
@@ -335,7 +338,12 @@ export class RecordingScorer implements RewardScorerLike {
     const extracted = scored.column<string | null>("extracted_answer");
     const lines = rows.map((i) => {
       const numCalls = calls ? Number(calls[i]) : 0;
-      const toolCalls = toolCallsOf(text[i] ?? "", numCalls, passes ? Number(passes[i]) >= 1 : true);
+      const toolCalls = toolCallsOf(
+        text[i] ?? "",
+        numCalls,
+        passes ? Number(passes[i]) >= 1 : true,
+        this.toolStop,
+      );
       const e = extra[i] ?? {};
       const record: SampleRecord = {
         step,
@@ -400,6 +408,25 @@ export async function recipeRows(
     val = val.slice(0, s.max_val_rows);
   }
   return { train: withSplit(train, "train"), val: withSplit(val, "val") };
+}
+
+/** The rollout's tool for a recipe config: the code interpreter in each rank (none when C = 0). */
+export function recipeTool(cfg: TrainerConfig): ToolSpec | null {
+  const s = recipeSettings(cfg);
+  const ro = cfg.actor_rollout_ref.rollout;
+  const options: SandboxToolOptions = {
+    actors: s.sandbox_actors,
+    workersPerActor: s.sandbox_workers,
+    runTimeout: ro.tool.run_timeout,
+    memoryLimitMb: ro.tool.memory_limit_mb,
+    sandboxUrl: ro.tool.sandbox_url,
+    maxConcurrency: ro.tool.max_concurrency,
+    stop: ro.tool.stop,
+    maxObservationChars: ro.tool.max_observation_chars,
+  };
+  return ro.num_llm_calls_available > 0
+    ? { module: SANDBOX_TOOL_MODULE, exportName: "createSandboxTool", args: [options] }
+    : null;
 }
 
 function timestamp(d = new Date()): string {
@@ -511,19 +538,9 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
       runDir,
       s.samples_per_step,
       s.val_samples,
+      ro.tool.stop,
     );
-    const toolOptions: SandboxToolOptions = {
-      actors: s.sandbox_actors,
-      workersPerActor: s.sandbox_workers,
-      runTimeout: ro.tool.run_timeout,
-      memoryLimitMb: ro.tool.memory_limit_mb,
-      sandboxUrl: ro.tool.sandbox_url,
-      maxConcurrency: ro.tool.max_concurrency,
-    };
-    const tool: ToolSpec | null =
-      ro.num_llm_calls_available > 0
-        ? { module: SANDBOX_TOOL_MODULE, exportName: "createSandboxTool", args: [toolOptions] }
-        : null;
+    const tool = recipeTool(cfg);
     const threads = Math.max(1, Math.floor(availableParallelism() / Math.max(1, W)));
     const trainer = new RayPPOTrainer(cfg, {
       tool,

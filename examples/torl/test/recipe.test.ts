@@ -19,12 +19,14 @@ import {
   RecordingScorer,
   recipeRows,
   recipeSettings,
+  recipeTool,
   runRecipe,
   TINY_CONFIG,
   TinyBaseMissingError,
   toolCallsOf,
   trainCommand,
 } from "../src/recipe.js";
+import { createSandboxTool, type SandboxToolOptions } from "../src/sandbox-tool.js";
 import { heldOutProblems, TINY_BASE_DIR } from "../src/tiny-model.js";
 
 test("tiny.yaml loads: tiny data, the committed base, 2 actor ranks, GRPO with C=1", (t) => {
@@ -85,6 +87,24 @@ test("data.train_files / val_files on the command line win over the tiny recipe'
     { instanceOf: TrainerConfigError },
   );
   t.regex(e!.message, /sets both torl\.data=tiny and data\.train_files: choose one/);
+});
+
+test("rollout.tool.stop and max_observation_chars reach the code interpreter built in each rank", async (t) => {
+  const cfg = loadRecipeConfig(
+    [TINY_CONFIG],
+    ["actor_rollout_ref.rollout.tool.stop=<run>", "actor_rollout_ref.rollout.tool.max_observation_chars=20"],
+  );
+  const spec = recipeTool(cfg)!;
+  const options = spec.args![0] as SandboxToolOptions;
+  t.like(options, { stop: "<run>", maxObservationChars: 20 });
+  // the same options build the tool (an external server URL, so nothing starts)
+  const tool = await createSandboxTool({ ...options, sandboxUrl: "http://127.0.0.1:9" });
+  t.deepEqual(tool.stop, ["<run>"]);
+  t.is(tool.options.maxObservationChars, 20);
+  t.is(
+    recipeTool(loadRecipeConfig([TINY_CONFIG], ["actor_rollout_ref.rollout.num_llm_calls_available=0"])),
+    null,
+  );
 });
 
 test("tiny data: veRL rows, data source per kind, held-out split = the base model's, disjoint from train", (t) => {

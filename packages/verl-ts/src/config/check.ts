@@ -112,6 +112,14 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
     ["actor_rollout_ref.actor.ppo_micro_batch_size", a.ppo_micro_batch_size],
     ["actor_rollout_ref.rollout.log_prob_micro_batch_size", ro.log_prob_micro_batch_size as number | null],
     ["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", ro.log_prob_micro_batch_size_per_gpu],
+    [
+      "actor_rollout_ref.ref.log_prob_micro_batch_size",
+      cfg.actor_rollout_ref.ref.log_prob_micro_batch_size as number | null,
+    ],
+    [
+      "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+      cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,
+    ],
     ["trainer.max_actor_ckpt_to_keep", t.max_actor_ckpt_to_keep as number | null],
   ];
   positive.push(
@@ -121,6 +129,7 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
     ["actor_rollout_ref.rollout.tool.run_timeout", ro.tool.run_timeout],
     ["actor_rollout_ref.rollout.tool.memory_limit_mb", ro.tool.memory_limit_mb],
     ["actor_rollout_ref.rollout.tool.max_concurrency", ro.tool.max_concurrency],
+    ["actor_rollout_ref.rollout.tool.max_observation_chars", ro.tool.max_observation_chars],
     ["actor_rollout_ref.actor.grad_clip", a.grad_clip],
     ["trainer.ray_wait_register_center_timeout", t.ray_wait_register_center_timeout],
   );
@@ -130,7 +139,6 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
   const nonNegative: [string, number][] = [
     ["trainer.log_val_generations", t.log_val_generations as number],
     ["trainer.critic_warmup", t.critic_warmup],
-    ["actor_rollout_ref.rollout.tool.max_observation_chars", ro.tool.max_observation_chars],
     ["actor_rollout_ref.actor.optim.weight_decay", a.optim.weight_decay],
     ["critic.optim.weight_decay", cfg.critic.optim.weight_decay],
     ["critic.optim.lr", cfg.critic.optim.lr],

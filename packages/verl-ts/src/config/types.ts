@@ -44,6 +44,7 @@ export interface RolloutConfig extends Open {
   prompt_length: number;
   response_length: number;
   do_sample: boolean;
+  ignore_eos: boolean;
   n: number;
   seed: number;
   num_llm_calls_available: number;

@@ -9,7 +9,7 @@ import * as tf from "@tensorflow/tfjs";
 import type { Tool } from "@torl-ts/sandbox";
 import { computePolicyLoss } from "../algorithms/policy-loss.js";
 import { aggLossTf, getPolicyLoss, klLossTf } from "../algorithms/tf-ops.js";
-import type { TrainerConfig } from "../config/types.js";
+import type { RolloutConfig, TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
 import { computeLogProbs, tokenLogProbs } from "../models/logprobs.js";
 import { loadPretrained } from "../models/pretrained.js";
@@ -18,13 +18,14 @@ import type { Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
 import type { BatchTensor } from "../protocol/tensor.js";
 import { padRolloutBatch } from "../rollout/batch.js";
-import { tirRollout } from "../rollout/tir.js";
+import { type TirRolloutOptions, tirRollout } from "../rollout/tir.js";
 import { Dispatch, register } from "../single-controller/decorator.js";
 import {
   asFloat32,
   byMicroBatch,
   microBatches,
   padColumns,
+  perWorkerRows,
   responseTokenBatch,
   rowColumns,
   ShardedParameters,
@@ -152,20 +153,14 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       rows.push(r);
     }
     const validate = prompts.metaInfo.validate === true;
-    const kw = validate ? ro.val_kwargs : ro;
-    const greedy = validate ? !ro.val_kwargs.do_sample : !ro.do_sample;
     const seedBase = Number(prompts.metaInfo.seed ?? ro.seed) >>> 0;
     const tool = ro.num_llm_calls_available > 0 ? await this.getTool() : undefined;
     const R = ro.response_length;
     const out = await tirRollout(model, tok, rows, {
+      ...rolloutSampling(ro, validate),
       tool,
       numLlmCallsAvailable: tool ? ro.num_llm_calls_available : 0,
-      maxResponseLength: R,
-      temperature: greedy ? 0 : kw.temperature,
-      topP: kw.top_p,
-      topK: Math.max(kw.top_k, 0),
       seed: (seedBase + this.rank * 1_000_003) >>> 0,
-      maxBatchSize: Math.max(1, ro.max_num_seqs as number),
     });
     const samples = [...out.samples].sort((a, b) => a.index - b.index);
     const a = padRolloutBatch(samples, { padTokenId: tok.padTokenId, promptLength: P, responseLength: R });
@@ -196,15 +191,13 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     );
   }
 
-  /** Micro-batches of a log-prob pass: log_prob_micro_batch_size_per_gpu rows, or a token budget. */
+  /** Micro-batches of a log-prob pass: logProbMicroRows rows, or a token budget. */
   private logProbGroups(key: "rollout" | "ref", data: DataProto): number[][] {
-    const ar = this.cfg.actor_rollout_ref;
-    const section = ar[key] as {
-      log_prob_micro_batch_size_per_gpu: number | null;
+    const section = this.cfg.actor_rollout_ref[key] as {
       log_prob_use_dynamic_bsz?: boolean;
       log_prob_max_token_len_per_gpu?: number;
     };
-    const rows = section.log_prob_micro_batch_size_per_gpu ?? ar.actor.ppo_micro_batch_size_per_gpu ?? 8;
+    const rows = logProbMicroRows(this.cfg, key, this.worldSize);
     return microBatches(
       data,
       rows,
@@ -277,9 +270,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       {
         what: "actor.ppo_mini_batch_size x rollout.n",
         globalMiniRows: a.ppo_mini_batch_size * ar.rollout.n,
-        micro:
-          a.ppo_micro_batch_size_per_gpu ??
-          (a.ppo_micro_batch_size ? Math.max(1, Math.floor(a.ppo_micro_batch_size / W)) : null),
+        micro: perWorkerRows(a.ppo_micro_batch_size_per_gpu, a.ppo_micro_batch_size, W),
         maxTokens: a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : null,
         epochs: a.ppo_epochs,
         lossAggMode: a.loss_agg_mode,
@@ -361,6 +352,47 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   protected applyParameters(values: Map<string, Float32Array>): void {
     this.needModel().setParameters(values);
   }
+}
+
+/**
+ * How the rollout generates, from the config: rollout.* for training, rollout.val_kwargs for
+ * validation (greedy unless val_kwargs.do_sample); ignore_eos keeps generating to response_length.
+ */
+export function rolloutSampling(
+  ro: RolloutConfig,
+  validate: boolean,
+): Pick<
+  TirRolloutOptions,
+  "temperature" | "topP" | "topK" | "ignoreEos" | "maxResponseLength" | "maxBatchSize"
+> {
+  const kw = validate ? ro.val_kwargs : ro;
+  const greedy = validate ? !ro.val_kwargs.do_sample : !ro.do_sample;
+  return {
+    temperature: greedy ? 0 : kw.temperature,
+    topP: kw.top_p,
+    topK: Math.max(kw.top_k, 0),
+    ignoreEos: ro.ignore_eos,
+    maxResponseLength: ro.response_length,
+    maxBatchSize: Math.max(1, ro.max_num_seqs as number),
+  };
+}
+
+/**
+ * Rows per micro-batch of a log-prob pass on one worker (old log-probs: "rollout", reference: "ref"):
+ * log_prob_micro_batch_size_per_gpu, else the deprecated global log_prob_micro_batch_size over the
+ * workers, else the actor's micro-batch, else 8.
+ */
+export function logProbMicroRows(cfg: TrainerConfig, key: "rollout" | "ref", worldSize: number): number {
+  const ar = cfg.actor_rollout_ref;
+  const section = ar[key] as {
+    log_prob_micro_batch_size: number | null;
+    log_prob_micro_batch_size_per_gpu: number | null;
+  };
+  return (
+    perWorkerRows(section.log_prob_micro_batch_size_per_gpu, section.log_prob_micro_batch_size, worldSize) ??
+    perWorkerRows(ar.actor.ppo_micro_batch_size_per_gpu, ar.actor.ppo_micro_batch_size, worldSize) ??
+    8
+  );
 }
 
 /**
