@@ -28,6 +28,7 @@ import {
   type DataProtoWire,
   filterOverlongPrompts,
   isDataProtoWire,
+  loadCustomRewardFunction,
   loadTokenizer,
   loadTrainerConfig,
   parseConfigOverrides,
@@ -518,6 +519,12 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
   const issues = checkTrainerSetup(cfg, { trainRows: train, valRows: val });
   if (issues.length) throw new TrainerConfigError(issues);
 
+  // your reward function, when configured, must load before anything starts (the actor loads it again)
+  const custom = cfg.custom_reward_function.path
+    ? { path: cfg.custom_reward_function.path, name: cfg.custom_reward_function.name }
+    : null;
+  if (custom) await loadCustomRewardFunction(custom);
+
   let startedRuntime = false;
   if (!isInitialized()) {
     // Declared CPUs: one per actor rank plus the reward manager actor, at least the machine's cores.
@@ -528,6 +535,7 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
     executionErrorPenalty: cfg.data.execution_error_penalty,
     executionPenaltyValue: cfg.data.execution_error_penalty_value,
     numThreads: 0,
+    customRewardFunction: custom,
   });
   try {
     await rewardActor.ready();
@@ -616,6 +624,7 @@ const USER_ERRORS = new Set([
   "TrainerConfigError",
   "DatasetFileError",
   "TinyDatasetError",
+  "CustomRewardFunctionError",
 ]);
 
 async function runFromArgs(files: string[], overrides: string[]): Promise<number> {

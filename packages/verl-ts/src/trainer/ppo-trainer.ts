@@ -25,6 +25,7 @@ import { collatePrompts, filterOverlongPrompts, PromptLoader } from "../data/loa
 import { type RlDatasetRow, readRlDataset } from "../data/rows.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto, type DataProtoWire, isDataProtoWire } from "../protocol/data-proto.js";
+import { customRewardModuleExists, loadCustomRewardFunction } from "../reward/custom-function.js";
 import { RewardManager } from "../reward/manager.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundMethods, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
@@ -48,7 +49,11 @@ export interface RewardScorerLike {
 export interface TrainerOptions {
   /** The rollout tool (imported in every worker process); none = plain generation. */
   tool?: ToolSpec | null;
-  /** The reward; default a RewardManager in the driver with data.execution_error_penalty. */
+  /**
+   * The reward; default a RewardManager in the driver with data.execution_error_penalty and
+   * custom_reward_function. A reward given here must apply custom_reward_function itself (the
+   * trainer still checks, before any worker starts, that the function loads).
+   */
   reward?: RewardScorerLike;
   /** Training rows instead of reading data.train_files. */
   trainRows?: RlDatasetRow[];
@@ -188,6 +193,9 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
       add("trainer.resume_from_path", `${cfg.trainer.resume_from_path} is not a complete checkpoint`);
   }
   if (opts.tool && !opts.tool.module) add("tool", "spec needs a module URL");
+  const custom = cfg.custom_reward_function;
+  if (custom.path && !customRewardModuleExists(custom.path))
+    add("custom_reward_function.path", `names ${custom.path}, which does not exist`);
   return issues;
 }
 
@@ -284,12 +292,18 @@ export class RayPPOTrainer {
       cfg.trainer.total_training_steps ?? this.loader.batchesPerEpoch * cfg.trainer.total_epochs;
     cfg.actor_rollout_ref.actor.optim.total_training_steps = this.totalSteps;
     cfg.critic.optim.total_training_steps = this.totalSteps;
+    const custom = cfg.custom_reward_function.path
+      ? { path: cfg.custom_reward_function.path, name: cfg.custom_reward_function.name }
+      : null;
+    // a missing export stops the run here, before the runtime or any worker starts
+    if (custom) await loadCustomRewardFunction(custom);
     this.reward =
       this.opts.reward ??
       new RewardManager({
         executionErrorPenalty: d.execution_error_penalty,
         executionPenaltyValue: d.execution_error_penalty_value,
         numThreads: 0,
+        customRewardFunction: custom,
       });
     if (cfg.algorithm.use_kl_in_reward) this.klCtrl = createKlController(cfg.algorithm.kl_ctrl);
 
