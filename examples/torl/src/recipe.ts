@@ -571,16 +571,18 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
     const summary = await trainer.fit();
     const metrics = readMetrics(join(runDir, "metrics.jsonl"));
     const vals = metrics.filter((m) => "val/acc" in m);
+    // "initial" is the validation before training (step 0) only: none ran, none is reported
+    const initial = vals.find((m) => m.step === 0);
     const full: RecipeSummary = {
       ...summary,
       execution_error_penalty: cfg.data.execution_error_penalty,
       mask_tool_output: cfg.actor_rollout_ref.actor.mask_tool_output,
-      val_acc_by_source_initial: valBySource(vals[0]),
+      val_acc_by_source_initial: valBySource(initial),
       val_acc_by_source_final: valBySource(vals.at(-1)),
       report: s.report ? join(runDir, "report.html") : null,
     };
     if (s.data === "tiny") {
-      const first = hardEasyAcc(vals[0], val);
+      const first = hardEasyAcc(initial, val);
       const last = hardEasyAcc(vals.at(-1), val);
       full.val_acc_hard_initial = first.hard;
       full.val_acc_hard_final = last.hard;

@@ -1,5 +1,6 @@
 import { listAdvantageEstimators } from "../algorithms/advantage.js";
 import { listPromptTemplates } from "../data/templates.js";
+import { checkLoggerNames } from "../trainer/loggers.js";
 import { trainerConfigSchema } from "./load.js";
 import {
   type ConfigIssue,
@@ -79,6 +80,7 @@ export interface CheckTrainerConfigOptions {
 export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigOptions = {}): ConfigIssue[] {
   const issues: ConfigIssue[] = checkUnsupportedKeys(cfg, opts.schema ?? trainerConfigSchema());
   const add = (key: string, message: string) => issues.push({ key, message: `${key} ${message}` });
+  issues.push(...checkLoggerNames(cfg.trainer.logger));
   const est = listAdvantageEstimators();
   const adv = cfg.algorithm.adv_estimator;
   if (!est.includes(adv))

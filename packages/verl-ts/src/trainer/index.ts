@@ -10,7 +10,29 @@ export {
 } from "./checkpoint.js";
 export { trainCommand } from "./cli.js";
 export { describeWorkerFailure, WorkerFailureError } from "./errors.js";
-export { computeDataMetrics, computeToolMetrics, computeValidationMetrics } from "./metrics.js";
+export {
+  dumpGenerations,
+  formatGenerations,
+  type GenerationRecord,
+  pickGenerationsToLog,
+} from "./generation-dump.js";
+export {
+  checkLoggerNames,
+  createMetricSinks,
+  LOGGER_NAMES,
+  type LoggerName,
+  LoggerUnavailableError,
+  type MetricSinkOptions,
+  type MetricsSink,
+} from "./loggers.js";
+export {
+  computeDataMetrics,
+  computeThroughputMetrics,
+  computeTimingPerTokenMetrics,
+  computeToolMetrics,
+  computeValidationMetrics,
+  tokenCounts,
+} from "./metrics.js";
 export {
   checkTrainerSetup,
   RayPPOTrainer,
@@ -19,3 +41,9 @@ export {
   type TrainingSummary,
 } from "./ppo-trainer.js";
 export { formatStepLine, RunLog, readMetrics, type StepMetrics } from "./run-log.js";
+export { crc32c, maskedCrc32c, scalarEvent, TensorBoardWriter, tfRecord } from "./tensorboard.js";
+export {
+  bootstrapSizes,
+  computeMultiSampleValidationMetrics,
+  type ValidationSample,
+} from "./validation-metrics.js";

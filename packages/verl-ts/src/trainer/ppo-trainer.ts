@@ -34,8 +34,23 @@ import { CriticWorker } from "../workers/critic.js";
 import { balanceBatch } from "./balance.js";
 import { CheckpointManager, DriverRng, type TrainerState } from "./checkpoint.js";
 import { describeWorkerFailure, WorkerFailureError } from "./errors.js";
-import { computeDataMetrics, computeToolMetrics, computeValidationMetrics } from "./metrics.js";
+import {
+  dumpGenerations,
+  formatGenerations,
+  type GenerationRecord,
+  pickGenerationsToLog,
+} from "./generation-dump.js";
+import { createMetricSinks } from "./loggers.js";
+import {
+  computeDataMetrics,
+  computeThroughputMetrics,
+  computeTimingPerTokenMetrics,
+  computeToolMetrics,
+  computeValidationMetrics,
+  tokenCounts,
+} from "./metrics.js";
 import { RunLog, type StepMetrics } from "./run-log.js";
+import { computeMultiSampleValidationMetrics, type ValidationSample } from "./validation-metrics.js";
 
 /**
  * Scores a batch: RewardManager (in this process) or a RewardManagerActor handle (its ObjectRef is
@@ -397,12 +412,22 @@ export class RayPPOTrainer {
     const t0 = performance.now();
     const cfg = this.config;
     try {
-      await this.init();
+      // the run's log and metric sinks first: a logger whose client is missing stops the run here
       this.runLog = new RunLog(
         this.opts.runsDir ?? "runs",
         this.opts.runName ?? cfg.trainer.experiment_name,
         this.print,
+        cfg.trainer.logger.includes("console"),
       );
+      this.runLog.addSinks(
+        await createMetricSinks(cfg.trainer.logger, {
+          runDir: this.runLog.dir,
+          project: cfg.trainer.project_name as string,
+          experiment: cfg.trainer.experiment_name,
+          config: cfg,
+        }),
+      );
+      await this.init();
       this.runLog.writeFile("config.yaml", configToYaml(cfg));
       this.currentStage = "loading checkpoint";
       const resumed = await this.loadCheckpoint();
@@ -414,7 +439,7 @@ export class RayPPOTrainer {
         const val = await this.validate();
         this.summaryAcc.val_acc_initial = val["val/acc"]!;
         this.summaryAcc.val_acc_final = val["val/acc"]!;
-        this.runLog.log(0, this.totalSteps, val);
+        await this.runLog.log(0, this.totalSteps, val);
       }
       if (!cfg.trainer.val_only) {
         while (this.globalStep < this.totalSteps) {
@@ -426,12 +451,19 @@ export class RayPPOTrainer {
             const ts = performance.now();
             const val = await this.validate();
             Object.assign(metrics, val, { "timing_s/testing": (performance.now() - ts) / 1000 });
-            this.summaryAcc.val_acc_initial ??= val["val/acc"]!;
             this.summaryAcc.val_acc_final = val["val/acc"]!;
           }
           metrics["timing_s/step"] = (performance.now() - stepStart) / 1000;
+          Object.assign(
+            metrics,
+            computeThroughputMetrics(
+              metrics["perf/total_num_tokens"]!,
+              metrics["timing_s/step"],
+              this.worldSize,
+            ),
+          );
           this.trackSummary(metrics);
-          this.runLog.log(this.globalStep, this.totalSteps, metrics);
+          await this.runLog.log(this.globalStep, this.totalSteps, metrics);
           if (cfg.trainer.save_freq > 0 && (last || this.globalStep % cfg.trainer.save_freq === 0)) {
             this.currentStage = "saving checkpoint";
             await this.saveCheckpoint(wall());
@@ -441,11 +473,13 @@ export class RayPPOTrainer {
       }
       const summary = this.summary(wall());
       this.runLog.writeFile("summary.json", `${JSON.stringify(summary, null, 2)}\n`);
+      await this.runLog.close();
       await this.close();
       this.print(this.runLog.dir);
       return summary;
     } catch (e) {
       const err = this.explain(e);
+      await this.runLog?.close().catch(() => {});
       await this.close().catch(() => {});
       throw err;
     }
@@ -489,6 +523,8 @@ export class RayPPOTrainer {
     // 3. Reward: token_level_scores (score on the last response token), score, acc.
     const scored = await timed("reward", () => this.score(batch));
     batch.union(scored.select(["token_level_scores"], ["score", "acc", "extracted_answer"], []));
+    const rolloutDir = cfg.trainer.rollout_data_dir;
+    if (rolloutDir) dumpGenerations(rolloutDir, this.globalStep, this.generationRecords(batch));
 
     // 4. Old log-probs (and entropy) under the actor that generated the responses.
     const old: DataProto = await timed("old_log_prob", () => actor.computeLogProb(batch));
@@ -540,7 +576,34 @@ export class RayPPOTrainer {
       "training/epoch": epoch,
       "training/global_step": this.globalStep,
       ...timing,
+      ...computeTimingPerTokenMetrics(batch, timing),
+      "perf/total_num_tokens": ((c) => c.prompt + c.response)(tokenCounts(batch)),
     };
+  }
+
+  /** The generations of a scored batch as dump records (input, output, gts, score, step, acc). */
+  private generationRecords(batch: DataProto): GenerationRecord[] {
+    const prompts = batch.tensor("prompts");
+    const attn = batch.tensor("attention_mask");
+    const [B, P] = prompts.shape as [number, number];
+    const W = attn.shape[1]!;
+    const text = batch.column<string>("response_text");
+    const score = batch.column<number>("score");
+    const acc = batch.column<boolean>("acc");
+    const rm = batch.nonTensorBatch.reward_model as { ground_truth?: unknown }[] | undefined;
+    return Array.from({ length: B }, (_, b) => {
+      const ids: number[] = [];
+      for (let t = 0; t < P; t++) if (Number(attn.data[b * W + t])) ids.push(Number(prompts.data[b * P + t]));
+      const gt = rm?.[b]?.ground_truth;
+      return {
+        input: this.tokenizer.decode(ids, true),
+        output: text[b] ?? "",
+        gts: gt === undefined || gt === null ? null : String(gt),
+        score: Number(score[b]),
+        step: this.globalStep,
+        acc: Boolean(acc[b]),
+      };
+    });
   }
 
   private collate(rows: RlDatasetRow[]): DataProto {
@@ -613,8 +676,11 @@ export class RayPPOTrainer {
     const correct: boolean[] = [];
     const scores: number[] = [];
     const parts: DataProto[] = [];
+    const samples: ValidationSample[] = [];
+    const records: GenerationRecord[] = [];
     for (let s = 0; s < this.valRows.length; s += size) {
       let batch = this.collate(this.valRows.slice(s, s + size));
+      batch.nonTensorBatch.uid = Array.from({ length: batch.length }, (_, i) => `val-${s + i}`);
       const genBatch = batch.pop(PROMPT_KEYS);
       genBatch.metaInfo.validate = true;
       genBatch.metaInfo.seed = cfg.actor_rollout_ref.rollout.seed;
@@ -625,13 +691,34 @@ export class RayPPOTrainer {
       sources.push(...batch.column<string>("data_source").map(String));
       correct.push(...batch.column<boolean>("acc"));
       scores.push(...batch.column<number>("score"));
+      const uids = batch.column<string>("uid");
+      const preds = batch.column<string | null>("extracted_answer");
+      batch.column<string>("data_source").forEach((src, i) => {
+        samples.push({
+          uid: uids[i]!,
+          dataSource: String(src),
+          acc: Boolean(batch.column<boolean>("acc")[i]),
+          reward: Number(batch.column<number>("score")[i]),
+          pred: preds[i] ?? null,
+        });
+      });
+      records.push(...this.generationRecords(batch));
       parts.push(
         batch.select(["num_tool_calls", "num_tool_passes"], ["tool_observations", "extracted_answer"], []),
       );
     }
     const all = parts.length ? DataProto.concat(parts) : undefined;
+    const t = cfg.trainer;
+    if (t.log_val_generations > 0)
+      for (const line of formatGenerations(
+        this.globalStep,
+        pickGenerationsToLog(records, t.log_val_generations),
+      ))
+        this.print(line);
+    if (t.validation_data_dir) dumpGenerations(t.validation_data_dir, this.globalStep, records);
     return {
       ...computeValidationMetrics(sources, correct, scores),
+      ...computeMultiSampleValidationMetrics(samples),
       ...(all ? computeToolMetrics(all, "val/tool") : {}),
     };
   }
