@@ -6,6 +6,9 @@
 import {
   balanceBatch,
   computeDataMetrics,
+  computeMultiSampleValidationMetrics,
+  computeThroughputMetrics,
+  computeTimingPerTokenMetrics,
   computeToolMetrics,
   computeValidationMetrics,
   DataProto,
@@ -41,6 +44,22 @@ test("every metric name the trainer's metric functions emit is listed in docs/me
     ...computeToolMetrics(batch, "val/tool"),
     ...computeValidationMetrics(["aime24", "math500"], [true, false], [1, -1]),
     ...rolloutMetrics([]),
+    ...computeMultiSampleValidationMetrics(
+      [0, 1, 2, 3, 4, 5, 6, 7].map((i) => ({
+        uid: `p${i % 2}`,
+        dataSource: "aime24",
+        acc: i % 3 === 0,
+        reward: i % 3 === 0 ? 1 : -1,
+        pred: String(i % 2),
+      })),
+    ),
+    ...computeTimingPerTokenMetrics(
+      batch,
+      Object.fromEntries(
+        ["gen", "ref", "values", "adv", "update_critic", "update_actor"].map((p) => [`timing_s/${p}`, 1]),
+      ),
+    ),
+    ...computeThroughputMetrics(100, 2, 2),
     ...balanceBatch(batch, 2).metrics,
   };
   t.true(Object.keys(emitted).length > 25, Object.keys(emitted).join(" "));
@@ -49,4 +68,7 @@ test("every metric name the trainer's metric functions emit is listed in docs/me
 
 test("the metric check itself rejects a name the page does not list", (t) => {
   t.deepEqual(undocumented(["actor/pg_loss", "reward/aime24/acc", "actor/made_up"]), ["actor/made_up"]);
+  t.deepEqual(undocumented(["val-core/aime24/acc/maj@8/mean", "val-core/aime24/score/maj@8/mean"]), [
+    "val-core/aime24/score/maj@8/mean",
+  ]);
 });

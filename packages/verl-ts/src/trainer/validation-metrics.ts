@@ -2,8 +2,8 @@
  * Validation metrics over several samples per prompt (rollout.val_kwargs.n = N), with veRL's names
  * (process_validation_metrics and the trainer's grouping):
  *
- *   val-core/<data_source>/<var>/<metric>   the core variable (acc) at N: mean@N, best@N/mean, maj@N/mean,
- *                                           pass@N
+ *   val-core/<data_source>/<var>/<metric>   the core variable (acc) at N: mean@N, best@N/mean and /std,
+ *                                           maj@N/mean and /std, pass@N
  *   val-aux/<data_source>/<var>/<metric>    everything else
  *
  * Variables per sample: `acc` (1 correct, 0 not), `reward` (the sequence score); `pred` (the extracted
