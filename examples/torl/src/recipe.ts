@@ -143,18 +143,19 @@ export function loadRecipeConfig(
   overrides: readonly string[] = [],
   notes: string[] = [],
 ): TrainerConfig {
-  const cfg = loadTrainerConfig({ schema: recipeConfigSchema(), files, overrides });
-  if (recipeSettings(cfg).data === "tiny" && dataFilesWin(files, overrides)) {
-    recipeSettings(cfg).data = "files";
+  let cfg = loadTrainerConfig({ schema: recipeConfigSchema(), files, overrides });
+  const extra: string[] = [];
+  let tiny = recipeSettings(cfg).data === "tiny";
+  if (tiny && dataFilesWin(files, overrides)) {
+    tiny = false;
+    extra.push("torl.data=files");
     notes.push(
       "data.train_files / data.val_files given after torl.data=tiny: the files are used (torl.data=files), " +
         "not the generated tiny data",
     );
   }
-  const model = cfg.actor_rollout_ref.model;
-  if (model.path === null && recipeSettings(cfg).data === "tiny") {
-    model.path = TINY_BASE_DIR;
-  }
+  if (cfg.actor_rollout_ref.model.path === null && tiny)
+    extra.push(`actor_rollout_ref.model.path=${TINY_BASE_DIR}`);
   const actor = cfg.actor_rollout_ref.actor;
   if (actor.ppo_mini_batch_size > cfg.data.train_batch_size) {
     notes.push(
@@ -162,8 +163,12 @@ export function loadRecipeConfig(
         `${cfg.data.train_batch_size}: one mini-batch of the whole batch (as veRL splits it), ` +
         `ppo_mini_batch_size=${cfg.data.train_batch_size}`,
     );
-    actor.ppo_mini_batch_size = cfg.data.train_batch_size;
+    extra.push(`actor_rollout_ref.actor.ppo_mini_batch_size=${cfg.data.train_batch_size}`);
   }
+  // loaded again with the recipe's choices as the last overrides, so keys that refer to them (the critic's
+  // tokenizer path and mini-batch, ...) follow
+  if (extra.length)
+    cfg = loadTrainerConfig({ schema: recipeConfigSchema(), files, overrides: [...overrides, ...extra] });
   return cfg;
 }
 
@@ -504,6 +509,10 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
   const modelPath = cfg.actor_rollout_ref.model.path;
   if (s.data === "tiny" && modelPath && !existsSync(join(modelPath, "config.json")))
     throw new TinyBaseMissingError(modelPath);
+  // a bad config stops here, every problem listed at once, before the data is made or anything starts
+  // (generated tiny data has no files to check; the rows themselves are checked again below)
+  const early = checkTrainerSetup(cfg, s.data === "tiny" ? { trainRows: [], valRows: [] } : {});
+  if (early.length) throw new TrainerConfigError(early);
   const runName = s.run_name ?? `${cfg.trainer.experiment_name}-${timestamp()}`;
   const runDir = resolve(s.runs_dir, runName);
   const { train, val } = await recipeRows(cfg);
@@ -515,7 +524,7 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
       `observation mask ${cfg.actor_rollout_ref.actor.mask_tool_output ? "on" : "off"}, model ${modelPath}`,
   );
 
-  // a bad config stops here, before the runtime or any actor starts
+  // the rows as read (e.g. every prompt over the length limit), before the runtime or any actor starts
   const issues = checkTrainerSetup(cfg, { trainRows: train, valRows: val });
   if (issues.length) throw new TrainerConfigError(issues);
 

@@ -5,6 +5,7 @@ import { isInitialized } from "@torl-ts/actors";
 import { UsageError } from "@torl-ts/core";
 import {
   buildByteBpeTokenizer,
+  checkTrainerConfig,
   createRandomPretrained,
   DataProto,
   type DataProtoWire,
@@ -264,4 +265,32 @@ test("bad command lines are usage errors", async (t) => {
   await t.throwsAsync(trainCommand.run(["no-such-config.yaml"]), { instanceOf: UsageError });
   await t.throwsAsync(trainCommand.run([TINY_CONFIG, "--runs-dir"]), { instanceOf: UsageError });
   await t.throwsAsync(trainCommand.run([TINY_CONFIG, "--steps", "2"]), { instanceOf: UsageError });
+});
+
+test("the shipped configs pass the checker; a bad one stops before the data is made, every problem once", async (t) => {
+  t.deepEqual(checkTrainerConfig(loadRecipeConfig([TINY_CONFIG])), []);
+  // keys that follow the recipe's own choices (the tiny base model, the mini-batch) follow them
+  const small = loadRecipeConfig([TINY_CONFIG], ["data.train_batch_size=8", "algorithm.adv_estimator=gae"]);
+  t.is(small.critic.ppo_mini_batch_size, 8);
+  t.is((small.critic.model as { tokenizer_path: string }).tokenizer_path, TINY_BASE_DIR);
+  t.deepEqual(checkTrainerConfig(small), []);
+  const lines: string[] = [];
+  const cfg = loadRecipeConfig(
+    [TINY_CONFIG],
+    [
+      "trainer.total_training_steps=-5",
+      "actor_rollout_ref.rollout.top_p=1.5",
+      "actor_rollout_ref.model.dtype=bfloat16",
+    ],
+  );
+  const e = await t.throwsAsync(runRecipe(cfg, { log: (l) => lines.push(l) }), {
+    instanceOf: TrainerConfigError,
+  });
+  t.deepEqual(e!.issues.map((i) => i.key).sort(), [
+    "actor_rollout_ref.model.dtype",
+    "actor_rollout_ref.rollout.top_p",
+    "trainer.total_training_steps",
+  ]);
+  t.deepEqual(lines, [], "nothing ran: no data made, no run started");
+  t.false(isInitialized());
 });
