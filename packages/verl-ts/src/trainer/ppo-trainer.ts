@@ -702,7 +702,8 @@ export class RayPPOTrainer {
           pred: preds[i] ?? null,
         });
       });
-      records.push(...this.generationRecords(batch));
+      if (cfg.trainer.log_val_generations > 0 || cfg.trainer.validation_data_dir)
+        records.push(...this.generationRecords(batch));
       parts.push(
         batch.select(["num_tool_calls", "num_tool_passes"], ["tool_observations", "extracted_answer"], []),
       );

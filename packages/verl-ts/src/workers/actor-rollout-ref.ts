@@ -6,7 +6,7 @@
  * Sharding and the global loss aggregation: see fsdp.ts (shared with the critic).
  */
 import * as tf from "@tensorflow/tfjs";
-import type { Tool } from "@torl-ts/sandbox";
+import { OUTPUT_STOP, type Tool } from "@torl-ts/sandbox";
 import { computePolicyLoss } from "../algorithms/policy-loss.js";
 import { aggLossTf, getPolicyLoss, klLossTf } from "../algorithms/tf-ops.js";
 import type { RolloutConfig, TrainerConfig } from "../config/types.js";
@@ -121,9 +121,17 @@ export class ActorRolloutRefWorker extends ShardedWorker {
         throw new WorkerStateError(`tool module ${this.toolSpec.module} has no export "${name}"`);
       const args = this.toolSpec.args ?? [];
       const isClass = /^class[\s{]/.test(Function.prototype.toString.call(exp));
-      this.tool = isClass
+      const tool = isClass
         ? (new (exp as new (...a: unknown[]) => Tool)(...args) as Tool)
         : await (exp as (...a: unknown[]) => Tool | Promise<Tool>)(...args);
+      // rollout.tool.stop, when set, must be a trigger of the tool: its own stop strings start its calls
+      const stop = this.cfg.actor_rollout_ref.rollout.tool.stop;
+      if (stop !== OUTPUT_STOP && !tool.stop.includes(stop))
+        throw new WorkerStateError(
+          `actor_rollout_ref.rollout.tool.stop is ${JSON.stringify(stop)} but the tool ${tool.name} stops at ` +
+            `${JSON.stringify(tool.stop)}: give the tool that stop string, or remove the key`,
+        );
+      this.tool = tool;
     }
     return this.tool;
   }

@@ -8,6 +8,8 @@ import {
   crc32c,
   createMetricSinks,
   LoggerUnavailableError,
+  RunLog,
+  readMetrics,
   TensorBoardWriter,
 } from "../../src/trainer/index.js";
 import { crc32cBitwise, parseEvent, readRecords } from "./tfevents-reader.js";
@@ -75,4 +77,17 @@ test("trainer.logger: unknown names refused with did-you-mean; wandb and mlflow 
   const files = readdirSync(runDir).filter((f) => f.startsWith("events.out.tfevents."));
   t.is(files.length, 1);
   t.deepEqual(readRecords(readFileSync(join(runDir, files[0]!))).map(parseEvent)[1]!.scalars, { x: 1 });
+});
+
+test("console prints a line per step only when listed; metrics.jsonl is written either way", async (t) => {
+  const runs = mkdtempSync(join(tmpdir(), "torl-runlog-"));
+  for (const withConsole of [true, false]) {
+    const printed: string[] = [];
+    const log = new RunLog(runs, `run-${withConsole}`, (l) => printed.push(l), withConsole);
+    log.start(undefined);
+    await log.log(1, 2, { "critic/score/mean": 0.5 });
+    await log.close();
+    t.is(printed.length, withConsole ? 1 : 0);
+    t.deepEqual(readMetrics(log.metricsFile), [{ step: 1, "critic/score/mean": 0.5 }]);
+  }
 });

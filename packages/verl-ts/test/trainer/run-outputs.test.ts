@@ -10,7 +10,7 @@ import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import { RayPPOTrainer, readMetrics } from "../../src/trainer/index.js";
 import { tinyModelDir } from "../workers/helpers.js";
-import { rows, tinyConfig } from "./fixtures/setup.js";
+import { rows, TOOLS_MODULE, tinyConfig, vowelReward } from "./fixtures/setup.js";
 import { parseEvent, readRecords } from "./tfevents-reader.js";
 
 test.serial(
@@ -115,5 +115,33 @@ test.serial(
       t.true(Number.isFinite(s2[key]), key);
     t.is(s2["perf/throughput"], s2["perf/total_num_tokens"]! / s2["perf/time_per_step"]!, "one worker");
     t.is(s2["perf/time_per_step"], s2["timing_s/step"]);
+  },
+);
+
+test.serial(
+  "rollout.tool.stop set to a string the tool does not stop at fails the run, naming the key",
+  async (t) => {
+    await init({ numCpus: 4 });
+    t.teardown(() => shutdown());
+    const dir = mkdtempSync(join(tmpdir(), "torl-tool-stop-"));
+    const cfg = tinyConfig({
+      modelPath: tinyModelDir(11),
+      ckptDir: join(dir, "ckpt"),
+      steps: 1,
+      calls: 1,
+      extra: ["actor_rollout_ref.rollout.tool.stop=<never>"],
+    });
+    const trainer = new RayPPOTrainer(cfg, {
+      trainRows: rows(4),
+      valRows: [],
+      reward: vowelReward,
+      runsDir: join(dir, "runs"),
+      tool: { module: TOOLS_MODULE, exportName: "VowelCounterTool" },
+      workerEnv: { TORL_BACKEND: "cpu" },
+      log: () => {},
+    });
+    await t.throwsAsync(trainer.fit(), {
+      message: /actor_rollout_ref\.rollout\.tool\.stop is "<never>" but the tool .* stops at/,
+    });
   },
 );
