@@ -131,7 +131,7 @@ const MEANINGS: Record<string, string> = {
   "algorithm.gamma": "discount (GAE)",
   "algorithm.lam": "GAE lambda",
   "algorithm.adv_estimator":
-    "advantage estimator registered by name (registerAdvantageEstimator): grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae (runs a critic)",
+    "advantage estimator registered by name (registerAdvantageEstimator): grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax (a greedy baseline rollout per prompt), gae (runs a critic)",
   "algorithm.norm_adv_by_std_in_grpo": "GRPO: divide by the group's std (false: Dr.GRPO)",
   "algorithm.use_kl_in_reward": "subtract a KL penalty from the token rewards",
   "algorithm.kl_penalty": "KL estimator of the in-reward penalty",

@@ -25,6 +25,8 @@ export interface AdvantageInput {
   normAdvByStdInGrpo?: boolean;
   /** GRPO std epsilon. Default 1e-6. */
   epsilon?: number;
+  /** ReMax: the score of the greedy response to each row's prompt, per row. */
+  rewardBaselines?: ArrayLike<number>;
 }
 
 export interface AdvantageOutput {
@@ -173,6 +175,32 @@ export function computeReinforcePlusPlusOutcomeAdvantage(input: AdvantageInput):
 }
 
 /**
+ * ReMax (Li et al. 2023): the baseline of a response is the score of the greedy response to its prompt.
+ * returns_t = sum_{t' >= t} r_t' m_t' (undiscounted), A_t = returns_t - baseline x m_t.
+ */
+export function computeRemaxOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
+  const { tokenLevelRewards: r, responseMask: mask, rewardBaselines: base } = input;
+  sameShape(r, mask, "tokenLevelRewards", "responseMask");
+  const [B, T] = dims2(r, "tokenLevelRewards");
+  if (!base || base.length !== B)
+    throw new AlgorithmInputError(
+      `remax needs rewardBaselines, one per row (${B}), got ${base ? base.length : "none"}`,
+    );
+  const returns = new Float32Array(B * T);
+  const advantages = new Float32Array(B * T);
+  for (let b = 0; b < B; b++) {
+    let running = 0;
+    for (let t = T - 1; t >= 0; t--) {
+      const m = mask.data[b * T + t] as number;
+      running += r.data[b * T + t]! * m;
+      returns[b * T + t] = running;
+      advantages[b * T + t] = running - base[b]! * m;
+    }
+  }
+  return { advantages: { data: advantages, shape: [B, T] }, returns: { data: returns, shape: [B, T] } };
+}
+
+/**
  * REINFORCE++ with a group baseline: A_i = score_i - mean_G (group of one: mean 0), broadcast over
  * tokens times the mask, then masked_whiten over the batch and times the mask again.
  */
@@ -254,3 +282,4 @@ registerAdvantageEstimator("grpo", computeGrpoOutcomeAdvantage);
 registerAdvantageEstimator("rloo", computeRlooOutcomeAdvantage);
 registerAdvantageEstimator("reinforce_plus_plus", computeReinforcePlusPlusOutcomeAdvantage);
 registerAdvantageEstimator("reinforce_plus_plus_baseline", computeReinforcePlusPlusBaselineOutcomeAdvantage);
+registerAdvantageEstimator("remax", computeRemaxOutcomeAdvantage);

@@ -7,6 +7,7 @@ export {
   computeGrpoOutcomeAdvantage,
   computeReinforcePlusPlusBaselineOutcomeAdvantage,
   computeReinforcePlusPlusOutcomeAdvantage,
+  computeRemaxOutcomeAdvantage,
   computeRlooOutcomeAdvantage,
   getAdvantageEstimator,
   listAdvantageEstimators,

@@ -510,7 +510,23 @@ export class RayPPOTrainer {
 
     // 2. Rollout: each prompt repeated n times (interleaved), generated on the actor's own weights.
     const gen: DataProto = await timed("gen", () => actor.generateSequences(genBatch.repeat(ar.rollout.n)));
+
+    // ReMax: the baseline of each prompt is the score of its greedy response (veRL's gen_max)
+    let baselines: Float32Array | undefined;
+    if (cfg.algorithm.adv_estimator === "remax") {
+      const greedy = DataProto.fromWire(genBatch.toWire());
+      greedy.metaInfo.do_sample = false;
+      const base: DataProto = await timed("gen_max", () => actor.generateSequences(greedy));
+      const scoredBase = await this.score(
+        batch.select([], Object.keys(batch.nonTensorBatch), []).union(base),
+      );
+      const perPrompt = scoredBase.column<number>("score");
+      baselines = Float32Array.from({ length: perPrompt.length * ar.rollout.n }, (_, i) =>
+        Number(perPrompt[Math.floor(i / ar.rollout.n)]),
+      );
+    }
     batch = batch.repeat(ar.rollout.n).union(gen);
+    if (baselines) batch.batch.reward_baselines = { data: baselines, shape: [baselines.length] };
 
     // Balance the tokens over the workers before every per-worker pass (veRL's balance_batch).
     let balance: StepMetrics = {};
@@ -652,6 +668,9 @@ export class RayPPOTrainer {
       responseMask: mask,
       ...(batch.batch.values ? { values: batch.tensor("values") as ScoreMatrix } : {}),
       index: batch.column<string>("uid"),
+      ...(batch.batch.reward_baselines
+        ? { rewardBaselines: batch.tensor("reward_baselines").data as Float32Array }
+        : {}),
       gamma: alg.gamma,
       lam: alg.lam,
       normAdvByStdInGrpo: alg.norm_adv_by_std_in_grpo,

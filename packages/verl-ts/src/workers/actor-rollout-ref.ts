@@ -139,7 +139,8 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   /**
    * Rollout on the gathered weights (ToRL's TIR generation; plain generation when C = 0 or without a
    * tool). In: input_ids / attention_mask [B, P] left-padded prompts. metaInfo: `seed` (this rank
-   * samples with seed + rank * 1_000_003), `validate` (use rollout.val_kwargs: greedy by default).
+   * samples with seed + rank * 1_000_003), `validate` (use rollout.val_kwargs: greedy by default),
+   * `do_sample` (false: greedy).
    * Out: prompts, responses, input_ids, attention_mask, position_ids, response_mask, tool_output_mask,
    * loss_mask (response_mask & tool_output_mask when actor.mask_tool_output), execution_passes,
    * num_tool_calls, num_tool_passes; non-tensor response_text, finish_reason, tool_observations (the
@@ -164,8 +165,11 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const seedBase = Number(prompts.metaInfo.seed ?? ro.seed) >>> 0;
     const tool = ro.num_llm_calls_available > 0 ? await this.getTool() : undefined;
     const R = ro.response_length;
+    const sampling = rolloutSampling(ro, validate);
+    // veRL's do_sample=false in metaInfo: a greedy pass (ReMax's baseline)
+    if (prompts.metaInfo.do_sample === false) sampling.temperature = 0;
     const out = await tirRollout(model, tok, rows, {
-      ...rolloutSampling(ro, validate),
+      ...sampling,
       tool,
       numLlmCallsAvailable: tool ? ro.num_llm_calls_available : 0,
       seed: (seedBase + this.rank * 1_000_003) >>> 0,

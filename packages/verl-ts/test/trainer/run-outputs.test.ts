@@ -145,3 +145,50 @@ test.serial(
     });
   },
 );
+
+test.serial(
+  "adv_estimator=remax: a greedy baseline rollout per prompt; greedy samples get zero advantage",
+  async (t) => {
+    await init({ numCpus: 4 });
+    t.teardown(() => shutdown());
+    const dir = mkdtempSync(join(tmpdir(), "torl-remax-"));
+    // a score that tells any two texts apart (a random model's bytes rarely hold vowels)
+    const reward = join(dir, "text-hash.mjs");
+    writeFileSync(
+      reward,
+      "export const compute_score = (ds, s) => [...s].reduce((a, c) => a + c.codePointAt(0), 0) % 97;\n",
+    );
+    const run = async (extra: string[]) => {
+      const cfg = tinyConfig({
+        modelPath: tinyModelDir(11),
+        ckptDir: join(dir, `ckpt-${extra.length}`),
+        steps: 1,
+        extra: [
+          "algorithm.adv_estimator=remax",
+          "actor_rollout_ref.rollout.n=2",
+          `custom_reward_function.path=${reward}`,
+          ...extra,
+        ],
+      });
+      const trainer = new RayPPOTrainer(cfg, {
+        trainRows: rows(4),
+        valRows: [],
+        runsDir: join(dir, "runs"),
+        runName: `remax-${extra.length}`,
+        workerEnv: { TORL_BACKEND: "cpu" },
+        log: () => {},
+      });
+      const summary = await trainer.fit();
+      return readMetrics(join(summary.run_dir, "metrics.jsonl")).find((m) => m.step === 1)!;
+    };
+    // sampling greedily, every response is its prompt's greedy baseline: nothing to learn from
+    const greedy = await run(["actor_rollout_ref.rollout.do_sample=false"]);
+    t.true(Number.isFinite(greedy["timing_s/gen_max"]), "the baseline rollout ran");
+    t.not(greedy["critic/score/max"], greedy["critic/score/min"], "the prompts' greedy scores differ");
+    t.is(greedy["critic/advantages/max"], 0);
+    t.is(greedy["critic/advantages/min"], 0);
+    // sampled responses differ from the greedy one: advantages are score - baseline, not all zero
+    const sampled = await run([]);
+    t.true(sampled["critic/advantages/max"]! > 0 || sampled["critic/advantages/min"]! < 0);
+  },
+);
