@@ -636,6 +636,7 @@ const USER_ERRORS = new Set([
   "DatasetFileError",
   "TinyDatasetError",
   "CustomRewardFunctionError",
+  "LoggerUnavailableError",
 ]);
 
 async function runFromArgs(files: string[], overrides: string[]): Promise<number> {

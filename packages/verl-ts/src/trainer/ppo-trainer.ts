@@ -427,8 +427,9 @@ export class RayPPOTrainer {
           config: cfg,
         }),
       );
-      await this.init();
+      // the config as given (init fills in the optimizers' step counts), so the file can be run again
       this.runLog.writeFile("config.yaml", configToYaml(cfg));
+      await this.init();
       this.currentStage = "loading checkpoint";
       const resumed = await this.loadCheckpoint();
       this.runLog.start(resumed);

@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
+import { checkTrainerConfig, loadTrainerConfig } from "../../src/config/index.js";
 import { RayPPOTrainer, readMetrics } from "../../src/trainer/index.js";
 import { tinyModelDir } from "../workers/helpers.js";
 import { rows, TOOLS_MODULE, tinyConfig, vowelReward } from "./fixtures/setup.js";
@@ -55,6 +56,11 @@ test.serial(
     });
     const summary = await trainer.fit();
     const runDir = summary.run_dir;
+
+    // the run's config.yaml loads and passes the checker again (the keys the trainer fills in are not in it)
+    const again = loadTrainerConfig({ files: [join(runDir, "config.yaml")] });
+    t.deepEqual(checkTrainerConfig(again), []);
+    t.is(again.actor_rollout_ref.actor.optim.total_training_steps, -1);
 
     // no validation before training: no initial accuracy (the final one comes from step 2)
     t.is(summary.val_acc_initial, null);
