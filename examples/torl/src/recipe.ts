@@ -659,7 +659,9 @@ const OVERRIDE_HELP = `overrides: key.path=value (veRL's config keys), e.g.
   data.execution_error_penalty=true                     -0.5 when the code failed
   actor_rollout_ref.actor.mask_tool_output=false        train on observation tokens too
   trainer.total_training_steps=40  data.train_batch_size=16  actor_rollout_ref.rollout.n=8
-  torl.run_name=NAME  torl.runs_dir=DIR                 where the run goes (default runs/<experiment>-<time>)`;
+  torl.run_name=NAME  torl.runs_dir=DIR                 where the run goes (default runs/<experiment>-<time>)
+  data.train_files=F.parquet data.val_files=G.parquet   your data instead of the generated tiny splits
+Every key is listed, with whether it acts or is refused, in docs/configuration.md.`;
 
 /** `pnpm torl [k=v ...]`: the main job, the tiny recipe. */
 export const mainCommand: CliCommand = {
