@@ -23,29 +23,21 @@ function formatDefault(v: unknown): string {
 
 /** Meanings of keys whose YAML has no comment (veRL's semantics; the YAML's own comment wins). */
 const MEANINGS: Record<string, string> = {
-  "data.tokenizer": "tokenizer directory; null: the model's own",
   "data.train_files":
     "training parquet/JSONL file(s) with veRL's RL columns (prompt, data_source, reward_model, ...)",
   "data.val_files": "validation file(s); null: no validation",
   "data.prompt_key": "column holding the chat messages of the prompt",
-  "data.reward_fn_key": "column that selects the reward scorer",
   "data.max_prompt_length": "longest prompt in tokens (left-padded to this)",
   "data.max_response_length": "most response tokens per sample, tool observations included",
   "data.train_batch_size": "prompts per training step (before rollout.n)",
   "data.val_batch_size": "prompts per validation batch; null: all at once",
-  "data.return_raw_input_ids": "keep the unpadded prompt ids in the batch",
-  "data.return_raw_chat": "keep the raw chat messages in the batch",
   "data.shuffle": "shuffle the training rows every epoch",
   "data.seed": "seed of the shuffle",
   "data.filter_overlong_prompts": "drop prompts longer than the limit instead of failing",
   "data.truncation": "what to do with a prompt over max_prompt_length when not filtered",
   "data.execution_error_penalty_value": "ToRL: the amount subtracted when execution_error_penalty is on",
-  "actor_rollout_ref.hybrid_engine":
-    "actor, rollout and reference share one process per worker (the only mode)",
   "actor_rollout_ref.model.path":
     "HF-format model directory (config.json, model.safetensors, tokenizer.json)",
-  "actor_rollout_ref.actor.strategy":
-    "the sharding strategy (FSDP-style sharded AdamW over the worker group)",
   "actor_rollout_ref.actor.ppo_mini_batch_size":
     "prompts per optimizer step (x rollout.n rows); must divide data.train_batch_size",
   "actor_rollout_ref.actor.ppo_micro_batch_size":
@@ -112,8 +104,6 @@ const MEANINGS: Record<string, string> = {
   "critic.optim.weight_decay": "AdamW decoupled weight decay",
   "critic.optim.betas": "AdamW betas",
   "critic.optim.eps": "AdamW epsilon",
-  "critic.model.path":
-    "HF model directory of the value model's backbone; null: the actor's model (a value head is added)",
   "critic.ppo_mini_batch_size": "prompts per critic update (x rollout_n rows), over all workers",
   "critic.ppo_micro_batch_size": "rows per forward/backward over all workers (deprecated: use _per_gpu)",
   "critic.ppo_micro_batch_size_per_gpu":
