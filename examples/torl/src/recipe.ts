@@ -24,6 +24,7 @@ import {
   type ConfigSchema,
   checkTrainerSetup,
   configValue,
+  customRewardModuleUrl,
   DataProto,
   type DataProtoWire,
   filterOverlongPrompts,
@@ -529,8 +530,9 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
   if (issues.length) throw new TrainerConfigError(issues);
 
   // your reward function, when configured, must load before anything starts (the actor loads it again)
+  // (as a URL: the actor's process resolves it the same way whatever its working directory)
   const custom = cfg.custom_reward_function.path
-    ? { path: cfg.custom_reward_function.path, name: cfg.custom_reward_function.name }
+    ? { path: customRewardModuleUrl(cfg.custom_reward_function.path), name: cfg.custom_reward_function.name }
     : null;
   if (custom) await loadCustomRewardFunction(custom);
 

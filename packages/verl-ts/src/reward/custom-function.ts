@@ -45,8 +45,11 @@ export class CustomRewardFunctionError extends Error {
   }
 }
 
-/** A module path (relative to the working directory) or URL as an import specifier. */
-function moduleUrl(path: string): string {
+/**
+ * A module path (relative to the working directory) or URL as an import specifier: a URL that means
+ * the same module in any process, whatever its working directory.
+ */
+export function customRewardModuleUrl(path: string): string {
   return /^[a-z][a-z0-9+.-]*:/i.test(path) && !/^[a-z]:[\\/]/i.test(path)
     ? path
     : pathToFileURL(resolve(path)).href;
@@ -54,7 +57,7 @@ function moduleUrl(path: string): string {
 
 /** Whether the module file exists (a non-file URL is taken on trust until it is imported). */
 export function customRewardModuleExists(path: string): boolean {
-  const url = moduleUrl(path);
+  const url = customRewardModuleUrl(path);
   return !url.startsWith("file:") || existsSync(new URL(url));
 }
 
@@ -66,7 +69,7 @@ export async function loadCustomRewardFunction(
     throw new CustomRewardFunctionError("custom_reward_function.path", `${spec.path} does not exist`);
   let mod: Record<string, unknown>;
   try {
-    mod = (await import(moduleUrl(spec.path))) as Record<string, unknown>;
+    mod = (await import(customRewardModuleUrl(spec.path))) as Record<string, unknown>;
   } catch (e) {
     throw new CustomRewardFunctionError(
       "custom_reward_function.path",

@@ -9,6 +9,7 @@ export {
   type CustomRewardFunctionSpec,
   type CustomRewardResult,
   customRewardModuleExists,
+  customRewardModuleUrl,
   customRewardScorer,
   loadCustomRewardFunction,
 } from "./custom-function.js";
