@@ -124,6 +124,8 @@ test.serial(
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.rollout.tool.config.options.open=<c>",
         "actor_rollout_ref.rollout.tool.config.options.close=</c>",
+        // the trigger named in the config must be the tool's own (the rollout refuses a mismatch)
+        "actor_rollout_ref.rollout.tool.stop=</c>",
       ],
       runsDir,
       workerEnv: { TORL_BACKEND: "cpu" },

@@ -3,11 +3,21 @@ import { readFileSync } from "node:fs";
 
 export const docs = (name: string) => readFileSync(new URL(`../../../docs/${name}`, import.meta.url), "utf8");
 
-/** The metric names listed in docs/metrics.md; `<data_source>` matches any one path segment. */
+/**
+ * The metric names listed in docs/metrics.md; `<data_source>` matches any one path segment, `<var>` acc
+ * or reward, `<n>` a number.
+ */
 export function documentedMetrics(): RegExp[] {
   const names = [...docs("metrics.md").matchAll(/^\|\s*`([^`]+)`\s*\|/gm)].map((m) => m[1]!);
   return names.map(
-    (n) => new RegExp(`^${n.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/<data_source>/g, "[^/]+")}$`),
+    (n) =>
+      new RegExp(
+        `^${n
+          .replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
+          .replace(/<data_source>/g, "[^/]+")
+          .replace(/<var>/g, "(acc|reward)")
+          .replace(/<n>/g, "[0-9]+")}$`,
+      ),
   );
 }
 

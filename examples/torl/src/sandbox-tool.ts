@@ -22,6 +22,10 @@ export interface SandboxToolOptions {
   sandboxUrl?: string | null;
   /** Requests in flight at once against the external server. */
   maxConcurrency?: number;
+  /** The string generation stops at to run code (rollout.tool.stop). */
+  stop?: string;
+  /** Observations this long or longer are cut (rollout.tool.max_observation_chars). */
+  maxObservationChars?: number;
 }
 
 /** The module URL a ToolSpec uses to reach `createSandboxTool` in a worker process. */
@@ -40,5 +44,7 @@ export async function createSandboxTool(options: SandboxToolOptions): Promise<Py
   return new PythonCodeInterpreter(runner, {
     runTimeout: options.runTimeout,
     memoryLimitMb: options.memoryLimitMb,
+    stop: options.stop,
+    maxObservationChars: options.maxObservationChars,
   });
 }

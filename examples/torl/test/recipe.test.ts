@@ -5,6 +5,7 @@ import { isInitialized } from "@torl-ts/actors";
 import { exitCodeFor, UsageError } from "@torl-ts/core";
 import {
   buildByteBpeTokenizer,
+  checkTrainerConfig,
   createRandomPretrained,
   DataProto,
   type DataProtoWire,
@@ -15,13 +16,16 @@ import {
   loadRecipeConfig,
   mainCommand,
   RecordingScorer,
+  recipeRows,
   recipeSettings,
+  recipeTool,
   runRecipe,
   TINY_CONFIG,
   TinyBaseMissingError,
   toolCallsOf,
   trainCommand,
 } from "../src/recipe.js";
+import { createSandboxTool, type SandboxToolOptions } from "../src/sandbox-tool.js";
 import { TINY_BASE_DIR } from "../src/tiny-model.js";
 
 test("tiny.yaml loads: tiny data, the committed base, 2 actor ranks, GRPO with C=1", (t) => {
@@ -52,6 +56,54 @@ test("the ablations are config overrides alone: C, execution penalty, observatio
   });
   t.regex(e!.message, /unknown key "actor_rollout_ref\.rollout\.num_llm_calls"/, "a misspelt key is named");
   t.throws(() => loadRecipeConfig([TINY_CONFIG], ["torl.data=parquet"]), { instanceOf: TrainerConfigError });
+});
+
+const TEST_PARQUET = new URL(
+  "../../../packages/verl-ts/test/fixtures/core/torl-test.parquet",
+  import.meta.url,
+).pathname;
+
+test("data.train_files / val_files on the command line win over the tiny recipe's generated data", async (t) => {
+  const notes: string[] = [];
+  const cfg = loadRecipeConfig(
+    [TINY_CONFIG],
+    [`data.train_files=${TEST_PARQUET}`, `data.val_files=${TEST_PARQUET}`, "torl.max_val_rows=null"],
+    notes,
+  );
+  t.is(recipeSettings(cfg).data, "files");
+  t.regex(notes.join("\n"), /the files are used \(torl\.data=files\)/);
+  const { train, val } = await recipeRows(cfg);
+  const sources = new Set(train.map((r) => r.data_source));
+  t.true(sources.has("aime24"), [...sources].join(", "));
+  t.is(train.length, val.length, "both splits come from the one file given");
+  // the train file alone wins too; without files the tiny data stays
+  const back = loadRecipeConfig([TINY_CONFIG], [`data.train_files=${TEST_PARQUET}`], []);
+  t.is(recipeSettings(back).data, "files");
+  t.is(recipeSettings(loadRecipeConfig([TINY_CONFIG], [])).data, "tiny");
+  // one source that says both is refused, naming both keys
+  const e = t.throws(
+    () => loadRecipeConfig([TINY_CONFIG], ["torl.data=tiny", `data.train_files=${TEST_PARQUET}`]),
+    { instanceOf: TrainerConfigError },
+  );
+  t.regex(e!.message, /sets both torl\.data=tiny and data\.train_files: choose one/);
+});
+
+test("rollout.tool.stop and max_observation_chars reach the code interpreter built in each rank", async (t) => {
+  const cfg = loadRecipeConfig(
+    [TINY_CONFIG],
+    ["actor_rollout_ref.rollout.tool.stop=<run>", "actor_rollout_ref.rollout.tool.max_observation_chars=20"],
+  );
+  const spec = recipeTool(cfg)!;
+  const options = spec.args![0] as SandboxToolOptions;
+  t.like(options, { stop: "<run>", maxObservationChars: 20 });
+  // the same options build the tool (an external server URL, so nothing starts)
+  const tool = await createSandboxTool({ ...options, sandboxUrl: "http://127.0.0.1:9" });
+  t.deepEqual(tool.stop, ["<run>"]);
+  t.is(tool.options.maxObservationChars, 20);
+  t.is(
+    recipeTool(loadRecipeConfig([TINY_CONFIG], ["actor_rollout_ref.rollout.num_llm_calls_available=0"])),
+    null,
+  );
 });
 
 test("toolCallsOf reads the tool's calls from a response: code, observation, range, success", (t) => {
@@ -168,4 +220,32 @@ test("bad command lines are usage errors", async (t) => {
   await t.throwsAsync(trainCommand.run(["no-such-config.yaml"]), { instanceOf: UsageError });
   await t.throwsAsync(trainCommand.run([TINY_CONFIG, "--runs-dir"]), { instanceOf: UsageError });
   await t.throwsAsync(trainCommand.run([TINY_CONFIG, "--steps", "2"]), { instanceOf: UsageError });
+});
+
+test("the shipped configs pass the checker; a bad one stops before the data is made, every problem once", async (t) => {
+  t.deepEqual(checkTrainerConfig(loadRecipeConfig([TINY_CONFIG])), []);
+  // keys that follow the recipe's own choices (the tiny base model, the mini-batch) follow them
+  const small = loadRecipeConfig([TINY_CONFIG], ["data.train_batch_size=8", "algorithm.adv_estimator=gae"]);
+  t.is(small.critic.ppo_mini_batch_size, 8);
+  t.is((small.critic.model as { tokenizer_path: string }).tokenizer_path, TINY_BASE_DIR);
+  t.deepEqual(checkTrainerConfig(small), []);
+  const lines: string[] = [];
+  const cfg = loadRecipeConfig(
+    [TINY_CONFIG],
+    [
+      "trainer.total_training_steps=-5",
+      "actor_rollout_ref.rollout.top_p=1.5",
+      "actor_rollout_ref.model.dtype=bfloat16",
+    ],
+  );
+  const e = await t.throwsAsync(runRecipe(cfg, { log: (l) => lines.push(l) }), {
+    instanceOf: TrainerConfigError,
+  });
+  t.deepEqual(e!.issues.map((i) => i.key).sort(), [
+    "actor_rollout_ref.model.dtype",
+    "actor_rollout_ref.rollout.top_p",
+    "trainer.total_training_steps",
+  ]);
+  t.deepEqual(lines, [], "nothing ran: no data made, no run started");
+  t.false(isInitialized());
 });

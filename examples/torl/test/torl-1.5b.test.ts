@@ -6,7 +6,13 @@
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { bundledQwenTokenizerDir, createRandomPretrained, loadTokenizer, readMetrics } from "@torl-ts/verl";
+import {
+  bundledQwenTokenizerDir,
+  checkTrainerConfig,
+  createRandomPretrained,
+  loadTokenizer,
+  readMetrics,
+} from "@torl-ts/verl";
 import test from "ava";
 import { loadRecipeConfig, recipeSettings, runRecipe, TORL_1_5B_CONFIG } from "../src/recipe.js";
 
@@ -15,7 +21,7 @@ const TEST_PARQUET = new URL(
   import.meta.url,
 ).pathname;
 
-/** scripts/torl_1.5b.sh of GAIR-NLP/ToRL @ 1db091d9 (ToRL's released training script), key by key. */
+/** scripts/torl_1.5b.sh of GAIR-NLP/ToRL @ 1db091d9, key by key (less the two keys left out, below). */
 const RELEASED: Record<string, unknown> = {
   "algorithm.adv_estimator": "grpo",
   "data.train_batch_size": 128,
@@ -32,7 +38,6 @@ const RELEASED: Record<string, unknown> = {
   "actor_rollout_ref.rollout.n": 16,
   "actor_rollout_ref.rollout.temperature": 1,
   "actor_rollout_ref.rollout.top_p": 1,
-  "actor_rollout_ref.rollout.gpu_memory_utilization": 0.85,
   "actor_rollout_ref.rollout.num_llm_calls_available": 1,
   "actor_rollout_ref.rollout.tool.stop": "```output",
   "algorithm.kl_ctrl.kl_coef": 0,
@@ -59,6 +64,18 @@ test("torl-1.5b.yaml equals the released script", (t) => {
   t.regex(raw, /ppo_mini_batch_size: 1024/);
   t.is(cfg.actor_rollout_ref.actor.ppo_mini_batch_size, 128);
   t.is(notes.length, 1);
+  // bfloat16 storage and vLLM's memory share are not supported here: left out, each with a comment why
+  t.is(cfg.actor_rollout_ref.model.dtype, "float32");
+  t.regex(raw, /# The released script trains in bfloat16\./);
+  t.regex(raw, /# The released script sets vLLM's gpu_memory_utilization: 0\.85\./);
+  t.deepEqual(checkTrainerConfig(cfg), []);
+  const bf16 = loadRecipeConfig([TORL_1_5B_CONFIG], ["actor_rollout_ref.model.dtype=bfloat16"]);
+  t.regex(
+    checkTrainerConfig(bf16)
+      .map((i) => i.message)
+      .join("\n"),
+    /actor_rollout_ref\.model\.dtype="bfloat16" is not supported here/,
+  );
 });
 
 test.serial("one step of the 1.5B recipe on a tiny random Qwen2 with the real Qwen tokenizer", async (t) => {

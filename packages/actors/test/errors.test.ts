@@ -3,7 +3,6 @@
 // the errors the head answers with arrive as those classes (usable with instanceof).
 import { readFileSync } from "node:fs";
 import * as actors from "@torl-ts/actors";
-import * as core from "@torl-ts/core";
 import {
   ActorNotFoundError,
   getActor,
@@ -15,6 +14,7 @@ import {
   removePlacementGroup,
   shutdown,
 } from "@torl-ts/actors";
+import * as core from "@torl-ts/core";
 import test from "ava";
 
 const DOCS = [

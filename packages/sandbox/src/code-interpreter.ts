@@ -1,14 +1,15 @@
 /**
  * The Python code interpreter tool with ToRL's rules (released code, verl/workers/rollout/vllm_rollout):
  *
- * - trigger: generation stops at "```output";
+ * - trigger: generation stops at "```output" (the `stop` option);
  * - the call: the last ```python block of the round: a line starting or ending with "```python" opens
  *   a block (dropping any earlier one), a line starting with "```" closes it, other lines inside are
  *   the code; a block still open at the end means there is no code at all;
  * - observation: stdout when the run succeeded (exit code 0) or printed anything, else stderr
  *   (stripped); if the text contains "Error" only its last line is kept; an empty observation becomes
- *   ToRL's timeout text; 256 characters or more become the first 128 + "..." + the last 128;
- * - appended text: "```output\n" + observation + "\n```\n";
+ *   ToRL's timeout text; 256 characters or more (the `maxObservationChars` option) become the first 128
+ *   + "..." + the last 128 (half the limit each);
+ * - appended text: "```output\n" + observation + "\n```\n" (the stop string opens it);
  * - execution_pass (ToolResult.success): 1 when the run succeeded or printed anything.
  */
 
@@ -44,8 +45,17 @@ export function extractLastPythonBlock(text: string): string {
   return open ? "" : program;
 }
 
-/** The observation ToRL shows the model for a run, and whether the run passed. */
-export function formatObservation(response: RunCodeResponse | undefined): {
+/** ToRL's trigger: generation pauses here to run the round's code. */
+export const OUTPUT_STOP = "```output";
+
+/**
+ * The observation ToRL shows the model for a run, and whether the run passed. Observations of `limit`
+ * characters or more keep their first and last limit/2 characters around "...".
+ */
+export function formatObservation(
+  response: RunCodeResponse | undefined,
+  limit = OBSERVATION_LIMIT,
+): {
   observation: string;
   pass: boolean;
 } {
@@ -63,21 +73,26 @@ export function formatObservation(response: RunCodeResponse | undefined): {
   if (observation.includes("Error")) observation = observation.trim().split("\n").pop() ?? "";
   if (observation.trim().length === 0) observation = EMPTY_OBSERVATION;
   observation = observation.trim();
-  if (observation.length >= OBSERVATION_LIMIT) {
-    observation = `${observation.slice(0, OBSERVATION_KEEP)}...${observation.slice(-OBSERVATION_KEEP)}`;
+  if (observation.length >= limit) {
+    const keep = limit === OBSERVATION_LIMIT ? OBSERVATION_KEEP : Math.floor(limit / 2);
+    observation = `${observation.slice(0, keep)}...${keep > 0 ? observation.slice(-keep) : ""}`;
   }
   return { observation, pass };
 }
 
-/** The text appended to the sequence after a tool call. */
-export function wrapObservation(observation: string): string {
-  return `\`\`\`output\n${observation}\n\`\`\`\n`;
+/** The text appended to the sequence after a tool call: the stop string opens the output block. */
+export function wrapObservation(observation: string, stop = OUTPUT_STOP): string {
+  return `${stop}\n${observation}\n\`\`\`\n`;
 }
 
 export interface CodeInterpreterOptions {
   /** Seconds per run (ToRL's sandbox calls used 30 in the released scripts; SandboxFusion default 10). */
   runTimeout?: number;
   memoryLimitMb?: number;
+  /** The string generation stops at to run the round's code; it opens the appended output. Default "```output". */
+  stop?: string;
+  /** Observations this long or longer are cut to their first and last half (default 256, ToRL's). */
+  maxObservationChars?: number;
 }
 
 /** Runs `runner.run` for many codes at once, in order; backends with a batch call use it. */
@@ -88,7 +103,7 @@ export interface BatchCodeRunner extends CodeRunner {
 /** ToRL's Python code interpreter as a Tool, over any SandboxFusion-shaped backend. */
 export class PythonCodeInterpreter implements Tool {
   readonly name = "code_interpreter";
-  readonly stop = ["```output"];
+  readonly stop: string[];
   readonly schema: OpenAIFunctionSchema = {
     type: "function",
     function: {
@@ -107,7 +122,9 @@ export class PythonCodeInterpreter implements Tool {
   constructor(
     readonly runner: BatchCodeRunner,
     readonly options: CodeInterpreterOptions = {},
-  ) {}
+  ) {
+    this.stop = [options.stop ?? OUTPUT_STOP];
+  }
 
   parse(roundText: string): ToolCall | undefined {
     const code = extractLastPythonBlock(roundText);
@@ -140,7 +157,7 @@ export class PythonCodeInterpreter implements Tool {
     }
     return items.map(({ instanceId }, i) => {
       const response = responses[i];
-      const { observation, pass } = formatObservation(response);
+      const { observation, pass } = formatObservation(response, this.options.maxObservationChars);
       const state = this.instances.get(instanceId);
       if (state) {
         state.calls++;
@@ -148,7 +165,7 @@ export class PythonCodeInterpreter implements Tool {
       }
       return {
         observation,
-        text: wrapObservation(observation),
+        text: wrapObservation(observation, this.stop[0]),
         success: pass,
         metrics: { execution_time: response?.run_result?.execution_time ?? 0, execution_pass: pass ? 1 : 0 },
       };

@@ -11,6 +11,7 @@ export {
   formatObservation,
   OBSERVATION_KEEP,
   OBSERVATION_LIMIT,
+  OUTPUT_STOP,
   PythonCodeInterpreter,
   wrapObservation,
 } from "./code-interpreter.js";

@@ -195,3 +195,17 @@ test("executeBatch uses the backend's batch call when it has one, in order", asy
     ["a", "b", "c"],
   );
 });
+
+test("the stop string and the observation limit are options (rollout.tool.stop, rollout.tool.max_observation_chars)", async (t) => {
+  const long = `${"a".repeat(30)}${"z".repeat(30)}`;
+  const runner = { run: async () => response({ stdout: `${long}\n` }) };
+  const call = { name: "code_interpreter", arguments: { code: "print(1)" } };
+  const stock = new PythonCodeInterpreter(runner);
+  t.deepEqual(stock.stop, ["```output"]);
+  t.is((await stock.execute(await stock.create(), call)).observation, long, "60 chars: under ToRL's 256");
+  const tuned = new PythonCodeInterpreter(runner, { stop: "<output>", maxObservationChars: 20 });
+  t.deepEqual(tuned.stop, ["<output>"]);
+  const r = await tuned.execute(await tuned.create(), call);
+  t.is(r.observation, `${"a".repeat(10)}...${"z".repeat(10)}`);
+  t.is(r.text, `<output>\n${"a".repeat(10)}...${"z".repeat(10)}\n\`\`\`\n`);
+});

@@ -25,6 +25,8 @@ export interface AdvantageInput {
   normAdvByStdInGrpo?: boolean;
   /** GRPO std epsilon. Default 1e-6. */
   epsilon?: number;
+  /** ReMax: the score of the greedy response to each row's prompt, per row. */
+  rewardBaselines?: ArrayLike<number>;
 }
 
 export interface AdvantageOutput {
@@ -170,6 +172,32 @@ export function computeReinforcePlusPlusOutcomeAdvantage(input: AdvantageInput):
   const w = maskedWhiten(returns, mask);
   for (let i = 0; i < w.data.length; i++) w.data[i] = w.data[i]! * (mask.data[i] as number);
   return { advantages: w, returns };
+}
+
+/**
+ * ReMax (Li et al. 2023): the baseline of a response is the score of the greedy response to its prompt.
+ * returns_t = sum_{t' >= t} r_t' m_t' (undiscounted), A_t = returns_t - baseline x m_t.
+ */
+export function computeRemaxOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
+  const { tokenLevelRewards: r, responseMask: mask, rewardBaselines: base } = input;
+  sameShape(r, mask, "tokenLevelRewards", "responseMask");
+  const [B, T] = dims2(r, "tokenLevelRewards");
+  if (!base || base.length !== B)
+    throw new AlgorithmInputError(
+      `remax needs rewardBaselines, one per row (${B}), got ${base ? base.length : "none"}`,
+    );
+  const returns = new Float32Array(B * T);
+  const advantages = new Float32Array(B * T);
+  for (let b = 0; b < B; b++) {
+    let running = 0;
+    for (let t = T - 1; t >= 0; t--) {
+      const m = mask.data[b * T + t] as number;
+      running += r.data[b * T + t]! * m;
+      returns[b * T + t] = running;
+      advantages[b * T + t] = running - base[b]! * m;
+    }
+  }
+  return { advantages: { data: advantages, shape: [B, T] }, returns: { data: returns, shape: [B, T] } };
 }
 
 /**
@@ -351,3 +379,4 @@ export function computeGpgOutcomeAdvantage(input: AdvantageInput): AdvantageOutp
 registerAdvantageEstimator("grpo_passk", computeGrpoPassKOutcomeAdvantage);
 registerAdvantageEstimator("opo", computeOpoOutcomeAdvantage);
 registerAdvantageEstimator("gpg", computeGpgOutcomeAdvantage);
+registerAdvantageEstimator("remax", computeRemaxOutcomeAdvantage);

@@ -10,6 +10,7 @@ export {
   computeOpoOutcomeAdvantage,
   computeReinforcePlusPlusBaselineOutcomeAdvantage,
   computeReinforcePlusPlusOutcomeAdvantage,
+  computeRemaxOutcomeAdvantage,
   computeRlooOutcomeAdvantage,
   getAdvantageEstimator,
   listAdvantageEstimators,

@@ -1,7 +1,56 @@
 import { listAdvantageEstimators } from "../algorithms/advantage.js";
 import { listPromptTemplates } from "../data/templates.js";
-import { type ConfigIssue, editDistance, TrainerConfigError } from "./schema.js";
+import { checkLoggerNames } from "../trainer/loggers.js";
+import { trainerConfigSchema } from "./load.js";
+import {
+  type ConfigIssue,
+  type ConfigNode,
+  type ConfigSchema,
+  editDistance,
+  getPath,
+  TrainerConfigError,
+} from "./schema.js";
 import type { TrainerConfig } from "./types.js";
+
+const INTERP = /\$\{([A-Za-z0-9_.-]+)\}/g;
+const INTERP_FULL = /^\$\{([A-Za-z0-9_.-]+)\}$/;
+
+/** A default as it reads in `cfg`: "${a.b}" takes a.b's value there (the same rule as the loader's). */
+function defaultIn(cfg: ConfigNode, value: unknown): unknown {
+  if (typeof value !== "string" || !value.includes("${")) return value;
+  const full = INTERP_FULL.exec(value);
+  if (full) return getPath(cfg, full[1]!);
+  return value.replace(INTERP, (_, ref: string) => String(getPath(cfg, ref)));
+}
+
+function sameValue(a: unknown, b: unknown): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+/**
+ * Keys the schema marks unsupported ("unsupported:" in its YAML) must keep their default: each one set
+ * to anything else is an issue naming the key, the value, that it is not supported here and what to do
+ * instead. A default that refers to another key ("${a.b}") is compared with that key's value.
+ */
+export function checkUnsupportedKeys(cfg: TrainerConfig | ConfigNode, schema: ConfigSchema): ConfigIssue[] {
+  const issues: ConfigIssue[] = [];
+  const node = cfg as ConfigNode;
+  for (const key of schema.keys()) {
+    const spec = schema.get(key)!;
+    if (!spec.unsupported) continue;
+    const value = getPath(node, key);
+    if (value === undefined) continue;
+    const expected = defaultIn(node, spec.default);
+    if (sameValue(value, expected) || sameValue(value, spec.default)) continue;
+    issues.push({
+      key,
+      message:
+        `${key}=${JSON.stringify(value)} is not supported here (only its default ${JSON.stringify(expected)} is): ` +
+        spec.unsupported,
+    });
+  }
+  return issues;
+}
 
 function closest(name: string, known: string[]): string {
   let best = "";
@@ -16,14 +65,22 @@ function closest(name: string, known: string[]): string {
   return score <= Math.max(2, Math.floor(name.length / 3)) ? ` (did you mean "${best}"?)` : "";
 }
 
+export interface CheckTrainerConfigOptions {
+  /** Workers (GPUs / worker processes): enables the batch-divisibility checks. */
+  worldSize?: number;
+  /** The schema whose unsupported keys are refused; the built-in trainer schema when omitted. */
+  schema?: ConfigSchema;
+}
+
 /**
- * Checks that go beyond key names and types, so a bad config stops before any work starts: names
- * that must be registered (advantage estimator, prompt template), ranges, and combinations.
- * `worldSize` (GPUs / worker processes) enables the batch-divisibility checks.
+ * Checks that go beyond key names and types, so a bad config stops before any work starts: keys this
+ * implementation does not support set away from their defaults, names that must be registered
+ * (advantage estimator, prompt template), ranges, and combinations. Returns every problem, each once.
  */
-export function checkTrainerConfig(cfg: TrainerConfig, opts: { worldSize?: number } = {}): ConfigIssue[] {
-  const issues: ConfigIssue[] = [];
+export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigOptions = {}): ConfigIssue[] {
+  const issues: ConfigIssue[] = checkUnsupportedKeys(cfg, opts.schema ?? trainerConfigSchema());
   const add = (key: string, message: string) => issues.push({ key, message: `${key} ${message}` });
+  issues.push(...checkLoggerNames(cfg.trainer.logger));
   const est = listAdvantageEstimators();
   const adv = cfg.algorithm.adv_estimator;
   if (!est.includes(adv))
@@ -32,11 +89,11 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: { worldSize?: numbe
       `"${adv}" is not a registered estimator (known: ${est.join(", ")})${closest(adv, est)}`,
     );
   const tpl = listPromptTemplates();
-  const t = cfg.data.template_type;
-  if (!tpl.includes(t))
+  const template = cfg.data.template_type;
+  if (!tpl.includes(template))
     add(
       "data.template_type",
-      `"${t}" is not a registered template (known: ${tpl.join(", ")})${closest(t, tpl)}`,
+      `"${template}" is not a registered template (known: ${tpl.join(", ")})${closest(template, tpl)}`,
     );
   const positive: [string, number][] = [
     ["data.train_batch_size", cfg.data.train_batch_size],
@@ -48,15 +105,72 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: { worldSize?: numbe
     ["trainer.n_gpus_per_node", cfg.trainer.n_gpus_per_node],
     ["trainer.nnodes", cfg.trainer.nnodes],
   ];
-  for (const [k, v] of positive) if (!(v > 0)) add(k, `must be > 0, got ${v}`);
+  const ro = cfg.actor_rollout_ref.rollout;
   const a = cfg.actor_rollout_ref.actor;
+  const t = cfg.trainer;
+  const nullablePositive: [string, number | null | undefined][] = [
+    ["trainer.total_training_steps", t.total_training_steps],
+    ["data.val_batch_size", cfg.data.val_batch_size],
+    ["actor_rollout_ref.actor.ppo_micro_batch_size", a.ppo_micro_batch_size],
+    ["actor_rollout_ref.rollout.log_prob_micro_batch_size", ro.log_prob_micro_batch_size as number | null],
+    ["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", ro.log_prob_micro_batch_size_per_gpu],
+    [
+      "actor_rollout_ref.ref.log_prob_micro_batch_size",
+      cfg.actor_rollout_ref.ref.log_prob_micro_batch_size as number | null,
+    ],
+    [
+      "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+      cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,
+    ],
+    ["trainer.max_actor_ckpt_to_keep", t.max_actor_ckpt_to_keep as number | null],
+  ];
+  positive.push(
+    ["trainer.total_epochs", t.total_epochs],
+    ["actor_rollout_ref.rollout.val_kwargs.n", ro.val_kwargs.n],
+    ["actor_rollout_ref.rollout.max_num_seqs", ro.max_num_seqs as number],
+    ["actor_rollout_ref.rollout.tool.run_timeout", ro.tool.run_timeout],
+    ["actor_rollout_ref.rollout.tool.memory_limit_mb", ro.tool.memory_limit_mb],
+    ["actor_rollout_ref.rollout.tool.max_concurrency", ro.tool.max_concurrency],
+    ["actor_rollout_ref.rollout.tool.max_observation_chars", ro.tool.max_observation_chars],
+    ["actor_rollout_ref.actor.grad_clip", a.grad_clip],
+    ["trainer.ray_wait_register_center_timeout", t.ray_wait_register_center_timeout],
+  );
+  for (const [k, v] of positive) if (!(v > 0)) add(k, `must be > 0, got ${v}`);
+  for (const [k, v] of nullablePositive)
+    if (v !== null && v !== undefined && !(v > 0)) add(k, `must be > 0 or null, got ${v}`);
+  const nonNegative: [string, number][] = [
+    ["trainer.log_val_generations", t.log_val_generations as number],
+    ["trainer.critic_warmup", t.critic_warmup],
+    ["actor_rollout_ref.actor.optim.weight_decay", a.optim.weight_decay],
+    ["critic.optim.weight_decay", cfg.critic.optim.weight_decay],
+    ["critic.optim.lr", cfg.critic.optim.lr],
+  ];
+  for (const [k, v] of nonNegative) if (!(v >= 0)) add(k, `must be >= 0, got ${v}`);
+  // probabilities and fractions
+  const unit: [string, number | null][] = [
+    ["actor_rollout_ref.rollout.val_kwargs.top_p", ro.val_kwargs.top_p],
+    ["actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", a.optim.lr_warmup_steps_ratio],
+    ["actor_rollout_ref.actor.optim.min_lr_ratio", a.optim.min_lr_ratio],
+    ["critic.optim.lr_warmup_steps_ratio", cfg.critic.optim.lr_warmup_steps_ratio],
+    ["critic.optim.min_lr_ratio", cfg.critic.optim.min_lr_ratio],
+    ["algorithm.gamma", cfg.algorithm.gamma],
+    ["algorithm.lam", cfg.algorithm.lam],
+  ];
+  for (const [k, v] of unit) if (v !== null && !(v >= 0 && v <= 1)) add(k, `must be in [0, 1], got ${v}`);
+  for (const [section, betas] of [
+    ["actor_rollout_ref.actor.optim", a.optim.betas],
+    ["critic.optim", cfg.critic.optim.betas],
+  ] as const) {
+    const b = betas as unknown as number[];
+    if (b.length !== 2 || !b.every((x) => x >= 0 && x < 1))
+      add(`${section}.betas`, `must be two numbers in [0, 1), got ${JSON.stringify(b)}`);
+  }
   if (!(a.clip_ratio_c > 1))
     add("actor_rollout_ref.actor.clip_ratio_c", `must be > 1 (dual clip bound), got ${a.clip_ratio_c}`);
   for (const k of ["clip_ratio", "clip_ratio_low", "clip_ratio_high"] as const) {
     if (!(a[k] >= 0)) add(`actor_rollout_ref.actor.${k}`, `must be >= 0, got ${a[k]}`);
   }
   if (!(a.optim.lr >= 0)) add("actor_rollout_ref.actor.optim.lr", `must be >= 0, got ${a.optim.lr}`);
-  const ro = cfg.actor_rollout_ref.rollout;
   if (!(ro.num_llm_calls_available >= 0)) {
     add(
       "actor_rollout_ref.rollout.num_llm_calls_available",
@@ -73,8 +187,10 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: { worldSize?: numbe
       `is ${ro.n}: ${adv} compares responses to the same prompt and needs n >= 2`,
     );
   }
-  if (cfg.trainer.test_freq === 0) add("trainer.test_freq", "must be > 0 or -1 (never)");
-  if (cfg.trainer.save_freq === 0) add("trainer.save_freq", "must be > 0 or -1 (never)");
+  if (!(t.test_freq > 0 || t.test_freq === -1))
+    add("trainer.test_freq", `must be > 0 or -1 (never), got ${t.test_freq}`);
+  if (!(t.save_freq > 0 || t.save_freq === -1))
+    add("trainer.save_freq", `must be > 0 or -1 (never), got ${t.save_freq}`);
   if (cfg.trainer.resume_mode === "resume_path" && !cfg.trainer.resume_from_path) {
     add("trainer.resume_from_path", 'must be set when trainer.resume_mode is "resume_path"');
   }
@@ -91,7 +207,7 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: { worldSize?: numbe
 }
 
 /** checkTrainerConfig, throwing TrainerConfigError listing every problem. */
-export function assertTrainerConfig(cfg: TrainerConfig, opts: { worldSize?: number } = {}): void {
+export function assertTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigOptions = {}): void {
   const issues = checkTrainerConfig(cfg, opts);
   if (issues.length) throw new TrainerConfigError(issues);
 }

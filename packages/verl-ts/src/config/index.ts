@@ -1,4 +1,9 @@
-export { assertTrainerConfig, checkTrainerConfig } from "./check.js";
+export {
+  assertTrainerConfig,
+  type CheckTrainerConfigOptions,
+  checkTrainerConfig,
+  checkUnsupportedKeys,
+} from "./check.js";
 export {
   type ConfigOverride,
   configToYaml,

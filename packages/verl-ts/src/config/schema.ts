@@ -14,6 +14,11 @@ export interface ConfigKeySpec {
   default: unknown;
   doc?: string;
   source: string;
+  /**
+   * Set for a key this implementation does not support: what to do instead. Such a key is accepted only
+   * at its default (checkUnsupportedKeys refuses anything else, quoting this text).
+   */
+  unsupported?: string;
 }
 
 export type ConfigNode = { [key: string]: unknown };
@@ -93,6 +98,20 @@ function inferType(value: unknown, token: string): ConfigTypeSpec[] {
   return [{ kind: "map" }];
 }
 
+/** The marker line of a doc comment that makes a key (or a whole section) refused unless at its default. */
+const UNSUPPORTED_MARK = /^\s*unsupported:\s*/;
+
+/** Splits a doc comment into its documentation and the text after an "unsupported:" line. */
+function splitDoc(comment: string | undefined): { doc?: string; unsupported?: string } {
+  if (!comment) return {};
+  const lines = comment.split("\n").map((l) => l.replace(/^\s*#?\s?/, ""));
+  const at = lines.findIndex((l) => UNSUPPORTED_MARK.test(l));
+  if (at < 0) return { doc: lines.join("\n").trim() || undefined };
+  const doc = lines.slice(0, at).join("\n").trim();
+  const unsupported = [lines[at]!.replace(UNSUPPORTED_MARK, ""), ...lines.slice(at + 1)].join(" ").trim();
+  return { doc: doc || undefined, unsupported };
+}
+
 function typeComment(node: Node | null | undefined): string | undefined {
   const c = (node as { comment?: string } | null)?.comment;
   const m = c ? /type:\s*(.+)$/m.exec(c) : null;
@@ -101,8 +120,10 @@ function typeComment(node: Node | null | undefined): string | undefined {
 
 /**
  * The set of known config keys, read from a defaults YAML. Types come from the defaults (and from
- * "# type: ..." comments), the comment lines above a key are its documentation. Extend it with more
- * defaults YAML (a recipe's own keys) via `extend`.
+ * "# type: ..." comments), the comment lines above a key are its documentation. A comment line
+ * "unsupported: <what to do instead>" above a key (or a section: every key below it) marks what this
+ * implementation refuses unless left at its default. Extend it with more defaults YAML (a recipe's own
+ * keys) via `extend`.
  */
 export class ConfigSchema {
   private constructor(
@@ -120,7 +141,7 @@ export class ConfigSchema {
     const sections = new Set(this.sections);
     const doc = parseDocument(text);
     if (doc.errors.length) throw new Error(`${source}: ${doc.errors[0]!.message}`);
-    const walk = (map: YAMLMap, prefix: string) => {
+    const walk = (map: YAMLMap, prefix: string, inherited: string | undefined) => {
       map.items.forEach((pair, i) => {
         const k = isScalar(pair.key) ? String(pair.key.value) : String(pair.key);
         const key = prefix ? `${prefix}.${k}` : k;
@@ -129,13 +150,13 @@ export class ConfigSchema {
         const before =
           (pair.key as { commentBefore?: string } | null)?.commentBefore ??
           (i === 0 ? map.commentBefore : undefined);
-        const doc = before?.trim();
+        const { doc, unsupported: own } = splitDoc(before ?? undefined);
         const declared = typeComment(node);
         if (isMap(node) && node.items.length > 0 && !declared) {
           if (specs.has(key))
             throw new Error(`${source}: "${key}" is a key in the schema, cannot make it a section`);
           sections.add(key);
-          walk(node, key);
+          walk(node, key, own ?? inherited);
           return;
         }
         if (sections.has(key))
@@ -147,12 +168,13 @@ export class ConfigSchema {
         else if (typeof value === "string" && INTERP_FULL.test(value))
           types = [{ kind: "any" }]; // resolved below
         else types = inferType(value, token);
-        specs.set(key, { key, types, default: value, doc: doc || undefined, source });
+        const unsupported = own ?? inherited;
+        specs.set(key, { key, types, default: value, doc, source, ...(unsupported ? { unsupported } : {}) });
         for (let p = key.lastIndexOf("."); p > 0; p = key.lastIndexOf(".", p - 1))
           sections.add(key.slice(0, p));
       });
     };
-    if (isMap(doc.contents)) walk(doc.contents, "");
+    if (isMap(doc.contents)) walk(doc.contents, "", undefined);
     else if (doc.contents !== null) throw new Error(`${source}: the defaults must be a YAML mapping`);
     // Interpolated defaults ("${a.b}") take the type of the key they point at.
     for (const spec of specs.values()) {

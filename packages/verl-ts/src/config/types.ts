@@ -54,6 +54,7 @@ export interface RolloutConfig extends Open {
   prompt_length: number;
   response_length: number;
   do_sample: boolean;
+  ignore_eos: boolean;
   n: number;
   seed: number;
   num_llm_calls_available: number;
@@ -122,7 +123,6 @@ export interface TrainerConfig extends Open {
     total_training_steps: number | null;
     project_name: string;
     experiment_name: string;
-    logger: string[];
     nnodes: number;
     n_gpus_per_node: number;
     save_freq: number;
@@ -132,6 +132,11 @@ export interface TrainerConfig extends Open {
     test_freq: number;
     critic_warmup: number;
     default_local_dir: string;
+    ray_wait_register_center_timeout: number;
+    logger: string[];
+    log_val_generations: number;
+    rollout_data_dir: string | null;
+    validation_data_dir: string | null;
     seed: number;
   } & Open;
 }

@@ -4,6 +4,16 @@ export { benchRewardCommand } from "./bench.js";
 export { verifyCommand, verifyLine } from "./cli.js";
 export { loadRewardCorpus, REWARD_CORPUS_PATH, RewardCorpusError, type RewardCorpusPair } from "./corpus.js";
 export {
+  type CustomRewardFunction,
+  CustomRewardFunctionError,
+  type CustomRewardFunctionSpec,
+  type CustomRewardResult,
+  customRewardModuleExists,
+  customRewardModuleUrl,
+  customRewardScorer,
+  loadCustomRewardFunction,
+} from "./custom-function.js";
+export {
   clearAnswerParseCache,
   isEquivalentAnswer,
   type ParsedAnswer,

@@ -9,13 +9,20 @@
  *   reward/verifier_errors (comparator failures in this batch, each graded unequal; expected 0)
  *
  * Math samples of a large batch are graded on a pool of worker threads; samples whose data source has a
- * registered custom scorer run in this thread (they may be async, e.g. call a sandbox).
+ * registered custom scorer run in this thread (they may be async, e.g. call a sandbox). With a custom
+ * reward function (veRL's custom_reward_function) every row is scored by it instead.
  */
 
 import { DataProto, type DataProtoWire, isDataProtoWire, type TypedArray } from "../protocol/index.js";
+import {
+  type CustomRewardFunctionSpec,
+  customRewardScorer,
+  loadCustomRewardFunction,
+} from "./custom-function.js";
 import { verifierErrors } from "./equivalence.js";
 import {
   mathRewardScorer,
+  type RewardScorer,
   type RewardScorerInput,
   type RewardScorerOptions,
   rewardScorerFor,
@@ -69,6 +76,11 @@ export interface RewardManagerOptions {
    * import. This is how custom scorers reach a manager running as an actor in another process.
    */
   scorerModules?: string[];
+  /**
+   * veRL's custom_reward_function (path, name): a module's scoring function that scores every row in
+   * place of the built-in scorers. Loaded by this manager (in its own process when it runs as an actor).
+   */
+  customRewardFunction?: CustomRewardFunctionSpec | null;
 }
 
 /** Where `scoreDataProto` looks for its inputs (veRL's names; ToRL's execution_passes). */
@@ -142,6 +154,7 @@ export class RewardManager {
   private readonly parallelThreshold: number;
   private pool: MathScorePool | null = null;
   private readonly modulesLoaded: Promise<unknown>;
+  private readonly customScorer: Promise<RewardScorer> | null;
 
   constructor(options: RewardManagerOptions = {}) {
     this.options = {
@@ -153,11 +166,23 @@ export class RewardManager {
     this.parallelThreshold = options.parallelThreshold ?? 1024;
     this.modulesLoaded = Promise.all((options.scorerModules ?? []).map((m) => import(m)));
     this.modulesLoaded.catch(() => {}); // reported by score()
+    const custom = options.customRewardFunction;
+    this.customScorer = custom
+      ? loadCustomRewardFunction(custom).then((fn) => customRewardScorer(fn, custom))
+      : null;
+    this.customScorer?.catch(() => {}); // reported by score() and loaded()
+  }
+
+  /** Resolves once the scorer modules and the custom reward function are loaded; rejects if one cannot be. */
+  async loaded(): Promise<void> {
+    await this.modulesLoaded;
+    await this.customScorer;
   }
 
   /** Scores a batch given as plain arrays. */
   async score(batch: RewardBatch): Promise<RewardBatchResult> {
     await this.modulesLoaded;
+    const customScorer = await this.customScorer;
     const n = batch.responses.length;
     const check = (name: string, arr: unknown[] | undefined) => {
       if (arr && arr.length !== n) {
@@ -188,7 +213,7 @@ export class RewardManager {
     const mathRows: number[] = [];
     const custom: Promise<void>[] = [];
     inputs.forEach((input, i) => {
-      const scorer = rewardScorerFor(input.dataSource);
+      const scorer = customScorer ?? rewardScorerFor(input.dataSource);
       if (scorer === mathRewardScorer) mathRows.push(i);
       else {
         custom.push(

@@ -21,5 +21,6 @@ export {
   WorkerGroup,
   type WorkerGroupOptions,
   type WorkerRole,
+  WorkerStartTimeoutError,
   workerRole,
 } from "./worker-group.js";

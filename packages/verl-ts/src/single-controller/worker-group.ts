@@ -53,6 +53,25 @@ export interface WorkerGroupOptions {
   env?: Record<string, string>;
   /** Calls that may run at once in a worker (async methods). Default 1. */
   maxConcurrency?: number;
+  /**
+   * Milliseconds to wait for every worker process to start (veRL's ray_wait_register_center_timeout);
+   * past it the workers are killed and WorkerStartTimeoutError is thrown. Default: no limit.
+   */
+  readyTimeoutMs?: number;
+}
+
+/** The workers of a group did not all start in time. */
+export class WorkerStartTimeoutError extends Error {
+  override name = "WorkerStartTimeoutError";
+  constructor(
+    readonly group: string,
+    readonly timeoutMs: number,
+  ) {
+    super(
+      `the ${group} workers did not all start within ${timeoutMs / 1000} s: check that the cluster has the ` +
+        "resources they ask for, or raise trainer.ray_wait_register_center_timeout",
+    );
+  }
 }
 
 let groupCounter = 0;
@@ -145,7 +164,20 @@ export class WorkerGroup<T = unknown> {
       }).remote(specs),
     );
     try {
-      await get(handles.map((h) => h.hostReady()));
+      const ready = get(handles.map((h) => h.hostReady()));
+      ready.catch(() => {}); // after a timeout the killed workers' failures are no news
+      const limit = opts.readyTimeoutMs;
+      if (limit !== undefined && Number.isFinite(limit)) {
+        let timer: NodeJS.Timeout | undefined;
+        const late = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new WorkerStartTimeoutError(name, limit)), limit);
+        });
+        try {
+          await Promise.race([ready, late]);
+        } finally {
+          clearTimeout(timer);
+        }
+      } else await ready;
       if (collectiveGroup) await createCollectiveGroup(handles, { name: collectiveGroup });
     } catch (e) {
       for (const h of handles) kill(h);

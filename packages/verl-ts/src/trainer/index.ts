@@ -32,7 +32,29 @@ export {
   saveHfMetadata,
 } from "./export.js";
 export { exportCommand, parseByteSize } from "./export-command.js";
-export { computeDataMetrics, computeToolMetrics, computeValidationMetrics } from "./metrics.js";
+export {
+  dumpGenerations,
+  formatGenerations,
+  type GenerationRecord,
+  pickGenerationsToLog,
+} from "./generation-dump.js";
+export {
+  checkLoggerNames,
+  createMetricSinks,
+  LOGGER_NAMES,
+  type LoggerName,
+  LoggerUnavailableError,
+  type MetricSinkOptions,
+  type MetricsSink,
+} from "./loggers.js";
+export {
+  computeDataMetrics,
+  computeThroughputMetrics,
+  computeTimingPerTokenMetrics,
+  computeToolMetrics,
+  computeValidationMetrics,
+  tokenCounts,
+} from "./metrics.js";
 export {
   checkTrainerSetup,
   RayPPOTrainer,
@@ -41,3 +63,9 @@ export {
   type TrainingSummary,
 } from "./ppo-trainer.js";
 export { formatStepLine, RunLog, readMetrics, type StepMetrics } from "./run-log.js";
+export { crc32c, maskedCrc32c, scalarEvent, TensorBoardWriter, tfRecord } from "./tensorboard.js";
+export {
+  bootstrapSizes,
+  computeMultiSampleValidationMetrics,
+  type ValidationSample,
+} from "./validation-metrics.js";

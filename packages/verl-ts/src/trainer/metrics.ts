@@ -152,3 +152,57 @@ export function computeValidationMetrics(
   out["val/acc"] = n ? c / n : 0;
   return out;
 }
+
+/** Prompt and response tokens of a batch (attention mask before and within the response columns). */
+export function tokenCounts(data: DataProto): { prompt: number; response: number } {
+  const attn = data.tensor("attention_mask");
+  const R = data.tensor("responses").shape[1]!;
+  const W = attn.shape[1]!;
+  let prompt = 0;
+  let response = 0;
+  for (let b = 0; b < data.length; b++)
+    for (let t = 0; t < W; t++) {
+      const v = Number(attn.data[b * W + t]);
+      if (t < W - R) prompt += v;
+      else response += v;
+    }
+  return { prompt, response };
+}
+
+/** Phases timed per token (veRL): gen per response token, the others per prompt + response token. */
+const PER_TOKEN_PHASES = ["gen", "ref", "values", "adv", "update_critic", "update_actor"] as const;
+
+/**
+ * veRL's compute_timing_metrics, per-token part: timing_per_token_ms/<phase> = seconds x 1000 / tokens,
+ * for the phases of `timing` (timing_s/<phase> seconds) that ran.
+ */
+export function computeTimingPerTokenMetrics(
+  data: DataProto,
+  timing: Record<string, number>,
+): Record<string, number> {
+  const { prompt, response } = tokenCounts(data);
+  const out: Record<string, number> = {};
+  for (const phase of PER_TOKEN_PHASES) {
+    const seconds = timing[`timing_s/${phase}`];
+    if (seconds === undefined) continue;
+    const tokens = phase === "gen" ? response : prompt + response;
+    if (tokens > 0) out[`timing_per_token_ms/${phase}`] = (seconds * 1000) / tokens;
+  }
+  return out;
+}
+
+/**
+ * veRL's compute_throughout_metrics: perf/total_num_tokens (prompt + response tokens of the batch),
+ * perf/time_per_step (seconds), perf/throughput = tokens / (seconds x workers).
+ */
+export function computeThroughputMetrics(
+  totalTokens: number,
+  stepSeconds: number,
+  workers: number,
+): Record<string, number> {
+  return {
+    "perf/total_num_tokens": totalTokens,
+    "perf/time_per_step": stepSeconds,
+    "perf/throughput": totalTokens / (stepSeconds * workers),
+  };
+}

@@ -13,7 +13,7 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { clusterResources, init, isInitialized, shutdown } from "@torl-ts/actors";
-import { computeAdvantage, listAdvantageEstimators } from "../algorithms/advantage.js";
+import { computeAdvantage } from "../algorithms/advantage.js";
 import { applyKlPenalty, createKlController, type KlController } from "../algorithms/kl.js";
 import type { MaskMatrix, ScoreMatrix } from "../algorithms/masked.js";
 import { aggLoss } from "../algorithms/policy-loss.js";
@@ -26,6 +26,7 @@ import { collatePrompts, filterOverlongPrompts, PromptLoader } from "../data/loa
 import { type RlDatasetRow, readRlDataset } from "../data/rows.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto, type DataProtoWire, isDataProtoWire } from "../protocol/data-proto.js";
+import { customRewardModuleExists, loadCustomRewardFunction } from "../reward/custom-function.js";
 import { RewardManager } from "../reward/manager.js";
 import { applyOverlongPenalty, checkOverlongBuffer, OverlongBufferError } from "../reward/overlong.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
@@ -38,8 +39,23 @@ import { CheckpointManager, DriverRng, type TrainerState } from "./checkpoint.js
 import { DynamicSamplingError, filterInformativeGroups, filterMetricValues } from "./dynamic-sampling.js";
 import { describeWorkerFailure, WorkerFailureError } from "./errors.js";
 import { saveHfMetadata } from "./export.js";
-import { computeDataMetrics, computeToolMetrics, computeValidationMetrics } from "./metrics.js";
+import {
+  dumpGenerations,
+  formatGenerations,
+  type GenerationRecord,
+  pickGenerationsToLog,
+} from "./generation-dump.js";
+import { createMetricSinks } from "./loggers.js";
+import {
+  computeDataMetrics,
+  computeThroughputMetrics,
+  computeTimingPerTokenMetrics,
+  computeToolMetrics,
+  computeValidationMetrics,
+  tokenCounts,
+} from "./metrics.js";
 import { RunLog, type StepMetrics } from "./run-log.js";
+import { computeMultiSampleValidationMetrics, type ValidationSample } from "./validation-metrics.js";
 
 /**
  * Scores a batch: RewardManager (in this process) or a RewardManagerActor handle (its ObjectRef is
@@ -53,7 +69,11 @@ export interface RewardScorerLike {
 export interface TrainerOptions {
   /** The rollout tool (imported in every worker process); none = plain generation. */
   tool?: ToolSpec | null;
-  /** The reward; default a RewardManager in the driver with data.execution_error_penalty. */
+  /**
+   * The reward; default a RewardManager in the driver with data.execution_error_penalty and
+   * custom_reward_function. A reward given here must apply custom_reward_function itself (the
+   * trainer still checks, before any worker starts, that the function loads).
+   */
   reward?: RewardScorerLike;
   /** Training rows instead of reading data.train_files. */
   trainRows?: RlDatasetRow[];
@@ -176,11 +196,6 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
       "actor_rollout_ref.actor.policy_loss.loss_mode",
       `"${lossMode}" is not a registered policy loss (have: ${listPolicyLosses().join(", ")}); register your own in a module named by actor_rollout_ref.model.external_lib`,
     );
-  if (!listAdvantageEstimators().includes(cfg.algorithm.adv_estimator))
-    add(
-      "algorithm.adv_estimator",
-      `"${cfg.algorithm.adv_estimator}" is not a registered estimator (have: ${listAdvantageEstimators().join(", ")})`,
-    );
   if (usesCritic(cfg)) {
     const c = cfg.critic as TrainerConfig["critic"] & {
       model: { path: string | null };
@@ -211,14 +226,6 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
       );
   }
   batchSizes("actor_rollout_ref.actor", a.ppo_mini_batch_size, a.ppo_micro_batch_size_per_gpu);
-  const o = a.optim;
-  if (o.warmup_style !== "constant" && o.warmup_style !== "cosine")
-    add("actor_rollout_ref.actor.optim.warmup_style", `must be constant or cosine, got ${o.warmup_style}`);
-  if (!(o.lr_warmup_steps_ratio >= 0 && o.lr_warmup_steps_ratio <= 1))
-    add(
-      "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio",
-      `must be in [0, 1], got ${o.lr_warmup_steps_ratio}`,
-    );
   if (!opts.trainRows) {
     const files = [cfg.data.train_files].flat();
     for (const f of files) if (!existsSync(f)) add("data.train_files", `names ${f}, which does not exist`);
@@ -232,6 +239,9 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
       add("trainer.resume_from_path", `${cfg.trainer.resume_from_path} is not a complete checkpoint`);
   }
   if (opts.tool && !opts.tool.module) add("tool", "spec needs a module URL");
+  const custom = cfg.custom_reward_function;
+  if (custom.path && !customRewardModuleExists(custom.path))
+    add("custom_reward_function.path", `names ${custom.path}, which does not exist`);
   return issues;
 }
 
@@ -328,12 +338,18 @@ export class RayPPOTrainer {
       cfg.trainer.total_training_steps ?? this.loader.batchesPerEpoch * cfg.trainer.total_epochs;
     cfg.actor_rollout_ref.actor.optim.total_training_steps = this.totalSteps;
     cfg.critic.optim.total_training_steps = this.totalSteps;
+    const custom = cfg.custom_reward_function.path
+      ? { path: cfg.custom_reward_function.path, name: cfg.custom_reward_function.name }
+      : null;
+    // a missing export stops the run here, before the runtime or any worker starts
+    if (custom) await loadCustomRewardFunction(custom);
     this.reward =
       this.opts.reward ??
       new RewardManager({
         executionErrorPenalty: d.execution_error_penalty,
         executionPenaltyValue: d.execution_error_penalty_value,
         numThreads: 0,
+        customRewardFunction: custom,
       });
     if (cfg.algorithm.use_kl_in_reward) this.klCtrl = createKlController(cfg.algorithm.kl_ctrl);
 
@@ -368,6 +384,7 @@ export class RayPPOTrainer {
       name: `actor_rollout_ref-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`,
       collective: true,
       env: this.opts.workerEnv,
+      readyTimeoutMs: cfg.trainer.ray_wait_register_center_timeout * 1000,
     };
     if (usesCritic(cfg)) {
       // the critic shares each process (and its collective group) with the actor, as veRL colocates them
@@ -434,13 +451,24 @@ export class RayPPOTrainer {
     const t0 = performance.now();
     const cfg = this.config;
     try {
-      await this.init();
+      // the run's log and metric sinks first: a logger whose client is missing stops the run here
       this.runLog = new RunLog(
         this.opts.runsDir ?? "runs",
         this.opts.runName ?? cfg.trainer.experiment_name,
         this.print,
+        cfg.trainer.logger.includes("console"),
       );
+      this.runLog.addSinks(
+        await createMetricSinks(cfg.trainer.logger, {
+          runDir: this.runLog.dir,
+          project: cfg.trainer.project_name as string,
+          experiment: cfg.trainer.experiment_name,
+          config: cfg,
+        }),
+      );
+      // the config as given (init fills in the optimizers' step counts), so the file can be run again
       this.runLog.writeFile("config.yaml", configToYaml(cfg));
+      await this.init();
       this.currentStage = "loading checkpoint";
       const resumed = await this.loadCheckpoint();
       this.runLog.start(resumed);
@@ -451,7 +479,7 @@ export class RayPPOTrainer {
         const val = await this.validate();
         this.summaryAcc.val_acc_initial = val["val/acc"]!;
         this.summaryAcc.val_acc_final = val["val/acc"]!;
-        this.runLog.log(0, this.totalSteps, val);
+        await this.runLog.log(0, this.totalSteps, val);
       }
       if (!cfg.trainer.val_only) {
         while (this.globalStep < this.totalSteps) {
@@ -463,12 +491,19 @@ export class RayPPOTrainer {
             const ts = performance.now();
             const val = await this.validate();
             Object.assign(metrics, val, { "timing_s/testing": (performance.now() - ts) / 1000 });
-            this.summaryAcc.val_acc_initial ??= val["val/acc"]!;
             this.summaryAcc.val_acc_final = val["val/acc"]!;
           }
           metrics["timing_s/step"] = (performance.now() - stepStart) / 1000;
+          Object.assign(
+            metrics,
+            computeThroughputMetrics(
+              metrics["perf/total_num_tokens"]!,
+              metrics["timing_s/step"],
+              this.worldSize,
+            ),
+          );
           this.trackSummary(metrics);
-          this.runLog.log(this.globalStep, this.totalSteps, metrics);
+          await this.runLog.log(this.globalStep, this.totalSteps, metrics);
           if (cfg.trainer.save_freq > 0 && (last || this.globalStep % cfg.trainer.save_freq === 0)) {
             this.currentStage = "saving checkpoint";
             await this.saveCheckpoint(wall());
@@ -478,11 +513,13 @@ export class RayPPOTrainer {
       }
       const summary = this.summary(wall());
       this.runLog.writeFile("summary.json", `${JSON.stringify(summary, null, 2)}\n`);
+      await this.runLog.close();
       await this.close();
       this.print(this.runLog.dir);
       return summary;
     } catch (e) {
       const err = this.explain(e);
+      await this.runLog?.close().catch(() => {});
       await this.close().catch(() => {});
       throw err;
     }
@@ -509,6 +546,8 @@ export class RayPPOTrainer {
     // algorithm.filter_groups (DAPO's dynamic sampling) rounds repeat until enough groups teach something.
     // (reward/ metrics then describe the last round)
     const { batch, epoch, scored, sampling } = await this.generateAndScore(timed);
+    const rolloutDir = cfg.trainer.rollout_data_dir;
+    if (rolloutDir) dumpGenerations(rolloutDir, this.globalStep, this.generationRecords(batch));
 
     // Balance the tokens over the workers before every per-worker pass (veRL's balance_batch).
     let balance: StepMetrics = {};
@@ -569,6 +608,8 @@ export class RayPPOTrainer {
       "training/epoch": epoch,
       "training/global_step": this.globalStep,
       ...timing,
+      ...computeTimingPerTokenMetrics(batch, timing),
+      "perf/total_num_tokens": ((c) => c.prompt + c.response)(tokenCounts(batch)),
     };
   }
 
@@ -588,7 +629,22 @@ export class RayPPOTrainer {
     const gen: DataProto = await timed("gen", () =>
       this.actorRolloutWg.generateSequences(genBatch.repeat(n)),
     );
+    // ReMax: the baseline of each prompt is the score of its greedy response (veRL's gen_max)
+    let baselines: Float32Array | undefined;
+    if (this.config.algorithm.adv_estimator === "remax") {
+      const greedy = DataProto.fromWire(genBatch.toWire());
+      greedy.metaInfo.do_sample = false;
+      const base: DataProto = await timed("gen_max", () => this.actorRolloutWg.generateSequences(greedy));
+      const scoredBase = await this.score(
+        batch.select([], Object.keys(batch.nonTensorBatch), []).union(base),
+      );
+      const perPrompt = scoredBase.column<number>("score");
+      baselines = Float32Array.from({ length: perPrompt.length * n }, (_, i) =>
+        Number(perPrompt[Math.floor(i / n)]),
+      );
+    }
     batch = batch.repeat(n).union(gen);
+    if (baselines) batch.batch.reward_baselines = { data: baselines, shape: [baselines.length] };
     // token_level_scores (score on the last response token), score, acc
     const scored = await timed("reward", () => this.score(batch));
     batch.union(scored.select(["token_level_scores"], ["score", "acc", "extracted_answer"], []));
@@ -640,6 +696,31 @@ export class RayPPOTrainer {
       "train/num_dropped_prompts": dropped,
     };
     return { batch, epoch: round.epoch, scored: round.scored, sampling };
+  }
+
+  /** The generations of a scored batch as dump records (input, output, gts, score, step, acc). */
+  private generationRecords(batch: DataProto): GenerationRecord[] {
+    const prompts = batch.tensor("prompts");
+    const attn = batch.tensor("attention_mask");
+    const [B, P] = prompts.shape as [number, number];
+    const W = attn.shape[1]!;
+    const text = batch.column<string>("response_text");
+    const score = batch.column<number>("score");
+    const acc = batch.column<boolean>("acc");
+    const rm = batch.nonTensorBatch.reward_model as { ground_truth?: unknown }[] | undefined;
+    return Array.from({ length: B }, (_, b) => {
+      const ids: number[] = [];
+      for (let t = 0; t < P; t++) if (Number(attn.data[b * W + t])) ids.push(Number(prompts.data[b * P + t]));
+      const gt = rm?.[b]?.ground_truth;
+      return {
+        input: this.tokenizer.decode(ids, true),
+        output: text[b] ?? "",
+        gts: gt === undefined || gt === null ? null : String(gt),
+        score: Number(score[b]),
+        step: this.globalStep,
+        acc: Boolean(acc[b]),
+      };
+    });
   }
 
   private collate(rows: RlDatasetRow[]): DataProto {
@@ -696,6 +777,9 @@ export class RayPPOTrainer {
       responseMask: mask,
       ...(batch.batch.values ? { values: batch.tensor("values") as ScoreMatrix } : {}),
       index: batch.column<string>("uid"),
+      ...(batch.batch.reward_baselines
+        ? { rewardBaselines: batch.tensor("reward_baselines").data as Float32Array }
+        : {}),
       gamma: alg.gamma,
       lam: alg.lam,
       normAdvByStdInGrpo: alg.norm_adv_by_std_in_grpo,
@@ -720,8 +804,11 @@ export class RayPPOTrainer {
     const correct: boolean[] = [];
     const scores: number[] = [];
     const parts: DataProto[] = [];
+    const samples: ValidationSample[] = [];
+    const records: GenerationRecord[] = [];
     for (let s = 0; s < this.valRows.length; s += size) {
       let batch = this.collate(this.valRows.slice(s, s + size));
+      batch.nonTensorBatch.uid = Array.from({ length: batch.length }, (_, i) => `val-${s + i}`);
       const genBatch = batch.pop(PROMPT_KEYS);
       genBatch.metaInfo.validate = true;
       genBatch.metaInfo.seed = cfg.actor_rollout_ref.rollout.seed;
@@ -732,13 +819,35 @@ export class RayPPOTrainer {
       sources.push(...batch.column<string>("data_source").map(String));
       correct.push(...batch.column<boolean>("acc"));
       scores.push(...batch.column<number>("score"));
+      const uids = batch.column<string>("uid");
+      const preds = batch.column<string | null>("extracted_answer");
+      batch.column<string>("data_source").forEach((src, i) => {
+        samples.push({
+          uid: uids[i]!,
+          dataSource: String(src),
+          acc: Boolean(batch.column<boolean>("acc")[i]),
+          reward: Number(batch.column<number>("score")[i]),
+          pred: preds[i] ?? null,
+        });
+      });
+      if (cfg.trainer.log_val_generations > 0 || cfg.trainer.validation_data_dir)
+        records.push(...this.generationRecords(batch));
       parts.push(
         batch.select(["num_tool_calls", "num_tool_passes"], ["tool_observations", "extracted_answer"], []),
       );
     }
     const all = parts.length ? DataProto.concat(parts) : undefined;
+    const t = cfg.trainer;
+    if (t.log_val_generations > 0)
+      for (const line of formatGenerations(
+        this.globalStep,
+        pickGenerationsToLog(records, t.log_val_generations),
+      ))
+        this.print(line);
+    if (t.validation_data_dir) dumpGenerations(t.validation_data_dir, this.globalStep, records);
     return {
       ...computeValidationMetrics(sources, correct, scores),
+      ...computeMultiSampleValidationMetrics(samples),
       ...(all ? computeToolMetrics(all, "val/tool") : {}),
     };
   }

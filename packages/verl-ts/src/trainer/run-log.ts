@@ -1,21 +1,26 @@
 /**
  * A run's outputs under `runs/<name>/`: metrics.jsonl (one object per step: {"step": N, ...metrics}),
- * summary.json at the end, config.yaml, and a console line per step. On resume the lines of steps
- * after the checkpoint are dropped so the file reads as if the run had never stopped.
+ * summary.json at the end, config.yaml, a console line per step (trainer.logger "console") and any
+ * further metric sinks (tensorboard, wandb, mlflow). On resume the lines of steps after the checkpoint
+ * are dropped so the file reads as if the run had never stopped.
  */
 import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import type { MetricsSink } from "./loggers.js";
 
 export type StepMetrics = Record<string, number>;
 
 export class RunLog {
   readonly dir: string;
   readonly metricsFile: string;
+  private sinks: MetricsSink[] = [];
 
+  /** `print` receives a line per step when `console` is on (the default). */
   constructor(
     runsDir: string,
     name: string,
     private readonly print: (line: string) => void,
+    private readonly console = true,
   ) {
     this.dir = resolve(runsDir, name);
     this.metricsFile = join(this.dir, "metrics.jsonl");
@@ -32,10 +37,23 @@ export class RunLog {
     writeFileSync(this.metricsFile, kept.map((m) => `${JSON.stringify(m)}\n`).join(""));
   }
 
-  /** Appends one step's metrics and prints its line. */
-  log(step: number, totalSteps: number, metrics: StepMetrics): void {
+  /** Sends every later step to `sinks` too. */
+  addSinks(sinks: MetricsSink[]): void {
+    this.sinks.push(...sinks);
+  }
+
+  /** Appends one step's metrics, prints its line, and hands it to the sinks. */
+  async log(step: number, totalSteps: number, metrics: StepMetrics): Promise<void> {
     appendFileSync(this.metricsFile, `${JSON.stringify({ step, ...metrics })}\n`);
-    this.print(formatStepLine(step, totalSteps, metrics));
+    if (this.console) this.print(formatStepLine(step, totalSteps, metrics));
+    for (const sink of this.sinks) await sink.log(step, metrics);
+  }
+
+  /** Closes the sinks (event files, remote runs). */
+  async close(): Promise<void> {
+    const sinks = this.sinks;
+    this.sinks = [];
+    for (const sink of sinks) await sink.close();
   }
 
   writeFile(name: string, text: string): void {

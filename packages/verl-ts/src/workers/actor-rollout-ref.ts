@@ -6,11 +6,11 @@
  * Sharding and the global loss aggregation: see fsdp.ts (shared with the critic).
  */
 import * as tf from "@tensorflow/tfjs";
-import type { Tool } from "@torl-ts/sandbox";
+import { OUTPUT_STOP, type Tool } from "@torl-ts/sandbox";
 import type { PolicyLossOptions } from "../algorithms/policy-loss.js";
 import { getPolicyLoss, runPolicyLoss } from "../algorithms/policy-loss-registry.js";
 import { aggLossTf, asTfTensor, klLossTf } from "../algorithms/tf-ops.js";
-import type { TrainerConfig } from "../config/types.js";
+import type { RolloutConfig, TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
 import { computeLogProbs, tokenLogProbs } from "../models/logprobs.js";
 import { loadPretrained } from "../models/pretrained.js";
@@ -18,13 +18,14 @@ import type { Qwen2Model } from "../models/qwen2.js";
 import type { Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
 import { rolloutTrainingBatch } from "../rollout/batch.js";
-import { tirRollout } from "../rollout/tir.js";
+import { type TirRolloutOptions, tirRollout } from "../rollout/tir.js";
 import { Dispatch, register } from "../single-controller/decorator.js";
 import { importExternalLib } from "./external-lib.js";
 import {
   byMicroBatch,
   microBatches,
   padColumns,
+  perWorkerRows,
   responseTokenBatch,
   rowColumns,
   ShardedParameters,
@@ -123,9 +124,17 @@ export class ActorRolloutRefWorker extends ShardedWorker {
         throw new WorkerStateError(`tool module ${this.toolSpec.module} has no export "${name}"`);
       const args = this.toolSpec.args ?? [];
       const isClass = /^class[\s{]/.test(Function.prototype.toString.call(exp));
-      this.tool = isClass
+      const tool = isClass
         ? (new (exp as new (...a: unknown[]) => Tool)(...args) as Tool)
         : await (exp as (...a: unknown[]) => Tool | Promise<Tool>)(...args);
+      // rollout.tool.stop, when set, must be a trigger of the tool: its own stop strings start its calls
+      const stop = this.cfg.actor_rollout_ref.rollout.tool.stop;
+      if (stop !== OUTPUT_STOP && !tool.stop.includes(stop))
+        throw new WorkerStateError(
+          `actor_rollout_ref.rollout.tool.stop is ${JSON.stringify(stop)} but the tool ${tool.name} stops at ` +
+            `${JSON.stringify(tool.stop)}: give the tool that stop string, or remove the key`,
+        );
+      this.tool = tool;
     }
     return this.tool;
   }
@@ -133,7 +142,8 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   /**
    * Rollout on the gathered weights (ToRL's TIR generation; plain generation when C = 0 or without a
    * tool). In: input_ids / attention_mask [B, P] left-padded prompts. metaInfo: `seed` (this rank
-   * samples with seed + rank * 1_000_003), `validate` (use rollout.val_kwargs: greedy by default).
+   * samples with seed + rank * 1_000_003), `validate` (use rollout.val_kwargs: greedy by default),
+   * `do_sample` (false: greedy).
    * Out: `rolloutTrainingBatch` of the samples (prompts, responses, input_ids, attention_mask,
    * position_ids, response_mask, tool_output_mask, loss_mask = response_mask & tool_output_mask when
    * actor.mask_tool_output, execution_passes, num_tool_calls, num_tool_passes; non-tensor
@@ -155,20 +165,17 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       rows.push(r);
     }
     const validate = prompts.metaInfo.validate === true;
-    const kw = validate ? ro.val_kwargs : ro;
-    const greedy = validate ? !ro.val_kwargs.do_sample : !ro.do_sample;
     const seedBase = Number(prompts.metaInfo.seed ?? ro.seed) >>> 0;
     const tool = ro.num_llm_calls_available > 0 ? await this.getTool() : undefined;
     const R = ro.response_length;
+    const sampling = rolloutSampling(ro, validate);
+    // veRL's do_sample=false in metaInfo: a greedy pass (ReMax's baseline)
+    if (prompts.metaInfo.do_sample === false) sampling.temperature = 0;
     const out = await tirRollout(model, tok, rows, {
+      ...sampling,
       tool,
       numLlmCallsAvailable: tool ? ro.num_llm_calls_available : 0,
-      maxResponseLength: R,
-      temperature: greedy ? 0 : kw.temperature,
-      topP: kw.top_p,
-      topK: Math.max(kw.top_k, 0),
       seed: (seedBase + this.rank * 1_000_003) >>> 0,
-      maxBatchSize: Math.max(1, ro.max_num_seqs as number),
     });
     return rolloutTrainingBatch(out.samples, {
       padTokenId: tok.padTokenId,
@@ -178,15 +185,13 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     });
   }
 
-  /** Micro-batches of a log-prob pass: log_prob_micro_batch_size_per_gpu rows, or a token budget. */
+  /** Micro-batches of a log-prob pass: logProbMicroRows rows, or a token budget. */
   private logProbGroups(key: "rollout" | "ref", data: DataProto): number[][] {
-    const ar = this.cfg.actor_rollout_ref;
-    const section = ar[key] as {
-      log_prob_micro_batch_size_per_gpu: number | null;
+    const section = this.cfg.actor_rollout_ref[key] as {
       log_prob_use_dynamic_bsz?: boolean;
       log_prob_max_token_len_per_gpu?: number;
     };
-    const rows = section.log_prob_micro_batch_size_per_gpu ?? ar.actor.ppo_micro_batch_size_per_gpu ?? 8;
+    const rows = logProbMicroRows(this.cfg, key, this.worldSize);
     return microBatches(
       data,
       rows,
@@ -269,9 +274,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       {
         what: "actor.ppo_mini_batch_size x rollout.n",
         globalMiniRows: a.ppo_mini_batch_size * ar.rollout.n,
-        micro:
-          a.ppo_micro_batch_size_per_gpu ??
-          (a.ppo_micro_batch_size ? Math.max(1, Math.floor(a.ppo_micro_batch_size / W)) : null),
+        micro: perWorkerRows(a.ppo_micro_batch_size_per_gpu, a.ppo_micro_batch_size, W),
         maxTokens: a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : null,
         epochs: a.ppo_epochs,
         lossAggMode: a.loss_agg_mode,
@@ -349,6 +352,47 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   protected applyParameters(values: Map<string, Float32Array>): void {
     this.needModel().setParameters(values);
   }
+}
+
+/**
+ * How the rollout generates, from the config: rollout.* for training, rollout.val_kwargs for
+ * validation (greedy unless val_kwargs.do_sample); ignore_eos keeps generating to response_length.
+ */
+export function rolloutSampling(
+  ro: RolloutConfig,
+  validate: boolean,
+): Pick<
+  TirRolloutOptions,
+  "temperature" | "topP" | "topK" | "ignoreEos" | "maxResponseLength" | "maxBatchSize"
+> {
+  const kw = validate ? ro.val_kwargs : ro;
+  const greedy = validate ? !ro.val_kwargs.do_sample : !ro.do_sample;
+  return {
+    temperature: greedy ? 0 : kw.temperature,
+    topP: kw.top_p,
+    topK: Math.max(kw.top_k, 0),
+    ignoreEos: ro.ignore_eos,
+    maxResponseLength: ro.response_length,
+    maxBatchSize: Math.max(1, ro.max_num_seqs as number),
+  };
+}
+
+/**
+ * Rows per micro-batch of a log-prob pass on one worker (old log-probs: "rollout", reference: "ref"):
+ * log_prob_micro_batch_size_per_gpu, else the deprecated global log_prob_micro_batch_size over the
+ * workers, else the actor's micro-batch, else 8.
+ */
+export function logProbMicroRows(cfg: TrainerConfig, key: "rollout" | "ref", worldSize: number): number {
+  const ar = cfg.actor_rollout_ref;
+  const section = ar[key] as {
+    log_prob_micro_batch_size: number | null;
+    log_prob_micro_batch_size_per_gpu: number | null;
+  };
+  return (
+    perWorkerRows(section.log_prob_micro_batch_size_per_gpu, section.log_prob_micro_batch_size, worldSize) ??
+    perWorkerRows(ar.actor.ppo_micro_batch_size_per_gpu, ar.actor.ppo_micro_batch_size, worldSize) ??
+    8
+  );
 }
 
 /**

@@ -26,6 +26,7 @@ import {
   byMicroBatch,
   microBatches,
   padColumns,
+  perWorkerRows,
   responseTokenBatch,
   ShardedParameters,
   ShardedWorker,
@@ -57,11 +58,12 @@ interface CriticSettings {
   lossAggMode: string;
 }
 
-function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSettings {
+export function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSettings {
   const c = cfg.critic as TrainerConfig["critic"] & {
     model: { path: string | null };
     ppo_micro_batch_size: number | null;
     ppo_micro_batch_size_per_gpu: number | null;
+    forward_micro_batch_size: number | null;
     forward_micro_batch_size_per_gpu: number | null;
     use_dynamic_bsz: boolean;
     ppo_max_token_len_per_gpu: number;
@@ -73,15 +75,14 @@ function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSettings {
   };
   const path = c.model.path ?? cfg.actor_rollout_ref.model.path;
   if (!path) throw new WorkerStateError("critic.model.path (or actor_rollout_ref.model.path) is not set");
-  const micro =
-    c.ppo_micro_batch_size_per_gpu ??
-    (c.ppo_micro_batch_size ? Math.max(1, Math.floor(c.ppo_micro_batch_size / worldSize)) : null);
+  const micro = perWorkerRows(c.ppo_micro_batch_size_per_gpu, c.ppo_micro_batch_size, worldSize);
   return {
     path,
     optim: c.optim as OptimSettings,
     miniRows: c.ppo_mini_batch_size * c.rollout_n,
     micro,
-    forwardMicro: c.forward_micro_batch_size_per_gpu ?? micro ?? 8,
+    forwardMicro:
+      perWorkerRows(c.forward_micro_batch_size_per_gpu, c.forward_micro_batch_size, worldSize) ?? micro ?? 8,
     maxTokens: c.use_dynamic_bsz ? c.ppo_max_token_len_per_gpu : null,
     forwardMaxTokens: c.use_dynamic_bsz ? c.forward_max_token_len_per_gpu : null,
     epochs: c.ppo_epochs,

@@ -489,6 +489,19 @@ export function padColumns(t: tf.Tensor2D, R: number): tf.Tensor2D {
 }
 
 /**
+ * Rows per micro-batch on one worker: the `_per_gpu` setting, else veRL's deprecated global form divided
+ * over the workers (at least 1), else null (not set).
+ */
+export function perWorkerRows(
+  perGpu: number | null | undefined,
+  global: number | null | undefined,
+  worldSize: number,
+): number | null {
+  if (perGpu !== null && perGpu !== undefined) return perGpu;
+  return global ? Math.max(1, Math.floor(global / worldSize)) : null;
+}
+
+/**
  * The micro-batches of one pass over `data`, as row indices. Fixed: `rows` rows each, in order.
  * Dynamic (`maxTokens` set: veRL's use_dynamic_bsz with *_max_token_len_per_gpu): rows sorted by
  * length, longest first, and packed while the micro-batch's tensor stays within maxTokens tokens

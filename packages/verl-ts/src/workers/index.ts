@@ -4,6 +4,8 @@ export {
   type ActorRolloutRefOptions,
   ActorRolloutRefWorker,
   layoutForMiniBatches,
+  logProbMicroRows,
+  rolloutSampling,
   type ToolSpec,
 } from "./actor-rollout-ref.js";
 export {
@@ -13,7 +15,7 @@ export {
   type ShardMeta,
   writeShard,
 } from "./checkpoint-files.js";
-export { type CriticOptions, CriticWorker } from "./critic.js";
+export { type CriticOptions, CriticWorker, criticSettings } from "./critic.js";
 export {
   EXTERNAL_LIB_KEY,
   ExternalLibError,
@@ -31,6 +33,7 @@ export {
   microBatches,
   miniBatchPlan,
   padColumns,
+  perWorkerRows,
   pickRows,
   type RankContext,
   responseTokenBatch,

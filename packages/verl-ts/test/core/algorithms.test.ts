@@ -409,3 +409,21 @@ test("torch: tfjs value loss matches the value, and its gradient matches finite 
     tf.dispose([vp, value, grad]);
   }
 });
+
+test("remax: returns are the reverse sums of the masked rewards, advantages subtract the greedy baseline", (t) => {
+  const out = computeAdvantage("remax", {
+    tokenLevelRewards: { data: Float32Array.from([0, 0, 1, 0, 0, 2, 0, 0]), shape: [2, 4] },
+    responseMask: { data: Uint8Array.from([1, 1, 1, 0, 1, 0, 1, 0]), shape: [2, 4] },
+    rewardBaselines: [0.25, 1],
+  });
+  t.deepEqual(Array.from(out.returns.data), [1, 1, 1, 0, 0, 0, 0, 0], "masked reward tokens do not count");
+  t.deepEqual(Array.from(out.advantages.data), [0.75, 0.75, 0.75, 0, -1, 0, -1, 0]);
+  t.throws(
+    () =>
+      computeAdvantage("remax", {
+        tokenLevelRewards: { data: new Float32Array(4), shape: [2, 2] },
+        responseMask: { data: new Uint8Array(4).fill(1), shape: [2, 2] },
+      }),
+    { message: /remax needs rewardBaselines, one per row \(2\), got none/ },
+  );
+});

@@ -4,7 +4,9 @@ import { join } from "node:path";
 import test from "ava";
 import {
   assertTrainerConfig,
+  ConfigSchema,
   checkTrainerConfig,
+  checkUnsupportedKeys,
   configValue,
   loadTrainerConfig,
   parseConfigOverrides,
@@ -236,4 +238,78 @@ test("semantic checks stop a bad config before any work: unknown estimator or te
   t.regex(e!.message, /3 rows must divide evenly over 2 workers/);
   const grpo1 = loadTrainerConfig({ overrides: ["algorithm.adv_estimator=grpo"] });
   t.regex(checkTrainerConfig(grpo1)[0]!.message, /needs n >= 2/);
+});
+
+test("a key marked unsupported (or under a marked section) keeps its default or is refused, saying what to do", (t) => {
+  const schema = ConfigSchema.fromYaml(
+    [
+      "a:",
+      "  # plain doc",
+      "  works: 1",
+      "  # the knob",
+      "  # unsupported: there is no knob here; use a.works",
+      "  knob: 2",
+      "  # unsupported: follows a.works only",
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: YAML's interpolation syntax
+      "  alias: ${a.works}",
+      "# unsupported: no such engine; remove the section",
+      "engine:",
+      "  size: 3",
+      "  inner:",
+      "    deep: x",
+    ].join("\n"),
+  );
+  t.is(schema.get("a.works")!.unsupported, undefined);
+  t.is(schema.get("a.works")!.doc, "plain doc");
+  t.is(schema.get("a.knob")!.doc, "the knob");
+  t.is(schema.get("a.knob")!.unsupported, "there is no knob here; use a.works");
+  t.is(schema.get("engine.inner.deep")!.unsupported, "no such engine; remove the section");
+  const cfg = (over: string[]) => loadTrainerConfig({ schema, overrides: over });
+  t.deepEqual(checkUnsupportedKeys(cfg([]), schema), []);
+  t.deepEqual(checkUnsupportedKeys(cfg(["a.works=5"]), schema), [], "an alias follows the key it names");
+  const issues = checkUnsupportedKeys(cfg(["a.knob=3", "a.alias=9", "engine.inner.deep=y"]), schema);
+  t.deepEqual(
+    issues.map((i) => i.message),
+    [
+      "a.knob=3 is not supported here (only its default 2 is): there is no knob here; use a.works",
+      "a.alias=9 is not supported here (only its default 1 is): follows a.works only",
+      'engine.inner.deep="y" is not supported here (only its default "x" is): no such engine; remove the section',
+    ],
+  );
+});
+
+test("veRL keys this trainer does not have are refused by the checker, each naming the key and the way out", (t) => {
+  const c = loadTrainerConfig({
+    overrides: [
+      "actor_rollout_ref.model.dtype=bfloat16",
+      "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+      "actor_rollout_ref.rollout.name=vllm",
+      "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+      "reward_model.enable=true",
+      "actor_rollout_ref.model.override_config.num_layers=2",
+      "trainer.max_critic_ckpt_to_keep=2",
+      "actor_rollout_ref.actor.shuffle=true",
+    ],
+  });
+  const messages = checkTrainerConfig(c).map((i) => i.message);
+  // critic.shuffle follows actor.shuffle, so only the key that was set is named
+  t.is(messages.length, 8, messages.join("\n"));
+  for (const m of messages)
+    t.regex(m, /^[a-z_.]+=.* is not supported here \(only its default .* is\): .{20,}/);
+  t.true(messages.some((m) => m.startsWith('actor_rollout_ref.rollout.name="vllm" is not supported here')));
+  t.true(messages.some((m) => /reward_model\.enable=true .*custom_reward_function\.path/.test(m)));
+  // every default passes, and the shipped schema marks the keys the issue lists
+  t.deepEqual(checkTrainerConfig(loadTrainerConfig()), []);
+  const schema = trainerConfigSchema();
+  for (const key of [
+    "actor_rollout_ref.model.dtype",
+    "actor_rollout_ref.model.external_lib",
+    "actor_rollout_ref.model.override_config",
+    "actor_rollout_ref.model.enable_gradient_checkpointing",
+    "actor_rollout_ref.actor.checkpoint.contents",
+    "actor_rollout_ref.actor.shuffle",
+    "trainer.max_critic_ckpt_to_keep",
+    "reward_model.reward_manager",
+  ])
+    t.truthy(schema.get(key)!.unsupported, key);
 });

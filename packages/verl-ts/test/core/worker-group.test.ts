@@ -6,6 +6,7 @@ import {
   DispatchError,
   ResourcePool,
   WorkerGroup,
+  WorkerStartTimeoutError,
   workerRole,
 } from "../../src/core.js";
 import {
@@ -194,6 +195,29 @@ test("shutdown removes the group's collective group: the same name can be create
     t.is((await second.describe("x")).length, 2);
   } finally {
     await second.shutdown();
+    await pool.release();
+  }
+});
+
+test("workers that do not start in time (trainer.ray_wait_register_center_timeout) fail with a typed error", async (t) => {
+  const pool = new ResourcePool({ processOnNodes: [1], useGpu: false });
+  try {
+    // a worker process cannot start and register in a millisecond
+    const e = await t.throwsAsync(
+      WorkerGroup.create(pool, workerRole(ShouterWorker, FIXTURES), { name: "slow", readyTimeoutMs: 1 }),
+      { instanceOf: WorkerStartTimeoutError },
+    );
+    t.regex(
+      e!.message,
+      /the slow workers did not all start within 0\.001 s: .*trainer\.ray_wait_register_center_timeout/,
+    );
+    // with time to start, the same group comes up
+    const wg = await WorkerGroup.create(pool, workerRole(ShouterWorker, FIXTURES), {
+      readyTimeoutMs: 300_000,
+    });
+    t.is(await wg.shout("up"), "UP");
+    await wg.shutdown();
+  } finally {
     await pool.release();
   }
 });

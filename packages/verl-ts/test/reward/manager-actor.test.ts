@@ -1,5 +1,14 @@
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { init, shutdown } from "@torl-ts/actors";
-import { DataProto, type DataProtoWire, RewardManager, RewardManagerActor } from "@torl-ts/verl";
+import {
+  customRewardModuleUrl,
+  DataProto,
+  type DataProtoWire,
+  RewardManager,
+  RewardManagerActor,
+} from "@torl-ts/verl";
 import test from "ava";
 
 const SCORER_MODULE = new URL("../fixtures/reward/custom-scorer.ts", import.meta.url).href;
@@ -48,6 +57,17 @@ test("the reward manager runs as an actor and takes DataProto's wire form", asyn
     );
     const plain = await rm.score({ responses: ["\\boxed{(3,4]}"], groundTruths: ["[3,4]"] });
     t.deepEqual(plain.scores, [-1]);
+    // custom_reward_function reaches the actor's process as a module URL and scores every row there
+    const dir = mkdtempSync(join(tmpdir(), "torl-rm-actor-"));
+    const module = join(dir, "score.mjs");
+    writeFileSync(module, "export const compute_score = (ds, s, gt) => (s.includes(gt) ? 3 : -3);\n");
+    const own = RewardManagerActor.remote({
+      numThreads: 0,
+      customRewardFunction: { path: customRewardModuleUrl(module), name: "compute_score" },
+    });
+    await own.loaded();
+    const mine = DataProto.fromWire((await own.scoreDataProto(batch().toWire())) as DataProtoWire);
+    t.deepEqual(mine.nonTensorBatch.score, [3, -3, -3]);
   } finally {
     await shutdown();
   }

@@ -1,6 +1,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { PythonCodeInterpreter, SandboxExecutor } from "@torl-ts/sandbox";
 import test from "ava";
+import { loadTrainerConfig } from "../../src/config/index.js";
 import { buildByteBpeTokenizer, generate, Qwen2Model, selectBackend } from "../../src/models/index.js";
 import { DataProto } from "../../src/protocol/index.js";
 import {
@@ -14,6 +15,7 @@ import {
   ToolExecutionError,
   tirRollout,
 } from "../../src/rollout/index.js";
+import { rolloutSampling } from "../../src/workers/index.js";
 import { tinyTestConfig } from "../models/tiny-config.js";
 import { greedyTargets, LengthTool, scriptedProcessor } from "./helpers.js";
 
@@ -472,4 +474,29 @@ test.serial("no tensors leak; an untied model's LM head is left alone", async (t
     b.samples.map((s) => s.responseIds),
   );
   untied.dispose();
+});
+
+test("rollout.ignore_eos reaches the rollout: with it, a response the model ends at EOS runs to response_length", async (t) => {
+  const cfg = loadTrainerConfig({
+    overrides: ["data.max_response_length=12", "actor_rollout_ref.rollout.do_sample=false"],
+  });
+  // the model is made to say "ab" and then EOS
+  const logitsProcessor = scriptedProcessor(tok, ["ab"], EOS);
+  const run = async (ignoreEos: boolean) => {
+    cfg.actor_rollout_ref.rollout.ignore_eos = ignoreEos;
+    const sampling = rolloutSampling(cfg.actor_rollout_ref.rollout, false);
+    t.is(sampling.ignoreEos, ignoreEos);
+    const { samples } = await tirRollout(model, tok, [prompts[0]!], {
+      ...sampling,
+      logitsProcessor,
+      seed: 1,
+    });
+    return samples[0]!;
+  };
+  const stops = await run(false);
+  t.is(stops.finishReason, "stop");
+  t.is(stops.responseIds.length, 3, "a, b, EOS");
+  const runs = await run(true);
+  t.is(runs.finishReason, "length");
+  t.is(runs.responseIds.length, 12);
 });

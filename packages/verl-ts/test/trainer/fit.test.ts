@@ -53,7 +53,29 @@ test.serial("a bad config stops in the constructor, before the runtime or any ac
   const e5 = t.throws(() => new RayPPOTrainer(unknown, { trainRows: rows(8) }), {
     instanceOf: TrainerConfigError,
   });
-  t.regex(e5!.message, /algorithm\.adv_estimator "ppo2" is not a registered estimator \(have: .*gae/);
+  t.regex(e5!.message, /algorithm\.adv_estimator "ppo2" is not a registered estimator \(known: .*gae/);
+  t.is(e5!.issues.length, 1, "each problem is listed once");
+  // every problem of a config is listed at once: counts, probabilities, batch sizes, refused keys
+  const many = tinyConfig({
+    modelPath,
+    ckptDir,
+    extra: [
+      "trainer.total_training_steps=-5",
+      "actor_rollout_ref.rollout.val_kwargs.top_p=1.5",
+      "actor_rollout_ref.actor.ppo_mini_batch_size=3",
+      "actor_rollout_ref.model.dtype=bfloat16",
+    ],
+  });
+  const e6 = t.throws(() => new RayPPOTrainer(many, { trainRows: rows(8) }), {
+    instanceOf: TrainerConfigError,
+  });
+  t.deepEqual(e6!.issues.map((i) => i.key).sort(), [
+    "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "actor_rollout_ref.model.dtype",
+    "actor_rollout_ref.rollout.val_kwargs.top_p",
+    "trainer.total_training_steps",
+  ]);
+  t.regex(e6!.message, /trainer\.total_training_steps must be > 0 or null, got -5/);
   t.false(isInitialized(), "no runtime was started, so no actor exists");
 });
 

@@ -1,5 +1,12 @@
 import test from "ava";
-import { microBatches, responseTokenBatch } from "../../src/workers/index.js";
+import { loadTrainerConfig } from "../../src/config/index.js";
+import {
+  criticSettings,
+  logProbMicroRows,
+  microBatches,
+  perWorkerRows,
+  responseTokenBatch,
+} from "../../src/workers/index.js";
 import { responseBatch } from "./helpers.js";
 
 // How a pass is cut into micro-batches, and the trimmed token batch each one runs on.
@@ -60,4 +67,22 @@ test("the token batch drops columns that are padding in every row, on both sides
   t.is(tb.length, 14);
   t.deepEqual(Array.from(tb.mask.subarray(0, 14)), [...Array(6).fill(1), ...Array(8).fill(1)]);
   t.deepEqual(Array.from(tb.mask.subarray(14)), [0, ...Array(5).fill(1), ...Array(5).fill(1), 0, 0, 0]);
+});
+
+test("veRL's deprecated global micro-batch keys split over the workers: log-prob passes and the critic's forward", (t) => {
+  const cfg = loadTrainerConfig({ overrides: ["algorithm.adv_estimator=gae"] });
+  t.is(logProbMicroRows(cfg, "rollout", 4), 8, "nothing set: 8 rows");
+  cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size = 12;
+  cfg.actor_rollout_ref.ref.log_prob_micro_batch_size = 40;
+  t.is(logProbMicroRows(cfg, "rollout", 4), 3, "12 rows over 4 workers");
+  t.is(logProbMicroRows(cfg, "ref", 4), 10, "40 rows over 4 workers");
+  t.is(logProbMicroRows(cfg, "ref", 64), 1, "at least one row");
+  cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu = 5;
+  t.is(logProbMicroRows(cfg, "ref", 4), 5, "the per-worker key wins");
+  cfg.actor_rollout_ref.model.path = "/models/m";
+  const critic = cfg.critic as Record<string, unknown>;
+  t.is(criticSettings(cfg, 2).forwardMicro, 8);
+  critic.forward_micro_batch_size = 6;
+  t.is(criticSettings(cfg, 2).forwardMicro, 3, "6 rows over 2 workers");
+  t.is(perWorkerRows(null, null, 2), null);
 });

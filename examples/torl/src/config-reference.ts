@@ -1,14 +1,17 @@
 /**
- * Writes docs/configuration.md: every key of the trainer config with its type, default and doc comment,
- * read from the schema that @torl-ts/verl builds from its ppo-trainer.yaml (so the table is the code).
+ * Writes docs/configuration.md: every key of the recipe's config (the trainer's keys from
+ * @torl-ts/verl's ppo-trainer.yaml plus the recipe's `torl.` keys), with its type, default, whether it
+ * acts or is refused unless left at its default, and its doc comment: the table is read from the schema,
+ * so it is the code.
  *
- *   pnpm tsx examples/new-tool/src/config-reference.ts > docs/configuration.md
+ *   pnpm tsx examples/torl/src/config-reference.ts > docs/configuration.md
  *
- * (It lives here because docs/ is not a workspace package and cannot import @torl-ts/verl.)
- * examples/new-tool/test/docs.test.ts fails when the committed file differs from what this prints.
+ * examples/torl/test/config-reference.test.ts fails when the committed file differs from what this
+ * prints, and when a key the page says acts is read by no code.
  */
 import { fileURLToPath } from "node:url";
-import { formatConfigType, trainerConfigSchema } from "@torl-ts/verl";
+import { type ConfigKeySpec, type ConfigSchema, formatConfigType } from "@torl-ts/verl";
+import { recipeConfigSchema } from "./recipe.js";
 
 const cell = (s: string) => s.replace(/\|/g, "\\|").replace(/\n+/g, " ");
 
@@ -20,35 +23,23 @@ function formatDefault(v: unknown): string {
 
 /** Meanings of keys whose YAML has no comment (veRL's semantics; the YAML's own comment wins). */
 const MEANINGS: Record<string, string> = {
-  "data.tokenizer": "tokenizer directory; null: the model's own",
   "data.train_files":
     "training parquet/JSONL file(s) with veRL's RL columns (prompt, data_source, reward_model, ...)",
   "data.val_files": "validation file(s); null: no validation",
   "data.prompt_key": "column holding the chat messages of the prompt",
-  "data.reward_fn_key": "column that selects the reward scorer",
   "data.max_prompt_length": "longest prompt in tokens (left-padded to this)",
   "data.max_response_length": "most response tokens per sample, tool observations included",
   "data.train_batch_size": "prompts per training step (before rollout.n)",
   "data.val_batch_size": "prompts per validation batch; null: all at once",
-  "data.return_raw_input_ids": "keep the unpadded prompt ids in the batch",
-  "data.return_raw_chat": "keep the raw chat messages in the batch",
   "data.shuffle": "shuffle the training rows every epoch",
   "data.seed": "seed of the shuffle",
   "data.filter_overlong_prompts": "drop prompts longer than the limit instead of failing",
   "data.truncation": "what to do with a prompt over max_prompt_length when not filtered",
   "data.execution_error_penalty_value": "ToRL: the amount subtracted when execution_error_penalty is on",
-  "actor_rollout_ref.hybrid_engine":
-    "actor, rollout and reference share one process per worker (the only mode)",
   "actor_rollout_ref.model.path":
     "HF-format model directory (config.json, model.safetensors, tokenizer.json)",
   "actor_rollout_ref.model.external_lib":
     "a module of yours (path, file: URL or package name) imported by the driver and every worker before the model is built, e.g. one that calls registerPolicyLoss",
-  "actor_rollout_ref.model.override_config": "fields merged over the model's config.json",
-  "actor_rollout_ref.model.enable_gradient_checkpointing": "recompute activations in the backward pass",
-  "actor_rollout_ref.model.use_remove_padding": "veRL's packed sequences (accepted, no effect)",
-  "actor_rollout_ref.model.dtype": "parameter dtype in the workers",
-  "actor_rollout_ref.actor.strategy":
-    "the sharding strategy (FSDP-style sharded AdamW over the worker group)",
   "actor_rollout_ref.actor.ppo_mini_batch_size":
     "prompts per optimizer step (x rollout.n rows); must divide data.train_batch_size",
   "actor_rollout_ref.actor.ppo_micro_batch_size":
@@ -70,16 +61,11 @@ const MEANINGS: Record<string, string> = {
   "actor_rollout_ref.actor.kl_loss_coef": "weight of the KL loss",
   "actor_rollout_ref.actor.kl_loss_type": "KL estimator of the KL loss",
   "actor_rollout_ref.actor.ppo_epochs": "passes over each batch",
-  "actor_rollout_ref.actor.shuffle": "shuffle rows between mini-batches",
-  "actor_rollout_ref.actor.ulysses_sequence_parallel_size":
-    "sequence parallelism (1: off; accepted for compatibility)",
-  "actor_rollout_ref.actor.checkpoint.contents": "what a checkpoint holds",
   "actor_rollout_ref.actor.optim.lr": "AdamW learning rate",
   "actor_rollout_ref.actor.optim.lr_warmup_steps": "warmup steps; -1: use lr_warmup_steps_ratio",
   "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "warmup as a fraction of the total steps",
   "actor_rollout_ref.actor.optim.min_lr_ratio": "cosine schedule floor as a fraction of lr",
   "actor_rollout_ref.actor.optim.warmup_style": "schedule after warmup",
-  "actor_rollout_ref.actor.optim.total_training_steps": "set by the trainer from the data and epochs",
   "actor_rollout_ref.actor.optim.weight_decay": "AdamW decoupled weight decay",
   "actor_rollout_ref.actor.optim.betas": "AdamW betas",
   "actor_rollout_ref.actor.optim.eps": "AdamW epsilon",
@@ -87,14 +73,10 @@ const MEANINGS: Record<string, string> = {
   "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": "token-budget micro-batches for the reference forward",
   "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu":
     "with log_prob_use_dynamic_bsz: tokens per micro-batch",
-  "actor_rollout_ref.rollout.name": "rollout engine (the TIR engine of @torl-ts/verl)",
-  "actor_rollout_ref.rollout.mode": "sync: one batch at a time",
   "actor_rollout_ref.rollout.temperature": "sampling temperature",
   "actor_rollout_ref.rollout.top_k": "top-k sampling; -1: off",
   "actor_rollout_ref.rollout.top_p": "nucleus sampling mass",
-  "actor_rollout_ref.rollout.prompt_length": "prompt length the rollout expects",
   "actor_rollout_ref.rollout.response_length": "most response tokens the rollout generates",
-  "actor_rollout_ref.rollout.ignore_eos": "keep generating past EOS",
   "actor_rollout_ref.rollout.max_num_seqs": "rows decoded together in one worker",
   "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "rows per log-prob forward per worker",
   "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz":
@@ -109,7 +91,6 @@ const MEANINGS: Record<string, string> = {
   "actor_rollout_ref.rollout.val_kwargs.temperature": "validation sampling: temperature (0: greedy)",
   "actor_rollout_ref.rollout.val_kwargs.n": "validation samples per prompt",
   "actor_rollout_ref.rollout.val_kwargs.do_sample": "validation: sample or greedy",
-  "actor_rollout_ref.rollout.tool.name": "ToRL: the tool's name",
   "actor_rollout_ref.rollout.tool.run_timeout": "ToRL: seconds per code run",
   "actor_rollout_ref.rollout.tool.memory_limit_mb": "ToRL: memory limit per code run",
   "actor_rollout_ref.rollout.tool.max_concurrency": "ToRL: code runs in flight at once",
@@ -122,12 +103,9 @@ const MEANINGS: Record<string, string> = {
   "critic.optim.lr_warmup_steps_ratio": "warmup as a fraction of the total steps",
   "critic.optim.min_lr_ratio": "cosine schedule floor as a fraction of lr",
   "critic.optim.warmup_style": "schedule after warmup",
-  "critic.optim.total_training_steps": "set by the trainer from the data and epochs",
   "critic.optim.weight_decay": "AdamW decoupled weight decay",
   "critic.optim.betas": "AdamW betas",
   "critic.optim.eps": "AdamW epsilon",
-  "critic.model.path":
-    "HF model directory of the value model's backbone; null: the actor's model (a value head is added)",
   "critic.ppo_mini_batch_size": "prompts per critic update (x rollout_n rows), over all workers",
   "critic.ppo_micro_batch_size": "rows per forward/backward over all workers (deprecated: use _per_gpu)",
   "critic.ppo_micro_batch_size_per_gpu":
@@ -142,12 +120,10 @@ const MEANINGS: Record<string, string> = {
   "critic.grad_clip": "global gradient-norm clip of the critic",
   "critic.cliprange_value": "value clipping around the old values in the value loss",
   "critic.loss_agg_mode": "how the value loss is averaged over tokens and rows",
-  "custom_reward_function.path": "module with your own reward function; null: the built-in scorers",
-  "custom_reward_function.name": "the function's export name",
   "algorithm.gamma": "discount (GAE)",
   "algorithm.lam": "GAE lambda",
   "algorithm.adv_estimator":
-    "advantage estimator registered by name: grpo, grpo_passk, opo, gpg, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, gae (runs a critic), or one a module in actor_rollout_ref.model.external_lib registers",
+    "advantage estimator registered by name (registerAdvantageEstimator): grpo, grpo_passk, opo, gpg, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax (a greedy baseline rollout per prompt), gae (runs a critic), or one a module in actor_rollout_ref.model.external_lib registers",
   "algorithm.norm_adv_by_std_in_grpo": "GRPO: divide by the group's std (false: Dr.GRPO)",
   "algorithm.use_kl_in_reward": "subtract a KL penalty from the token rewards",
   "algorithm.kl_penalty": "KL estimator of the in-reward penalty",
@@ -159,12 +135,8 @@ const MEANINGS: Record<string, string> = {
     "reorder each batch so every worker gets about the same number of tokens (veRL's balance_batch; global_seqlen/* metrics)",
   "trainer.total_epochs": "passes over the training data",
   "trainer.total_training_steps": "stop after this many steps; null: from epochs",
-  "trainer.project_name": "project name (run directory, loggers)",
+  "trainer.project_name": "project name (part of trainer.default_local_dir)",
   "trainer.experiment_name": "run name: runs/<name>/",
-  "trainer.logger": "where metrics go: console, and always runs/<name>/metrics.jsonl",
-  "trainer.log_val_generations": "validation samples to print",
-  "trainer.rollout_data_dir": "dump rollouts as JSONL here",
-  "trainer.validation_data_dir": "dump validation generations here",
   "trainer.nnodes": "machines; workers = nnodes x n_gpus_per_node",
   "trainer.n_gpus_per_node": "workers per machine (one GPU each when GPUs exist)",
   "trainer.save_freq": "checkpoint every N steps; -1: never",
@@ -177,41 +149,53 @@ const MEANINGS: Record<string, string> = {
     "the actor is updated from global step critic_warmup on (veRL); earlier steps train the critic only",
   "trainer.default_local_dir": "checkpoint directory",
   "trainer.max_actor_ckpt_to_keep": "keep this many checkpoints; null: all",
-  "trainer.ray_wait_register_center_timeout": "seconds to wait for the workers to start",
   "trainer.seed": "driver seed",
 };
 
-/** What keys without their own line mean, by section (veRL keys this trainer accepts but does not use). */
-const SECTION_NOTES: Record<string, string> = {
-  critic: "critic (PPO with GAE): accepted for veRL compatibility; no effect here",
-  reward_model: "model-based reward: accepted for veRL compatibility; rule-based scorers are used",
-};
+/** The key's state: it acts, or it is refused unless left at its default (with what to do instead). */
+export function keyState(spec: ConfigKeySpec): "acts" | "refused" {
+  return spec.unsupported ? "refused" : "acts";
+}
 
-export function configReference(): string {
-  const schema = trainerConfigSchema();
+/** The reference page for `schema` (default: the recipe's, which holds the trainer's keys). */
+export function configReference(schema: ConfigSchema = recipeConfigSchema()): string {
   const keys = schema.keys();
   const sections = [...new Set(keys.map((k) => k.split(".")[0]!))];
+  const refused = keys.filter((k) => keyState(schema.get(k)!) === "refused").length;
   const out = [
     "# Configuration reference",
     "",
-    "<!-- generated by `pnpm tsx examples/new-tool/src/config-reference.ts > docs/configuration.md`, then `pnpm biome format --write docs`; do not edit -->",
+    "<!-- generated by `pnpm tsx examples/torl/src/config-reference.ts > docs/configuration.md`, then `pnpm biome format --write docs`; do not edit -->",
     "",
-    "Every key of the trainer config (`packages/verl-ts/src/config/ppo-trainer.yaml`), with its type and default.",
-    "Names follow veRL's `ppo_trainer.yaml`; keys marked ToRL are this project's additions. Set them in a YAML",
+    "Every key of the trainer config (`packages/verl-ts/src/config/ppo-trainer.yaml`) and of the ToRL recipe",
+    "(`torl.`, `examples/torl/src/recipe.ts`), with its type and default. Names follow veRL's",
+    "`ppo_trainer.yaml`; keys marked ToRL are this project's additions. Set them in a YAML file (merged over",
     // biome-ignore lint/suspicious/noTemplateCurlyInString: the text shows the YAML interpolation syntax
-    "file (merged over the defaults) or with `a.b.c=value` overrides; `${a.b}` takes the value of key `a.b`.",
-    "Unknown keys and wrong types are refused with the key's name and a did-you-mean hint; `+a.b=value`",
-    "adds a key the schema does not know.",
+    "the defaults) or with `a.b.c=value` overrides; `${a.b}` takes the value of key `a.b`. Unknown keys and",
+    "wrong types are refused with the key's name and a did-you-mean hint; `+a.b=value` adds a key the schema",
+    "does not know.",
     "",
-    `${keys.length} keys in ${sections.length} sections: ${sections.map((s) => `[${s}](#${s})`).join(", ")}.`,
+    "Every key either acts (**acts**: it changes what a run does) or is refused (**refused**): a veRL key",
+    "this implementation does not have, accepted only at its default; any other value stops the run before",
+    "a worker starts, with an error that names the key and says what to do instead (the text shown here).",
+    "",
+    `${keys.length} keys (${keys.length - refused} act, ${refused} refused unless at their default) in ${sections.length} sections: ${sections.map((s) => `[${s}](#${s})`).join(", ")}.`,
   ];
   for (const section of sections) {
-    out.push("", `## ${section}`, "", "| key | type | default | meaning |", "| --- | --- | --- | --- |");
+    out.push(
+      "",
+      `## ${section}`,
+      "",
+      "| key | type | default | state | meaning |",
+      "| --- | --- | --- | --- | --- |",
+    );
     for (const key of keys.filter((k) => k.split(".")[0] === section)) {
       const spec = schema.get(key)!;
-      const doc = (spec.doc ?? "").replace(/^#\s?/gm, "") || MEANINGS[key] || SECTION_NOTES[section] || "";
+      const doc = spec.doc || MEANINGS[key] || "";
+      const state = keyState(spec);
+      const meaning = state === "refused" ? `not supported here: ${spec.unsupported}` : doc;
       out.push(
-        `| \`${key}\` | ${cell(formatConfigType(spec.types))} | ${cell(formatDefault(spec.default))} | ${cell(doc)} |`,
+        `| \`${key}\` | ${cell(formatConfigType(spec.types))} | ${cell(formatDefault(spec.default))} | ${state === "acts" ? "acts" : "**refused**"} | ${cell(meaning)} |`,
       );
     }
   }

@@ -1,0 +1,200 @@
+/**
+ * One tiny run with the settings that shape what a run writes and prints: trainer.logger with
+ * tensorboard, rollout_data_dir, validation_data_dir, log_val_generations, val_kwargs.n > 1, your own
+ * reward function (custom_reward_function), and no validation before training.
+ */
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { init, shutdown } from "@torl-ts/actors";
+import test from "ava";
+import { checkTrainerConfig, loadTrainerConfig } from "../../src/config/index.js";
+import { RayPPOTrainer, readMetrics } from "../../src/trainer/index.js";
+import { tinyModelDir } from "../workers/helpers.js";
+import { rows, TOOLS_MODULE, tinyConfig, vowelReward } from "./fixtures/setup.js";
+import { parseEvent, readRecords } from "./tfevents-reader.js";
+
+test.serial(
+  "a run's outputs follow its settings: tensorboard, generation dumps, val@N metrics, own reward",
+  async (t) => {
+    await init({ numCpus: 4 });
+    t.teardown(() => shutdown());
+    const dir = mkdtempSync(join(tmpdir(), "torl-run-outputs-"));
+    const reward = join(dir, "reward.mjs");
+    writeFileSync(
+      reward,
+      `export function compute_score(data_source, solution_str, ground_truth, extra_info) {
+  return { score: 10 + solution_str.length, acc: solution_str.length % 2 === 0 };
+}
+`,
+    );
+    const cfg = tinyConfig({
+      modelPath: tinyModelDir(11),
+      ckptDir: join(dir, "ckpt"),
+      workers: 1,
+      steps: 2,
+      testFreq: 2,
+      extra: [
+        "trainer.val_before_train=false",
+        "trainer.logger=[console,file,tensorboard]",
+        `trainer.rollout_data_dir=${join(dir, "rollouts")}`,
+        `trainer.validation_data_dir=${join(dir, "val")}`,
+        "trainer.log_val_generations=2",
+        "actor_rollout_ref.rollout.val_kwargs.n=2",
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+        `custom_reward_function.path=${reward}`,
+      ],
+    });
+    const lines: string[] = [];
+    const trainer = new RayPPOTrainer(cfg, {
+      trainRows: rows(8),
+      valRows: rows(3, "val"),
+      runsDir: join(dir, "runs"),
+      workerEnv: { TORL_BACKEND: "cpu" },
+      log: (l) => lines.push(l),
+    });
+    const summary = await trainer.fit();
+    const runDir = summary.run_dir;
+
+    // the run's config.yaml loads and passes the checker again (the keys the trainer fills in are not in it)
+    const again = loadTrainerConfig({ files: [join(runDir, "config.yaml")] });
+    t.deepEqual(checkTrainerConfig(again), []);
+    t.is(again.actor_rollout_ref.actor.optim.total_training_steps, -1);
+
+    // no validation before training: no initial accuracy (the final one comes from step 2)
+    t.is(summary.val_acc_initial, null);
+    t.is(typeof summary.val_acc_final, "number");
+
+    // tensorboard: an event file in the run directory with the step metrics
+    const events = readdirSync(runDir).filter((f) => f.startsWith("events.out.tfevents."));
+    t.is(events.length, 1);
+    const parsed = readRecords(readFileSync(join(runDir, events[0]!))).map(parseEvent);
+    t.deepEqual(
+      parsed.slice(1).map((e) => e.step),
+      [1, 2],
+    );
+    const metrics = readMetrics(join(runDir, "metrics.jsonl"));
+    t.is(parsed[1]!.scalars["actor/pg_loss"], Math.fround(metrics[0]!["actor/pg_loss"]!));
+    t.true(parsed[2]!.wallTime >= parsed[1]!.wallTime);
+
+    // rollout dumps: a file per step, B x n lines scored by the custom function
+    for (const step of [1, 2]) {
+      const dump = readFileSync(join(dir, "rollouts", `${step}.jsonl`), "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l));
+      t.is(dump.length, 4 * 2);
+      for (const r of dump) {
+        t.deepEqual(Object.keys(r).sort(), ["acc", "gts", "input", "output", "score", "step"]);
+        t.is(r.step, step);
+        t.is(r.score, 10 + r.output.length, "the custom reward function scored it");
+        t.regex(r.input, /q\d+: abc/, "the decoded prompt");
+      }
+    }
+    // validation dump at step 2 only: 3 prompts x val_kwargs.n
+    t.deepEqual(readdirSync(join(dir, "val")), ["2.jsonl"]);
+    t.is(
+      readFileSync(join(dir, "val", "2.jsonl"), "utf8")
+        .trim()
+        .split("\n").length,
+      6,
+    );
+    t.true(lines.includes("[validation] step 2: 2 generations"), lines.join("\n"));
+
+    // val@N metrics with veRL's names, throughput and per-token timing
+    const s2 = metrics.find((m) => m.step === 2)!;
+    for (const key of [
+      "val-core/val/acc/mean@2",
+      "val-core/val/acc/best@2/mean",
+      "val-core/val/acc/maj@2/mean",
+      "val-core/val/acc/pass@2",
+      "val-aux/val/reward/mean@2",
+      "val/test_score/val",
+      "val/test_score/val_b",
+      "perf/total_num_tokens",
+      "perf/time_per_step",
+      "perf/throughput",
+      "timing_per_token_ms/gen",
+      "timing_per_token_ms/update_actor",
+    ])
+      t.true(Number.isFinite(s2[key]), key);
+    t.is(s2["perf/throughput"], s2["perf/total_num_tokens"]! / s2["perf/time_per_step"]!, "one worker");
+    t.is(s2["perf/time_per_step"], s2["timing_s/step"]);
+  },
+);
+
+test.serial(
+  "rollout.tool.stop set to a string the tool does not stop at fails the run, naming the key",
+  async (t) => {
+    await init({ numCpus: 4 });
+    t.teardown(() => shutdown());
+    const dir = mkdtempSync(join(tmpdir(), "torl-tool-stop-"));
+    const cfg = tinyConfig({
+      modelPath: tinyModelDir(11),
+      ckptDir: join(dir, "ckpt"),
+      steps: 1,
+      calls: 1,
+      extra: ["actor_rollout_ref.rollout.tool.stop=<never>"],
+    });
+    const trainer = new RayPPOTrainer(cfg, {
+      trainRows: rows(4),
+      valRows: [],
+      reward: vowelReward,
+      runsDir: join(dir, "runs"),
+      tool: { module: TOOLS_MODULE, exportName: "VowelCounterTool" },
+      workerEnv: { TORL_BACKEND: "cpu" },
+      log: () => {},
+    });
+    await t.throwsAsync(trainer.fit(), {
+      message: /actor_rollout_ref\.rollout\.tool\.stop is "<never>" but the tool .* stops at/,
+    });
+  },
+);
+
+test.serial(
+  "adv_estimator=remax: a greedy baseline rollout per prompt; greedy samples get zero advantage",
+  async (t) => {
+    await init({ numCpus: 4 });
+    t.teardown(() => shutdown());
+    const dir = mkdtempSync(join(tmpdir(), "torl-remax-"));
+    // a score that tells any two texts apart (a random model's bytes rarely hold vowels)
+    const reward = join(dir, "text-hash.mjs");
+    writeFileSync(
+      reward,
+      "export const compute_score = (ds, s) => [...s].reduce((a, c) => a + c.codePointAt(0), 0) % 97;\n",
+    );
+    const run = async (extra: string[]) => {
+      const cfg = tinyConfig({
+        modelPath: tinyModelDir(11),
+        ckptDir: join(dir, `ckpt-${extra.length}`),
+        steps: 1,
+        extra: [
+          "algorithm.adv_estimator=remax",
+          "actor_rollout_ref.rollout.n=2",
+          `custom_reward_function.path=${reward}`,
+          ...extra,
+        ],
+      });
+      const trainer = new RayPPOTrainer(cfg, {
+        trainRows: rows(4),
+        valRows: [],
+        runsDir: join(dir, "runs"),
+        runName: `remax-${extra.length}`,
+        workerEnv: { TORL_BACKEND: "cpu" },
+        log: () => {},
+      });
+      const summary = await trainer.fit();
+      return readMetrics(join(summary.run_dir, "metrics.jsonl")).find((m) => m.step === 1)!;
+    };
+    // sampling greedily, every response is its prompt's greedy baseline: nothing to learn from
+    const greedy = await run(["actor_rollout_ref.rollout.do_sample=false"]);
+    t.true(Number.isFinite(greedy["timing_s/gen_max"]), "the baseline rollout ran");
+    t.not(greedy["critic/score/max"], greedy["critic/score/min"], "the prompts' greedy scores differ");
+    t.is(greedy["critic/advantages/max"], 0);
+    t.is(greedy["critic/advantages/min"], 0);
+    // sampled responses differ from the greedy one: advantages are score - baseline, not all zero
+    const sampled = await run([]);
+    t.true(sampled["critic/advantages/max"]! > 0 || sampled["critic/advantages/min"]! < 0);
+  },
+);
