@@ -303,7 +303,6 @@ test("veRL keys this trainer does not have are refused by the checker, each nami
   const schema = trainerConfigSchema();
   for (const key of [
     "actor_rollout_ref.model.dtype",
-    "actor_rollout_ref.model.external_lib",
     "actor_rollout_ref.model.override_config",
     "actor_rollout_ref.model.enable_gradient_checkpointing",
     "actor_rollout_ref.actor.checkpoint.contents",
