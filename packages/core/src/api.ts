@@ -4,6 +4,7 @@
  */
 import os from "node:os";
 import { Head } from "./cluster/head.js";
+import { readKeyFile, resolveJoinKeys } from "./cluster/key-file.js";
 import { NodeAgent } from "./cluster/node-agent.js";
 import { GetTimeoutError } from "./errors.js";
 import { type ActorHandleBase, handleFor } from "./runtime/actor-handle.js";
@@ -14,6 +15,7 @@ import { type ActorSpec, FLAG_IMMEDIATE, type PlacementStrategy } from "./runtim
 import { Runtime, type RuntimeContext } from "./runtime/runtime.js";
 import { TaskPool } from "./runtime/tasks.js";
 import { encode } from "./wire/codec.js";
+import { type ClusterKeys, checkKeyShape, setClusterKeys } from "./wire/security.js";
 
 export interface InitOptions {
   /** "host:port" of a head started with `torl start --head`; omitted: start an embedded cluster here. */
@@ -26,6 +28,12 @@ export interface InitOptions {
   resources?: Record<string, number>;
   /** IP this process binds its object server to (default 127.0.0.1). */
   nodeIp?: string;
+  /**
+   * The cluster's CURVE keys, or the path of its key file. Joining: default the file named by
+   * TORL_CLUSTER_KEYS, else the state directory's file when it belongs to `address`. Embedded: given
+   * keys make the embedded cluster authenticated and encrypted too.
+   */
+  keys?: ClusterKeys | string;
 }
 
 export interface ClusterInfo {
@@ -45,6 +53,7 @@ export async function init(opts: InitOptions = {}): Promise<ClusterInfo> {
   const ip = opts.nodeIp ?? process.env.TORL_NODE_IP ?? "127.0.0.1";
   let address = opts.address ?? process.env.TORL_ADDRESS;
   let nodeId: string | undefined;
+  setClusterKeys(address ? resolveJoinKeys(opts.keys, address) : embeddedKeys(opts.keys));
   if (!address) {
     const head = new Head({ host: "127.0.0.1", port: 0, nodeTimeoutMs: Number.POSITIVE_INFINITY });
     address = await head.start();
@@ -68,11 +77,20 @@ export async function init(opts: InitOptions = {}): Promise<ClusterInfo> {
       embedded.head.stop();
       embedded = null;
     }
+    await rt.shutdown().catch(() => {});
+    setClusterKeys(null);
     throw e;
   }
   const res = await rt.head.request("clusterResources", {}, 10000);
   clusterCpus = res.total.CPU ?? 1;
   return { address, clientId: rt.clientId, nodeId, embedded: embedded !== null };
+}
+
+function embeddedKeys(given: ClusterKeys | string | undefined): ClusterKeys | null {
+  if (given === undefined) return null;
+  if (typeof given === "string") return readKeyFile(given);
+  checkKeyShape(given, "init({ keys })");
+  return given;
 }
 
 export function isInitialized(): boolean {
@@ -90,6 +108,7 @@ export async function shutdown(): Promise<void> {
     await e.node.stop();
     e.head.stop();
   }
+  setClusterKeys(null);
 }
 
 // ---- actors -----------------------------------------------------------------------------------

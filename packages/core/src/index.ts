@@ -10,3 +10,11 @@ export { ActorHandleBase } from "./runtime/actor-handle.js";
 export { ObjectRef, type OwnerAddress } from "./runtime/object-ref.js";
 export type { ActorState, PlacementStrategy } from "./runtime/protocol.js";
 export type { RuntimeContext } from "./runtime/runtime.js";
+export {
+  type ClusterKeys,
+  generateClusterKeys,
+  isLoopbackHost,
+  requireKeysToListen,
+  secureClientSocket,
+  secureServerSocket,
+} from "./wire/security.js";

@@ -3,8 +3,10 @@
  * joining a head. Tells its parent (if any) when it is ready, stops cleanly on SIGTERM/SIGINT.
  */
 import { Head } from "../cluster/head.js";
+import { defaultKeyFile, readKeyFile, resolveJoinKeys, writeKeyFile } from "../cluster/key-file.js";
 import { NodeAgent } from "../cluster/node-agent.js";
 import { setLogRole } from "../log.js";
+import { setClusterKeys } from "../wire/security.js";
 import { forgetDaemon, recordDaemon } from "./state.js";
 
 export interface DaemonOptions {
@@ -16,18 +18,24 @@ export interface DaemonOptions {
   numCpus?: number;
   numGpus?: number;
   resources?: Record<string, number>;
+  /** The cluster's key file (never the keys themselves: this travels in argv). */
+  keysFile?: string;
   log: string;
 }
 
 export async function runDaemon(o: DaemonOptions): Promise<void> {
   let head: Head | null = null;
   let address = o.address ?? "";
+  const keys = o.keysFile ? readKeyFile(o.keysFile) : o.head ? null : resolveJoinKeys(undefined, address);
+  setClusterKeys(keys && { publicKey: keys.publicKey, secretKey: keys.secretKey });
   if (o.head) {
     setLogRole("head");
     head = new Head({ host: o.host, port: o.port });
     const bound = await head.start();
     address = `${o.nodeIp}:${bound.split(":").pop()}`;
     head.address = address;
+    // the state directory's key file names its head, so local joiners can find it by address
+    if (keys && o.keysFile === defaultKeyFile()) writeKeyFile(o.keysFile, { ...keys, address });
   } else setLogRole("node");
   const node = new NodeAgent({
     headAddress: address,
@@ -66,6 +74,7 @@ export async function runDaemon(o: DaemonOptions): Promise<void> {
 if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split("/").pop()!) && process.argv[2]) {
   runDaemon(JSON.parse(process.argv[2])).catch((e) => {
     process.stderr.write(`torl daemon failed: ${(e as Error).stack}\n`);
-    process.exit(1);
+    if (process.send) process.send({ t: "failed", message: `${(e as Error).name}: ${(e as Error).message}` });
+    setTimeout(() => process.exit(1), 100);
   });
 }

@@ -9,6 +9,7 @@ import { randomId } from "../runtime/ids.js";
 import type { ActorSpec, ActorState, ActorUpdate, PlacementStrategy } from "../runtime/protocol.js";
 import { errorToWire, type WireError } from "../wire/codec.js";
 import { RouterServer } from "../wire/links.js";
+import { clusterKeys, refusedConnections, requireKeysToListen } from "../wire/security.js";
 import { type Placed, placeBundles } from "./placement.js";
 import {
   type Allocation,
@@ -93,6 +94,7 @@ export class Head {
   }
 
   async start(): Promise<string> {
+    requireKeysToListen(this.opts.host, "the head");
     const ep = await this.server.bind(`tcp://${this.opts.host}:${this.opts.port}`);
     this.server.start();
     this.address = ep.replace(/^tcp:\/\//, "");
@@ -661,6 +663,11 @@ export class Head {
       placementGroups: [...this.pgs.values()].map(pgInfo),
       clients: this.clients.size,
       bytesReceived: this.server.bytesIn,
+      security: {
+        mode: clusterKeys() ? "curve" : "none",
+        listen: this.opts.host,
+        refusedConnections: refusedConnections(),
+      },
     };
   }
 }

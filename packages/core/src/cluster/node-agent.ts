@@ -9,6 +9,7 @@ import { logWarn } from "../log.js";
 import { randomId } from "../runtime/ids.js";
 import type { ActorSpec } from "../runtime/protocol.js";
 import { DealerLink } from "../wire/links.js";
+import { clusterKeys, requireKeysToListen } from "../wire/security.js";
 import { detectGpuIds } from "./detect-gpus.js";
 
 export interface NodeAgentOptions {
@@ -59,10 +60,17 @@ export class NodeAgent {
   }
 
   async start(): Promise<void> {
-    const registered = new Promise<void>((resolve) => {
+    requireKeysToListen(this.opts.ip, `the workers of node ${this.nodeId} (its node IP)`);
+    const registered = new Promise<void>((resolve, reject) => {
       this.registered = resolve;
+      this.refused = reject;
     });
-    this.link = new DealerLink(`tcp://${this.opts.headAddress}`, (m) => this.onMessage(m), "head");
+    this.link = new DealerLink(
+      `tcp://${this.opts.headAddress}`,
+      (m) => this.onMessage(m),
+      "head",
+      (err) => this.refused(err),
+    );
     this.link.send({
       t: "registerNode",
       rid: 0,
@@ -75,11 +83,18 @@ export class NodeAgent {
     const hb = this.opts.heartbeatMs ?? Number(process.env.TORL_HEARTBEAT_MS ?? 500);
     this.timer = setInterval(() => this.link.send({ t: "hb", nodeId: this.nodeId }), hb);
     this.timer.unref();
-    await registered;
+    try {
+      await registered;
+    } catch (e) {
+      if (this.timer) clearInterval(this.timer);
+      this.stopped = true;
+      throw e;
+    }
     this.refillSpare();
   }
 
   private registered: () => void = () => {};
+  private refused: (err: Error) => void = () => {};
 
   private onMessage(m: any): void {
     if (!m || typeof m !== "object") return;
@@ -173,6 +188,8 @@ export class NodeAgent {
       incarnation,
       env,
       headAddress: this.opts.headAddress,
+      // over the IPC channel, never argv: other users can read that in /proc
+      keys: clusterKeys(),
       nodeId: this.nodeId,
       nodeIp: this.opts.ip,
       gpuIds,

@@ -14,12 +14,24 @@ export class HeadClient {
     readonly endpoint: string,
     private onPush: (msg: any) => void,
   ) {
-    this.link = new DealerLink(endpoint, (m) => this.onMessage(m), `head ${endpoint}`);
+    this.link = new DealerLink(
+      endpoint,
+      (m) => this.onMessage(m),
+      `head ${endpoint}`,
+      (err) => this.failAll(err),
+    );
+  }
+
+  /** The head refused this process's keys: every request fails with the error, now and later. */
+  private failAll(err: Error): void {
+    for (const p of this.pending.values()) p.reject(err);
+    this.pending.clear();
   }
 
   request<T = any>(t: string, body: Record<string, unknown> = {}, timeoutMs = 0): Promise<T> {
     const rid = ++this.rid;
     return new Promise<T>((resolve, reject) => {
+      if (this.link.authError) return reject(this.link.authError);
       this.pending.set(rid, { resolve, reject, t });
       this.link.send({ ...body, t, rid });
       if (timeoutMs > 0) {

@@ -10,6 +10,7 @@ import { ObjectLostError, RemoteError } from "../errors.js";
 import { logWarn } from "../log.js";
 import { decode, encode, errorToWire, registerClass } from "../wire/codec.js";
 import { DealerLink, RouterServer } from "../wire/links.js";
+import { requireKeysToListen } from "../wire/security.js";
 import { ActorCalls, NOT_INLINED } from "./actor-calls.js";
 import { setRuntime } from "./current.js";
 import { HeadClient } from "./head-client.js";
@@ -75,6 +76,7 @@ export class Runtime {
 
   /** Binds the object server and connects to the head. */
   async start(headAddress: string, ip: string, context: Partial<RuntimeContext>): Promise<void> {
+    requireKeysToListen(ip, "this process's object server");
     this.sessionDir = path.join(os.tmpdir(), "torl", "sockets");
     mkdirSync(this.sessionDir, { recursive: true });
     this.server = new RouterServer(

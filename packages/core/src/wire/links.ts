@@ -3,9 +3,11 @@
  * Messages pushed in the same tick (or while a send is blocked) leave as one multipart message.
  */
 import * as zmq from "zeromq";
+import { ClusterAuthError } from "../errors.js";
 import { logWarn } from "../log.js";
 import { buildBatch, MalformedMessageError, parseBatch } from "./batch.js";
 import { type Encoded, encode } from "./codec.js";
+import { secureClientSocket, secureServerSocket, watchHandshake } from "./security.js";
 
 const MAX_BATCH = 4096;
 
@@ -109,12 +111,28 @@ abstract class BatchingSocket<S extends zmq.Dealer | zmq.Router> {
 export class DealerLink extends BatchingSocket<zmq.Dealer> {
   private queue: Encoded[] = [];
 
+  /** Set once the secure handshake with the peer failed; the link is closed then. */
+  authError: ClusterAuthError | null = null;
+
+  /**
+   * `onAuthFailure` runs once if the peer refuses this process's keys (or the lack of them): the link
+   * closes, and whoever waits on it must fail with the error instead of waiting forever.
+   */
   constructor(
     readonly endpoint: string,
     onMessage: (msg: any) => void,
     label = endpoint,
+    onAuthFailure?: (err: ClusterAuthError) => void,
   ) {
     super(new zmq.Dealer(), label);
+    secureClientSocket(this.sock);
+    watchHandshake(this.sock, (reason) => {
+      if (this.closed) return;
+      this.authError = new ClusterAuthError(endpoint, reason);
+      logWarn(`${this.label}: ${this.authError.message}`);
+      this.close();
+      onAuthFailure?.(this.authError);
+    });
     this.sock.connect(endpoint);
     void this.readLoop(0, (_parts, m) => onMessage(m));
   }
@@ -170,7 +188,14 @@ export class RouterServer extends BatchingSocket<zmq.Router> {
     super(new zmq.Router(), label);
   }
 
+  private secured = false;
+
   async bind(endpoint: string): Promise<string> {
+    if (!this.secured) {
+      // socket options apply to endpoints bound after they are set: secure before the first bind
+      await secureServerSocket(this.sock, this.label);
+      this.secured = true;
+    }
     await this.sock.bind(endpoint);
     const real = this.sock.lastEndpoint ?? endpoint;
     this.endpoints.push(real);
