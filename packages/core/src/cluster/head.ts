@@ -48,6 +48,8 @@ interface HeadActor {
   pid?: number;
   subscribers: Set<string>;
   killed: boolean;
+  /** Why it was killed when not by kill(): its owner died or left. */
+  killCause?: DeathCause;
   cause?: DeathCause;
 }
 
@@ -82,7 +84,8 @@ export class Head {
     { clientId: string; pid: number; peerKey: string; actorId?: string; lastSeen: number }
   >();
   private clientOfActor = new Map<string, string>();
-  private clientTimeoutMs = Number(process.env.TORL_CLIENT_TIMEOUT_MS ?? 120_000);
+  /** A driver silent this long is taken for dead and its actors are killed (drivers beat every second). */
+  private clientTimeoutMs = Number(process.env.TORL_CLIENT_TIMEOUT_MS ?? 8000);
   private pendingActors: string[] = [];
   private timer: NodeJS.Timeout | null = null;
   private nodeTimeoutMs: number;
@@ -150,7 +153,7 @@ export class Head {
         return NO_REPLY;
       }
       case "bye":
-        this.onClientGone(m.clientId);
+        this.onClientGone(m.clientId, "it called shutdown()");
         return null;
       case "createActor":
         return this.createActor(m.spec as ActorSpec, key);
@@ -247,10 +250,14 @@ export class Head {
     const now = Date.now();
     for (const c of [...this.clients.values()]) {
       if (now - c.lastSeen > this.clientTimeoutMs) {
+        const silent = now - c.lastSeen;
         logWarn(
-          `head: driver ${c.clientId} (pid ${c.pid}) sent no heartbeat for ${now - c.lastSeen} ms; killing its actors`,
+          `head: driver ${c.clientId} (pid ${c.pid}) sent no heartbeat for ${silent} ms; killing its actors`,
         );
-        this.onClientGone(c.clientId);
+        this.onClientGone(
+          c.clientId,
+          `it sent no heartbeat for ${silent} ms (died, or cut off from the head)`,
+        );
       }
     }
     for (const n of this.nodes.values()) {
@@ -468,9 +475,9 @@ export class Head {
     if (!a || a.incarnation !== m.incarnation || a.state === "DEAD") return;
     const killed = a.killed;
     this.onActorGone(m.actorId, a, {
-      kind: killed ? "killed" : "exited",
+      kind: killed ? (a.killCause?.kind ?? "killed") : "exited",
       message: killed
-        ? "it was killed by kill()"
+        ? (a.killCause?.message ?? "it was killed by kill()")
         : `its worker process (pid ${m.pid}) exited unexpectedly${m.signal ? ` on signal ${m.signal}` : ` with code ${m.code}`}`,
       exitCode: m.code,
       signal: m.signal,
@@ -503,7 +510,7 @@ export class Head {
     const clientId = this.clientOfActor.get(actorId);
     if (!clientId) return;
     this.clientOfActor.delete(actorId);
-    this.onClientGone(clientId);
+    this.onClientGone(clientId, `it is an actor (${actorId}) that died`);
   }
 
   private setDead(id: string, a: HeadActor, cause: DeathCause): void {
@@ -524,13 +531,19 @@ export class Head {
       this.server.send(node.peer, { t: "killWorker", actorId, incarnation: a.incarnation });
     } else if (noRestart) {
       this.freeAlloc(a);
-      this.setDead(actorId, a, { kind: "killed", message: "it was killed by kill() before it started" });
+      this.setDead(
+        actorId,
+        a,
+        a.killCause ?? { kind: "killed", message: "it was killed by kill() before it started" },
+      );
     }
   }
 
-  private onClientGone(clientId: string): void {
+  /** The process `clientId` left or died (`why`): what it owns and did not detach goes with it. */
+  private onClientGone(clientId: string, why: string): void {
     const c = this.clients.get(clientId);
     this.clients.delete(clientId);
+    const owner = c ? `pid ${c.pid}` : clientId;
     // tell everyone: fetches of objects that process owned can never be answered
     for (const other of this.clients.values()) {
       const p = this.peers.get(other.peerKey);
@@ -539,11 +552,11 @@ export class Head {
     for (const [id, a] of this.actors) {
       if (a.spec.ownerClientId === clientId && !a.spec.detached && a.state !== "DEAD") {
         a.killed = true;
+        a.killCause = { kind: "owner_died", message: `its owner (${owner}) is gone: ${why}` };
         this.kill(id, true);
       }
     }
     for (const pg of this.pgs.values()) if (pg.ownerClientId === clientId) this.removePg(pg.pgId);
-    void c;
   }
 
   // ---- placement groups ----------------------------------------------------------------------

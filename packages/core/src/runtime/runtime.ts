@@ -6,14 +6,16 @@
 import { mkdirSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { Worker } from "node:worker_threads";
 import { ObjectLostError, RemoteError } from "../errors.js";
 import { logWarn } from "../log.js";
 import { decode, encode, errorToWire, registerClass } from "../wire/codec.js";
 import { DealerLink, RouterServer } from "../wire/links.js";
-import { requireKeysToListen } from "../wire/security.js";
+import { clusterKeys, requireKeysToListen } from "../wire/security.js";
 import { ActorCalls, NOT_INLINED } from "./actor-calls.js";
 import { setRuntime } from "./current.js";
 import { HeadClient } from "./head-client.js";
+import type { HeartbeatThreadData } from "./heartbeat-thread.js";
 import { randomId } from "./ids.js";
 import { ObjectRef, type OwnerAddress } from "./object-ref.js";
 import { FAILED, ObjectStore, PENDING, READY } from "./object-store.js";
@@ -40,6 +42,21 @@ export interface RuntimeContext {
 }
 
 type Handler = (peer: Buffer, msg: any) => void;
+
+/**
+ * Worker threads on Node 20 do not inherit tsx's `--import` hooks: a `.ts` entry is loaded by a
+ * small bootstrap module that registers tsx in the thread first.
+ */
+function threadEntry(entry: URL): URL {
+  if (!entry.pathname.endsWith(".ts")) return entry;
+  const source = `const { register } = await import(${JSON.stringify(import.meta.resolve("tsx/esm/api"))});
+register();
+await import(${JSON.stringify(entry.href)});`;
+  return new URL(`data:text/javascript,${encodeURIComponent(source)}`);
+}
+
+/** How often a driver tells the head it is alive (the head's TORL_CLIENT_TIMEOUT_MS is several of these). */
+const DRIVER_HEARTBEAT_MS = 1000;
 
 export class Runtime {
   readonly clientId = randomId();
@@ -68,6 +85,7 @@ export class Runtime {
   private pushHandlers: Array<(m: any) => void> = [];
   sessionDir = "";
   private heartbeat: NodeJS.Timeout | null = null;
+  private heartbeatThread: Worker | null = null;
   closed = false;
 
   nextSeq(): number {
@@ -118,10 +136,44 @@ export class Runtime {
       },
       15000,
     );
-    if (heartbeats) {
-      this.heartbeat = setInterval(() => this.head.notify("chb", { clientId: this.clientId }), 1000);
+    if (heartbeats) this.startHeartbeats(headAddress);
+  }
+
+  /** Asks the heartbeat thread to close its socket and end (terminate() with a socket open aborts). */
+  private async stopHeartbeatThread(): Promise<void> {
+    const thread = this.heartbeatThread;
+    if (!thread) return;
+    this.heartbeatThread = null;
+    const ended = new Promise<void>((resolve) => thread.once("exit", () => resolve()));
+    thread.postMessage("stop");
+    const t = setTimeout(() => void thread.terminate(), 2000);
+    await ended;
+    clearTimeout(t);
+  }
+
+  /** A driver's heartbeats come from a thread: they go on while its event loop is busy. */
+  private startHeartbeats(headAddress: string): void {
+    const data: HeartbeatThreadData = {
+      headEndpoint: `tcp://${headAddress}`,
+      clientId: this.clientId,
+      intervalMs: DRIVER_HEARTBEAT_MS,
+      keys: clusterKeys(),
+    };
+    const thread = new Worker(threadEntry(new URL("./heartbeat-thread.ts", import.meta.url)), {
+      workerData: data,
+    });
+    thread.unref();
+    thread.on("error", (e) => {
+      logWarn(`heartbeat thread failed (${e.message}); heartbeats now come from the event loop`);
+      this.heartbeatThread = null;
+      if (this.closed) return;
+      this.heartbeat = setInterval(
+        () => this.head.notify("chb", { clientId: this.clientId }),
+        DRIVER_HEARTBEAT_MS,
+      );
       this.heartbeat.unref();
-    }
+    });
+    this.heartbeatThread = thread;
   }
 
   addPushHandler(f: (m: any) => void): void {
@@ -358,6 +410,7 @@ export class Runtime {
     }
     this.closed = true;
     if (this.heartbeat) clearInterval(this.heartbeat);
+    await this.stopHeartbeatThread();
     try {
       await this.head.request("bye", { clientId: this.clientId }, 3000);
     } catch {}
