@@ -127,6 +127,8 @@ function bytesOf(a: CollectiveArray): Buffer {
 export class RingMember {
   private pull: Pull | undefined;
   private push: Push | undefined;
+  /** Ends this socket's share of the CURVE key check (a no-op without keys). */
+  private unsecure: (() => void) | undefined;
   private seq = 0;
   private tail: Promise<unknown> = Promise.resolve();
   private broken: unknown;
@@ -167,7 +169,7 @@ export class RingMember {
     });
     this.pull = pull;
     // the ring carries tensors from and to actor code: as guarded as every other cluster socket
-    await secureServerSocket(pull, `collective group "${this.group}" rank ${this.rank}`);
+    this.unsecure = await secureServerSocket(pull, `collective group "${this.group}" rank ${this.rank}`);
     if (transport !== "ipc") {
       requireKeysToListen(host, `collective group "${this.group}" rank ${this.rank}`);
       await pull.bind(`tcp://${host}:*`);
@@ -212,6 +214,7 @@ export class RingMember {
     this.closed = true;
     this.pull?.close();
     this.push?.close();
+    this.unsecure?.();
     this.pull = undefined;
     this.push = undefined;
   }

@@ -188,14 +188,11 @@ export class RouterServer extends BatchingSocket<zmq.Router> {
     super(new zmq.Router(), label);
   }
 
-  private secured = false;
+  private unsecure: (() => void) | null = null;
 
   async bind(endpoint: string): Promise<string> {
-    if (!this.secured) {
-      // socket options apply to endpoints bound after they are set: secure before the first bind
-      await secureServerSocket(this.sock, this.label);
-      this.secured = true;
-    }
+    // socket options apply to endpoints bound after they are set: secure before the first bind
+    this.unsecure ??= await secureServerSocket(this.sock, this.label);
     await this.sock.bind(endpoint);
     const real = this.sock.lastEndpoint ?? endpoint;
     this.endpoints.push(real);
@@ -243,5 +240,10 @@ export class RouterServer extends BatchingSocket<zmq.Router> {
 
   protected discard(): void {
     this.out.clear();
+  }
+
+  override close(): void {
+    super.close();
+    this.unsecure?.();
   }
 }

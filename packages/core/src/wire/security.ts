@@ -53,10 +53,20 @@ export function requireKeysToListen(host: string, what: string): void {
   if (!keys && !isLoopbackHost(host)) throw new InsecureListenError(host, what);
 }
 
-/** Makes a socket that binds a CURVE server (before bind); peers must hold the cluster's keys. */
-export async function secureServerSocket(sock: zmq.Socket, label: string): Promise<void> {
-  if (!keys) return;
+/**
+ * Makes a socket that binds a CURVE server (before bind); peers must hold the cluster's keys.
+ * Call the returned function when the socket closes (the key check stops with the last one).
+ */
+export async function secureServerSocket(sock: zmq.Socket, label: string): Promise<() => void> {
+  if (!keys) return () => {};
   await ensureZapHandler();
+  zapUsers++;
+  let released = false;
+  const release = () => {
+    if (released) return;
+    released = true;
+    if (--zapUsers === 0) closeZapHandler();
+  };
   sock.curveServer = true;
   sock.curveSecretKey = keys.secretKey;
   sock.zapDomain = ZAP_DOMAIN;
@@ -66,6 +76,7 @@ export async function secureServerSocket(sock: zmq.Socket, label: string): Promi
       "the peer does not speak CURVE with this cluster's keys (it was given no keys?)",
     ),
   );
+  return release;
 }
 
 /** Makes a socket that connects a CURVE client (before connect), if this process holds keys. */
@@ -115,17 +126,29 @@ export function watchHandshake(sock: zmq.Socket, onFailure: (reason: string) => 
 // ---- ZAP: the check of client keys ----------------------------------------------------------------
 
 const ZAP_DOMAIN = "torl";
-let zap: Promise<void> | null = null;
+let zap: Promise<zmq.Router> | null = null;
+/** Open CURVE server sockets: the handler's pending receive keeps the process alive, so it closes with the last. */
+let zapUsers = 0;
 
 /** ZeroMQ asks the socket bound at this inproc address whether to admit each CURVE client. */
-function ensureZapHandler(): Promise<void> {
+async function ensureZapHandler(): Promise<void> {
   zap ??= (async () => {
+    await zapClosing; // the address is free only once the previous handler closed
     const sock = new zmq.Router();
     sock.linger = 0;
     await sock.bind("inproc://zeromq.zap.01");
     void serveZap(sock);
+    return sock;
   })();
-  return zap;
+  await zap;
+}
+
+let zapClosing: Promise<void> = Promise.resolve();
+
+function closeZapHandler(): void {
+  const z = zap;
+  zap = null;
+  if (z) zapClosing = z.then((sock) => sock.close()).catch(() => {});
 }
 
 async function serveZap(sock: zmq.Router): Promise<void> {
@@ -156,7 +179,8 @@ async function serveZap(sock: zmq.Router): Promise<void> {
       ]);
     }
   } catch (e) {
-    logWarn(`ZAP handler stopped: ${(e as Error).message}; CURVE connections now wait unanswered`);
+    if (!sock.closed)
+      logWarn(`ZAP handler stopped: ${(e as Error).message}; CURVE connections now wait unanswered`);
   }
 }
 
