@@ -127,7 +127,7 @@ async function benchCurve(seconds: number, log: (s: string) => void): Promise<Re
   log("1_1_actor_calls_sync/async with CURVE vs plaintext (alternating clusters) ...");
   const keys = generateClusterKeys();
   const sum = { plainSync: 0, plainAsync: 0, curveSync: 0, curveAsync: 0 };
-  const rounds = 2;
+  const rounds = 3;
   for (let i = 0; i < rounds; i++) {
     const [ps, pa] = await callRates(undefined, seconds / 2);
     const [cs, ca] = await callRates(keys, seconds / 2);

@@ -207,9 +207,18 @@ export class Head {
         return this.registerNode(peer, m);
       case "hb": {
         const n = this.nodes.get(m.nodeId);
-        if (n?.alive) n.lastHeartbeat = Date.now();
-        else if (n && !n.alive)
-          this.server.send(peer, { t: "shutdown", reason: "declared dead by the head" });
+        if (n?.alive) {
+          n.lastHeartbeat = Date.now();
+          // the node counts these: without them for as long as the node timeout, it fences itself
+          this.server.send(peer, { t: "hbAck" });
+        } else if (n && !n.alive) {
+          // its actors were declared dead (and maybe restarted elsewhere): it may not come back
+          logWarn(`head: refused node ${n.nodeId} (${n.ip}): it was declared dead and may not rejoin`);
+          this.server.send(peer, {
+            t: "shutdown",
+            reason: `declared dead by the head after missing heartbeats; its actors were failed or restarted elsewhere, so it may not rejoin (start it again to add a fresh node)`,
+          });
+        }
         return NO_REPLY;
       }
       case "actorReady":
@@ -243,7 +252,7 @@ export class Head {
     };
     this.nodes.set(m.nodeId, node);
     this.schedule();
-    return { nodeId: m.nodeId };
+    return { nodeId: m.nodeId, nodeTimeoutMs: this.nodeTimeoutMs };
   }
 
   private checkNodes(): void {

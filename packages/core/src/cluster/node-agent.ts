@@ -81,7 +81,10 @@ export class NodeAgent {
       pid: process.pid,
     });
     const hb = this.opts.heartbeatMs ?? Number(process.env.TORL_HEARTBEAT_MS ?? 500);
-    this.timer = setInterval(() => this.link.send({ t: "hb", nodeId: this.nodeId }), hb);
+    this.timer = setInterval(() => {
+      this.link.send({ t: "hb", nodeId: this.nodeId });
+      this.fenceIfCutOff();
+    }, hb);
     this.timer.unref();
     try {
       await registered;
@@ -94,13 +97,47 @@ export class NodeAgent {
   }
 
   private registered: () => void = () => {};
+  /** The head's node timeout (from registration): silent this long, the head declares this node dead. */
+  private headTimeoutMs = Number.POSITIVE_INFINITY;
+  private lastAck = Date.now();
+  private fenced = false;
+
+  /**
+   * No split brain: once the head has not answered for as long as its node timeout, it has declared
+   * this node dead and restarts its actors elsewhere, so the copies here must stop now, not when the
+   * link heals. The agent stays up; the head tells it to leave if it hears from it again.
+   */
+  private fenceIfCutOff(): void {
+    const silentMs = Date.now() - this.lastAck;
+    if (this.fenced || this.stopped || silentMs <= this.headTimeoutMs) return;
+    this.fenced = true;
+    const live = [...this.workers.values()].filter((w) => !w.exited);
+    logWarn(
+      `node ${this.nodeId}: no answer from the head for ${silentMs} ms (its node timeout is ${this.headTimeoutMs} ms): ` +
+        `killing this node's ${live.length} workers, which the head has declared dead`,
+    );
+    for (const w of live) w.child.kill("SIGKILL");
+    this.spare?.kill("SIGKILL");
+    this.spare = null;
+  }
   private refused: (err: Error) => void = () => {};
 
   private onMessage(m: any): void {
     if (!m || typeof m !== "object") return;
     switch (m.t) {
       case "re":
-        if (m.rid === 0) this.registered();
+        if (m.rid === 0) {
+          this.headTimeoutMs = Number(m.v?.nodeTimeoutMs ?? Number.POSITIVE_INFINITY);
+          this.lastAck = Date.now();
+          this.registered();
+        }
+        return;
+      case "hbAck":
+        this.lastAck = Date.now();
+        if (this.fenced) {
+          // unreachable in practice: a head answers a fenced node's heartbeats with "shutdown"
+          logWarn(`node ${this.nodeId}: the head answers again after this node fenced itself`);
+        }
         return;
       case "startWorker":
         this.startWorker(m.spec, m.incarnation, m.gpuIds ?? [], m.resources ?? {}, m.bundleIndex);
@@ -129,7 +166,7 @@ export class NodeAgent {
 
   /** A booted, idle worker process kept ready so that new actors start fast (TORL_PREWARM=0 disables). */
   private refillSpare(): void {
-    if (this.stopped || this.spare || process.env.TORL_PREWARM === "0") return;
+    if (this.stopped || this.fenced || this.spare || process.env.TORL_PREWARM === "0") return;
     const child = this.forkWorker({});
     child.on("error", () => {});
     child.once("exit", () => {
@@ -154,7 +191,7 @@ export class NodeAgent {
     resources: Record<string, number>,
     bundleIndex?: number,
   ): void {
-    if (this.stopped) return;
+    if (this.stopped || this.fenced) return;
     const env: Record<string, string> = { ...(spec.env ?? {}) };
     if (gpuIds.length > 0 || (resources.GPU ?? 0) > 0 || this.gpuIds.length > 0) {
       env.CUDA_VISIBLE_DEVICES = gpuIds.join(",");
