@@ -6,6 +6,7 @@ import { parentPort, workerData } from "node:worker_threads";
 import * as zmq from "zeromq";
 import { buildBatch } from "../wire/batch.js";
 import { encode } from "../wire/codec.js";
+import { viaSocksProxy } from "../wire/links.js";
 import { type ClusterKeys, secureClientSocket, setClusterKeys } from "../wire/security.js";
 
 export interface HeartbeatThreadData {
@@ -21,6 +22,7 @@ setClusterKeys(data.keys);
 // the whole process. Handshake failures are reported by the driver's own link to the head.
 const sock = new zmq.Dealer({ linger: 0, sendHighWaterMark: 4 });
 secureClientSocket(sock);
+viaSocksProxy(sock, data.headEndpoint);
 sock.connect(data.headEndpoint);
 const beat = () => {
   // a full queue (head unreachable) drops this beat: a stale one is worth nothing later

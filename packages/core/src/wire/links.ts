@@ -11,6 +11,12 @@ import { secureClientSocket, secureServerSocket, watchHandshake } from "./securi
 
 const MAX_BATCH = 4096;
 
+/** Outgoing TCP connections go through the SOCKS5 proxy TORL_SOCKS_PROXY ("host:port") when set. */
+export function viaSocksProxy(sock: zmq.Socket, endpoint: string): void {
+  const proxy = process.env.TORL_SOCKS_PROXY;
+  if (proxy && endpoint.startsWith("tcp://")) sock.socksProxy = proxy;
+}
+
 function tune(sock: zmq.Dealer | zmq.Router): void {
   sock.linger = 0;
   sock.sendHighWaterMark = 0;
@@ -126,6 +132,7 @@ export class DealerLink extends BatchingSocket<zmq.Dealer> {
   ) {
     super(new zmq.Dealer(), label);
     secureClientSocket(this.sock);
+    viaSocksProxy(this.sock, endpoint);
     watchHandshake(this.sock, (reason) => {
       if (this.closed) return;
       this.authError = new ClusterAuthError(endpoint, reason);
