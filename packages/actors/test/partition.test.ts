@@ -11,6 +11,7 @@ import { NetnsCluster, netnsUnavailable } from "./netns/harness.js";
 
 const CLI = fileURLToPath(new URL("../../../examples/torl/src/cli.ts", import.meta.url));
 const DRIVER = fileURLToPath(new URL("./netns/driver.ts", import.meta.url));
+const PROXY = fileURLToPath(new URL("./netns/flaky-proxy.ts", import.meta.url));
 const NODE_TIMEOUT_MS = 3000;
 const HEAD = "198.18.0.1:6380";
 
@@ -78,7 +79,7 @@ async function scenario(name: string, extraEnv: NodeJS.ProcessEnv = {}): Promise
     const lines = text.split("\n").filter((l) => l.startsWith("@@ "));
     for (; seen < lines.length; seen++) {
       const msg = JSON.parse(lines[seen]!.slice(3));
-      if (msg.result) return { ...msg.result, work };
+      if (msg.result) return { ...msg.result, work, output: text };
       if (msg.error) throw new Error(`driver failed: ${msg.error}\n--- driver output ---\n${text}`);
       if (msg.op === "cut") cluster.cut(msg.member);
       else if (msg.op === "heal") cluster.heal(msg.member);
@@ -153,13 +154,19 @@ if (unavailable) {
     ]);
   });
 
+  let failed = false;
+  test.afterEach.always((t) => {
+    if (!t.passed) failed = true;
+  });
+
   test.after.always(() => {
     if (!cluster) return;
     // keep what the processes said when a test failed: it is the only record of a partition
-    writeFileSync(
-      path.join(path.dirname(cluster.dir), `${path.basename(cluster.dir)}.log`),
-      [...procs].map(([n, p]) => `===== ${n}\n${p.output()}`).join("\n"),
-    );
+    if (failed)
+      writeFileSync(
+        path.join(path.dirname(cluster.dir), `${path.basename(cluster.dir)}.log`),
+        [...procs].map(([n, p]) => `===== ${n}\n${p.output()}`).join("\n"),
+      );
     cluster.destroy();
   });
 
@@ -221,6 +228,41 @@ if (unavailable) {
       t.is(r.callErrors, 0);
       t.truthy(r.lateActorNode);
       t.is(r.nodesAlive, 2, "the head's own node and n2 are still alive (n1 was refused earlier)");
+    },
+  );
+
+  test.serial(
+    "a slow link that resets connections: calls and object fetches complete, correctly",
+    async (t) => {
+      const proxy = run("proxy", "driver", [PROXY], {
+        ...process.env,
+        DELAY_MS: "100",
+        JITTER_MS: "40",
+        RESET_MS: "2000",
+      });
+      const t0 = Date.now();
+      while (!/^port (\d+)$/m.test(proxy.output())) {
+        if (proxy.child.exitCode !== null || Date.now() - t0 > 30_000)
+          throw new Error(`proxy: ${proxy.output()}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const port = /^port (\d+)$/m.exec(proxy.output())![1]!;
+      const r = await scenario("slow-link", { TORL_SOCKS_PROXY: `127.0.0.1:${port}` });
+      const stats = JSON.parse(
+        proxy
+          .output()
+          .trim()
+          .split("\n")
+          .pop()!
+          .replace(/^stats /, ""),
+      );
+      proxy.child.kill("SIGKILL");
+      t.log(
+        `100 ms +0..40 ms each way, a reset every ~2 s per connection: ${r.syncCalls} sync calls and ${r.syncCalls * 0 + r.callsPerS.toFixed(1)} calls/s overall, ${r.fetches} object fetches of 1 MiB (${r.fetchMBps.toFixed(2)} MB/s) in ${r.elapsedS} s; proxy: ${stats.connections} connections, ${stats.resets} resets`,
+      );
+      t.deepEqual(r.wrong, []);
+      t.true(r.syncCalls > 0 && r.fetches > 0);
+      t.true(stats.resets > 0, "the proxy did reset connections");
     },
   );
 }

@@ -175,10 +175,58 @@ async function headCut(): Promise<unknown> {
   };
 }
 
+/** Calls and object fetches through a slow link that resets connections now and then. */
+async function slowLink(): Promise<unknown> {
+  const n2 = await nodeIdAt("198.18.0.12");
+  const a = LedgerActor.options({ numCpus: 1 }).remote(path.join(work, "slow.log"));
+  const w = await get(a.where(), { timeoutMs: 30_000 });
+  if (w.nodeId !== n2) throw new Error(`expected the actor on n2, got ${w.nodeId}`);
+  const seconds = Number(process.env.SLOW_SECONDS ?? 6);
+  const t0 = Date.now();
+  let syncCalls = 0;
+  let batches = 0;
+  let fetches = 0;
+  let fetchedBytes = 0;
+  const wrong: string[] = [];
+  while (Date.now() - t0 < seconds * 1000) {
+    // a call and its answer
+    const id = 1_000_000 + syncCalls;
+    const got = await get(a.record(id), { timeoutMs: 30_000 });
+    if (got !== id) wrong.push(`record(${id}) returned ${got}`);
+    syncCalls++;
+    // 50 calls in flight at once
+    const refs = Array.from({ length: 50 }, (_, i) => a.sum(new Float32Array([i, 1])));
+    const sums = await get(refs, { timeoutMs: 30_000 });
+    for (const [i, s] of sums.entries()) if (s !== i + 1) wrong.push(`sum #${i} = ${s}`);
+    batches++;
+    // an object the actor owns (1 MiB), fetched by this driver from the actor's process
+    const [ref] = await get(a.makeRef(1 << 18, batches), { timeoutMs: 30_000 });
+    const arr = (await get(ref, { timeoutMs: 30_000 })) as Float32Array;
+    if (arr.length !== 1 << 18 || arr[0] !== batches || arr[arr.length - 1] !== batches)
+      wrong.push(`fetched object ${batches} is wrong`);
+    fetches++;
+    fetchedBytes += arr.byteLength;
+  }
+  const elapsedS = (Date.now() - t0) / 1000;
+  return {
+    elapsedS,
+    syncCalls,
+    callsPerS: (syncCalls + batches * 50) / elapsedS,
+    fetches,
+    fetchMBps: fetchedBytes / 1e6 / elapsedS,
+    wrong,
+  };
+}
+
 async function main(): Promise<void> {
   await init({ address, keys });
   try {
-    const result = scenario === "node-cut" ? await nodeCut() : await headCut();
+    const result =
+      scenario === "node-cut"
+        ? await nodeCut()
+        : scenario === "head-cut"
+          ? await headCut()
+          : await slowLink();
     process.stdout.write(`@@ ${JSON.stringify({ result })}\n`);
   } catch (e) {
     process.stdout.write(`@@ ${JSON.stringify({ error: (e as Error).stack })}\n`);

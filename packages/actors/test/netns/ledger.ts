@@ -1,6 +1,6 @@
 /** An actor that writes down every call it executes, so a test can count executions afterwards. */
 import { appendFileSync } from "node:fs";
-import { actor, getRuntimeContext } from "@torl-ts/actors";
+import { actor, getRuntimeContext, type ObjectRef, put } from "@torl-ts/actors";
 
 export class Ledger {
   constructor(private file: string) {}
@@ -18,6 +18,10 @@ export class Ledger {
   /** A value of `n` floats each equal to `v` (fetched by the caller from this process). */
   make(n: number, v: number): Float32Array {
     return new Float32Array(n).fill(v);
+  }
+  /** A ref to an object this actor owns (wrapped, so the caller fetches it from here). */
+  makeRef(n: number, v: number): [ObjectRef<Float32Array>] {
+    return [put(new Float32Array(n).fill(v))];
   }
   sum(a: Float32Array): number {
     let s = 0;

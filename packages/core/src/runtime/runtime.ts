@@ -266,7 +266,12 @@ export class Runtime {
     const endpoint = addr.ipc && addr.host === os.hostname() ? addr.ipc : addr.tcp;
     let link = this.peers.get(endpoint);
     if (!link) {
-      link = new DealerLink(endpoint, (m) => this.onPeerMessage(endpoint, m), `owner ${endpoint}`);
+      link = new DealerLink(
+        endpoint,
+        (m) => this.onPeerMessage(endpoint, m),
+        `owner ${endpoint}`,
+        (err) => this.onOwnerRefused(endpoint, err),
+      );
       this.peers.set(endpoint, link);
     }
     return link;
@@ -301,6 +306,17 @@ export class Runtime {
       }
       this.peers.get(endpoint)?.close();
       this.peers.delete(endpoint);
+    }
+  }
+
+  /** An owner refused this process's keys: its fetches fail now instead of waiting forever. */
+  private onOwnerRefused(endpoint: string, err: Error): void {
+    this.peers.delete(endpoint);
+    for (const [key, waiters] of this.fetches) {
+      if (!key.startsWith(`${endpoint}|`)) continue;
+      this.fetches.delete(key);
+      const seq = Number(key.slice(endpoint.length + 1));
+      for (const f of waiters) f([FETCH_REPLY, seq, 2, errorToWire(err)]);
     }
   }
 

@@ -89,12 +89,15 @@ export function secureClientSocket(sock: zmq.Socket): void {
 
 /**
  * Calls `onFailure` once when the secure handshake with the server keeps failing: at once for an
- * authentication or protocol failure (wrong keys, or one side without keys), after a few failures
- * in a row for other handshake errors (which a reset connection can also cause).
+ * authentication or protocol failure (wrong keys, or one side without keys). A server that cannot
+ * decrypt a client's hello (wrong server key) just drops the connection, which a flaky network does
+ * too: those count only when they go on, with no handshake succeeding, for OTHER_FAILURES in a row
+ * over at least OTHER_FAILURE_WINDOW_MS.
  */
 export function watchHandshake(sock: zmq.Socket, onFailure: (reason: string) => void): void {
   let failed = false;
   let otherInARow = 0;
+  let firstOther = 0;
   const fail = (reason: string) => {
     if (failed) return;
     failed = true;
@@ -112,9 +115,11 @@ export function watchHandshake(sock: zmq.Socket, onFailure: (reason: string) => 
     ),
   );
   sock.events.on("handshake:error:other", (e) => {
-    if (++otherInARow >= 5)
+    if (otherInARow++ === 0) firstOther = Date.now();
+    const spanMs = Date.now() - firstOther;
+    if (otherInARow >= OTHER_FAILURES && spanMs >= OTHER_FAILURE_WINDOW_MS)
       fail(
-        `the server dropped the handshake 5 times in a row (${e.error?.message}): ${
+        `the server dropped every handshake for ${spanMs} ms (${otherInARow} in a row; ${e.error?.message}): ${
           keys
             ? "this process's keys are not the cluster's"
             : "the server requires CURVE keys and this process has none"
@@ -122,6 +127,9 @@ export function watchHandshake(sock: zmq.Socket, onFailure: (reason: string) => 
       );
   });
 }
+
+const OTHER_FAILURES = 8;
+const OTHER_FAILURE_WINDOW_MS = 5000;
 
 // ---- ZAP: the check of client keys ----------------------------------------------------------------
 
