@@ -177,10 +177,10 @@ async function headCut(): Promise<unknown> {
 
 /** Calls and object fetches through a slow link that resets connections now and then. */
 async function slowLink(): Promise<unknown> {
-  const n2 = await nodeIdAt("198.18.0.12");
+  // on a node agent's machine (the head's own node offers no CPU): every byte between it and this
+  // driver goes through the proxy
   const a = LedgerActor.options({ numCpus: 1 }).remote(path.join(work, "slow.log"));
-  const w = await get(a.where(), { timeoutMs: 30_000 });
-  if (w.nodeId !== n2) throw new Error(`expected the actor on n2, got ${w.nodeId}`);
+  await get(a.where(), { timeoutMs: 30_000 });
   const seconds = Number(process.env.SLOW_SECONDS ?? 6);
   const t0 = Date.now();
   let syncCalls = 0;

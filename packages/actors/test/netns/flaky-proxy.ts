@@ -13,16 +13,32 @@ const RESET_MS = Number(process.env.RESET_MS ?? 3000);
 
 const stats = { connections: 0, resets: 0, bytes: 0 };
 
-/** Writes chunks to `to` after the delay, never reordering them. */
+/**
+ * Writes chunks to `to` after the delay, in the order they came: one queue and one timer per
+ * direction (separate timers could fire out of order, and a TCP stream never reorders bytes).
+ */
 function delayedPipe(from: net.Socket, to: net.Socket): void {
+  const queue: Array<{ due: number; chunk: Buffer }> = [];
+  let timer: NodeJS.Timeout | null = null;
+  const drain = () => {
+    timer = null;
+    const now = Date.now();
+    while (queue.length > 0 && queue[0]!.due <= now) {
+      const { chunk } = queue.shift()!;
+      if (!to.destroyed) to.write(chunk);
+    }
+    if (queue.length > 0) timer = setTimeout(drain, queue[0]!.due - now);
+  };
   let lastDue = 0;
   from.on("data", (chunk) => {
     const due = Math.max(Date.now() + DELAY_MS + Math.random() * JITTER_MS, lastDue);
     lastDue = due;
     stats.bytes += chunk.length;
-    setTimeout(() => {
-      if (!to.destroyed) to.write(chunk);
-    }, due - Date.now());
+    queue.push({ due, chunk });
+    timer ??= setTimeout(drain, due - Date.now());
+  });
+  from.once("close", () => {
+    if (timer) clearTimeout(timer);
   });
 }
 

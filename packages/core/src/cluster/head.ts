@@ -297,6 +297,8 @@ export class Head {
   // ---- actors --------------------------------------------------------------------------------
 
   private createActor(spec: ActorSpec, subscriberKey: string): unknown {
+    // the same request again (sent twice over a broken connection) creates nothing new
+    if (this.actors.has(spec.actorId)) return { actorId: spec.actorId };
     validateRequest(spec.resources);
     if (spec.name) {
       const existing = this.named.get(spec.name);
@@ -581,6 +583,7 @@ export class Head {
         `unknown placement strategy '${strategy}'; one of PACK, SPREAD, STRICT_PACK, STRICT_SPREAD`,
       );
     }
+    if (typeof m.pgId === "string" && this.pgs.has(m.pgId)) return pgInfo(this.pgs.get(m.pgId)!);
     const pg: HeadPg = {
       pgId: typeof m.pgId === "string" ? m.pgId : `pg-${randomId(4)}`,
       name: m.name,

@@ -157,6 +157,13 @@ export class ActorCalls {
         `actor ${rec.name ?? rec.actorId}`,
         (err) => this.onRefused(rec, err),
       );
+      const link = rec.link;
+      // calls sent before the connection broke may be lost: send again what has no answer yet
+      // (the worker runs none twice)
+      link.onReconnect = () => {
+        if (rec.link !== link) return;
+        for (const info of rec.inflight.values()) link.sendEncoded(info.enc);
+      };
       const q = rec.queued;
       rec.queued = [];
       for (const info of q) if (rec.inflight.has(info.seq)) rec.link.sendEncoded(info.enc);

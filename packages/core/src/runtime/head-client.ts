@@ -8,7 +8,12 @@ export class HeadError extends Error {
 export class HeadClient {
   private link: DealerLink;
   private rid = 0;
-  private pending = new Map<number, { resolve: (v: any) => void; reject: (e: Error) => void; t: string }>();
+  private pending = new Map<
+    number,
+    { resolve: (v: any) => void; reject: (e: Error) => void; t: string; msg: Record<string, unknown> }
+  >();
+  /** Runs after the requests in flight were sent again on a connection that broke and came back. */
+  onReconnect: (() => void) | null = null;
 
   constructor(
     readonly endpoint: string,
@@ -20,6 +25,12 @@ export class HeadClient {
       `head ${endpoint}`,
       (err) => this.failAll(err),
     );
+    // requests sent before the connection broke may be lost: send again what has no answer yet
+    // (the head answers a repeated request as it did the first: each is idempotent)
+    this.link.onReconnect = () => {
+      for (const p of this.pending.values()) this.link.send(p.msg);
+      this.onReconnect?.();
+    };
   }
 
   /** The head refused this process's keys: every request fails with the error, now and later. */
@@ -32,8 +43,9 @@ export class HeadClient {
     const rid = ++this.rid;
     return new Promise<T>((resolve, reject) => {
       if (this.link.authError) return reject(this.link.authError);
-      this.pending.set(rid, { resolve, reject, t });
-      this.link.send({ ...body, t, rid });
+      const msg = { ...body, t, rid };
+      this.pending.set(rid, { resolve, reject, t, msg });
+      this.link.send(msg);
       if (timeoutMs > 0) {
         setTimeout(() => {
           if (this.pending.delete(rid)) {

@@ -114,6 +114,11 @@ export class Runtime {
     this.server.start();
     this.address = { tcp, ipc, host: os.hostname() };
     this.head = new HeadClient(`tcp://${headAddress}`, (m) => this.onPush(m));
+    // news about actors pushed while the connection was broken are lost: ask again for their state
+    this.head.onReconnect = () => {
+      for (const rec of this.actors.records.values())
+        if (rec.state !== "DEAD") this.head.notify("subscribe", { actorId: rec.actorId });
+    };
     this.context = {
       gpuIds: [],
       resources: {},
@@ -272,6 +277,12 @@ export class Runtime {
         `owner ${endpoint}`,
         (err) => this.onOwnerRefused(endpoint, err),
       );
+      const l = link;
+      // fetches are idempotent: after a broken connection, ask again for what has no answer yet
+      l.onReconnect = () => {
+        for (const key of this.fetches.keys())
+          if (key.startsWith(`${endpoint}|`)) l.send([FETCH, Number(key.slice(endpoint.length + 1))]);
+      };
       this.peers.set(endpoint, link);
     }
     return link;

@@ -2,9 +2,10 @@
  * ZeroMQ sockets with batched writes: a Dealer link to one peer and a Router server for many.
  * Messages pushed in the same tick (or while a send is blocked) leave as one multipart message.
  */
+import { randomBytes } from "node:crypto";
 import * as zmq from "zeromq";
 import { ClusterAuthError } from "../errors.js";
-import { logWarn } from "../log.js";
+import { logDebug, logWarn } from "../log.js";
 import { buildBatch, MalformedMessageError, parseBatch } from "./batch.js";
 import { type Encoded, encode } from "./codec.js";
 import { secureClientSocket, secureServerSocket, watchHandshake } from "./security.js";
@@ -119,6 +120,11 @@ export class DealerLink extends BatchingSocket<zmq.Dealer> {
 
   /** Set once the secure handshake with the peer failed; the link is closed then. */
   authError: ClusterAuthError | null = null;
+  /**
+   * Runs when the connection came back after it broke. What was in flight when it broke may be lost
+   * (ZeroMQ re-sends only what it had not yet written), so owners re-send what is still unanswered.
+   */
+  onReconnect: (() => void) | null = null;
 
   /**
    * `onAuthFailure` runs once if the peer refuses this process's keys (or the lack of them): the link
@@ -131,6 +137,18 @@ export class DealerLink extends BatchingSocket<zmq.Dealer> {
     onAuthFailure?: (err: ClusterAuthError) => void,
   ) {
     super(new zmq.Dealer(), label);
+    // one identity across reconnections: the server's replies find this link again (handover)
+    this.sock.routingId = `L${randomBytes(8).toString("hex")}`;
+    let broken = false;
+    this.sock.events.on("disconnect", () => {
+      broken = true;
+    });
+    this.sock.events.on("handshake", () => {
+      if (!broken || this.closed) return;
+      broken = false;
+      logDebug(`${this.label}: connection back after a break; re-sending what has no answer`);
+      this.onReconnect?.();
+    });
     secureClientSocket(this.sock);
     viaSocksProxy(this.sock, endpoint);
     watchHandshake(this.sock, (reason) => {
@@ -193,6 +211,8 @@ export class RouterServer extends BatchingSocket<zmq.Router> {
     label: string,
   ) {
     super(new zmq.Router(), label);
+    // a client that reconnects with its identity takes over from its broken connection
+    this.sock.handover = true;
   }
 
   private unsecure: (() => void) | null = null;

@@ -88,48 +88,48 @@ export function secureClientSocket(sock: zmq.Socket): void {
 }
 
 /**
- * Calls `onFailure` once when the secure handshake with the server keeps failing: at once for an
- * authentication or protocol failure (wrong keys, or one side without keys). A server that cannot
- * decrypt a client's hello (wrong server key) just drops the connection, which a flaky network does
- * too: those count only when they go on, with no handshake succeeding, for OTHER_FAILURES in a row
- * over at least OTHER_FAILURE_WINDOW_MS.
+ * Calls `onFailure` once when the secure handshake with the server keeps failing. A refused key
+ * (the server's key check said no) fails at once. Other failures (a protocol mismatch: one side has
+ * no keys; a dropped connection: the server could not decrypt our hello) also happen when a flaky
+ * network cuts a handshake short, so they count only when they go on, with no handshake succeeding,
+ * FAILURES_IN_A_ROW times over at least FAILURE_WINDOW_MS.
  */
 export function watchHandshake(sock: zmq.Socket, onFailure: (reason: string) => void): void {
   let failed = false;
-  let otherInARow = 0;
-  let firstOther = 0;
+  let inARow = 0;
+  let first = 0;
   const fail = (reason: string) => {
     if (failed) return;
     failed = true;
     onFailure(reason);
   };
+  const persisting = (what: string, guess: string) => {
+    if (inARow++ === 0) first = Date.now();
+    const spanMs = Date.now() - first;
+    if (inARow >= FAILURES_IN_A_ROW && spanMs >= FAILURE_WINDOW_MS)
+      fail(`every handshake failed for ${spanMs} ms (${inARow} in a row; last: ${what}): ${guess}`);
+  };
+  const noKeys = "the server requires CURVE keys and this process has none";
   sock.events.on("handshake", () => {
-    otherInARow = 0;
+    inARow = 0;
   });
   sock.events.on("handshake:error:auth", () => fail("the server refused this process's key"));
-  sock.events.on("handshake:error:protocol", () =>
-    fail(
-      keys
-        ? "the server does not use CURVE (this process has keys, the cluster has none?)"
-        : "the server requires CURVE keys and this process has none",
+  sock.events.on("handshake:error:protocol", (e) =>
+    persisting(
+      e.error?.message ?? "protocol error",
+      keys ? "the server does not use CURVE (this process has keys, the cluster has none?)" : noKeys,
     ),
   );
-  sock.events.on("handshake:error:other", (e) => {
-    if (otherInARow++ === 0) firstOther = Date.now();
-    const spanMs = Date.now() - firstOther;
-    if (otherInARow >= OTHER_FAILURES && spanMs >= OTHER_FAILURE_WINDOW_MS)
-      fail(
-        `the server dropped every handshake for ${spanMs} ms (${otherInARow} in a row; ${e.error?.message}): ${
-          keys
-            ? "this process's keys are not the cluster's"
-            : "the server requires CURVE keys and this process has none"
-        }`,
-      );
-  });
+  sock.events.on("handshake:error:other", (e) =>
+    persisting(
+      e.error?.message ?? "connection dropped",
+      keys ? "the server drops this process's hello: its keys are not the cluster's" : noKeys,
+    ),
+  );
 }
 
-const OTHER_FAILURES = 8;
-const OTHER_FAILURE_WINDOW_MS = 5000;
+const FAILURES_IN_A_ROW = 8;
+const FAILURE_WINDOW_MS = 5000;
 
 // ---- ZAP: the check of client keys ----------------------------------------------------------------
 
