@@ -88,10 +88,10 @@ export function secureClientSocket(sock: zmq.Socket): void {
 }
 
 /**
- * Calls `onFailure` once when the secure handshake with the server keeps failing. A refused key
- * (the server's key check said no) fails at once. Other failures (a protocol mismatch: one side has
- * no keys; a dropped connection: the server could not decrypt our hello) also happen when a flaky
- * network cuts a handshake short, so they count only when they go on, with no handshake succeeding,
+ * Calls `onFailure` once when the secure handshake with the server fails for good. A refused key
+ * (the server's key check said no) and a protocol mismatch (one side has no keys) are final. A
+ * dropped connection (what a server that cannot decrypt our hello does) also happens when a flaky
+ * network cuts a handshake short, so it counts only when it goes on, with no handshake succeeding,
  * FAILURES_IN_A_ROW times over at least FAILURE_WINDOW_MS.
  */
 export function watchHandshake(sock: zmq.Socket, onFailure: (reason: string) => void): void {
@@ -114,11 +114,9 @@ export function watchHandshake(sock: zmq.Socket, onFailure: (reason: string) => 
     inARow = 0;
   });
   sock.events.on("handshake:error:auth", () => fail("the server refused this process's key"));
-  sock.events.on("handshake:error:protocol", (e) =>
-    persisting(
-      e.error?.message ?? "protocol error",
-      keys ? "the server does not use CURVE (this process has keys, the cluster has none?)" : noKeys,
-    ),
+  // ZeroMQ does not reconnect after a protocol error, and TCP does not garble a stream: final
+  sock.events.on("handshake:error:protocol", () =>
+    fail(keys ? "the server does not use CURVE (this process has keys, the cluster has none?)" : noKeys),
   );
   sock.events.on("handshake:error:other", (e) =>
     persisting(
