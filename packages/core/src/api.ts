@@ -7,6 +7,7 @@ import { Head } from "./cluster/head.js";
 import { readKeyFile, resolveJoinKeys } from "./cluster/key-file.js";
 import { NodeAgent } from "./cluster/node-agent.js";
 import { GetTimeoutError } from "./errors.js";
+import { logWarn } from "./log.js";
 import { type ActorHandleBase, handleFor } from "./runtime/actor-handle.js";
 import { currentRuntime, maybeRuntime } from "./runtime/current.js";
 import { randomId } from "./runtime/ids.js";
@@ -198,7 +199,10 @@ export async function getActor<T = any>(name: string): Promise<T> {
 /** Kills an actor's worker at once; with `noRestart: false` it may restart (if maxRestarts allows). */
 export function kill(handle: ActorHandleBase | any, opts: { noRestart?: boolean } = {}): void {
   const rt = currentRuntime();
-  rt.head.notify("kill", { actorId: handle.actorId, noRestart: opts.noRestart !== false });
+  // a request, not a one-way note: the head link re-sends unanswered requests after a broken connection
+  rt.head
+    .request("kill", { actorId: handle.actorId, noRestart: opts.noRestart !== false })
+    .catch((e: Error) => logWarn(`kill(${handle.actorId}) did not reach the head: ${e.message}`));
 }
 
 /**
