@@ -265,4 +265,26 @@ if (unavailable) {
       t.true(stats.resets > 0, "the proxy did reset connections");
     },
   );
+
+  // last: it ends every node agent of the harness
+  test.serial(
+    "the head cut off past the node timeout: nodes fence themselves, calls fail once it is back",
+    async (t) => {
+      const r = await scenario("head-cut-long");
+      t.log(
+        `head cut for ${r.cutMs} ms: n2 killed its worker ${r.fencedMs} ms into the cut; the call in flight failed ${r.settledAfterHealMs} ms after the heal (${r.error?.name}, ${r.error?.kind}); n2 alive after the heal: ${r.n2AliveAfterHeal}`,
+      );
+      t.true(r.fencedMs < NODE_TIMEOUT_MS + 7000, `fenced in ${r.fencedMs} ms`);
+      t.false(r.settledDuringCut, "during the cut only the head could declare the worker dead");
+      t.is(r.error?.name, "ActorDiedError");
+      t.is(r.error?.kind, "node_died");
+      t.false(r.n2AliveAfterHeal, "the head refuses the node it declared dead");
+      const n2 = procs.get("n2")!;
+      const code = await Promise.race([
+        n2.exited,
+        new Promise((res) => setTimeout(() => res("running"), 10_000)),
+      ]);
+      t.not(code, "running", "the refused node agent left");
+    },
+  );
 }

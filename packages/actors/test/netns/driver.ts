@@ -175,6 +175,50 @@ async function headCut(): Promise<unknown> {
   };
 }
 
+/** The head cut off for longer than the node timeout: what survives. */
+async function headCutLong(): Promise<unknown> {
+  const n2 = await nodeIdAt("198.18.0.12");
+  const h = LedgerActor.options({ numCpus: 1 }).remote(path.join(work, "long.log"));
+  const w = await get(h.where());
+  if (w.nodeId !== n2) throw new Error(`expected the actor on n2, got ${w.nodeId}`);
+  const cutMs = Number(process.env.HEAD_CUT_MS ?? 5000);
+  const inflight = h.slow(120_000);
+  await sleep(200);
+  await ask("cut", "head");
+  const cutAt = Date.now();
+  const fencedMs = await until("n2 fenced its worker", 30_000, async () =>
+    !alive(w.pid) ? Date.now() - cutAt : undefined,
+  );
+  await sleep(Math.max(0, cutMs - (Date.now() - cutAt)));
+  // still unsettled: nothing but the head can say the worker is gone for good
+  const settledDuringCut = await Promise.race([
+    get(inflight).then(
+      () => true,
+      () => true,
+    ),
+    sleep(10).then(() => false),
+  ]);
+  await ask("heal", "head");
+  const healAt = Date.now();
+  let error: { name: string; kind?: string } | null = null;
+  try {
+    await get(inflight, { timeoutMs: 30_000 });
+  } catch (e) {
+    error = { name: (e as Error).name, kind: e instanceof ActorDiedError ? e.cause.kind : undefined };
+  }
+  const settledAfterHealMs = Date.now() - healAt;
+  await sleep(2000);
+  const s = await clusterStatus();
+  return {
+    cutMs,
+    fencedMs,
+    settledDuringCut,
+    error,
+    settledAfterHealMs,
+    n2AliveAfterHeal: s.nodes.find((n: { nodeId: string }) => n.nodeId === n2)?.alive,
+  };
+}
+
 /** Calls and object fetches through a slow link that resets connections now and then. */
 async function slowLink(): Promise<unknown> {
   // on a node agent's machine (the head's own node offers no CPU): every byte between it and this
@@ -226,7 +270,9 @@ async function main(): Promise<void> {
         ? await nodeCut()
         : scenario === "head-cut"
           ? await headCut()
-          : await slowLink();
+          : scenario === "head-cut-long"
+            ? await headCutLong()
+            : await slowLink();
     process.stdout.write(`@@ ${JSON.stringify({ result })}\n`);
   } catch (e) {
     process.stdout.write(`@@ ${JSON.stringify({ error: (e as Error).stack })}\n`);
