@@ -143,6 +143,16 @@ test.serial(
     );
     t.regex(log, /refused a connection/);
 
+    // a node agent without the keys is refused too, and says so
+    const elsewhere = { ...env, TORL_STATE_DIR: mkdtempSync(path.join(os.tmpdir(), "torl-sec-other-")) };
+    const agent = await t.throwsAsync(
+      run("node", ["--import=tsx", "examples/torl/src/cli.ts", "start", "--address", ready.address], {
+        env: elsewhere,
+        timeout: 60_000,
+      }),
+    );
+    t.regex((agent as Error & { stderr: string }).stderr, /ClusterAuthError: authentication with/);
+
     // 3. with the keys (found in the state directory for this address) it works
     const prevState = process.env.TORL_STATE_DIR;
     process.env.TORL_STATE_DIR = stateDir;
