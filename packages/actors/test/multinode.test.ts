@@ -127,5 +127,5 @@ test("a head and a second node agent on 127.0.0.2: placement by resource, object
     })(),
     { instanceOf: ActorDiedError },
   );
-  t.is(gone!.cause.kind, "killed");
+  t.is(gone!.cause.kind, "owner_died");
 });

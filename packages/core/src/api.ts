@@ -4,8 +4,10 @@
  */
 import os from "node:os";
 import { Head } from "./cluster/head.js";
+import { readKeyFile, resolveJoinKeys } from "./cluster/key-file.js";
 import { NodeAgent } from "./cluster/node-agent.js";
 import { GetTimeoutError } from "./errors.js";
+import { logWarn } from "./log.js";
 import { type ActorHandleBase, handleFor } from "./runtime/actor-handle.js";
 import { currentRuntime, maybeRuntime } from "./runtime/current.js";
 import { randomId } from "./runtime/ids.js";
@@ -15,6 +17,7 @@ import { Runtime, type RuntimeContext } from "./runtime/runtime.js";
 import { TaskPool } from "./runtime/tasks.js";
 import { affinityOf, type SchedulingStrategy } from "./scheduling-strategy.js";
 import { encode } from "./wire/codec.js";
+import { type ClusterKeys, checkKeyShape, setClusterKeys } from "./wire/security.js";
 import { prepareValue } from "./wire/sendable.js";
 
 export interface InitOptions {
@@ -28,6 +31,12 @@ export interface InitOptions {
   resources?: Record<string, number>;
   /** IP this process binds its object server to (default 127.0.0.1). */
   nodeIp?: string;
+  /**
+   * The cluster's CURVE keys, or the path of its key file. Joining: default the file named by
+   * TORL_CLUSTER_KEYS, else the state directory's file when it belongs to `address`. Embedded: given
+   * keys make the embedded cluster authenticated and encrypted too.
+   */
+  keys?: ClusterKeys | string;
 }
 
 export interface ClusterInfo {
@@ -47,6 +56,7 @@ export async function init(opts: InitOptions = {}): Promise<ClusterInfo> {
   const ip = opts.nodeIp ?? process.env.TORL_NODE_IP ?? "127.0.0.1";
   let address = opts.address ?? process.env.TORL_ADDRESS;
   let nodeId: string | undefined;
+  setClusterKeys(address ? resolveJoinKeys(opts.keys, address) : embeddedKeys(opts.keys));
   if (!address) {
     const head = new Head({ host: "127.0.0.1", port: 0, nodeTimeoutMs: Number.POSITIVE_INFINITY });
     address = await head.start();
@@ -70,11 +80,20 @@ export async function init(opts: InitOptions = {}): Promise<ClusterInfo> {
       embedded.head.stop();
       embedded = null;
     }
+    await rt.shutdown().catch(() => {});
+    setClusterKeys(null);
     throw e;
   }
   const res = await rt.head.request("clusterResources", {}, 10000);
   clusterCpus = res.total.CPU ?? 1;
   return { address, clientId: rt.clientId, nodeId: rt.context.nodeId, embedded: embedded !== null };
+}
+
+function embeddedKeys(given: ClusterKeys | string | undefined): ClusterKeys | null {
+  if (given === undefined) return null;
+  if (typeof given === "string") return readKeyFile(given);
+  checkKeyShape(given, "init({ keys })");
+  return given;
 }
 
 export function isInitialized(): boolean {
@@ -92,6 +111,7 @@ export async function shutdown(): Promise<void> {
     await e.node.stop();
     e.head.stop();
   }
+  setClusterKeys(null);
 }
 
 // ---- actors -----------------------------------------------------------------------------------
@@ -185,7 +205,10 @@ export async function getActor<T = any>(name: string): Promise<T> {
 /** Kills an actor's worker at once; with `noRestart: false` it may restart (if maxRestarts allows). */
 export function kill(handle: ActorHandleBase | any, opts: { noRestart?: boolean } = {}): void {
   const rt = currentRuntime();
-  rt.head.notify("kill", { actorId: handle.actorId, noRestart: opts.noRestart !== false });
+  // a request, not a one-way note: the head link re-sends unanswered requests after a broken connection
+  rt.head
+    .request("kill", { actorId: handle.actorId, noRestart: opts.noRestart !== false })
+    .catch((e: Error) => logWarn(`kill(${handle.actorId}) did not reach the head: ${e.message}`));
 }
 
 /**

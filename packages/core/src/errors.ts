@@ -153,3 +153,42 @@ export class TaskFailedError extends Error {
 export class UnknownClassError extends Error {
   override name = "UnknownClassError";
 }
+
+/** A listener would be reachable beyond this machine without the cluster's keys. */
+export class InsecureListenError extends Error {
+  override name = "InsecureListenError";
+  constructor(
+    readonly host: string,
+    readonly what: string,
+  ) {
+    super(
+      `${what} would listen on ${host}, beyond loopback, without authentication: anyone who can reach it could run code here. ` +
+        "Give the cluster's keys (torl start --keys PATH, TORL_CLUSTER_KEYS=PATH, or init({ keys })), or listen on 127.0.0.1",
+    );
+  }
+}
+
+/** The secure (CURVE) handshake with a peer failed: missing or wrong cluster keys on one side. */
+export class ClusterAuthError extends Error {
+  override name = "ClusterAuthError";
+  constructor(
+    readonly endpoint: string,
+    readonly reason: string,
+  ) {
+    super(
+      `authentication with ${endpoint} failed: ${reason}. A cluster reachable beyond loopback admits only processes holding its keys: ` +
+        "give them with --keys PATH, TORL_CLUSTER_KEYS=PATH or init({ keys }) (the head writes them to cluster-keys.json in its state directory)",
+    );
+  }
+}
+
+/** A cluster key file that is missing, malformed or readable by other users. */
+export class KeyFileError extends Error {
+  override name = "KeyFileError";
+  constructor(
+    readonly file: string,
+    why: string,
+  ) {
+    super(`cluster key file ${file}: ${why}`);
+  }
+}

@@ -14,3 +14,11 @@ export type { ActorState, PlacementStrategy } from "./runtime/protocol.js";
 export type { RuntimeContext } from "./runtime/runtime.js";
 export { NodeAffinitySchedulingStrategy, type SchedulingStrategy } from "./scheduling-strategy.js";
 export { registerSerializer, type SerializerOptions } from "./wire/codec.js";
+export {
+  type ClusterKeys,
+  generateClusterKeys,
+  isLoopbackHost,
+  requireKeysToListen,
+  secureClientSocket,
+  secureServerSocket,
+} from "./wire/security.js";

@@ -22,6 +22,7 @@ import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
+import { requireKeysToListen, secureClientSocket, secureServerSocket } from "@torl-ts/core";
 import { Pull, Push } from "zeromq";
 import {
   accumulate,
@@ -127,6 +128,8 @@ function bytesOf(a: CollectiveArray): Buffer {
 export class RingMember {
   private pull: Pull | undefined;
   private push: Push | undefined;
+  /** Ends this socket's share of the CURVE key check (a no-op without keys). */
+  private unsecure: (() => void) | undefined;
   private seq = 0;
   private tail: Promise<unknown> = Promise.resolve();
   private broken: unknown;
@@ -166,7 +169,10 @@ export class RingMember {
       linger: 0,
     });
     this.pull = pull;
+    // the ring carries tensors from and to actor code: as guarded as every other cluster socket
+    this.unsecure = await secureServerSocket(pull, `collective group "${this.group}" rank ${this.rank}`);
     if (transport !== "ipc") {
+      requireKeysToListen(host, `collective group "${this.group}" rank ${this.rank}`);
       await pull.bind(`tcp://${host}:*`);
       address.tcp = pull.lastEndpoint ?? undefined;
     }
@@ -191,6 +197,7 @@ export class RingMember {
     }
     this.nextEndpoint = nextEndpoint;
     this.push = new Push({ linger: 2000 });
+    secureClientSocket(this.push);
     this.push.connect(nextEndpoint);
     this.send([header(0, OP_HELLO, 0, 0, this.rank, 0, 0, 0)]);
     const m = await this.recv(0, OP_HELLO, 0);
@@ -208,6 +215,7 @@ export class RingMember {
     this.closed = true;
     this.pull?.close();
     this.push?.close();
+    this.unsecure?.();
     this.pull = undefined;
     this.push = undefined;
   }

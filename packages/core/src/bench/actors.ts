@@ -7,6 +7,7 @@ import path from "node:path";
 import { createActor, free, get, init, put, shutdown, submitTask } from "../api.js";
 import { parseFlags } from "../cli/flags.js";
 import type { CliCommand } from "../cli-command.js";
+import { generateClusterKeys } from "../wire/security.js";
 import { RawEcho } from "./raw-zmq.js";
 
 const WORKLOAD = new URL("./workload.ts", import.meta.url).href;
@@ -20,6 +21,9 @@ figure they bound: raw_zmq_roundtrip_sync / raw_zmq_roundtrip_pipelined (two pro
 transport), memcpy_fresh_64mib_gigabytes (a copy into freshly allocated memory, what put did before
 it recycled buffers) and memcpy_warm_64mib_gigabytes (a copy into reused memory, put's ceiling);
 single_client_put_gigabytes_gc_drop is put with refs left to the GC instead of freed.
+1_1_actor_calls_sync_curve and 1_1_actor_calls_async_curve are the same calls in a cluster with
+CURVE keys (authenticated and encrypted), measured right after, in alternation with plaintext
+ones (ratio_*_curve_vs_plain).
 The last line is one JSON object.`;
 
 async function timeLoop(seconds: number, step: () => Promise<number>): Promise<number> {
@@ -85,6 +89,60 @@ async function counted(seconds: number, step: () => Promise<number>): Promise<[n
 }
 
 let keep: Float32Array | null = null;
+
+/** One actor's sync and async call rates in an embedded cluster (with `keys`: CURVE on every socket). */
+async function callRates(
+  keys: ReturnType<typeof generateClusterKeys> | undefined,
+  seconds: number,
+): Promise<[number, number]> {
+  await init(keys ? { keys } : {});
+  try {
+    const a = createActor(WORKLOAD, "BenchActor", []);
+    await a.ready();
+    await timeLoop(0.2, async () => {
+      await a.noop();
+      return 1;
+    });
+    const [n1, t1] = await counted(seconds, async () => {
+      await a.noop();
+      return 1;
+    });
+    const [n2, t2] = await counted(seconds, async () => {
+      const refs = [];
+      for (let i = 0; i < 1000; i++) refs.push(a.noop());
+      await get(refs);
+      return 1000;
+    });
+    return [n1 / t1, n2 / t2];
+  } finally {
+    await shutdown();
+  }
+}
+
+/**
+ * The cost of CURVE: the same calls with and without keys, a fresh cluster each, alternating so both
+ * see the same machine load.
+ */
+async function benchCurve(seconds: number, log: (s: string) => void): Promise<Record<string, number>> {
+  log("1_1_actor_calls_sync/async with CURVE vs plaintext (alternating clusters) ...");
+  const keys = generateClusterKeys();
+  const sum = { plainSync: 0, plainAsync: 0, curveSync: 0, curveAsync: 0 };
+  const rounds = 3;
+  for (let i = 0; i < rounds; i++) {
+    const [ps, pa] = await callRates(undefined, seconds / 2);
+    const [cs, ca] = await callRates(keys, seconds / 2);
+    sum.plainSync += ps / rounds;
+    sum.plainAsync += pa / rounds;
+    sum.curveSync += cs / rounds;
+    sum.curveAsync += ca / rounds;
+  }
+  return {
+    "1_1_actor_calls_sync_curve": sum.curveSync,
+    "1_1_actor_calls_async_curve": sum.curveAsync,
+    ratio_sync_curve_vs_plain: sum.curveSync / sum.plainSync,
+    ratio_async_curve_vs_plain: sum.curveAsync / sum.plainAsync,
+  };
+}
 
 export async function benchActors(
   seconds: number,
@@ -202,6 +260,8 @@ export async function benchActors(
     raw.close();
     await shutdown();
   }
+  const curve = await benchCurve(seconds, log);
+  Object.assign(out, curve);
   out.ratio_sync_vs_raw_sync = out["1_1_actor_calls_sync"]! / out.raw_zmq_roundtrip_sync!;
   out.ratio_async_vs_raw_pipelined = out["1_1_actor_calls_async"]! / out.raw_zmq_roundtrip_pipelined!;
   out.ratio_put_vs_memcpy = out.single_client_put_gigabytes! / out.memcpy_fresh_64mib_gigabytes!;

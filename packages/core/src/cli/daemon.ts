@@ -4,8 +4,10 @@
  */
 import { InputError } from "../cli-command.js";
 import { Head } from "../cluster/head.js";
+import { defaultKeyFile, readKeyFile, resolveJoinKeys, writeKeyFile } from "../cluster/key-file.js";
 import { NodeAgent } from "../cluster/node-agent.js";
 import { setLogRole } from "../log.js";
+import { setClusterKeys } from "../wire/security.js";
 import { forgetDaemon, recordDaemon } from "./state.js";
 
 export interface DaemonOptions {
@@ -17,6 +19,8 @@ export interface DaemonOptions {
   numCpus?: number;
   numGpus?: number;
   resources?: Record<string, number>;
+  /** The cluster's key file (never the keys themselves: this travels in argv). */
+  keysFile?: string;
   log: string;
 }
 
@@ -41,6 +45,8 @@ export interface DaemonFailure {
 export async function runDaemon(o: DaemonOptions): Promise<void> {
   let head: Head | null = null;
   let address = o.address ?? "";
+  const keys = o.keysFile ? readKeyFile(o.keysFile) : o.head ? null : resolveJoinKeys(undefined, address);
+  setClusterKeys(keys && { publicKey: keys.publicKey, secretKey: keys.secretKey });
   if (o.head) {
     setLogRole("head");
     head = new Head({ host: o.host, port: o.port });
@@ -53,6 +59,8 @@ export async function runDaemon(o: DaemonOptions): Promise<void> {
     }
     address = `${o.nodeIp}:${bound.split(":").pop()}`;
     head.address = address;
+    // the state directory's key file names its head, so local joiners can find it by address
+    if (keys && o.keysFile === defaultKeyFile()) writeKeyFile(o.keysFile, { ...keys, address });
   } else setLogRole("node");
   const node = new NodeAgent({
     headAddress: address,

@@ -1,9 +1,11 @@
 /** `torl start`: start a head (`--head`) or a node agent joining one (`--address`), in the background. */
 import { spawn } from "node:child_process";
-import { openSync } from "node:fs";
+import { openSync, rmSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { type CliCommand, UsageError } from "../cli-command.js";
+import { defaultKeyFile, keyFileExists, readKeyFile, writeKeyFile } from "../cluster/key-file.js";
+import { generateClusterKeys, isLoopbackHost } from "../wire/security.js";
 import { type DaemonFailure, type DaemonOptions, PortInUseError, runDaemon } from "./daemon.js";
 import { parseFlags } from "./flags.js";
 import { stateDir } from "./state.js";
@@ -17,12 +19,20 @@ Runs in the background and prints the address; \`pnpm torl stop\` stops what was
 options:
   --head                 start a head (control plane) and a node on this machine
   --port P               head port (default 6380; 0 = any free port)
-  --host H               interface the head binds (default 0.0.0.0)
+  --host H               interface the head binds (default 127.0.0.1: this machine only). Any other
+                         (e.g. 0.0.0.0) makes the cluster authenticated and encrypted (CURVE):
+                         the head creates the cluster's keys, see --keys
+  --keys PATH            the cluster's key file (default: TORL_CLUSTER_KEYS, else
+                         cluster-keys.json in the state directory). A head creates it (mode 0600)
+                         unless it exists; a node agent reads it
+  --secure               require the keys even on loopback (other users of this machine then
+                         cannot connect either)
   --address HOST:PORT    join the head there as a node agent
   --num-cpus N           CPUs this node offers (default: its cores)
   --num-gpus N           GPUs this node offers (ids 0..N-1; default: detected with nvidia-smi)
   --resources JSON       custom resources, e.g. '{"sandbox": 8}'
-  --node-ip IP           address workers on this node listen on (default 127.0.0.1)
+  --node-ip IP           address workers on this node listen on and the head is announced at
+                         (default: --host when it names one address, else 127.0.0.1)
   --block                stay in the foreground`;
 
 const DAEMON = fileURLToPath(new URL("./daemon.ts", import.meta.url));
@@ -46,6 +56,32 @@ export class DaemonStartError extends Error {
   }
 }
 
+/**
+ * The key file a head uses: none on loopback (unless --secure); else the given or default file,
+ * created with fresh keys when absent.
+ */
+function headKeyFile(host: string, given: string | undefined, secure: boolean): string | undefined {
+  const file = given ?? process.env.TORL_CLUSTER_KEYS ?? defaultKeyFile();
+  if (!secure && isLoopbackHost(host)) {
+    // a plaintext head: keys left from an earlier cluster here would only confuse joiners
+    if (!given && !process.env.TORL_CLUSTER_KEYS && keyFileExists(file)) rmSync(file);
+    return undefined;
+  }
+  if (keyFileExists(file)) readKeyFile(file);
+  else writeKeyFile(file, generateClusterKeys());
+  return file;
+}
+
+/**
+ * A node agent's key file when one is named (checked now, so a bad one is reported here); else the
+ * daemon looks for the state directory's file of the head it joins.
+ */
+function joinKeyFile(given: string | undefined): string | undefined {
+  const file = given ?? process.env.TORL_CLUSTER_KEYS;
+  if (file) readKeyFile(file);
+  return file;
+}
+
 export const startCommand: CliCommand = {
   summary: "start a cluster head (--head) or a node agent (--address H:P)",
   usage,
@@ -59,20 +95,26 @@ export const startCommand: CliCommand = {
       "num-gpus": { type: "integer", min: 0 },
       resources: { type: "resources" },
       "node-ip": { type: "string" },
+      keys: { type: "string" },
+      secure: { type: "boolean" },
       block: { type: "boolean" },
     });
     if (!f.head && !f.address) throw new UsageError("give --head or --address HOST:PORT");
     if (f.head && f.address) throw new UsageError("--head and --address exclude each other");
     if (f.address && !/^[^:\s]+:\d+$/.test(f.address))
       throw new UsageError(`--address must be HOST:PORT, got '${f.address}'`);
+    if (f.secure && !f.head) throw new UsageError("--secure is a head's flag; a node agent takes --keys");
     const role = f.head ? "head" : "node";
+    const host: string = f.host ?? "127.0.0.1";
+    const keysFile = f.head ? headKeyFile(host, f.keys, !!f.secure) : joinKeyFile(f.keys);
     const log = path.join(stateDir(), "logs", `${role}-${Date.now()}.log`);
     const opts: DaemonOptions = {
       head: !!f.head,
       address: f.address,
       port: f.port ?? 6380,
-      host: f.host ?? "0.0.0.0",
-      nodeIp: f["node-ip"] ?? "127.0.0.1",
+      host,
+      nodeIp: f["node-ip"] ?? (host === "0.0.0.0" || host === "*" ? "127.0.0.1" : host),
+      keysFile,
       numCpus: f["num-cpus"],
       numGpus: f["num-gpus"],
       resources: f.resources,
@@ -107,8 +149,16 @@ export const startCommand: CliCommand = {
     child.unref();
     if (f.head) {
       console.log(`head started at ${ready.address} (pid ${ready.pid}, node ${ready.nodeId}); log ${log}`);
-      console.log(`  add a node:      pnpm torl start --address ${ready.address}`);
-      console.log(`  connect a driver: init({ address: "${ready.address}" })`);
+      if (keysFile) {
+        console.log(`  authenticated and encrypted (CURVE); the cluster's keys are in ${keysFile}`);
+        console.log(`  add a node:      pnpm torl start --address ${ready.address} --keys ${keysFile}`);
+        console.log(`  connect a driver: init({ address: "${ready.address}", keys: "${keysFile}" })`);
+        console.log("  (copy the key file to other machines over a secure channel; keep it mode 0600)");
+      } else {
+        console.log("  not authenticated: loopback only, any process on this machine can use it");
+        console.log(`  add a node:      pnpm torl start --address ${ready.address}`);
+        console.log(`  connect a driver: init({ address: "${ready.address}" })`);
+      }
     } else {
       console.log(`node ${ready.nodeId} joined ${ready.address} (pid ${ready.pid}); log ${log}`);
     }

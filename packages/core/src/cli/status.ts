@@ -1,16 +1,20 @@
 /** `torl status`: nodes, resources used/free, actors and their state, asked of the head. */
 import { type CliCommand, UsageError } from "../cli-command.js";
+import { resolveJoinKeys } from "../cluster/key-file.js";
 import { HeadError } from "../errors.js";
 import { HeadClient } from "../runtime/head-client.js";
+import { setClusterKeys } from "../wire/security.js";
 import { parseFlags } from "./flags.js";
 import { lastHeadAddress } from "./state.js";
 
-const usage = `usage: pnpm torl status [--address HOST:PORT] [--json]
+const usage = `usage: pnpm torl status [--address HOST:PORT] [--keys PATH] [--json]
 
-Shows the cluster's nodes (resources used / total), actors and placement groups.
-Without --address it asks the head last started on this machine.`;
+Shows the cluster's nodes (resources used / total), actors and placement groups, and whether the
+cluster is authenticated. Without --address it asks the head last started on this machine. An
+authenticated cluster needs its keys: --keys, TORL_CLUSTER_KEYS, or the state directory's file.`;
 
-export async function fetchStatus(address: string, timeoutMs = 5000): Promise<any> {
+export async function fetchStatus(address: string, timeoutMs = 5000, keysFile?: string): Promise<any> {
+  setClusterKeys(resolveJoinKeys(keysFile, address));
   const client = new HeadClient(`tcp://${address}`, () => {});
   try {
     return await client.request("status", {}, timeoutMs);
@@ -24,7 +28,14 @@ function fmt(n: number): string {
 }
 
 export function formatStatus(s: any): string {
-  const lines = [`head ${s.address}  up ${s.uptimeS}s  drivers/workers connected ${s.clients}`, "", "nodes:"];
+  const lines = [
+    `head ${s.address}  up ${s.uptimeS}s  drivers/workers connected ${s.clients}`,
+    s.security?.mode === "curve"
+      ? `security: authenticated and encrypted (CURVE), listening on ${s.security.listen}; connections refused so far: ${s.security.refusedConnections}`
+      : `security: NOT authenticated (listening on ${s.security?.listen ?? "?"} only): any process on this machine can run code in this cluster`,
+    "",
+    "nodes:",
+  ];
   for (const n of s.nodes) {
     const res = Object.keys(n.total)
       .filter((k) => n.total[k] > 0)
@@ -52,13 +63,17 @@ export const statusCommand: CliCommand = {
   summary: "show the cluster's nodes, resources and actors",
   usage,
   async run(args) {
-    const { flags: f } = parseFlags(args, { address: { type: "string" }, json: { type: "boolean" } });
+    const { flags: f } = parseFlags(args, {
+      address: { type: "string" },
+      json: { type: "boolean" },
+      keys: { type: "string" },
+    });
     const address = f.address ?? process.env.TORL_ADDRESS ?? lastHeadAddress();
     if (!address)
       throw new UsageError("no head address: give --address HOST:PORT (no head was started here)");
     let s: any;
     try {
-      s = await fetchStatus(address);
+      s = await fetchStatus(address, 5000, f.keys);
     } catch (e) {
       throw new HeadError(`cannot reach the head at ${address}: ${(e as Error).message}`, { cause: e });
     }

@@ -16,6 +16,7 @@ import type { ActorSpec, ActorState, ActorUpdate, PlacementStrategy } from "../r
 import { UndecodableMessage } from "../wire/batch.js";
 import { errorToWire, type WireError } from "../wire/codec.js";
 import { RouterServer } from "../wire/links.js";
+import { clusterKeys, refusedConnections, requireKeysToListen } from "../wire/security.js";
 import { type Placed, placeBundles } from "./placement.js";
 import {
   type Allocation,
@@ -54,6 +55,8 @@ interface HeadActor {
   pid?: number;
   subscribers: Set<string>;
   killed: boolean;
+  /** Why it was killed when not by kill(): its owner died or left. */
+  killCause?: DeathCause;
   cause?: DeathCause;
 }
 
@@ -88,7 +91,8 @@ export class Head {
     { clientId: string; pid: number; peerKey: string; actorId?: string; lastSeen: number }
   >();
   private clientOfActor = new Map<string, string>();
-  private clientTimeoutMs = Number(process.env.TORL_CLIENT_TIMEOUT_MS ?? 120_000);
+  /** A driver silent this long is taken for dead and its actors are killed (drivers beat every second). */
+  private clientTimeoutMs = Number(process.env.TORL_CLIENT_TIMEOUT_MS ?? 8000);
   private pendingActors: string[] = [];
   private timer: NodeJS.Timeout | null = null;
   private nodeTimeoutMs: number;
@@ -100,6 +104,7 @@ export class Head {
   }
 
   async start(): Promise<string> {
+    requireKeysToListen(this.opts.host, "the head");
     const ep = await this.server.bind(`tcp://${this.opts.host}:${this.opts.port}`);
     this.server.start();
     this.address = ep.replace(/^tcp:\/\//, "");
@@ -165,7 +170,7 @@ export class Head {
         return NO_REPLY;
       }
       case "bye":
-        this.onClientGone(m.clientId);
+        this.onClientGone(m.clientId, "it called shutdown()");
         return null;
       case "clientAlive":
         // every live process said hello before it could own an object; gone ones were removed
@@ -218,9 +223,18 @@ export class Head {
         return this.registerNode(peer, m);
       case "hb": {
         const n = this.nodes.get(m.nodeId);
-        if (n?.alive) n.lastHeartbeat = Date.now();
-        else if (n && !n.alive)
-          this.server.send(peer, { t: "shutdown", reason: "declared dead by the head" });
+        if (n?.alive) {
+          n.lastHeartbeat = Date.now();
+          // the node counts these: without them for as long as the node timeout, it fences itself
+          this.server.send(peer, { t: "hbAck" });
+        } else if (n && !n.alive) {
+          // its actors were declared dead (and maybe restarted elsewhere): it may not come back
+          logWarn(`head: refused node ${n.nodeId} (${n.ip}): it was declared dead and may not rejoin`);
+          this.server.send(peer, {
+            t: "shutdown",
+            reason: `declared dead by the head after missing heartbeats; its actors were failed or restarted elsewhere, so it may not rejoin (start it again to add a fresh node)`,
+          });
+        }
         return NO_REPLY;
       }
       case "actorReady":
@@ -257,7 +271,7 @@ export class Head {
     };
     this.nodes.set(m.nodeId, node);
     this.schedule();
-    return { nodeId: m.nodeId };
+    return { nodeId: m.nodeId, nodeTimeoutMs: this.nodeTimeoutMs };
   }
 
   /** The live node at this IP (the first registered), where a driver that joined runs. */
@@ -270,10 +284,14 @@ export class Head {
     const now = Date.now();
     for (const c of [...this.clients.values()]) {
       if (now - c.lastSeen > this.clientTimeoutMs) {
+        const silent = now - c.lastSeen;
         logWarn(
-          `head: driver ${c.clientId} (pid ${c.pid}) sent no heartbeat for ${now - c.lastSeen} ms; killing its actors`,
+          `head: driver ${c.clientId} (pid ${c.pid}) sent no heartbeat for ${silent} ms; killing its actors`,
         );
-        this.onClientGone(c.clientId);
+        this.onClientGone(
+          c.clientId,
+          `it sent no heartbeat for ${silent} ms (died, or cut off from the head)`,
+        );
       }
     }
     for (const n of this.nodes.values()) {
@@ -304,6 +322,8 @@ export class Head {
   // ---- actors --------------------------------------------------------------------------------
 
   private createActor(spec: ActorSpec, subscriberKey: string): unknown {
+    // the same request again (sent twice over a broken connection) creates nothing new
+    if (this.actors.has(spec.actorId)) return { actorId: spec.actorId };
     validateRequest(spec.resources);
     if (spec.name) {
       const existing = this.named.get(spec.name);
@@ -518,9 +538,9 @@ export class Head {
     if (!a || a.incarnation !== m.incarnation || a.state === "DEAD") return;
     const killed = a.killed;
     this.onActorGone(m.actorId, a, {
-      kind: killed ? "killed" : "exited",
+      kind: killed ? (a.killCause?.kind ?? "killed") : "exited",
       message: killed
-        ? "it was killed by kill()"
+        ? (a.killCause?.message ?? "it was killed by kill()")
         : `its worker process (pid ${m.pid}) exited unexpectedly${m.signal ? ` on signal ${m.signal}` : ` with code ${m.code}`}`,
       exitCode: m.code,
       signal: m.signal,
@@ -553,7 +573,7 @@ export class Head {
     const clientId = this.clientOfActor.get(actorId);
     if (!clientId) return;
     this.clientOfActor.delete(actorId);
-    this.onClientGone(clientId);
+    this.onClientGone(clientId, `it is an actor (${actorId}) that died`);
   }
 
   private setDead(id: string, a: HeadActor, cause: DeathCause): void {
@@ -574,13 +594,19 @@ export class Head {
       this.server.send(node.peer, { t: "killWorker", actorId, incarnation: a.incarnation });
     } else if (noRestart) {
       this.freeAlloc(a);
-      this.setDead(actorId, a, { kind: "killed", message: "it was killed by kill() before it started" });
+      this.setDead(
+        actorId,
+        a,
+        a.killCause ?? { kind: "killed", message: "it was killed by kill() before it started" },
+      );
     }
   }
 
-  private onClientGone(clientId: string): void {
+  /** The process `clientId` left or died (`why`): what it owns and did not detach goes with it. */
+  private onClientGone(clientId: string, why: string): void {
     const c = this.clients.get(clientId);
     this.clients.delete(clientId);
+    const owner = c ? `pid ${c.pid}` : clientId;
     // tell everyone: fetches of objects that process owned can never be answered
     for (const other of this.clients.values()) {
       const p = this.peers.get(other.peerKey);
@@ -589,11 +615,11 @@ export class Head {
     for (const [id, a] of this.actors) {
       if (a.spec.ownerClientId === clientId && !a.spec.detached && a.state !== "DEAD") {
         a.killed = true;
+        a.killCause = { kind: "owner_died", message: `its owner (${owner}) is gone: ${why}` };
         this.kill(id, true);
       }
     }
     for (const pg of this.pgs.values()) if (pg.ownerClientId === clientId) this.removePg(pg.pgId);
-    void c;
   }
 
   // ---- placement groups ----------------------------------------------------------------------
@@ -609,6 +635,7 @@ export class Head {
         `unknown placement strategy '${strategy}'; one of PACK, SPREAD, STRICT_PACK, STRICT_SPREAD`,
       );
     }
+    if (typeof m.pgId === "string" && this.pgs.has(m.pgId)) return pgInfo(this.pgs.get(m.pgId)!);
     const pg: HeadPg = {
       pgId: typeof m.pgId === "string" ? m.pgId : `pg-${randomId(4)}`,
       name: m.name,
@@ -714,6 +741,11 @@ export class Head {
       placementGroups: [...this.pgs.values()].map(pgInfo),
       clients: this.clients.size,
       bytesReceived: this.server.bytesIn,
+      security: {
+        mode: clusterKeys() ? "curve" : "none",
+        listen: this.opts.host,
+        refusedConnections: refusedConnections(),
+      },
     };
   }
 }

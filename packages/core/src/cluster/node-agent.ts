@@ -11,6 +11,7 @@ import { randomId } from "../runtime/ids.js";
 import type { ActorSpec } from "../runtime/protocol.js";
 import { UndecodableMessage } from "../wire/batch.js";
 import { DealerLink } from "../wire/links.js";
+import { clusterKeys, requireKeysToListen } from "../wire/security.js";
 import { detectGpuIds } from "./detect-gpus.js";
 
 export interface NodeAgentOptions {
@@ -65,8 +66,13 @@ export class NodeAgent {
 
   /** Registers with the head; rejects with HeadError if the head does not answer within `registerTimeoutMs`. */
   async start(registerTimeoutMs = REGISTER_TIMEOUT_MS): Promise<void> {
+    requireKeysToListen(this.opts.ip, `the workers of node ${this.nodeId} (its node IP)`);
     let timer: NodeJS.Timeout | undefined;
     const registered = new Promise<void>((resolve, reject) => {
+      this.refused = (err) => {
+        clearTimeout(timer);
+        reject(err);
+      };
       this.registered = (error) => {
         clearTimeout(timer);
         if (error)
@@ -81,7 +87,12 @@ export class NodeAgent {
         );
       }, registerTimeoutMs);
     });
-    this.link = new DealerLink(`tcp://${this.opts.headAddress}`, (m) => this.onMessage(m), "head");
+    this.link = new DealerLink(
+      `tcp://${this.opts.headAddress}`,
+      (m) => this.onMessage(m),
+      "head",
+      (err) => this.refused(err),
+    );
     this.link.send({
       t: "registerNode",
       rid: 0,
@@ -92,7 +103,10 @@ export class NodeAgent {
       pid: process.pid,
     });
     const hb = this.opts.heartbeatMs ?? Number(process.env.TORL_HEARTBEAT_MS ?? 500);
-    this.timer = setInterval(() => this.link.send({ t: "hb", nodeId: this.nodeId }), hb);
+    this.timer = setInterval(() => {
+      this.link.send({ t: "hb", nodeId: this.nodeId });
+      this.fenceIfCutOff();
+    }, hb);
     this.timer.unref();
     try {
       await registered;
@@ -104,6 +118,30 @@ export class NodeAgent {
   }
 
   private registered: (error?: { name: string; message: string }) => void = () => {};
+  /** The head's node timeout (from registration): silent this long, the head declares this node dead. */
+  private headTimeoutMs = Number.POSITIVE_INFINITY;
+  private lastAck = Date.now();
+  private fenced = false;
+
+  /**
+   * No split brain: once the head has not answered for as long as its node timeout, it has declared
+   * this node dead and restarts its actors elsewhere, so the copies here must stop now, not when the
+   * link heals. The agent stays up; the head tells it to leave if it hears from it again.
+   */
+  private fenceIfCutOff(): void {
+    const silentMs = Date.now() - this.lastAck;
+    if (this.fenced || this.stopped || silentMs <= this.headTimeoutMs) return;
+    this.fenced = true;
+    const live = [...this.workers.values()].filter((w) => !w.exited);
+    logWarn(
+      `node ${this.nodeId}: no answer from the head for ${silentMs} ms (its node timeout is ${this.headTimeoutMs} ms): ` +
+        `killing this node's ${live.length} workers, which the head has declared dead`,
+    );
+    for (const w of live) w.child.kill("SIGKILL");
+    this.spare?.kill("SIGKILL");
+    this.spare = null;
+  }
+  private refused: (err: Error) => void = () => {};
 
   private onMessage(m: any): void {
     if (m instanceof UndecodableMessage || !m || typeof m !== "object") {
@@ -114,8 +152,20 @@ export class NodeAgent {
     }
     switch (m.t) {
       case "re":
-        if (m.rid === 0)
+        if (m.rid === 0) {
+          if (m.ok) {
+            this.headTimeoutMs = Number(m.v?.nodeTimeoutMs ?? Number.POSITIVE_INFINITY);
+            this.lastAck = Date.now();
+          }
           this.registered(m.ok ? undefined : (m.e ?? { name: "HeadError", message: "refused" }));
+        }
+        return;
+      case "hbAck":
+        this.lastAck = Date.now();
+        if (this.fenced) {
+          // unreachable in practice: a head answers a fenced node's heartbeats with "shutdown"
+          logWarn(`node ${this.nodeId}: the head answers again after this node fenced itself`);
+        }
         return;
       case "startWorker":
         this.startWorker(m.spec, m.incarnation, m.gpuIds ?? [], m.resources ?? {}, m.bundleIndex);
@@ -153,7 +203,7 @@ export class NodeAgent {
 
   /** A booted, idle worker process kept ready so that new actors start fast (TORL_PREWARM=0 disables). */
   private refillSpare(): void {
-    if (this.stopped || this.spare || process.env.TORL_PREWARM === "0") return;
+    if (this.stopped || this.fenced || this.spare || process.env.TORL_PREWARM === "0") return;
     const child = this.forkWorker({});
     child.on("error", () => {});
     child.once("exit", () => {
@@ -178,7 +228,7 @@ export class NodeAgent {
     resources: Record<string, number>,
     bundleIndex?: number,
   ): void {
-    if (this.stopped) return;
+    if (this.stopped || this.fenced) return;
     const env: Record<string, string> = { ...(spec.env ?? {}) };
     if (gpuIds.length > 0 || (resources.GPU ?? 0) > 0 || this.gpuIds.length > 0) {
       env.CUDA_VISIBLE_DEVICES = gpuIds.join(",");
@@ -212,6 +262,8 @@ export class NodeAgent {
       incarnation,
       env,
       headAddress: this.opts.headAddress,
+      // over the IPC channel, never argv: other users can read that in /proc
+      keys: clusterKeys(),
       nodeId: this.nodeId,
       nodeIp: this.opts.ip,
       gpuIds,

@@ -214,7 +214,19 @@ export class ActorCalls {
       rec.nodeId = u.nodeId;
       const ep = u.endpoint!;
       const endpoint = ep.ipc && ep.host === os.hostname() ? ep.ipc : ep.tcp;
-      rec.link = new DealerLink(endpoint, (m) => this.onResult(rec, m), `actor ${rec.name ?? rec.actorId}`);
+      rec.link = new DealerLink(
+        endpoint,
+        (m) => this.onResult(rec, m),
+        `actor ${rec.name ?? rec.actorId}`,
+        (err) => this.onRefused(rec, err),
+      );
+      const link = rec.link;
+      // calls sent before the connection broke may be lost: send again what has no answer yet
+      // (the worker runs none twice)
+      link.onReconnect = () => {
+        if (rec.link !== link) return;
+        for (const info of rec.inflight.values()) link.sendEncoded(info.enc);
+      };
       const q = rec.queued;
       rec.queued = [];
       for (const info of q) if (rec.inflight.has(info.seq)) rec.link.sendEncoded(info.enc);
@@ -248,6 +260,22 @@ export class ActorCalls {
     } else if (u.state === "PENDING") {
       rec.state = rec.state === "RESTARTING" ? "RESTARTING" : "PENDING";
     }
+  }
+
+  /** The worker refused this process's keys: its calls can never be delivered, so they fail now. */
+  private onRefused(rec: ActorRecord, err: Error): void {
+    rec.link = null;
+    rec.state = "DEAD";
+    rec.death = err;
+    const failed = [...rec.inflight.values()];
+    rec.inflight.clear();
+    rec.queued = [];
+    for (const info of failed) {
+      this.rt.store.settle(info.seq, FAILED, err);
+      info.done?.(false, err);
+    }
+    for (const w of rec.readyWaiters.splice(0)) w();
+    rec.pool?.onState(rec);
   }
 
   closeAll(): void {

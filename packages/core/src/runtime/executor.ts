@@ -3,7 +3,7 @@
  * and invokeInActor) in arrival order, at most `maxConcurrency` at a time, and replies to the caller.
  */
 import { SerializationError } from "../errors.js";
-import { encode, errorToWire } from "../wire/codec.js";
+import { type Encoded, encode, errorToWire } from "../wire/codec.js";
 import { prepareValue } from "../wire/sendable.js";
 import { ObjectRef } from "./object-ref.js";
 import { FLAG_IMMEDIATE, RESULT, RESULT_OK, RESULT_THREW, RESULT_UNSENDABLE } from "./protocol.js";
@@ -20,8 +20,24 @@ export class ExecutorError extends Error {
   override name = "ExecutorError";
 }
 
+/** Replies kept for calls that a caller may send again after its connection broke. */
+const KEPT_REPLIES = 4096;
+const KEPT_REPLY_BYTES = 1 << 20;
+const KEPT_TOTAL_BYTES = 64 << 20;
+const RUNNING = Symbol("running");
+const TOO_LARGE = Symbol("too large to keep");
+
+type Kept = typeof RUNNING | typeof TOO_LARGE | { enc: Encoded; bytes: number };
+
 export class Executor {
   private running = 0;
+  /**
+   * At most once across broken connections: a caller re-sends the calls it has no answer for when
+   * its connection comes back; one already running is not run again, one done gets its kept reply.
+   * Keyed by caller identity (stable across reconnections) and sequence number; oldest dropped first.
+   */
+  private seen = new Map<string, Kept>();
+  private keptBytes = 0;
   private queue: Job[] = [];
   private modules = new Map<string, any>();
 
@@ -34,6 +50,28 @@ export class Executor {
   /** Runs a decoded CALL (its seq was checked by the caller of this method). */
   onCall(peer: Buffer, m: any[]): void {
     const job: Job = { peer, seq: m[1], target: m[2], args: Array.isArray(m[3]) ? m[3] : [] };
+    const key = keyOf(job);
+    const seen = this.seen.get(key);
+    if (seen === RUNNING) return; // its reply goes out when it ends
+    if (seen === TOO_LARGE) {
+      this.rt.server.send(peer, [
+        RESULT,
+        job.seq,
+        RESULT_THREW,
+        errorToWire(
+          new ExecutorError(
+            `${describe(job.target)} ran once already; its result was too large to keep for re-sending after the connection broke, and it is not run twice`,
+          ),
+        ),
+      ]);
+      return;
+    }
+    if (seen) {
+      this.rt.server.sendEncoded(peer, seen.enc);
+      return;
+    }
+    this.seen.set(key, RUNNING);
+    this.evict();
     if ((m[4] ?? 0) & FLAG_IMMEDIATE) {
       this.run(job, false);
       return;
@@ -43,23 +81,41 @@ export class Executor {
   }
 
   private reply(job: Job, ok: boolean, value: unknown): void {
+    let enc: Encoded | null = null;
     if (ok) {
       try {
         const sendable = prepareValue(value, "result", `cannot be returned from ${describe(job.target)}`);
-        this.rt.server.sendEncoded(job.peer, encode([RESULT, job.seq, RESULT_OK, sendable]));
-        return;
+        enc = encode([RESULT, job.seq, RESULT_OK, sendable]);
       } catch (e) {
         if (e instanceof SerializationError) {
           // the caller rebuilds a SerializationError: the same error a bad argument gives
-          this.rt.server.send(job.peer, [RESULT, job.seq, RESULT_UNSENDABLE, [e.path, e.found, e.message]]);
-          return;
-        }
-        value = new ExecutorError(
-          `the result of ${describe(job.target)} cannot be serialized: ${(e as Error).message}`,
-        );
+          enc = encode([RESULT, job.seq, RESULT_UNSENDABLE, [e.path, e.found, e.message]]);
+        } else
+          value = new ExecutorError(
+            `the result of ${describe(job.target)} cannot be serialized: ${(e as Error).message}`,
+          );
       }
     }
-    this.rt.server.sendEncoded(job.peer, encode([RESULT, job.seq, RESULT_THREW, errorToWire(value)]));
+    enc ??= encode([RESULT, job.seq, RESULT_THREW, errorToWire(value)]);
+    const key = keyOf(job);
+    if (this.seen.get(key) === RUNNING) {
+      const bytes = enc.head.byteLength + enc.frames.reduce((n, f) => n + f.byteLength, 0);
+      if (bytes <= KEPT_REPLY_BYTES) {
+        this.seen.set(key, { enc, bytes });
+        this.keptBytes += bytes;
+        this.evict();
+      } else this.seen.set(key, TOO_LARGE);
+    }
+    this.rt.server.sendEncoded(job.peer, enc);
+  }
+
+  /** Drops the oldest kept calls beyond the count and byte limits. */
+  private evict(): void {
+    while (this.seen.size > KEPT_REPLIES || this.keptBytes > KEPT_TOTAL_BYTES) {
+      const [oldest, kept] = this.seen.entries().next().value!;
+      this.seen.delete(oldest);
+      if (typeof kept === "object") this.keptBytes -= kept.bytes;
+    }
   }
 
   private run(job: Job, counted: boolean): void {
@@ -132,6 +188,10 @@ export class Executor {
     }
     throw new ExecutorError(`bad call target ${JSON.stringify(t)}`);
   }
+}
+
+function keyOf(job: Job): string {
+  return `${job.peer.toString("latin1")}|${job.seq}`;
 }
 
 function describe(t: unknown): string {

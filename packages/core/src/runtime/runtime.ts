@@ -6,17 +6,20 @@
 import { mkdirSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { Worker } from "node:worker_threads";
 import { MessageDecodeError, ObjectLostError, OwnerDiedError, RemoteError } from "../errors.js";
 import { logWarn } from "../log.js";
 import { UndecodableMessage } from "../wire/batch.js";
 import { decode, encode, errorToWire, registerClass } from "../wire/codec.js";
 import { DealerLink, RouterServer } from "../wire/links.js";
+import { clusterKeys, requireKeysToListen } from "../wire/security.js";
 import { prepareValue } from "../wire/sendable.js";
 import { ActorCalls, NOT_INLINED } from "./actor-calls.js";
 // every process that decodes messages must know every value type from its first message on
 import "./actor-handle.js";
 import { setRuntime } from "./current.js";
 import { HeadClient } from "./head-client.js";
+import type { HeartbeatThreadData } from "./heartbeat-thread.js";
 import { randomId } from "./ids.js";
 import { ObjectRef, type OwnerAddress } from "./object-ref.js";
 import { FAILED, ObjectStore, PENDING, READY } from "./object-store.js";
@@ -60,6 +63,21 @@ const FETCH_UNCONFIRMED = 5;
 /** How long the head may take to say whether an object's owner is alive. */
 const OWNER_CHECK_MS = 10_000;
 
+/**
+ * Worker threads on Node 20 do not inherit tsx's `--import` hooks: a `.ts` entry is loaded by a
+ * small bootstrap module that registers tsx in the thread first.
+ */
+function threadEntry(entry: URL): URL {
+  if (!entry.pathname.endsWith(".ts")) return entry;
+  const source = `const { register } = await import(${JSON.stringify(import.meta.resolve("tsx/esm/api"))});
+register();
+await import(${JSON.stringify(entry.href)});`;
+  return new URL(`data:text/javascript,${encodeURIComponent(source)}`);
+}
+
+/** How often a driver tells the head it is alive (the head's TORL_CLIENT_TIMEOUT_MS is several of these). */
+const DRIVER_HEARTBEAT_MS = 1000;
+
 export class Runtime {
   readonly clientId = randomId();
   readonly store = new ObjectStore();
@@ -90,6 +108,7 @@ export class Runtime {
   private pushHandlers: Array<(m: any) => void> = [];
   sessionDir = "";
   private heartbeat: NodeJS.Timeout | null = null;
+  private heartbeatThread: Worker | null = null;
   closed = false;
 
   nextSeq(): number {
@@ -98,6 +117,7 @@ export class Runtime {
 
   /** Binds the object server and connects to the head. */
   async start(headAddress: string, ip: string, context: Partial<RuntimeContext>): Promise<void> {
+    requireKeysToListen(ip, "this process's object server");
     this.sessionDir = path.join(os.tmpdir(), "torl", "sockets");
     mkdirSync(this.sessionDir, { recursive: true });
     this.server = new RouterServer(
@@ -117,6 +137,11 @@ export class Runtime {
     this.server.start();
     this.address = { tcp, ipc, host: os.hostname() };
     this.head = new HeadClient(`tcp://${headAddress}`, (m) => this.onPush(m));
+    // news about actors pushed while the connection was broken are lost: ask again for their state
+    this.head.onReconnect = () => {
+      for (const rec of this.actors.records.values())
+        if (rec.state !== "DEAD") this.head.notify("subscribe", { actorId: rec.actorId });
+    };
     this.context = {
       gpuIds: [],
       resources: {},
@@ -142,10 +167,44 @@ export class Runtime {
     );
     // a driver that joined runs on the node at its own address (workers and embedded drivers know theirs)
     this.context.nodeId ??= hello?.nodeId;
-    if (heartbeats) {
-      this.heartbeat = setInterval(() => this.head.notify("chb", { clientId: this.clientId }), 1000);
+    if (heartbeats) this.startHeartbeats(headAddress);
+  }
+
+  /** Asks the heartbeat thread to close its socket and end (terminate() with a socket open aborts). */
+  private async stopHeartbeatThread(): Promise<void> {
+    const thread = this.heartbeatThread;
+    if (!thread) return;
+    this.heartbeatThread = null;
+    const ended = new Promise<void>((resolve) => thread.once("exit", () => resolve()));
+    thread.postMessage("stop");
+    const t = setTimeout(() => void thread.terminate(), 2000);
+    await ended;
+    clearTimeout(t);
+  }
+
+  /** A driver's heartbeats come from a thread: they go on while its event loop is busy. */
+  private startHeartbeats(headAddress: string): void {
+    const data: HeartbeatThreadData = {
+      headEndpoint: `tcp://${headAddress}`,
+      clientId: this.clientId,
+      intervalMs: DRIVER_HEARTBEAT_MS,
+      keys: clusterKeys(),
+    };
+    const thread = new Worker(threadEntry(new URL("./heartbeat-thread.ts", import.meta.url)), {
+      workerData: data,
+    });
+    thread.unref();
+    thread.on("error", (e) => {
+      logWarn(`heartbeat thread failed (${e.message}); heartbeats now come from the event loop`);
+      this.heartbeatThread = null;
+      if (this.closed) return;
+      this.heartbeat = setInterval(
+        () => this.head.notify("chb", { clientId: this.clientId }),
+        DRIVER_HEARTBEAT_MS,
+      );
       this.heartbeat.unref();
-    }
+    });
+    this.heartbeatThread = thread;
   }
 
   addPushHandler(f: (m: any) => void): void {
@@ -245,7 +304,18 @@ export class Runtime {
     const endpoint = addr.ipc && addr.host === os.hostname() ? addr.ipc : addr.tcp;
     let link = this.peers.get(endpoint);
     if (!link) {
-      link = new DealerLink(endpoint, (m) => this.onPeerMessage(endpoint, m), `owner ${endpoint}`);
+      link = new DealerLink(
+        endpoint,
+        (m) => this.onPeerMessage(endpoint, m),
+        `owner ${endpoint}`,
+        (err) => this.onOwnerRefused(endpoint, err),
+      );
+      const l = link;
+      // fetches are idempotent: after a broken connection, ask again for what has no answer yet
+      l.onReconnect = () => {
+        for (const key of this.fetches.keys())
+          if (key.startsWith(`${endpoint}|`)) l.send([FETCH, Number(key.slice(endpoint.length + 1))]);
+      };
       this.peers.set(endpoint, link);
     }
     return link;
@@ -310,6 +380,12 @@ export class Runtime {
       this.peers.get(endpoint)?.close();
       this.peers.delete(endpoint);
     }
+  }
+
+  /** An owner refused this process's keys: its fetches fail now instead of waiting forever. */
+  private onOwnerRefused(endpoint: string, err: Error): void {
+    this.peers.delete(endpoint);
+    this.failEndpointFetches(endpoint, 2, errorToWire(err));
   }
 
   private failEndpointFetches(endpoint: string, status: number, value: unknown): void {
@@ -468,6 +544,7 @@ export class Runtime {
     }
     this.closed = true;
     if (this.heartbeat) clearInterval(this.heartbeat);
+    await this.stopHeartbeatThread();
     try {
       await this.head.request("bye", { clientId: this.clientId }, 3000);
     } catch {}

@@ -6,6 +6,7 @@
 import { Worker } from "node:worker_threads";
 import { logWarn, setLogRole } from "../log.js";
 import { decode, errorToWire } from "../wire/codec.js";
+import { setClusterKeys } from "../wire/security.js";
 import { Executor } from "./executor.js";
 import { ObjectRef } from "./object-ref.js";
 import { Runtime } from "./runtime.js";
@@ -17,6 +18,7 @@ async function boot(m: any): Promise<void> {
   for (const [k, v] of Object.entries((m.env ?? {}) as Record<string, string>)) process.env[k] = v;
   setLogRole(`worker ${spec.name ?? spec.className ?? "task"} ${spec.actorId}`);
   try {
+    setClusterKeys(m.keys ?? null);
     const rt = new Runtime();
     await rt.start(m.headAddress, m.nodeIp, {
       actorId: spec.actorId,

@@ -2,12 +2,21 @@
  * ZeroMQ sockets with batched writes: a Dealer link to one peer and a Router server for many.
  * Messages pushed in the same tick (or while a send is blocked) leave as one multipart message.
  */
+import { randomBytes } from "node:crypto";
 import * as zmq from "zeromq";
-import { logWarn } from "../log.js";
+import { ClusterAuthError } from "../errors.js";
+import { logDebug, logWarn } from "../log.js";
 import { buildBatch, parseBatch } from "./batch.js";
 import { type Encoded, encode } from "./codec.js";
+import { secureClientSocket, secureServerSocket, watchHandshake } from "./security.js";
 
 const MAX_BATCH = 4096;
+
+/** Outgoing TCP connections go through the SOCKS5 proxy TORL_SOCKS_PROXY ("host:port") when set. */
+export function viaSocksProxy(sock: zmq.Socket, endpoint: string): void {
+  const proxy = process.env.TORL_SOCKS_PROXY;
+  if (proxy && endpoint.startsWith("tcp://")) sock.socksProxy = proxy;
+}
 
 function tune(sock: zmq.Dealer | zmq.Router): void {
   sock.linger = 0;
@@ -101,12 +110,46 @@ abstract class BatchingSocket<S extends zmq.Dealer | zmq.Router> {
 export class DealerLink extends BatchingSocket<zmq.Dealer> {
   private queue: Encoded[] = [];
 
+  /** Set once the secure handshake with the peer failed; the link is closed then. */
+  authError: ClusterAuthError | null = null;
+  /**
+   * Runs when the connection came back after it broke. What was in flight when it broke may be lost
+   * (ZeroMQ re-sends only what it had not yet written), so owners re-send what is still unanswered.
+   */
+  onReconnect: (() => void) | null = null;
+
+  /**
+   * `onAuthFailure` runs once if the peer refuses this process's keys (or the lack of them): the link
+   * closes, and whoever waits on it must fail with the error instead of waiting forever.
+   */
   constructor(
     readonly endpoint: string,
     onMessage: (msg: any) => void,
     label = endpoint,
+    onAuthFailure?: (err: ClusterAuthError) => void,
   ) {
     super(new zmq.Dealer(), label);
+    // one identity across reconnections: the server's replies find this link again (handover)
+    this.sock.routingId = `L${randomBytes(8).toString("hex")}`;
+    let broken = false;
+    this.sock.events.on("disconnect", () => {
+      broken = true;
+    });
+    this.sock.events.on("handshake", () => {
+      if (!broken || this.closed) return;
+      broken = false;
+      logDebug(`${this.label}: connection back after a break; re-sending what has no answer`);
+      this.onReconnect?.();
+    });
+    secureClientSocket(this.sock);
+    viaSocksProxy(this.sock, endpoint);
+    watchHandshake(this.sock, (reason) => {
+      if (this.closed) return;
+      this.authError = new ClusterAuthError(endpoint, reason);
+      logWarn(`${this.label}: ${this.authError.message}`);
+      this.close();
+      onAuthFailure?.(this.authError);
+    });
     this.sock.connect(endpoint);
     void this.readLoop(0, (_parts, m) => onMessage(m));
   }
@@ -160,9 +203,15 @@ export class RouterServer extends BatchingSocket<zmq.Router> {
     label: string,
   ) {
     super(new zmq.Router(), label);
+    // a client that reconnects with its identity takes over from its broken connection
+    this.sock.handover = true;
   }
 
+  private unsecure: (() => void) | null = null;
+
   async bind(endpoint: string): Promise<string> {
+    // socket options apply to endpoints bound after they are set: secure before the first bind
+    this.unsecure ??= await secureServerSocket(this.sock, this.label);
     await this.sock.bind(endpoint);
     const real = this.sock.lastEndpoint ?? endpoint;
     this.endpoints.push(real);
@@ -210,5 +259,10 @@ export class RouterServer extends BatchingSocket<zmq.Router> {
 
   protected discard(): void {
     this.out.clear();
+  }
+
+  override close(): void {
+    super.close();
+    this.unsecure?.();
   }
 }

@@ -1,0 +1,37 @@
+/**
+ * A thread that tells the head a driver is alive, once a second. It runs beside the driver's event
+ * loop, so a driver busy in long synchronous work keeps its actors; only a dead process falls silent.
+ */
+import { parentPort, workerData } from "node:worker_threads";
+import * as zmq from "zeromq";
+import { buildBatch } from "../wire/batch.js";
+import { encode } from "../wire/codec.js";
+import { viaSocksProxy } from "../wire/links.js";
+import { type ClusterKeys, secureClientSocket, setClusterKeys } from "../wire/security.js";
+
+export interface HeartbeatThreadData {
+  headEndpoint: string;
+  clientId: string;
+  intervalMs: number;
+  keys: ClusterKeys | null;
+}
+
+const data = workerData as HeartbeatThreadData;
+setClusterKeys(data.keys);
+// A plain socket, no event observer: a thread torn down (process.exit) with an observer open aborts
+// the whole process. Handshake failures are reported by the driver's own link to the head.
+const sock = new zmq.Dealer({ linger: 0, sendHighWaterMark: 4 });
+secureClientSocket(sock);
+viaSocksProxy(sock, data.headEndpoint);
+sock.connect(data.headEndpoint);
+const beat = () => {
+  // a full queue (head unreachable) drops this beat: a stale one is worth nothing later
+  sock.send(buildBatch([encode({ t: "chb", clientId: data.clientId })])).catch(() => {});
+};
+beat();
+const timer = setInterval(beat, data.intervalMs);
+parentPort!.once("message", () => {
+  clearInterval(timer);
+  sock.close();
+  parentPort!.close();
+});

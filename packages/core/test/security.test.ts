@@ -1,0 +1,180 @@
+import { execFile } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, statSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { promisify } from "node:util";
+import test from "ava";
+import * as zmq from "zeromq";
+import { Head } from "../src/cluster/head.js";
+import { ClusterAuthError, createActor, get, InsecureListenError, init, shutdown } from "../src/index.js";
+import { randomId } from "../src/runtime/ids.js";
+import { buildBatch } from "../src/wire/batch.js";
+import { encode } from "../src/wire/codec.js";
+import { DealerLink } from "../src/wire/links.js";
+import { generateClusterKeys, setClusterKeys } from "../src/wire/security.js";
+
+const run = promisify(execFile);
+const stateDir = mkdtempSync(path.join(os.tmpdir(), "torl-sec-"));
+const env = { ...process.env, TORL_STATE_DIR: stateDir, TORL_CLUSTER_KEYS: "" };
+delete (env as Record<string, string | undefined>).TORL_CLUSTER_KEYS;
+const torl = (...args: string[]) =>
+  run("node", ["--import=tsx", "examples/torl/src/cli.ts", ...args], { env, timeout: 60_000 });
+const MARKER_MODULE = new URL("./fixtures/marker-actor.ts", import.meta.url).href;
+
+test.after.always(async () => {
+  await torl("stop", "--force").catch(() => {});
+});
+
+/** The local addresses the process `pid` listens on (TCP). */
+async function listening(pid: number): Promise<string[]> {
+  const { stdout } = await run("ss", ["-ltnpH"]);
+  return stdout
+    .split("\n")
+    .filter((l) => l.includes(`pid=${pid},`))
+    .map((l) => l.trim().split(/\s+/)[3]!);
+}
+
+function markerSpec(marker: string) {
+  const args = encode([marker]);
+  return {
+    actorId: `MarkerActor-${randomId(4)}`,
+    module: MARKER_MODULE,
+    className: "MarkerActor",
+    args: { h: args.head, f: args.frames },
+    resources: { CPU: 0 },
+    maxRestarts: 0,
+    maxConcurrency: 1,
+    detached: true,
+    ownerClientId: "outsider",
+  };
+}
+
+/** A process outside the cluster asks the head to create an actor, as a driver would. */
+async function outsiderCreates(address: string, marker: string): Promise<ClusterAuthError | "answered"> {
+  return new Promise((resolve) => {
+    const link = new DealerLink(
+      `tcp://${address}`,
+      (m) => {
+        if (m?.t === "re") {
+          link.close();
+          resolve("answered");
+        }
+      },
+      "outsider",
+      (err) => resolve(err),
+    );
+    link.send({ t: "createActor", rid: 1, spec: markerSpec(marker) });
+  });
+}
+
+test.serial("default start listens on loopback only and status says it is not authenticated", async (t) => {
+  const { stdout } = await torl("start", "--head", "--port", "0", "--num-cpus", "1");
+  const ready = JSON.parse(stdout.trim().split("\n").pop()!);
+  t.regex(stdout, /not authenticated: loopback only/);
+  t.false(existsSync(path.join(stateDir, "cluster-keys.json")), "a loopback head writes no keys");
+  const addrs = await listening(ready.pid);
+  t.true(addrs.length > 0, "the head listens somewhere");
+  for (const a of addrs) t.regex(a, /^127\.0\.0\.1:\d+$/, `listens on ${a}`);
+  const status = await torl("status");
+  t.regex(status.stdout, /security: NOT authenticated \(listening on 127\.0\.0\.1 only\)/);
+  await torl("stop", "--force");
+});
+
+test.serial(
+  "an outsider without the keys runs nothing; the head keeps serving; with keys it works",
+  async (t) => {
+    const { stdout } = await torl("start", "--head", "--secure", "--port", "0", "--num-cpus", "2");
+    const ready = JSON.parse(stdout.trim().split("\n").pop()!);
+    const keyFile = path.join(stateDir, "cluster-keys.json");
+    t.is(statSync(keyFile).mode & 0o777, 0o600);
+    t.is(JSON.parse(readFileSync(keyFile, "utf8")).address, ready.address);
+    const work = mkdtempSync(path.join(os.tmpdir(), "torl-sec-marker-"));
+
+    // 1. no keys at all
+    setClusterKeys(null);
+    const noKeys = path.join(work, "no-keys");
+    const t0 = Date.now();
+    const r1 = await outsiderCreates(ready.address, noKeys);
+    t.true(r1 instanceof ClusterAuthError, `refused: ${String(r1)}`);
+    t.regex((r1 as Error).message, /requires CURVE keys and this process has none/);
+    t.true((r1 as Error).message.includes("TORL_CLUSTER_KEYS"), "says how to give keys");
+    t.log(`refused without keys after ${Date.now() - t0} ms`);
+    // 2. keys of another cluster
+    setClusterKeys(generateClusterKeys());
+    const wrongKeys = path.join(work, "wrong-keys");
+    const r2 = await outsiderCreates(ready.address, wrongKeys);
+    t.true(r2 instanceof ClusterAuthError, `refused: ${String(r2)}`);
+    t.regex((r2 as Error).message, /keys are not the cluster's/);
+    // 3. the cluster's public (server) key but a key pair of its own: the head's check of client keys
+    const own = generateClusterKeys();
+    const clusterPublic = JSON.parse(readFileSync(keyFile, "utf8")).publicKey as string;
+    const ownKeys = path.join(work, "own-keys");
+    const raw = new zmq.Dealer({ linger: 0 });
+    raw.curveServerKey = clusterPublic;
+    raw.curvePublicKey = own.publicKey;
+    raw.curveSecretKey = own.secretKey;
+    const refused = new Promise<string>((resolve) =>
+      raw.events.on("handshake:error:auth", (ev) => resolve(ev.error.message)),
+    );
+    raw.connect(`tcp://${ready.address}`);
+    await raw.send(buildBatch([encode({ t: "createActor", rid: 1, spec: markerSpec(ownKeys) })]));
+    t.regex(await refused, /Authentication failure/);
+    raw.close();
+    setClusterKeys(null);
+    // the public API says the same, in bounded time
+    const e = await t.throwsAsync(init({ address: ready.address, keys: { ...generateClusterKeys() } }));
+    t.true(e instanceof ClusterAuthError);
+
+    // give a worker time to have started had the head accepted anything
+    await new Promise((r) => setTimeout(r, 3000));
+    t.false(existsSync(noKeys), "no code ran for the client without keys");
+    t.false(existsSync(wrongKeys), "no code ran for the client with another cluster's keys");
+    t.false(existsSync(ownKeys), "no code ran for the client with a key pair of its own");
+
+    // the head still serves, and logged the refusals
+    const status = await torl("status", "--json");
+    const s = JSON.parse(status.stdout);
+    t.is(s.security.mode, "curve");
+    t.true(s.security.refusedConnections >= 2, `refusals counted: ${s.security.refusedConnections}`);
+    t.is(s.actors.filter((a: { className: string }) => a.className === "MarkerActor").length, 0);
+    const log = readFileSync(
+      JSON.parse(readFileSync(path.join(stateDir, "processes", `${ready.pid}.json`), "utf8")).log,
+      "utf8",
+    );
+    t.regex(log, /refused a connection/);
+
+    // a node agent without the keys is refused too, and says so
+    const elsewhere = { ...env, TORL_STATE_DIR: mkdtempSync(path.join(os.tmpdir(), "torl-sec-other-")) };
+    const agent = await t.throwsAsync(
+      run("node", ["--import=tsx", "examples/torl/src/cli.ts", "start", "--address", ready.address], {
+        env: elsewhere,
+        timeout: 60_000,
+      }),
+    );
+    t.regex((agent as Error & { stderr: string }).stderr, /ClusterAuthError: authentication with/);
+
+    // 3. with the keys (found in the state directory for this address) it works
+    const prevState = process.env.TORL_STATE_DIR;
+    process.env.TORL_STATE_DIR = stateDir;
+    try {
+      await init({ address: ready.address });
+      const ok = path.join(work, "with-keys");
+      const a = createActor(MARKER_MODULE, "MarkerActor", [ok]);
+      const pong: unknown = await get(a.ping());
+      t.is(pong, "pong");
+      t.true(existsSync(ok), "the keyed driver's actor ran");
+    } finally {
+      await shutdown();
+      process.env.TORL_STATE_DIR = prevState;
+    }
+    await torl("stop", "--force");
+  },
+);
+
+test("listening beyond loopback without keys is refused", async (t) => {
+  setClusterKeys(null);
+  const head = new Head({ host: "0.0.0.0", port: 0 });
+  const e = await t.throwsAsync(head.start());
+  t.true(e instanceof InsecureListenError);
+  t.regex(e!.message, /would listen on 0\.0\.0\.0, beyond loopback, without authentication/);
+});
