@@ -9,6 +9,7 @@ export type { CliCommand } from "./cli-command.js";
 export { InputError, UsageError } from "./cli-command.js";
 export * from "./errors.js";
 export { ActorHandleBase } from "./runtime/actor-handle.js";
+export { ExecutorError } from "./runtime/executor.js";
 export { ObjectRef, type OwnerAddress } from "./runtime/object-ref.js";
 export type { ActorState, PlacementStrategy } from "./runtime/protocol.js";
 export type { RuntimeContext } from "./runtime/runtime.js";

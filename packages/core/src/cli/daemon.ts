@@ -102,7 +102,7 @@ if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split("/").pop()
     const failure: DaemonFailure = {
       t: "failed",
       kind: e instanceof PortInUseError ? "port_in_use" : "other",
-      message: (e as Error).message,
+      message: `${(e as Error).name}: ${(e as Error).message}`,
     };
     if (process.send) process.send(failure, () => process.exit(1));
     else process.exit(1);

@@ -24,9 +24,22 @@ const sock = new zmq.Dealer({ linger: 0, sendHighWaterMark: 4 });
 secureClientSocket(sock);
 viaSocksProxy(sock, data.headEndpoint);
 sock.connect(data.headEndpoint);
+// ZeroMQ allows one send in flight per socket; while the head is unreachable a beat waits, and the
+// next ones are skipped (a stale beat is worth nothing later) instead of failing the thread.
+let sending = false;
 const beat = () => {
-  // a full queue (head unreachable) drops this beat: a stale one is worth nothing later
-  sock.send(buildBatch([encode({ t: "chb", clientId: data.clientId })])).catch(() => {});
+  if (sending) return;
+  sending = true;
+  try {
+    sock
+      .send(buildBatch([encode({ t: "chb", clientId: data.clientId })]))
+      .catch(() => {})
+      .finally(() => {
+        sending = false;
+      });
+  } catch {
+    sending = false;
+  }
 };
 beat();
 const timer = setInterval(beat, data.intervalMs);
