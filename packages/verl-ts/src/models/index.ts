@@ -32,6 +32,7 @@ export {
   type TokenScores,
   tokenLogProbs,
 } from "./logprobs.js";
+export { installNativeMatmul, type NativeMatmulState } from "./native-matmul.js";
 export {
   bundledQwenTokenizerDir,
   createRandomPretrained,
