@@ -24,6 +24,7 @@ const commands: Record<string, Loader> = {
   "bench reward": async () => (await import("@torl-ts/verl/reward")).benchRewardCommand,
   "bench model": async () => (await import("@torl-ts/verl")).benchModelCommand,
   "bench rollout": async () => (await import("@torl-ts/verl")).benchRolloutCommand,
+  "bench peer": async () => (await import("./bench-peer.js")).benchPeerCommand,
 };
 
 const mainJob: Loader = async () => (await import("./commands.js")).mainCommand;
@@ -53,7 +54,7 @@ async function main(argv: string[]): Promise<number> {
     rest = argv.slice(1);
   } else if (argv.length >= 1 && argv[0] === "bench") {
     console.error(
-      `unknown benchmark '${argv[1] ?? ""}'; one of: actors, collectives, sandbox, reward, model, rollout`,
+      `unknown benchmark '${argv[1] ?? ""}'; one of: actors, collectives, sandbox, reward, model, rollout, peer`,
     );
     return 2;
   } else if (argv.length >= 1 && !argv[0]!.includes("=")) {

@@ -55,7 +55,7 @@ function matmulGflops(): number {
   return (2 * 2048 * 256 * 256) / ms / 1e6;
 }
 
-function randomBatch(B: number, L: number, V: number, seed: number): TokenBatch {
+export function randomBatch(B: number, L: number, V: number, seed: number): TokenBatch {
   const ids = new Int32Array(B * L);
   let s = seed;
   for (let i = 0; i < ids.length; i++) {
@@ -76,7 +76,7 @@ export function trainFlopsPerToken(c: Qwen2Config, L: number): number {
 }
 
 /** Decode step time divided by the batch, after a prefill of `ctx` tokens. */
-function decodeMsPerToken(model: Qwen2Model, B: number, ctx: number, steps: number): number {
+export function decodeMsPerToken(model: Qwen2Model, B: number, ctx: number, steps: number): number {
   const prompt = randomBatch(B, ctx, model.config.vocabSize, 7);
   const cache = new KVCache(model.config, B);
   const lmHead = tf.keep(model.lmHeadWeight());

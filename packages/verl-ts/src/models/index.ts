@@ -8,7 +8,7 @@ export {
   registerWasmFallbacks,
   selectBackend,
 } from "./backend.js";
-export { benchModelCommand } from "./bench.js";
+export { benchModelCommand, decodeMsPerToken, randomBatch } from "./bench.js";
 export {
   countParameters,
   type ModelConfig,
