@@ -4,8 +4,8 @@ model.safetensors) and the same workloads as the torl-ts side, float32, on a fix
 Reads one JSON spec on stdin:
   {"threads": 1, "models": [{"name", "dir", "train": {"batch", "length", "steps"},
    "decode": {"context", "steps_b1", "steps_b64"}, "check_ids": [[...], ...]}]}
-Prints one JSON object on stdout: per model train/decode tokens/s and the last-position logits of
-check_ids (so the caller can confirm both sides computed the same function).
+Prints one JSON object on stdout: per model train/decode tokens per wall-clock second and per process
+CPU second, and the last-position logits of check_ids (so the caller can confirm both sides computed the same function).
 Exits 3 with a message on stderr when torch cannot be imported.
 """
 import json
@@ -133,10 +133,10 @@ class Qwen2:
             run(ids, 0)
             tok = torch.ones(B, 1, dtype=torch.long)
             run(tok, ctx)  # warm-up step, like the torl-ts side
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for s in range(steps):
                 run(tok, ctx + 1 + s)
-            return time.perf_counter() - t0
+            return time.perf_counter() - t0, time.process_time() - c0
 
 
 def random_ids(B, L, V, seed):
@@ -164,20 +164,23 @@ def bench_model(spec):
         opt.step()
 
     step()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(tr["steps"]):
         step()
-    train_s = time.perf_counter() - t0
+    train_s, train_cpu = time.perf_counter() - t0, time.process_time() - c0
 
     dc = spec["decode"]
     prompt1 = random_ids(1, dc["context"], V, 7)
-    b1_s = model.generate_steps(prompt1, dc["steps_b1"])
+    b1_s, b1_cpu = model.generate_steps(prompt1, dc["steps_b1"])
     prompt64 = random_ids(64, dc["context"], V, 7)
-    b64_s = model.generate_steps(prompt64, dc["steps_b64"])
+    b64_s, b64_cpu = model.generate_steps(prompt64, dc["steps_b64"])
     return {
         "train_tokens_per_s": B * L * tr["steps"] / train_s,
+        "train_tokens_per_cpu_s": B * L * tr["steps"] / train_cpu,
         "decode_b1_tokens_per_s": dc["steps_b1"] / b1_s,
+        "decode_b1_tokens_per_cpu_s": dc["steps_b1"] / b1_cpu,
         "decode_b64_tokens_per_s": 64 * dc["steps_b64"] / b64_s,
+        "decode_b64_tokens_per_cpu_s": 64 * dc["steps_b64"] / b64_cpu,
         "check_logits": check_logits,
     }
 

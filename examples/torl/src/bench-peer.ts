@@ -12,7 +12,8 @@ import type { CliCommand } from "@torl-ts/core";
 import { UsageError } from "@torl-ts/core";
 import {
   applyGradients,
-  decodeMsPerToken,
+  cpuMs,
+  decodeTiming,
   forwardBackward,
   loadModel,
   makeQwen2Config,
@@ -48,12 +49,13 @@ interface Workload {
   check_ids: number[][];
 }
 
-interface SideFigures {
-  train_tokens_per_s: number;
-  decode_b1_tokens_per_s: number;
-  decode_b64_tokens_per_s: number;
+const FIGURES = ["train", "decode_b1", "decode_b64"] as const;
+type Figure = (typeof FIGURES)[number];
+
+/** One side's figures for one model: tokens per wall-clock second and per process CPU second. */
+type SideFigures = { [K in `${Figure}_tokens_per_s` | `${Figure}_tokens_per_cpu_s`]: number } & {
   check_logits: number[];
-}
+};
 
 /** The mid model's random weights, written once as an HF directory both sides load. */
 function midModelDir(): string {
@@ -119,16 +121,21 @@ function torlSide(w: Workload): SideFigures {
     };
     step();
     const t0 = performance.now();
+    const c0 = cpuMs();
     for (let i = 0; i < steps; i++) step();
-    const trainS = (performance.now() - t0) / 1000;
+    const trainMs = performance.now() - t0;
+    const trainCpuMs = cpuMs() - c0;
     mask.dispose();
     opt.dispose();
-    const b1 = decodeMsPerToken(model, 1, w.decode.context, w.decode.steps_b1);
-    const b64 = decodeMsPerToken(model, 64, w.decode.context, w.decode.steps_b64);
+    const b1 = decodeTiming(model, 1, w.decode.context, w.decode.steps_b1);
+    const b64 = decodeTiming(model, 64, w.decode.context, w.decode.steps_b64);
     return {
-      train_tokens_per_s: (B * L * steps) / trainS,
-      decode_b1_tokens_per_s: 1000 / b1,
-      decode_b64_tokens_per_s: 1000 / b64,
+      train_tokens_per_s: (B * L * steps * 1000) / trainMs,
+      train_tokens_per_cpu_s: (B * L * steps * 1000) / trainCpuMs,
+      decode_b1_tokens_per_s: 1000 / b1.wallMs,
+      decode_b1_tokens_per_cpu_s: 1000 / b1.cpuMs,
+      decode_b64_tokens_per_s: 1000 / b64.wallMs,
+      decode_b64_tokens_per_cpu_s: 1000 / b64.cpuMs,
       check_logits,
     };
   } finally {
@@ -171,6 +178,12 @@ function round(x: number): number {
   return Number(x.toPrecision(4));
 }
 
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
 function maxAbsDiff(a: number[], b: number[]): number {
   if (a.length !== b.length) throw new Error(`logit checks differ in length: ${a.length} vs ${b.length}`);
   return a.reduce((m, v, i) => Math.max(m, Math.abs(v - b[i]!)), 0);
@@ -178,42 +191,63 @@ function maxAbsDiff(a: number[], b: number[]): number {
 
 export type PeerBenchResult = Record<string, number | string>;
 
+/** Per model, the median over repeats of each figure. */
+function medians(runs: Array<Record<string, SideFigures>>, name: string): SideFigures {
+  const first = runs[0]![name]!;
+  const out = { check_logits: first.check_logits } as SideFigures;
+  for (const f of FIGURES)
+    for (const key of [`${f}_tokens_per_s`, `${f}_tokens_per_cpu_s`] as const)
+      out[key] = median(runs.map((r) => r[name]![key]));
+  return out;
+}
+
 export async function runPeerBench(
-  options: { quick?: boolean; python?: string; log?: (s: string) => void } = {},
+  options: { quick?: boolean; python?: string; repeats?: number; log?: (s: string) => void } = {},
 ): Promise<PeerBenchResult> {
   const log = options.log ?? ((s: string) => console.log(s));
   const info = await selectBackend();
   const ws = workloads(options.quick ?? false);
-  const result: PeerBenchResult = { backend: info.line.replace(/^\[torl\] tensor backend: /, "") };
-  const torl: Record<string, SideFigures> = {};
-  for (const w of ws) {
-    log(
-      `torl-ts ${w.name}: train ${w.train.batch}x${w.train.length} x${w.train.steps}, decode ctx ${w.decode.context}`,
-    );
-    torl[w.name] = torlSide(w);
-  }
-  log("PyTorch: same models, weights and workloads, 1 thread");
-  const torch = torchSide(options.python ?? "python3", 1, ws);
-  if (torch.ok) result.torch = `${torch.version}, ${torch.threads} thread`;
-  else {
-    result.torch = `not run: ${torch.why}`;
-    log(`PyTorch side skipped: ${torch.why}`);
-  }
-  for (const w of ws) {
-    const mine = torl[w.name]!;
-    for (const figure of ["train", "decode_b1", "decode_b64"] as const) {
-      const key = `${figure}_tokens_per_s` as const;
-      result[`${w.name}_${key}_torl`] = round(mine[key]);
-      if (torch.ok) {
-        const theirs = torch.models[w.name]![key];
-        result[`${w.name}_${key}_torch`] = round(theirs);
-        result[`${w.name}_${figure}_ratio`] = round(mine[key] / theirs);
-      }
-    }
-    if (torch.ok)
-      result[`${w.name}_logits_max_abs_diff`] = round(
-        maxAbsDiff(mine.check_logits, torch.models[w.name]!.check_logits),
+  const repeats = options.repeats ?? 1;
+  const result: PeerBenchResult = { backend: info.line.replace(/^\[torl\] tensor backend: /, ""), repeats };
+  const torlRuns: Array<Record<string, SideFigures>> = [];
+  const torchRuns: Array<Record<string, SideFigures>> = [];
+  let torchWhy = "";
+  // The sides alternate, so load from other jobs on the machine falls on both alike.
+  for (let r = 0; r < repeats; r++) {
+    const torl: Record<string, SideFigures> = {};
+    for (const w of ws) {
+      log(
+        `[${r + 1}/${repeats}] torl-ts ${w.name}: train ${w.train.batch}x${w.train.length} x${w.train.steps}, decode ctx ${w.decode.context}`,
       );
+      torl[w.name] = torlSide(w);
+    }
+    torlRuns.push(torl);
+    if (torchWhy) continue;
+    log(`[${r + 1}/${repeats}] PyTorch: the same models, weights and workloads, 1 thread`);
+    const torch = torchSide(options.python ?? "python3", 1, ws);
+    if (torch.ok) {
+      result.torch = `${torch.version}, ${torch.threads} thread`;
+      torchRuns.push(torch.models);
+    } else {
+      torchWhy = torch.why;
+      result.torch = `not run: ${torch.why}`;
+      log(`PyTorch side skipped: ${torch.why}`);
+    }
+  }
+  for (const w of ws) {
+    const mine = medians(torlRuns, w.name);
+    const theirs = torchRuns.length ? medians(torchRuns, w.name) : undefined;
+    for (const f of FIGURES) {
+      result[`${w.name}_${f}_tokens_per_s_torl`] = round(mine[`${f}_tokens_per_s`]);
+      if (!theirs) continue;
+      result[`${w.name}_${f}_tokens_per_s_torch`] = round(theirs[`${f}_tokens_per_s`]);
+      result[`${w.name}_${f}_ratio`] = round(mine[`${f}_tokens_per_s`] / theirs[`${f}_tokens_per_s`]);
+      result[`${w.name}_${f}_cpu_ratio`] = round(
+        mine[`${f}_tokens_per_cpu_s`] / theirs[`${f}_tokens_per_cpu_s`],
+      );
+    }
+    if (theirs)
+      result[`${w.name}_logits_max_abs_diff`] = round(maxAbsDiff(mine.check_logits, theirs.check_logits));
   }
   return result;
 }
@@ -221,7 +255,7 @@ export async function runPeerBench(
 export const benchPeerCommand: CliCommand = {
   summary: "train and decode the same Qwen2 models on torl-ts and on PyTorch (1 thread each), with ratios",
   usage: [
-    "usage: pnpm torl bench peer [--json] [--quick] [--python PATH]",
+    "usage: pnpm torl bench peer [--json] [--quick] [--repeats N] [--python PATH]",
     "",
     "Two models, identical weights on both sides: tiny (the committed tiny base, examples/torl/assets/tiny-base)",
     "and mid (Qwen2 hidden 512, 8 layers, 8/2 heads, intermediate 1408, vocab 8192, untied, ~30.9M, random",
@@ -230,15 +264,19 @@ export const benchPeerCommand: CliCommand = {
     "  {tiny,mid}_decode_b1_tokens_per_s_{torl,torch}   KV-cache decode, batch 1, after a 64-token prompt",
     "  {tiny,mid}_decode_b64_tokens_per_s_{torl,torch}  the same at batch 64",
     "  {tiny,mid}_{train,decode_b1,decode_b64}_ratio    torl / torch (above 1: torl-ts is faster)",
+    "  {tiny,mid}_{train,decode_b1,decode_b64}_cpu_ratio  the same per process CPU second (steadier on a",
+    "                                                   machine shared with other jobs)",
     "  {tiny,mid}_logits_max_abs_diff                   last-position logits of a fixed batch, both sides",
     "The PyTorch side (examples/torl/scripts/bench_peer.py) runs when `python3 -c 'import torch'` works;",
-    "otherwise the torl-ts figures come alone. --quick: tiny workloads (a smoke run, figures not comparable).",
+    "otherwise the torl-ts figures come alone. --repeats N: N alternating runs of both sides, medians",
+    "(default 1). --quick: tiny workloads (a smoke run, figures not comparable).",
     "The last line is one JSON object with these figures.",
   ].join("\n"),
   async run(args) {
     let json = false;
     let quick = false;
     let python: string | undefined;
+    let repeats = 1;
     for (let i = 0; i < args.length; i++) {
       const a = args[i]!;
       if (a === "--json") json = true;
@@ -246,9 +284,13 @@ export const benchPeerCommand: CliCommand = {
       else if (a === "--python") {
         python = args[++i];
         if (!python) throw new UsageError("--python needs a path");
+      } else if (a === "--repeats") {
+        repeats = Number(args[++i]);
+        if (!Number.isInteger(repeats) || repeats < 1)
+          throw new UsageError(`--repeats needs a whole number >= 1, got '${args[i]}'`);
       } else throw new UsageError(`unknown argument '${a}'`);
     }
-    const result = await runPeerBench({ quick, python, log: (s) => console.log(s) });
+    const result = await runPeerBench({ quick, python, repeats, log: (s) => console.log(s) });
     if (json) console.log(JSON.stringify(result));
     else console.table(result);
     return 0;

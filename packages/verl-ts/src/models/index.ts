@@ -8,7 +8,7 @@ export {
   registerWasmFallbacks,
   selectBackend,
 } from "./backend.js";
-export { benchModelCommand, decodeMsPerToken, randomBatch } from "./bench.js";
+export { benchModelCommand, cpuMs, decodeMsPerToken, decodeTiming, randomBatch } from "./bench.js";
 export {
   countParameters,
   type ModelConfig,

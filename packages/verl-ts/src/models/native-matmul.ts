@@ -123,6 +123,11 @@ function cpuKernel(blas: NativeBlas): tf.KernelFunc {
 
 const states = new Map<NativeMatmulBackend, NativeMatmulState>();
 
+/** Whether `backendName` (a tfjs backend name) runs BatchMatMul on OpenBLAS in this process. */
+export function nativeMatmulActive(backendName: string): boolean {
+  return states.get(backendName as NativeMatmulBackend)?.native === true;
+}
+
 /**
  * `TORL_NATIVE_MATMUL`: `on` (default: use OpenBLAS where it loads) or `off`. Read before any backend is
  * tried, so a bad value stops the start instead of making `auto` skip to another backend.
