@@ -4,7 +4,7 @@
 // machine without a compiler or libopenblas-dev must still install, so a failed build is recorded in
 // build-status.json (read by the loader, which then names the reason) and exits 0. `--strict` exits 1.
 import { spawnSync } from "node:child_process";
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -15,6 +15,8 @@ const strict = process.argv.includes("--strict");
 const require = createRequire(import.meta.url);
 
 function finish(built, reason) {
+  // A failed build leaves no earlier addon behind: what loads must be what this machine built.
+  if (!built) rmSync(join(root, "build"), { recursive: true, force: true });
   writeFileSync(statusFile, `${JSON.stringify({ built, reason, node: process.version }, null, 2)}\n`);
   console.log(`@torl-ts/blas: ${built ? "built build/Release/torl_blas.node" : `not built: ${reason}`}`);
   process.exit(!built && strict ? 1 : 0);
