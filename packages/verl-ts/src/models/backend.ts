@@ -23,7 +23,7 @@ export interface BackendInfo {
   skipped: string[];
   /** The one line printed at selection. */
   line: string;
-  /** wasm and cpu: whether BatchMatMul runs on OpenBLAS (see native-matmul.ts). */
+  /** wasm: whether BatchMatMul runs on OpenBLAS (see native-matmul.ts). */
   nativeMatmul?: boolean;
 }
 

@@ -1,14 +1,15 @@
 /**
- * OpenBLAS matrix products as the BatchMatMul kernel of the wasm and cpu backends. On wasm the addon reads
- * and writes the wasm heap in place (it is one ArrayBuffer), so a product costs no copies; on cpu it works
- * on the backend's own Float32Arrays. `TORL_NATIVE_MATMUL=off` keeps the backends' own kernels.
+ * OpenBLAS matrix products as the wasm backend's BatchMatMul kernel. The addon reads and writes the wasm
+ * heap in place (it is one ArrayBuffer), so a product costs no copies. `TORL_NATIVE_MATMUL=off` keeps
+ * XNNPACK's kernel. (The plain-JS cpu backend stays as it is: it is the reference for tests, and its other
+ * kernels are far slower than wasm's, so OpenBLAS there would not pay.)
  */
 
 import * as tf from "@tensorflow/tfjs";
 import { coreChoice, loadNativeBlas, type NativeBlas } from "@torl-ts/blas";
 import { BackendUnavailableError } from "./errors.js";
 
-export type NativeMatmulBackend = "wasm" | "cpu";
+export type NativeMatmulBackend = "wasm";
 
 /** The outcome for one backend: which kernel its BatchMatMul runs, in words for the backend line. */
 export type NativeMatmulState = { native: true; line: string } | { native: false; line: string };
@@ -97,30 +98,6 @@ function wasmKernel(blas: NativeBlas): tf.KernelFunc {
   };
 }
 
-function cpuKernel(blas: NativeBlas): tf.KernelFunc {
-  return ({ inputs, attrs, backend }) => {
-    const { a, b } = inputs as { a: tf.TensorInfo; b: tf.TensorInfo };
-    const { transposeA, transposeB } = attrs as unknown as MatmulAttrs;
-    checkFloat(a, b);
-    const s = matmulShape(a.shape, b.shape, transposeA, transposeB);
-    const cpu = backend as unknown as {
-      readSync(dataId: tf.DataId): tf.backend_util.BackendValues;
-      makeTensorInfo(shape: number[], dtype: "float32", values: Float32Array): tf.TensorInfo;
-    };
-    const out = new Float32Array(s.batch * s.m * s.n);
-    runGemm(
-      blas,
-      s,
-      cpu.readSync(a.dataId) as Float32Array,
-      cpu.readSync(b.dataId) as Float32Array,
-      out,
-      transposeA,
-      transposeB,
-    );
-    return cpu.makeTensorInfo(s.outShape, "float32", out);
-  };
-}
-
 const states = new Map<NativeMatmulBackend, NativeMatmulState>();
 
 /** Whether `backendName` (a tfjs backend name) runs BatchMatMul on OpenBLAS in this process. */
@@ -146,7 +123,7 @@ export function nativeMatmulWanted(): boolean {
 export function installNativeMatmul(backendName: NativeMatmulBackend): NativeMatmulState {
   const known = states.get(backendName);
   if (known) return known;
-  const own = backendName === "wasm" ? "wasm XNNPACK" : "JS";
+  const own = "wasm XNNPACK";
   let state: NativeMatmulState;
   if (!nativeMatmulWanted()) {
     state = { native: false, line: `matmul: ${own} (TORL_NATIVE_MATMUL=off)` };
@@ -159,7 +136,7 @@ export function installNativeMatmul(backendName: NativeMatmulBackend): NativeMat
       tf.registerKernel({
         kernelName: "BatchMatMul",
         backendName,
-        kernelFunc: backendName === "wasm" ? wasmKernel(load.blas) : cpuKernel(load.blas),
+        kernelFunc: wasmKernel(load.blas),
       });
       const version = load.config.split(" ").slice(0, 2).join(" ");
       state = { native: true, line: `matmul: ${version} sgemm, 1 thread, ${coreChoice(load.coreName)}` };
