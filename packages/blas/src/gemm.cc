@@ -78,6 +78,17 @@ Napi::Value Gemm(const Napi::CallbackInfo& info) {
       for (int64_t j = 0; j < m * n; j++) ci[j] = 0.0f;
       continue;
     }
+    if (m == 1) {
+      // One row (batch-1 decoding): a is a contiguous k-vector whatever transposeA says, and sgemv reads
+      // b where it lies, whereas sgemm would first pack all of b, which costs as much as the product.
+      if (transposeB)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f, b.data + i * strideB,
+                    ldb, a.data + i * strideA, 1, 0.0f, ci, 1);
+      else
+        cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(k), static_cast<int>(n), 1.0f, b.data + i * strideB,
+                    ldb, a.data + i * strideA, 1, 0.0f, ci, 1);
+      continue;
+    }
     cblas_sgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans,
                 static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a.data + i * strideA, lda,
                 b.data + i * strideB, ldb, 0.0f, ci, static_cast<int>(n));

@@ -55,7 +55,10 @@ const CASES: Array<{ a: number[]; b: number[]; tA: boolean; tB: boolean; nativeO
   { a: [2, 3, 6, 8], b: [2, 3, 5, 8], tA: false, tB: true }, // attention scores [B, H, L, D] x [B, H, L, D]^T
   { a: [1, 6, 8], b: [4, 8, 2], tA: false, tB: false }, // a broadcast over the batch
   { a: [4, 6, 8], b: [8, 2], tA: false, tB: false }, // b (a weight) broadcast over the batch
-  { a: [1, 64], b: [64, 33], tA: false, tB: false }, // decode: one row
+  { a: [1, 64], b: [64, 33], tA: false, tB: false }, // decode: one row (sgemv)
+  { a: [3, 1, 8], b: [3, 5, 8], tA: false, tB: true }, // one row per batch entry against transposed b
+  { a: [8, 1], b: [8, 6], tA: true, tB: false }, // one row stored as a column
+  { a: [2, 1, 8], b: [8, 6], tA: false, tB: false }, // one row per entry, b shared
   // Empty inner dimension: zeros. Only checked on OpenBLAS: XNNPACK refuses it (status 2) and leaves the
   // output uninitialised.
   { a: [3, 0], b: [0, 4], tA: false, tB: false, nativeOnly: true },
