@@ -29,6 +29,7 @@ const commands: Record<string, Loader> = {
   "bench reward": async () => (await import("@torl-ts/verl/reward")).benchRewardCommand,
   "bench model": async () => (await import("@torl-ts/verl")).benchModelCommand,
   "bench rollout": async () => (await import("@torl-ts/verl")).benchRolloutCommand,
+  "bench peer": async () => (await import("./bench-peer.js")).benchPeerCommand,
 };
 
 const mainJob: Loader = async () => (await import("./commands.js")).mainCommand;

@@ -7,6 +7,7 @@ import { existsSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import * as tf from "@tensorflow/tfjs";
 import { BackendUnavailableError } from "./errors.js";
+import { installNativeMatmul, nativeMatmulWanted } from "./native-matmul.js";
 
 export type BackendName = "node-gpu" | "node" | "webgpu" | "wasm" | "cpu";
 export const BACKEND_NAMES: readonly BackendName[] = ["node-gpu", "webgpu", "node", "wasm", "cpu"];
@@ -22,6 +23,8 @@ export interface BackendInfo {
   skipped: string[];
   /** The one line printed at selection. */
   line: string;
+  /** wasm: whether BatchMatMul runs on OpenBLAS (see native-matmul.ts). */
+  nativeMatmul?: boolean;
 }
 
 export interface BackendOptions {
@@ -67,7 +70,7 @@ async function tryStart(
   name: BackendName,
   wasmThreads: number,
   auto: boolean,
-): Promise<{ tfName: string; threads: number }> {
+): Promise<{ tfName: string; threads: number; matmul?: { native: boolean; line: string } }> {
   switch (name) {
     case "node-gpu": {
       await importOptional("@tensorflow/tfjs-node-gpu");
@@ -106,7 +109,7 @@ async function tryStart(
       wasm.setThreadsCount(wasmThreads);
       if (!(await tf.setBackend("wasm"))) throw new Error("backend 'wasm' did not start");
       registerWasmFallbacks();
-      return { tfName: "wasm", threads: wasm.getThreadsCount() };
+      return { tfName: "wasm", threads: wasm.getThreadsCount(), matmul: installNativeMatmul("wasm") };
     }
     case "cpu": {
       if (!(await tf.setBackend("cpu"))) throw new Error("backend 'cpu' did not start");
@@ -139,17 +142,18 @@ async function start(requested: BackendName | "auto", options: BackendOptions): 
   const wasmThreads =
     options.wasmThreads ?? (Number(process.env.TORL_WASM_THREADS) || availableParallelism());
   const log = options.log === undefined ? (line: string) => process.stderr.write(`${line}\n`) : options.log;
+  nativeMatmulWanted();
   const candidates = requested === "auto" ? BACKEND_NAMES : [requested];
   const skipped: string[] = [];
   for (const name of candidates) {
     try {
-      const { tfName, threads } = await tryStart(name, wasmThreads, requested === "auto");
+      const { tfName, threads, matmul } = await tryStart(name, wasmThreads, requested === "auto");
       const extra =
         name === "wasm"
           ? ` (asked for ${wasmThreads} threads, XNNPACK uses ${threads}: Node has no wasm threads in tfjs; scale with processes)`
           : "";
-      const line = `[torl] tensor backend: ${name}${extra}${requested === "auto" ? "" : " (requested)"}`;
-      const info: BackendInfo = { name, tfName, threads, skipped, line };
+      const line = `[torl] tensor backend: ${name}${extra}${requested === "auto" ? "" : " (requested)"}${matmul ? `; ${matmul.line}` : ""}`;
+      const info: BackendInfo = { name, tfName, threads, skipped, line, nativeMatmul: matmul?.native };
       log?.(line);
       return info;
     } catch (error) {

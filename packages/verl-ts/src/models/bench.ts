@@ -54,7 +54,7 @@ function matmulGflops(): number {
   return (2 * 2048 * 256 * 256) / ms / 1e6;
 }
 
-function randomBatch(B: number, L: number, V: number, seed: number): TokenBatch {
+export function randomBatch(B: number, L: number, V: number, seed: number): TokenBatch {
   const ids = new Int32Array(B * L);
   let s = seed;
   for (let i = 0; i < ids.length; i++) {
@@ -74,8 +74,22 @@ export function trainFlopsPerToken(c: Qwen2Config, L: number): number {
   return 3 * (2 * matmulParams + attn);
 }
 
-/** Decode step time divided by the batch, after a prefill of `ctx` tokens. */
-function decodeMsPerToken(model: Qwen2Model, B: number, ctx: number, steps: number): number {
+/** Milliseconds of process CPU time (all threads) since the process started. */
+export function cpuMs(): number {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+}
+
+/**
+ * Decode step time divided by the batch, after a prefill of `ctx` tokens and one warm-up step: wall
+ * clock and process CPU time (the latter is steadier on a machine shared with other jobs).
+ */
+export function decodeTiming(
+  model: Qwen2Model,
+  B: number,
+  ctx: number,
+  steps: number,
+): { wallMs: number; cpuMs: number } {
   const prompt = randomBatch(B, ctx, model.config.vocabSize, 7);
   const cache = new KVCache(model.config, B);
   const lmHead = tf.keep(model.lmHeadWeight());
@@ -84,12 +98,18 @@ function decodeMsPerToken(model: Qwen2Model, B: number, ctx: number, steps: numb
     const tok = new Int32Array(B).fill(1);
     model.decodeStep(tok, cache, lmHead).dispose();
     const t0 = performance.now();
+    const c0 = cpuMs();
     for (let i = 0; i < steps; i++) model.decodeStep(tok, cache, lmHead).dataSync();
-    return (performance.now() - t0) / steps / B;
+    return { wallMs: (performance.now() - t0) / steps / B, cpuMs: (cpuMs() - c0) / steps / B };
   } finally {
     cache.dispose();
     lmHead.dispose();
   }
+}
+
+/** Decode step time divided by the batch, after a prefill of `ctx` tokens. */
+export function decodeMsPerToken(model: Qwen2Model, B: number, ctx: number, steps: number): number {
+  return decodeTiming(model, B, ctx, steps).wallMs;
 }
 
 /** The baseline without a cache: one full forward over the context per generated token (batch 1). */

@@ -8,7 +8,7 @@ export {
   registerWasmFallbacks,
   selectBackend,
 } from "./backend.js";
-export { benchModelCommand } from "./bench.js";
+export { benchModelCommand, cpuMs, decodeMsPerToken, decodeTiming, randomBatch } from "./bench.js";
 export {
   countParameters,
   type ModelConfig,
@@ -32,6 +32,7 @@ export {
   type TokenScores,
   tokenLogProbs,
 } from "./logprobs.js";
+export { installNativeMatmul, type NativeMatmulState } from "./native-matmul.js";
 export {
   bundledQwenTokenizerDir,
   createRandomPretrained,

@@ -10,6 +10,7 @@ import { gaussian, mulberry32 } from "../random.js";
 import type { Qwen2Config } from "./config.js";
 import { ModelFormatError } from "./errors.js";
 import type { KVCache } from "./kv-cache.js";
+import { nativeMatmulActive } from "./native-matmul.js";
 
 /** One parameter: HF name, HF shape, and whether we hold it transposed. */
 export interface ParamSpec {
@@ -61,16 +62,22 @@ export function parameterSpecs(c: Qwen2Config): ParamSpec[] {
   return specs;
 }
 
-/** x [N, in] @ w [in, out], with a gradient that uses only untransposed matmuls. */
+/**
+ * x [N, in] @ w [in, out]. The gradient transposes explicitly for XNNPACK (faster on untransposed
+ * operands); OpenBLAS reads transposed operands in place, so there the transpose flags save two kernels.
+ */
 const linearOp = tf.customGrad(((...args: unknown[]) => {
   const [x, w, save] = args as [tf.Tensor, tf.Tensor, tf.GradSaveFunc];
   save([x, w]);
   return {
     value: tf.matMul(x as tf.Tensor2D, w as tf.Tensor2D),
-    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => [
-      tf.matMul(dy as tf.Tensor2D, tf.transpose(saved[1]!) as tf.Tensor2D),
-      tf.matMul(tf.transpose(saved[0]!) as tf.Tensor2D, dy as tf.Tensor2D),
-    ],
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+      const [xs, ws] = saved as [tf.Tensor2D, tf.Tensor2D];
+      const d = dy as tf.Tensor2D;
+      if (nativeMatmulActive(tf.getBackend()))
+        return [tf.matMul(d, ws, false, true), tf.matMul(xs, d, true, false)];
+      return [tf.matMul(d, tf.transpose(ws) as tf.Tensor2D), tf.matMul(tf.transpose(xs) as tf.Tensor2D, d)];
+    },
   };
 }) as any) as unknown as (x: tf.Tensor, w: tf.Tensor) => tf.Tensor2D;
 

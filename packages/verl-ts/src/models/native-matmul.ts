@@ -1,0 +1,147 @@
+/**
+ * OpenBLAS matrix products as the wasm backend's BatchMatMul kernel. The addon reads and writes the wasm
+ * heap in place (it is one ArrayBuffer), so a product costs no copies. `TORL_NATIVE_MATMUL=off` keeps
+ * XNNPACK's kernel. (The plain-JS cpu backend stays as it is: it is the reference for tests, and its other
+ * kernels are far slower than wasm's, so OpenBLAS there would not pay.)
+ */
+
+import * as tf from "@tensorflow/tfjs";
+import { coreChoice, loadNativeBlas, type NativeBlas } from "@torl-ts/blas";
+import { BackendUnavailableError } from "./errors.js";
+
+export type NativeMatmulBackend = "wasm";
+
+/** The outcome for one backend: which kernel its BatchMatMul runs, in words for the backend line. */
+export type NativeMatmulState = { native: true; line: string } | { native: false; line: string };
+
+interface MatmulShape {
+  batch: number;
+  batchA: number;
+  batchB: number;
+  m: number;
+  n: number;
+  k: number;
+  outShape: number[];
+}
+
+/** tfjs's BatchMatMul shape rule, restricted (as the wasm kernel is) to equal batches or a batch of one. */
+export function matmulShape(
+  a: readonly number[],
+  b: readonly number[],
+  transposeA: boolean,
+  transposeB: boolean,
+): MatmulShape {
+  const ra = a.length;
+  const rb = b.length;
+  if (ra < 2 || rb < 2) throw new Error(`BatchMatMul needs rank >= 2 operands, got [${a}] and [${b}]`);
+  const m = transposeA ? a[ra - 1]! : a[ra - 2]!;
+  const kA = transposeA ? a[ra - 2]! : a[ra - 1]!;
+  const kB = transposeB ? b[rb - 1]! : b[rb - 2]!;
+  const n = transposeB ? b[rb - 2]! : b[rb - 1]!;
+  if (kA !== kB)
+    throw new Error(
+      `BatchMatMul: inner sizes ${kA} and ${kB} of [${a}] and [${b}] (transposeA=${transposeA}, transposeB=${transposeB}) differ`,
+    );
+  const outerA = a.slice(0, -2);
+  const outerB = b.slice(0, -2);
+  const batchA = outerA.reduce((p, q) => p * q, 1);
+  const batchB = outerB.reduce((p, q) => p * q, 1);
+  if (batchA !== batchB && batchA !== 1 && batchB !== 1)
+    throw new Error(`BatchMatMul: batch dimensions of [${a}] and [${b}] neither match nor broadcast from 1`);
+  const outer = tf.backend_util.assertAndGetBroadcastShape(outerA, outerB);
+  return { batch: Math.max(batchA, batchB), batchA, batchB, m, n, k: kA, outShape: [...outer, m, n] };
+}
+
+function runGemm(
+  blas: NativeBlas,
+  s: MatmulShape,
+  av: Float32Array,
+  bv: Float32Array,
+  cv: Float32Array,
+  transposeA: boolean,
+  transposeB: boolean,
+): void {
+  const strideA = s.batchA === 1 ? 0 : s.m * s.k;
+  const strideB = s.batchB === 1 ? 0 : s.k * s.n;
+  blas.gemm(av, bv, cv, s.batch, s.m, s.n, s.k, transposeA, transposeB, strideA, strideB);
+}
+
+function checkFloat(a: tf.TensorInfo, b: tf.TensorInfo): void {
+  if (a.dtype !== "float32" || b.dtype !== "float32")
+    throw new Error(`BatchMatMul runs on float32 only, got ${a.dtype} and ${b.dtype}`);
+}
+
+type MatmulAttrs = { transposeA: boolean; transposeB: boolean };
+
+function wasmKernel(blas: NativeBlas): tf.KernelFunc {
+  return ({ inputs, attrs, backend }) => {
+    const { a, b } = inputs as { a: tf.TensorInfo; b: tf.TensorInfo };
+    const { transposeA, transposeB } = attrs as unknown as MatmulAttrs;
+    checkFloat(a, b);
+    const s = matmulShape(a.shape, b.shape, transposeA, transposeB);
+    const wasm = backend as unknown as {
+      makeOutput(shape: number[], dtype: "float32"): tf.TensorInfo;
+      typedArrayFromHeap(t: tf.TensorInfo): Float32Array;
+    };
+    // Allocate first: growing the wasm heap detaches views taken before it.
+    const out = wasm.makeOutput(s.outShape, "float32");
+    runGemm(
+      blas,
+      s,
+      wasm.typedArrayFromHeap(a),
+      wasm.typedArrayFromHeap(b),
+      wasm.typedArrayFromHeap(out),
+      transposeA,
+      transposeB,
+    );
+    return out;
+  };
+}
+
+const states = new Map<NativeMatmulBackend, NativeMatmulState>();
+
+/** Whether `backendName` (a tfjs backend name) runs BatchMatMul on OpenBLAS in this process. */
+export function nativeMatmulActive(backendName: string): boolean {
+  return states.get(backendName as NativeMatmulBackend)?.native === true;
+}
+
+/**
+ * `TORL_NATIVE_MATMUL`: `on` (default: use OpenBLAS where it loads) or `off`. Read before any backend is
+ * tried, so a bad value stops the start instead of making `auto` skip to another backend.
+ */
+export function nativeMatmulWanted(): boolean {
+  const v = process.env.TORL_NATIVE_MATMUL?.trim() ?? "";
+  if (v === "" || v === "on") return true;
+  if (v === "off") return false;
+  throw new BackendUnavailableError("wasm", `TORL_NATIVE_MATMUL must be on or off, got '${v}'`);
+}
+
+/**
+ * Replaces `backendName`'s BatchMatMul with OpenBLAS's sgemm (one thread) when the addon loads; otherwise
+ * leaves the backend's own kernel and says why. Idempotent per backend.
+ */
+export function installNativeMatmul(backendName: NativeMatmulBackend): NativeMatmulState {
+  const known = states.get(backendName);
+  if (known) return known;
+  const own = "wasm XNNPACK";
+  let state: NativeMatmulState;
+  if (!nativeMatmulWanted()) {
+    state = { native: false, line: `matmul: ${own} (TORL_NATIVE_MATMUL=off)` };
+  } else {
+    const load = loadNativeBlas(1);
+    if (!load.ok) {
+      state = { native: false, line: `matmul: ${own}, not OpenBLAS: ${load.reason}` };
+    } else {
+      tf.unregisterKernel("BatchMatMul", backendName);
+      tf.registerKernel({
+        kernelName: "BatchMatMul",
+        backendName,
+        kernelFunc: wasmKernel(load.blas),
+      });
+      const version = load.config.split(" ").slice(0, 2).join(" ");
+      state = { native: true, line: `matmul: ${version} sgemm, 1 thread, ${coreChoice(load.coreName)}` };
+    }
+  }
+  states.set(backendName, state);
+  return state;
+}

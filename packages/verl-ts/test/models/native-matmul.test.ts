@@ -1,0 +1,183 @@
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+import * as tf from "@tensorflow/tfjs";
+import { coreChoice, loadNativeBlas } from "@torl-ts/blas";
+import test from "ava";
+import { installNativeMatmul, selectBackend } from "../../src/index.js";
+import { matmulShape } from "../../src/models/native-matmul.js";
+
+const ROOT = join(import.meta.dirname, "..", "..", "..", "..");
+
+/** Plain-loop reference for tfjs's BatchMatMul with batch broadcasting from 1. */
+function reference(
+  a: Float32Array,
+  aShape: number[],
+  b: Float32Array,
+  bShape: number[],
+  transposeA: boolean,
+  transposeB: boolean,
+): Float32Array {
+  const s = matmulShape(aShape, bShape, transposeA, transposeB);
+  const out = new Float32Array(s.batch * s.m * s.n);
+  for (let p = 0; p < s.batch; p++) {
+    const ao = s.batchA === 1 ? 0 : p * s.m * s.k;
+    const bo = s.batchB === 1 ? 0 : p * s.k * s.n;
+    for (let i = 0; i < s.m; i++)
+      for (let j = 0; j < s.n; j++) {
+        let sum = 0;
+        for (let q = 0; q < s.k; q++) {
+          const av = a[ao + (transposeA ? q * s.m + i : i * s.k + q)]!;
+          const bv = b[bo + (transposeB ? j * s.k + q : q * s.n + j)]!;
+          sum += av * bv;
+        }
+        out[(p * s.m + i) * s.n + j] = sum;
+      }
+  }
+  return out;
+}
+
+function random(n: number, seed: number): Float32Array {
+  const out = new Float32Array(n);
+  let s = seed;
+  for (let i = 0; i < n; i++) {
+    s = (s * 1103515245 + 12345) & 0x7fffffff;
+    out[i] = (s / 0x7fffffff) * 2 - 1;
+  }
+  return out;
+}
+
+const CASES: Array<{ a: number[]; b: number[]; tA: boolean; tB: boolean; nativeOnly?: boolean }> = [
+  { a: [5, 7], b: [7, 3], tA: false, tB: false },
+  { a: [7, 5], b: [7, 3], tA: true, tB: false },
+  { a: [5, 7], b: [3, 7], tA: false, tB: true },
+  { a: [7, 5], b: [3, 7], tA: true, tB: true },
+  { a: [4, 6, 8], b: [4, 8, 2], tA: false, tB: false },
+  { a: [2, 3, 6, 8], b: [2, 3, 5, 8], tA: false, tB: true }, // attention scores [B, H, L, D] x [B, H, L, D]^T
+  { a: [1, 6, 8], b: [4, 8, 2], tA: false, tB: false }, // a broadcast over the batch
+  { a: [4, 6, 8], b: [8, 2], tA: false, tB: false }, // b (a weight) broadcast over the batch
+  { a: [1, 64], b: [64, 33], tA: false, tB: false }, // decode: one row (sgemv)
+  { a: [3, 1, 8], b: [3, 5, 8], tA: false, tB: true }, // one row per batch entry against transposed b
+  { a: [8, 1], b: [8, 6], tA: true, tB: false }, // one row stored as a column
+  { a: [2, 1, 8], b: [8, 6], tA: false, tB: false }, // one row per entry, b shared
+  // Empty inner dimension: zeros. Only checked on OpenBLAS: XNNPACK refuses it (status 2) and leaves the
+  // output uninitialised.
+  { a: [3, 0], b: [0, 4], tA: false, tB: false, nativeOnly: true },
+];
+
+test.before(async () => {
+  await selectBackend({ backend: "wasm", log: null });
+});
+
+test("BatchMatMul on wasm matches a plain-loop product for transposes, batches and broadcasts", (t) => {
+  const state = installNativeMatmul("wasm");
+  const load = loadNativeBlas();
+  if (!load.ok) {
+    // A machine without libopenblas-dev keeps the wasm kernel and the line says why; CI installs it
+    // (.ci/setup.d/openblas.sh), so there the addon must be present.
+    t.false(state.native);
+    t.regex(state.line, /^matmul: wasm XNNPACK, not OpenBLAS: the OpenBLAS addon/);
+    if (process.env.CI) t.fail(`CI must build the OpenBLAS addon: ${load.reason}`);
+  } else {
+    t.true(state.native);
+    t.is(
+      state.line,
+      `matmul: ${load.config.split(" ").slice(0, 2).join(" ")} sgemm, 1 thread, ${coreChoice(load.coreName)}`,
+    );
+  }
+  for (const [i, c] of CASES.entries()) {
+    if (c.nativeOnly && !state.native) continue;
+    const av = random(
+      c.a.reduce((p, q) => p * q, 1),
+      11 + i,
+    );
+    const bv = random(
+      c.b.reduce((p, q) => p * q, 1),
+      101 + i,
+    );
+    const got = tf.tidy(() => tf.matMul(tf.tensor(av, c.a), tf.tensor(bv, c.b), c.tA, c.tB));
+    const want = reference(av, c.a, bv, c.b, c.tA, c.tB);
+    const g = got.dataSync();
+    t.is(g.length, want.length, `case ${i}`);
+    let err = 0;
+    for (let j = 0; j < want.length; j++) err = Math.max(err, Math.abs(g[j]! - want[j]!));
+    t.true(err < 1e-5, `case ${i} [${c.a}]x[${c.b}] tA=${c.tA} tB=${c.tB}: max |diff| ${err}`);
+    got.dispose();
+  }
+});
+
+test("gradients through the native BatchMatMul match the plain-loop products", (t) => {
+  installNativeMatmul("wasm");
+  const av = random(4 * 6, 5);
+  const bv = random(6 * 3, 6);
+  const gy = random(4 * 3, 7);
+  const [da, db] = tf.grads((a: tf.Tensor, b: tf.Tensor) =>
+    tf.sum(tf.mul(tf.matMul(a as tf.Tensor2D, b as tf.Tensor2D), tf.tensor2d(gy, [4, 3]))),
+  )([tf.tensor2d(av, [4, 6]), tf.tensor2d(bv, [6, 3])]);
+  const wantA = reference(gy, [4, 3], bv, [6, 3], false, true);
+  const wantB = reference(av, [4, 6], gy, [4, 3], true, false);
+  const maxDiff = (x: Float32Array | Int32Array | Uint8Array, y: Float32Array) =>
+    y.reduce((m, v, i) => Math.max(m, Math.abs(v - x[i]!)), 0);
+  t.true(maxDiff(da!.dataSync(), wantA) < 1e-5);
+  t.true(maxDiff(db!.dataSync(), wantB) < 1e-5);
+});
+
+test("batches that neither match nor broadcast from 1 are refused with both shapes", (t) => {
+  const err = t.throws(() => matmulShape([2, 3, 4], [3, 4, 5], false, false));
+  t.regex(err!.message, /\[2,3,4\] and \[3,4,5\] neither match nor broadcast/);
+  const inner = t.throws(() => matmulShape([3, 4], [5, 6], false, false));
+  t.regex(inner!.message, /inner sizes 4 and 5/);
+});
+
+test("the addon refuses operands shorter than the sizes say instead of reading past them", (t) => {
+  const load = loadNativeBlas();
+  if (!load.ok) {
+    t.regex(load.reason, /OpenBLAS addon/);
+    if (process.env.CI) t.fail(`CI must build the OpenBLAS addon: ${load.reason}`);
+    return;
+  }
+  const c = new Float32Array(4);
+  const err = t.throws(() =>
+    load.blas.gemm(new Float32Array(3), new Float32Array(4), c, 1, 2, 2, 2, false, false, 4, 4),
+  );
+  t.regex(err!.message, /shorter than/);
+  t.throws(
+    () => load.blas.gemm(new Float32Array(8), new Float32Array(4), c, 2, 2, 2, 2, false, false, 4, 0),
+    {
+      message: /shorter than/,
+    },
+  );
+});
+
+test("TORL_NATIVE_MATMUL=off keeps the wasm kernel and the backend line says so; a bad value is refused", (t) => {
+  const run = (value: string) =>
+    spawnSync(
+      process.execPath,
+      [
+        "--import=tsx",
+        "--input-type=module",
+        "-e",
+        `import { selectBackend } from "./src/index.ts"; const i = await selectBackend({ backend: "wasm", log: null }); console.log(JSON.stringify({ line: i.line, native: i.nativeMatmul }));`,
+      ],
+      {
+        cwd: join(ROOT, "packages", "verl-ts"),
+        env: { ...process.env, TORL_NATIVE_MATMUL: value },
+        encoding: "utf8",
+      },
+    );
+  const off = run("off");
+  t.is(off.status, 0, off.stderr);
+  const info = JSON.parse(off.stdout.trim().split("\n").at(-1)!);
+  t.false(info.native);
+  t.regex(info.line, /; matmul: wasm XNNPACK \(TORL_NATIVE_MATMUL=off\)$/);
+  const bad = run("maybe");
+  t.not(bad.status, 0);
+  t.regex(bad.stderr, /TORL_NATIVE_MATMUL must be on or off, got 'maybe'/);
+});
+
+test("the kernel choice names OPENBLAS_CORETYPE when it forces one", (t) => {
+  t.is(
+    coreChoice("Haswell", { OPENBLAS_CORETYPE: "Haswell" }),
+    "Haswell kernel, forced by OPENBLAS_CORETYPE=Haswell",
+  );
+  t.is(coreChoice("Cooperlake", {}), "Cooperlake kernel, detected from the CPU");
+});
