@@ -3,11 +3,14 @@ import { readFileSync } from "node:fs";
 
 export const docs = (name: string) => readFileSync(new URL(`../../../docs/${name}`, import.meta.url), "utf8");
 
-/** The metric names listed in docs/metrics.md; `<data_source>` matches any one path segment. */
+/** The metric names listed in docs/metrics.md; `<data_source>` or `<tool_name>` matches one path segment. */
 export function documentedMetrics(): RegExp[] {
   const names = [...docs("metrics.md").matchAll(/^\|\s*`([^`]+)`\s*\|/gm)].map((m) => m[1]!);
   return names.map(
-    (n) => new RegExp(`^${n.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/<data_source>/g, "[^/]+")}$`),
+    (n) =>
+      new RegExp(
+        `^${n.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/<(data_source|tool_name)>/g, "[^/]+")}$`,
+      ),
   );
 }
 

@@ -23,9 +23,16 @@ import { type ConfigIssue, TrainerConfigError } from "../config/schema.js";
 import type { TrainerConfig } from "../config/types.js";
 import { collatePrompts, filterOverlongPrompts, PromptLoader } from "../data/loader.js";
 import { type RlDatasetRow, readRlDataset } from "../data/rows.js";
+import type { PromptTemplate } from "../data/templates.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto, type DataProtoWire, isDataProtoWire } from "../protocol/data-proto.js";
 import { RewardManager } from "../reward/manager.js";
+import {
+  checkMultiTurnConfig,
+  computeMultiTurnMetrics,
+  modelPromptRenderer,
+  multiTurnConfig,
+} from "../rollout/multi-turn.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundMethods, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
@@ -201,6 +208,12 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
       add("trainer.resume_from_path", `${cfg.trainer.resume_from_path} is not a complete checkpoint`);
   }
   if (opts.tool && !opts.tool.module) add("tool", "spec needs a module URL");
+  issues.push(...checkMultiTurnConfig(cfg));
+  if (opts.tool && multiTurnConfig(cfg)?.enable)
+    add(
+      "tool",
+      "is the text-trigger tool; with multi_turn.enable the tools come from multi_turn.tool_config_path",
+    );
   return issues;
 }
 
@@ -213,6 +226,8 @@ export class RayPPOTrainer {
   private workerPids: number[] = [];
   private startedRuntime = false;
   private tokenizer!: Tokenizer;
+  /** Renders prompts for data.template_type=model (the model's chat template); else the registry does. */
+  private render?: PromptTemplate;
   private loader!: PromptLoader<RlDatasetRow>;
   private valRows: RlDatasetRow[] = [];
   private reward!: RewardScorerLike;
@@ -267,6 +282,7 @@ export class RayPPOTrainer {
     const cfg = this.config;
     const d = cfg.data;
     this.tokenizer = this.opts.tokenizer ?? loadTokenizer(cfg.actor_rollout_ref.model.path!);
+    if (d.template_type === "model") this.render = modelPromptRenderer(cfg, this.tokenizer);
     const tokenize = (text: string) => this.tokenizer.encode(text);
     const filter = (rows: RlDatasetRow[], what: string) => {
       if (!d.filter_overlong_prompts) return rows;
@@ -275,6 +291,7 @@ export class RayPPOTrainer {
         maxPromptLength: d.max_prompt_length,
         margin: d.filter_overlong_prompts_margin,
         templateType: d.template_type,
+        render: this.render,
       });
       if (dropped)
         this.print(`[trainer] ${what}: dropped ${dropped} of ${rows.length} prompts over the length limit`);
@@ -534,6 +551,7 @@ export class RayPPOTrainer {
       ...computeDataMetrics(batch),
       ...balance,
       ...computeToolMetrics(batch),
+      ...computeMultiTurnMetrics(batch),
       ...prefixed(scored.metaInfo.reward_metrics as StepMetrics | undefined),
       "training/epoch": epoch,
       "training/global_step": this.globalStep,
@@ -548,6 +566,7 @@ export class RayPPOTrainer {
       maxPromptLength: d.max_prompt_length,
       padTokenId: this.tokenizer.padTokenId,
       templateType: d.template_type,
+      render: this.render,
       truncation: d.truncation,
     });
   }

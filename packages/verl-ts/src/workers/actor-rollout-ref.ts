@@ -17,8 +17,11 @@ import type { Qwen2Model } from "../models/qwen2.js";
 import type { Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
 import type { BatchTensor } from "../protocol/tensor.js";
+import { agentLoopRollout } from "../rollout/agent-loop.js";
 import { rolloutTrainingBatch } from "../rollout/batch.js";
+import { agentTrainingBatch, multiTurnConfig, multiTurnSettings } from "../rollout/multi-turn.js";
 import { tirRollout } from "../rollout/tir.js";
+import { instantiateTool } from "../rollout/tool-config.js";
 import { Dispatch, register } from "../single-controller/decorator.js";
 import {
   asFloat32,
@@ -61,6 +64,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   private ref?: Qwen2Model;
   private tokenizer?: Tokenizer;
   private tool?: Tool;
+  private multiTurn?: ReturnType<typeof multiTurnSettings>;
 
   constructor(options: ActorRolloutRefOptions) {
     super();
@@ -112,18 +116,13 @@ export class ActorRolloutRefWorker extends ShardedWorker {
 
   private async getTool(): Promise<Tool | undefined> {
     if (!this.toolSpec) return undefined;
-    if (!this.tool) {
-      const mod = (await import(this.toolSpec.module)) as Record<string, unknown>;
-      const name = this.toolSpec.exportName ?? "default";
-      const exp = mod[name];
-      if (typeof exp !== "function")
-        throw new WorkerStateError(`tool module ${this.toolSpec.module} has no export "${name}"`);
-      const args = this.toolSpec.args ?? [];
-      const isClass = /^class[\s{]/.test(Function.prototype.toString.call(exp));
-      this.tool = isClass
-        ? (new (exp as new (...a: unknown[]) => Tool)(...args) as Tool)
-        : await (exp as (...a: unknown[]) => Tool | Promise<Tool>)(...args);
-    }
+    this.tool ??= await instantiateTool(
+      this.toolSpec.module,
+      this.toolSpec.exportName ?? "default",
+      this.toolSpec.args ?? [],
+    ).catch((e: Error) => {
+      throw new WorkerStateError(e.message);
+    });
     return this.tool;
   }
 
@@ -155,8 +154,29 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const kw = validate ? ro.val_kwargs : ro;
     const greedy = validate ? !ro.val_kwargs.do_sample : !ro.do_sample;
     const seedBase = Number(prompts.metaInfo.seed ?? ro.seed) >>> 0;
-    const tool = ro.num_llm_calls_available > 0 ? await this.getTool() : undefined;
     const R = ro.response_length;
+    const seed = (seedBase + this.rank * 1_000_003) >>> 0;
+    if (multiTurnConfig(this.cfg)?.enable) {
+      // veRL's multi-turn agent loop (the text-trigger tool is not used in this mode)
+      this.multiTurn ??= multiTurnSettings(this.cfg, tok);
+      const agent = await this.multiTurn;
+      const { samples } = await agentLoopRollout(model, tok, rows, {
+        ...agent,
+        maxResponseLength: R,
+        temperature: greedy ? 0 : kw.temperature,
+        topP: kw.top_p,
+        topK: Math.max(kw.top_k, 0),
+        seed,
+        maxBatchSize: Math.max(1, ro.max_num_seqs as number),
+      });
+      return agentTrainingBatch(samples, {
+        padTokenId: tok.padTokenId,
+        promptLength: P,
+        responseLength: R,
+        maskToolOutput: this.cfg.actor_rollout_ref.actor.mask_tool_output,
+      });
+    }
+    const tool = ro.num_llm_calls_available > 0 ? await this.getTool() : undefined;
     const out = await tirRollout(model, tok, rows, {
       tool,
       numLlmCallsAvailable: tool ? ro.num_llm_calls_available : 0,
@@ -164,7 +184,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       temperature: greedy ? 0 : kw.temperature,
       topP: kw.top_p,
       topK: Math.max(kw.top_k, 0),
-      seed: (seedBase + this.rank * 1_000_003) >>> 0,
+      seed,
       maxBatchSize: Math.max(1, ro.max_num_seqs as number),
     });
     return rolloutTrainingBatch(out.samples, {
