@@ -22,6 +22,7 @@ export {
 } from "./batch.js";
 export { benchRolloutCommand, DelayedRunner } from "./bench.js";
 export { ChatTemplate, ChatTemplateError, type ChatTurn, type RenderOptions } from "./chat-template.js";
+export { type CodeInterpreterToolConfig, createCodeInterpreterTool } from "./code-interpreter-tool.js";
 export {
   type ParsedToolCall,
   parseHermesToolCalls,
