@@ -1,8 +1,10 @@
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { OpenAIFunctionSchema } from "@torl-ts/sandbox";
+import type { OpenAIFunctionSchema, SandboxExecutor } from "@torl-ts/sandbox";
 import test from "ava";
+import { loadTrainerConfig } from "../../src/config/index.js";
+import { renderPrompt } from "../../src/data/index.js";
 import { buildByteBpeTokenizer, Qwen2Model, selectBackend, Tokenizer } from "../../src/models/index.js";
 import {
   type AgentLoopOptions,
@@ -11,8 +13,11 @@ import {
   ChatTemplate,
   ChatTemplateError,
   type ConfiguredTool,
+  checkMultiTurnConfig,
   computeMultiTurnMetrics,
+  createCodeInterpreterTool,
   loadToolConfig,
+  modelPromptRenderer,
   parseHermesToolCalls,
   QWEN2_5_CHAT_TEMPLATE,
   readToolConfig,
@@ -20,6 +25,7 @@ import {
   ToolExecutionError,
   truncateToolResponse,
 } from "../../src/rollout/index.js";
+import { checkTrainerSetup } from "../../src/trainer/ppo-trainer.js";
 import { tinyTestConfig } from "../models/tiny-config.js";
 import { AddTool, BrokenTool, createEchoTool } from "./agent-tools.js";
 
@@ -374,4 +380,71 @@ test("the tool config file in veRL's shape: class or factory, config to the cons
     instanceOf: ToolConfigError,
     message: /tools\[0\]\): cannot build the tool: .*no export "Missing"/,
   });
+});
+
+test("the trainer refuses a half-configured multi-turn run before starting anything, naming the keys", (t) => {
+  const cfg = loadTrainerConfig({
+    overrides: [
+      "actor_rollout_ref.model.path=/nowhere",
+      "actor_rollout_ref.rollout.multi_turn.enable=true",
+      "actor_rollout_ref.rollout.multi_turn.tool_config_path=/no/tools.yaml",
+      "actor_rollout_ref.rollout.multi_turn.max_parallel_calls=0",
+    ],
+  });
+  const messages = checkTrainerSetup(cfg, {
+    trainRows: [],
+    tool: { module: "file:///x.ts", exportName: "X" },
+  }).map((i) => i.message);
+  t.true(
+    messages.some((m) => /^data\.template_type is "tir_base_0309": .*set data\.template_type=model/.test(m)),
+    messages.join("\n"),
+  );
+  t.true(
+    messages.includes(
+      "actor_rollout_ref.rollout.multi_turn.tool_config_path names /no/tools.yaml, which does not exist",
+    ),
+  );
+  t.true(
+    messages.includes(
+      "actor_rollout_ref.rollout.multi_turn.max_parallel_calls must be an integer >= 1, got 0",
+    ),
+  );
+  t.true(messages.some((m) => m.startsWith("tool is the text-trigger tool")));
+  const off = loadTrainerConfig({ overrides: ["actor_rollout_ref.model.path=/nowhere"] });
+  t.deepEqual(checkMultiTurnConfig(off), [], "the text-trigger mode is untouched");
+});
+
+test("template_type=model renders the prompt with the model's chat template and the tool config's schemas", (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "model-template-"));
+  const file = join(dir, "tools.yaml");
+  writeFileSync(
+    file,
+    "tools:\n  - class_name: ./x.ts.X\n    tool_schema:\n      type: function\n      function: {name: lookup, description: finds things}\n",
+  );
+  const cfg = loadTrainerConfig({
+    overrides: [
+      "data.template_type=model",
+      "actor_rollout_ref.rollout.multi_turn.enable=true",
+      `actor_rollout_ref.rollout.multi_turn.tool_config_path=${file}`,
+    ],
+  });
+  const text = modelPromptRenderer(cfg, tok)([{ role: "user", content: "Q?" }]);
+  t.true(text.includes('{"type": "function", "function": {"name": "lookup", "description": "finds things"'));
+  t.true(text.endsWith("<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n"));
+  t.throws(() => renderPrompt("model", [{ role: "user", content: "Q?" }]), {
+    message: /modelPromptRenderer/,
+  });
+});
+
+test("the sandbox code interpreter of a tool config: veRL's SandboxFusionTool keys, unknown keys refused", async (t) => {
+  await t.throwsAsync(createCodeInterpreterTool({ timeout: 3 } as never), {
+    message: /unknown config key\(s\) timeout/,
+  });
+  const tool = await createCodeInterpreterTool({ num_workers: 1, default_timeout: 10 });
+  const id = await tool.create();
+  const ok = await tool.execute(id, { name: "code_interpreter", arguments: { code: "print(6*7)" } });
+  t.like(ok, { observation: "42", success: true });
+  const bad = await tool.execute(id, { name: "code_interpreter", arguments: { code: "1/0" } });
+  t.like(bad, { observation: "ZeroDivisionError: division by zero", success: false });
+  await (tool.runner as SandboxExecutor).close();
 });
