@@ -7,6 +7,7 @@ import {
   balanceBatch,
   computeDataMetrics,
   computeMultiSampleValidationMetrics,
+  computeMultiTurnMetrics,
   computeThroughputMetrics,
   computeTimingPerTokenMetrics,
   computeToolMetrics,
@@ -35,12 +36,19 @@ test("every metric name the trainer's metric functions emit is listed in docs/me
       attention_mask: f(B * (P + R)),
       num_tool_calls: { data: new Int32Array([1, 0]), shape: [B] },
       num_tool_passes: { data: new Int32Array([1, 0]), shape: [B] },
+      num_turns: { data: new Int32Array([4, 2]), shape: [B] },
+      num_malformed_calls: { data: new Int32Array([0, 0]), shape: [B] },
     },
-    { tool_observations: [["42"], []], extracted_answer: ["42", null] },
+    {
+      tool_observations: [["42"], []],
+      extracted_answer: ["42", null],
+      tool_call_names: [["calculator"], []],
+    },
   );
   const emitted = {
     ...computeDataMetrics(batch),
     ...computeToolMetrics(batch),
+    ...computeMultiTurnMetrics(batch),
     ...computeToolMetrics(batch, "val/tool"),
     ...computeValidationMetrics(["aime24", "math500"], [true, false], [1, -1]),
     ...rolloutMetrics([]),

@@ -4,8 +4,8 @@ import { readFileSync } from "node:fs";
 export const docs = (name: string) => readFileSync(new URL(`../../../docs/${name}`, import.meta.url), "utf8");
 
 /**
- * The metric names listed in docs/metrics.md; `<data_source>` matches any one path segment, `<var>` acc
- * or reward, `<n>` a number.
+ * The metric names listed in docs/metrics.md; `<data_source>` or `<tool_name>` matches any one path
+ * segment, `<var>` acc or reward, `<n>` a number.
  */
 export function documentedMetrics(): RegExp[] {
   const names = [...docs("metrics.md").matchAll(/^\|\s*`([^`]+)`\s*\|/gm)].map((m) => m[1]!);
@@ -14,7 +14,7 @@ export function documentedMetrics(): RegExp[] {
       new RegExp(
         `^${n
           .replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
-          .replace(/<data_source>/g, "[^/]+")
+          .replace(/<(data_source|tool_name)>/g, "[^/]+")
           .replace(/<var>/g, "(acc|reward)")
           .replace(/<n>/g, "[0-9]+")}$`,
       ),

@@ -1,7 +1,7 @@
 import { DataProto } from "../protocol/data-proto.js";
 import { mulberry32 as seededRandom } from "../random.js";
 import type { RlDatasetRow } from "./rows.js";
-import { renderPrompt } from "./templates.js";
+import { type PromptTemplate, renderPrompt } from "./templates.js";
 
 /** Text -> token ids (a tokenizer's encode without special tokens added). */
 export type TokenizeFn = (text: string) => ArrayLike<number>;
@@ -13,6 +13,8 @@ export interface OverlongFilterOptions {
   margin?: number;
   /** data.template_type used to render the prompt before counting. Default "tir_base_0309". */
   templateType?: string;
+  /** Renders the prompt instead of templateType (the model's chat template, with tools). */
+  render?: PromptTemplate;
 }
 
 /**
@@ -25,7 +27,8 @@ export function filterOverlongPrompts<R extends RlDatasetRow>(
 ): { kept: R[]; dropped: number } {
   const limit = opts.maxPromptLength - (opts.margin ?? 10);
   const template = opts.templateType ?? "tir_base_0309";
-  const kept = rows.filter((r) => opts.tokenize(renderPrompt(template, r.prompt)).length <= limit);
+  const render = opts.render ?? ((m) => renderPrompt(template, m));
+  const kept = rows.filter((r) => opts.tokenize(render(r.prompt)).length <= limit);
   return { kept, dropped: rows.length - kept.length };
 }
 
@@ -161,6 +164,8 @@ export interface CollatePromptsOptions {
   maxPromptLength: number;
   padTokenId: number;
   templateType?: string;
+  /** Renders the prompt instead of templateType (the model's chat template, with tools). */
+  render?: PromptTemplate;
   /** What to do with a prompt over maxPromptLength tokens (data.truncation). Default "error". */
   truncation?: "error" | "left" | "right";
 }
@@ -174,12 +179,13 @@ export function collatePrompts(rows: readonly RlDatasetRow[], opts: CollatePromp
   const B = rows.length;
   const L = opts.maxPromptLength;
   const template = opts.templateType ?? "tir_base_0309";
+  const render = opts.render ?? ((m) => renderPrompt(template, m));
   const ids = new Int32Array(B * L).fill(opts.padTokenId);
   const attn = new Int32Array(B * L);
   const pos = new Int32Array(B * L);
   const raw: string[] = [];
   rows.forEach((r, b) => {
-    const text = renderPrompt(template, r.prompt);
+    const text = render(r.prompt);
     raw.push(text);
     let toks = Array.from(opts.tokenize(text));
     if (toks.length > L) {

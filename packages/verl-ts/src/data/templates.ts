@@ -68,3 +68,14 @@ export function chatMlTemplate(messages: readonly ChatMessage[]): string {
 registerPromptTemplate("tir_base_0309", tirBase0309Template);
 registerPromptTemplate("chat", chatMlTemplate);
 registerPromptTemplate("chatml", chatMlTemplate);
+
+/**
+ * data.template_type=model: the model's own chat template from its tokenizer_config.json. Rendering it
+ * needs the tokenizer (and, for the multi-turn agent loop, the tools), so the trainer renders these
+ * prompts with `modelPromptRenderer(config, tokenizer)`; the registered entry only reserves the name.
+ */
+registerPromptTemplate("model", () => {
+  throw new PromptTemplateError(
+    'template_type "model" renders with the model\'s chat template: use modelPromptRenderer(config, tokenizer) (the trainer does) or ChatTemplate.fromTokenizer(tokenizer).render(messages)',
+  );
+});

@@ -1,4 +1,14 @@
 // TIR rollout: a step-wise, tool-overlapping generation engine generic over the Tool interface.
+
+// Multi-turn agent loop (veRL's tool agent): chat template, hermes tool calls, several tools.
+export {
+  type AgentLoopOptions,
+  type AgentLoopResult,
+  type AgentSample,
+  agentLoopRollout,
+  type TruncateSide,
+  truncateToolResponse,
+} from "./agent-loop.js";
 export {
   padRolloutBatch,
   promptsFromDataProto,
@@ -11,6 +21,25 @@ export {
   rolloutTrainingBatch,
 } from "./batch.js";
 export { benchRolloutCommand, DelayedRunner } from "./bench.js";
+export { ChatTemplate, ChatTemplateError, type ChatTurn, type RenderOptions } from "./chat-template.js";
+export { type CodeInterpreterToolConfig, createCodeInterpreterTool } from "./code-interpreter-tool.js";
+export {
+  type ParsedToolCall,
+  parseHermesToolCalls,
+  schemaMismatch,
+  TOOL_CALL_CLOSE,
+  TOOL_CALL_OPEN,
+} from "./hermes.js";
+export {
+  agentTrainingBatch,
+  checkMultiTurnConfig,
+  computeMultiTurnMetrics,
+  type MultiTurnConfig,
+  modelPromptRenderer,
+  multiTurnConfig,
+  multiTurnSettings,
+} from "./multi-turn.js";
+export { QWEN2_5_CHAT_TEMPLATE } from "./qwen-chat-template.js";
 export { RaggedKVCache } from "./ragged-cache.js";
 export {
   generateSequences,
@@ -24,3 +53,11 @@ export {
   ToolExecutionError,
   tirRollout,
 } from "./tir.js";
+export {
+  type ConfiguredTool,
+  instantiateTool,
+  loadToolConfig,
+  readToolConfig,
+  type ToolConfigEntry,
+  ToolConfigError,
+} from "./tool-config.js";

@@ -24,11 +24,18 @@ import { type ConfigIssue, TrainerConfigError } from "../config/schema.js";
 import type { TrainerConfig } from "../config/types.js";
 import { collatePrompts, filterOverlongPrompts, PromptLoader } from "../data/loader.js";
 import { type RlDatasetRow, readRlDataset } from "../data/rows.js";
+import type { PromptTemplate } from "../data/templates.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto, type DataProtoWire, isDataProtoWire } from "../protocol/data-proto.js";
 import { customRewardModuleExists, loadCustomRewardFunction } from "../reward/custom-function.js";
 import { RewardManager } from "../reward/manager.js";
 import { applyOverlongPenalty, checkOverlongBuffer, OverlongBufferError } from "../reward/overlong.js";
+import {
+  checkMultiTurnConfig,
+  computeMultiTurnMetrics,
+  modelPromptRenderer,
+  multiTurnConfig,
+} from "../rollout/multi-turn.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundMethods, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
@@ -242,6 +249,17 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
   const custom = cfg.custom_reward_function;
   if (custom.path && !customRewardModuleExists(custom.path))
     add("custom_reward_function.path", `names ${custom.path}, which does not exist`);
+  issues.push(...checkMultiTurnConfig(cfg));
+  if (opts.tool && multiTurnConfig(cfg)?.enable)
+    add(
+      "tool",
+      "is the text-trigger tool; with multi_turn.enable the tools come from multi_turn.tool_config_path",
+    );
+  if (cfg.actor_rollout_ref.rollout.ignore_eos && multiTurnConfig(cfg)?.enable)
+    add(
+      "actor_rollout_ref.rollout.ignore_eos",
+      "is not supported with multi_turn.enable: each assistant turn ends at its end-of-turn token",
+    );
   return issues;
 }
 
@@ -254,6 +272,8 @@ export class RayPPOTrainer {
   private workerPids: number[] = [];
   private startedRuntime = false;
   private tokenizer!: Tokenizer;
+  /** Renders prompts for data.template_type=model (the model's chat template); else the registry does. */
+  private render?: PromptTemplate;
   private loader!: PromptLoader<RlDatasetRow>;
   private valRows: RlDatasetRow[] = [];
   private reward!: RewardScorerLike;
@@ -308,6 +328,7 @@ export class RayPPOTrainer {
     const cfg = this.config;
     const d = cfg.data;
     this.tokenizer = this.opts.tokenizer ?? loadTokenizer(cfg.actor_rollout_ref.model.path!);
+    if (d.template_type === "model") this.render = modelPromptRenderer(cfg, this.tokenizer);
     const tokenize = (text: string) => this.tokenizer.encode(text);
     const filter = (rows: RlDatasetRow[], what: string) => {
       if (!d.filter_overlong_prompts) return rows;
@@ -316,6 +337,7 @@ export class RayPPOTrainer {
         maxPromptLength: d.max_prompt_length,
         margin: d.filter_overlong_prompts_margin,
         templateType: d.template_type,
+        render: this.render,
       });
       if (dropped)
         this.print(`[trainer] ${what}: dropped ${dropped} of ${rows.length} prompts over the length limit`);
@@ -603,6 +625,7 @@ export class RayPPOTrainer {
       ...computeDataMetrics(batch),
       ...balance,
       ...computeToolMetrics(batch),
+      ...computeMultiTurnMetrics(batch),
       ...prefixed(scored.metaInfo.reward_metrics as StepMetrics | undefined),
       ...sampling,
       "training/epoch": epoch,
@@ -730,6 +753,7 @@ export class RayPPOTrainer {
       maxPromptLength: d.max_prompt_length,
       padTokenId: this.tokenizer.padTokenId,
       templateType: d.template_type,
+      render: this.render,
       truncation: d.truncation,
     });
   }

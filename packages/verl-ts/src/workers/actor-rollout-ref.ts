@@ -17,8 +17,11 @@ import { loadPretrained } from "../models/pretrained.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
+import { agentLoopRollout } from "../rollout/agent-loop.js";
 import { rolloutTrainingBatch } from "../rollout/batch.js";
+import { agentTrainingBatch, multiTurnConfig, multiTurnSettings } from "../rollout/multi-turn.js";
 import { type TirRolloutOptions, tirRollout } from "../rollout/tir.js";
+import { instantiateTool } from "../rollout/tool-config.js";
 import { Dispatch, register } from "../single-controller/decorator.js";
 import { importExternalLib } from "./external-lib.js";
 import {
@@ -62,6 +65,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   private ref?: Qwen2Model;
   private tokenizer?: Tokenizer;
   private tool?: Tool;
+  private multiTurn?: ReturnType<typeof multiTurnSettings>;
 
   constructor(options: ActorRolloutRefOptions) {
     super();
@@ -117,16 +121,13 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   private async getTool(): Promise<Tool | undefined> {
     if (!this.toolSpec) return undefined;
     if (!this.tool) {
-      const mod = (await import(this.toolSpec.module)) as Record<string, unknown>;
-      const name = this.toolSpec.exportName ?? "default";
-      const exp = mod[name];
-      if (typeof exp !== "function")
-        throw new WorkerStateError(`tool module ${this.toolSpec.module} has no export "${name}"`);
-      const args = this.toolSpec.args ?? [];
-      const isClass = /^class[\s{]/.test(Function.prototype.toString.call(exp));
-      const tool = isClass
-        ? (new (exp as new (...a: unknown[]) => Tool)(...args) as Tool)
-        : await (exp as (...a: unknown[]) => Tool | Promise<Tool>)(...args);
+      const tool = await instantiateTool(
+        this.toolSpec.module,
+        this.toolSpec.exportName ?? "default",
+        this.toolSpec.args ?? [],
+      ).catch((e: Error) => {
+        throw new WorkerStateError(e.message);
+      });
       // rollout.tool.stop, when set, must be a trigger of the tool: its own stop strings start its calls
       const stop = this.cfg.actor_rollout_ref.rollout.tool.stop;
       if (stop !== OUTPUT_STOP && !tool.stop.includes(stop))
@@ -166,16 +167,31 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     }
     const validate = prompts.metaInfo.validate === true;
     const seedBase = Number(prompts.metaInfo.seed ?? ro.seed) >>> 0;
-    const tool = ro.num_llm_calls_available > 0 ? await this.getTool() : undefined;
     const R = ro.response_length;
     const sampling = rolloutSampling(ro, validate);
     // veRL's do_sample=false in metaInfo: a greedy pass (ReMax's baseline)
     if (prompts.metaInfo.do_sample === false) sampling.temperature = 0;
+    const seed = (seedBase + this.rank * 1_000_003) >>> 0;
+    if (multiTurnConfig(this.cfg)?.enable) {
+      // veRL's multi-turn agent loop (the text-trigger tool is not used in this mode; ignore_eos is
+      // refused with it by checkTrainerSetup: an assistant turn ends at its end-of-turn token)
+      this.multiTurn ??= multiTurnSettings(this.cfg, tok);
+      const agent = await this.multiTurn;
+      const { ignoreEos: _ignoreEos, ...agentSampling } = sampling;
+      const { samples } = await agentLoopRollout(model, tok, rows, { ...agent, ...agentSampling, seed });
+      return agentTrainingBatch(samples, {
+        padTokenId: tok.padTokenId,
+        promptLength: P,
+        responseLength: R,
+        maskToolOutput: this.cfg.actor_rollout_ref.actor.mask_tool_output,
+      });
+    }
+    const tool = ro.num_llm_calls_available > 0 ? await this.getTool() : undefined;
     const out = await tirRollout(model, tok, rows, {
       ...sampling,
       tool,
       numLlmCallsAvailable: tool ? ro.num_llm_calls_available : 0,
-      seed: (seedBase + this.rank * 1_000_003) >>> 0,
+      seed,
     });
     return rolloutTrainingBatch(out.samples, {
       padTokenId: tok.padTokenId,
