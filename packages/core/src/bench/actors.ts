@@ -7,9 +7,10 @@ import path from "node:path";
 import { createActor, free, get, init, put, shutdown, submitTask } from "../api.js";
 import { parseFlags } from "../cli/flags.js";
 import type { CliCommand } from "../cli-command.js";
+import { siblingModule } from "../module-files.js";
 import { RawEcho } from "./raw-zmq.js";
 
-const WORKLOAD = new URL("./workload.ts", import.meta.url).href;
+const WORKLOAD = siblingModule(import.meta.url, "./workload").href;
 
 const usage = `usage: pnpm torl bench actors [--json] [--seconds S]
 
@@ -30,14 +31,6 @@ async function timeLoop(seconds: number, step: () => Promise<number>): Promise<n
   const t0 = performance.now();
   while (performance.now() - t0 < seconds * 1000) n += await step();
   return n / ((performance.now() - t0) / 1000);
-}
-
-function loader(): string {
-  try {
-    return import.meta.resolve("tsx");
-  } catch {
-    return "tsx";
-  }
 }
 
 /** Alternates slices of two measurements so both see the same machine load; returns [a/s, b/s]. */
@@ -92,7 +85,7 @@ export async function benchActors(
 ): Promise<Record<string, number>> {
   const out: Record<string, number> = {};
   const ipc = `ipc://${path.join(os.tmpdir(), `torl-bench-${process.pid}.sock`)}`;
-  const raw = await RawEcho.start(ipc, loader());
+  const raw = await RawEcho.start(ipc);
   await init();
   try {
     // start every worker first (actors and the task pool), so no process boots during a measurement
