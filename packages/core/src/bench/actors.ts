@@ -40,16 +40,16 @@ async function interleaved(
   b: (s: number) => Promise<[number, number]>,
 ): Promise<[number, number]> {
   const rounds = 4;
-  const tot = [0, 0, 0, 0];
+  let [countA, secondsA, countB, secondsB] = [0, 0, 0, 0];
   for (let i = 0; i < rounds; i++) {
     const [na, ta] = await a(seconds / rounds);
     const [nb, tb] = await b(seconds / rounds);
-    tot[0] += na;
-    tot[1] += ta;
-    tot[2] += nb;
-    tot[3] += tb;
+    countA += na;
+    secondsA += ta;
+    countB += nb;
+    secondsB += tb;
   }
-  return [tot[0]! / tot[1]!, tot[2]! / tot[3]!];
+  return [countA / secondsA, countB / secondsB];
 }
 
 /** Like `interleaved`, for any number of measurements; returns each one's rate. */
