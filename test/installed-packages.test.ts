@@ -3,7 +3,7 @@
  * fresh project outside the workspace, and used there under plain `node` (no TypeScript loader). The
  * consumer program (test/fixtures/consumer) makes an actor call, runs a task, puts and gets an object,
  * allReduces between two actors, sends a DataProto through an actor and back, runs code in the
- * sandbox and takes one GRPO step of the stock trainer on a tiny random model.
+ * sandbox, scores answers on the reward's threads and takes one GRPO step of the stock trainer on a tiny random model.
  */
 import { execFile } from "node:child_process";
 import {
@@ -129,6 +129,7 @@ test("a consumer project runs actors, tasks, objects, collectives, DataProto, th
   ]);
   t.deepEqual(r.dataProto, { ids: [1, 2, 3, 4, 5, 6], shape: [2, 3], text: ["first", "second"] });
   t.deepEqual(r.sandbox, { status: "Success", stdout: "42\n" });
+  t.deepEqual(r.rewardThreads, [true, false, false], "the reward's scoring threads ran");
   t.is(r.grpo.steps, 1);
   t.is(r.grpo.logged.length, 1);
   t.true(r.grpo.logged[0].metricNames.includes("actor/pg_loss"));
