@@ -54,10 +54,17 @@ async function sh(
   }
 }
 
-// Node's own environment without the workspace's loader: the consumer runs under plain node.
+/**
+ * The environment without anything that reaches into the workspace: pnpm's bin shims export NODE_PATH
+ * (the workspace's node_modules/.pnpm/node_modules, which require.resolve honours) and npm_* settings
+ * (all but the registry are dropped), and NODE_OPTIONS could carry a loader. The consumer runs under
+ * plain node and resolves only its own node_modules.
+ */
 const plainEnv = (): NodeJS.ProcessEnv => {
   const env: NodeJS.ProcessEnv = { ...process.env, TORL_STATE_DIR: join(work, "cluster-state") };
-  delete env.NODE_OPTIONS;
+  for (const key of Object.keys(env))
+    if (key === "NODE_PATH" || key === "NODE_OPTIONS" || /^npm_(?!config_registry$)/i.test(key))
+      delete env[key];
   return env;
 };
 
@@ -79,7 +86,13 @@ test.before(async () => {
     `${JSON.stringify({ name: "consumer", private: true, type: "module", dependencies: deps }, null, 2)}\n`,
   );
   for (const f of readdirSync(CONSUMER_FIXTURE)) copyFileSync(join(CONSUMER_FIXTURE, f), join(project, f));
-  await sh("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund"], project, 15 * MINUTES);
+  await sh(
+    "npm",
+    ["install", "--prefer-offline", "--no-audit", "--no-fund"],
+    project,
+    15 * MINUTES,
+    plainEnv(),
+  );
 });
 
 test.after.always(() => {
