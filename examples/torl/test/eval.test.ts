@@ -122,7 +122,7 @@ test("scripted responses through the real sandbox: per-source accuracy, code, pa
   t.deepEqual(Object.keys(result.per_source), ["arith", "tricky"]);
   const byQ = new Map(result.samples.map((s) => [ROWS[s.row]!.q, s] as [string, EvalSample]));
   const start = SCRIPTS["What is 6 * 7?"]!.indexOf("```output");
-  t.is(byQ.get("What is 6 * 7?")!.response, SCRIPTS["What is 6 * 7?"]);
+  t.is(byQ.get("What is 6 * 7?")!.response, SCRIPTS["What is 6 * 7?"]!);
   t.deepEqual(byQ.get("What is 6 * 7?")!.tool_calls, [
     {
       code: "print(6 * 7)\n",

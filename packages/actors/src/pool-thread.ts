@@ -15,6 +15,7 @@
 import os from "node:os";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import type { Transferable } from "node:worker_threads";
+import { TypeScriptLoaderMissingError } from "@torl-ts/core";
 import Tinypool from "tinypool";
 
 export interface ThreadPoolOptions {
@@ -96,7 +97,12 @@ const isTs = (filename: string): boolean => /\.[cm]?ts$/.test(filename);
  * the module and dispatches `{ name, task }` messages to its exports.
  */
 function tsBootstrap(filename: string): string {
-  const tsxApi = import.meta.resolve("tsx/esm/api");
+  let tsxApi: string;
+  try {
+    tsxApi = import.meta.resolve("tsx/esm/api");
+  } catch {
+    throw new TypeScriptLoaderMissingError(filename);
+  }
   const target = pathToFileURL(filename).href;
   const source = [
     `const { register } = await import(${JSON.stringify(tsxApi)});`,

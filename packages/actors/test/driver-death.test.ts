@@ -67,7 +67,7 @@ test.serial(
     const d = startDriver(address, "dd-orphan");
     await d.line(/ready/);
     const orphan = await getActor<any>("dd-orphan");
-    t.is(await orphan.inc(2), 2);
+    t.is(await orphan.inc!(2), 2);
     const killedAt = Date.now();
     d.child.kill("SIGKILL");
     // a rerun takes the name again as soon as the head has cleaned up
@@ -88,8 +88,8 @@ test.serial(
     t.truthy(rerun, "the name became free");
     // generous margin for a loaded machine; the default timeout is 8 s, checked every 0.6 s
     t.true(freedMs < 10_000 + 5_000, `freed after ${freedMs} ms`);
-    t.is(await rerun.inc(1), 8);
-    const err = await t.throwsAsync(orphan.inc(1), { instanceOf: ActorDiedError });
+    t.is(await rerun.inc!(1), 8);
+    const err = await t.throwsAsync(orphan.inc!(1), { instanceOf: ActorDiedError });
     t.is(err!.cause.kind, "owner_died");
     t.regex(err!.message, /its owner \(pid \d+\) is gone: it sent no heartbeat for \d+ ms/);
     const status = await torl("status");

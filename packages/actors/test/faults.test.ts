@@ -13,7 +13,7 @@ import {
 } from "@torl-ts/actors";
 import test from "ava";
 import * as zmq from "zeromq";
-import { CounterActor, dieOnceTask, StoreActor } from "./fixtures/classes.js";
+import { type Counter, CounterActor, dieOnceTask, StoreActor } from "./fixtures/classes.js";
 
 const FIXTURES = new URL("./fixtures/classes.ts", import.meta.url).href;
 let headAddress = "";
@@ -85,7 +85,7 @@ test("kill() ends an actor: calls reject with ActorDiedError of kind 'killed'", 
 test("named actors are found by name; a taken name is refused; a dead one is gone", async (t) => {
   const c = CounterActor.options({ name: "registry" }).remote(41);
   await c.ready();
-  const h = await getActor<any>("registry");
+  const h = await getActor<Counter>("registry");
   t.is(await h.inc(1), 42);
   t.is(h.actorId, c.actorId);
   const dup = CounterActor.options({ name: "registry" }).remote(0);

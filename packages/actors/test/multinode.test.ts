@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { ActorDiedError, clusterStatus, get, getActor, init, put, shutdown } from "@torl-ts/actors";
 import test from "ava";
-import { StoreActor } from "./fixtures/classes.js";
+import { type Counter, StoreActor } from "./fixtures/classes.js";
 
 const run = promisify(execFile);
 const CLI = fileURLToPath(new URL("../../../examples/torl/src/cli.ts", import.meta.url));
@@ -115,7 +115,7 @@ test("a head and a second node agent on 127.0.0.2: placement by resource, object
     },
   );
   await new Promise((resolve) => orphanDriver.stdout!.once("data", resolve));
-  const orphan = await getActor<any>("orphan");
+  const orphan = await getActor<Counter>("orphan");
   t.is(await orphan.inc(2), 2);
   orphanDriver.kill("SIGKILL");
   const gone = await t.throwsAsync(

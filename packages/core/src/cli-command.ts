@@ -1,4 +1,7 @@
-/** One `pnpm torl <name>` command. Each package exports its commands; examples/torl/src/cli.ts dispatches. */
+/**
+ * One `torl <name>` command. Each package exports its commands in a registry at
+ * `@torl-ts/<package>/cli`; cli/dispatch.ts runs them.
+ */
 export interface CliCommand {
   /** One line for `pnpm torl --help`. */
   summary: string;

@@ -192,3 +192,21 @@ export class KeyFileError extends Error {
     super(`cluster key file ${file}: ${why}`);
   }
 }
+
+/** A feature needs an optional package (a peer dependency) that is not installed. */
+export class OptionalDependencyMissingError extends Error {
+  override name = "OptionalDependencyMissingError";
+  constructor(
+    readonly packageName: string,
+    readonly feature: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${feature} needs the optional package ${packageName}: install it (npm i ${packageName})`, options);
+  }
+}
+
+/** True for the error Node throws when a package cannot be found (ESM import or require.resolve). */
+export function isModuleNotFound(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === "ERR_MODULE_NOT_FOUND" || code === "MODULE_NOT_FOUND";
+}

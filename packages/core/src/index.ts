@@ -1,5 +1,13 @@
 export * from "./api.js";
 export { benchActorsCommand } from "./bench/actors.js";
+export {
+  type CliProgram,
+  type CommandLoader,
+  type CommandRegistry,
+  dispatch,
+  runProgram,
+  torlVersion,
+} from "./cli/dispatch.js";
 export { type FlagSpec, type FlagValues, parseFlags } from "./cli/flags.js";
 export { debugFromEnv, exitCodeFor, formatCliError, runCommand, runScript } from "./cli/run-command.js";
 export { startCommand } from "./cli/start.js";
@@ -8,6 +16,13 @@ export { stopCommand } from "./cli/stop.js";
 export type { CliCommand } from "./cli-command.js";
 export { InputError, UsageError } from "./cli-command.js";
 export * from "./errors.js";
+export {
+  childExecArgv,
+  isTypeScriptModule,
+  siblingModule,
+  siblingModulePath,
+  TypeScriptLoaderMissingError,
+} from "./module-files.js";
 export { ActorHandleBase } from "./runtime/actor-handle.js";
 export { ExecutorError } from "./runtime/executor.js";
 export { ObjectRef, type OwnerAddress } from "./runtime/object-ref.js";

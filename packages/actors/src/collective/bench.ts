@@ -9,13 +9,13 @@
  * rank, so at W=2 it cannot beat the one-way transfer of the whole array.
  */
 import { tmpdir } from "node:os";
-import { type CliCommand, parseFlags } from "@torl-ts/core";
+import { type CliCommand, parseFlags, siblingModule } from "@torl-ts/core";
 import type { BenchKind } from "./bench-member.js";
 import { createCollectiveGroupOn } from "./group.js";
 import { ProcessMember } from "./process-member.js";
 import type { CollectiveTransport } from "./ring.js";
 
-const BENCH_MEMBER = new URL("./bench-member.ts", import.meta.url).href;
+const BENCH_MEMBER = siblingModule(import.meta.url, "./bench-member").href;
 
 export interface CollectiveBenchOptions {
   /** Array size in MiB (Float32Array). Default 16. */

@@ -4,7 +4,7 @@
  * a few worker processes are enough.
  */
 import { type ChildProcess, fork } from "node:child_process";
-import { fileURLToPath } from "node:url";
+import { childExecArgv, siblingModulePath } from "@torl-ts/core";
 import type { CollectiveMember } from "./group.js";
 
 /** An exception thrown by the function in the child, carried back with its stack. */
@@ -39,7 +39,7 @@ interface Reply {
   error?: { name: string; message: string; stack?: string };
 }
 
-const CHILD = fileURLToPath(new URL("./process-member-child.ts", import.meta.url));
+const CHILD = siblingModulePath(import.meta.url, "./process-member-child");
 
 export interface ProcessMemberOptions {
   /** Extra environment variables for the child. */
@@ -79,11 +79,8 @@ export class ProcessMember implements CollectiveMember {
 
   /** Starts a child (with the same TypeScript loader as this process) and waits until it listens. */
   static async spawn(options: ProcessMemberOptions = {}): Promise<ProcessMember> {
-    const execArgv = process.execArgv.some((a) => a.includes("tsx"))
-      ? process.execArgv
-      : [...process.execArgv, "--import", "tsx"];
     const child = fork(CHILD, [], {
-      execArgv,
+      execArgv: childExecArgv(CHILD),
       serialization: "advanced",
       stdio: ["ignore", "inherit", "inherit", "ipc"],
       env: { ...process.env, ...options.env },

@@ -7,10 +7,11 @@ import path from "node:path";
 import { createActor, free, get, init, put, shutdown, submitTask } from "../api.js";
 import { parseFlags } from "../cli/flags.js";
 import type { CliCommand } from "../cli-command.js";
+import { siblingModule } from "../module-files.js";
 import { generateClusterKeys } from "../wire/security.js";
 import { RawEcho } from "./raw-zmq.js";
 
-const WORKLOAD = new URL("./workload.ts", import.meta.url).href;
+const WORKLOAD = siblingModule(import.meta.url, "./workload").href;
 
 const usage = `usage: pnpm torl bench actors [--json] [--seconds S]
 
@@ -36,14 +37,6 @@ async function timeLoop(seconds: number, step: () => Promise<number>): Promise<n
   return n / ((performance.now() - t0) / 1000);
 }
 
-function loader(): string {
-  try {
-    return import.meta.resolve("tsx");
-  } catch {
-    return "tsx";
-  }
-}
-
 /** Alternates slices of two measurements so both see the same machine load; returns [a/s, b/s]. */
 async function interleaved(
   seconds: number,
@@ -51,16 +44,16 @@ async function interleaved(
   b: (s: number) => Promise<[number, number]>,
 ): Promise<[number, number]> {
   const rounds = 4;
-  const tot = [0, 0, 0, 0];
+  let [countA, secondsA, countB, secondsB] = [0, 0, 0, 0];
   for (let i = 0; i < rounds; i++) {
     const [na, ta] = await a(seconds / rounds);
     const [nb, tb] = await b(seconds / rounds);
-    tot[0] += na;
-    tot[1] += ta;
-    tot[2] += nb;
-    tot[3] += tb;
+    countA += na;
+    secondsA += ta;
+    countB += nb;
+    secondsB += tb;
   }
-  return [tot[0]! / tot[1]!, tot[2]! / tot[3]!];
+  return [countA / secondsA, countB / secondsB];
 }
 
 /** Like `interleaved`, for any number of measurements; returns each one's rate. */
@@ -150,7 +143,7 @@ export async function benchActors(
 ): Promise<Record<string, number>> {
   const out: Record<string, number> = {};
   const ipc = `ipc://${path.join(os.tmpdir(), `torl-bench-${process.pid}.sock`)}`;
-  const raw = await RawEcho.start(ipc, loader());
+  const raw = await RawEcho.start(ipc);
   await init();
   try {
     // start every worker first (actors and the task pool), so no process boots during a measurement

@@ -1,9 +1,9 @@
 /** The floor: raw ZeroMQ request-reply between this process and an echo process, on the transport actors use. */
 import { spawn } from "node:child_process";
-import { fileURLToPath } from "node:url";
 import * as zmq from "zeromq";
+import { childExecArgv, siblingModulePath } from "../module-files.js";
 
-const ECHO = fileURLToPath(new URL("./echo-server.ts", import.meta.url));
+const ECHO = siblingModulePath(import.meta.url, "./echo-server");
 
 /** A Dealer connected to an echo process: request-reply one at a time, or with a window in flight. */
 export class RawEcho {
@@ -12,8 +12,8 @@ export class RawEcho {
     private d: zmq.Dealer,
   ) {}
 
-  static async start(endpoint: string, loader: string): Promise<RawEcho> {
-    const child = spawn(process.execPath, ["--import", loader, ECHO, endpoint], {
+  static async start(endpoint: string): Promise<RawEcho> {
+    const child = spawn(process.execPath, [...childExecArgv(ECHO), ECHO, endpoint], {
       stdio: ["ignore", "pipe", "inherit"],
     });
     const ep: string = await new Promise((resolve, reject) => {

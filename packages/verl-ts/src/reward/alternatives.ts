@@ -7,6 +7,7 @@
  */
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
+import { isModuleNotFound, OptionalDependencyMissingError } from "@torl-ts/core";
 import type { ScalarStage } from "./equivalence.js";
 import type { MathNode } from "./latex.js";
 
@@ -76,7 +77,15 @@ export function nodeToInfix(n: MathNode, d: Dialect): string {
 
 /** The mathjs stage (loaded lazily: mathjs takes ~0.3 s to import). */
 export async function mathjsScalarStage(): Promise<ScalarStage> {
-  const math = await import("mathjs");
+  const math = await import("mathjs").catch((cause: unknown) => {
+    if (isModuleNotFound(cause))
+      throw new OptionalDependencyMissingError(
+        "mathjs",
+        "the mathjs comparison (bench reward --alternatives)",
+        { cause },
+      );
+    throw cause;
+  });
   return (a, b) => {
     let ea: string;
     let eb: string;

@@ -4,6 +4,7 @@
  * Work is cut into one chunk per thread; results come back in input order.
  */
 import { Worker } from "node:worker_threads";
+import { isTypeScriptModule } from "@torl-ts/core";
 import { verifierErrors } from "./equivalence.js";
 import type { RewardScorerInput, RewardScorerOptions } from "./registry.js";
 import type { MathScoreResult } from "./score.js";
@@ -42,7 +43,9 @@ export class MathScorePool {
   private start(): void {
     if (this.slots.length > 0) return;
     for (let t = 0; t < this.size; t++) {
-      const worker = new Worker(new URL("./score-worker.mjs", import.meta.url));
+      const worker = new Worker(new URL("./score-worker.mjs", import.meta.url), {
+        workerData: { ext: isTypeScriptModule(import.meta.url) ? ".ts" : ".js" },
+      });
       const slot: Slot = { worker, pending: new Map() };
       worker.on("message", (m: WorkerReply) => {
         if (m.verifierErrors) {

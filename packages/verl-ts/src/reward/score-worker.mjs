@@ -1,11 +1,15 @@
 // Worker-thread entry for MathScorePool. Plain JS because a worker's entry file is loaded before any
-// TypeScript loader; it registers tsx, then imports the scorer sources.
-import { parentPort } from "node:worker_threads";
-import { register } from "tsx/esm/api";
+// TypeScript loader. From the sources (workerData.ext ".ts") it registers tsx first; the built
+// package imports its .js files under plain node.
+import { parentPort, workerData } from "node:worker_threads";
 
-register();
-const { computeMathScore } = await import("./score.ts");
-const { verifierErrors } = await import("./equivalence.ts");
+const ext = workerData?.ext === ".ts" ? ".ts" : ".js";
+if (ext === ".ts") {
+  const { register } = await import("tsx/esm/api");
+  register();
+}
+const { computeMathScore } = await import(`./score${ext}`);
+const { verifierErrors } = await import(`./equivalence${ext}`);
 
 parentPort.on("message", ({ id, inputs, options }) => {
   try {

@@ -127,7 +127,7 @@ test("a new tool with its own trigger: C calls per row, every observation masked
       // forward over prompt + response before it (after cuts at stop strings and appended tokens)
       const targets = greedyTargets(model, s.promptIds, s.responseIds);
       s.responseIds.forEach((id, i) => {
-        if (s.toolOutputMask[i]) t.is(id, targets[i], `C=${C} row ${s.index} token ${i}`);
+        if (s.toolOutputMask[i]) t.is(id, targets[i]!, `C=${C} row ${s.index} token ${i}`);
       });
     }
     t.is(tool.created, tool.released, "every tool instance is released");

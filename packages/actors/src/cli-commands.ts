@@ -1,0 +1,6 @@
+/** The commands @torl-ts/actors registers with the `torl` dispatcher. */
+import type { CommandRegistry } from "@torl-ts/core";
+
+export const cliCommands: CommandRegistry = {
+  "bench collectives": async () => (await import("./collective/bench.js")).benchCollectivesCommand,
+};

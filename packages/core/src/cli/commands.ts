@@ -1,0 +1,9 @@
+/** The commands @torl-ts/core registers with the `torl` dispatcher: the cluster and its benchmark. */
+import type { CommandRegistry } from "./dispatch.js";
+
+export const cliCommands: CommandRegistry = {
+  start: async () => (await import("./start.js")).startCommand,
+  status: async () => (await import("./status.js")).statusCommand,
+  stop: async () => (await import("./stop.js")).stopCommand,
+  "bench actors": async () => (await import("../bench/actors.js")).benchActorsCommand,
+};

@@ -1,0 +1,94 @@
+/**
+ * Where the runtime's own entry modules live and how a child process loads them.
+ *
+ * In this repository the packages run from their TypeScript sources (`src/*.ts`, under tsx); an
+ * installed package runs its built JavaScript (`dist/*.js`) under plain `node`. A module that starts a
+ * process or a thread on one of its siblings names the sibling without an extension and lets
+ * `siblingModule` pick the one matching the running file, and `childExecArgv` adds a TypeScript loader
+ * only when one is needed.
+ */
+import { fileURLToPath } from "node:url";
+
+/** True when `moduleUrl` (pass `import.meta.url`) is a TypeScript file, i.e. it runs under a loader. */
+export function isTypeScriptModule(moduleUrl: string | URL): boolean {
+  return /\.[cm]?ts$/.test(String(moduleUrl));
+}
+
+/**
+ * The module `relativeStem` (e.g. `"./daemon"`) beside `moduleUrl`, with the running file's extension:
+ * `.ts` from sources, `.js` from the built package.
+ */
+export function siblingModule(moduleUrl: string, relativeStem: string): URL {
+  return new URL(`${relativeStem}${isTypeScriptModule(moduleUrl) ? ".ts" : ".js"}`, moduleUrl);
+}
+
+/** `siblingModule` as a file path, for `fork`/`spawn`. */
+export function siblingModulePath(moduleUrl: string, relativeStem: string): string {
+  return fileURLToPath(siblingModule(moduleUrl, relativeStem));
+}
+
+// Flags of this process that change how modules load; a child must load the same way (a user running
+// under `node --import tsx` has actor modules in .ts, which the worker then imports). Debugger, heap
+// and other per-process flags are not passed on.
+const LOADER_FLAGS = new Set([
+  "--import",
+  "--require",
+  "-r",
+  "--loader",
+  "--experimental-loader",
+  "--conditions",
+  "-C",
+]);
+const LOADER_SWITCHES = new Set([
+  "--experimental-strip-types",
+  "--experimental-transform-types",
+  "--enable-source-maps",
+]);
+
+/** The module-loading flags of this process (`--import X`, `--conditions Y`, ...), in order. */
+export function inheritedLoaderArgs(execArgv: readonly string[] = process.execArgv): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < execArgv.length; i++) {
+    const arg = execArgv[i] as string;
+    const name = arg.split("=", 1)[0] as string;
+    if (LOADER_SWITCHES.has(arg)) out.push(arg);
+    else if (LOADER_FLAGS.has(name)) {
+      if (arg.includes("=")) out.push(arg);
+      else if (i + 1 < execArgv.length) out.push(arg, execArgv[++i] as string);
+    }
+  }
+  return out;
+}
+
+/** A TypeScript entry was asked for where no TypeScript loader (tsx) can be found. */
+export class TypeScriptLoaderMissingError extends Error {
+  override name = "TypeScriptLoaderMissingError";
+  constructor(readonly entry: string) {
+    super(
+      `${entry} is TypeScript, and no TypeScript loader is installed: add tsx (npm i -D tsx) and run under ` +
+        "`node --import tsx`, or point at the built .js file",
+    );
+  }
+}
+
+function resolveTsx(entry: string): string {
+  try {
+    return import.meta.resolve("tsx");
+  } catch {
+    throw new TypeScriptLoaderMissingError(entry);
+  }
+}
+
+/**
+ * Node flags for a child process (or `fork`'s `execArgv`) that runs `entry`: this process's loader
+ * flags, plus `--import tsx` when `entry` is TypeScript and no loader is there yet. Built JavaScript
+ * under plain `node` gets no loader at all.
+ */
+export function childExecArgv(entry: string, execArgv: readonly string[] = process.execArgv): string[] {
+  const args = inheritedLoaderArgs(execArgv);
+  const hasTsLoader = args.some(
+    (a) => a.includes("tsx") || a.includes("strip-types") || a.includes("transform-types"),
+  );
+  if (isTypeScriptModule(entry) && !hasTsLoader) args.push("--import", resolveTsx(entry));
+  return args;
+}

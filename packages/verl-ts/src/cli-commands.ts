@@ -1,0 +1,10 @@
+/** The commands @torl-ts/verl registers with the `torl` dispatcher (each module loads on first use). */
+import type { CommandRegistry } from "@torl-ts/core";
+
+export const cliCommands: CommandRegistry = {
+  train: async () => (await import("./trainer/cli.js")).trainCommand,
+  verify: async () => (await import("./reward/cli.js")).verifyCommand,
+  "bench reward": async () => (await import("./reward/bench.js")).benchRewardCommand,
+  "bench model": async () => (await import("./models/bench.js")).benchModelCommand,
+  "bench rollout": async () => (await import("./rollout/bench.js")).benchRolloutCommand,
+};
