@@ -101,10 +101,26 @@ function inferType(value: unknown, token: string): ConfigTypeSpec[] {
 /** The marker line of a doc comment that makes a key (or a whole section) refused unless at its default. */
 const UNSUPPORTED_MARK = /^\s*unsupported:\s*/;
 
-/** Splits a doc comment into its documentation and the text after an "unsupported:" line. */
+/** The marker line that makes a sub-section of an unsupported section act after all. */
+const SUPPORTED_MARK = /^\s*supported\s*$/;
+
+/**
+ * Splits a doc comment into its documentation and the text after an "unsupported:" line; a "supported"
+ * line gives "" (the key or section acts even inside an unsupported section).
+ */
 function splitDoc(comment: string | undefined): { doc?: string; unsupported?: string } {
   if (!comment) return {};
   const lines = comment.split("\n").map((l) => l.replace(/^\s*#?\s?/, ""));
+  const supported = lines.findIndex((l) => SUPPORTED_MARK.test(l));
+  if (supported >= 0)
+    return {
+      doc:
+        lines
+          .filter((_, i) => i !== supported)
+          .join("\n")
+          .trim() || undefined,
+      unsupported: "",
+    };
   const at = lines.findIndex((l) => UNSUPPORTED_MARK.test(l));
   if (at < 0) return { doc: lines.join("\n").trim() || undefined };
   const doc = lines.slice(0, at).join("\n").trim();
@@ -122,7 +138,8 @@ function typeComment(node: Node | null | undefined): string | undefined {
  * The set of known config keys, read from a defaults YAML. Types come from the defaults (and from
  * "# type: ..." comments), the comment lines above a key are its documentation. A comment line
  * "unsupported: <what to do instead>" above a key (or a section: every key below it) marks what this
- * implementation refuses unless left at its default. Extend it with more defaults YAML (a recipe's own
+ * implementation refuses unless left at its default; a line "supported" above a key or sub-section of
+ * such a section makes it act again. Extend it with more defaults YAML (a recipe's own
  * keys) via `extend`.
  */
 export class ConfigSchema {
