@@ -43,7 +43,7 @@ export const ADDON_PATH = join(packageRoot, "build", "Release", "torl_blas.node"
 const STATUS_PATH = join(packageRoot, "build-status.json");
 
 function notBuiltReason(): string {
-  const rebuild = "pnpm --filter @torl-ts/blas build";
+  const rebuild = "pnpm --filter @torl-ts/blas build:addon";
   if (!existsSync(STATUS_PATH)) return `the OpenBLAS addon was never built (run ${rebuild})`;
   try {
     const status = JSON.parse(readFileSync(STATUS_PATH, "utf8")) as { built?: boolean; reason?: string };
