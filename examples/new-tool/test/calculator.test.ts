@@ -27,7 +27,7 @@ function tinyRandomModel() {
   return { dir, model };
 }
 
-test("the calculator evaluates arithmetic with Python's precedence and refuses anything else", (t) => {
+test("the calculator evaluates arithmetic with Python's precedence and refuses anything else", async (t) => {
   t.is(evaluate("(123 + 4) * 56"), 7112);
   t.is(evaluate("-2 ** 2"), -4);
   t.is(evaluate("2 ** 3 ** 2"), 512);
@@ -87,7 +87,7 @@ test("the stock TIR rollout calls the calculator through its stop string and mas
   }
 });
 
-test("the config names the tool: module resolved against the config file, options passed to the constructor", (t) => {
+test("the config names the tool: module resolved against the config file, options passed to the constructor", async (t) => {
   const cfg = loadTrainerConfig({ files: [DEFAULT_CONFIG], overrides: ["actor_rollout_ref.model.path=/x"] });
   const spec = toolSpecFromConfig(cfg, join(DEFAULT_CONFIG, ".."));
   t.regex(spec!.module, /^file:.*examples\/new-tool\/src\/calculator\.ts$/);
@@ -108,7 +108,7 @@ test.serial(
   async (t) => {
     // A tiny model taught one habit (answer with "<c>6*7</c>"), so the tool is really used while training;
     // the markers come from the config's tool options, overridden like any other key.
-    const { dir, finalLoss } = calculatorHabitModel();
+    const { dir, finalLoss } = await calculatorHabitModel();
     t.true(finalLoss < 0.05, `the habit was learned (loss ${finalLoss})`);
     const runsDir = mkdtempSync(join(tmpdir(), "calc-runs-"));
     const ckpt = mkdtempSync(join(tmpdir(), "calc-ckpt-"));

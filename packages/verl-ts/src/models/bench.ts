@@ -30,23 +30,23 @@ export const BENCH_SMALL_CONFIG: Qwen2Config = makeQwen2Config({
   tieWordEmbeddings: true,
 });
 
-function timeIt(minMs: number, f: () => void): number {
-  f();
+async function timeIt(minMs: number, f: () => Promise<unknown>): Promise<number> {
+  await f();
   let n = 0;
   const t0 = performance.now();
   while (performance.now() - t0 < minMs || n < 2) {
-    f();
+    await f();
     n++;
   }
   return (performance.now() - t0) / n;
 }
 
-function matmulGflops(): number {
+async function matmulGflops(): Promise<number> {
   const a = tf.randomNormal([2048, 256]);
   const b = tf.randomNormal([256, 256]);
-  const ms = timeIt(1000, () => {
+  const ms = await timeIt(1000, async () => {
     const c = tf.matMul(a as tf.Tensor2D, b as tf.Tensor2D);
-    c.dataSync();
+    await c.data();
     c.dispose();
   });
   a.dispose();
@@ -75,16 +75,20 @@ export function trainFlopsPerToken(c: Qwen2Config, L: number): number {
 }
 
 /** Decode step time divided by the batch, after a prefill of `ctx` tokens. */
-function decodeMsPerToken(model: Qwen2Model, B: number, ctx: number, steps: number): number {
+async function decodeMsPerToken(model: Qwen2Model, B: number, ctx: number, steps: number): Promise<number> {
   const prompt = randomBatch(B, ctx, model.config.vocabSize, 7);
   const cache = new KVCache(model.config, B);
   const lmHead = tf.keep(model.lmHeadWeight());
   try {
-    model.prefill(prompt, cache).dispose();
+    (await model.prefill(prompt, cache)).dispose();
     const tok = new Int32Array(B).fill(1);
-    model.decodeStep(tok, cache, lmHead).dispose();
+    (await model.decodeStep(tok, cache, lmHead)).dispose();
     const t0 = performance.now();
-    for (let i = 0; i < steps; i++) model.decodeStep(tok, cache, lmHead).dataSync();
+    for (let i = 0; i < steps; i++) {
+      const logits = await model.decodeStep(tok, cache, lmHead);
+      await logits.data();
+      logits.dispose();
+    }
     return (performance.now() - t0) / steps / B;
   } finally {
     cache.dispose();
@@ -93,12 +97,16 @@ function decodeMsPerToken(model: Qwen2Model, B: number, ctx: number, steps: numb
 }
 
 /** The baseline without a cache: one full forward over the context per generated token (batch 1). */
-function recomputeMsPerToken(model: Qwen2Model, ctx: number, steps: number): number {
+async function recomputeMsPerToken(model: Qwen2Model, ctx: number, steps: number): Promise<number> {
   const prompt = randomBatch(1, ctx, model.config.vocabSize, 7);
-  const once = () => tf.tidy(() => model.forward(prompt, { lastOnly: true })).dataSync();
-  once();
+  const once = async () => {
+    const logits = tf.tidy(() => model.forward(prompt, { lastOnly: true }));
+    await logits.data();
+    logits.dispose();
+  };
+  await once();
   const t0 = performance.now();
-  for (let i = 0; i < steps; i++) once();
+  for (let i = 0; i < steps; i++) await once();
   return (performance.now() - t0) / steps;
 }
 
@@ -135,15 +143,15 @@ export async function runModelBench(
   log(
     `model: hidden ${c.hiddenSize}, ${c.numHiddenLayers} layers, ${c.numAttentionHeads}/${c.numKeyValueHeads} heads, vocab ${c.vocabSize}: ${model.numParameters()} parameters; backend ${info.name}`,
   );
-  const gflops = matmulGflops();
+  const gflops = await matmulGflops();
   log(`matmul floor: ${gflops.toFixed(2)} GFLOP/s ([2048x256] @ [256x256])`);
   const B = 16;
   const L = 128;
   const batch = randomBatch(B, L, c.vocabSize, 3);
   const opt = tf.train.adam(1e-4);
   const mask = tf.keep(tf.ones([8, L]));
-  const step = () => {
-    const { grads } = forwardBackward(
+  const step = async () => {
+    const { grads } = await forwardBackward(
       model,
       batch,
       (mb) => tf.neg(maskedMean(mb.scores.logProbs, mask.slice([0, 0], [mb.batch.batch, L]))),
@@ -153,7 +161,7 @@ export async function runModelBench(
     );
     applyGradients(model, opt, grads);
   };
-  const stepMs = timeIt(options.quick ? 1 : 4000, step);
+  const stepMs = await timeIt(options.quick ? 1 : 4000, step);
   mask.dispose();
   const tokensPerS = (B * L) / (stepMs / 1000);
   const modelGflops = (tokensPerS * trainFlopsPerToken(c, L)) / 1e9;
@@ -161,15 +169,15 @@ export async function runModelBench(
     `train: ${tokensPerS.toFixed(0)} tokens/s (batch ${B} x ${L}, fwd+bwd+Adam), ${modelGflops.toFixed(2)} model GFLOP/s`,
   );
   const steps = options.quick ? 2 : 16;
-  const ms1at64 = decodeMsPerToken(model, 1, 64, steps * 4);
-  const ms1at512 = decodeMsPerToken(model, 1, 512, steps * 4);
-  const recompute = recomputeMsPerToken(model, 512, options.quick ? 1 : 4);
+  const ms1at64 = await decodeMsPerToken(model, 1, 64, steps * 4);
+  const ms1at512 = await decodeMsPerToken(model, 1, 512, steps * 4);
+  const recompute = await recomputeMsPerToken(model, 512, options.quick ? 1 : 4);
   log(
     `decode (batch 1): ${ms1at64.toFixed(2)} ms/token at ctx 64, ${ms1at512.toFixed(2)} at ctx 512; without a cache ${recompute.toFixed(1)} ms/token at ctx 512`,
   );
   const big = options.quick ? 4 : 64; // --quick: a smoke run, figures not comparable
-  const ms64 = decodeMsPerToken(model, big, 64, steps);
-  const ms512 = decodeMsPerToken(model, big, 512, steps);
+  const ms64 = await decodeMsPerToken(model, big, 64, steps);
+  const ms512 = await decodeMsPerToken(model, big, 512, steps);
   log(`decode (batch 64): ${ms64.toFixed(3)} ms/token at ctx 64, ${ms512.toFixed(3)} ms/token at ctx 512`);
   opt.dispose();
   model.dispose();

@@ -29,7 +29,7 @@ for (const name of ["qwen2-tiny", "llama-tiny-tied"]) {
     length: L,
   };
 
-  test(`${name}: logits match the PyTorch reference within 1e-4 (left padding included)`, (t) => {
+  test(`${name}: logits match the PyTorch reference within 1e-4 (left padding included)`, async (t) => {
     const model = loadModel(dir);
     const logits = tf.tidy(() => model.forward(batch));
     const got = logits.dataSync();
@@ -46,7 +46,7 @@ for (const name of ["qwen2-tiny", "llama-tiny-tied"]) {
     model.dispose();
   });
 
-  test(`${name}: gradients of a scalar loss match the PyTorch reference`, (t) => {
+  test(`${name}: gradients of a scalar loss match the PyTorch reference`, async (t) => {
     const model = loadModel(dir);
     const w = new Float32Array(B * L);
     for (let b = 0; b < B; b++)
@@ -54,7 +54,7 @@ for (const name of ["qwen2-tiny", "llama-tiny-tied"]) {
         w[b * L + i] =
           batch.mask[b * L + i]! && batch.mask[b * L + i - 1]! ? expected.loss_weights[b][i - 1] : 0;
     const weights = tf.tensor2d(w, [B, L]);
-    const { loss, grads } = forwardBackward(
+    const { loss, grads } = await forwardBackward(
       model,
       batch,
       (mb) => tf.sum(tf.mul(mb.scores.logProbs, weights)) as tf.Scalar,
@@ -85,7 +85,7 @@ for (const name of ["qwen2-tiny", "llama-tiny-tied"]) {
     model.dispose();
   });
 
-  test(`${name}: bf16 and fp16 checkpoints written by torch load as float32 within their precision`, (t) => {
+  test(`${name}: bf16 and fp16 checkpoints written by torch load as float32 within their precision`, async (t) => {
     const f32 = readSafetensors(join(dir, "model.safetensors"));
     for (const [file, rel] of [
       ["model-bf16.safetensors", 2 ** -8],
@@ -104,7 +104,7 @@ for (const name of ["qwen2-tiny", "llama-tiny-tied"]) {
   });
 }
 
-test("a padded row gives the same logits as the same row alone", (t) => {
+test("a padded row gives the same logits as the same row alone", async (t) => {
   const model = loadModel(join(FIX, "qwen2-tiny"));
   const row = [3, 9, 4, 1];
   const alone = tf.tidy(() => model.forward(padBatch([row]), { lastOnly: true })).dataSync();
