@@ -417,14 +417,13 @@ export class Qwen2Model {
         parts.push(tf.tidy(() => this.forward(sub, { lastOnly: true, keysValues })));
         // Every layer's keys and values in one round trip, then into the cache on the host side.
         const host = await Promise.all(keysValues.flat().map((t) => t.data() as Promise<Float32Array>));
-        keysValues.forEach(([k, v], layer) =>
+        for (const [layer, [k, v]] of keysValues.entries())
           cache.writePrefill(
             layer,
             { data: host[2 * layer]!, shape: k.shape },
             { data: host[2 * layer + 1]!, shape: v.shape },
             s,
-          ),
-        );
+          );
       } catch (error) {
         for (const t of parts) t.dispose();
         throw error;

@@ -345,7 +345,7 @@ export abstract class ShardedWorker extends Worker {
               ),
               sharded.accumulate(grads, paramNameOf, grad),
             ]);
-            reads.forEach((r, i) => r.use(host[i]!));
+            for (const [i, r] of reads.entries()) r.use(host[i]!);
           } finally {
             for (const r of reads) for (const t of r.tensors) t.dispose();
           }
