@@ -331,7 +331,8 @@ export abstract class ShardedWorker extends Worker {
             sums: mb,
             pending: [],
             afterBackward(tensors, use) {
-              this.pending.push({ tensors: tensors.map((t) => tf.keep(t)), use });
+              // A clone shares the data, so the loss the tape hands back can be disposed independently.
+              this.pending.push({ tensors: tensors.map((t) => tf.keep(tf.clone(t))), use });
             },
           };
           const { value, grads } = tf.variableGrads(() => loss(step), vars);
