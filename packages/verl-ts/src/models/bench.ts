@@ -2,10 +2,16 @@
 
 import * as tf from "@tensorflow/tfjs";
 import { type CliCommand, parseFlags } from "@torl-ts/core";
-import { BACKEND_NAMES, type BackendName, selectBackend } from "./backend.js";
+import { BACKEND_NAMES, type BackendName, registerWasmFallbacks, selectBackend } from "./backend.js";
 import { countParameters, makeQwen2Config, type Qwen2Config } from "./config.js";
 import { KVCache } from "./kv-cache.js";
-import { applyGradients, forwardBackward, maskedMean } from "./logprobs.js";
+import {
+  applyGradients,
+  computeLogProbs,
+  forwardBackward,
+  gradientsToArrays,
+  maskedMean,
+} from "./logprobs.js";
 import { Qwen2Model, type TokenBatch } from "./qwen2.js";
 
 /** The tiny ToRL recipe's architecture (examples/torl TINY_ARCHITECTURE: ~0.12M parameters). */
@@ -110,6 +116,68 @@ async function recomputeMsPerToken(model: Qwen2Model, ctx: number, steps: number
   return (performance.now() - t0) / steps;
 }
 
+/** Log-probs and the gradients of a masked-mean loss, on the current backend, for a seeded model. */
+async function scoresAndGradients(
+  c: Qwen2Config,
+  batch: TokenBatch,
+): Promise<{ logProbs: Float32Array; grads: Map<string, Float32Array> }> {
+  const model = Qwen2Model.random(c, { seed: 3 });
+  const ones = tf.ones([batch.batch, batch.length]);
+  try {
+    const { logProbs } = await computeLogProbs(model, batch, { microBatchSize: batch.batch });
+    const { grads } = await forwardBackward(
+      model,
+      batch,
+      (mb) => tf.neg(maskedMean(mb.scores.logProbs, ones)),
+      {
+        microBatchSize: batch.batch,
+      },
+    );
+    return { logProbs, grads: await gradientsToArrays(grads) };
+  } finally {
+    ones.dispose();
+    model.dispose();
+  }
+}
+
+/**
+ * The selected backend against a CPU reference (wasm; cpu when wasm is the one selected) on the same
+ * weights and batch, in this process: the largest absolute log-prob difference, and over parameters the
+ * largest max |g - g_ref| / max |g_ref| (each parameter's gradient on its own scale).
+ */
+export async function backendParity(
+  c: Qwen2Config,
+): Promise<{ reference: string; maxAbsLogprobDiff: number; maxRelGradDiff: number }> {
+  const batch = randomBatch(4, 32, c.vocabSize, 5);
+  const here = tf.getBackend();
+  const selected = await scoresAndGradients(c, batch);
+  const reference = here === "wasm" ? "cpu" : "wasm";
+  if (reference === "wasm") await import("@tensorflow/tfjs-backend-wasm");
+  if (!(await tf.setBackend(reference))) throw new Error(`parity: the ${reference} backend did not start`);
+  let ref: Awaited<ReturnType<typeof scoresAndGradients>>;
+  try {
+    if (reference === "wasm") registerWasmFallbacks();
+    ref = await scoresAndGradients(c, batch);
+  } finally {
+    await tf.setBackend(here);
+  }
+  let maxAbsLogprobDiff = 0;
+  for (let i = 0; i < ref.logProbs.length; i++)
+    maxAbsLogprobDiff = Math.max(maxAbsLogprobDiff, Math.abs(selected.logProbs[i]! - ref.logProbs[i]!));
+  let maxRelGradDiff = 0;
+  for (const [name, r] of ref.grads) {
+    const g = selected.grads.get(name)!;
+    let diff = 0;
+    let scale = 1e-12;
+    for (let i = 0; i < r.length; i++) {
+      diff = Math.max(diff, Math.abs(g[i]! - r[i]!));
+      scale = Math.max(scale, Math.abs(r[i]!));
+    }
+    maxRelGradDiff = Math.max(maxRelGradDiff, diff / scale);
+  }
+  return { reference, maxAbsLogprobDiff, maxRelGradDiff };
+}
+
 export interface ModelBenchResult {
   backend: string;
   params: number;
@@ -126,6 +194,10 @@ export interface ModelBenchResult {
   decode_b64_ms_per_token_ctx64: number;
   decode_b64_ms_per_token_ctx512: number;
   decode_b64_ctx512_over_ctx64: number;
+  /** The backend the parity figures compare against (wasm, or cpu when wasm is the one selected). */
+  parity_reference_backend: string;
+  parity_max_abs_logprob_diff: number;
+  parity_max_rel_grad_diff: number;
 }
 
 export async function runModelBench(
@@ -142,6 +214,10 @@ export async function runModelBench(
   const model = Qwen2Model.random(c, { seed: 1 });
   log(
     `model: hidden ${c.hiddenSize}, ${c.numHiddenLayers} layers, ${c.numAttentionHeads}/${c.numKeyValueHeads} heads, vocab ${c.vocabSize}: ${model.numParameters()} parameters; backend ${info.name}`,
+  );
+  const parity = await backendParity(c);
+  log(
+    `parity against ${parity.reference}: log-probs ${parity.maxAbsLogprobDiff.toExponential(2)} abs, gradients ${parity.maxRelGradDiff.toExponential(2)} rel`,
   );
   const gflops = await matmulGflops();
   log(`matmul floor: ${gflops.toFixed(2)} GFLOP/s ([2048x256] @ [256x256])`);
@@ -197,6 +273,9 @@ export async function runModelBench(
     decode_b64_ms_per_token_ctx64: round(ms64),
     decode_b64_ms_per_token_ctx512: round(ms512),
     decode_b64_ctx512_over_ctx64: round(ms512 / ms64),
+    parity_reference_backend: parity.reference,
+    parity_max_abs_logprob_diff: parity.maxAbsLogprobDiff,
+    parity_max_rel_grad_diff: parity.maxRelGradDiff,
   };
 }
 
@@ -219,6 +298,8 @@ export const benchModelCommand: CliCommand = {
     "  decode_ms_per_token_ctx512 the same at context 512 (target: ctx512/ctx64 <= 1.5)",
     "  decode_ms_per_token_ctx512_recompute  baseline: a full forward per token at context 512 (no cache)",
     "  decode_b64_ms_per_token_ctx64/ctx512  step time / batch at batch 64 (attention's share at 512)",
+    "  parity_max_abs_logprob_diff / parity_max_rel_grad_diff  the selected backend against wasm (cpu when",
+    "                             wasm is selected), same weights and batch (GPU targets: <= 1e-3, <= 1e-2)",
     "The last line is one JSON object with these figures. --quick: a smoke run (tiny batches), not comparable.",
   ].join("\n"),
   async run(args) {
