@@ -6,7 +6,7 @@
  * SwiftShader is slow: the tiny test architecture, and 3 repeats for the memory checks (the bench
  * `pnpm torl bench model` is the place for long runs).
  */
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { join } from "node:path";
 import test from "ava";
 import { softwareGpu } from "./software-gpu.js";
@@ -122,5 +122,34 @@ gpuTest(
     const [g] = await outputs();
     t.is(new Set(g.trainMemory.map((m) => m.join())).size, 1, `training: ${JSON.stringify(g.trainMemory)}`);
     t.is(new Set(g.genMemory.map((m) => m.join())).size, 1, `generation: ${JSON.stringify(g.genMemory)}`);
+  },
+);
+
+function selectIn(env: Record<string, string>): { ok: boolean; device?: string; message?: string } {
+  const r = spawnSync(
+    process.execPath,
+    ["--import=tsx", join(import.meta.dirname, "fixtures", "select-webgpu.ts")],
+    {
+      env: { ...process.env, TORL_BACKEND: "", ...env },
+      encoding: "utf8",
+      timeout: 120_000,
+    },
+  );
+  if (r.status !== 0) throw new Error(`select-webgpu exited with ${r.status}: ${r.stderr}`);
+  return JSON.parse(r.stdout.trim().split("\n").at(-1)!);
+}
+
+(gpu.ok ? test : test.skip)(
+  "a worker binds to the adapter TORL_WEBGPU_ADAPTER names; an unknown name is refused listing the adapters",
+  (t) => {
+    if (!gpu.ok) return;
+    const any = selectIn(gpu.env);
+    t.true(any.ok, any.message);
+    t.regex(any.device ?? "", /SwiftShader/);
+    const named = selectIn({ ...gpu.env, TORL_WEBGPU_ADAPTER: "SwiftShader Device (Subzero)" });
+    t.true(named.ok, named.message);
+    const wrong = selectIn({ ...gpu.env, TORL_WEBGPU_ADAPTER: "No Such GPU" });
+    t.false(wrong.ok);
+    t.regex(wrong.message ?? "", /TORL_WEBGPU_ADAPTER='No Such GPU'.*SwiftShader Device/);
   },
 );
