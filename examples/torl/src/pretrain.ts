@@ -335,13 +335,13 @@ export async function pretrain(o: PretrainOptions): Promise<TrainerState> {
       windowStart = performance.now();
     }
     if (done % o.saveEvery === 0 || done === o.steps) {
-      saveModel(model, out, { tokenizer });
+      await saveModel(model, out, { tokenizer });
       writeState(out, state(done, tokensPerSecond));
     }
   }
   if (startStep >= o.steps) o.log(`[pretrain] ${out} already has ${startStep} steps; nothing to train`);
   const final = state(Math.max(startStep, o.steps), tokensPerSecond);
-  saveModel(model, out, { tokenizer });
+  await saveModel(model, out, { tokenizer });
   writeState(out, final);
   optimizer.dispose();
   model.dispose();
