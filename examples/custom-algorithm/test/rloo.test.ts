@@ -19,7 +19,7 @@ function tinyRandomModel(): string {
   return dir;
 }
 
-test("RLOO advantages subtract the mean of the other samples of the same prompt", async (t) => {
+test("RLOO advantages subtract the mean of the other samples of the same prompt", (t) => {
   const adv = rlooAdvantages(Float32Array.from([1, 0, 0, 1, 1, 1]), 3);
   t.deepEqual(
     Array.from(adv, (x) => Math.round(x * 1000) / 1000),
@@ -27,7 +27,7 @@ test("RLOO advantages subtract the mean of the other samples of the same prompt"
   );
 });
 
-test("the exact-match reward takes the last boxed answer, else the last integer", async (t) => {
+test("the exact-match reward takes the last boxed answer, else the last integer", (t) => {
   const noTool = { hadCode: false, passed: true };
   t.is(extractAnswer("so \\boxed{12} no \\boxed{{3}4}"), "{3}4");
   t.is(extractAnswer("it is 7 or 42"), "42");
@@ -36,7 +36,7 @@ test("the exact-match reward takes the last boxed answer, else the last integer"
   t.is(REWARDS.exact_match("the answer is \\boxed{57}", "56", noTool), 0);
 });
 
-test("the verifier rewards: ToRL's +1 / -1, and the execution penalty only for code that failed", async (t) => {
+test("the verifier rewards: ToRL's +1 / -1, and the execution penalty only for code that failed", (t) => {
   const ran = (passed: boolean) => ({ hadCode: true, passed });
   const noCode = { hadCode: false, passed: true };
   t.is(REWARDS.verifier("so \\boxed{\\frac{12}{2}}", "6", noCode), 1, "equivalent, not equal text");

@@ -27,7 +27,7 @@ function tinyRandomModel() {
   return { dir, model };
 }
 
-test("the calculator evaluates arithmetic with Python's precedence and refuses anything else", async (t) => {
+test("the calculator evaluates arithmetic with Python's precedence and refuses anything else", (t) => {
   t.is(evaluate("(123 + 4) * 56"), 7112);
   t.is(evaluate("-2 ** 2"), -4);
   t.is(evaluate("2 ** 3 ** 2"), 512);
@@ -87,7 +87,7 @@ test("the stock TIR rollout calls the calculator through its stop string and mas
   }
 });
 
-test("the config names the tool: module resolved against the config file, options passed to the constructor", async (t) => {
+test("the config names the tool: module resolved against the config file, options passed to the constructor", (t) => {
   const cfg = loadTrainerConfig({ files: [DEFAULT_CONFIG], overrides: ["actor_rollout_ref.model.path=/x"] });
   const spec = toolSpecFromConfig(cfg, join(DEFAULT_CONFIG, ".."));
   t.regex(spec!.module, /^file:.*examples\/new-tool\/src\/calculator\.ts$/);

@@ -24,7 +24,7 @@ import {
 } from "../src/recipe.js";
 import { TINY_BASE_DIR } from "../src/tiny-model.js";
 
-test("tiny.yaml loads: tiny data, the committed base, 2 actor ranks, GRPO with C=1", async (t) => {
+test("tiny.yaml loads: tiny data, the committed base, 2 actor ranks, GRPO with C=1", (t) => {
   const cfg = loadRecipeConfig([TINY_CONFIG]);
   t.is(recipeSettings(cfg).data, "tiny");
   t.is(cfg.actor_rollout_ref.model.path, TINY_BASE_DIR);
@@ -36,7 +36,7 @@ test("tiny.yaml loads: tiny data, the committed base, 2 actor ranks, GRPO with C
   t.is(cfg.trainer.resume_mode, "disable", "every main-job run starts fresh");
 });
 
-test("the ablations are config overrides alone: C, execution penalty, observation mask", async (t) => {
+test("the ablations are config overrides alone: C, execution penalty, observation mask", (t) => {
   for (const c of [0, 1, 2]) {
     const cfg = loadRecipeConfig([TINY_CONFIG], [`actor_rollout_ref.rollout.num_llm_calls_available=${c}`]);
     t.is(cfg.actor_rollout_ref.rollout.num_llm_calls_available, c);
@@ -54,7 +54,7 @@ test("the ablations are config overrides alone: C, execution penalty, observatio
   t.throws(() => loadRecipeConfig([TINY_CONFIG], ["torl.data=parquet"]), { instanceOf: TrainerConfigError });
 });
 
-test("toolCallsOf reads the tool's calls from a response: code, observation, range, success", async (t) => {
+test("toolCallsOf reads the tool's calls from a response: code, observation, range, success", (t) => {
   const r =
     "Compute.\n```python\nprint(12*34)\n```\n```output\n408\n```\nAgain.\n```python\nprint(1/0)\n```\n" +
     "```output\nZeroDivisionError: division by zero\n```\nSo \\boxed{408}.\n```output\nfake\n```\n";

@@ -47,7 +47,7 @@ function at(cfg: unknown, key: string): unknown {
   return key.split(".").reduce<unknown>((o, k) => (o as Record<string, unknown>)?.[k], cfg);
 }
 
-test("torl-1.5b.yaml equals the released script", async (t) => {
+test("torl-1.5b.yaml equals the released script", (t) => {
   const notes: string[] = [];
   const cfg = loadRecipeConfig([TORL_1_5B_CONFIG], [], notes);
   for (const [key, value] of Object.entries(RELEASED)) t.is(at(cfg, key), value, key);

@@ -82,7 +82,7 @@ test("bf16 save keeps values within bf16 precision", async (t) => {
   back.dispose();
 });
 
-test("createRandomPretrained writes an HF directory that loads with its tokenizer", async (t) => {
+test("createRandomPretrained writes an HF directory that loads with its tokenizer", (t) => {
   const dir = tmp();
   const tok = buildByteBpeTokenizer({ corpus: "1+1=2\n2+2=4\n".repeat(20), vocabSize: 270 });
   createRandomPretrained(dir, tok, { hiddenSize: 16, numHiddenLayers: 1, numAttentionHeads: 2 }).dispose();
@@ -120,7 +120,7 @@ function copyFixture(): string {
   return dir;
 }
 
-test.serial("a truncated safetensors file is refused naming the file and the tensor", async (t) => {
+test.serial("a truncated safetensors file is refused naming the file and the tensor", (t) => {
   const dir = copyFixture();
   const file = join(dir, "model.safetensors");
   truncateSync(file, readFileSync(file).length - 100);
@@ -132,7 +132,7 @@ test.serial("a truncated safetensors file is refused naming the file and the ten
   t.is(tf.memory().numTensors, before, "nothing half-loaded");
 });
 
-test("a corrupt header is refused naming the file", async (t) => {
+test("a corrupt header is refused naming the file", (t) => {
   const dir = copyFixture();
   const file = join(dir, "model.safetensors");
   const buf = readFileSync(file);
@@ -145,7 +145,7 @@ test("a corrupt header is refused naming the file", async (t) => {
   t.throws(() => readCheckpointDir(dir), { message: /truncated/ });
 });
 
-test("a tensor whose shape does not match config.json is refused naming it", async (t) => {
+test("a tensor whose shape does not match config.json is refused naming it", (t) => {
   const dir = copyFixture();
   const cfg = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"));
   cfg.intermediate_size = 40;
@@ -155,7 +155,7 @@ test("a tensor whose shape does not match config.json is refused naming it", asy
   t.regex(err!.message, /\[48,32\].*\[40,32\]/);
 });
 
-test("a missing tensor, unknown architecture, missing tokenizer.json and bad config values are refused", async (t) => {
+test("a missing tensor, unknown architecture, missing tokenizer.json and bad config values are refused", (t) => {
   const dir = tmp();
   writeFileSync(join(dir, "config.json"), readFileSync(join(FIX, "config.json")));
   writeSafetensors(join(dir, "model.safetensors"), [

@@ -29,7 +29,7 @@ for (const name of ["qwen2-tiny", "llama-tiny-tied"]) {
     length: L,
   };
 
-  test(`${name}: logits match the PyTorch reference within 1e-4 (left padding included)`, async (t) => {
+  test(`${name}: logits match the PyTorch reference within 1e-4 (left padding included)`, (t) => {
     const model = loadModel(dir);
     const logits = tf.tidy(() => model.forward(batch));
     const got = logits.dataSync();
@@ -85,7 +85,7 @@ for (const name of ["qwen2-tiny", "llama-tiny-tied"]) {
     model.dispose();
   });
 
-  test(`${name}: bf16 and fp16 checkpoints written by torch load as float32 within their precision`, async (t) => {
+  test(`${name}: bf16 and fp16 checkpoints written by torch load as float32 within their precision`, (t) => {
     const f32 = readSafetensors(join(dir, "model.safetensors"));
     for (const [file, rel] of [
       ["model-bf16.safetensors", 2 ** -8],
@@ -104,7 +104,7 @@ for (const name of ["qwen2-tiny", "llama-tiny-tied"]) {
   });
 }
 
-test("a padded row gives the same logits as the same row alone", async (t) => {
+test("a padded row gives the same logits as the same row alone", (t) => {
   const model = loadModel(join(FIX, "qwen2-tiny"));
   const row = [3, 9, 4, 1];
   const alone = tf.tidy(() => model.forward(padBatch([row]), { lastOnly: true })).dataSync();
