@@ -136,7 +136,7 @@ export class PolicyReplica {
       length: W,
     };
 
-    const { loss, grads } = forwardBackward(model, batch, ({ rows: [start, end], scores }) => {
+    const { loss, grads } = await forwardBackward(model, batch, ({ rows: [start, end], scores }) => {
       const b = end - start;
       const logProbs = tf.slice(scores.logProbs, [0, P], [b, R]); // column t scores token t
       const m = tf.tensor2d(lossMask.subarray(start * R, end * R), [b, R]);
@@ -151,10 +151,10 @@ export class PolicyReplica {
   }
 
   /** A fingerprint of the weights (sum and sum of squares), for checks that replicas agree. */
-  weightsFingerprint(): [number, number] {
+  async weightsFingerprint(): Promise<[number, number]> {
     let sum = 0;
     let sq = 0;
-    for (const p of this.ready().getParameters().values())
+    for (const p of (await this.ready().getParameters()).values())
       for (const v of p) {
         sum += v;
         sq += v * v;

@@ -37,7 +37,7 @@ export const AGENT_HABIT = {
   responses: ["42", "42"],
 };
 
-export function agentHabitModel(steps = 40): { dir: string; finalLoss: number } {
+export async function agentHabitModel(steps = 40): Promise<{ dir: string; finalLoss: number }> {
   const template = new ChatTemplate("Qwen2.5", QWEN2_5_CHAT_TEMPLATE);
   const tools = readToolConfig(AGENT_TOOLS).map((e) => e.schema);
   // BPE merges learned on the conversations themselves keep the sequences (and the steps) short.
@@ -104,13 +104,13 @@ export function agentHabitModel(steps = 40): { dir: string; finalLoss: number } 
   const optimizer = tf.train.adam(3e-2);
   let finalLoss = Number.NaN;
   for (let step = 0; step < steps; step++) {
-    const { loss, grads } = forwardBackward(model, batch, ({ rows: [s, e], scores }) => {
+    const { loss, grads } = await forwardBackward(model, batch, ({ rows: [s, e], scores }) => {
       const m = tf.tensor2d(target.subarray(s * L, e * L), [e - s, L]);
       return tf.div(tf.neg(tf.sum(tf.mul(scores.logProbs, m))), count) as tf.Scalar;
     });
     applyGradients(model, optimizer, grads);
     finalLoss = loss;
   }
-  saveModel(model, dir, { tokenizer });
+  await saveModel(model, dir, { tokenizer });
   return { dir, finalLoss };
 }

@@ -13,7 +13,7 @@ test.serial(
     // A tiny chat model taught one conversation (calculator, then code interpreter, then the answer), so
     // both tools are really called while training; the tools are built in the worker from the tool config.
     await selectBackend({ backend: "wasm", log: null });
-    const { dir, finalLoss } = agentHabitModel();
+    const { dir, finalLoss } = await agentHabitModel();
     t.true(finalLoss < 0.05, `the hermes habit was learned (loss ${finalLoss})`);
     const runsDir = mkdtempSync(join(tmpdir(), "agent-runs-"));
     const ckpt = mkdtempSync(join(tmpdir(), "agent-ckpt-"));

@@ -20,7 +20,7 @@ import { calculatorRows } from "../src/train.js";
 
 export const HABIT = "<c>6*7</c>";
 
-export function calculatorHabitModel(steps = 40): { dir: string; finalLoss: number } {
+export async function calculatorHabitModel(steps = 40): Promise<{ dir: string; finalLoss: number }> {
   const tokenizer = buildByteBpeTokenizer();
   const dir = mkdtempSync(join(tmpdir(), "calc-habit-model-"));
   const model = createRandomPretrained(
@@ -43,13 +43,13 @@ export function calculatorHabitModel(steps = 40): { dir: string; finalLoss: numb
   const optimizer = tf.train.adam(3e-2);
   let finalLoss = Number.NaN;
   for (let step = 0; step < steps; step++) {
-    const { loss, grads } = forwardBackward(model, batch, ({ rows: [s, e], scores }) => {
+    const { loss, grads } = await forwardBackward(model, batch, ({ rows: [s, e], scores }) => {
       const m = tf.tensor2d(target.subarray(s * batch.length, e * batch.length), [e - s, batch.length]);
       return tf.div(tf.neg(tf.sum(tf.mul(scores.logProbs, m))), habit.length * batch.batch) as tf.Scalar;
     });
     applyGradients(model, optimizer, grads);
     finalLoss = loss;
   }
-  saveModel(model, dir, { tokenizer });
+  await saveModel(model, dir, { tokenizer });
   return { dir, finalLoss };
 }

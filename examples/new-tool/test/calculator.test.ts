@@ -108,7 +108,7 @@ test.serial(
   async (t) => {
     // A tiny model taught one habit (answer with "<c>6*7</c>"), so the tool is really used while training;
     // the markers come from the config's tool options, overridden like any other key.
-    const { dir, finalLoss } = calculatorHabitModel();
+    const { dir, finalLoss } = await calculatorHabitModel();
     t.true(finalLoss < 0.05, `the habit was learned (loss ${finalLoss})`);
     const runsDir = mkdtempSync(join(tmpdir(), "calc-runs-"));
     const ckpt = mkdtempSync(join(tmpdir(), "calc-ckpt-"));

@@ -58,21 +58,21 @@ type SideFigures = { [K in `${Figure}_tokens_per_s` | `${Figure}_tokens_per_cpu_
 };
 
 /** The mid model's random weights, written once as an HF directory both sides load. */
-function midModelDir(): string {
+async function midModelDir(): Promise<string> {
   const dir = join(CACHE_DIR, "mid-seed1");
   if (existsSync(join(dir, "model.safetensors"))) return dir;
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(tmp, { recursive: true });
   const model = Qwen2Model.random(PEER_MID_CONFIG, { seed: 1 });
-  saveModel(model, tmp, { dtype: "F32" });
+  await saveModel(model, tmp, { dtype: "F32" });
   model.dispose();
   rmSync(dir, { recursive: true, force: true });
   renameSync(tmp, dir);
   return dir;
 }
 
-function workloads(quick: boolean): Workload[] {
+async function workloads(quick: boolean): Promise<Workload[]> {
   const check = [
     [5, 17, 3, 29, 11, 2, 8, 40],
     [7, 7, 21, 30, 4, 9, 1, 12],
@@ -89,7 +89,7 @@ function workloads(quick: boolean): Workload[] {
     },
     {
       name: "mid",
-      dir: midModelDir(),
+      dir: await midModelDir(),
       train: quick ? { batch: 1, length: 8, steps: 1 } : { batch: 4, length: 128, steps: 3 },
       decode: quick ? { context: 8, steps_b1: 1, steps_b64: 1 } : { context: 64, steps_b1: 16, steps_b64: 4 },
       check_ids: check,
@@ -97,38 +97,45 @@ function workloads(quick: boolean): Workload[] {
   ];
 }
 
-function torlSide(w: Workload): SideFigures {
+async function torlSide(w: Workload): Promise<SideFigures> {
   const model = loadModel(w.dir, { trainable: true });
   try {
-    const check_logits = tf.tidy(() => {
+    const lastLogits = tf.tidy(() => {
       const ids = Int32Array.from(w.check_ids.flat());
       const b = w.check_ids.length;
       const l = w.check_ids[0]!.length;
       const batch = { ids, mask: new Uint8Array(ids.length).fill(1), batch: b, length: l };
       const logits = model.forward(batch); // [B, L, V]
       const V = model.config.vocabSize;
-      return Array.from(tf.reshape(tf.slice(logits, [0, l - 1, 0], [b, 1, V]), [-1]).dataSync());
+      return tf.reshape(tf.slice(logits, [0, l - 1, 0], [b, 1, V]), [-1]);
     });
+    const check_logits = Array.from(await lastLogits.data());
+    lastLogits.dispose();
     const { batch: B, length: L, steps } = w.train;
     const batch = randomBatch(B, L, model.config.vocabSize, 3);
     const opt = tf.train.adam(1e-4);
     const mask = tf.ones([B, L]);
-    const step = () => {
-      const { grads } = forwardBackward(model, batch, (mb) => tf.neg(maskedMean(mb.scores.logProbs, mask)), {
-        microBatchSize: B,
-      });
+    const step = async () => {
+      const { grads } = await forwardBackward(
+        model,
+        batch,
+        (mb) => tf.neg(maskedMean(mb.scores.logProbs, mask)),
+        {
+          microBatchSize: B,
+        },
+      );
       applyGradients(model, opt, grads);
     };
-    step();
+    await step();
     const t0 = performance.now();
     const c0 = cpuMs();
-    for (let i = 0; i < steps; i++) step();
+    for (let i = 0; i < steps; i++) await step();
     const trainMs = performance.now() - t0;
     const trainCpuMs = cpuMs() - c0;
     mask.dispose();
     opt.dispose();
-    const b1 = decodeTiming(model, 1, w.decode.context, w.decode.steps_b1);
-    const b64 = decodeTiming(model, 64, w.decode.context, w.decode.steps_b64);
+    const b1 = await decodeTiming(model, 1, w.decode.context, w.decode.steps_b1);
+    const b64 = await decodeTiming(model, 64, w.decode.context, w.decode.steps_b64);
     return {
       train_tokens_per_s: (B * L * steps * 1000) / trainMs,
       train_tokens_per_cpu_s: (B * L * steps * 1000) / trainCpuMs,
@@ -206,7 +213,7 @@ export async function runPeerBench(
 ): Promise<PeerBenchResult> {
   const log = options.log ?? ((s: string) => console.log(s));
   const info = await selectBackend();
-  const ws = workloads(options.quick ?? false);
+  const ws = await workloads(options.quick ?? false);
   const repeats = options.repeats ?? 1;
   const result: PeerBenchResult = { backend: info.line.replace(/^\[torl\] tensor backend: /, ""), repeats };
   const torlRuns: Array<Record<string, SideFigures>> = [];
@@ -219,7 +226,7 @@ export async function runPeerBench(
       log(
         `[${r + 1}/${repeats}] torl-ts ${w.name}: train ${w.train.batch}x${w.train.length} x${w.train.steps}, decode ctx ${w.decode.context}`,
       );
-      torl[w.name] = torlSide(w);
+      torl[w.name] = await torlSide(w);
     }
     torlRuns.push(torl);
     if (torchWhy) continue;

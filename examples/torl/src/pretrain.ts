@@ -183,10 +183,14 @@ function modelConfig(a: TinyArchitecture, tokenizer: Tokenizer): Qwen2Config {
 }
 
 /** Scales gradients in place so their global L2 norm is at most `clip`; returns the norm before. */
-function clipGradients(grads: Map<string, tf.Tensor>, clip: number): number {
-  const norm = tf.tidy(
-    () => tf.sqrt(tf.addN([...grads.values()].map((g) => tf.sum(tf.square(g))))).dataSync()[0]!,
-  );
+async function clipGradients(grads: Map<string, tf.Tensor>, clip: number): Promise<number> {
+  const normT = tf.tidy(() => tf.sqrt(tf.addN([...grads.values()].map((g) => tf.sum(tf.square(g))))));
+  let norm: number;
+  try {
+    norm = (await normT.data())[0]!;
+  } finally {
+    normT.dispose();
+  }
   if (Number.isFinite(norm) && norm > clip) {
     for (const [name, g] of grads) {
       grads.set(name, tf.mul(g, clip / norm));
@@ -298,7 +302,7 @@ export async function pretrain(o: PretrainOptions): Promise<TrainerState> {
       maskTokens += r.lossMask.reduce((a, v) => a + v, 0);
     });
     (optimizer as unknown as { learningRate: number }).learningRate = learningRate(step, o);
-    const { loss, grads } = forwardBackward(
+    const { loss, grads } = await forwardBackward(
       model,
       batch,
       (mb) =>
@@ -309,7 +313,7 @@ export async function pretrain(o: PretrainOptions): Promise<TrainerState> {
       { microBatchSize: o.batchSize },
     );
     if (!Number.isFinite(loss)) throw new Error(`pretrain: loss is ${loss} at step ${step + 1}; lower --lr`);
-    clipGradients(grads, o.clip);
+    await clipGradients(grads, o.clip);
     applyGradients(model, optimizer, grads);
     windowLoss += loss;
     windowSteps++;
@@ -331,13 +335,13 @@ export async function pretrain(o: PretrainOptions): Promise<TrainerState> {
       windowStart = performance.now();
     }
     if (done % o.saveEvery === 0 || done === o.steps) {
-      saveModel(model, out, { tokenizer });
+      await saveModel(model, out, { tokenizer });
       writeState(out, state(done, tokensPerSecond));
     }
   }
   if (startStep >= o.steps) o.log(`[pretrain] ${out} already has ${startStep} steps; nothing to train`);
   const final = state(Math.max(startStep, o.steps), tokensPerSecond);
-  saveModel(model, out, { tokenizer });
+  await saveModel(model, out, { tokenizer });
   writeState(out, final);
   optimizer.dispose();
   model.dispose();
@@ -441,7 +445,7 @@ export async function tirRollouts(
 ): Promise<RolloutRecord[]> {
   const maxNew = options.maxNewTokens ?? 96;
   const prompts = problems.map((p) => tokenizer.encode(tinyPrompt(p.question)));
-  const first = generate(model, tokenizer, prompts, {
+  const first = await generate(model, tokenizer, prompts, {
     maxNewTokens: maxNew,
     temperature: options.temperature,
     seed: options.seed,
@@ -461,7 +465,7 @@ export async function tirRollouts(
     return text;
   });
   const second = contexts.length
-    ? generate(model, tokenizer, contexts, {
+    ? await generate(model, tokenizer, contexts, {
         maxNewTokens: maxNew,
         temperature: options.temperature,
         seed: (options.seed ?? 0) + 1,

@@ -73,7 +73,7 @@ test("`pnpm torl export` of a 2-rank checkpoint gives a directory `pnpm torl eva
   // the shards two actor ranks write at global step 2
   const ckpt = join(root, "ckpt");
   const actor = join(ckpt, "global_step_2", "actor");
-  const values = model.getParameters();
+  const values = await model.getParameters();
   const layout = FlatLayout.of(values);
   const flat = layout.flatten(values);
   for (let rank = 0; rank < 2; rank++) {

@@ -114,7 +114,7 @@ export class Replica {
       batch: rows,
       length: width,
     };
-    const { loss, grads } = forwardBackward(model, tokenBatch, ({ rows: [start, end], scores }) => {
+    const { loss, grads } = await forwardBackward(model, tokenBatch, ({ rows: [start, end], scores }) => {
       const logProbs = tf.slice(scores.logProbs, [0, P], [end - start, R]);
       const m = tf.tensor2d(mask.subarray(start * R, end * R), [end - start, R]);
       const a = tf.tensor2d(advantages.slice(start, end), [end - start, 1]);
@@ -126,9 +126,9 @@ export class Replica {
   }
 
   /** Sum of all weights: equal on every replica when they are in sync. */
-  fingerprint(): number {
+  async fingerprint(): Promise<number> {
     let sum = 0;
-    for (const values of this.model!.getParameters().values()) for (const v of values) sum += v;
+    for (const values of (await this.model!.getParameters()).values()) for (const v of values) sum += v;
     return sum;
   }
 

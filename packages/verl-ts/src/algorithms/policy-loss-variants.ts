@@ -60,12 +60,21 @@ export function gpgPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputTf {
   }));
 }
 
-/** Host copies of a micro-batch for the covariance-based token choices (no gradient flows through them). */
-function hostArrays(input: PolicyLossInputTf) {
-  const mask = Float32Array.from(asTfTensor(input.responseMask).dataSync());
-  const adv = Float32Array.from(asTfTensor(input.advantages).dataSync());
-  const logp = Float32Array.from(input.logProb.dataSync());
-  const old = Float32Array.from(asTfTensor(input.oldLogProb).dataSync());
+/**
+ * Host copies of a micro-batch for the covariance-based token choices (no gradient flows through them).
+ * They are read inside the gradient tape, where nothing can be awaited, so these losses need a backend
+ * with synchronous reads: on webgpu (no synchronous reads under Node) they are refused by name.
+ */
+function hostArrays(input: PolicyLossInputTf, loss: string) {
+  if (tf.getBackend() === "webgpu")
+    throw new AlgorithmInputError(
+      `policy loss ${loss} picks tokens on the host inside the backward pass, which the webgpu backend cannot read synchronously; use loss_mode vanilla, gspo or gpg there, or the wasm/cpu/node backends`,
+    );
+  const read = (t: tf.Tensor) => Float32Array.from(t.dataSync()); // sync read allowed: refused on webgpu above
+  const mask = read(asTfTensor(input.responseMask));
+  const adv = read(asTfTensor(input.advantages));
+  const logp = read(input.logProb);
+  const old = read(asTfTensor(input.oldLogProb));
   return { mask, adv, logp, old };
 }
 
@@ -98,7 +107,7 @@ export function clipCovPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputT
   const ub = options.clipCovUb ?? 5;
   if (!(ratioCut > 0))
     throw new AlgorithmInputError(`actor.policy_loss.clip_cov_ratio must be > 0, got ${ratioCut}`);
-  const h = hostArrays(input);
+  const h = hostArrays(input, "clip_cov");
   const meanA = maskedMean(h.adv, h.mask);
   const meanLp = maskedMean(h.logp, h.mask);
   let tokens = 0;
@@ -155,7 +164,7 @@ export function klCovPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputTf 
   const coef = options.ppoKlCoef ?? 0.1;
   if (!(ratioKl > 0))
     throw new AlgorithmInputError(`actor.policy_loss.kl_cov_ratio must be > 0, got ${ratioKl}`);
-  const h = hostArrays(input);
+  const h = hostArrays(input, "kl_cov");
   const valid: number[] = [];
   for (let i = 0; i < h.mask.length; i++) if (h.mask[i]! > 0) valid.push(i);
   const pick = new Float32Array(h.mask.length);

@@ -25,6 +25,8 @@ export interface BackendInfo {
   line: string;
   /** wasm: whether BatchMatMul runs on OpenBLAS (see native-matmul.ts). */
   nativeMatmul?: boolean;
+  /** The device it computes on, where the backend names one (webgpu: the adapter's description). */
+  device?: string;
 }
 
 export interface BackendOptions {
@@ -70,7 +72,7 @@ async function tryStart(
   name: BackendName,
   wasmThreads: number,
   auto: boolean,
-): Promise<{ tfName: string; threads: number; matmul?: { native: boolean; line: string } }> {
+): Promise<{ tfName: string; threads: number; matmul?: { native: boolean; line: string }; device?: string }> {
   switch (name) {
     case "node-gpu": {
       await importOptional("@tensorflow/tfjs-node-gpu");
@@ -87,19 +89,37 @@ async function tryStart(
       if (auto && process.platform === "linux" && !["/dev/dri", "/dev/nvidia0"].some((p) => existsSync(p)))
         throw new Error("no GPU device (/dev/dri, /dev/nvidia0) visible");
       const g = globalThis as any;
+      // WebGPU has no device index: a worker binds to its GPU by adapter name (TORL_WEBGPU_ADAPTER, a
+      // Dawn flag); Dawn refuses an unknown name and lists the adapters it sees.
+      const wanted = process.env.TORL_WEBGPU_ADAPTER?.trim();
       if (!g.navigator?.gpu) {
         const dawn = await importOptional("webgpu");
         Object.assign(g, dawn.globals);
         if (!g.navigator) g.navigator = {};
-        g.navigator.gpu = dawn.create([]);
+        g.navigator.gpu = dawn.create(wanted ? [`adapter=${wanted}`] : []);
       }
-      const adapter = await g.navigator.gpu.requestAdapter();
-      if (!adapter) throw new Error("no WebGPU adapter (no GPU visible to Dawn)");
+      let adapter: any;
+      try {
+        adapter = await g.navigator.gpu.requestAdapter();
+      } catch (error) {
+        // Dawn's message lists the adapters it sees on its following lines: keep them on one line.
+        const lines = String((error as Error)?.message ?? error)
+          .split("\n")
+          .map((l) => l.trim());
+        throw new Error(`TORL_WEBGPU_ADAPTER='${wanted ?? ""}': ${lines.filter(Boolean).join("; ")}`);
+      }
+      if (!adapter)
+        throw new Error(
+          wanted
+            ? `no WebGPU adapter named '${wanted}' (TORL_WEBGPU_ADAPTER; Dawn prints the adapters it sees on stderr)`
+            : "no WebGPU adapter (no GPU visible to Dawn)",
+        );
       if (auto && (adapter.isFallbackAdapter || adapter.info?.isFallbackAdapter))
         throw new Error("only a software (fallback) WebGPU adapter: slower than wasm");
       await importOptional("@tensorflow/tfjs-backend-webgpu");
       if (!(await tf.setBackend("webgpu"))) throw new Error("backend 'webgpu' did not start");
-      return { tfName: "webgpu", threads: 1 };
+      const device = [adapter.info?.vendor, adapter.info?.description].filter(Boolean).join(" ") || "unnamed";
+      return { tfName: "webgpu", threads: 1, device };
     }
     case "wasm": {
       const wasm = await import("@tensorflow/tfjs-backend-wasm");
@@ -147,13 +167,22 @@ async function start(requested: BackendName | "auto", options: BackendOptions): 
   const skipped: string[] = [];
   for (const name of candidates) {
     try {
-      const { tfName, threads, matmul } = await tryStart(name, wasmThreads, requested === "auto");
+      const { tfName, threads, matmul, device } = await tryStart(name, wasmThreads, requested === "auto");
       const extra =
         name === "wasm"
           ? ` (asked for ${wasmThreads} threads, XNNPACK uses ${threads}: Node has no wasm threads in tfjs; scale with processes)`
           : "";
-      const line = `[torl] tensor backend: ${name}${extra}${requested === "auto" ? "" : " (requested)"}${matmul ? `; ${matmul.line}` : ""}`;
-      const info: BackendInfo = { name, tfName, threads, skipped, line, nativeMatmul: matmul?.native };
+      const on = device ? ` on ${device}` : "";
+      const line = `[torl] tensor backend: ${name}${on}${extra}${requested === "auto" ? "" : " (requested)"}${matmul ? `; ${matmul.line}` : ""}`;
+      const info: BackendInfo = {
+        name,
+        tfName,
+        threads,
+        skipped,
+        line,
+        nativeMatmul: matmul?.native,
+        ...(device ? { device } : {}),
+      };
       log?.(line);
       return info;
     } catch (error) {

@@ -2,10 +2,16 @@
 
 import * as tf from "@tensorflow/tfjs";
 import { type CliCommand, parseFlags } from "@torl-ts/core";
-import { BACKEND_NAMES, type BackendName, selectBackend } from "./backend.js";
+import { BACKEND_NAMES, type BackendName, registerWasmFallbacks, selectBackend } from "./backend.js";
 import { countParameters, makeQwen2Config, type Qwen2Config } from "./config.js";
 import { KVCache } from "./kv-cache.js";
-import { applyGradients, forwardBackward, maskedMean } from "./logprobs.js";
+import {
+  applyGradients,
+  computeLogProbs,
+  forwardBackward,
+  gradientsToArrays,
+  maskedMean,
+} from "./logprobs.js";
 import { Qwen2Model, type TokenBatch } from "./qwen2.js";
 
 /** The tiny ToRL recipe's architecture (examples/torl TINY_ARCHITECTURE: ~0.12M parameters). */
@@ -30,23 +36,23 @@ export const BENCH_SMALL_CONFIG: Qwen2Config = makeQwen2Config({
   tieWordEmbeddings: true,
 });
 
-function timeIt(minMs: number, f: () => void): number {
-  f();
+async function timeIt(minMs: number, f: () => Promise<unknown>): Promise<number> {
+  await f();
   let n = 0;
   const t0 = performance.now();
   while (performance.now() - t0 < minMs || n < 2) {
-    f();
+    await f();
     n++;
   }
   return (performance.now() - t0) / n;
 }
 
-function matmulGflops(): number {
+async function matmulGflops(): Promise<number> {
   const a = tf.randomNormal([2048, 256]);
   const b = tf.randomNormal([256, 256]);
-  const ms = timeIt(1000, () => {
+  const ms = await timeIt(1000, async () => {
     const c = tf.matMul(a as tf.Tensor2D, b as tf.Tensor2D);
-    c.dataSync();
+    await c.data();
     c.dispose();
   });
   a.dispose();
@@ -84,22 +90,26 @@ export function cpuMs(): number {
  * Decode step time divided by the batch, after a prefill of `ctx` tokens and one warm-up step: wall
  * clock and process CPU time (the latter is steadier on a machine shared with other jobs).
  */
-export function decodeTiming(
+export async function decodeTiming(
   model: Qwen2Model,
   B: number,
   ctx: number,
   steps: number,
-): { wallMs: number; cpuMs: number } {
+): Promise<{ wallMs: number; cpuMs: number }> {
   const prompt = randomBatch(B, ctx, model.config.vocabSize, 7);
   const cache = new KVCache(model.config, B);
   const lmHead = tf.keep(model.lmHeadWeight());
   try {
-    model.prefill(prompt, cache).dispose();
+    (await model.prefill(prompt, cache)).dispose();
     const tok = new Int32Array(B).fill(1);
-    model.decodeStep(tok, cache, lmHead).dispose();
+    (await model.decodeStep(tok, cache, lmHead)).dispose();
     const t0 = performance.now();
     const c0 = cpuMs();
-    for (let i = 0; i < steps; i++) model.decodeStep(tok, cache, lmHead).dataSync();
+    for (let i = 0; i < steps; i++) {
+      const logits = await model.decodeStep(tok, cache, lmHead);
+      await logits.data();
+      logits.dispose();
+    }
     return { wallMs: (performance.now() - t0) / steps / B, cpuMs: (cpuMs() - c0) / steps / B };
   } finally {
     cache.dispose();
@@ -108,18 +118,89 @@ export function decodeTiming(
 }
 
 /** Decode step time divided by the batch, after a prefill of `ctx` tokens. */
-export function decodeMsPerToken(model: Qwen2Model, B: number, ctx: number, steps: number): number {
-  return decodeTiming(model, B, ctx, steps).wallMs;
+export async function decodeMsPerToken(
+  model: Qwen2Model,
+  B: number,
+  ctx: number,
+  steps: number,
+): Promise<number> {
+  return (await decodeTiming(model, B, ctx, steps)).wallMs;
 }
 
 /** The baseline without a cache: one full forward over the context per generated token (batch 1). */
-function recomputeMsPerToken(model: Qwen2Model, ctx: number, steps: number): number {
+async function recomputeMsPerToken(model: Qwen2Model, ctx: number, steps: number): Promise<number> {
   const prompt = randomBatch(1, ctx, model.config.vocabSize, 7);
-  const once = () => tf.tidy(() => model.forward(prompt, { lastOnly: true })).dataSync();
-  once();
+  const once = async () => {
+    const logits = tf.tidy(() => model.forward(prompt, { lastOnly: true }));
+    await logits.data();
+    logits.dispose();
+  };
+  await once();
   const t0 = performance.now();
-  for (let i = 0; i < steps; i++) once();
+  for (let i = 0; i < steps; i++) await once();
   return (performance.now() - t0) / steps;
+}
+
+/** Log-probs and the gradients of a masked-mean loss, on the current backend, for a seeded model. */
+async function scoresAndGradients(
+  c: Qwen2Config,
+  batch: TokenBatch,
+): Promise<{ logProbs: Float32Array; grads: Map<string, Float32Array> }> {
+  const model = Qwen2Model.random(c, { seed: 3 });
+  const ones = tf.ones([batch.batch, batch.length]);
+  try {
+    const { logProbs } = await computeLogProbs(model, batch, { microBatchSize: batch.batch });
+    const { grads } = await forwardBackward(
+      model,
+      batch,
+      (mb) => tf.neg(maskedMean(mb.scores.logProbs, ones)),
+      {
+        microBatchSize: batch.batch,
+      },
+    );
+    return { logProbs, grads: await gradientsToArrays(grads) };
+  } finally {
+    ones.dispose();
+    model.dispose();
+  }
+}
+
+/**
+ * The selected backend against a CPU reference (wasm; cpu when wasm is the one selected) on the same
+ * weights and batch, in this process: the largest absolute log-prob difference, and over parameters the
+ * largest max |g - g_ref| / max |g_ref| (each parameter's gradient on its own scale).
+ */
+export async function backendParity(
+  c: Qwen2Config,
+): Promise<{ reference: string; maxAbsLogprobDiff: number; maxRelGradDiff: number }> {
+  const batch = randomBatch(4, 32, c.vocabSize, 5);
+  const here = tf.getBackend();
+  const selected = await scoresAndGradients(c, batch);
+  const reference = here === "wasm" ? "cpu" : "wasm";
+  if (reference === "wasm") await import("@tensorflow/tfjs-backend-wasm");
+  if (!(await tf.setBackend(reference))) throw new Error(`parity: the ${reference} backend did not start`);
+  let ref: Awaited<ReturnType<typeof scoresAndGradients>>;
+  try {
+    if (reference === "wasm") registerWasmFallbacks();
+    ref = await scoresAndGradients(c, batch);
+  } finally {
+    await tf.setBackend(here);
+  }
+  let maxAbsLogprobDiff = 0;
+  for (let i = 0; i < ref.logProbs.length; i++)
+    maxAbsLogprobDiff = Math.max(maxAbsLogprobDiff, Math.abs(selected.logProbs[i]! - ref.logProbs[i]!));
+  let maxRelGradDiff = 0;
+  for (const [name, r] of ref.grads) {
+    const g = selected.grads.get(name)!;
+    let diff = 0;
+    let scale = 1e-12;
+    for (let i = 0; i < r.length; i++) {
+      diff = Math.max(diff, Math.abs(g[i]! - r[i]!));
+      scale = Math.max(scale, Math.abs(r[i]!));
+    }
+    maxRelGradDiff = Math.max(maxRelGradDiff, diff / scale);
+  }
+  return { reference, maxAbsLogprobDiff, maxRelGradDiff };
 }
 
 export interface ModelBenchResult {
@@ -138,6 +219,10 @@ export interface ModelBenchResult {
   decode_b64_ms_per_token_ctx64: number;
   decode_b64_ms_per_token_ctx512: number;
   decode_b64_ctx512_over_ctx64: number;
+  /** The backend the parity figures compare against (wasm, or cpu when wasm is the one selected). */
+  parity_reference_backend: string;
+  parity_max_abs_logprob_diff: number;
+  parity_max_rel_grad_diff: number;
 }
 
 export async function runModelBench(
@@ -155,15 +240,19 @@ export async function runModelBench(
   log(
     `model: hidden ${c.hiddenSize}, ${c.numHiddenLayers} layers, ${c.numAttentionHeads}/${c.numKeyValueHeads} heads, vocab ${c.vocabSize}: ${model.numParameters()} parameters; backend ${info.name}`,
   );
-  const gflops = matmulGflops();
+  const parity = await backendParity(c);
+  log(
+    `parity against ${parity.reference}: log-probs ${parity.maxAbsLogprobDiff.toExponential(2)} abs, gradients ${parity.maxRelGradDiff.toExponential(2)} rel`,
+  );
+  const gflops = await matmulGflops();
   log(`matmul floor: ${gflops.toFixed(2)} GFLOP/s ([2048x256] @ [256x256])`);
   const B = 16;
   const L = 128;
   const batch = randomBatch(B, L, c.vocabSize, 3);
   const opt = tf.train.adam(1e-4);
   const mask = tf.keep(tf.ones([8, L]));
-  const step = () => {
-    const { grads } = forwardBackward(
+  const step = async () => {
+    const { grads } = await forwardBackward(
       model,
       batch,
       (mb) => tf.neg(maskedMean(mb.scores.logProbs, mask.slice([0, 0], [mb.batch.batch, L]))),
@@ -173,7 +262,7 @@ export async function runModelBench(
     );
     applyGradients(model, opt, grads);
   };
-  const stepMs = timeIt(options.quick ? 1 : 4000, step);
+  const stepMs = await timeIt(options.quick ? 1 : 4000, step);
   mask.dispose();
   const tokensPerS = (B * L) / (stepMs / 1000);
   const modelGflops = (tokensPerS * trainFlopsPerToken(c, L)) / 1e9;
@@ -181,15 +270,15 @@ export async function runModelBench(
     `train: ${tokensPerS.toFixed(0)} tokens/s (batch ${B} x ${L}, fwd+bwd+Adam), ${modelGflops.toFixed(2)} model GFLOP/s`,
   );
   const steps = options.quick ? 2 : 16;
-  const ms1at64 = decodeMsPerToken(model, 1, 64, steps * 4);
-  const ms1at512 = decodeMsPerToken(model, 1, 512, steps * 4);
-  const recompute = recomputeMsPerToken(model, 512, options.quick ? 1 : 4);
+  const ms1at64 = await decodeMsPerToken(model, 1, 64, steps * 4);
+  const ms1at512 = await decodeMsPerToken(model, 1, 512, steps * 4);
+  const recompute = await recomputeMsPerToken(model, 512, options.quick ? 1 : 4);
   log(
     `decode (batch 1): ${ms1at64.toFixed(2)} ms/token at ctx 64, ${ms1at512.toFixed(2)} at ctx 512; without a cache ${recompute.toFixed(1)} ms/token at ctx 512`,
   );
   const big = options.quick ? 4 : 64; // --quick: a smoke run, figures not comparable
-  const ms64 = decodeMsPerToken(model, big, 64, steps);
-  const ms512 = decodeMsPerToken(model, big, 512, steps);
+  const ms64 = await decodeMsPerToken(model, big, 64, steps);
+  const ms512 = await decodeMsPerToken(model, big, 512, steps);
   log(`decode (batch 64): ${ms64.toFixed(3)} ms/token at ctx 64, ${ms512.toFixed(3)} ms/token at ctx 512`);
   opt.dispose();
   model.dispose();
@@ -209,6 +298,9 @@ export async function runModelBench(
     decode_b64_ms_per_token_ctx64: round(ms64),
     decode_b64_ms_per_token_ctx512: round(ms512),
     decode_b64_ctx512_over_ctx64: round(ms512 / ms64),
+    parity_reference_backend: parity.reference,
+    parity_max_abs_logprob_diff: parity.maxAbsLogprobDiff,
+    parity_max_rel_grad_diff: parity.maxRelGradDiff,
   };
 }
 
@@ -231,6 +323,8 @@ export const benchModelCommand: CliCommand = {
     "  decode_ms_per_token_ctx512 the same at context 512 (target: ctx512/ctx64 <= 1.5)",
     "  decode_ms_per_token_ctx512_recompute  baseline: a full forward per token at context 512 (no cache)",
     "  decode_b64_ms_per_token_ctx64/ctx512  step time / batch at batch 64 (attention's share at 512)",
+    "  parity_max_abs_logprob_diff / parity_max_rel_grad_diff  the selected backend against wasm (cpu when",
+    "                             wasm is selected), same weights and batch (GPU targets: <= 1e-3, <= 1e-2)",
     "The last line is one JSON object with these figures. --quick: a smoke run (tiny batches), not comparable.",
   ].join("\n"),
   async run(args) {

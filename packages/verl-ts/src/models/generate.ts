@@ -58,16 +58,16 @@ interface RowState {
 }
 
 /** Generates continuations of token prompts (prompt + partial response works the same: prefill rebuilds the cache). */
-export function generate(
+export async function generate(
   model: Qwen2Model,
   tokenizer: Tokenizer,
   prompts: ArrayLike<number>[],
   params: SamplingParams,
-): GenerationOutput[] {
+): Promise<GenerationOutput[]> {
   const maxBatch = params.maxBatchSize ?? 64;
   const out: GenerationOutput[] = [];
   for (let i = 0; i < prompts.length; i += maxBatch)
-    out.push(...generateBatch(model, tokenizer, prompts.slice(i, i + maxBatch), params, i));
+    out.push(...(await generateBatch(model, tokenizer, prompts.slice(i, i + maxBatch), params, i)));
   return out;
 }
 
@@ -77,13 +77,13 @@ function rowSeed(seed: number, index: number): number {
   return (h ^ (h >>> 16)) >>> 0;
 }
 
-function generateBatch(
+async function generateBatch(
   model: Qwen2Model,
   tokenizer: Tokenizer,
   prompts: ArrayLike<number>[],
   p: SamplingParams,
   offset: number,
-): GenerationOutput[] {
+): Promise<GenerationOutput[]> {
   const eos = new Set<number>(
     p.ignoreEos
       ? []
@@ -111,11 +111,15 @@ function generateBatch(
   const lmHead = tf.keep(model.lmHeadWeight());
   let active = rows.slice(); // rows in cache order
   try {
-    let logits: tf.Tensor = model.prefill(batch, cache);
+    let logits: tf.Tensor = await model.prefill(batch, cache);
     for (let step = 0; ; step++) {
       const V = logits.shape[logits.shape.length - 1]!;
-      const data = logits.dataSync() as Float32Array;
-      logits.dispose();
+      let data: Float32Array;
+      try {
+        data = (await logits.data()) as Float32Array;
+      } finally {
+        logits.dispose();
+      }
       const next = new Int32Array(active.length);
       active.forEach((row, r) => {
         const l = data.subarray(r * V, (r + 1) * V);
@@ -131,12 +135,12 @@ function generateBatch(
       if (still.length <= active.length * 0.75 && still.length < active.length) {
         cache.keepRows(still.map(([, i]) => i));
         active = still.map(([r]) => r);
-        logits = model.decodeStep(
+        logits = await model.decodeStep(
           Int32Array.from(still, ([, i]) => next[i]!),
           cache,
           lmHead,
         );
-      } else logits = model.decodeStep(next, cache, lmHead);
+      } else logits = await model.decodeStep(next, cache, lmHead);
       void step;
     }
   } finally {

@@ -44,6 +44,7 @@ export {
 } from "./pretrained.js";
 export {
   type ForwardOptions,
+  type HostTensor,
   linear,
   mulberry32,
   type ParamSpec,

@@ -7,7 +7,7 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import type { Qwen2Config } from "./config.js";
-import type { TokenBatch } from "./qwen2.js";
+import type { HostTensor, TokenBatch } from "./qwen2.js";
 
 const NEG = -1e9;
 
@@ -124,8 +124,8 @@ export class KVCache {
     this.reserve(L);
   }
 
-  /** Called by the forward pass of a prefill: stores one layer's keys and values [rows, KV, L, D] at a row offset. */
-  writePrefill(layer: number, k: tf.Tensor, v: tf.Tensor, rowOffset = 0): void {
+  /** Called by prefill after its forward pass: stores one layer's keys and values [rows, KV, L, D] at a row offset. */
+  writePrefill(layer: number, k: HostTensor, v: HostTensor, rowOffset = 0): void {
     const rows = k.shape[0]!;
     const L = k.shape[2]!;
     this.writeRows(layer, k, v, rowOffset * this.kvHeads, rows * this.kvHeads, 0, L * this.headDim);
@@ -137,8 +137,8 @@ export class KVCache {
    */
   private writeRows(
     layer: number,
-    k: tf.Tensor,
-    v: tf.Tensor,
+    k: HostTensor,
+    v: HostTensor,
     first: number,
     count: number,
     slot: number,
@@ -148,7 +148,7 @@ export class KVCache {
       [0, k],
       [1, v],
     ] as const) {
-      const src = t.dataSync() as Float32Array;
+      const src = t.data;
       const dst = this.storage(layer, which);
       for (let r = 0; r < count; r++)
         dst.set(src.subarray(r * span, (r + 1) * span), ((first + r) * this.capacity + slot) * this.headDim);
@@ -190,7 +190,7 @@ export class KVCache {
   }
 
   /** Writes one step's k, v (memory order [B, KV, 1, D]) at `slot`; returns the layer's K and V tensors. */
-  writeStep(layer: number, slot: number, k: tf.Tensor, v: tf.Tensor): [tf.Tensor4D, tf.Tensor4D] {
+  writeStep(layer: number, slot: number, k: HostTensor, v: HostTensor): [tf.Tensor4D, tf.Tensor4D] {
     this.writeRows(layer, k, v, 0, this.batch * this.kvHeads, slot, this.headDim);
     return [this.keys[layer]!, this.values[layer]!];
   }

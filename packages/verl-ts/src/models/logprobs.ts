@@ -68,11 +68,11 @@ export function tokenLogProbs(
  * Log-probs (and entropy) without gradients, micro-batched, as host arrays [B * L]. With `scoreMask`
  * ([B * L], e.g. the response mask), positions outside it are 0.
  */
-export function computeLogProbs(
+export async function computeLogProbs(
   model: Qwen2Model,
   batch: TokenBatch,
   options: LogProbOptions & { microBatchSize?: number; scoreMask?: ArrayLike<number> } = {},
-): { logProbs: Float32Array; entropy?: Float32Array } {
+): Promise<{ logProbs: Float32Array; entropy?: Float32Array }> {
   const mb = options.microBatchSize ?? 8;
   const L = batch.length;
   const logProbs = new Float32Array(batch.batch * L);
@@ -83,10 +83,15 @@ export function computeLogProbs(
       const r = tokenLogProbs(model, sliceBatch(batch, s, e), options);
       return [r.logProbs, r.entropy];
     });
-    logProbs.set(lp!.dataSync() as Float32Array, s * L);
-    if (entropy && ent) entropy.set(ent.dataSync() as Float32Array, s * L);
-    lp!.dispose();
-    ent?.dispose();
+    try {
+      // Both reads in one round trip (a GPU backend maps its buffers together).
+      const [lpHost, entHost] = await Promise.all([lp!.data(), ent?.data()]);
+      logProbs.set(lpHost as Float32Array, s * L);
+      if (entropy && entHost) entropy.set(entHost as Float32Array, s * L);
+    } finally {
+      lp!.dispose();
+      ent?.dispose();
+    }
   }
   const m = options.scoreMask;
   if (m) {
@@ -114,17 +119,18 @@ export interface MicroBatch {
  * the whole batch). Returns the summed loss and gradients by parameter name (caller disposes them, or
  * passes them to applyGradients).
  */
-export function forwardBackward(
+export async function forwardBackward(
   model: Qwen2Model,
   batch: TokenBatch,
   loss: (mb: MicroBatch) => tf.Scalar,
   options: LogProbOptions & { microBatchSize?: number } = {},
-): { loss: number; grads: Map<string, tf.Tensor> } {
+): Promise<{ loss: number; grads: Map<string, tf.Tensor> }> {
   const mbSize = options.microBatchSize ?? 8;
   const vars = model.variables();
   const nameOf = new Map(vars.map((v, i) => [v.name, model.specs[i]!.name]));
   const grads = new Map<string, tf.Tensor>();
-  let total = 0;
+  // Loss values stay on the device until every micro-batch has run: one read at the end.
+  const values: tf.Scalar[] = [];
   for (let s = 0; s < batch.batch; s += mbSize) {
     const e = Math.min(batch.batch, s + mbSize);
     const mb = sliceBatch(batch, s, e);
@@ -132,8 +138,7 @@ export function forwardBackward(
       const scores = tokenLogProbs(model, mb, options);
       return loss({ rows: [s, e], batch: mb, scores });
     }, vars);
-    total += (value.dataSync() as Float32Array)[0]!;
-    value.dispose();
+    values.push(value);
     for (const [vname, t] of Object.entries(g)) {
       const name = nameOf.get(vname)!;
       const prev = grads.get(name);
@@ -143,6 +148,12 @@ export function forwardBackward(
         t.dispose();
       } else grads.set(name, t);
     }
+  }
+  let total = 0;
+  try {
+    for (const v of await Promise.all(values.map((v) => v.data()))) total += v[0]!;
+  } finally {
+    for (const v of values) v.dispose();
   }
   return { loss: total, grads };
 }
@@ -161,14 +172,15 @@ export function applyGradients(
 }
 
 /** Gradients as flat host arrays by parameter name (our layout), disposing the tensors. */
-export function gradientsToArrays(grads: Map<string, tf.Tensor>): Map<string, Float32Array> {
-  const out = new Map<string, Float32Array>();
-  for (const [name, g] of grads) {
-    out.set(name, g.dataSync() as Float32Array);
-    g.dispose();
+export async function gradientsToArrays(grads: Map<string, tf.Tensor>): Promise<Map<string, Float32Array>> {
+  const entries = [...grads];
+  try {
+    const host = await Promise.all(entries.map(([, g]) => g.data() as Promise<Float32Array>));
+    return new Map(entries.map(([name], i) => [name, host[i]!]));
+  } finally {
+    for (const [, g] of entries) g.dispose();
+    grads.clear();
   }
-  grads.clear();
-  return out;
 }
 
 /** A masked token-mean of a [B, L] tensor: sum(x * mask) / max(1, sum(mask)). */

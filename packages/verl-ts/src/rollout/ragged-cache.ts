@@ -14,7 +14,7 @@
  * joined, so seeded rollouts do not depend on tool latency.
  */
 import * as tf from "@tensorflow/tfjs";
-import { KVCache, type Qwen2Config, type TokenBatch } from "../models/index.js";
+import { type HostTensor, KVCache, type Qwen2Config, type TokenBatch } from "../models/index.js";
 
 const NEG = -1e9;
 
@@ -131,7 +131,7 @@ export class RaggedKVCache extends KVCache {
     this.reserve(L);
   }
 
-  override writePrefill(layer: number, k: tf.Tensor, v: tf.Tensor, rowOffset = 0): void {
+  override writePrefill(layer: number, k: HostTensor, v: HostTensor, rowOffset = 0): void {
     const rows = k.shape[0]!;
     const L = k.shape[2]!;
     const D = this.dHead;
@@ -139,7 +139,7 @@ export class RaggedKVCache extends KVCache {
       [0, k],
       [1, v],
     ] as const) {
-      const src = t.dataSync() as Float32Array;
+      const src = t.data;
       const dst = this.store(layer, which);
       const base = rowOffset * this.nKv;
       for (let r = 0; r < rows * this.nKv; r++)
@@ -238,14 +238,14 @@ export class RaggedKVCache extends KVCache {
     return out;
   }
 
-  override writeStep(layer: number, _slot: number, k: tf.Tensor, v: tf.Tensor): [tf.Tensor4D, tf.Tensor4D] {
+  override writeStep(layer: number, _slot: number, k: HostTensor, v: HostTensor): [tf.Tensor4D, tf.Tensor4D] {
     const D = this.dHead;
     const KV = this.nKv;
     for (const [which, t] of [
       [0, k],
       [1, v],
     ] as const) {
-      const src = t.dataSync() as Float32Array;
+      const src = t.data;
       const dst = this.store(layer, which);
       // Inactive rows write at their next slot too (harmless: it is not theirs until they advance).
       for (let b = 0; b < this.batch; b++) {

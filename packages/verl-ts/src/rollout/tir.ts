@@ -314,12 +314,12 @@ class TirEngine {
           if (queued < this.rows.length && free > 0 && (!ready || free >= Math.ceil(this.maxBatch / 4))) {
             const take = this.rows.slice(queued, queued + free);
             queued += take.length;
-            this.admit(take);
+            await this.admit(take);
             await this.dispatch();
             continue;
           }
           if (ready) {
-            this.step(lmHead);
+            await this.step(lmHead);
             await this.dispatch();
             this.compact();
             await yieldToEventLoop();
@@ -351,7 +351,7 @@ class TirEngine {
   }
 
   /** Prefills new prompts and appends them to the running batch. */
-  private admit(rows: Row[]): void {
+  private async admit(rows: Row[]): Promise<void> {
     const t0 = performance.now();
     const fresh = new RaggedKVCache(this.model.config, rows.length);
     const batch = padBatch(
@@ -359,9 +359,13 @@ class TirEngine {
       "left",
       this.tokenizer.padTokenId,
     );
-    const logits = this.model.prefill(batch, fresh);
-    const data = logits.dataSync() as Float32Array;
-    logits.dispose();
+    const logits = await this.model.prefill(batch, fresh);
+    let data: Float32Array;
+    try {
+      data = (await logits.data()) as Float32Array;
+    } finally {
+      logits.dispose();
+    }
     const V = data.length / rows.length;
     if (this.cache) this.cache.absorb(fresh);
     else this.cache = fresh;
@@ -374,7 +378,7 @@ class TirEngine {
   }
 
   /** One decode step for every row with a token to feed. */
-  private step(lmHead: tf.Tensor): void {
+  private async step(lmHead: tf.Tensor): Promise<void> {
     const t0 = performance.now();
     const cache = this.cache!;
     const n = this.inCache.length;
@@ -389,9 +393,13 @@ class TirEngine {
       }
     });
     cache.setActive(active);
-    const logits = this.model.decodeStep(tokens, cache, lmHead);
-    const data = logits.dataSync() as Float32Array;
-    logits.dispose();
+    const logits = await this.model.decodeStep(tokens, cache, lmHead);
+    let data: Float32Array;
+    try {
+      data = (await logits.data()) as Float32Array;
+    } finally {
+      logits.dispose();
+    }
     this.stats.decodeSteps++;
     this.stats.modelMs += performance.now() - t0;
     const V = data.length / n;

@@ -97,7 +97,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     if (this.isActor) {
       this.model = loaded.model;
       this.sharded = new ShardedParameters(
-        this.model.getParameters(),
+        await this.model.getParameters(),
         this.ctx,
         this.cfg.actor_rollout_ref.actor.optim as OptimSettings,
       );
@@ -219,9 +219,9 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   private responseLogProbs(model: Qwen2Model, data: DataProto, key: "rollout" | "ref", withEntropy: boolean) {
     const R = data.tensor("responses").shape[1]!;
     const temperature = this.cfg.actor_rollout_ref.rollout.temperature || 1;
-    return byMicroBatch(data, this.logProbGroups(key, data), R, (part) => {
+    return byMicroBatch(data, this.logProbGroups(key, data), R, async (part) => {
       const { tb, P, kept } = responseTokenBatch(part);
-      const r = computeLogProbs(model, tb, { temperature, withEntropy, microBatchSize: tb.batch });
+      const r = await computeLogProbs(model, tb, { temperature, withEntropy, microBatchSize: tb.batch });
       const cols = (full: Float32Array) => rowColumns(full, tb.batch, tb.length, P, kept, R);
       return withEntropy ? [cols(r.logProbs), cols(r.entropy!)] : [cols(r.logProbs)];
     });
@@ -229,8 +229,8 @@ export class ActorRolloutRefWorker extends ShardedWorker {
 
   /** Old log-probs and entropy of the responses under the current actor: old_log_probs, entropys [B, R]. */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
-  computeLogProb(data: DataProto): DataProto {
-    const [logProbs, entropy] = this.responseLogProbs(this.needModel(), data, "rollout", true);
+  async computeLogProb(data: DataProto): Promise<DataProto> {
+    const [logProbs, entropy] = await this.responseLogProbs(this.needModel(), data, "rollout", true);
     const shape = [data.length, data.tensor("responses").shape[1]!];
     return DataProto.fromDict({
       old_log_probs: { data: logProbs!, shape },
@@ -240,9 +240,9 @@ export class ActorRolloutRefWorker extends ShardedWorker {
 
   /** Log-probs of the responses under the frozen reference policy: ref_log_prob [B, R]. */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
-  computeRefLogProb(data: DataProto): DataProto {
+  async computeRefLogProb(data: DataProto): Promise<DataProto> {
     if (!this.ref) throw new WorkerStateError(`rank ${this.rank}: this worker holds no reference model`);
-    const [logProbs] = this.responseLogProbs(this.ref, data, "ref", false);
+    const [logProbs] = await this.responseLogProbs(this.ref, data, "ref", false);
     return DataProto.fromDict({
       ref_log_prob: { data: logProbs!, shape: [data.length, data.tensor("responses").shape[1]!] },
     });
@@ -300,7 +300,8 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       },
       vars,
       nameOf,
-      ({ part, tokens, weights: w, sums: mb }) => {
+      (step) => {
+        const { part, tokens, weights: w, sums: mb } = step;
         const { tb, P, R, kept } = tokens;
         const b = part.length;
         const old = part.tensor("old_log_probs");
@@ -319,26 +320,34 @@ export class ActorRolloutRefWorker extends ShardedWorker {
           options: { ...lossOptions, seed: (seedBase + microStep++) >>> 0 },
         });
         const pg = out.pgLoss;
-        mb[0]! += (pg.dataSync() as Float32Array)[0]!;
         let tok = 0;
         for (let i = 0; i < pmask.data.length; i++) tok += Number(pmask.data[i]);
         mb[3]! += tok;
-        lossMetrics.forEach((name, j) => {
-          mb[4 + j]! += (out.metrics[name]!.dataSync() as Float32Array)[0]! * tok;
-        });
         let loss: tf.Tensor = pg;
+        // Read after the backward pass: pg, then entropy and kl losses when present, then the metrics.
+        const scalars: [number, tf.Tensor][] = [[0, pg]];
         if (entCoef !== 0 && sc.entropy) {
           const ent = padColumns(tf.slice(sc.entropy, [0, P], [b, kept]) as tf.Tensor2D, R);
           const el = tf.mul(aggLossTf(ent, w, "seq-mean-token-sum-norm"), R);
-          mb[2]! += (el.dataSync() as Float32Array)[0]!;
+          scalars.push([2, el]);
           loss = tf.sub(loss, tf.mul(el, entCoef));
         }
         if (useKl) {
           const refLp = part.tensor("ref_log_prob");
           const kl = tf.mul(klLossTf(logp, refLp, w, a.kl_loss_type, "seq-mean-token-sum-norm"), R);
-          mb[1]! += (kl.dataSync() as Float32Array)[0]!;
+          scalars.push([1, kl]);
           loss = tf.add(loss, tf.mul(kl, a.kl_loss_coef));
         }
+        // the loss's own metrics (token means), read with the losses after the backward pass
+        const metricTensors = lossMetrics.map((name) => out.metrics[name]!);
+        step.afterBackward([...scalars.map(([, t]) => t), ...metricTensors], (host) => {
+          scalars.forEach(([at], i) => {
+            mb[at]! += host[i]![0]!;
+          });
+          metricTensors.forEach((_, j) => {
+            mb[4 + j]! += host[scalars.length + j]![0]! * tok;
+          });
+        });
         return loss as tf.Scalar;
       },
     );
@@ -361,7 +370,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     return metrics;
   }
 
-  protected currentParameters(): Map<string, Float32Array> {
+  protected currentParameters(): Promise<Map<string, Float32Array>> {
     return this.needModel().getParameters();
   }
 

@@ -118,7 +118,7 @@ export class CriticWorker extends ShardedWorker {
       weight: tf.variable(tf.tensor2d(w, [h, 1]), true, `score.weight#${uid()}`),
       bias: tf.variable(tf.zeros([1]), true, `score.bias#${uid()}`),
     };
-    this.sharded = new ShardedParameters(this.parameters(), this.ctx, s.optim);
+    this.sharded = new ShardedParameters(await this.parameters(), this.ctx, s.optim);
     return this.shardInfo();
   }
 
@@ -129,11 +129,16 @@ export class CriticWorker extends ShardedWorker {
   }
 
   /** The trained parameters by name: the backbone (without an untied lm_head) and the value head. */
-  private parameters(): Map<string, Float32Array> {
+  private async parameters(): Promise<Map<string, Float32Array>> {
     const { model, head } = this.need();
-    const out = new Map([...model.getParameters()].filter(([name]) => name !== "lm_head.weight"));
-    out.set("score.weight", head.weight.dataSync() as Float32Array);
-    out.set("score.bias", head.bias.dataSync() as Float32Array);
+    const [backbone, weight, bias] = await Promise.all([
+      model.getParameters(),
+      head.weight.data() as Promise<Float32Array>,
+      head.bias.data() as Promise<Float32Array>,
+    ]);
+    const out = new Map([...backbone].filter(([name]) => name !== "lm_head.weight"));
+    out.set("score.weight", weight);
+    out.set("score.bias", bias);
     return out;
   }
 
@@ -164,16 +169,18 @@ export class CriticWorker extends ShardedWorker {
 
   /** Critic values of the responses (no gradient): values [B, R]. */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
-  computeValues(data: DataProto): DataProto {
+  async computeValues(data: DataProto): Promise<DataProto> {
     const { s } = this.need();
     const R = data.tensor("responses").shape[1]!;
     const groups = microBatches(data, s.forwardMicro, s.forwardMaxTokens);
-    const [values] = byMicroBatch(data, groups, R, (part) => {
+    const [values] = await byMicroBatch(data, groups, R, async (part) => {
       const { tb, P, kept } = responseTokenBatch(part);
       const v = tf.tidy(() => this.responseValues(tb, P, kept, R));
-      const host = v.dataSync() as Float32Array;
-      v.dispose();
-      return [host];
+      try {
+        return [(await v.data()) as Float32Array];
+      } finally {
+        v.dispose();
+      }
     });
     return DataProto.fromDict({ values: { data: values!, shape: [data.length, R] } });
   }
@@ -208,7 +215,8 @@ export class CriticWorker extends ShardedWorker {
       },
       vars,
       nameOf,
-      ({ part, tokens, weights, sums: mb }) => {
+      (step) => {
+        const { part, tokens, weights, sums: mb } = step;
         const { tb, P, R, kept } = tokens;
         const old = part.tensor("values");
         const returns = part.tensor("returns");
@@ -218,23 +226,25 @@ export class CriticWorker extends ShardedWorker {
           valueLossTf(vpreds, old, returns, weights, s.cliprange, "seq-mean-token-sum-norm"),
           R,
         );
-        mb[0]! += (loss.dataSync() as Float32Array)[0]!;
-        // token-level metrics with the plain mask (host side)
+        // token-level metrics with the plain mask (host side), once the backward pass has run
         const mask = part.batch.loss_mask ?? part.tensor("response_mask");
         const f = (t: BatchTensor) => ({
           data: Float32Array.from(t.data as ArrayLike<number>),
           shape: t.shape,
         });
-        const host = { data: vpreds.dataSync() as Float32Array, shape: [part.length, R] };
-        const m = computeValueLoss(host, f(returns), f(old), f(mask), s.cliprange);
-        let tok = 0;
-        for (let i = 0; i < host.data.length; i++) {
-          if (Number(mask.data[i]) === 0) continue;
-          mb[2]! += host.data[i]!;
-          tok++;
-        }
-        mb[1]! += m.vfClipfrac * tok;
-        mb[3]! += tok;
+        step.afterBackward([loss, vpreds], ([lossHost, vpredsHost]) => {
+          mb[0]! += lossHost![0]!;
+          const host = { data: vpredsHost!, shape: [part.length, R] };
+          const m = computeValueLoss(host, f(returns), f(old), f(mask), s.cliprange);
+          let tok = 0;
+          for (let i = 0; i < host.data.length; i++) {
+            if (Number(mask.data[i]) === 0) continue;
+            mb[2]! += host.data[i]!;
+            tok++;
+          }
+          mb[1]! += m.vfClipfrac * tok;
+          mb[3]! += tok;
+        });
         return loss as tf.Scalar;
       },
     );
@@ -250,7 +260,7 @@ export class CriticWorker extends ShardedWorker {
     return metrics;
   }
 
-  protected currentParameters(): Map<string, Float32Array> {
+  protected currentParameters(): Promise<Map<string, Float32Array>> {
     return this.parameters();
   }
 

@@ -147,14 +147,24 @@ export class ShardedParameters {
     return this.layout.unflatten(full.params);
   }
 
-  /** Adds tfjs gradients (by variable name) into a flat gradient vector, disposing them. */
-  accumulate(grads: Record<string, tf.Tensor>, paramNameOf: Map<string, string>, flat: Float32Array): void {
-    for (const [vname, g] of Object.entries(grads)) {
-      const off = this.offsets.get(paramNameOf.get(vname)!)!;
-      const gd = g.dataSync() as Float32Array;
-      for (let i = 0; i < gd.length; i++) flat[off + i]! += gd[i]!;
-      g.dispose();
+  /** Adds tfjs gradients (by variable name) into a flat gradient vector, disposing them; one read for all. */
+  async accumulate(
+    grads: Record<string, tf.Tensor>,
+    paramNameOf: Map<string, string>,
+    flat: Float32Array,
+  ): Promise<void> {
+    const entries = Object.entries(grads);
+    let host: Float32Array[];
+    try {
+      host = await Promise.all(entries.map(([, g]) => g.data() as Promise<Float32Array>));
+    } finally {
+      for (const [, g] of entries) g.dispose();
     }
+    entries.forEach(([vname], e) => {
+      const off = this.offsets.get(paramNameOf.get(vname)!)!;
+      const gd = host[e]!;
+      for (let i = 0; i < gd.length; i++) flat[off + i]! += gd[i]!;
+    });
   }
 }
 
@@ -190,6 +200,14 @@ export interface MicroStep {
   weights: BatchTensor;
   /** The mini-batch's metric sums, to add to. */
   sums: Float64Array;
+  /**
+   * Asks for tensors' values after the backward pass: `use` gets them (in order) once the gradients are
+   * read, all in one round trip. The loss runs inside the gradient tape, where nothing can be awaited,
+   * and synchronous reads do not exist on GPU backends.
+   */
+  afterBackward(tensors: tf.Tensor[], use: (values: Float32Array[]) => void): void;
+  /** Reads asked for by afterBackward, not yet served. */
+  pending: { tensors: tf.Tensor[]; use: (values: Float32Array[]) => void }[];
 }
 
 /**
@@ -220,7 +238,7 @@ export abstract class ShardedWorker extends Worker {
   }
 
   /** The trained parameters by name, as the model holds them now (the flat layout's order). */
-  protected abstract currentParameters(): Map<string, Float32Array>;
+  protected abstract currentParameters(): Promise<Map<string, Float32Array>>;
 
   /** Puts full parameters (by name) into the model. */
   protected abstract applyParameters(values: Map<string, Float32Array>): void;
@@ -311,10 +329,27 @@ export abstract class ShardedWorker extends Worker {
             tokens: responseTokenBatch(part),
             weights: { data: pickRows(weights, R, rows), shape: [rows.length, R] },
             sums: mb,
+            pending: [],
+            afterBackward(tensors, use) {
+              // A clone shares the data, so the loss the tape hands back can be disposed independently.
+              this.pending.push({ tensors: tensors.map((t) => tf.keep(tf.clone(t))), use });
+            },
           };
           const { value, grads } = tf.variableGrads(() => loss(step), vars);
           value.dispose();
-          sharded.accumulate(grads, paramNameOf, grad);
+          // The loss's metric reads come back together with the gradients, in the order asked.
+          const reads = step.pending.splice(0);
+          try {
+            const [host] = await Promise.all([
+              Promise.all(
+                reads.map((r) => Promise.all(r.tensors.map((t) => t.data() as Promise<Float32Array>))),
+              ),
+              sharded.accumulate(grads, paramNameOf, grad),
+            ]);
+            for (const [i, r] of reads.entries()) r.use(host[i]!);
+          } finally {
+            for (const r of reads) for (const t of r.tensors) t.dispose();
+          }
         }
         await allReduceSum(this.ctx, mb);
         for (let i = 0; i < plan.sums; i++) sums[i]! += mb[i]!;
@@ -338,8 +373,8 @@ export abstract class ShardedWorker extends Worker {
 
   /** The gathered parameters as one flat vector (checkpoint order), from rank 0. */
   @register({ dispatchMode: Dispatch.RANK_ZERO })
-  gatheredParameters(): Float32Array {
-    return this.needSharded().layout.flatten(this.currentParameters());
+  async gatheredParameters(): Promise<Float32Array> {
+    return this.needSharded().layout.flatten(await this.currentParameters());
   }
 
   /** Writes this rank's shard (params + AdamW state + counters) under `dir`. */
@@ -571,15 +606,15 @@ export function rowsOf(data: DataProto, idx: readonly number[]): DataProto {
  * Runs `score` on each micro-batch (row indices from microBatches) and assembles its outputs, host
  * arrays [rows, R], into arrays [data.length, R] in the data's row order.
  */
-export function byMicroBatch(
+export async function byMicroBatch(
   data: DataProto,
   groups: number[][],
   R: number,
-  score: (part: DataProto) => Float32Array[],
-): Float32Array[] {
+  score: (part: DataProto) => Promise<Float32Array[]>,
+): Promise<Float32Array[]> {
   let outs: Float32Array[] | undefined;
   for (const g of groups) {
-    const res = score(rowsOf(data, g));
+    const res = await score(rowsOf(data, g));
     outs ??= res.map(() => new Float32Array(data.length * R));
     for (const [k, r] of res.entries())
       for (const [i, row] of g.entries()) outs[k]!.set(r.subarray(i * R, (i + 1) * R), row * R);

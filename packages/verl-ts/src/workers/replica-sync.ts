@@ -7,6 +7,7 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import { collective } from "@torl-ts/actors";
+import { gradientsToArrays } from "../models/logprobs.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import { FlatLayout } from "./flat-params.js";
 
@@ -51,8 +52,7 @@ export async function allReduceGradients(
 ): Promise<{ grads: Map<string, tf.Tensor>; norm: number }> {
   const layout = layoutOf(model, grads);
   const shapes = new Map([...grads].map(([name, g]) => [name, g.shape]));
-  const host = new Map([...grads].map(([name, g]) => [name, g.dataSync() as Float32Array]));
-  for (const g of grads.values()) g.dispose();
+  const host = await gradientsToArrays(grads);
   const flat = layout.flatten(host);
   await collective.allReduce(flat, options.op ?? "mean", options.group);
   let squares = 0;
@@ -71,7 +71,7 @@ export async function broadcastParameters(
   model: Qwen2Model,
   options: { group: string; root?: number },
 ): Promise<void> {
-  const params = model.getParameters();
+  const params = await model.getParameters();
   const layout = new FlatLayout(model.specs.map((s) => ({ name: s.name, size: params.get(s.name)!.length })));
   const flat = layout.flatten(params);
   await collective.broadcast(flat, options.root ?? 0, options.group);

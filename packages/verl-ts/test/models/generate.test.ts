@@ -31,9 +31,9 @@ function greedyByFullForward(prompt: number[], n: number): number[] {
   return seq.slice(prompt.length);
 }
 
-test("batched KV-cache greedy decoding equals step-by-step full forwards, with left padding and cache growth", (t) => {
+test("batched KV-cache greedy decoding equals step-by-step full forwards, with left padding and cache growth", async (t) => {
   const prompts = [tok.encode("hi"), tok.encode("a much longer prompt here, 1+2=3"), tok.encode("x")];
-  const outs = generate(model, tok, prompts, { maxNewTokens: 70, temperature: 0, ignoreEos: true });
+  const outs = await generate(model, tok, prompts, { maxNewTokens: 70, temperature: 0, ignoreEos: true });
   for (let i = 0; i < prompts.length; i++) {
     t.deepEqual(outs[i]!.tokenIds, greedyByFullForward(prompts[i]!, 70));
     t.is(outs[i]!.finishReason, "length");
@@ -41,32 +41,32 @@ test("batched KV-cache greedy decoding equals step-by-step full forwards, with l
   }
 });
 
-test("seeded sampling is reproducible; different seeds differ; top_k=1 is greedy", (t) => {
+test("seeded sampling is reproducible; different seeds differ; top_k=1 is greedy", async (t) => {
   const prompts = [tok.encode("abc"), tok.encode("def")];
   const p = { maxNewTokens: 20, temperature: 1, topP: 0.95, topK: 40, seed: 5, ignoreEos: true };
-  const a = generate(model, tok, prompts, p);
-  const b = generate(model, tok, prompts, p);
-  const c = generate(model, tok, prompts, { ...p, seed: 6 });
+  const a = await generate(model, tok, prompts, p);
+  const b = await generate(model, tok, prompts, p);
+  const c = await generate(model, tok, prompts, { ...p, seed: 6 });
   t.deepEqual(a, b);
   t.notDeepEqual(
     a.map((o) => o.tokenIds),
     c.map((o) => o.tokenIds),
   );
-  const k1 = generate(model, tok, prompts, { ...p, topK: 1 });
-  const g = generate(model, tok, prompts, { maxNewTokens: 20, temperature: 0, ignoreEos: true });
+  const k1 = await generate(model, tok, prompts, { ...p, topK: 1 });
+  const g = await generate(model, tok, prompts, { maxNewTokens: 20, temperature: 0, ignoreEos: true });
   t.deepEqual(
     k1.map((o) => o.tokenIds),
     g.map((o) => o.tokenIds),
   );
 });
 
-test("stop strings match across token boundaries, are cut from the text and reported like vLLM", (t) => {
+test("stop strings match across token boundaries, are cut from the text and reported like vLLM", async (t) => {
   const prompt = tok.encode("q");
-  const [free] = generate(model, tok, [prompt], { maxNewTokens: 30, temperature: 0, ignoreEos: true });
+  const [free] = await generate(model, tok, [prompt], { maxNewTokens: 30, temperature: 0, ignoreEos: true });
   const text = free!.text;
   // a stop string spanning two generated tokens (the byte tokenizer has one token per byte)
   const stop = text.slice(5, 8);
-  const [o] = generate(model, tok, [prompt], {
+  const [o] = await generate(model, tok, [prompt], {
     maxNewTokens: 30,
     temperature: 0,
     ignoreEos: true,
@@ -79,7 +79,7 @@ test("stop strings match across token boundaries, are cut from the text and repo
   t.deepEqual(o!.tokenIds, free!.tokenIds.slice(0, o!.tokenIds.length));
   t.true(tok.decode(o!.tokenIds).includes(stop));
   t.false(tok.decode(o!.tokenIds.slice(0, -1)).includes(stop));
-  const [inc] = generate(model, tok, [prompt], {
+  const [inc] = await generate(model, tok, [prompt], {
     maxNewTokens: 30,
     temperature: 0,
     ignoreEos: true,
@@ -89,16 +89,16 @@ test("stop strings match across token boundaries, are cut from the text and repo
   t.true(inc!.text.endsWith(stop));
 });
 
-test("EOS stops with stop_reason = its id; continuing from prompt + partial response matches one long generation", (t) => {
+test("EOS stops with stop_reason = its id; continuing from prompt + partial response matches one long generation", async (t) => {
   const prompt = tok.encode("z");
-  const [free] = generate(model, tok, [prompt], { maxNewTokens: 12, temperature: 0, ignoreEos: true });
+  const [free] = await generate(model, tok, [prompt], { maxNewTokens: 12, temperature: 0, ignoreEos: true });
   const eos = free!.tokenIds[4]!;
-  const [o] = generate(model, tok, [prompt], { maxNewTokens: 12, temperature: 0, eosTokenId: eos });
+  const [o] = await generate(model, tok, [prompt], { maxNewTokens: 12, temperature: 0, eosTokenId: eos });
   t.is(o!.finishReason, "stop");
   t.is(o!.stopReason, eos);
   t.deepEqual(o!.tokenIds, free!.tokenIds.slice(0, free!.tokenIds.indexOf(eos) + 1));
   const head = free!.tokenIds.slice(0, 5);
-  const [rest] = generate(model, tok, [[...prompt, ...head]], {
+  const [rest] = await generate(model, tok, [[...prompt, ...head]], {
     maxNewTokens: 7,
     temperature: 0,
     ignoreEos: true,
@@ -106,31 +106,34 @@ test("EOS stops with stop_reason = its id; continuing from prompt + partial resp
   t.deepEqual([...head, ...rest!.tokenIds], free!.tokenIds);
 });
 
-test("rows finishing early are dropped from the batch without changing the others; no tensors leak", (t) => {
-  const prompts = [tok.encode("a"), tok.encode("bb"), tok.encode("ccc"), tok.encode("dddd")];
-  const before = tf.memory().numTensors;
-  const full = generate(model, tok, prompts, { maxNewTokens: 16, temperature: 0, ignoreEos: true });
-  const mixed = generate(model, tok, prompts, {
-    maxNewTokens: 16,
-    temperature: 0,
-    stopTokenIds: [full[0]!.tokenIds[1]!, full[1]!.tokenIds[2]!],
-  });
-  for (let i = 0; i < 4; i++) {
-    const n = mixed[i]!.tokenIds.length;
-    t.deepEqual(mixed[i]!.tokenIds, full[i]!.tokenIds.slice(0, n));
-  }
-  t.true(mixed[0]!.tokenIds.length <= 2);
-  t.is(tf.memory().numTensors, before);
-});
+test.serial(
+  "rows finishing early are dropped from the batch without changing the others; no tensors leak",
+  async (t) => {
+    const prompts = [tok.encode("a"), tok.encode("bb"), tok.encode("ccc"), tok.encode("dddd")];
+    const before = tf.memory().numTensors;
+    const full = await generate(model, tok, prompts, { maxNewTokens: 16, temperature: 0, ignoreEos: true });
+    const mixed = await generate(model, tok, prompts, {
+      maxNewTokens: 16,
+      temperature: 0,
+      stopTokenIds: [full[0]!.tokenIds[1]!, full[1]!.tokenIds[2]!],
+    });
+    for (let i = 0; i < 4; i++) {
+      const n = mixed[i]!.tokenIds.length;
+      t.deepEqual(mixed[i]!.tokenIds, full[i]!.tokenIds.slice(0, n));
+    }
+    t.true(mixed[0]!.tokenIds.length <= 2);
+    t.is(tf.memory().numTensors, before);
+  },
+);
 
-test("the host-mirror KV cache (backends without in-place writes) gives the same logits as the in-place one", (t) => {
+test("the host-mirror KV cache (backends without in-place writes) gives the same logits as the in-place one", async (t) => {
   const batch = padBatch([tok.encode("mirror"), tok.encode("in place!")], "left");
-  const run = (mode: "auto" | "mirror") => {
+  const run = async (mode: "auto" | "mirror") => {
     const cache = new KVCache(model.config, 2, 8, mode);
     const head = model.lmHeadWeight();
-    const outs: Float32Array[] = [model.prefill(batch, cache).dataSync() as Float32Array];
+    const outs: Float32Array[] = [(await model.prefill(batch, cache)).dataSync() as Float32Array];
     for (let i = 0; i < 12; i++) {
-      const l = model.decodeStep(Int32Array.from([i + 3, i + 5]), cache, head);
+      const l = await model.decodeStep(Int32Array.from([i + 3, i + 5]), cache, head);
       outs.push(l.dataSync() as Float32Array);
       l.dispose();
     }
@@ -139,20 +142,20 @@ test("the host-mirror KV cache (backends without in-place writes) gives the same
     head.dispose();
     return outs;
   };
-  const a = run("auto");
-  const b = run("mirror");
+  const a = await run("auto");
+  const b = await run("mirror");
   for (let i = 0; i < a.length; i++)
     for (let j = 0; j < a[i]!.length; j++) t.true(Math.abs(a[i]![j]! - b[i]![j]!) < 1e-5);
 });
 
-test("the cpu backend's in-place cache generates what wasm generates", (t) => {
+test("the cpu backend's in-place cache generates what wasm generates", async (t) => {
   const prompts = [tok.encode("cpu"), tok.encode("backend test")];
   const code = `import { buildByteBpeTokenizer, generate, makeQwen2Config, Qwen2Model, selectBackend } from "./src/index.ts";
     await selectBackend({ log: null });
     const tok = buildByteBpeTokenizer();
     const cfg = makeQwen2Config({ vocabSize: tok.vocabSize, ...${JSON.stringify(TINY_TEST_ARCH)} });
     const model = Qwen2Model.random(cfg, { seed: 11, std: 0.6 });
-    const out = generate(model, tok, ${JSON.stringify(prompts)}, { maxNewTokens: 70, temperature: 0, ignoreEos: true });
+    const out = await generate(model, tok, ${JSON.stringify(prompts)}, { maxNewTokens: 70, temperature: 0, ignoreEos: true });
     console.log(JSON.stringify(out.map((o) => o.tokenIds)));`;
   const r = spawnSync(process.execPath, ["--import=tsx", "--input-type=module", "-e", code], {
     cwd: join(import.meta.dirname, "..", ".."),
@@ -161,19 +164,19 @@ test("the cpu backend's in-place cache generates what wasm generates", (t) => {
   });
   t.is(r.status, 0, r.stderr);
   const cpu = JSON.parse(r.stdout.trim().split("\n").at(-1)!);
-  const wasm = generate(model, tok, prompts, { maxNewTokens: 70, temperature: 0, ignoreEos: true }).map(
-    (o) => o.tokenIds,
-  );
+  const wasm = (
+    await generate(model, tok, prompts, { maxNewTokens: 70, temperature: 0, ignoreEos: true })
+  ).map((o) => o.tokenIds);
   t.deepEqual(cpu, wasm);
 });
 
-test("decode-step logits equal full-forward logits within 1e-4 at every step", (t) => {
+test("decode-step logits equal full-forward logits within 1e-4 at every step", async (t) => {
   const rows = [tok.encode("abc"), tok.encode("longer row")];
   const batch = padBatch(rows, "left");
   const cache = new KVCache(model.config, 2, 4);
   const head = model.lmHeadWeight();
   const seqs = rows.map((r) => [...r]);
-  let logits = model.prefill(batch, cache);
+  let logits = await model.prefill(batch, cache);
   for (let step = 0; step < 6; step++) {
     const got = logits.dataSync();
     logits.dispose();
@@ -183,19 +186,19 @@ test("decode-step logits equal full-forward logits within 1e-4 at every step", (
     t.true(maxErr < 1e-4, `step ${step}: ${maxErr}`);
     const next = Int32Array.from([7 + step, 40 + step]);
     for (const [i, s] of seqs.entries()) s.push(next[i]!);
-    logits = model.decodeStep(next, cache, head);
+    logits = await model.decodeStep(next, cache, head);
   }
   logits.dispose();
   cache.dispose();
   head.dispose();
 });
 
-test("generation leaves an untied model's lm_head usable (the head weight handed out is the caller's)", (t) => {
+test("generation leaves an untied model's lm_head usable (the head weight handed out is the caller's)", async (t) => {
   const cfg = tinyTestConfig(tok.vocabSize, { numHiddenLayers: 1, tieWordEmbeddings: false });
   const untied = Qwen2Model.random(cfg, { seed: 3, std: 0.6 });
   const params = { maxNewTokens: 5, temperature: 0, ignoreEos: true };
-  const first = generate(untied, tok, [tok.encode("ab")], params);
-  const second = generate(untied, tok, [tok.encode("ab")], params);
+  const first = await generate(untied, tok, [tok.encode("ab")], params);
+  const second = await generate(untied, tok, [tok.encode("ab")], params);
   t.deepEqual(second, first);
   const logits = tf.tidy(() => untied.forward(padBatch([tok.encode("ab")]), { lastOnly: true }));
   t.is(logits.shape[1], tok.vocabSize);

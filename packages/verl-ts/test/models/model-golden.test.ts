@@ -46,7 +46,7 @@ for (const name of ["qwen2-tiny", "llama-tiny-tied"]) {
     model.dispose();
   });
 
-  test(`${name}: gradients of a scalar loss match the PyTorch reference`, (t) => {
+  test(`${name}: gradients of a scalar loss match the PyTorch reference`, async (t) => {
     const model = loadModel(dir);
     const w = new Float32Array(B * L);
     for (let b = 0; b < B; b++)
@@ -54,7 +54,7 @@ for (const name of ["qwen2-tiny", "llama-tiny-tied"]) {
         w[b * L + i] =
           batch.mask[b * L + i]! && batch.mask[b * L + i - 1]! ? expected.loss_weights[b][i - 1] : 0;
     const weights = tf.tensor2d(w, [B, L]);
-    const { loss, grads } = forwardBackward(
+    const { loss, grads } = await forwardBackward(
       model,
       batch,
       (mb) => tf.sum(tf.mul(mb.scores.logProbs, weights)) as tf.Scalar,

@@ -46,8 +46,8 @@ test.after.always(async () => {
 });
 
 /** The character the model writes most often in plain greedy generation, not first in any row. */
-function commonChar(): string {
-  const outs = generate(model, tok, prompts, { maxNewTokens: 48, temperature: 0, ignoreEos: true });
+async function commonChar(): Promise<string> {
+  const outs = await generate(model, tok, prompts, { maxNewTokens: 48, temperature: 0, ignoreEos: true });
   const counts = new Map<string, number>();
   for (const o of outs)
     for (const ch of o.text.slice(1, 30))
@@ -62,15 +62,15 @@ function maskedText(s: TirSample): string {
   );
 }
 
-test("with C = 0 (or no tool) the rollout is plain generation: greedy tokens equal generate()", async (t) => {
-  const plain = generate(model, tok, prompts, { maxNewTokens: 40, temperature: 0, ignoreEos: true });
+test("with C = 0 (or no tool) the rollout is plain generation: greedy tokens equal (await generate())", async (t) => {
+  const plain = await generate(model, tok, prompts, { maxNewTokens: 40, temperature: 0, ignoreEos: true });
   const none = await tirRollout(model, tok, prompts, {
     maxResponseLength: 40,
     temperature: 0,
     ignoreEos: true,
   });
   const c0 = await tirRollout(model, tok, prompts, {
-    tool: new LengthTool(commonChar()),
+    tool: new LengthTool(await commonChar()),
     numLlmCallsAvailable: 0,
     maxResponseLength: 40,
     temperature: 0,
@@ -92,7 +92,7 @@ test("with C = 0 (or no tool) the rollout is plain generation: greedy tokens equ
 });
 
 test("a new tool with its own trigger: C calls per row, every observation masked, context equals the final tokens", async (t) => {
-  const trigger = commonChar();
+  const trigger = await commonChar();
   for (const C of [1, 2, 3]) {
     const tool = new LengthTool(trigger);
     const r = await tirRollout(model, tok, prompts, {
@@ -139,7 +139,7 @@ test("a new tool with its own trigger: C calls per row, every observation masked
 });
 
 test("seeded sampling is reproducible whatever the tool latency (rows wait for tools at different times)", async (t) => {
-  const trigger = commonChar();
+  const trigger = await commonChar();
   const opts = { numLlmCallsAvailable: 2, maxResponseLength: 90, temperature: 1, seed: 7, ignoreEos: true };
   const fast = await tirRollout(model, tok, prompts, { tool: new LengthTool(trigger), ...opts });
   const slow = await tirRollout(model, tok, prompts, {
@@ -157,7 +157,7 @@ test("seeded sampling is reproducible whatever the tool latency (rows wait for t
 });
 
 test("more prompts than maxBatchSize join as rows free up and give the same tokens", async (t) => {
-  const trigger = commonChar();
+  const trigger = await commonChar();
   const many = [...prompts, ...prompts.map((p) => [...p, ...p])];
   const opts = { numLlmCallsAvailable: 1, maxResponseLength: 50, temperature: 0, ignoreEos: true };
   const wide = await tirRollout(model, tok, many, { tool: new LengthTool(trigger), ...opts });
@@ -309,7 +309,7 @@ test("bad input and a failing tool give typed errors", async (t) => {
     tirRollout(model, tok, prompts, { tool: python, numLlmCallsAvailable: -1, maxResponseLength: 5 }),
     { instanceOf: RolloutInputError },
   );
-  const broken = new LengthTool(commonChar());
+  const broken = new LengthTool(await commonChar());
   broken.executeBatch = async () => {
     throw new Error("backend down");
   };
@@ -365,7 +365,7 @@ test("a token that straddles the trigger is re-encoded with the appended text; m
 });
 
 test("overlap: while a batch of calls is pending, the other rows keep decoding and finish; the paused rows resume after", async (t) => {
-  const trigger = commonChar();
+  const trigger = await commonChar();
   const tool = new LengthTool(trigger);
   const called: number[] = [];
   const finished = new Set<number>();
@@ -432,7 +432,7 @@ test("generateSequences: a left-padded veRL prompt batch in, a padded rollout ba
   });
   t.deepEqual(promptsFromDataProto(input), prompts);
   const out = await generateSequences(model, tok, input, {
-    tool: new LengthTool(commonChar()),
+    tool: new LengthTool(await commonChar()),
     maxResponseLength: 30,
     temperature: 0,
     ignoreEos: true,
@@ -441,7 +441,7 @@ test("generateSequences: a left-padded veRL prompt batch in, a padded rollout ba
   t.deepEqual(out.batch.prompts!.shape, [prompts.length, P]);
   t.deepEqual(Array.from(out.batch.prompts!.data as Int32Array), Array.from(ids));
   const direct = await tirRollout(model, tok, prompts, {
-    tool: new LengthTool(commonChar()),
+    tool: new LengthTool(await commonChar()),
     maxResponseLength: 30,
     temperature: 0,
     ignoreEos: true,
@@ -458,7 +458,7 @@ test.serial("no tensors leak; an untied model's LM head is left alone", async (t
   const untied = Qwen2Model.random(cfg, { seed: 2, std: 0.6 });
   const before = tf.memory().numTensors;
   const opts = {
-    tool: new LengthTool(commonChar()),
+    tool: new LengthTool(await commonChar()),
     numLlmCallsAvailable: 2,
     maxResponseLength: 40,
     temperature: 0,

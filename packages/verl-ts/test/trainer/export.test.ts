@@ -49,10 +49,15 @@ function goldenModelDir(): string {
  * A trainer checkpoint as `worldSize` actor ranks write it: global_step_<step>/actor/rank_<r>.{json,bin}
  * (this rank's range of the flat parameters, zero optimizer state) with huggingface/ beside them.
  */
-function checkpointOf(model: Qwen2Model, modelDir: string, worldSize: number, step = 3): string {
+async function checkpointOf(
+  model: Qwen2Model,
+  modelDir: string,
+  worldSize: number,
+  step = 3,
+): Promise<string> {
   const root = mkdtempSync(join(tmpdir(), "torl-export-ckpt-"));
   const actor = join(root, `global_step_${step}`, "actor");
-  const values = model.getParameters();
+  const values = await model.getParameters();
   const layout = FlatLayout.of(values);
   const flat = layout.flatten(values);
   for (let rank = 0; rank < worldSize; rank++) {
@@ -90,10 +95,10 @@ function maxDiffToTorch(got: Float32Array, V: number): number {
   return max;
 }
 
-test("export of a 3-rank checkpoint: our loader gives identical logits; weights equal the PyTorch reference's, logits within 1e-4 of its", (t) => {
+test("export of a 3-rank checkpoint: our loader gives identical logits; weights equal the PyTorch reference's, logits within 1e-4 of its", async (t) => {
   const modelDir = goldenModelDir();
   const model = loadModel(modelDir);
-  const ckpt = checkpointOf(model, modelDir, 3);
+  const ckpt = await checkpointOf(model, modelDir, 3);
   const out = join(mkdtempSync(join(tmpdir(), "torl-export-out-")), "hf");
   const r = exportCheckpoint(ckpt, { out });
   t.is(r.worldSize, 3);
@@ -124,10 +129,10 @@ test("export of a 3-rank checkpoint: our loader gives identical logits; weights 
   exported.dispose();
 });
 
-test("export above the shard size writes shards with an index, and they load to the same logits", (t) => {
+test("export above the shard size writes shards with an index, and they load to the same logits", async (t) => {
   const modelDir = goldenModelDir();
   const model = loadModel(modelDir);
-  const ckpt = checkpointOf(model, modelDir, 2);
+  const ckpt = await checkpointOf(model, modelDir, 2);
   const out = join(mkdtempSync(join(tmpdir(), "torl-export-out-")), "hf");
   const r = exportCheckpoint(join(ckpt, "global_step_3"), { out, maxShardBytes: 8000 });
   const index = JSON.parse(readFileSync(join(out, "model.safetensors.index.json"), "utf8"));
@@ -141,10 +146,10 @@ test("export above the shard size writes shards with an index, and they load to 
   exported.dispose();
 });
 
-test("bf16 export: every weight is the PyTorch reference's bf16 rounding, logits within bf16 precision", (t) => {
+test("bf16 export: every weight is the PyTorch reference's bf16 rounding, logits within bf16 precision", async (t) => {
   const modelDir = goldenModelDir();
   const model = loadModel(modelDir);
-  const ckpt = checkpointOf(model, modelDir, 1);
+  const ckpt = await checkpointOf(model, modelDir, 1);
   const out = join(mkdtempSync(join(tmpdir(), "torl-export-out-")), "hf");
   exportCheckpoint(join(ckpt, "global_step_3", "actor"), { out, dtype: "bf16" });
   t.is(JSON.parse(readFileSync(join(out, "config.json"), "utf8")).torch_dtype, "bfloat16");
@@ -185,10 +190,10 @@ test("bf16 export: every weight is the PyTorch reference's bf16 rounding, logits
   reference.dispose();
 });
 
-test("export refuses what it cannot do faithfully, naming the path", (t) => {
+test("export refuses what it cannot do faithfully, naming the path", async (t) => {
   const modelDir = goldenModelDir();
   const model = loadModel(modelDir);
-  const ckpt = checkpointOf(model, modelDir, 2);
+  const ckpt = await checkpointOf(model, modelDir, 2);
   const busy = mkdtempSync(join(tmpdir(), "torl-export-busy-"));
   writeFileSync(join(busy, "model.safetensors"), "old");
   t.throws(() => exportCheckpoint(ckpt, { out: busy }), { instanceOf: ExportError, message: /is not empty/ });
@@ -197,7 +202,7 @@ test("export refuses what it cannot do faithfully, naming the path", (t) => {
     message: /is not a checkpoint/,
   });
   // a checkpoint without huggingface/ needs --model; a model of another size does not fit
-  const bare = checkpointOf(model, modelDir, 1, 5);
+  const bare = await checkpointOf(model, modelDir, 1, 5);
   const actor = join(bare, "global_step_5", "actor");
   const other = mkdtempSync(join(tmpdir(), "torl-export-other-"));
   const cfg = JSON.parse(readFileSync(join(GOLDEN, "config.json"), "utf8"));
@@ -231,7 +236,7 @@ test("`torl export` flags: sizes with units, dtype checked, output directory pri
   });
   const modelDir = goldenModelDir();
   const model = loadModel(modelDir);
-  const ckpt = checkpointOf(model, modelDir, 2);
+  const ckpt = await checkpointOf(model, modelDir, 2);
   const out = join(mkdtempSync(join(tmpdir(), "torl-export-out-")), "hf");
   const lines: string[] = [];
   const orig = console.log;
