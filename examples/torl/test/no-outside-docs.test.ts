@@ -8,7 +8,7 @@ const ROOT = new URL("../../../", import.meta.url).pathname;
 /** Documents that live beside the repository (design notes, style notes, a shared folder), not in it. */
 const OUTSIDE = /\b(DESIGN|STYLE)\.md\b|\.\.\/shared\b|\bshared\/(data|reference)\b|torl-paper-notes/;
 
-test("no tracked file cites DESIGN.md, STYLE.md or the shared folder beside the repository", (t) => {
+test("no tracked file cites the design or style notes or the shared folder beside the repository", (t) => {
   const files = execFileSync("git", ["ls-files"], { cwd: ROOT, encoding: "utf8" })
     .split("\n")
     .filter((f) => f && !/\.(parquet|safetensors|png|bin)$|pnpm-lock\.yaml$/.test(f));
