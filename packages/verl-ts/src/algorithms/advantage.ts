@@ -117,13 +117,7 @@ export function computeGrpoOutcomeAdvantage(input: AdvantageInput): AdvantageOut
   const scores = rowSums(r);
   const adv = new Float64Array(B);
   for (const rows of groupsOf(input.index, B, "grpo").values()) {
-    let mean = 0;
-    let std = 1;
-    if (rows.length > 1) {
-      mean = rows.reduce((s, i) => s + scores[i]!, 0) / rows.length;
-      const ss = rows.reduce((s, i) => s + (scores[i]! - mean) ** 2, 0);
-      std = Math.sqrt(ss / (rows.length - 1));
-    }
+    const { mean, std } = groupMeanStd(rows, scores);
     for (const i of rows) adv[i] = norm ? (scores[i]! - mean) / (std + eps) : scores[i]! - mean;
   }
   const a = broadcastRows(adv, mask, T);
@@ -283,6 +277,7 @@ registerAdvantageEstimator("rloo", computeRlooOutcomeAdvantage);
 registerAdvantageEstimator("reinforce_plus_plus", computeReinforcePlusPlusOutcomeAdvantage);
 registerAdvantageEstimator("reinforce_plus_plus_baseline", computeReinforcePlusPlusBaselineOutcomeAdvantage);
 
+/** A group's mean and unbiased std of scores; a group of one: mean 0, std 1 (GRPO's convention). */
 function groupMeanStd(rows: number[], scores: Float64Array): { mean: number; std: number } {
   if (rows.length < 2) return { mean: 0, std: 1 };
   const mean = rows.reduce((s, i) => s + scores[i]!, 0) / rows.length;
