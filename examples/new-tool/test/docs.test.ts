@@ -42,6 +42,7 @@ test("every metric name the trainer's metric functions emit is listed in docs/me
     {
       tool_observations: [["42"], []],
       extracted_answer: ["42", null],
+      acc: [true, false],
       tool_call_names: [["calculator"], []],
     },
   );

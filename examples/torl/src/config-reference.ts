@@ -32,7 +32,9 @@ const MEANINGS: Record<string, string> = {
   "data.train_batch_size": "prompts per training step (before rollout.n)",
   "data.val_batch_size": "prompts per validation batch; null: all at once",
   "data.shuffle": "shuffle the training rows every epoch",
-  "data.seed": "seed of the shuffle",
+  "data.seed":
+    "seed of the training rows' shuffle (their order in each epoch); the tiny recipe's train/held-out " +
+    "split is torl.split_seed's, so a seed sweep keeps the data fixed",
   "data.filter_overlong_prompts": "drop prompts longer than the limit instead of failing",
   "data.truncation": "what to do with a prompt over max_prompt_length when not filtered",
   "data.execution_error_penalty_value": "ToRL: the amount subtracted when execution_error_penalty is on",
@@ -85,7 +87,9 @@ const MEANINGS: Record<string, string> = {
     "with log_prob_use_dynamic_bsz: tokens per micro-batch",
   "actor_rollout_ref.rollout.do_sample": "sample (true) or greedy (false)",
   "actor_rollout_ref.rollout.n": "responses sampled per prompt (the GRPO group size)",
-  "actor_rollout_ref.rollout.seed": "sampling seed",
+  "actor_rollout_ref.rollout.seed":
+    "seed of validation sampling (with val_kwargs sampling; greedy validation has no randomness) and of " +
+    "the policy losses' random token picks (clip_cov, kl_cov); training rollouts draw theirs from trainer.seed",
   "actor_rollout_ref.rollout.val_kwargs.top_k": "validation sampling: top-k",
   "actor_rollout_ref.rollout.val_kwargs.top_p": "validation sampling: nucleus mass",
   "actor_rollout_ref.rollout.val_kwargs.temperature": "validation sampling: temperature (0: greedy)",
@@ -149,7 +153,10 @@ const MEANINGS: Record<string, string> = {
     "the actor is updated from global step critic_warmup on (veRL); earlier steps train the critic only",
   "trainer.default_local_dir": "checkpoint directory",
   "trainer.max_actor_ckpt_to_keep": "keep this many checkpoints; null: all",
-  "trainer.seed": "driver seed",
+  "trainer.seed":
+    "seed of the training rollouts: each step's sampling seed is drawn from it (rank r samples with that " +
+    "seed + r x 1000003; the stream is saved in checkpoints). The actor loads pretrained weights and the " +
+    "critic's value head (GAE) starts from a fixed seed, so this and data.seed are a GRPO run's seeds",
 };
 
 /** The key's state: it acts, or it is refused unless left at its default (with what to do instead). */

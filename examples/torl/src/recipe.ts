@@ -453,6 +453,11 @@ export interface RunRecipeOptions {
 export interface RecipeSummary extends TrainingSummary {
   execution_error_penalty: boolean;
   mask_tool_output: boolean;
+  /** The run's seeds: trainer.seed (the training rollouts' sampling), data.seed (the order of the
+   * training rows) and, with tiny data, torl.split_seed (the train/held-out split; null with files). */
+  trainer_seed: number;
+  data_seed: number;
+  split_seed: number | null;
   val_acc_by_source_initial: Record<string, number>;
   val_acc_by_source_final: Record<string, number>;
   /** Tiny data: held-out accuracy on the hard (exact computation) and the easy kinds. */
@@ -523,7 +528,9 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
   print(
     `[torl] ${runName}: ${train.length} train / ${val.length} held-out prompts, ${W} actor ranks, ` +
       `C=${ro.num_llm_calls_available}, execution penalty ${cfg.data.execution_error_penalty ? "on" : "off"}, ` +
-      `observation mask ${cfg.actor_rollout_ref.actor.mask_tool_output ? "on" : "off"}, model ${modelPath}`,
+      `observation mask ${cfg.actor_rollout_ref.actor.mask_tool_output ? "on" : "off"}, ` +
+      `seeds trainer ${cfg.trainer.seed} data ${cfg.data.seed}${s.data === "tiny" ? ` split ${s.split_seed}` : ""}, ` +
+      `model ${modelPath}`,
   );
 
   // the rows as read (e.g. every prompt over the length limit), before the runtime or any actor starts
@@ -589,6 +596,9 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
       ...summary,
       execution_error_penalty: cfg.data.execution_error_penalty,
       mask_tool_output: cfg.actor_rollout_ref.actor.mask_tool_output,
+      trainer_seed: cfg.trainer.seed,
+      data_seed: cfg.data.seed,
+      split_seed: s.data === "tiny" ? s.split_seed : null,
       val_acc_by_source_initial: valBySource(initial),
       val_acc_by_source_final: valBySource(vals.at(-1)),
       report: s.report ? join(runDir, "report.html") : null,
@@ -648,6 +658,8 @@ const OVERRIDE_HELP = `overrides: key.path=value (veRL's config keys), e.g.
   data.execution_error_penalty=true                     -0.5 when the code failed
   actor_rollout_ref.actor.mask_tool_output=false        train on observation tokens too
   trainer.total_training_steps=40  data.train_batch_size=16  actor_rollout_ref.rollout.n=8
+  trainer.seed=2 data.seed=2                            another seed: the rollouts' sampling and the order
+                                                        of the training rows (the tiny split stays torl.split_seed's)
   torl.run_name=NAME  torl.runs_dir=DIR                 where the run goes (default runs/<experiment>-<time>)
   data.train_files=F.parquet data.val_files=G.parquet   your data instead of the generated tiny splits
 Every key is listed, with whether it acts or is refused, in docs/configuration.md.`;

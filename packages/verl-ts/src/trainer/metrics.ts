@@ -89,9 +89,13 @@ function squash(s: string): string {
  * - effective_code_ratio: responses whose final answer appears in the output of a passing tool call,
  *   over responses with code (code that computed the answer rather than checking it afterwards; a
  *   proxy for the paper's "effective code");
- * - calls_per_response.
- * Reads num_tool_calls, num_tool_passes, and (for effective_code_ratio) tool_observations and
- * extracted_answer. Returns nothing when the batch has no tool columns.
+ * - calls_per_response;
+ * - pass_ratio_correct / pass_ratio_wrong: pass_ratio over the calls of the responses whose answer was
+ *   right / wrong (the paper's Figure 4c); absent when no response of that kind made a call, since the
+ *   ratio has no value then.
+ * Reads num_tool_calls, num_tool_passes, acc (for the split by correctness) and (for
+ * effective_code_ratio) tool_observations and extracted_answer. Returns nothing when the batch has no
+ * tool columns.
  */
 export function computeToolMetrics(data: DataProto, prefix = "tool"): Record<string, number> {
   if (!data.batch.num_tool_calls) return {};
@@ -109,6 +113,17 @@ export function computeToolMetrics(data: DataProto, prefix = "tool"): Record<str
   if (passes) {
     const totalPasses = passes.reduce((a, b) => a + b, 0);
     out[`${prefix}/pass_ratio`] = totalCalls === 0 ? 0 : totalPasses / totalCalls;
+    const acc = data.nonTensorBatch.acc as boolean[] | undefined;
+    if (acc) {
+      const by = { correct: { calls: 0, passes: 0 }, wrong: { calls: 0, passes: 0 } };
+      calls.forEach((c, i) => {
+        const g = acc[i] ? by.correct : by.wrong;
+        g.calls += c;
+        g.passes += passes[i]!;
+      });
+      for (const [kind, g] of Object.entries(by))
+        if (g.calls > 0) out[`${prefix}/pass_ratio_${kind}`] = g.passes / g.calls;
+    }
   }
   const obs = data.nonTensorBatch.tool_observations as string[][] | undefined;
   const ans = data.nonTensorBatch.extracted_answer as (string | null)[] | undefined;

@@ -857,7 +857,11 @@ export class RayPPOTrainer {
       if (cfg.trainer.log_val_generations > 0 || cfg.trainer.validation_data_dir)
         records.push(...this.generationRecords(batch));
       parts.push(
-        batch.select(["num_tool_calls", "num_tool_passes"], ["tool_observations", "extracted_answer"], []),
+        batch.select(
+          ["num_tool_calls", "num_tool_passes"],
+          ["tool_observations", "extracted_answer", "acc"],
+          [],
+        ),
       );
     }
     const all = parts.length ? DataProto.concat(parts) : undefined;
