@@ -37,6 +37,8 @@ export interface Series {
   dashed?: boolean;
   /** [x, y]; a non-finite y is a gap (undefined there), not a value. */
   points: [number, number][];
+  /** [x, low, high]: a shaded band around the line (e.g. the spread of several seeds); non-finite: none. */
+  band?: [number, number, number][];
 }
 
 export interface ChartOptions {
@@ -88,12 +90,13 @@ export function smoothSeries(points: [number, number][], weight: number): [numbe
   });
 }
 
-/** Runs of consecutive finite points: a polyline each, so a gap breaks the line. */
-function segments(points: [number, number][]): [number, number][][] {
-  const out: [number, number][][] = [];
-  let cur: [number, number][] = [];
+/** Runs of consecutive points whose coordinates are all finite: a polyline (or band) each, so a gap
+ * breaks the line. */
+function segments<P extends number[]>(points: P[]): P[][] {
+  const out: P[][] = [];
+  let cur: P[] = [];
   for (const p of points) {
-    if (finite(p)) cur.push(p);
+    if (p.every(Number.isFinite)) cur.push(p);
     else if (cur.length) {
       out.push(cur);
       cur = [];
@@ -240,7 +243,13 @@ function describer(opts: ChartOptions): (x: number) => string {
 export function lineChart(opts: ChartOptions & { series: Series[] }): string {
   // Series without a single point (a metric this run does not log) stay out of the chart and legend.
   const shown = opts.series.filter((s) => s.points.some(finite));
-  const all = shown.flatMap((s) => s.points).filter(finite);
+  const bandPoints = shown.flatMap((s) =>
+    (s.band ?? []).flatMap(([x, lo, hi]): [number, number][] => [
+      [x, lo],
+      [x, hi],
+    ]),
+  );
+  const all = [...shown.flatMap((s) => s.points), ...bandPoints].filter(finite);
   const f = frame(
     opts,
     shown,
@@ -249,6 +258,15 @@ export function lineChart(opts: ChartOptions & { series: Series[] }): string {
   );
   if (typeof f === "string") return f;
   const { parts, sx, sy } = f;
+  // Bands first, under every line.
+  for (const s of shown)
+    for (const seg of segments(s.band ?? []).filter((g) => g.length > 1)) {
+      const upper = seg.map(([x, , hi]) => `${sx(x).toFixed(1)},${sy(hi).toFixed(1)}`);
+      const lower = seg.map(([x, lo]) => `${sx(x).toFixed(1)},${sy(lo).toFixed(1)}`).reverse();
+      parts.push(
+        `<polygon class="band" points="${[...upper, ...lower].join(" ")}" fill="${s.color}" fill-opacity="0.15" stroke="none"/>`,
+      );
+    }
   const weight = opts.smoothing ?? 0;
   const poly = (pts: [number, number][], attrs: string) =>
     pts.length > 1
@@ -281,6 +299,10 @@ export function lineChart(opts: ChartOptions & { series: Series[] }): string {
         parts.push(poly(seg, `class="smoothed" stroke="${s.color}" stroke-width="2"${dash}`));
   }
   const at = (s: Series, x: number) => s.points.find((p) => p[0] === x);
+  const spread = (s: Series, x: number) => {
+    const b = s.band?.find((q) => q[0] === x);
+    return b && Number.isFinite(b[1]) && Number.isFinite(b[2]) ? ` (${fmtNum(b[1])} to ${fmtNum(b[2])})` : "";
+  };
   parts.push(
     ...hoverBands(
       f,
@@ -290,7 +312,7 @@ export function lineChart(opts: ChartOptions & { series: Series[] }): string {
         shown.flatMap((s) => {
           const p = at(s, x);
           if (!p) return [];
-          return [`${s.label}: ${Number.isFinite(p[1]) ? fmtNum(p[1]) : "undefined"}`];
+          return [`${s.label}: ${Number.isFinite(p[1]) ? `${fmtNum(p[1])}${spread(s, x)}` : "undefined"}`];
         }),
       describer(opts),
     ),

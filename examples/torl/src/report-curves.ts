@@ -23,6 +23,18 @@ const UNDEFINED_WHEN_ZERO: Record<string, string> = {
   "val/tool/effective_code_ratio": "val/tool/code_ratio",
 };
 
+/**
+ * Ratios the trainer leaves out at a step where they have no value (the pass ratio of right or of wrong
+ * responses when none of them called the tool). Key -> the metric every step of that kind logs: a row
+ * with it and without the key is a gap.
+ */
+const UNDEFINED_WHEN_ABSENT: Record<string, string> = {
+  "tool/pass_ratio_correct": "tool/code_ratio",
+  "tool/pass_ratio_wrong": "tool/code_ratio",
+  "val/tool/pass_ratio_correct": "val/tool/code_ratio",
+  "val/tool/pass_ratio_wrong": "val/tool/code_ratio",
+};
+
 /** Seconds of training at the end of each step: the running sum of timing_s/step (step 0: 0). */
 export function wallClock(metrics: Row[]): Map<number, number> {
   const out = new Map<number, number>();
@@ -54,13 +66,21 @@ export function seriesOf(
 ): Series {
   const x = xOf(run, axis);
   const denominator = UNDEFINED_WHEN_ZERO[key];
+  const loggedWith = UNDEFINED_WHEN_ABSENT[key];
   return {
     label,
     color,
     dashed,
     points: run.metrics
-      .filter((r) => typeof r[key] === "number")
-      .map((r) => [x(r), denominator !== undefined && r[denominator] === 0 ? Number.NaN : r[key]!]),
+      .filter(
+        (r) => typeof r[key] === "number" || (loggedWith !== undefined && typeof r[loggedWith] === "number"),
+      )
+      .map((r) => [
+        x(r),
+        typeof r[key] !== "number" || (denominator !== undefined && r[denominator] === 0)
+          ? Number.NaN
+          : r[key],
+      ]),
   };
 }
 
@@ -182,6 +202,16 @@ const CHARTS: ChartSpec[] = [
     keys: [["tool/pass_ratio", "pass ratio"]],
     unit: true,
     always: true,
+  },
+  {
+    title: "Code pass ratio: right vs wrong answers",
+    group: "Tool use",
+    yLabel: "fraction of tool calls",
+    keys: [
+      ["tool/pass_ratio_correct", "responses with the right answer"],
+      ["tool/pass_ratio_wrong", "with a wrong answer"],
+    ],
+    unit: true,
   },
   {
     title: "Effective code ratio",

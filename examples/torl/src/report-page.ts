@@ -97,7 +97,8 @@ export interface ReportOptions {
   smoothing?: number;
 }
 
-export function chartGrid(charts: ReturnType<typeof reportCharts>): string {
+/** Charts under a heading per group, in the order the groups first appear. */
+export function chartGrid(charts: { group: string; svg: string }[]): string {
   const groups = [...new Set(charts.map((c) => c.group))];
   return groups
     .map(
@@ -162,6 +163,15 @@ export function renderReportPng(runDir: string, options: ReportOptions = {}): Bu
   const compare = options.compareDir ? loadRun(options.compareDir) : undefined;
   const axis = options.axis === "wall" && hasWallClock(run.metrics) ? "wall" : "step";
   const charts = run.metrics.length ? reportCharts(run, compare, { axis, smoothing: options.smoothing }) : [];
+  return chartsPng(
+    `ToRL run ${run.label}${compare ? `  (dashed: ${compare.label})` : ""}`,
+    charts,
+    "no metrics.jsonl: no charts",
+  );
+}
+
+/** SVG charts (420 x 260 each) laid out three to a row under a title, drawn with @napi-rs/canvas. */
+export function chartsPng(title: string, charts: { svg: string }[], emptyNote: string): Buffer {
   const cols = 3;
   const cw = 420;
   const ch = 260;
@@ -175,10 +185,10 @@ export function renderReportPng(runDir: string, options: ReportOptions = {}): Bu
   ctx.fillRect(0, 0, width, height);
   ctx.fillStyle = "#222";
   ctx.font = "bold 20px DejaVu Sans, sans-serif";
-  ctx.fillText(`ToRL run ${run.label}${compare ? `  (dashed: ${compare.label})` : ""}`, gap + 4, 30);
+  ctx.fillText(title, gap + 4, 30);
   if (charts.length === 0) {
     ctx.font = "14px DejaVu Sans, sans-serif";
-    ctx.fillText("no metrics.jsonl: no charts", gap + 4, top + 30);
+    ctx.fillText(emptyNote, gap + 4, top + 30);
   }
   charts.forEach((c, i) => {
     const img = new Image();
