@@ -66,7 +66,10 @@ export function seriesOf(
 ): Series {
   const x = xOf(run, axis);
   const denominator = UNDEFINED_WHEN_ZERO[key];
-  const loggedWith = UNDEFINED_WHEN_ABSENT[key];
+  // (a run that never logs the key, e.g. one made before it existed, has no such series at all)
+  const loggedWith = run.metrics.some((r) => typeof r[key] === "number")
+    ? UNDEFINED_WHEN_ABSENT[key]
+    : undefined;
   return {
     label,
     color,

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createCanvas, loadImage } from "@napi-rs/canvas";
 import test from "ava";
-import { findChromium, reportCommand } from "../src/report.js";
+import { findChromium, reportCommand, writeReport } from "../src/report.js";
 import { acrossRuns, parseGroupFlag, spreadOf, writeGroupReport } from "../src/report-group.js";
 
 interface FakeRun {
@@ -272,4 +272,22 @@ test("bad groups are refused, naming what is wrong", async (t) => {
     message: /takes no RUN_DIR/,
   });
   await t.throwsAsync(reportCommand.run([tool[0]!, "--tail", "3"]), { message: "--tail go with --group" });
+});
+
+test("the run report draws the pass ratio of right vs wrong answers, a gap where one kind made no call", async (t) => {
+  const { tool, none } = makeSweep(t);
+  const html = readFileSync((await writeReport(tool[0]!, { noPng: true, smoothing: 0 })).html, "utf8");
+  const at = html.indexOf('aria-label="Code pass ratio: right vs wrong answers"');
+  t.true(at > 0);
+  const svg = html.slice(html.lastIndexOf("<svg ", at), html.indexOf("</svg>", at));
+  t.true(
+    svg.includes(">responses with the right answer</text>") && svg.includes(">with a wrong answer</text>"),
+  );
+  t.regex(
+    svg,
+    /<title>step 20\nresponses with the right answer: 0\.95\nwith a wrong answer: undefined<\/title>/,
+  );
+  // a run that never logs them (C=0, or a run from before the metric) has no such chart
+  const c0 = readFileSync((await writeReport(none[0]!, { noPng: true })).html, "utf8");
+  t.false(c0.includes('aria-label="Code pass ratio: right vs wrong answers"'));
 });
