@@ -61,13 +61,16 @@ for seed in $SEEDS; do
 done
 
 commit=$(git rev-parse HEAD)
-# the results this script writes (OUT_DIR) may differ; any other tracked change means uncommitted code
-if ! git diff --quiet HEAD -- . ":(exclude)$OUT_DIR" && [[ ${ALLOW_DIRTY:-0} != 1 ]]; then
-  echo "error: tracked files differ from commit ${commit:0:12} (git status): the runs must be made with" >&2
-  echo "committed code; commit first, or set ALLOW_DIRTY=1 (COMMIT will then say the tree was dirty)" >&2
+# tracked files that differ from the commit, but for the results this script writes (OUT_DIR)
+pathspec=(.)
+case $(realpath -m "$OUT_DIR") in "$(pwd)"/*) pathspec+=(":(exclude)$OUT_DIR") ;; esac
+changed=$(git diff --name-only HEAD -- "${pathspec[@]}")
+if [[ -n $changed && ${ALLOW_DIRTY:-0} != 1 ]]; then
+  echo "error: tracked files differ from commit ${commit:0:12}: $(echo "$changed" | head -5 | tr '\n' ' ')" >&2
+  echo "the runs must be made with committed code: commit first, or set ALLOW_DIRTY=1 (COMMIT then says so)" >&2
   exit 2
 fi
-state=$(git diff --quiet HEAD -- . ":(exclude)$OUT_DIR" && echo clean || echo "dirty (uncommitted changes)")
+state=$([[ -z $changed ]] && echo clean || echo "dirty (uncommitted changes)")
 
 mkdir -p "$RUNS_DIR"
 groups=()
