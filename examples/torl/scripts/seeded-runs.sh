@@ -60,17 +60,20 @@ for seed in $SEEDS; do
   fi
 done
 
-commit=$(git rev-parse HEAD)
-# tracked files that differ from the commit, but for the results this script writes (OUT_DIR)
+# tracked files that differ from HEAD, but for the results this script writes (OUT_DIR)
 pathspec=(.)
 case $(realpath -m "$OUT_DIR") in "$(pwd)"/*) pathspec+=(":(exclude)$OUT_DIR") ;; esac
 changed=$(git diff --name-only HEAD -- "${pathspec[@]}")
 if [[ -n $changed && ${ALLOW_DIRTY:-0} != 1 ]]; then
-  echo "error: tracked files differ from commit ${commit:0:12}: $(echo "$changed" | head -5 | tr '\n' ' ')" >&2
+  echo "error: tracked files differ from commit $(git rev-parse --short HEAD): $(echo "$changed" | head -5 | tr '\n' ' ')" >&2
   echo "the runs must be made with committed code: commit first, or set ALLOW_DIRTY=1 (COMMIT then says so)" >&2
   exit 2
 fi
-state=$([[ -z $changed ]] && echo clean || echo "dirty (uncommitted changes)")
+
+# The code a run is made with: HEAD when it starts, and whether tracked files differed from it.
+code_version() {
+  echo "$(git rev-parse HEAD) $([[ -z $(git diff --name-only HEAD -- "${pathspec[@]}") ]] && echo clean || echo "dirty (uncommitted changes)")"
+}
 
 mkdir -p "$RUNS_DIR"
 groups=()
@@ -85,6 +88,7 @@ for setting in $SETTINGS; do
       continue
     fi
     rm -rf "$dir"
+    version=$(code_version)
     echo "[seeded] $name: ${OVERRIDES[$setting]:-no override} trainer.seed=$seed data.seed=$seed $*"
     # shellcheck disable=SC2086 # the setting's overrides are one word each
     if ! pnpm torl ${OVERRIDES[$setting]} "trainer.seed=$seed" "data.seed=$seed" \
@@ -93,7 +97,7 @@ for setting in $SETTINGS; do
       tail -n 20 "$RUNS_DIR/$name.log" >&2
       exit 1
     fi
-    echo "$commit $state" >"$dir/COMMIT"
+    echo "$version" >"$dir/COMMIT"
     grep '^\[torl\] held-out' "$RUNS_DIR/$name.log" || true
   done
   groups+=(--group "${LABELS[$setting]}=$(IFS=,; echo "${dirs[*]}")")

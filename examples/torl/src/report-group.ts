@@ -354,10 +354,11 @@ export function groupCharts(results: readonly SettingResult[], o: GroupReportOpt
     if (series.some((s) => s.points.some(([, y]) => Number.isFinite(y))))
       charts.push(
         chart(
-          `(c) Pass ratio, right vs wrong: ${r.name}`,
+          `(c) ${r.name}`,
           "Figure 4: code behaviour",
           "fraction of tool calls",
           series,
+          `pass ratio of right (solid) vs wrong answers; ${note}`,
         ),
       );
   }
@@ -426,12 +427,23 @@ export function renderGroupHtml(results: readonly SettingResult[], o: GroupRepor
   ].join("\n");
 }
 
-/** Writes report.html, report.png, results.md and results.json into `outDir`; returns their paths. */
+/** About how tall the page is in a 1360-pixel-wide window (three charts a row), for a whole-page screenshot. */
+function pageHeight(results: readonly SettingResult[], charts: readonly GroupChart[]): number {
+  const groups = new Set(charts.map((c) => c.group));
+  const rows = [...groups].reduce((a, g) => a + Math.ceil(charts.filter((c) => c.group === g).length / 3), 0);
+  const runs = results.reduce((a, r) => a + r.runs.length, 0);
+  return 320 + 32 * results.length + 60 * groups.size + 275 * rows + 120 + 45 * runs;
+}
+
+/**
+ * Writes report.html, report.png, results.md and results.json into `outDir`; returns their paths and
+ * the page's height for a screenshot.
+ */
 export function writeGroupReport(
   groups: readonly RunGroup[],
   outDir: string,
   o: GroupReportOptions = {},
-): { html: string; png: string; markdown: string; json: string } {
+): { html: string; png: string; markdown: string; json: string; pageHeight: number } {
   const fo = figureOptions(o);
   const results = loadGroups(groups, fo);
   mkdirSync(outDir, { recursive: true });
@@ -441,8 +453,9 @@ export function writeGroupReport(
     markdown: join(outDir, "results.md"),
     json: join(outDir, "results.json"),
   };
+  const charts = groupCharts(results, o);
   writeFileSync(paths.html, renderGroupHtml(results, o));
-  writeFileSync(paths.png, chartsPng("ToRL settings over seeds", groupCharts(results, o), "no runs"));
+  writeFileSync(paths.png, chartsPng("ToRL settings over seeds", charts, "no runs"));
   writeFileSync(paths.markdown, resultsMarkdown(results, fo));
   const json = {
     band: o.band ?? "minmax",
@@ -451,5 +464,5 @@ export function writeGroupReport(
     settings: results.map((r) => ({ name: r.name, runs: r.figures, stats: r.stats })),
   };
   writeFileSync(paths.json, `${JSON.stringify(json, null, 2)}\n`);
-  return paths;
+  return { ...paths, pageHeight: pageHeight(results, charts) };
 }

@@ -98,7 +98,7 @@ export const reportCommand: CliCommand = {
       });
       for (const f of [out.html, out.png, out.markdown, out.json]) console.log(`wrote ${f}`);
       if (flags.screenshot) {
-        await screenshotHtml(out.html, flags.screenshot);
+        await screenshotHtml(out.html, flags.screenshot, { height: out.pageHeight });
         console.log(`wrote ${flags.screenshot}`);
       }
       return 0;

@@ -167,14 +167,11 @@ test("group report page: accuracy and Figure 4 (a)-(d) with a band per setting; 
     "Held-out accuracy",
     "(a) Code ratio",
     "(b) Code pass ratio",
-    "(c) Pass ratio, right vs wrong: default",
+    "(c) default",
     "(d) Effective code ratio",
   ])
     t.true(html.includes(`aria-label="${title}"`), title);
-  t.false(
-    html.includes('aria-label="(c) Pass ratio, right vs wrong: C=0"'),
-    "C=0 has no tool calls to split",
-  );
+  t.false(html.includes('aria-label="(c) C=0"'), "C=0 has no tool calls to split");
   const chart = (title: string) => {
     const at = html.indexOf(`aria-label="${title}"`);
     return html.slice(html.lastIndexOf("<svg ", at), html.indexOf("</svg>", at));
@@ -187,7 +184,7 @@ test("group report page: accuracy and Figure 4 (a)-(d) with a band per setting; 
     /<title>step 10\ndefault \(3\): 0\.6 \(0\.5 to 0\.7\)\nC=0 \(3\): 0\.1 \(0\.1 to 0\.1\)<\/title>/,
   );
   t.true(acc.includes("band: min to max over the seeds"));
-  const c = chart("(c) Pass ratio, right vs wrong: default");
+  const c = chart("(c) default");
   t.true(c.includes(">right answer</text>") && c.includes(">wrong answer</text>"));
   // the last step logs no wrong-answer pass ratio in any run: a gap, said so on hover
   t.regex(c, /<title>step 20\nright answer: 0\.95 \(0\.95 to 0\.95\)\nwrong answer: undefined<\/title>/);
