@@ -268,8 +268,8 @@ interface GroupChart {
 }
 
 const BAND_NOTE: Record<Band, string> = {
-  minmax: "band: min to max over the seeds",
-  std: "band: mean ± 1 std over the seeds",
+  minmax: "band: min to max of the seeds",
+  std: "band: mean ± 1 std of the seeds",
 };
 
 /** A metric's mean curve and band per setting (each run smoothed first, then averaged). */
@@ -358,7 +358,7 @@ export function groupCharts(results: readonly SettingResult[], o: GroupReportOpt
           "Figure 4: code behaviour",
           "fraction of tool calls",
           series,
-          `pass ratio of right (solid) vs wrong answers; ${note}`,
+          `right answers (solid) vs wrong; ${BAND_NOTE[band]}`,
         ),
       );
   }

@@ -183,7 +183,7 @@ test("group report page: accuracy and Figure 4 (a)-(d) with a band per setting; 
     acc,
     /<title>step 10\ndefault \(3\): 0\.6 \(0\.5 to 0\.7\)\nC=0 \(3\): 0\.1 \(0\.1 to 0\.1\)<\/title>/,
   );
-  t.true(acc.includes("band: min to max over the seeds"));
+  t.true(acc.includes("band: min to max of the seeds"));
   const c = chart("(c) default");
   t.true(c.includes(">right answer</text>") && c.includes(">wrong answer</text>"));
   // the last step logs no wrong-answer pass ratio in any run: a gap, said so on hover
