@@ -85,7 +85,16 @@ test.serial("pnpm torl: a two-step main job writes metrics, summary, samples and
   const summary = JSON.parse(readFileSync(join(runDir, "summary.json"), "utf8"));
   t.is(summary.steps, 2);
   t.is(summary.num_llm_calls_available, 1);
+  t.like(summary, { trainer_seed: 1, data_seed: 1, split_seed: 1 }, "the run's seeds");
   t.true(summary.wall_seconds > 0);
+  // Figure 4c: the pass ratio split by the answer, where such responses called the tool
+  for (const m of metrics.slice(1))
+    for (const k of ["tool/pass_ratio_correct", "tool/pass_ratio_wrong"])
+      if (k in m) t.true(m[k]! >= 0 && m[k]! <= 1, `step ${m.step}: ${k} is a fraction`);
+  t.true(
+    metrics.some((m) => "tool/pass_ratio_correct" in m || "tool/pass_ratio_wrong" in m),
+    "some step splits the pass ratio by the answer",
+  );
   for (const k of FRACTIONS) {
     const v = summary[k];
     t.true(typeof v === "number" && v >= 0 && v <= 1, `summary.${k} = ${v} is a fraction`);
