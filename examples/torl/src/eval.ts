@@ -16,16 +16,18 @@
  */
 import { writeFileSync } from "node:fs";
 import { type CliCommand, InputError, parseFlags, UsageError } from "@torl-ts/core";
-import { PythonCodeInterpreter, SandboxExecutor, type Tool } from "@torl-ts/sandbox";
+import { SandboxExecutor } from "@torl-ts/sandbox";
 import {
   BACKEND_NAMES,
   type BackendName,
   loadPretrained,
+  PythonCodeInterpreter,
   type RlDatasetRow,
   readRlDataset,
   renderPrompt,
   selectBackend,
   type TirSample,
+  type Tool,
   tirRollout,
 } from "@torl-ts/verl";
 import { computeMathScore } from "@torl-ts/verl/reward";

@@ -14,12 +14,13 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
-import { extractLastPythonBlock, formatObservation, wrapObservation } from "@torl-ts/sandbox";
 import {
   applyGradients,
   BACKEND_NAMES,
   type BackendName,
   countParameters,
+  extractLastPythonBlock,
+  formatObservation,
   forwardBackward,
   generate,
   generateProblems,
@@ -36,6 +37,7 @@ import {
   seededRandom,
   selectBackend,
   type Tokenizer,
+  wrapObservation,
 } from "@torl-ts/verl";
 import { buildCorpus, type CorpusDocument } from "./corpus.js";
 import {

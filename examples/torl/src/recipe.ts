@@ -19,7 +19,6 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { init, isInitialized, kill, shutdown } from "@torl-ts/actors";
 import { type CliCommand, InputError, parseFlags, UsageError } from "@torl-ts/core";
-import { extractLastPythonBlock, OUTPUT_STOP } from "@torl-ts/sandbox";
 import {
   type ConfigSchema,
   checkTrainerSetup,
@@ -27,11 +26,13 @@ import {
   customRewardModuleUrl,
   DataProto,
   type DataProtoWire,
+  extractLastPythonBlock,
   filterOverlongPrompts,
   isDataProtoWire,
   loadCustomRewardFunction,
   loadTokenizer,
   loadTrainerConfig,
+  OUTPUT_STOP,
   parseConfigOverrides,
   RayPPOTrainer,
   RewardManagerActor,

@@ -4,12 +4,8 @@
  * runtime, started from the rank's process) or, with rollout.tool.sandbox_url, over an external
  * SandboxFusion server.
  */
-import {
-  type BatchCodeRunner,
-  PythonCodeInterpreter,
-  SandboxActorPool,
-  SandboxFusionClient,
-} from "@torl-ts/sandbox";
+import { type BatchCodeRunner, SandboxActorPool, SandboxFusionClient } from "@torl-ts/sandbox";
+import { PythonCodeInterpreter } from "@torl-ts/verl";
 
 export interface SandboxToolOptions {
   /** Sandbox actors per rank. */

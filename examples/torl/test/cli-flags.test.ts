@@ -2,17 +2,11 @@
  * Every command parses its flags with @torl-ts/core's parseFlags (node:util parseArgs): an unknown flag
  * is refused the same way everywhere, before the command does any work.
  */
-import { benchCollectivesCommand } from "@torl-ts/actors";
-import {
-  benchActorsCommand,
-  type CliCommand,
-  startCommand,
-  statusCommand,
-  stopCommand,
-  UsageError,
-} from "@torl-ts/core";
-import { benchSandboxCommand } from "@torl-ts/sandbox";
-import { benchModelCommand, benchRewardCommand, benchRolloutCommand } from "@torl-ts/verl";
+import { cliCommands as actorsCommands } from "@torl-ts/actors/cli";
+import { type CliCommand, startCommand, statusCommand, stopCommand, UsageError } from "@torl-ts/core";
+import { cliCommands as coreCommands } from "@torl-ts/core/cli";
+import { cliCommands as sandboxCommands } from "@torl-ts/sandbox/cli";
+import { cliCommands as verlCommands } from "@torl-ts/verl/cli";
 import test from "ava";
 import {
   dataTinyCommand,
@@ -22,6 +16,9 @@ import {
   reportCommand,
   trainCommand,
 } from "../src/commands.js";
+
+/** The benchmarks are reached only through the CLI registries (they are no package's public API). */
+const bench = { ...coreCommands, ...actorsCommands, ...sandboxCommands, ...verlCommands };
 
 // `verify` and `sandbox serve` keep parsers of their own for now (they are being reworked elsewhere).
 const COMMANDS: Record<string, CliCommand> = {
@@ -34,12 +31,12 @@ const COMMANDS: Record<string, CliCommand> = {
   report: reportCommand,
   "data tiny": dataTinyCommand,
   "(main job)": mainCommand,
-  "bench actors": benchActorsCommand,
-  "bench collectives": benchCollectivesCommand,
-  "bench sandbox": benchSandboxCommand,
-  "bench reward": benchRewardCommand,
-  "bench model": benchModelCommand,
-  "bench rollout": benchRolloutCommand,
+  "bench actors": await bench["bench actors"]!(),
+  "bench collectives": await bench["bench collectives"]!(),
+  "bench sandbox": await bench["bench sandbox"]!(),
+  "bench reward": await bench["bench reward"]!(),
+  "bench model": await bench["bench model"]!(),
+  "bench rollout": await bench["bench rollout"]!(),
 };
 
 for (const [name, command] of Object.entries(COMMANDS))

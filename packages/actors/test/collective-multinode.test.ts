@@ -1,48 +1,21 @@
 // A collective group spanning two node agents (127.0.0.1 and 127.0.0.2): the ring runs over TCP
 // between the actor processes of both nodes; the head only sees the rendezvous.
-import { execFile } from "node:child_process";
-import { mkdtempSync } from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
-import { promisify } from "node:util";
 import { createCollectiveGroup, init, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import { CollectiveWorkerActor, valueAt } from "./collective.fixture.js";
+import { CliCluster } from "./fixtures/cli-cluster.js";
 
-const run = promisify(execFile);
-const CLI = fileURLToPath(new URL("../../../examples/torl/src/cli.ts", import.meta.url));
-const stateDir = mkdtempSync(path.join(os.tmpdir(), "torl-coll-multinode-"));
-const env = { ...process.env, TORL_STATE_DIR: stateDir, TORL_NO_IPC: "1" };
-
-async function torl(...args: string[]): Promise<any> {
-  const { stdout } = await run(process.execPath, ["--import", "tsx", CLI, ...args], { env });
-  return stdout;
-}
-
-const lastJson = (out: string): any => JSON.parse(out.trim().split("\n").pop()!);
+const cluster = new CliCluster("torl-coll-multinode-");
 
 test.after.always(async () => {
   await shutdown();
-  await torl("stop", "--force");
+  await cluster.stop();
 });
 
 test("allReduce and reduceScatter across two nodes over TCP, data not through the head", async (t) => {
-  const head = lastJson(
-    await torl("start", "--head", "--port", "0", "--num-cpus", "2", "--resources", '{"one": 2}'),
-  );
-  const node2 = lastJson(
-    await torl(
-      "start",
-      "--address",
-      head.address,
-      "--node-ip",
-      "127.0.0.2",
-      "--num-cpus",
-      "2",
-      "--resources",
-      '{"two": 2}',
-    ),
+  const { head, node2 } = await cluster.startTwoNodes(
+    { numCpus: 2, resources: { one: 2 } },
+    { numCpus: 2, resources: { two: 2 } },
   );
   process.env.TORL_NO_IPC = "1";
   await init({ address: head.address });
@@ -70,7 +43,7 @@ test("allReduce and reduceScatter across two nodes over TCP, data not through th
     t.is(w.next, where[(rank + 1) % 4]!.address.tcp ?? "");
   }
 
-  const before = JSON.parse(await torl("status", "--json")).bytesReceived;
+  const before = JSON.parse(await cluster.torl("status", "--json")).bytesReceived;
   const n = (1 << 18) + 3; // 1 MiB of Float32, length not divisible by 4
   const res = await Promise.all(members.map((m) => m.allReduce("cross", "Float32Array", n, "sum")));
   for (const i of [0, 1, 12345, n - 1]) {
@@ -92,7 +65,7 @@ test("allReduce and reduceScatter across two nodes over TCP, data not through th
     t.is(r.shard[7], Math.max(...[0, 1, 2, 3].map((q) => valueAt("Int32Array", q, i))), `rank ${rank}`);
   }
   t.log(`collectives done ${Date.now() - t1} ms after the group formed`);
-  const after = JSON.parse(await torl("status", "--json")).bytesReceived;
+  const after = JSON.parse(await cluster.torl("status", "--json")).bytesReceived;
   t.true(after - before < 1 << 20, `the head received ${after - before} bytes while the ring moved ~12 MiB`);
   await group.destroy();
 });

@@ -1,15 +1,14 @@
 // Ring collectives between plain child processes (ProcessMember): the transport on its own,
 // without the actor runtime. collective-actors.test.ts runs the same operations in real actors.
 import test from "ava";
+import { benchCollectivesCommand, runCollectiveBench } from "../src/collective/bench.js";
 import {
-  benchCollectivesCommand,
   type CollectiveGroup,
   createCollectiveGroupOn,
   destroyCollectiveGroup,
   getCollectiveGroup,
   ProcessMember,
   type ReduceOp,
-  runCollectiveBench,
   shardBounds,
   shardRange,
 } from "../src/collective/index.js";

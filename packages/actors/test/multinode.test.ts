@@ -1,63 +1,33 @@
-import { execFile, spawn } from "node:child_process";
-import { mkdtempSync } from "node:fs";
-import os from "node:os";
-import path from "node:path";
+import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { promisify } from "node:util";
 import { ActorDiedError, clusterStatus, get, getActor, init, put, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import { type Counter, StoreActor } from "./fixtures/classes.js";
+import { CliCluster } from "./fixtures/cli-cluster.js";
 
-const run = promisify(execFile);
-const CLI = fileURLToPath(new URL("../../../examples/torl/src/cli.ts", import.meta.url));
-const stateDir = mkdtempSync(path.join(os.tmpdir(), "torl-multinode-"));
-const env = {
-  ...process.env,
-  TORL_STATE_DIR: stateDir,
-  TORL_NO_IPC: "1",
+const cluster = new CliCluster("torl-multinode-", {
   TORL_NODE_TIMEOUT_MS: "1500",
   TORL_CLIENT_TIMEOUT_MS: "5000",
-};
-
-async function torl(...args: string[]): Promise<string> {
-  const { stdout } = await run(process.execPath, ["--import", "tsx", CLI, ...args], { env });
-  return stdout;
-}
-
-function lastJson(out: string): any {
-  return JSON.parse(out.trim().split("\n").pop()!);
-}
+});
 
 test.after.always(async () => {
   await shutdown();
-  await torl("stop", "--force");
+  await cluster.stop();
 });
 
 test("a head and a second node agent on 127.0.0.2: placement by resource, objects between nodes, node death", async (t) => {
-  const head = lastJson(
-    await torl("start", "--head", "--port", "0", "--num-cpus", "1", "--resources", '{"headnode": 1}'),
-  );
-  const node2 = lastJson(
-    await torl(
-      "start",
-      "--address",
-      head.address,
-      "--node-ip",
-      "127.0.0.2",
-      "--num-cpus",
-      "2",
-      "--resources",
-      '{"remote": 2}',
-    ),
+  const { head, node2 } = await cluster.startTwoNodes(
+    { numCpus: 1, resources: { headnode: 1 } },
+    { numCpus: 2, resources: { remote: 2 } },
   );
   t.not(node2.nodeId, head.nodeId);
 
-  const status = JSON.parse(await torl("status", "--json"));
+  const status = JSON.parse(await cluster.torl("status", "--json"));
   t.deepEqual(status.nodes.map((n: any) => [n.ip, n.alive]).sort(), [
     ["127.0.0.1", true],
     ["127.0.0.2", true],
   ]);
-  t.regex(await torl("status"), /127\.0\.0\.2\s+ALIVE.*remote 0\/2 used/);
+  t.regex(await cluster.torl("status"), /127\.0\.0\.2\s+ALIVE.*remote 0\/2 used/);
 
   process.env.TORL_NO_IPC = "1";
   await init({ address: head.address });
@@ -110,7 +80,7 @@ test("a head and a second node agent on 127.0.0.2: placement by resource, object
     process.execPath,
     ["--import", "tsx", fileURLToPath(new URL("./fixtures/orphan-driver.ts", import.meta.url)), head.address],
     {
-      env,
+      env: cluster.env,
       stdio: ["ignore", "pipe", "inherit"],
     },
   );

@@ -1,11 +1,5 @@
 // Node affinity (Ray's NodeAffinitySchedulingStrategy, hard and soft) on a head and a second node
 // agent on 127.0.0.2; node ids in the runtime context and in `torl status --json`.
-import { execFile } from "node:child_process";
-import { mkdtempSync } from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
-import { promisify } from "node:util";
 import {
   ActorDiedError,
   get,
@@ -17,38 +11,20 @@ import {
   shutdown,
 } from "@torl-ts/actors";
 import test from "ava";
+import { CliCluster } from "./fixtures/cli-cluster.js";
 import { ProbeActor, whereAmITask } from "./fixtures/values.js";
 
-const run = promisify(execFile);
-const CLI = fileURLToPath(new URL("../../../examples/torl/src/cli.ts", import.meta.url));
-const stateDir = mkdtempSync(path.join(os.tmpdir(), "torl-affinity-"));
-const env = { ...process.env, TORL_STATE_DIR: stateDir, TORL_NO_IPC: "1", TORL_NODE_TIMEOUT_MS: "1500" };
-
-async function torl(...args: string[]): Promise<string> {
-  const { stdout } = await run(process.execPath, ["--import", "tsx", CLI, ...args], { env });
-  return stdout;
-}
-const lastJson = (out: string): any => JSON.parse(out.trim().split("\n").pop()!);
+const cluster = new CliCluster("torl-affinity-", { TORL_NODE_TIMEOUT_MS: "1500" });
 
 test.after.always(async () => {
   await shutdown();
-  await torl("stop", "--force");
+  await cluster.stop();
 });
 
 test("actors and tasks go to the chosen node (hard and soft affinity); node ids in the context and in status", async (t) => {
-  const head = lastJson(await torl("start", "--head", "--port", "0", "--num-cpus", "1"));
-  const node2 = lastJson(
-    await torl(
-      "start",
-      "--address",
-      head.address,
-      "--node-ip",
-      "127.0.0.2",
-      "--num-cpus",
-      "4",
-      "--resources",
-      '{"remote": 1}',
-    ),
+  const { head, node2 } = await cluster.startTwoNodes(
+    { numCpus: 1 },
+    { numCpus: 4, resources: { remote: 1 } },
   );
   process.env.TORL_NO_IPC = "1";
   const info = await init({ address: head.address });
@@ -91,12 +67,12 @@ test("actors and tasks go to the chosen node (hard and soft affinity); node ids 
     { instanceOf: TypeError, message: /cannot be combined/ },
   );
 
-  const status = JSON.parse(await torl("status", "--json"));
+  const status = JSON.parse(await cluster.torl("status", "--json"));
   const row = status.actors.find((a: any) => a.actorId === toNode2.actorId);
   t.is(row.nodeId, node2.nodeId);
   t.deepEqual(row.nodeAffinity, { nodeId: node2.nodeId, soft: false });
   t.deepEqual(status.nodes.map((n: any) => n.nodeId).sort(), [head.nodeId, node2.nodeId].sort());
-  t.regex(await torl("status"), new RegExp(`affinity ${node2.nodeId}`));
+  t.regex(await cluster.torl("status"), new RegExp(`affinity ${node2.nodeId}`));
 
   // node 2 dies: a hard-affine actor cannot restart elsewhere; a soft-affine one does
   const hard = ProbeActor.options({

@@ -1,5 +1,4 @@
 export * from "./api.js";
-export { benchActorsCommand } from "./bench/actors.js";
 export {
   type CliProgram,
   type CommandLoader,

@@ -1,9 +1,8 @@
 import { type ActorHandle, kill } from "@torl-ts/actors";
-import type { BatchCodeRunner } from "./code-interpreter.js";
 import { sandboxError } from "./executor.js";
 import { normalizeRequest } from "./request.js";
 import { type SandboxActor, SandboxActorClass, type SandboxActorOptions } from "./sandbox-actor.js";
-import type { RunCodeRequest, RunCodeResponse, SandboxHealth } from "./types.js";
+import type { BatchCodeRunner, RunCodeRequest, RunCodeResponse, SandboxHealth } from "./types.js";
 
 /** A token bucket: `rate` tokens per second, at most `burst` saved. The clock is injectable for tests. */
 export class TokenBucket {

@@ -4,7 +4,7 @@ import { performance } from "node:perf_hooks";
 import { createInterface } from "node:readline";
 import { type CliCommand, parseFlags } from "@torl-ts/core";
 import { SandboxExecutor } from "./executor.js";
-import { FORKSERVER_PATH, forkServerEnv, resolvePython } from "./python.js";
+import { BENCH_FORK_LOOP_PATH, forkServerEnv, resolvePython } from "./python.js";
 import { serveSandbox } from "./server.js";
 
 export const BENCH_CODE = "import sympy\nx = sympy.symbols('x')\nprint(sympy.factor(x**2-1))";
@@ -86,9 +86,9 @@ async function bareForkLoop(
   processes: number,
   runs: number,
 ): Promise<{ exit: number; code: number }> {
-  const config = JSON.stringify({ bare_fork_loop: true, huge_pages: true, code: BENCH_CODE });
+  const config = JSON.stringify({ huge_pages: true, code: BENCH_CODE });
   const procs = Array.from({ length: processes }, () => {
-    const proc = spawn(python, [FORKSERVER_PATH, config], {
+    const proc = spawn(python, [BENCH_FORK_LOOP_PATH, config], {
       stdio: ["pipe", "pipe", "inherit"],
       env: forkServerEnv(true),
     });

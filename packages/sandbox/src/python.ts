@@ -1,9 +1,33 @@
 import { execFileSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-/** The fork server program, committed next to this package's sources. */
-export const FORKSERVER_PATH = fileURLToPath(new URL("../python/forkserver.py", import.meta.url));
+/** The fork server's Python, committed next to this package's sources (shipped as `python/`). */
+const PYTHON_DIR = fileURLToPath(new URL("../python/", import.meta.url));
+/** The fork server's start-up sequence; it imports the modules of FORKSERVER_PACKAGE. */
+export const FORKSERVER_PATH = join(PYTHON_DIR, "forkserver.py");
+/** The package holding the fork server's modules, one per concern (isolation, seccomp, serve loop...). */
+export const FORKSERVER_PACKAGE = "torl_sandbox";
+/** The benchmark's bare fork loop over the same warm heap (`bench sandbox`), run from its file. */
+export const BENCH_FORK_LOOP_PATH = join(PYTHON_DIR, "bench_fork_loop.py");
+
+/** What a fork server reads on FORKSERVER_SOURCE_FD: forkserver.py and the modules of its package. */
+export interface ForkServerBundle {
+  main: string;
+  /** Module name (`isolation`) to its source. */
+  modules: Record<string, string>;
+}
+
+/** The fork server's sources as one bundle (read at each start, like any program file). */
+export function forkServerBundle(): ForkServerBundle {
+  const dir = join(PYTHON_DIR, FORKSERVER_PACKAGE);
+  const modules: Record<string, string> = {};
+  for (const file of readdirSync(dir).sort())
+    if (file.endsWith(".py") && file !== "__init__.py")
+      modules[file.slice(0, -".py".length)] = readFileSync(join(dir, file), "utf8");
+  return { main: readFileSync(FORKSERVER_PATH, "utf8"), modules };
+}
 
 let resolved: string | undefined;
 
@@ -26,22 +50,37 @@ export function resolvePython(): string {
   return resolved;
 }
 
-/** The fd on which a fork server finds its own source (see forkServerArgs). */
+/** The fd on which a fork server reads its sources, a JSON ForkServerBundle (see forkServerArgs). */
 export const FORKSERVER_SOURCE_FD = 3;
 
 /**
- * Arguments that start the fork server from the source open on FORKSERVER_SOURCE_FD, under the
- * name "forkserver.py": every run is a fork of it, and its command line, `sys.orig_argv` and
- * `__file__` would otherwise show runs where this package lives on the host.
+ * Arguments that start the fork server from the bundle sent on FORKSERVER_SOURCE_FD: forkserver.py
+ * runs as `__main__` under the name "forkserver.py" and imports its package's modules from the bundle
+ * (each under its bare file name). Every run is a fork of it, and its command line, `sys.orig_argv`,
+ * `sys.path` and `__file__` would otherwise show runs where this package lives on the host.
  */
 export function forkServerArgs(config: unknown): string[] {
-  const bootstrap = [
-    `f = open(${FORKSERVER_SOURCE_FD}, "rb")`,
-    "source = f.read()",
-    "f.close()",
-    '__file__ = "forkserver.py"',
-    'exec(compile(source, "forkserver.py", "exec"))',
-  ].join("; ");
+  const bootstrap = `import importlib.abc, importlib.util, json, sys, types
+f = open(${FORKSERVER_SOURCE_FD}, "rb")
+bundle = json.loads(f.read())
+f.close()
+class BundleLoader(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        package, _, module = name.partition(".")
+        if package == "${FORKSERVER_PACKAGE}" and module in bundle["modules"]:
+            return importlib.util.spec_from_loader(name, self)
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        short = module.__name__.partition(".")[2]
+        module.__file__ = short + ".py"
+        exec(compile(bundle["modules"][short], module.__file__, "exec"), module.__dict__)
+package = types.ModuleType("${FORKSERVER_PACKAGE}")
+package.__path__ = []
+sys.modules["${FORKSERVER_PACKAGE}"] = package
+sys.meta_path.insert(0, BundleLoader())
+__file__ = "forkserver.py"
+exec(compile(bundle["main"], "forkserver.py", "exec"))`;
   return ["-u", "-c", bootstrap, JSON.stringify(config)];
 }
 
@@ -50,7 +89,7 @@ export function forkServerArgs(config: unknown): string[] {
 export function forkServerEnv(hugePages: boolean): Record<string, string> {
   const env: Record<string, string> = { PATH: "/usr/local/bin:/usr/bin:/bin", LANG: "C.UTF-8" };
   if (hugePages) {
-    // every Python object in glibc's heap, which grows in 2 MiB hugetlb mappings (see forkserver.py)
+    // every Python object in glibc's heap, which grows in 2 MiB hugetlb mappings (see torl_sandbox/huge_heap.py)
     env.PYTHONMALLOC = "malloc";
     env.GLIBC_TUNABLES = "glibc.malloc.hugetlb=2:glibc.malloc.mmap_threshold=33554432";
   }

@@ -50,6 +50,11 @@ export interface CodeRunner {
   run(request: RunCodeRequest): Promise<RunCodeResponse>;
 }
 
+/** A runner that also takes many requests in one call (answers in order); a rollout uses it for a batch. */
+export interface BatchCodeRunner extends CodeRunner {
+  runBatch?(requests: RunCodeRequest[]): Promise<RunCodeResponse[]>;
+}
+
 /** One isolation measure and whether it is in force on this machine. */
 export interface Protection {
   active: boolean;

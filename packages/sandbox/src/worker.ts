@@ -1,7 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, existsSync, openSync, readdirSync, rmdirSync } from "node:fs";
+import { existsSync, readdirSync, rmdirSync } from "node:fs";
+import type { Writable } from "node:stream";
 import { SandboxInternalError, SandboxStartError, SandboxWorkerDiedError } from "./errors.js";
-import { FORKSERVER_PATH, forkServerArgs, forkServerEnv, resolvePython } from "./python.js";
+import { forkServerArgs, forkServerBundle, forkServerEnv, resolvePython } from "./python.js";
 import type { NormalizedRequest } from "./request.js";
 import type { Protection } from "./types.js";
 
@@ -106,17 +107,15 @@ export class SandboxWorker {
       // per-phase timings in each raw result, for profiling the run cycle
       trace: process.env.TORL_SANDBOX_TRACE === "1",
     };
-    const source = openSync(FORKSERVER_PATH, "r");
-    let proc: ChildProcess;
-    try {
-      proc = spawn(this.python, forkServerArgs(config), {
-        // fd 3 (FORKSERVER_SOURCE_FD): the server's source
-        stdio: ["pipe", "pipe", "pipe", source],
-        env: forkServerEnv(config.huge_pages),
-      });
-    } finally {
-      closeSync(source);
-    }
+    const proc: ChildProcess = spawn(this.python, forkServerArgs(config), {
+      // fd 3 (FORKSERVER_SOURCE_FD): the server's sources, read to the end before anything else
+      stdio: ["pipe", "pipe", "pipe", "pipe"],
+      env: forkServerEnv(config.huge_pages),
+    });
+    const sources = proc.stdio[3] as Writable;
+    // a server that dies before reading its sources is reported by the exit handler below
+    sources.on("error", () => {});
+    sources.end(JSON.stringify(forkServerBundle()));
     this.proc = proc;
     this.pid = proc.pid;
     proc.stdout!.on("data", (chunk: Buffer) => this.onData(chunk));

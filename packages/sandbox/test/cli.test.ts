@@ -1,7 +1,7 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { promisify } from "node:util";
 import test from "ava";
-import { benchSandbox } from "../src/index.js";
+import { benchSandbox } from "../src/bench.js";
 
 const run = promisify(execFile);
 const CLI = ["--import=tsx", "examples/torl/src/cli.ts"];

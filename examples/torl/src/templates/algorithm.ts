@@ -11,7 +11,7 @@
 import { fileURLToPath } from "node:url";
 import * as tf from "@tensorflow/tfjs";
 import { actor, createCollectiveGroup, get, init, shutdown } from "@torl-ts/actors";
-import { PythonCodeInterpreter, SandboxExecutor } from "@torl-ts/sandbox";
+import { SandboxExecutor } from "@torl-ts/sandbox";
 import {
   allReduceGradients,
   applyGradients,
@@ -22,6 +22,7 @@ import {
   forwardBackward,
   generateProblems,
   loadPretrained,
+  PythonCodeInterpreter,
   type Qwen2Model,
   renderPrompt,
   responseOffset,

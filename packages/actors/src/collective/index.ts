@@ -1,6 +1,5 @@
 // Collective communication among actor processes (ring-based, over ZeroMQ).
 export { createCollectiveGroup } from "./actors.js";
-export { benchCollectivesCommand, type CollectiveBenchOptions, runCollectiveBench } from "./bench.js";
 export type { CollectiveArray, ReduceOp } from "./dtype.js";
 export {
   CollectiveArgumentError,

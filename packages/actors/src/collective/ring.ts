@@ -379,10 +379,85 @@ export class RingMember {
     let off = 0;
     do {
       const sl = Math.min(S, len - off);
-      const h = header(seq, op, dtype, step, a, len, off, sl);
-      this.send(sl === 0 ? [h] : [h, bytesOf(src.subarray(off, off + sl))]);
+      this.sendSlice(seq, op, dtype, step, a, len, off, src.subarray(off, off + sl));
       off += sl;
     } while (off < len);
+  }
+
+  /** Sends one slice of a chunk: its header, then its bytes unless it is empty. */
+  private sendSlice(
+    seq: number,
+    op: number,
+    dtype: number,
+    step: number,
+    a: number,
+    chunkLen: number,
+    off: number,
+    slice: CollectiveArray,
+  ): void {
+    const h = header(seq, op, dtype, step, a, chunkLen, off, slice.length);
+    this.send(slice.length === 0 ? [h] : [h, bytesOf(slice)]);
+  }
+
+  /**
+   * W-1 ring steps over the chunks `bounds` cuts an array of `n` elements into: step `firstStep + s`
+   * receives chunk r-s-`lag` slice by slice, and `onSlice` gets each slice with its step index `s`,
+   * where the chunk starts in the array, the slice's offset in the chunk and the chunk's length.
+   */
+  private async receiveChunks(
+    seq: number,
+    opcode: number,
+    dtype: number,
+    n: number,
+    bounds: number[],
+    firstStep: number,
+    lag: number,
+    onSlice: (slice: CollectiveArray, s: number, start: number, off: number, len: number) => void,
+  ): Promise<void> {
+    const W = this.worldSize;
+    const S = this.sliceElems(dtype);
+    for (let s = 0; s < W - 1; s++) {
+      const c = mod(this.rank - s - lag, W);
+      const start = bounds[c]!;
+      const len = bounds[c + 1]! - start;
+      let off = 0;
+      do {
+        const sl = Math.min(S, len - off);
+        const m = await this.recv(seq, opcode, firstStep + s);
+        onSlice(this.sliceOf(m, opcode, dtype, n, len, off, sl), s, start, off, len);
+        off += sl;
+      } while (off < len);
+    }
+  }
+
+  /**
+   * The reduce-scatter steps allReduce and reduceScatter share (the caller sent step 0, chunk r-1):
+   * step s receives the running result of chunk r-s-2 slice by slice, adds this rank's elements and
+   * passes it on. At the last step the chunk is this rank's own (r) and complete: each finalized slice
+   * goes to `finished(slice, offsetInChunk)`, and with `forwardFinished` on to the successor as step
+   * W-1 (where allReduce's all-gather starts).
+   */
+  private reduceScatterSteps(
+    seq: number,
+    opcode: number,
+    dtype: number,
+    op: ReduceOp,
+    arr: CollectiveArray,
+    bounds: number[],
+    forwardFinished: boolean,
+    finished: (slice: CollectiveArray, off: number) => void,
+  ): Promise<void> {
+    const W = this.worldSize;
+    const n = arr.length;
+    return this.receiveChunks(seq, opcode, dtype, n, bounds, 0, 2, (acc, s, start, off, len) => {
+      accumulate(op, acc, arr.subarray(start + off, start + off + acc.length));
+      const last = s === W - 2;
+      if (last) {
+        finalize(op, acc, W);
+        finished(acc, off);
+      }
+      if (!last || forwardFinished) this.sendSlice(seq, opcode, dtype, s + 1, n, len, off, acc);
+    });
   }
 
   /**
@@ -482,51 +557,20 @@ export class RingMember {
       }
       const n = arr.length;
       const b = shardBounds(n, W);
-      const S = this.sliceElems(dtype);
       // Reduce-scatter: step s sends chunk r-s-1 and receives chunk r-s-2; rank r ends owning chunk r.
       const c0 = mod(r - 1, W);
       // Zero-copy is safe: chunk c0 comes back reduced (so was consumed) before this call returns,
       // and it is not written before then.
       this.sendSlices(seq, OP_ALLREDUCE, dtype, 0, n, arr.subarray(b[c0]!, b[c0 + 1]!), false);
-      for (let s = 0; s < W - 1; s++) {
-        const c = mod(r - s - 2, W);
-        const start = b[c]!;
-        const len = b[c + 1]! - start;
-        let off = 0;
-        do {
-          const sl = Math.min(S, len - off);
-          const m = await this.recv(seq, OP_ALLREDUCE, s);
-          const acc = this.sliceOf(m, OP_ALLREDUCE, dtype, n, len, off, sl);
-          accumulate(op, acc, arr.subarray(start + off, start + off + sl));
-          if (s === W - 2) {
-            finalize(op, acc, W);
-            arr.set(acc, start + off);
-          }
-          // The last reduce-scatter step starts the all-gather (step W-1) with the finished slice.
-          const h = header(seq, OP_ALLREDUCE, dtype, s + 1, n, len, off, sl);
-          this.send(sl === 0 ? [h] : [h, bytesOf(acc)]);
-          off += sl;
-        } while (off < len);
-      }
+      // The last reduce-scatter step starts the all-gather (step W-1) with the finished slice.
+      await this.reduceScatterSteps(seq, OP_ALLREDUCE, dtype, op, arr, b, true, (acc, off) =>
+        arr.set(acc, b[r]! + off),
+      );
       // All-gather: step W-1+s receives chunk r-s-1 and forwards it unless its successor owns it.
-      for (let s = 0; s < W - 1; s++) {
-        const step = W - 1 + s;
-        const c = mod(r - s - 1, W);
-        const start = b[c]!;
-        const len = b[c + 1]! - start;
-        let off = 0;
-        do {
-          const sl = Math.min(S, len - off);
-          const m = await this.recv(seq, OP_ALLREDUCE, step);
-          const got = this.sliceOf(m, OP_ALLREDUCE, dtype, n, len, off, sl);
-          arr.set(got, start + off);
-          if (s < W - 2) {
-            const h = header(seq, OP_ALLREDUCE, dtype, step + 1, n, len, off, sl);
-            this.send(sl === 0 ? [h] : [h, bytesOf(got)]);
-          }
-          off += sl;
-        } while (off < len);
-      }
+      await this.receiveChunks(seq, OP_ALLREDUCE, dtype, n, b, W - 1, 1, (got, s, start, off, len) => {
+        arr.set(got, start + off);
+        if (s < W - 2) this.sendSlice(seq, OP_ALLREDUCE, dtype, W + s, n, len, off, got);
+      });
       this.lastFullSeq = seq;
       return arr;
     });
@@ -569,10 +613,7 @@ export class RingMember {
         const m = await this.recv(seq, OP_BROADCAST, 0);
         const got = this.sliceOf(m, OP_BROADCAST, dtype, n, n, off, sl);
         arr.set(got, off);
-        if (d < W - 1) {
-          const h = header(seq, OP_BROADCAST, dtype, 0, n, n, off, sl);
-          this.send(sl === 0 ? [h] : [h, bytesOf(got)]);
-        }
+        if (d < W - 1) this.sendSlice(seq, OP_BROADCAST, dtype, 0, n, n, off, got);
         off += sl;
       } while (off < n);
       if (d === W - 1) this.send([header(seq, OP_BROADCAST, dtype, 1, n, 0, 0, 0)]);
@@ -640,10 +681,7 @@ export class RingMember {
           const got = this.sliceOf(m, OP_ALLGATHER, dtype, origin, chunkLen, off, sl);
           if (b) out!.set(got, b[origin]! + off);
           else pieces.push({ origin, off, data: got });
-          if (s < W - 2) {
-            const h = header(seq, OP_ALLGATHER, dtype, s + 1, origin, chunkLen, off, sl);
-            this.send(sl === 0 ? [h] : [h, bytesOf(got)]);
-          }
+          if (s < W - 2) this.sendSlice(seq, OP_ALLGATHER, dtype, s + 1, origin, chunkLen, off, got);
           off += sl;
         } while (off < chunkLen);
         lengths[origin] = chunkLen;
@@ -691,29 +729,11 @@ export class RingMember {
         finalize(op, res, 1);
         return res;
       }
-      const S = this.sliceElems(dtype);
       const c0 = mod(r - 1, W);
       this.sendSlices(seq, OP_REDUCESCATTER, dtype, 0, n, arr.subarray(b[c0]!, b[c0 + 1]!), true);
-      for (let s = 0; s < W - 1; s++) {
-        const c = mod(r - s - 2, W);
-        const start = b[c]!;
-        const len = b[c + 1]! - start;
-        let off = 0;
-        do {
-          const sl = Math.min(S, len - off);
-          const m = await this.recv(seq, OP_REDUCESCATTER, s);
-          const acc = this.sliceOf(m, OP_REDUCESCATTER, dtype, n, len, off, sl);
-          accumulate(op, acc, arr.subarray(start + off, start + off + sl));
-          if (s < W - 2) {
-            const h = header(seq, OP_REDUCESCATTER, dtype, s + 1, n, len, off, sl);
-            this.send(sl === 0 ? [h] : [h, bytesOf(acc)]);
-          } else {
-            finalize(op, acc, W);
-            res.set(acc, off);
-          }
-          off += sl;
-        } while (off < len);
-      }
+      await this.reduceScatterSteps(seq, OP_REDUCESCATTER, dtype, op, arr, b, false, (acc, off) =>
+        res.set(acc, off),
+      );
       this.lastFullSeq = seq;
       return res;
     });

@@ -1,10 +1,9 @@
 /** A raw ZeroMQ echo server (Router) for the baseline round trips; prints its endpoint on stdout. */
 import * as zmq from "zeromq";
+import { tuneSocket } from "../wire/links.js";
 
 const sock = new zmq.Router();
-sock.linger = 0;
-sock.sendHighWaterMark = 0;
-sock.receiveHighWaterMark = 0;
+tuneSocket(sock);
 await sock.bind(process.argv[2] ?? "tcp://127.0.0.1:0");
 process.stdout.write(`${sock.lastEndpoint}\n`);
 process.on("disconnect", () => process.exit(0));

@@ -2,6 +2,7 @@
 import { spawn } from "node:child_process";
 import * as zmq from "zeromq";
 import { childExecArgv, siblingModulePath } from "../module-files.js";
+import { tuneSocket } from "../wire/links.js";
 
 const ECHO = siblingModulePath(import.meta.url, "./echo-server");
 
@@ -21,9 +22,7 @@ export class RawEcho {
       child.once("exit", (c) => reject(new Error(`echo server exited with ${c}`)));
     });
     const d = new zmq.Dealer();
-    d.linger = 0;
-    d.sendHighWaterMark = 0;
-    d.receiveHighWaterMark = 0;
+    tuneSocket(d);
     d.connect(ep);
     const r = new RawEcho(child, d);
     await r.sync(0.2);

@@ -6,8 +6,8 @@ import { parentPort, workerData } from "node:worker_threads";
 import * as zmq from "zeromq";
 import { buildBatch } from "../wire/batch.js";
 import { encode } from "../wire/codec.js";
-import { viaSocksProxy } from "../wire/links.js";
-import { type ClusterKeys, secureClientSocket, setClusterKeys } from "../wire/security.js";
+import { connectClient } from "../wire/links.js";
+import { type ClusterKeys, setClusterKeys } from "../wire/security.js";
 
 export interface HeartbeatThreadData {
   headEndpoint: string;
@@ -21,9 +21,7 @@ setClusterKeys(data.keys);
 // A plain socket, no event observer: a thread torn down (process.exit) with an observer open aborts
 // the whole process. Handshake failures are reported by the driver's own link to the head.
 const sock = new zmq.Dealer({ linger: 0, sendHighWaterMark: 4 });
-secureClientSocket(sock);
-viaSocksProxy(sock, data.headEndpoint);
-sock.connect(data.headEndpoint);
+connectClient(sock, data.headEndpoint);
 // ZeroMQ allows one send in flight per socket; while the head is unreachable a beat waits, and the
 // next ones are skipped (a stale beat is worth nothing later) instead of failing the thread.
 let sending = false;

@@ -18,10 +18,21 @@ export function viaSocksProxy(sock: zmq.Socket, endpoint: string): void {
   if (proxy && endpoint.startsWith("tcp://")) sock.socksProxy = proxy;
 }
 
-function tune(sock: zmq.Dealer | zmq.Router): void {
+/**
+ * The transport's socket settings: nothing lingers after close, and no high-water mark drops or
+ * blocks messages (the runtime bounds its own queues). The benchmark's raw floor uses them too.
+ */
+export function tuneSocket(sock: zmq.Dealer | zmq.Router): void {
   sock.linger = 0;
   sock.sendHighWaterMark = 0;
   sock.receiveHighWaterMark = 0;
+}
+
+/** Connects a client socket to a server of the cluster: its keys (if any), the proxy (if set), the endpoint. */
+export function connectClient(sock: zmq.Socket, endpoint: string): void {
+  secureClientSocket(sock);
+  viaSocksProxy(sock, endpoint);
+  sock.connect(endpoint);
 }
 
 /**
@@ -37,7 +48,7 @@ abstract class BatchingSocket<S extends zmq.Dealer | zmq.Router> {
     readonly sock: S,
     protected label: string,
   ) {
-    tune(sock);
+    tuneSocket(sock);
   }
 
   /** Sends what is queued, and what gets queued meanwhile, until nothing is left or the socket closes. */
@@ -141,8 +152,6 @@ export class DealerLink extends BatchingSocket<zmq.Dealer> {
       logDebug(`${this.label}: connection back after a break; re-sending what has no answer`);
       this.onReconnect?.();
     });
-    secureClientSocket(this.sock);
-    viaSocksProxy(this.sock, endpoint);
     watchHandshake(this.sock, (reason) => {
       if (this.closed) return;
       this.authError = new ClusterAuthError(endpoint, reason);
@@ -150,7 +159,7 @@ export class DealerLink extends BatchingSocket<zmq.Dealer> {
       this.close();
       onAuthFailure?.(this.authError);
     });
-    this.sock.connect(endpoint);
+    connectClient(this.sock, endpoint);
     void this.readLoop(0, (_parts, m) => onMessage(m));
   }
 

@@ -4,7 +4,6 @@ import * as tf from "@tensorflow/tfjs";
 import { type CliCommand, parseFlags } from "@torl-ts/core";
 import { BACKEND_NAMES, type BackendName, registerWasmFallbacks, selectBackend } from "./backend.js";
 import { countParameters, makeQwen2Config, type Qwen2Config } from "./config.js";
-import { KVCache } from "./kv-cache.js";
 import {
   applyGradients,
   computeLogProbs,
@@ -13,6 +12,7 @@ import {
   maskedMean,
 } from "./logprobs.js";
 import { Qwen2Model, type TokenBatch } from "./qwen2.js";
+import { decodeMsPerToken, randomBatch } from "./timing.js";
 
 /** The tiny ToRL recipe's architecture (examples/torl TINY_ARCHITECTURE: ~0.12M parameters). */
 export const BENCH_TINY_CONFIG: Qwen2Config = makeQwen2Config({
@@ -60,16 +60,6 @@ async function matmulGflops(): Promise<number> {
   return (2 * 2048 * 256 * 256) / ms / 1e6;
 }
 
-export function randomBatch(B: number, L: number, V: number, seed: number): TokenBatch {
-  const ids = new Int32Array(B * L);
-  let s = seed;
-  for (let i = 0; i < ids.length; i++) {
-    s = (s * 1103515245 + 12345) & 0x7fffffff;
-    ids[i] = s % V;
-  }
-  return { ids, mask: new Uint8Array(B * L).fill(1), batch: B, length: L };
-}
-
 /** Forward+backward FLOPs per token: 6 x matmul parameters + attention (QK^T and PV, x3 for backward). */
 export function trainFlopsPerToken(c: Qwen2Config, L: number): number {
   const matmulParams =
@@ -78,53 +68,6 @@ export function trainFlopsPerToken(c: Qwen2Config, L: number): number {
     (2 * c.numHiddenLayers + 1) * c.hiddenSize;
   const attn = 2 * 2 * L * c.numAttentionHeads * c.headDim * c.numHiddenLayers;
   return 3 * (2 * matmulParams + attn);
-}
-
-/** Milliseconds of process CPU time (all threads) since the process started. */
-export function cpuMs(): number {
-  const u = process.cpuUsage();
-  return (u.user + u.system) / 1000;
-}
-
-/**
- * Decode step time divided by the batch, after a prefill of `ctx` tokens and one warm-up step: wall
- * clock and process CPU time (the latter is steadier on a machine shared with other jobs).
- */
-export async function decodeTiming(
-  model: Qwen2Model,
-  B: number,
-  ctx: number,
-  steps: number,
-): Promise<{ wallMs: number; cpuMs: number }> {
-  const prompt = randomBatch(B, ctx, model.config.vocabSize, 7);
-  const cache = new KVCache(model.config, B);
-  const lmHead = tf.keep(model.lmHeadWeight());
-  try {
-    (await model.prefill(prompt, cache)).dispose();
-    const tok = new Int32Array(B).fill(1);
-    (await model.decodeStep(tok, cache, lmHead)).dispose();
-    const t0 = performance.now();
-    const c0 = cpuMs();
-    for (let i = 0; i < steps; i++) {
-      const logits = await model.decodeStep(tok, cache, lmHead);
-      await logits.data();
-      logits.dispose();
-    }
-    return { wallMs: (performance.now() - t0) / steps / B, cpuMs: (cpuMs() - c0) / steps / B };
-  } finally {
-    cache.dispose();
-    lmHead.dispose();
-  }
-}
-
-/** Decode step time divided by the batch, after a prefill of `ctx` tokens. */
-export async function decodeMsPerToken(
-  model: Qwen2Model,
-  B: number,
-  ctx: number,
-  steps: number,
-): Promise<number> {
-  return (await decodeTiming(model, B, ctx, steps)).wallMs;
 }
 
 /** The baseline without a cache: one full forward over the context per generated token (batch 1). */

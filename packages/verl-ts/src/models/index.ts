@@ -8,7 +8,6 @@ export {
   registerWasmFallbacks,
   selectBackend,
 } from "./backend.js";
-export { benchModelCommand, cpuMs, decodeMsPerToken, decodeTiming, randomBatch } from "./bench.js";
 export {
   countParameters,
   type ModelConfig,

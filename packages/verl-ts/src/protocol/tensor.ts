@@ -2,17 +2,10 @@
  * A minimal n-dimensional tensor for the driver side and for the wire: a flat typed array in row-major
  * order plus its shape. Dim 0 is the batch dimension when the tensor sits in a DataProto.
  */
-export type TypedArray =
-  | Float32Array
-  | Float64Array
-  | Int8Array
-  | Int16Array
-  | Int32Array
-  | Uint8Array
-  | Uint16Array
-  | Uint32Array
-  | BigInt64Array
-  | BigUint64Array;
+import type { CollectiveArray } from "@torl-ts/actors";
+
+/** The element types a tensor may hold: those the collectives reduce, plus the 64-bit integer ones. */
+export type TypedArray = CollectiveArray | BigInt64Array | BigUint64Array;
 
 export interface BatchTensor<T extends TypedArray = TypedArray> {
   data: T;

@@ -1,6 +1,5 @@
 // Reward: answer extraction, math answer equivalence, compute_score, the reward manager, CLI commands.
 export { baselineEquivalent } from "./baseline.js";
-export { benchRewardCommand } from "./bench.js";
 export { verifyCommand, verifyLine } from "./cli.js";
 export { loadRewardCorpus, REWARD_CORPUS_PATH, RewardCorpusError, type RewardCorpusPair } from "./corpus.js";
 export {

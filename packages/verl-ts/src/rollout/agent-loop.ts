@@ -28,7 +28,6 @@
  * numbered in order, so results are reproducible for a given batch (unlike tirRollout, a row's stream
  * depends on which other rows are still going).
  */
-import { executeAll, type OpenAIFunctionSchema, type ToolCall, type ToolResult } from "@torl-ts/sandbox";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { Tokenizer } from "../models/tokenizer.js";
 import type { ChatTemplate, ChatTurn } from "./chat-template.js";
@@ -40,6 +39,7 @@ import {
   ToolExecutionError,
   tirRollout,
 } from "./tir.js";
+import { executeAll, type OpenAIFunctionSchema, type ToolCall, type ToolResult } from "./tool.js";
 import type { ConfiguredTool } from "./tool-config.js";
 
 /** veRL's `multi_turn.tool_response_truncate_side`: which part of a long response is kept. */

@@ -14,7 +14,6 @@ import { resolve } from "node:path";
 import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
 import {
   type BatchCodeRunner,
-  PythonCodeInterpreter,
   type RunCodeRequest,
   type RunCodeResponse,
   SandboxExecutor,
@@ -29,6 +28,7 @@ import {
   selectBackend,
   type Tokenizer,
 } from "../models/index.js";
+import { PythonCodeInterpreter } from "./code-interpreter.js";
 import { type TirRolloutOptions, type TirRolloutResult, tirRollout } from "./tir.js";
 
 const DEFAULT_MODEL_DIR = "examples/torl/assets/tiny-base";

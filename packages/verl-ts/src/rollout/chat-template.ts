@@ -11,8 +11,8 @@
  */
 import { Template } from "@huggingface/jinja";
 import { InputError } from "@torl-ts/core";
-import type { OpenAIFunctionSchema } from "@torl-ts/sandbox";
 import type { Tokenizer } from "../models/tokenizer.js";
+import type { OpenAIFunctionSchema } from "./tool.js";
 
 /** A chat message as chat templates read it (`tool` turns carry a tool's response). */
 export interface ChatTurn {

@@ -12,7 +12,8 @@
  * (`formatObservation`): stdout, or the last line of the error.
  */
 import { InputError } from "@torl-ts/core";
-import { PythonCodeInterpreter, SandboxExecutor, SandboxFusionClient } from "@torl-ts/sandbox";
+import { SandboxExecutor, SandboxFusionClient } from "@torl-ts/sandbox";
+import { PythonCodeInterpreter } from "./code-interpreter.js";
 
 export interface CodeInterpreterToolConfig {
   sandbox_fusion_url?: string | null;

@@ -12,7 +12,7 @@
  * accepted, as OpenAI's wire format sends it), an unknown tool, arguments that do not match the tool's
  * parameter schema, or a `<tool_call>` left open at the end of the turn.
  */
-import type { JsonSchema, OpenAIFunctionSchema, ToolCall } from "@torl-ts/sandbox";
+import type { JsonSchema, OpenAIFunctionSchema, ToolCall } from "./tool.js";
 
 export const TOOL_CALL_OPEN = "<tool_call>";
 export const TOOL_CALL_CLOSE = "</tool_call>";

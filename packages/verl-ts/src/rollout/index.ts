@@ -20,8 +20,18 @@ export {
   rolloutMetrics,
   rolloutTrainingBatch,
 } from "./batch.js";
-export { benchRolloutCommand, DelayedRunner } from "./bench.js";
 export { ChatTemplate, ChatTemplateError, type ChatTurn, type RenderOptions } from "./chat-template.js";
+export {
+  type CodeInterpreterOptions,
+  EMPTY_OBSERVATION,
+  extractLastPythonBlock,
+  formatObservation,
+  OBSERVATION_KEEP,
+  OBSERVATION_LIMIT,
+  OUTPUT_STOP,
+  PythonCodeInterpreter,
+  wrapObservation,
+} from "./code-interpreter.js";
 export { type CodeInterpreterToolConfig, createCodeInterpreterTool } from "./code-interpreter-tool.js";
 export {
   type ParsedToolCall,
@@ -53,6 +63,15 @@ export {
   ToolExecutionError,
   tirRollout,
 } from "./tir.js";
+export {
+  executeAll,
+  type JsonSchema,
+  newInstanceId,
+  type OpenAIFunctionSchema,
+  type Tool,
+  type ToolCall,
+  type ToolResult,
+} from "./tool.js";
 export {
   type ConfiguredTool,
   instantiateTool,

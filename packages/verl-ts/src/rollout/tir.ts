@@ -1,6 +1,6 @@
 /**
  * Tool-integrated reasoning (TIR) rollout, ToRL's `_tir_generate` made asynchronous and generic over the
- * Tool interface of @torl-ts/sandbox.
+ * Tool interface (tool.ts).
  *
  * Each sequence alternates generation rounds and tool calls. A round generates with the tool's stop
  * strings; when one matches, `tool.parse(roundText)` looks for the call in the text of that round (the
@@ -26,7 +26,6 @@
  */
 import { TextDecoder } from "node:util";
 import * as tf from "@tensorflow/tfjs";
-import { executeAll, type Tool, type ToolCall, type ToolResult } from "@torl-ts/sandbox";
 import {
   maskFromCharRanges,
   mulberry32,
@@ -39,6 +38,7 @@ import {
 import type { DataProto } from "../protocol/index.js";
 import { promptsFromDataProto, rolloutDataProto } from "./batch.js";
 import { RaggedKVCache } from "./ragged-cache.js";
+import { executeAll, type Tool, type ToolCall, type ToolResult } from "./tool.js";
 
 export interface TirRolloutOptions {
   /** The tool the model may call; without one the rollout is plain generation. */

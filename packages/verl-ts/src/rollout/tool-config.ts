@@ -18,8 +18,8 @@ import { readFileSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { InputError } from "@torl-ts/core";
-import type { OpenAIFunctionSchema, Tool } from "@torl-ts/sandbox";
 import { parse as parseYaml } from "yaml";
+import type { OpenAIFunctionSchema, Tool } from "./tool.js";
 
 /** A tool config file that cannot be used; names the file and the entry. */
 export class ToolConfigError extends InputError {

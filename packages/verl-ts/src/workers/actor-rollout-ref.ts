@@ -6,7 +6,6 @@
  * Sharding and the global loss aggregation: see fsdp.ts (shared with the critic).
  */
 import * as tf from "@tensorflow/tfjs";
-import { OUTPUT_STOP, type Tool } from "@torl-ts/sandbox";
 import type { PolicyLossOptions } from "../algorithms/policy-loss.js";
 import { getPolicyLoss, runPolicyLoss } from "../algorithms/policy-loss-registry.js";
 import { aggLossTf, asTfTensor, klLossTf } from "../algorithms/tf-ops.js";
@@ -19,8 +18,10 @@ import type { Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
 import { agentLoopRollout } from "../rollout/agent-loop.js";
 import { rolloutTrainingBatch } from "../rollout/batch.js";
+import { OUTPUT_STOP } from "../rollout/code-interpreter.js";
 import { agentTrainingBatch, multiTurnConfig, multiTurnSettings } from "../rollout/multi-turn.js";
 import { type TirRolloutOptions, tirRollout } from "../rollout/tir.js";
+import type { Tool } from "../rollout/tool.js";
 import { instantiateTool } from "../rollout/tool-config.js";
 import { Dispatch, register } from "../single-controller/decorator.js";
 import { importExternalLib } from "./external-lib.js";

@@ -12,7 +12,7 @@ import {
   registerPolicyLoss,
   runPolicyLoss,
   type ScoreMatrix,
-} from "../../src/core.js";
+} from "../../src/algorithms/index.js";
 
 // Reference values: scripts/core/make-algorithm-variant-fixtures.py (PyTorch, formulas from the papers).
 const fx = JSON.parse(

@@ -32,7 +32,7 @@ import {
   tokenLevelScoresFromFinal,
   valueLossTf,
   vanillaPolicyLossTf,
-} from "../../src/core.js";
+} from "../../src/algorithms/index.js";
 
 const fx = JSON.parse(
   readFileSync(new URL("../fixtures/core/algorithms-torch.json", import.meta.url), "utf8"),

@@ -13,7 +13,7 @@ import {
   splitConfigArgs,
   TrainerConfigError,
   trainerConfigSchema,
-} from "../../src/core.js";
+} from "../../src/config/index.js";
 
 const dir = mkdtempSync(join(tmpdir(), "verl-config-"));
 const file = (name: string, text: string) => {

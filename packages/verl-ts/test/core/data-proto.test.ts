@@ -1,5 +1,5 @@
 import test from "ava";
-import { DataProto, DataProtoError, isDataProtoWire } from "../../src/core.js";
+import { DataProto, DataProtoError, isDataProtoWire } from "../../src/protocol/index.js";
 
 function sample(n = 4): DataProto {
   const ids = new Int32Array(n * 3).map((_, i) => i);

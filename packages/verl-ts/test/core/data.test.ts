@@ -13,7 +13,7 @@ import {
   readParquetRows,
   readRlDataset,
   renderPrompt,
-} from "../../src/core.js";
+} from "../../src/data/index.js";
 
 const PARQUET = fileURLToPath(new URL("../fixtures/core/torl-test.parquet", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "verl-data-"));

@@ -1,14 +1,14 @@
 import { ActorDiedError, getCollectiveGroup, init, RemoteError, shutdown } from "@torl-ts/actors";
 import test from "ava";
+import { DataProto } from "../../src/protocol/index.js";
 import {
   type BoundMethods,
-  DataProto,
   DispatchError,
   ResourcePool,
   WorkerGroup,
   WorkerStartTimeoutError,
   workerRole,
-} from "../../src/core.js";
+} from "../../src/single-controller/index.js";
 import {
   BrokenRole,
   DoublerWorker,

@@ -1,11 +1,12 @@
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { OpenAIFunctionSchema, SandboxExecutor } from "@torl-ts/sandbox";
+import type { SandboxExecutor } from "@torl-ts/sandbox";
 import test from "ava";
 import { loadTrainerConfig } from "../../src/config/index.js";
 import { renderPrompt } from "../../src/data/index.js";
 import { buildByteBpeTokenizer, Qwen2Model, selectBackend, Tokenizer } from "../../src/models/index.js";
+import type { OpenAIFunctionSchema } from "../../src/rollout/index.js";
 import {
   type AgentLoopOptions,
   agentLoopRollout,

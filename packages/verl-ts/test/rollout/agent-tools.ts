@@ -2,7 +2,7 @@
  * Two small tools for the multi-turn agent loop tests, loadable from a tool config file: `AddTool`
  * (a class, constructed with the entry's config) and `createEchoTool` (a factory function).
  */
-import type { OpenAIFunctionSchema, Tool, ToolCall, ToolResult } from "@torl-ts/sandbox";
+import type { OpenAIFunctionSchema, Tool, ToolCall, ToolResult } from "../../src/rollout/index.js";
 
 const schema = (name: string, properties: Record<string, { type: string }>): OpenAIFunctionSchema => ({
   type: "function",

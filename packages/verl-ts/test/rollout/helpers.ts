@@ -1,6 +1,6 @@
 import * as tf from "@tensorflow/tfjs";
-import type { OpenAIFunctionSchema, Tool, ToolCall, ToolResult } from "@torl-ts/sandbox";
 import { padBatch, type Qwen2Model, type Tokenizer } from "../../src/models/index.js";
+import type { OpenAIFunctionSchema, Tool, ToolCall, ToolResult } from "../../src/rollout/index.js";
 
 /**
  * A second, tiny tool with its own trigger, to show the rollout is generic: it "measures" the round,

@@ -1,8 +1,8 @@
 import { init, shutdown } from "@torl-ts/actors";
-import { PythonCodeInterpreter, SandboxActorPool } from "@torl-ts/sandbox";
+import { SandboxActorPool } from "@torl-ts/sandbox";
 import test from "ava";
 import { buildByteBpeTokenizer, Qwen2Model, selectBackend } from "../../src/models/index.js";
-import { tirRollout } from "../../src/rollout/index.js";
+import { PythonCodeInterpreter, tirRollout } from "../../src/rollout/index.js";
 import { tinyTestConfig } from "../models/tiny-config.js";
 import { scriptedProcessor } from "./helpers.js";
 

@@ -1,11 +1,12 @@
 import * as tf from "@tensorflow/tfjs";
-import { PythonCodeInterpreter, SandboxExecutor } from "@torl-ts/sandbox";
+import { SandboxExecutor } from "@torl-ts/sandbox";
 import test from "ava";
 import { loadTrainerConfig } from "../../src/config/index.js";
 import { buildByteBpeTokenizer, generate, Qwen2Model, selectBackend } from "../../src/models/index.js";
 import { DataProto } from "../../src/protocol/index.js";
 import {
   generateSequences,
+  PythonCodeInterpreter,
   padRolloutBatch,
   promptsFromDataProto,
   RolloutInputError,

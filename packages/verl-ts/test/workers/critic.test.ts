@@ -3,16 +3,16 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
+import { computeValueLoss } from "../../src/algorithms/index.js";
+import { loadTrainerConfig } from "../../src/config/index.js";
+import type { DataProto } from "../../src/protocol/index.js";
+import type { BatchTensor } from "../../src/protocol/tensor.js";
 import {
   type BoundMethods,
-  computeValueLoss,
-  type DataProto,
-  loadTrainerConfig,
   ResourcePool,
   WorkerGroup,
   workerRole,
-} from "../../src/core.js";
-import type { BatchTensor } from "../../src/protocol/tensor.js";
+} from "../../src/single-controller/index.js";
 import { CriticWorker, layoutForMiniBatches, type ShardInfo } from "../../src/workers/index.js";
 import { responseBatch, tinyModelDir } from "./helpers.js";
 

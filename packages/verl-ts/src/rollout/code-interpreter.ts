@@ -13,6 +13,7 @@
  * - execution_pass (ToolResult.success): 1 when the run succeeded or printed anything.
  */
 
+import type { BatchCodeRunner, RunCodeResponse } from "@torl-ts/sandbox";
 import {
   newInstanceId,
   type OpenAIFunctionSchema,
@@ -20,7 +21,6 @@ import {
   type ToolCall,
   type ToolResult,
 } from "./tool.js";
-import type { CodeRunner, RunCodeResponse } from "./types.js";
 
 /** ToRL's text for an empty observation (its sandbox's timeout decorator message). */
 export const EMPTY_OBSERVATION = "timeout_decorator.TimeoutError: 'Timed Out'";
@@ -93,11 +93,6 @@ export interface CodeInterpreterOptions {
   stop?: string;
   /** Observations this long or longer are cut to their first and last half (default 256, ToRL's). */
   maxObservationChars?: number;
-}
-
-/** Runs `runner.run` for many codes at once, in order; backends with a batch call use it. */
-export interface BatchCodeRunner extends CodeRunner {
-  runBatch?(requests: Parameters<CodeRunner["run"]>[0][]): Promise<RunCodeResponse[]>;
 }
 
 /** ToRL's Python code interpreter as a Tool, over any SandboxFusion-shaped backend. */

@@ -1,3 +1,4 @@
+import type { RunCodeResponse } from "@torl-ts/sandbox";
 import test from "ava";
 import {
   EMPTY_OBSERVATION,
@@ -5,9 +6,8 @@ import {
   extractLastPythonBlock,
   formatObservation,
   PythonCodeInterpreter,
-  type RunCodeResponse,
   wrapObservation,
-} from "../src/index.js";
+} from "../../src/rollout/index.js";
 
 function response(run: Partial<NonNullable<RunCodeResponse["run_result"]>> | null): RunCodeResponse {
   return {

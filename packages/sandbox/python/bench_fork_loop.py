@@ -1,0 +1,54 @@
+"""The machine's ceiling for `pnpm torl bench sandbox`: the fork server's warm heap forking children in a
+bare loop. Run as `python3 bench_fork_loop.py '<config json>'` (config: huge_pages, code)."""
+
+import json
+import os
+import sys
+import time
+
+import torl_sandbox.warm  # noqa: F401 - first: BLAS pinned to one thread before numpy is imported
+from torl_sandbox.huge_heap import huge_heap_setup
+from torl_sandbox.linux import fork_bare
+from torl_sandbox.warm import warm_up
+
+
+def bare_fork_loop(config):
+    """The machine's ceiling for any fork-per-run pool, for `bench sandbox`: the same huge-page heap,
+    warmed the same way, forking children in a plain loop with no isolation, no IPC and no Node.
+
+    Line protocol on stdin/stdout: prints `ready`; each `go exit N` (fork, then exit at once) or
+    `go code N` (fork, run config["code"] with stdout on /dev/null, exit) answers one JSON line
+    `{"mode", "runs", "seconds"}`; end of input ends it.
+    """
+    import gc
+
+    huge_heap_setup(config.get("huge_pages"))
+    warm_up()
+    compiled = compile(config.get("code", "pass"), "main.py", "exec")
+    gc.collect()
+    gc.freeze()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        _, mode, runs = line.split()
+        started = time.perf_counter()
+        for _ in range(int(runs)):
+            pid = fork_bare()
+            if pid == 0:
+                status = 0
+                try:
+                    if mode == "code":
+                        os.dup2(devnull, 1)
+                        exec(compiled, {"__name__": "__main__"})  # noqa: S102 - the benchmark's own code
+                        sys.stdout.flush()
+                except BaseException:  # noqa: BLE001
+                    status = 1
+                os._exit(status)
+            _, st = os.waitpid(pid, 0)
+            if st != 0:
+                sys.exit(f"bare fork loop: a child running the code failed (wait status {st})")
+        print(json.dumps({"mode": mode, "runs": int(runs), "seconds": time.perf_counter() - started}), flush=True)
+
+
+if __name__ == "__main__":
+    bare_fork_loop(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})

@@ -1,0 +1,1 @@
+"""The warm fork server of @torl-ts/sandbox, one module per concern (see ../forkserver.py)."""

@@ -1,0 +1,227 @@
+"""Isolation of the runs: the record of protections in force, the minimal read-only root the server
+pivots into, fresh scratch mounts between runs, the per-run IPC namespace and the capability drop."""
+
+import errno
+import os
+import platform
+import shutil
+import sys
+
+from torl_sandbox.linux import (
+    CLONE_NEWIPC,
+    MNT_DETACH,
+    MS_BIND,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_RDONLY,
+    MS_REC,
+    MS_REMOUNT,
+    PR_CAP_AMBIENT,
+    PR_CAP_AMBIENT_CLEAR_ALL,
+    PR_CAPBSET_DROP,
+    SYS_PIVOT_ROOT,
+    check,
+    libc,
+    status_in_child,
+)
+
+
+PROTECTIONS = {}  # name -> {"active": bool, "how": str} or {"active": False, "reason": str}
+WARNINGS = []
+
+
+def protect(name, how, fn):
+    """Runs one isolation step; records whether it is active and why not."""
+    try:
+        result = fn()
+        PROTECTIONS[name] = {"active": True, "how": how}
+        return result
+    except Exception as exc:  # noqa: BLE001 - every failure is reported, never hidden
+        PROTECTIONS[name] = {"active": False, "reason": f"{type(exc).__name__}: {exc}"}
+        WARNINGS.append(f"{name} not active: {exc}")
+        return None
+
+
+def mount(src, dst, fstype=None, flags=0, data=None):
+    enc = lambda s: s.encode() if isinstance(s, str) else s  # noqa: E731
+    check(libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)), f"mount {src} on {dst}")
+
+
+def bind_ro(src, dst):
+    if os.path.isdir(src):
+        os.makedirs(dst, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        open(dst, "a").close()
+    mount(src, dst, None, MS_BIND | MS_REC)
+    mount(None, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def python_dirs():
+    dirs = set()
+    for p in [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path[1:]]:
+        if p and os.path.isabs(p) and os.path.exists(p):
+            dirs.add(os.path.realpath(p) if os.path.isdir(p) else os.path.dirname(os.path.realpath(p)))
+    # keep only the outermost of nested dirs
+    out = []
+    for d in sorted(dirs):
+        if d == "/" or any(d == o or d.startswith(o + "/") for o in out):
+            continue
+        out.append(d)
+    return [d for d in out if not (d == "/usr" or d.startswith("/usr/"))]
+
+
+LAYERS = "/tmp/layers"  # in the server's private /tmp, which the pivot detaches with the old root
+
+
+def view_ro(src, dst):
+    """A read-only view of host directory `src` at `dst` whose mount entry names neither a host path
+    nor the host's device and filesystem options (a bind would show both in /proc/self/mountinfo):
+    an overlay whose lower layers are a bind of `src` under LAYERS and an empty directory. Returns
+    False where overlayfs refuses (e.g. stacked too deep); then it is a plain read-only bind."""
+    layer = os.path.join(LAYERS, str(len(os.listdir(LAYERS))))
+    os.makedirs(layer)
+    os.makedirs(dst, exist_ok=True)
+    try:
+        mount(src, layer, None, MS_BIND | MS_REC)
+        mount("sandbox", dst, "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, f"lowerdir={layer}:{LAYERS}/empty")
+        return True
+    except OSError:
+        libc.umount2(layer.encode(), MNT_DETACH)
+        bind_ro(src, dst)
+        return False
+
+
+def mounts_below(path):
+    """Mount points strictly below `path` (this namespace's view), outermost first."""
+    below = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            at = line.split()[4].replace("\\040", " ")
+            if at.startswith(path.rstrip("/") + "/") and not at.startswith(LAYERS):
+                below.append(at)
+    return sorted(set(below), key=lambda m: m.count("/"))
+
+
+def build_root(uid, gid, tmpfs_mb):
+    """In a fresh mount namespace: a tmpfs root holding read-only views of what Python needs.
+    Returns the directories whose mount entry still shows the host's (see view_ro)."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # A private tmpfs over /tmp gives a place for the new root that the host never sees.
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=0755")
+    root = "/tmp/root"
+    os.makedirs(root)
+    os.makedirs(LAYERS + "/empty")
+    mount("tmpfs", root, "tmpfs", MS_NOSUID, "size=16m,mode=0755")
+    shown = []
+    for d in ["/usr", *python_dirs()]:
+        # an overlay does not show what is mounted below its lower directory: view those mounts too
+        for at in [d, *mounts_below(d)]:
+            if not view_ro(at, root + at):
+                shown.append(at)
+    for link in ("bin", "lib", "lib64", "sbin", "lib32", "libx32"):
+        src = "/" + link
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), f"{root}/{link}")
+        elif os.path.isdir(src) and not view_ro(src, f"{root}/{link}"):
+            shown.append(src)
+    for d in python_dirs():
+        # make the path down to each bind traversable for the unprivileged uid
+        parts = d.strip("/").split("/")
+        for i in range(1, len(parts)):
+            p = root + "/" + "/".join(parts[:i])
+            try:
+                os.chmod(p, 0o755)
+            except OSError:
+                pass
+    os.makedirs(root + "/etc")
+    for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf"):
+        if os.path.exists(f):
+            # copies, not binds: a bind's mount entry would show where the file lives on the host
+            with open(f, "rb") as src, open(root + f, "wb") as dst:
+                dst.write(src.read())
+            os.chmod(root + f, 0o644)
+    with open(root + "/etc/passwd", "w") as f:
+        f.write(f"root:x:0:0:root:/root:/bin/sh\nsandbox:x:{uid}:{gid}:sandbox:/tmp:/bin/sh\n")
+    with open(root + "/etc/group", "w") as f:
+        f.write(f"root:x:0:\nsandbox:x:{gid}:\n")
+    with open(root + "/etc/hosts", "w") as f:
+        f.write("127.0.0.1 localhost\n")
+    # /dev: a few harmless devices bound from the host
+    os.makedirs(root + "/dev")
+    mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
+    for dev in ("null", "zero", "full", "random", "urandom"):
+        open(f"{root}/dev/{dev}", "w").close()
+        mount(f"/dev/{dev}", f"{root}/dev/{dev}", None, MS_BIND)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    os.makedirs(root + "/dev/shm")
+    os.makedirs(root + "/tmp")
+    os.makedirs(root + "/proc")
+    # hidepid=2: a run sees only its own processes, not the server's or the template's (their command
+    # lines, status, maps)
+    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+    os.makedirs(root + "/.old")
+    os.chdir(root)
+    if SYS_PIVOT_ROOT is None:
+        raise OSError(errno.ENOSYS, f"pivot_root syscall number unknown for {platform.machine()}")
+    check(libc.syscall(SYS_PIVOT_ROOT, b".", b".old"), "pivot_root")
+    os.chdir("/")
+    check(libc.umount2(b"/.old", MNT_DETACH), "umount old root")
+    os.rmdir("/.old")
+    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID)
+    fresh_scratch(tmpfs_mb)
+    return shown
+
+
+# Without the private root (filesystem isolation off) each run still gets a scratch directory of its
+# own, wiped between runs, under this host directory (see use_host_scratch).
+_host_scratch = None
+
+
+def use_host_scratch(base):
+    """Scratch under `base` on the host's filesystem instead of private tmpfs mounts; wipes it now."""
+    global _host_scratch
+    _host_scratch = base
+    fresh_scratch(0)
+
+
+def fresh_scratch(tmpfs_mb):
+    """Replaces /tmp and /dev/shm by empty tmpfs mounts (the previous ones vanish with their files);
+    with a host scratch directory instead, empties that."""
+    if _host_scratch is not None:
+        shutil.rmtree(_host_scratch, ignore_errors=True)
+        os.makedirs(_host_scratch, exist_ok=True)
+        return
+    for path, size in (("/tmp", tmpfs_mb), ("/dev/shm", 16)):
+        libc.umount2(path.encode(), MNT_DETACH)
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size}m,mode=1777")
+
+
+def verify_ipc_unshare():
+    """A throwaway child enters a new IPC namespace, as every run child will."""
+    st = status_in_child(lambda: libc.unshare(CLONE_NEWIPC) == 0)
+    if st != 0:
+        raise OSError(errno.EPERM, f"unshare(CLONE_NEWIPC) failed in a probe child (status {st})")
+    return True
+
+
+def drop_capability_bounding_set():
+    """No capability can ever come back to the run (not even through a file capability)."""
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"PR_CAPBSET_DROP {cap}")
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+
+
+# Run uids: one per worker, RUN_UID_BASE + the worker's pid, so that no two live workers share one
+# (RLIMIT_NPROC and signals go by uid) whatever pid_max is (at most 2^22 on Linux).
+RUN_UID_BASE = 1_000_000_000
+
+
+def run_uid(worker_pid):
+    return RUN_UID_BASE + worker_pid

@@ -1,0 +1,231 @@
+"""The run child ("zygote"): forked by the template and prepared before its request arrives, then
+isolated, limited and dropped to the run uid; it runs the request's code and reports its exit."""
+
+import builtins
+import ctypes
+import fcntl
+import io
+import json
+import os
+import resource
+import signal
+import struct
+import sys
+import time
+import traceback
+
+from torl_sandbox.framing import read_frame
+from torl_sandbox.isolation import drop_capability_bounding_set
+from torl_sandbox.linux import CLONE_NEWIPC, PR_SET_NO_NEW_PRIVS, check, fork_bare, libc
+from torl_sandbox.prefault import MADV_POPULATE_WRITE, exclusive_pages, populate_while_idle
+from torl_sandbox.seccomp import PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+from torl_sandbox.warm import reseed_generators
+
+
+def vm_size_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def run_limits(req):
+    """(memory_limit_MB, run_timeout, max_processes) of a request; a limit that would be off (<= 0,
+    not a number) is refused: Node validates first, this is the last line."""
+    values = []
+    for key, default in (("memory_limit_MB", 1024), ("run_timeout", 10), ("max_processes", 64)):
+        value = req.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+            raise ValueError(f"{key} must be a finite number > 0, got {value!r}")
+        values.append(value)
+    return float(values[0]), float(values[1]), int(values[2])
+
+
+class Zygote:
+    """The server's handle on a forked child waiting for one request (everything request-independent
+    is done already): the pipe ends the server keeps, and a pidfd that turns readable when it exits."""
+
+    def __init__(self, pid, ctrl_w, out_r, err_r, status_r):
+        self.pid, self.ctrl_w, self.out_r, self.err_r, self.status_r = pid, ctrl_w, out_r, err_r, status_r
+        self.pidfd = os.pidfd_open(pid)
+
+    def close(self):
+        for fd in (self.out_r, self.err_r, self.status_r, self.pidfd, self.ctrl_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def fork_zygote(state):
+    """Forks a run child; returns (pid, ctrl_w, out_r, err_r, status_r) in the parent."""
+    scratch = state["scratch"]
+    os.makedirs(scratch, mode=0o700, exist_ok=True)
+    if state["drop_uid"]:
+        os.chown(scratch, state["uid"], state["gid"])
+    ctrl_r, ctrl_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    status_r, status_w = os.pipe()
+    pid = fork_bare()
+    if pid == 0:
+        for fd in (ctrl_w, out_r, err_r, status_r, *state["parent_fds"]):
+            os.close(fd)
+        zygote_main(state, ctrl_r, out_w, err_w, status_w)
+    for fd in (ctrl_r, out_w, err_w, status_w):
+        os.close(fd)
+    return pid, ctrl_w, out_r, err_r, status_r
+
+
+def zygote_main(state, ctrl_r, out_w, err_w, status_w):
+    """Runs in the forked child; never returns."""
+    code = 1
+    timings = {"zygote_cpu_at_start_ms": time.process_time() * 1000}
+    try:
+        os.setsid()
+        cg = state["cgroups"]
+        if cg is not None:
+            cg.join()
+        t_pop = time.perf_counter()
+        if not state.get("learning"):
+            # small pages always: one madvise per range costs ~25 us a page, the fault it saves ~65 us
+            for addr, length in state["hot_pages"]:
+                libc.madvise(addr, length, MADV_POPULATE_WRITE)
+            timings["zygote_populated_ranges"] = populate_while_idle(state["hot_huge"], ctrl_r)
+        timings["zygote_populate_ms"] = (time.perf_counter() - t_pop) * 1000
+        # above every target first: a pipe end may itself sit on 1-4
+        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 5) for fd in (out_w, err_w, status_w, ctrl_r)]
+        for target, fd in enumerate(moved, start=1):
+            os.dup2(fd, target)
+        os.closerange(5, 65536)
+        os.chdir(state["scratch"])
+        # everything that does not depend on the request happens before it arrives
+        fixed = [
+            (resource.RLIMIT_CORE, 0),
+            (resource.RLIMIT_NOFILE, 256),
+            (resource.RLIMIT_FSIZE, int(state["tmpfs_mb"]) * 1024 * 1024),
+        ]
+        for which, value in fixed:
+            resource.setrlimit(which, (value, value))
+        reseed_generators(state.get("generators", ()))
+        if state["ipc_per_run"]:
+            # SysV shared memory, queues and semaphores and POSIX queues die with the run
+            check(libc.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
+        if state["drop_uid"]:
+            drop_capability_bounding_set()
+            uid, gid = state["uid"], state["gid"]
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        if state["seccomp"] is not None:
+            check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(state["seccomp"]), 0, 0),
+                   "seccomp")
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR1, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL if sig != signal.SIGPIPE else signal.SIG_IGN)
+        os.environ.clear()
+        os.environ.update(RUN_ENV)
+        os.environ["HOME"] = state["scratch"]
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace")
+        sys.stderr = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
+        )
+        timings["zygote_cpu_ready_ms"] = time.process_time() * 1000
+        req = read_frame(4)
+        os.close(4)
+        if req is None:
+            os._exit(0)
+        stdin_fd = os.memfd_create("stdin")
+        data = (req.get("stdin") or "").encode()
+        if data:
+            os.write(stdin_fd, data)
+            os.lseek(stdin_fd, 0, os.SEEK_SET)
+        os.dup2(stdin_fd, 0)
+        os.close(stdin_fd)
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
+        # per-request limits: only ever lowered, which an unprivileged process may do
+        mem_mb, timeout, max_processes = run_limits(req)
+        limits = [(resource.RLIMIT_CPU, int(timeout) + 2)]
+        if state["drop_uid"]:
+            limits.append((resource.RLIMIT_NPROC, max_processes))
+        limits.append((resource.RLIMIT_AS, state["vm_base"] + int(mem_mb * 1024 * 1024)))
+        for which, value in limits:
+            resource.setrlimit(which, (value, value))
+        path = os.path.join(state["scratch"], "main.py")
+        sys.argv = [path]
+        sys.path[0] = state["scratch"]
+        timings["zygote_cpu_before_exec_ms"] = time.process_time() * 1000
+        t_exec = time.perf_counter()
+        code = run_user_code(path, req.get("code", ""))
+        timings["zygote_exec_ms"] = (time.perf_counter() - t_exec) * 1000
+        timings["zygote_cpu_after_exec_ms"] = time.process_time() * 1000
+        if state.get("learning"):
+            libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE, so that /proc/self/pagemap stays readable
+            os.write(3, json.dumps(exclusive_pages()).encode())
+            os._exit(0)
+    except BaseException:  # noqa: BLE001
+        try:
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001
+            pass
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+    # tell the server before exiting: tearing down the address space takes milliseconds
+    try:
+        os.close(1)
+        os.close(2)
+        os.write(3, struct.pack(">i", code) + (json.dumps(timings).encode() if state["trace"] is not None else b""))
+    except BaseException:  # noqa: BLE001
+        pass
+    os._exit(code)
+
+
+RUN_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "PYTHONIOENCODING": "utf-8",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+}
+
+
+def run_user_code(path, source):
+    glb = {"__name__": "__main__", "__file__": path, "__builtins__": builtins}
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(source)
+    except OSError:
+        pass
+    try:
+        compiled = compile(source, path, "exec")
+        exec(compiled, glb)  # noqa: S102 - this is the sandbox
+        return 0
+    except SystemExit as exc:
+        c = exc.code
+        if c is None:
+            return 0
+        if isinstance(c, int):
+            return c & 0xFF
+        try:
+            sys.stdout.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+        print(c, file=sys.stderr)
+        return 1
+    except BaseException as exc:  # noqa: BLE001
+        try:
+            sys.stdout.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+        tb = exc.__traceback__
+        # drop our own frame so the traceback starts in the user's file, as `python3 main.py` shows it
+        if tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next
+        sys.stderr.write("".join(traceback.format_exception(type(exc), exc, tb)))
+        return 1

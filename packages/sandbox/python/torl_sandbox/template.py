@@ -1,0 +1,128 @@
+"""The template, the only process that forks runs, and its end of the protocol with the server."""
+
+import json
+import os
+import signal
+import socket
+import time
+
+from torl_sandbox.isolation import fresh_scratch
+from torl_sandbox.linux import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, fork_bare, libc
+from torl_sandbox.run_child import Zygote, fork_zygote
+
+
+# the template: the only process that forks runs. It is forked from the server before the first
+# request and never receives one: requests are parsed, files written and outputs collected by the
+# server, so no run inherits memory in which another run's code, input or output ever was. Over a
+# SOCK_SEQPACKET socketpair the server sends one byte per command, the template answers with JSON
+# (and, for "next", the new child's pipe ends as SCM_RIGHTS):
+#   b"E" end the run: SIGKILL every run process, reap them; answer {"status", "cpu_ms", "faults"}
+#        of the last run child (status: its wait status, null if there was none)
+#   b"N" end the run as above, then fresh /tmp and /dev/shm, and fork the next run child:
+#        answer as above plus "pid" and "cycle_ms", with fds [ctrl_w, out_r, err_r, status_r]
+
+
+class Template:
+    """The server's side of the template process."""
+
+    def __init__(self, state):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = fork_bare()
+        if pid == 0:
+            ours.close()
+            for fd in state["parent_fds"]:
+                os.close(fd)
+            state = dict(state, parent_fds=(theirs.fileno(),))
+            try:
+                template_main(theirs, state)
+            finally:
+                os._exit(70)
+        theirs.close()
+        self.sock, self.pid = ours, pid
+
+    def _ask(self, command):
+        self.sock.send(command)
+        data, fds, _, _ = socket.recv_fds(self.sock, 4096, 4)
+        if not data:
+            raise RuntimeError("the template process (the parent of every run) is gone")
+        return json.loads(data), fds
+
+    def end_run(self):
+        """Kills whatever the run left and reaps it; the last run child's wait status and usage."""
+        return self._ask(b"E")[0]
+
+    def next_zygote(self):
+        """Ends the run, then a fresh scratch and a new prepared child: (Zygote, what end_run says)."""
+        ended, fds = self._ask(b"N")
+        if len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            raise RuntimeError(f"the template answered 'next' without the run child's pipes: {ended}")
+        return Zygote(ended.pop("pid"), *fds), ended
+
+
+def template_main(sock, state):
+    """The template's loop: one command at a time from the server (see above); never returns."""
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # the run's orphaned descendants come to us (not to the server), so we can reap them
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    child = None
+    while True:
+        command = sock.recv(16)
+        if not command:
+            os._exit(0)
+        ended = end_runs(state, child)
+        child = None
+        if command == b"E":
+            sock.send(json.dumps(ended).encode())
+            continue
+        t = time.monotonic()
+        fresh_scratch(state["tmpfs_mb"])
+        child, *fds = fork_zygote(state)
+        ended.update(pid=child, cycle_ms=(time.monotonic() - t) * 1000)
+        socket.send_fds(sock, [json.dumps(ended).encode()], fds)
+        for fd in fds:
+            os.close(fd)
+
+
+def end_runs(state, child):
+    """SIGKILLs every process the run left (all of them, daemons in their own session included) and
+    reaps them; the wait status and resource usage of `child`, the run's first process."""
+    found = {"status": None, "cpu_ms": 0.0, "faults": 0}
+
+    def reap_all(block):
+        while True:
+            try:
+                pid, st, usage = os.wait4(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == child:
+                found.update(status=st, cpu_ms=(usage.ru_utime + usage.ru_stime) * 1000, faults=usage.ru_minflt)
+
+    if state["pid_ns"]:
+        # in our own pid namespace, kill(-1) from a root process that is not its pid 1 reaches every
+        # process but pid 1 (the server) and ourselves: exactly what the runs left
+        for i in range(100000):
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                break
+            reap_all(False)
+            if i > 20:
+                time.sleep(0.001)
+        reap_all(True)
+    elif child is not None:
+        # without the namespace only the run's process group can be reached safely
+        try:
+            os.killpg(child, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            _, st, usage = os.wait4(child, 0)
+            found.update(status=st, cpu_ms=(usage.ru_utime + usage.ru_stime) * 1000, faults=usage.ru_minflt)
+        except ChildProcessError:
+            pass
+        reap_all(False)
+    return found

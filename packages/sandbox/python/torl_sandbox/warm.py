@@ -1,0 +1,62 @@
+"""The warm interpreter: BLAS pinned to one thread (the server forks without Python's at-fork hooks,
+which is safe only with one thread), the modules every run finds imported, and the random generators
+each run child reseeds."""
+
+import io
+import os
+import random
+
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+
+# Imported once into the warm interpreter so that runs find them loaded (model-written math code uses
+# these most); `preload` in the config adds more (e.g. scipy).
+STDLIB_PRELOAD = (
+    "math cmath fractions decimal itertools functools collections re json random statistics heapq bisect "
+    "string datetime copy operator typing numbers socket encodings.idna subprocess io textwrap array struct hashlib"
+).split()
+
+
+def warm_up(preload=()):
+    import numpy  # noqa: F401
+    import sympy
+
+    for mod in STDLIB_PRELOAD:
+        __import__(mod)
+
+    x = sympy.symbols("x")
+    print(sympy.factor(x**2 - 1), file=io.StringIO())
+    sympy.simplify(sympy.sin(x) ** 2 + sympy.cos(x) ** 2)
+    sympy.solve(x**2 - 4, x)
+    sympy.Rational(1, 3) + sympy.sqrt(2)
+    sympy.integrate(x**2, x)
+    numpy.arange(10).sum()
+    compile("print(1)", "main.py", "exec")
+    for mod in preload:
+        __import__(mod)
+
+
+def random_generators():
+    """Every pseudo-random generator the warm interpreter holds (random's, sympy's, numpy's global
+    RandomState, and any other random.Random, RandomState or Generator a preloaded module made)."""
+    import gc
+
+    import numpy.random
+
+    kinds = (random.Random, numpy.random.RandomState, numpy.random.Generator)
+    found = [o for o in gc.get_objects() if isinstance(o, kinds) and not isinstance(o, random.SystemRandom)]
+    return found
+
+
+def reseed_generators(generators):
+    """Fresh entropy for each generator, in each run child: forked runs would otherwise all continue
+    the warm interpreter's sequences, identically."""
+    import numpy.random
+
+    for gen in generators:
+        if isinstance(gen, numpy.random.Generator):
+            gen.bit_generator.state = type(gen.bit_generator)().state
+        else:
+            gen.seed()

@@ -1,0 +1,52 @@
+/**
+ * Dependencies point one way (core -> actors -> sandbox -> verl -> examples): a package's sources import
+ * only the packages below it. Tools sit with the rollout in @torl-ts/verl, so a tool written in
+ * TypeScript alone (the calculator example) needs nothing from the sandbox.
+ */
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import test from "ava";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+
+/** What each package's src/ may import of the workspace's packages. */
+const ALLOWED: Record<string, string[]> = {
+  "packages/core": [],
+  "packages/blas": [],
+  "packages/actors": ["@torl-ts/core"],
+  "packages/sandbox": ["@torl-ts/core", "@torl-ts/actors"],
+  "packages/verl-ts": ["@torl-ts/core", "@torl-ts/actors", "@torl-ts/sandbox", "@torl-ts/blas"],
+};
+
+function sources(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true, recursive: true })
+    .filter((e) => e.isFile() && /\.(ts|mjs|js)$/.test(e.name))
+    .map((e) => join(e.parentPath, e.name));
+}
+
+/** The workspace packages a file imports (static and dynamic imports, by package name). */
+function workspaceImports(file: string): string[] {
+  const text = readFileSync(file, "utf8");
+  const found = new Set<string>();
+  for (const m of text.matchAll(/(?:from|import\()\s*["'](@torl-ts\/[a-z-]+)/g)) found.add(m[1]!);
+  return [...found];
+}
+
+for (const [pkg, allowed] of Object.entries(ALLOWED))
+  test(`${pkg} imports no package above it`, (t) => {
+    const own = JSON.parse(readFileSync(join(ROOT, pkg, "package.json"), "utf8")).name as string;
+    const wrong = sources(join(ROOT, pkg, "src")).flatMap((file) =>
+      workspaceImports(file)
+        .filter((name) => name !== own && !allowed.includes(name))
+        .map((name) => `${file.slice(ROOT.length)} imports ${name}`),
+    );
+    t.deepEqual(wrong, []);
+  });
+
+test("the calculator tool is written against @torl-ts/verl alone, with nothing from the sandbox", (t) => {
+  const file = join(ROOT, "examples/new-tool/src/calculator.ts");
+  t.deepEqual(workspaceImports(file), ["@torl-ts/verl"]);
+  const manifest = JSON.parse(readFileSync(join(ROOT, "examples/new-tool/package.json"), "utf8"));
+  t.false("@torl-ts/sandbox" in manifest.dependencies, "examples/new-tool does not depend on the sandbox");
+});
