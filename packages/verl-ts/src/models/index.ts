@@ -19,6 +19,14 @@ export {
 } from "./config.js";
 export { BackendUnavailableError, ModelFormatError } from "./errors.js";
 export { type GenerationOutput, generate, type SamplingParams, sample } from "./generate.js";
+export {
+  bytesPerValue,
+  HalfArray,
+  type HalfDtype,
+  type StoredValues,
+  WEIGHT_DTYPES,
+  type WeightDtype,
+} from "./half-precision.js";
 export { KVCache } from "./kv-cache.js";
 export {
   applyGradients,
@@ -35,7 +43,9 @@ export {
 export { installNativeMatmul, type NativeMatmulState } from "./native-matmul.js";
 export {
   bundledQwenTokenizerDir,
+  configDtype,
   createRandomPretrained,
+  type LoadOptions,
   loadModel,
   loadModelConfig,
   loadPretrained,
@@ -51,17 +61,23 @@ export {
   padBatch,
   parameterSpecs,
   Qwen2Model,
+  type Qwen2ModelOptions,
   type TokenBatch,
 } from "./qwen2.js";
 export {
   type NamedTensor,
   readCheckpointDir,
+  readCheckpointDirStored,
   readSafetensors,
   readSafetensorsHeader,
+  readSafetensorsStored,
   type SafetensorsDtype,
+  type StoredTensor,
   writeCheckpointDir,
   writeSafetensors,
+  writeSafetensorsFrom,
 } from "./safetensors.js";
+export { QWEN2_5_0_5B_SHAPES, type RandomModelOptions, writeRandomModelDir } from "./scale-fixture.js";
 export {
   type ByteBpeOptions,
   buildByteBpeTokenizer,
@@ -71,3 +87,4 @@ export {
   maskFromCharRanges,
   Tokenizer,
 } from "./tokenizer.js";
+export { WeightStore, type WeightStoreOptions } from "./weight-store.js";

@@ -9,8 +9,10 @@ import * as tf from "@tensorflow/tfjs";
 import { gaussian, mulberry32 } from "../random.js";
 import type { Qwen2Config } from "./config.js";
 import { ModelFormatError } from "./errors.js";
+import { HalfArray, type StoredValues, type WeightDtype } from "./half-precision.js";
 import type { KVCache } from "./kv-cache.js";
 import { nativeMatmulActive } from "./native-matmul.js";
+import { transposeStored, WeightStore } from "./weight-store.js";
 
 /** One parameter: HF name, HF shape, and whether we hold it transposed. */
 export interface ParamSpec {
@@ -136,18 +138,30 @@ export interface HostTensor {
   shape: readonly number[];
 }
 
+/** How a model holds its weights (see weight-store.ts). */
+export interface Qwen2ModelOptions {
+  /** Gradients can be taken with respect to the weights. Default true. */
+  trainable?: boolean;
+  /** Storage dtype (veRL's actor_rollout_ref.model.dtype). Default float32. */
+  dtype?: WeightDtype;
+  /** Hold float32 weights on the host between passes (fsdp_config.param_offload). */
+  offload?: boolean;
+}
+
 export class Qwen2Model {
   readonly specs: ParamSpec[];
-  private readonly byName: Map<string, tf.Variable>;
+  private readonly weights: WeightStore;
+  readonly trainable: boolean;
   /** Signed permutation R with x @ R = rotate_half(x). */
   private readonly rot: tf.Tensor2D;
   private readonly invFreq: Float64Array;
 
   constructor(
     readonly config: Qwen2Config,
-    values: Map<string, Float32Array>,
-    readonly trainable = true,
+    values: Map<string, StoredValues>,
+    options: Qwen2ModelOptions = {},
   ) {
+    this.trainable = options.trainable ?? true;
     this.specs = parameterSpecs(config);
     for (const s of this.specs) {
       const v = values.get(s.name);
@@ -156,12 +170,11 @@ export class Qwen2Model {
       if (v.length !== n)
         throw new ModelFormatError(`expected ${n} values, got ${v.length}`, "<values>", s.name);
     }
-    this.byName = new Map();
-    for (const s of this.specs)
-      this.byName.set(
-        s.name,
-        tf.variable(tf.tensor(values.get(s.name)!, s.shape, "float32"), trainable, `${s.name}#${uid()}`),
-      );
+    this.weights = new WeightStore(this.specs, values, {
+      dtype: options.dtype,
+      offload: options.offload,
+      trainable: this.trainable,
+    });
     const D = config.headDim;
     const half = D / 2;
     const r = new Float32Array(D * D);
@@ -175,9 +188,9 @@ export class Qwen2Model {
   /** A model with random weights (normal(0, std) matrices, unit norms, zero biases), seeded. */
   static random(
     config: Qwen2Config,
-    options: { seed?: number; std?: number; trainable?: boolean } = {},
+    options: { seed?: number; std?: number } & Qwen2ModelOptions = {},
   ): Qwen2Model {
-    return new Qwen2Model(config, Qwen2Model.randomParameters(config, options), options.trainable ?? true);
+    return new Qwen2Model(config, Qwen2Model.randomParameters(config, options), options);
   }
 
   /** The host values random() starts from (our layout), for writing a checkpoint without a read-back. */
@@ -198,26 +211,56 @@ export class Qwen2Model {
     return values;
   }
 
-  /** The variables, in checkpoint order (what an optimizer updates). */
+  /** Storage dtype of the weights. */
+  get dtype(): WeightDtype {
+    return this.weights.dtype;
+  }
+
+  /** True when the weights live on the host between passes (half dtype or offloaded). */
+  get weightsOnHost(): boolean {
+    return this.weights.onHost;
+  }
+
+  /**
+   * The variables the model computes with, in checkpoint order (what an optimizer updates and a
+   * gradient tape differentiates). Host-held weights are widened for the current pass.
+   */
   variables(): tf.Variable[] {
-    return this.specs.map((s) => this.byName.get(s.name)!);
+    return this.weights.variables();
   }
 
   variable(name: string): tf.Variable {
-    const v = this.byName.get(name);
-    if (!v) throw new RangeError(`no parameter named ${name}`);
-    return v;
+    return this.weights.tensor(name);
+  }
+
+  /**
+   * Ends a pass: frees the float32 copies of host-held weights, so that between passes only the stored
+   * weights remain (no-op for resident float32 weights). Returns the tensor bytes freed.
+   */
+  releaseComputeWeights(): number {
+    return this.weights.release();
+  }
+
+  /** Bytes the weights take between passes, in their storage dtype. */
+  weightBytes(): number {
+    return this.weights.atRestBytes();
+  }
+
+  /** Bytes of weights held in tensors now (resident weights, or a pass's widened copies). */
+  weightTensorBytes(): number {
+    return this.weights.tensorBytes();
   }
 
   /** Every parameter as a flat Float32Array by HF name, in our layout (linear weights [in, out]). */
   async getParameters(): Promise<Map<string, Float32Array>> {
-    const host = await Promise.all(
-      this.specs.map((s) => this.byName.get(s.name)!.data() as Promise<Float32Array>),
-    );
+    const host = await Promise.all(this.specs.map((s) => this.weights.read(s.name)));
     return new Map(this.specs.map((s, i) => [s.name, host[i]!]));
   }
 
-  /** Assigns parameters by name (our layout); all names must exist; absent names keep their values. */
+  /**
+   * Assigns parameters by name (our layout; rounded into the storage dtype); all names must exist; absent
+   * names keep their values.
+   */
   setParameters(values: Map<string, Float32Array> | Record<string, Float32Array>): void {
     const entries = values instanceof Map ? [...values] : Object.entries(values);
     const specByName = new Map(this.specs.map((s) => [s.name, s]));
@@ -227,17 +270,16 @@ export class Qwen2Model {
       const n = s.shape.reduce((a, b) => a * b, 1);
       if (v.length !== n) throw new RangeError(`parameter ${name}: expected ${n} values, got ${v.length}`);
     }
-    for (const [name, v] of entries) {
-      const s = specByName.get(name)!;
-      tf.tidy(() => this.byName.get(name)!.assign(tf.tensor(v, s.shape, "float32")));
-    }
+    for (const [name, v] of entries) this.weights.assign(name, v);
   }
 
-  /** Parameters in HF layout, for saving. */
-  async toHfTensors(): Promise<{ name: string; shape: number[]; data: Float32Array }[]> {
+  /** Parameters in HF layout, for saving (host-held weights in their stored dtype, not rounded again). */
+  async toHfTensors(): Promise<{ name: string; shape: number[]; data: StoredValues }[]> {
     return Promise.all(
       this.specs.map(async (s) => {
-        const v = this.byName.get(s.name)!;
+        const stored = this.weights.stored(s.name);
+        if (stored) return { name: s.name, shape: s.hfShape, data: transposedBack(s, stored) };
+        const v = this.weights.tensor(s.name);
         if (!s.transposed)
           return { name: s.name, shape: s.hfShape, data: ((await v.data()) as Float32Array).slice() };
         const t = tf.transpose(v);
@@ -251,7 +293,7 @@ export class Qwen2Model {
   }
 
   dispose(): void {
-    for (const v of this.byName.values()) v.dispose();
+    this.weights.dispose();
     this.rot.dispose();
   }
 
@@ -305,8 +347,8 @@ export class Qwen2Model {
    */
   lmHeadWeight(): tf.Tensor {
     return this.config.tieWordEmbeddings
-      ? tf.transpose(this.byName.get("model.embed_tokens.weight")!)
-      : tf.clone(this.byName.get("lm_head.weight")!);
+      ? tf.transpose(this.weights.tensor("model.embed_tokens.weight"))
+      : tf.clone(this.weights.tensor("lm_head.weight"));
   }
 
   /**
@@ -344,11 +386,11 @@ export class Qwen2Model {
       const [cosQ, sinQ] = this.rope(positions, B, L, H);
       const [cosK, sinK] = KV === H ? [cosQ, sinQ] : this.rope(positions, B, L, KV);
       const ids = tf.tensor1d(batch.ids, "int32");
-      let x = tf.gather(this.byName.get("model.embed_tokens.weight")!, ids) as tf.Tensor2D; // [B*L, h]
+      let x = tf.gather(this.weights.tensor("model.embed_tokens.weight"), ids) as tf.Tensor2D; // [B*L, h]
       for (let i = 0; i < c.numHiddenLayers; i++) {
         const p = `model.layers.${i}.`;
-        const w = (n: string) => this.byName.get(p + n)!;
-        const bias = (n: string) => (c.attentionBias ? this.byName.get(p + n) : undefined);
+        const w = (n: string) => this.weights.tensor(p + n);
+        const bias = (n: string) => (c.attentionBias ? this.weights.tensor(p + n) : undefined);
         const hn = this.rmsNorm(x, w("input_layernorm.weight"));
         let q = tf.reshape(linear(hn, w("self_attn.q_proj.weight"), bias("self_attn.q_proj.bias")), [
           B,
@@ -393,7 +435,7 @@ export class Qwen2Model {
           tf.slice(tf.reshape(x, [B, L, c.hiddenSize]), [0, L - 1, 0], [B, 1, c.hiddenSize]),
           [B, c.hiddenSize],
         );
-      hfinal = this.rmsNorm(hfinal, this.byName.get("model.norm.weight")!);
+      hfinal = this.rmsNorm(hfinal, this.weights.tensor("model.norm.weight"));
       if (options.hidden)
         return tf.reshape(hfinal, options.lastOnly ? [B, c.hiddenSize] : [B, L, c.hiddenSize]);
       const logits = linear(hfinal, this.lmHeadWeight());
@@ -491,13 +533,13 @@ export class Qwen2Model {
     // the tensors between reads live outside any tidy scope and are disposed by hand.
     const mask = tf.tensor4d(maskArr, [B, KV, G, cap]);
     let x = tf.tidy(() =>
-      tf.gather(this.byName.get("model.embed_tokens.weight")!, tf.tensor1d(tokens, "int32")),
+      tf.gather(this.weights.tensor("model.embed_tokens.weight"), tf.tensor1d(tokens, "int32")),
     );
     try {
       for (let i = 0; i < c.numHiddenLayers; i++) {
         const p = `model.layers.${i}.`;
-        const w = (n: string) => this.byName.get(p + n)!;
-        const bias = (n: string) => (c.attentionBias ? this.byName.get(p + n) : undefined);
+        const w = (n: string) => this.weights.tensor(p + n);
+        const bias = (n: string) => (c.attentionBias ? this.weights.tensor(p + n) : undefined);
         const qkv = tf.tidy(() => {
           const hn = this.rmsNorm(x as tf.Tensor2D, w("input_layernorm.weight"));
           return ["q_proj", "k_proj", "v_proj"].map((n) =>
@@ -533,7 +575,7 @@ export class Qwen2Model {
         prev.dispose();
       }
       const logits = tf.tidy(() => {
-        const hfinal = this.rmsNorm(x as tf.Tensor2D, this.byName.get("model.norm.weight")!);
+        const hfinal = this.rmsNorm(x as tf.Tensor2D, this.weights.tensor("model.norm.weight"));
         return tf.matMul(hfinal, lmHead as tf.Tensor2D) as tf.Tensor2D;
       });
       cache.advance(tokens);
@@ -543,6 +585,12 @@ export class Qwen2Model {
       mask.dispose();
     }
   }
+}
+
+/** A stored weight in HF layout (linear weights transposed back from [in, out]), in its own dtype. */
+function transposedBack(s: ParamSpec, v: StoredValues): StoredValues {
+  if (!s.transposed) return v instanceof HalfArray ? new HalfArray(v.dtype, v.bits.slice()) : v.slice();
+  return transposeStored(v, s.shape[0]!, s.shape[1]!);
 }
 
 let uidCounter = 0;
