@@ -1,4 +1,7 @@
 // Models, tokenizers and tensor backends: the Qwen2-architecture causal LM in tfjs.
+
+// The seeded generator the models' random initialisation uses, for callers that want the same draws.
+export { mulberry32 } from "../random.js";
 export {
   BACKEND_NAMES,
   type BackendInfo,
@@ -27,7 +30,8 @@ export {
   WEIGHT_DTYPES,
   type WeightDtype,
 } from "./half-precision.js";
-export { KVCache } from "./kv-cache.js";
+export { type HostTensor, KVCache } from "./kv-cache.js";
+export { linear } from "./linear.js";
 export {
   applyGradients,
   computeLogProbs,
@@ -54,15 +58,10 @@ export {
 } from "./pretrained.js";
 export {
   type ForwardOptions,
-  type HostTensor,
-  linear,
-  mulberry32,
   type ParamSpec,
-  padBatch,
   parameterSpecs,
   Qwen2Model,
   type Qwen2ModelOptions,
-  type TokenBatch,
 } from "./qwen2.js";
 export {
   type NamedTensor,
@@ -78,6 +77,7 @@ export {
   writeSafetensorsFrom,
 } from "./safetensors.js";
 export { QWEN2_5_0_5B_SHAPES, type RandomModelOptions, writeRandomModelDir } from "./scale-fixture.js";
+export { padBatch, type TokenBatch } from "./token-batch.js";
 export {
   type ByteBpeOptions,
   buildByteBpeTokenizer,

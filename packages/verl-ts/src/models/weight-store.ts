@@ -13,6 +13,7 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import { bytesPerValue, HalfArray, type StoredValues, toStored, type WeightDtype } from "./half-precision.js";
+import { uid } from "./variable-names.js";
 
 export interface WeightStoreOptions {
   /** Storage dtype. Default float32. */
@@ -28,8 +29,6 @@ export interface WeightShape {
   name: string;
   shape: number[];
 }
-
-let variableCounter = 0;
 
 export class WeightStore {
   readonly dtype: WeightDtype;
@@ -70,7 +69,7 @@ export class WeightStore {
 
   private newVariable(name: string, values: Float32Array): tf.Variable {
     const t = tf.tensor(values, this.shapes.get(name)!, "float32");
-    const v = tf.variable(t, this.trainable, `${name}#w${++variableCounter}`);
+    const v = tf.variable(t, this.trainable, `${name}#${uid()}`);
     t.dispose();
     return v;
   }
