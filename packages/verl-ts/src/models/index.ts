@@ -52,6 +52,7 @@ export {
   type LoadOptions,
   loadModel,
   loadModelConfig,
+  loadModelValues,
   loadPretrained,
   type SaveOptions,
   saveModel,

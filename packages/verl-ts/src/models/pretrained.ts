@@ -55,16 +55,28 @@ export function configDtype(config: Qwen2Config): WeightDtype {
  * tensor is created, so a bad file leaves nothing half-loaded.
  */
 export function loadModel(dir: string, options: LoadOptions = {}): Qwen2Model {
-  const config = loadModelConfig(dir);
+  const { config, values } = loadModelValues(dir);
   const dtype = options.dtype === "auto" ? configDtype(config) : (options.dtype ?? "float32");
+  return new Qwen2Model(config, values, {
+    trainable: options.trainable ?? true,
+    dtype,
+    offload: options.offload,
+  });
+}
+
+/**
+ * config.json and every weight of an HF directory, checked against it, in our layout (linear weights
+ * [in, out]) and in the file's dtype (BF16/F16 as 16-bit patterns): what a model is built from, with no
+ * tensor created yet.
+ */
+export function loadModelValues(dir: string): { config: Qwen2Config; values: Map<string, StoredValues> } {
+  const config = loadModelConfig(dir);
   const tensors = readCheckpointDirStored(dir);
+  const firstFile = tensors.values().next().value?.file ?? join(dir, "model.safetensors");
   const values = new Map<string, StoredValues>();
   for (const spec of parameterSpecs(config)) {
     const t = tensors.get(spec.name);
-    if (!t) {
-      const file = tensors.values().next().value?.file ?? join(dir, "model.safetensors");
-      throw new ModelFormatError(`tensor missing (config.json asks for it)`, file, spec.name);
-    }
+    if (!t) throw new ModelFormatError(`tensor missing (config.json asks for it)`, firstFile, spec.name);
     if (t.shape.length !== spec.hfShape.length || t.shape.some((d, i) => d !== spec.hfShape[i]))
       throw new ModelFormatError(
         `shape ${JSON.stringify(t.shape)} does not match config.json, which needs ${JSON.stringify(spec.hfShape)}`,
@@ -75,13 +87,9 @@ export function loadModel(dir: string, options: LoadOptions = {}): Qwen2Model {
       spec.name,
       spec.transposed ? transposeStored(t.data, spec.hfShape[0]!, spec.hfShape[1]!) : t.data,
     );
-    tensors.delete(spec.name); // the file's copy goes as soon as the model's exists
+    tensors.delete(spec.name); // the file's layout goes as soon as ours exists
   }
-  return new Qwen2Model(config, values, {
-    trainable: options.trainable ?? true,
-    dtype,
-    offload: options.offload,
-  });
+  return { config, values };
 }
 
 export interface SaveOptions {

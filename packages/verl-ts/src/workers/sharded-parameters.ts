@@ -6,6 +6,7 @@
 import { statSync } from "node:fs";
 import type * as tf from "@tensorflow/tfjs";
 import { collective, shardRange } from "@torl-ts/actors";
+import type { WeightDtype } from "../models/half-precision.js";
 import { CheckpointError, readAllShards, writeShard } from "./checkpoint-files.js";
 import { WorkerStateError } from "./errors.js";
 import { FlatLayout } from "./flat-params.js";
@@ -22,6 +23,11 @@ export class ShardedParameters {
   readonly optim: ShardedAdamW;
   /** Scheduler steps taken (one per update call). */
   schedulerStep = 0;
+  /**
+   * Storage dtype of the model these are the master weights of (model.dtype): recorded in checkpoints,
+   * and a checkpoint of another dtype is refused on load.
+   */
+  weightDtype: WeightDtype = "float32";
   /** Where each parameter starts in the flat vector. */
   private readonly offsets: Map<string, number>;
 
@@ -89,6 +95,7 @@ export class ShardedParameters {
         adamStep: this.optim.step,
         schedulerStep: this.schedulerStep,
         layout: this.layout.entries.map((e) => [e.name, e.size]),
+        dtype: this.weightDtype,
       },
       this.params,
       this.optim.expAvg,
@@ -108,6 +115,10 @@ export class ShardedParameters {
       full.layout.length === entries.length &&
       full.layout.every(([name, size], i) => entries[i]!.name === name && entries[i]!.size === size);
     if (!same) throw new CheckpointError(`${dir}: the checkpoint's parameters do not match the model`);
+    if (full.dtype !== this.weightDtype)
+      throw new CheckpointError(
+        `${dir}: written by a run storing weights in ${full.dtype}, this one stores them in ${this.weightDtype}; set actor_rollout_ref.model.dtype=${full.dtype} to resume it`,
+      );
     this.params.set(full.params.subarray(this.start, this.end));
     this.optim.loadState({
       step: full.adamStep,
