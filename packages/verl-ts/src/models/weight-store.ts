@@ -143,11 +143,12 @@ export class WeightStore {
     if (c) tf.tidy(() => c.assign(tf.tensor(h instanceof HalfArray ? h.toFloat32() : h, shape, "float32")));
   }
 
-  /** Bytes the weights take between passes, in their storage dtype (tensors or host arrays). */
+  /** Bytes the weights take between passes, in their storage dtype: the host arrays or resident tensors held. */
   atRestBytes(): number {
-    let n = 0;
-    for (const s of this.shapes.values()) n += s.reduce((a, b) => a * b, 1);
-    return n * (this.onHost ? bytesPerValue(this.dtype) : 4);
+    let bytes = 0;
+    for (const v of this.host.values()) bytes += v.byteLength;
+    for (const v of this.resident.values()) bytes += v.size * bytesPerValue("float32");
+    return bytes;
   }
 
   /** Bytes held in tensors now: resident weights, or the compute copies of the current pass. */
