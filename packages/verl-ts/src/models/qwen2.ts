@@ -7,6 +7,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { gaussian, mulberry32 } from "../random.js";
 import { cachedAttention, causalMask, type SequenceAttention } from "./attention.js";
+import { checkpointedBlock } from "./checkpointed-block.js";
 import type { Qwen2Config } from "./config.js";
 import { type BlockWeights, blockFinish, blockProjections, decoderBlock } from "./decoder-block.js";
 import { ModelFormatError } from "./errors.js";
@@ -83,6 +84,11 @@ export class Qwen2Model {
   readonly specs: ParamSpec[];
   private readonly byName: Map<string, tf.Variable>;
   private readonly rotary: Rotary;
+  /**
+   * Recompute each decoder layer's activations in the backward pass instead of keeping them
+   * (actor_rollout_ref.model.enable_gradient_checkpointing; checkpointed-block.ts). Same gradients.
+   */
+  gradientCheckpointing = false;
 
   constructor(
     readonly config: Qwen2Config,
@@ -255,8 +261,8 @@ export class Qwen2Model {
       };
       const ids = tf.tensor1d(batch.ids, "int32");
       let x = tf.gather(this.byName.get("model.embed_tokens.weight")!, ids) as tf.Tensor2D; // [B*L, h]
-      for (let i = 0; i < c.numHiddenLayers; i++)
-        x = decoderBlock(x, this.blockWeights(i), seq, c.rmsNormEps);
+      const block = this.gradientCheckpointing ? checkpointedBlock : decoderBlock;
+      for (let i = 0; i < c.numHiddenLayers; i++) x = block(x, this.blockWeights(i), seq, c.rmsNormEps);
       let hfinal = x;
       if (options.lastOnly)
         hfinal = tf.reshape(

@@ -96,6 +96,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     this.tokenizer = loaded.tokenizer;
     if (this.isActor) {
       this.model = loaded.model;
+      this.model.gradientCheckpointing = this.cfg.actor_rollout_ref.model.enable_gradient_checkpointing;
       this.sharded = new ShardedParameters(
         await this.model.getParameters(),
         this.ctx,
