@@ -24,17 +24,13 @@ export class LayerwisePass {
     private readonly model: Qwen2Model,
     batch: TokenBatch,
   ) {
-    this.seq = tf.tidy(() => {
-      const s = model.sequenceAttention(batch);
-      for (const t of [s.mask, s.cosQ, s.sinQ, s.cosK, s.sinK]) tf.keep(t);
-      return s;
-    });
+    this.seq = model.sequenceAttention(batch); // creates the shared tensors only, nothing to tidy
     this.ids = tf.tensor1d(batch.ids, "int32");
   }
 
   /** The token embeddings [B*L, h] (the first layer's input), from the model's embedding. */
   embed(): tf.Tensor2D {
-    return tf.gather(this.model.variable("model.embed_tokens.weight"), this.ids);
+    return tf.gather(this.model.variable("model.embed_tokens.weight"), this.ids) as tf.Tensor2D;
   }
 
   /** Layer `i` on `x` without a tape: its output. */

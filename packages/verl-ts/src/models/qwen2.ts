@@ -289,7 +289,10 @@ export class Qwen2Model {
 
   /** The token embeddings of a batch, [B*L, h]. */
   embed(batch: TokenBatch): tf.Tensor2D {
-    return tf.gather(this.byName.get("model.embed_tokens.weight")!, tf.tensor1d(batch.ids, "int32"));
+    return tf.gather(
+      this.byName.get("model.embed_tokens.weight")!,
+      tf.tensor1d(batch.ids, "int32"),
+    ) as tf.Tensor2D;
   }
 
   /**
