@@ -7,6 +7,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { gaussian, mulberry32 } from "../random.js";
 import { cachedAttention, causalMask, type SequenceAttention } from "./attention.js";
+import { checkpointedBlock } from "./checkpointed-block.js";
 import type { Qwen2Config } from "./config.js";
 import { type BlockWeights, blockFinish, blockProjections, decoderBlock } from "./decoder-block.js";
 import { ModelFormatError } from "./errors.js";
@@ -95,6 +96,13 @@ export class Qwen2Model {
   private readonly weights: WeightStore;
   readonly trainable: boolean;
   private readonly rotary: Rotary;
+  /**
+   * Recompute each decoder layer's activations in the backward pass instead of keeping them
+   * (actor_rollout_ref.model.enable_gradient_checkpointing; checkpointed-block.ts). Same gradients.
+   */
+  gradientCheckpointing = false;
+  /** Set by withLayerOutput: the layers' output forward() starts from. */
+  private layerOutput?: tf.Tensor2D;
 
   constructor(
     readonly config: Qwen2Config,
@@ -235,10 +243,13 @@ export class Qwen2Model {
     return this.specs.reduce((a, s) => a + s.shape.reduce((p, q) => p * q, 1), 0);
   }
 
-  /** Decoder layer i's weights, as the model holds them. */
-  blockWeights(i: number): BlockWeights {
+  /** Decoder layer i's weights, as the model holds them (or as `get` gives them, by parameter name). */
+  blockWeights(
+    i: number,
+    get: (name: string) => tf.Tensor = (name) => this.weights.tensor(name),
+  ): BlockWeights {
     const p = `model.layers.${i}.`;
-    const w = (n: string) => this.weights.tensor(p + n);
+    const w = (n: string) => get(p + n);
     const bias = (n: string) => (this.config.attentionBias ? w(n) : undefined);
     return {
       inputNorm: w("input_layernorm.weight"),
@@ -274,30 +285,20 @@ export class Qwen2Model {
   forward(batch: TokenBatch, options: ForwardOptions = {}): tf.Tensor {
     const c = this.config;
     const { batch: B, length: L } = batch;
-    const H = c.numAttentionHeads;
-    const KV = c.numKeyValueHeads;
-    const positions = tokenPositions(batch);
-    const maskArr = causalMask(batch, H);
+    const given = this.layerOutput;
+    if (given && (given.shape[0] !== B * L || given.shape[1] !== c.hiddenSize))
+      throw new RangeError(
+        `the given layer output has shape [${given.shape}], the batch needs [${B * L}, ${c.hiddenSize}]`,
+      );
     return tf.tidy(() => {
-      const mask = tf.tensor4d(maskArr, [B, H, L, L]);
-      const [cosQ, sinQ] = this.rotary.tables(positions, B, L, H);
-      const [cosK, sinK] = KV === H ? [cosQ, sinQ] : this.rotary.tables(positions, B, L, KV);
-      const seq: SequenceAttention = {
-        shape: { heads: H, kvHeads: KV, headDim: c.headDim },
-        B,
-        L,
-        mask,
-        rotary: this.rotary,
-        cosQ,
-        sinQ,
-        cosK,
-        sinK,
-        keysValues: options.keysValues,
-      };
-      const ids = tf.tensor1d(batch.ids, "int32");
-      let x = tf.gather(this.weights.tensor("model.embed_tokens.weight"), ids) as tf.Tensor2D; // [B*L, h]
-      for (let i = 0; i < c.numHiddenLayers; i++)
-        x = decoderBlock(x, this.blockWeights(i), seq, c.rmsNormEps);
+      let x: tf.Tensor2D;
+      if (given) x = given;
+      else {
+        const seq = this.sequenceAttention(batch, options.keysValues);
+        x = this.embed(batch);
+        const block = this.gradientCheckpointing ? checkpointedBlock : decoderBlock;
+        for (let i = 0; i < c.numHiddenLayers; i++) x = block(x, this.blockWeights(i), seq, c.rmsNormEps);
+      }
       let hfinal = x;
       if (options.lastOnly)
         hfinal = tf.reshape(
@@ -310,6 +311,46 @@ export class Qwen2Model {
       const logits = linear(hfinal, this.lmHeadWeight());
       return options.lastOnly ? logits : tf.reshape(logits, [B, L, c.vocabSize]);
     });
+  }
+
+  /**
+   * The tensors every layer's attention shares for one batch: the additive mask and the rotary tables of
+   * the token positions (positions count real tokens, so left padding shifts them). Call inside tf.tidy
+   * or dispose them.
+   */
+  sequenceAttention(batch: TokenBatch, keysValues?: [tf.Tensor, tf.Tensor][]): SequenceAttention {
+    const c = this.config;
+    const { batch: B, length: L } = batch;
+    const H = c.numAttentionHeads;
+    const KV = c.numKeyValueHeads;
+    const positions = tokenPositions(batch);
+    const mask = tf.tensor4d(causalMask(batch, H), [B, H, L, L]);
+    const [cosQ, sinQ] = this.rotary.tables(positions, B, L, H);
+    const [cosK, sinK] = KV === H ? [cosQ, sinQ] : this.rotary.tables(positions, B, L, KV);
+    const shape = { heads: H, kvHeads: KV, headDim: c.headDim };
+    return { shape, B, L, mask, rotary: this.rotary, cosQ, sinQ, cosK, sinK, keysValues };
+  }
+
+  /** The token embeddings of a batch, [B*L, h]. */
+  embed(batch: TokenBatch): tf.Tensor2D {
+    return tf.gather(
+      this.weights.tensor("model.embed_tokens.weight"),
+      tf.tensor1d(batch.ids, "int32"),
+    ) as tf.Tensor2D;
+  }
+
+  /**
+   * Runs `f` with forward() starting from `x` [B*L, h], the last decoder layer's output computed
+   * elsewhere (layer by layer, see layerwise.ts): only the final norm and the head run, so gradients of
+   * `x` and of the head's parameters come out of a tape around `f`.
+   */
+  withLayerOutput<T>(x: tf.Tensor2D, f: () => T): T {
+    this.layerOutput = x;
+    try {
+      return f();
+    } finally {
+      this.layerOutput = undefined;
+    }
   }
 
   /**

@@ -120,6 +120,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       );
       this.sharded.weightDtype = dtype;
       this.model = new Qwen2Model(config, values, { trainable: true, dtype });
+      this.model.gradientCheckpointing = ar.model.enable_gradient_checkpointing;
     }
     if (this.hasRef)
       this.ref = loadModel(path, { trainable: false, dtype, offload: ar.ref.fsdp_config.param_offload });

@@ -68,7 +68,7 @@ test.serial(
   async (t) => {
     const result = await runScaleProbe({ config: tiny, tokenizer, ranks: 2 });
     t.is(result.failed, undefined, JSON.stringify(result.failed));
-  t.log(JSON.stringify(result.seconds));
+    t.log(JSON.stringify(result.seconds));
     t.deepEqual(Object.keys(result.seconds), [
       "fixture",
       "spawn",
