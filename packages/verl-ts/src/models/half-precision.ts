@@ -86,7 +86,7 @@ export class HalfArray {
   }
 
   /** The values as float32 (exact), into `out` when given. */
-  toFloat32(out = new Float32Array(this.bits.length)): Float32Array {
+  toFloat32(out: Float32Array = new Float32Array(this.bits.length)): Float32Array {
     const n = this.bits.length;
     if (out.length !== n) throw new RangeError(`toFloat32: ${n} values into an array of ${out.length}`);
     if (this.dtype === "bfloat16") {
@@ -115,12 +115,9 @@ export function toStored(values: Float32Array, dtype: WeightDtype): StoredValues
   return dtype === "float32" ? values : HalfArray.fromFloat32(values, dtype);
 }
 
-/** Stored values as float32 (the float32 array itself, or a widened copy). */
-export function storedToFloat32(values: StoredValues): Float32Array {
-  return values instanceof HalfArray ? values.toFloat32() : values;
-}
-
-/** The storage dtype of stored values. */
-export function storedDtype(values: StoredValues): WeightDtype {
-  return values instanceof HalfArray ? values.dtype : "float32";
+/** Values [from, to) of stored values as float32, written into `out` (widened when half). */
+export function float32Range(values: StoredValues, from: number, to: number, out: Float32Array): void {
+  if (values instanceof HalfArray)
+    new HalfArray(values.dtype, values.bits.subarray(from, to)).toFloat32(out.subarray(0, to - from));
+  else out.set(values.subarray(from, to));
 }

@@ -12,7 +12,6 @@ import { getPolicyLoss, runPolicyLoss } from "../algorithms/policy-loss-registry
 import { aggLossTf, asTfTensor, klLossTf } from "../algorithms/tf-ops.js";
 import type { RolloutConfig, TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
-import { storedToFloat32 } from "../models/half-precision.js";
 import { computeLogProbs, tokenLogProbs } from "../models/logprobs.js";
 import { loadModel, loadModelValues } from "../models/pretrained.js";
 import { Qwen2Model } from "../models/qwen2.js";
@@ -113,11 +112,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     this.tokenizer = loadTokenizer(path);
     if (this.isActor) {
       const { config, values } = loadModelValues(path);
-      this.sharded = new ShardedParameters(
-        new Map([...values].map(([name, v]) => [name, storedToFloat32(v)])),
-        this.ctx,
-        ar.actor.optim as OptimSettings,
-      );
+      this.sharded = new ShardedParameters(values, this.ctx, ar.actor.optim as OptimSettings);
       this.sharded.weightDtype = dtype;
       this.model = new Qwen2Model(config, values, { trainable: true, dtype });
       this.model.gradientCheckpointing = ar.model.enable_gradient_checkpointing;

@@ -6,7 +6,7 @@
 import { statSync } from "node:fs";
 import type * as tf from "@tensorflow/tfjs";
 import { collective, shardRange } from "@torl-ts/actors";
-import type { WeightDtype } from "../models/half-precision.js";
+import { float32Range, type StoredValues, type WeightDtype } from "../models/half-precision.js";
 import { CheckpointError, readAllShards, writeShard } from "./checkpoint-files.js";
 import { WorkerStateError } from "./errors.js";
 import { FlatLayout } from "./flat-params.js";
@@ -31,8 +31,12 @@ export class ShardedParameters {
   /** Where each parameter starts in the flat vector. */
   private readonly offsets: Map<string, number>;
 
+  /**
+   * `values`: every parameter (float32, or half bits widened here); only this rank's range is copied, so
+   * building a shard costs the shard's memory, not the model's.
+   */
   constructor(
-    values: Map<string, Float32Array>,
+    values: Map<string, StoredValues>,
     private readonly ctx: RankContext,
     optim: OptimSettings,
   ) {
@@ -40,11 +44,17 @@ export class ShardedParameters {
       throw new WorkerStateError(
         `rank ${ctx.rank} of ${ctx.worldSize} has no collective group (create the WorkerGroup with collective: true)`,
       );
-    this.layout = FlatLayout.of(values);
+    this.layout = new FlatLayout([...values].map(([name, v]) => ({ name, size: v.length })));
     const { start, end } = shardRange(this.layout.total, ctx.worldSize, ctx.rank);
     this.start = start;
     this.end = end;
-    this.params = this.layout.flatten(values).slice(start, end);
+    this.params = new Float32Array(end - start);
+    for (const e of this.layout.entries) {
+      const from = Math.max(start, e.offset);
+      const to = Math.min(end, e.offset + e.size);
+      if (from < to)
+        float32Range(values.get(e.name)!, from - e.offset, to - e.offset, this.params.subarray(from - start));
+    }
     this.offsets = new Map(this.layout.entries.map((e) => [e.name, e.offset]));
     this.optim = new ShardedAdamW(end - start, optim);
   }
