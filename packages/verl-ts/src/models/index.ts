@@ -88,4 +88,5 @@ export {
   maskFromCharRanges,
   Tokenizer,
 } from "./tokenizer.js";
+export { measureWeightBytes, type WeightBytesFigures } from "./weight-bytes.js";
 export { WeightStore, type WeightStoreOptions } from "./weight-store.js";

@@ -10,6 +10,7 @@ import test from "ava";
 import {
   HalfArray,
   loadModel,
+  measureWeightBytes,
   padBatch,
   Qwen2Model,
   readSafetensorsHeader,
@@ -180,3 +181,14 @@ test("safetensors: half bits already in the file's dtype are written and read as
     new Uint16Array([0x3c00]),
   );
 });
+
+test.serial(
+  "measureWeightBytes: the bf16 model holds exactly half the float32 model's weight bytes, none in tensors",
+  (t) => {
+    const f = measureWeightBytes(cfg);
+    t.is(f.weight_bytes_fp32, 4 * f.parameters);
+    t.is(f.weight_bytes_bf16 * 2, f.weight_bytes_fp32);
+    t.true(f.model_tensor_bytes_fp32 >= f.weight_bytes_fp32);
+    t.true(f.model_tensor_bytes_bf16 < f.weight_bytes_bf16 / 10, "only the rotary table");
+  },
+);
