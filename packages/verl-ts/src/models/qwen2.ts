@@ -17,7 +17,7 @@ import { linear } from "./linear.js";
 import { rmsNorm } from "./rms-norm.js";
 import { Rotary } from "./rotary.js";
 import { type TokenBatch, tokenPositions } from "./token-batch.js";
-import { transposeStored, WeightStore } from "./weight-store.js";
+import { transposeStored, WeightStore, type WeightStoreOptions } from "./weight-store.js";
 
 /** One parameter: HF name, HF shape, and whether we hold it transposed. */
 export interface ParamSpec {
@@ -81,15 +81,11 @@ export interface ForwardOptions {
   keysValues?: [tf.Tensor, tf.Tensor][];
 }
 
-/** How a model holds its weights (see weight-store.ts). */
-export interface Qwen2ModelOptions {
-  /** Gradients can be taken with respect to the weights. Default true. */
-  trainable?: boolean;
-  /** Storage dtype (veRL's actor_rollout_ref.model.dtype). Default float32. */
-  dtype?: WeightDtype;
-  /** Hold float32 weights on the host between passes (fsdp_config.param_offload). */
-  offload?: boolean;
-}
+/**
+ * How a model holds its weights (see weight-store.ts): trainable, storage dtype (veRL's
+ * actor_rollout_ref.model.dtype), offload (fsdp_config.param_offload), layer-by-layer widening.
+ */
+export type Qwen2ModelOptions = WeightStoreOptions;
 
 export class Qwen2Model {
   readonly specs: ParamSpec[];
@@ -118,11 +114,7 @@ export class Qwen2Model {
       if (v.length !== n)
         throw new ModelFormatError(`expected ${n} values, got ${v.length}`, "<values>", s.name);
     }
-    this.weights = new WeightStore(this.specs, values, {
-      dtype: options.dtype,
-      offload: options.offload,
-      trainable: this.trainable,
-    });
+    this.weights = new WeightStore(this.specs, values, { ...options, trainable: this.trainable });
     this.rotary = new Rotary(config.headDim, config.ropeTheta);
   }
 
@@ -180,6 +172,14 @@ export class Qwen2Model {
    */
   releaseComputeWeights(): number {
     return this.weights.release();
+  }
+
+  /**
+   * After decoder layer i of a pass with no gradient tape: a store that widens layer by layer (a large
+   * host-held model, see WeightStore.layerByLayer) frees that layer's float32 copies now.
+   */
+  private layerDone(i: number): void {
+    if (this.weights.layerByLayer && !tf.engine().isTapeOn()) this.weights.release(`model.layers.${i}.`);
   }
 
   /** Bytes the weights take between passes, in their storage dtype. */
@@ -297,7 +297,10 @@ export class Qwen2Model {
         const seq = this.sequenceAttention(batch, options.keysValues);
         x = this.embed(batch);
         const block = this.gradientCheckpointing ? checkpointedBlock : decoderBlock;
-        for (let i = 0; i < c.numHiddenLayers; i++) x = block(x, this.blockWeights(i), seq, c.rmsNormEps);
+        for (let i = 0; i < c.numHiddenLayers; i++) {
+          x = block(x, this.blockWeights(i), seq, c.rmsNormEps);
+          this.layerDone(i);
+        }
       }
       let hfinal = x;
       if (options.lastOnly)
@@ -445,6 +448,7 @@ export class Qwen2Model {
           return blockFinish(prev, context, w, c.rmsNormEps);
         });
         prev.dispose();
+        this.layerDone(i);
       }
       const logits = tf.tidy(() => {
         const hfinal = rmsNorm(x, this.weights.tensor("model.norm.weight"), c.rmsNormEps);

@@ -22,6 +22,12 @@ export interface WeightStoreOptions {
   offload?: boolean;
   /** Compute copies are trainable tf.Variables (gradients can be taken with respect to them). */
   trainable?: boolean;
+  /**
+   * Host-held weights whose float32 copy exceeds this many bytes are widened layer by layer in passes
+   * without a gradient tape (generation, log-probs): each layer's copies are freed once the layer ran.
+   * Default 1 GiB, a quarter of the wasm heap's 4 GB.
+   */
+  layerByLayerAboveBytes?: number;
 }
 
 /** A weight's name and the shape it is computed in. */
@@ -34,6 +40,8 @@ export class WeightStore {
   readonly dtype: WeightDtype;
   /** True when the weights live on the host between passes (offloaded or half-stored). */
   readonly onHost: boolean;
+  /** Passes without a gradient tape free each layer's float32 copies after the layer (see the option). */
+  readonly layerByLayer: boolean;
   private readonly trainable: boolean;
   private readonly shapes: Map<string, number[]>;
   private readonly order: string[];
@@ -55,6 +63,8 @@ export class WeightStore {
     this.trainable = options.trainable ?? true;
     this.shapes = new Map(specs.map((s) => [s.name, s.shape]));
     this.order = specs.map((s) => s.name);
+    const float32Bytes = specs.reduce((a, s) => a + 4 * s.shape.reduce((p, q) => p * q, 1), 0);
+    this.layerByLayer = this.onHost && float32Bytes > (options.layerByLayerAboveBytes ?? 2 ** 30);
     for (const s of specs) {
       const v = values.get(s.name)!;
       if (!this.onHost) {
@@ -99,14 +109,18 @@ export class WeightStore {
     return this.order.map((n) => this.tensor(n));
   }
 
-  /** Ends a pass: frees the float32 copies of host weights. Returns the bytes freed. */
-  release(): number {
+  /**
+   * Ends a pass: frees the float32 copies of host weights (those whose names start with `prefix` when
+   * given: one layer's). Returns the bytes freed.
+   */
+  release(prefix = ""): number {
     let bytes = 0;
-    for (const v of this.compute.values()) {
+    for (const [name, v] of this.compute) {
+      if (!name.startsWith(prefix)) continue;
       bytes += v.size * 4;
       v.dispose();
+      this.compute.delete(name);
     }
-    this.compute.clear();
     return bytes;
   }
 

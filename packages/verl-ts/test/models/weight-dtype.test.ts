@@ -8,6 +8,8 @@ import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import test from "ava";
 import {
+  buildByteBpeTokenizer,
+  generate,
   HalfArray,
   loadModel,
   measureWeightBytes,
@@ -190,5 +192,59 @@ test.serial(
     t.is(f.weight_bytes_bf16 * 2, f.weight_bytes_fp32);
     t.true(f.model_tensor_bytes_fp32 >= f.weight_bytes_fp32);
     t.true(f.model_tensor_bytes_bf16 < f.weight_bytes_bf16 / 10, "only the rotary table");
+  },
+);
+
+test.serial(
+  "a large host-held model widens layer by layer when no gradient is taken: same logits, only one layer's copies at a time",
+  async (t) => {
+    const values = Qwen2Model.randomParameters(cfg, { seed: 5, std: 0.3 });
+    const whole = new Qwen2Model(cfg, values, { dtype: "bfloat16" });
+    const layered = new Qwen2Model(cfg, values, { dtype: "bfloat16", layerByLayerAboveBytes: 0 });
+    const out = layered.forward(batch);
+    // after the pass only the embedding, the final norm and the LM head are still widened
+    const layerBytes = layered.weightTensorBytes();
+    t.true(layerBytes > 0 && layerBytes < whole.weightBytes(), `${layerBytes} bytes widened after the pass`);
+    t.deepEqual((await out.data()) as Float32Array, await logits(whole));
+    out.dispose();
+    layered.releaseComputeWeights();
+    // under a gradient tape every layer's copy stays for the backward pass: gradients as with the whole model
+    const grads = (m: Qwen2Model) => {
+      const { grads, value } = tf.variableGrads(
+        () => tf.mean(tf.square(m.forward(batch))) as tf.Scalar,
+        m.variables(),
+      );
+      value.dispose();
+      return Promise.all(Object.values(grads).map((g) => g.data()));
+    };
+    t.deepEqual(await grads(layered), await grads(whole));
+    for (const m of [whole, layered]) {
+      m.releaseComputeWeights();
+      m.dispose();
+    }
+  },
+);
+
+test.serial(
+  "layer-by-layer widening generates with the KV cache exactly what the whole-model copy generates",
+  async (t) => {
+    const tok = buildByteBpeTokenizer();
+    const c = tinyTestConfig(tok.vocabSize);
+    const values = Qwen2Model.randomParameters(c, { seed: 6, std: 0.5 });
+    const whole = new Qwen2Model(c, values, { dtype: "bfloat16", trainable: false });
+    const layered = new Qwen2Model(c, values, {
+      dtype: "bfloat16",
+      trainable: false,
+      layerByLayerAboveBytes: 0,
+    });
+    const prompts = [tok.encode("12+7="), tok.encode("x")];
+    const run = async (m: Qwen2Model) => {
+      const out = await generate(m, tok, prompts, { maxNewTokens: 16, temperature: 0 });
+      m.releaseComputeWeights();
+      return out.map((o) => [...o.tokenIds]);
+    };
+    t.deepEqual(await run(layered), await run(whole));
+    whole.dispose();
+    layered.dispose();
   },
 );
