@@ -235,14 +235,14 @@ test("the shipped configs pass the checker; a bad one stops before the data is m
     [
       "trainer.total_training_steps=-5",
       "actor_rollout_ref.rollout.top_p=1.5",
-      "actor_rollout_ref.model.dtype=bfloat16",
+      "actor_rollout_ref.rollout.dtype=bfloat16",
     ],
   );
   const e = await t.throwsAsync(runRecipe(cfg, { log: (l) => lines.push(l) }), {
     instanceOf: TrainerConfigError,
   });
   t.deepEqual(e!.issues.map((i) => i.key).sort(), [
-    "actor_rollout_ref.model.dtype",
+    "actor_rollout_ref.rollout.dtype",
     "actor_rollout_ref.rollout.top_p",
     "trainer.total_training_steps",
   ]);

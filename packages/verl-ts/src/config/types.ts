@@ -94,9 +94,18 @@ export interface TrainerConfig extends Open {
   } & Open;
   actor_rollout_ref: {
     hybrid_engine: boolean;
-    model: { path: string | null; override_config: Open; enable_gradient_checkpointing: boolean } & Open;
+    model: {
+      path: string | null;
+      override_config: Open;
+      enable_gradient_checkpointing: boolean;
+      dtype: "float32" | "bfloat16" | "float16";
+    } & Open;
     actor: ActorConfig;
-    ref: { log_prob_micro_batch_size_per_gpu: number | null } & Open;
+    ref: {
+      log_prob_micro_batch_size: number | null;
+      log_prob_micro_batch_size_per_gpu: number | null;
+      fsdp_config: { param_offload: boolean } & Open;
+    } & Open;
     rollout: RolloutConfig;
   } & Open;
   critic: { optim: OptimConfig; cliprange_value: number; ppo_mini_batch_size: number } & Open;

@@ -1,4 +1,7 @@
 // Models, tokenizers and tensor backends: the Qwen2-architecture causal LM in tfjs.
+
+// The seeded generator the models' random initialisation uses, for callers that want the same draws.
+export { mulberry32 } from "../random.js";
 export {
   BACKEND_NAMES,
   type BackendInfo,
@@ -18,7 +21,16 @@ export {
 } from "./config.js";
 export { BackendUnavailableError, ModelFormatError } from "./errors.js";
 export { type GenerationOutput, generate, type SamplingParams, sample } from "./generate.js";
-export { KVCache } from "./kv-cache.js";
+export {
+  bytesPerValue,
+  HalfArray,
+  type HalfDtype,
+  type StoredValues,
+  WEIGHT_DTYPES,
+  type WeightDtype,
+} from "./half-precision.js";
+export { type HostTensor, KVCache } from "./kv-cache.js";
+export { linear } from "./linear.js";
 export {
   applyGradients,
   computeLogProbs,
@@ -34,33 +46,38 @@ export {
 export { installNativeMatmul, type NativeMatmulState } from "./native-matmul.js";
 export {
   bundledQwenTokenizerDir,
+  configDtype,
   createRandomPretrained,
+  type LoadOptions,
   loadModel,
   loadModelConfig,
+  loadModelValues,
   loadPretrained,
   type SaveOptions,
   saveModel,
 } from "./pretrained.js";
 export {
   type ForwardOptions,
-  type HostTensor,
-  linear,
-  mulberry32,
   type ParamSpec,
-  padBatch,
   parameterSpecs,
   Qwen2Model,
-  type TokenBatch,
+  type Qwen2ModelOptions,
 } from "./qwen2.js";
 export {
   type NamedTensor,
   readCheckpointDir,
+  readCheckpointDirStored,
   readSafetensors,
   readSafetensorsHeader,
+  readSafetensorsStored,
   type SafetensorsDtype,
+  type StoredTensor,
   writeCheckpointDir,
   writeSafetensors,
+  writeSafetensorsFrom,
 } from "./safetensors.js";
+export { QWEN2_5_0_5B_SHAPES, type RandomModelOptions, writeRandomModelDir } from "./scale-fixture.js";
+export { padBatch, type TokenBatch } from "./token-batch.js";
 export {
   type ByteBpeOptions,
   buildByteBpeTokenizer,
@@ -70,3 +87,5 @@ export {
   maskFromCharRanges,
   Tokenizer,
 } from "./tokenizer.js";
+export { measureWeightBytes, type WeightBytesFigures } from "./weight-bytes.js";
+export { WeightStore, type WeightStoreOptions } from "./weight-store.js";

@@ -5,9 +5,20 @@ import { dirname, join } from "node:path";
 import { isModuleNotFound, OptionalDependencyMissingError } from "@torl-ts/core";
 import { parseHfConfig, type Qwen2Config, toHfConfig } from "./config.js";
 import { ModelFormatError } from "./errors.js";
+import type { StoredValues, WeightDtype } from "./half-precision.js";
 import { parameterSpecs, Qwen2Model } from "./qwen2.js";
-import { readCheckpointDir, type SafetensorsDtype, writeCheckpointDir } from "./safetensors.js";
+import {
+  readCheckpointDirStored,
+  SAFETENSORS_DTYPE_OF,
+  type SafetensorsDtype,
+  type StoredTensor,
+  WEIGHT_DTYPE_OF,
+  writeCheckpointDir,
+} from "./safetensors.js";
 import { loadTokenizer, type Tokenizer } from "./tokenizer.js";
+import { transpose2d, transposeStored } from "./weight-store.js";
+
+export { transpose2d } from "./weight-store.js";
 
 /** Reads and validates a directory's config.json. */
 export function loadModelConfig(dir: string): Qwen2Config {
@@ -22,40 +33,70 @@ export function loadModelConfig(dir: string): Qwen2Config {
   return parseHfConfig(json, file);
 }
 
+export interface LoadOptions {
+  /** Gradients can be taken with respect to the weights. Default true. */
+  trainable?: boolean;
+  /**
+   * Storage dtype of the weights (veRL's actor_rollout_ref.model.dtype); `auto`: config.json's
+   * torch_dtype. Default float32. Half weights in the file load as their bits when the dtypes agree.
+   */
+  dtype?: WeightDtype | "auto";
+  /** Hold float32 weights on the host between passes (fsdp_config.param_offload). */
+  offload?: boolean;
+}
+
+/** The storage dtype config.json asks for (torch_dtype), float32 when it names none we store. */
+export function configDtype(config: Qwen2Config): WeightDtype {
+  return config.torchDtype === "bfloat16" || config.torchDtype === "float16" ? config.torchDtype : "float32";
+}
+
 /**
  * Loads a model from an HF directory. Every tensor is read and checked against config.json before any
  * tensor is created, so a bad file leaves nothing half-loaded.
  */
-export function loadModel(dir: string, options: { trainable?: boolean } = {}): Qwen2Model {
+export function loadModel(dir: string, options: LoadOptions = {}): Qwen2Model {
+  const { config, values } = loadModelValues(dir);
+  const dtype = options.dtype === "auto" ? configDtype(config) : (options.dtype ?? "float32");
+  return new Qwen2Model(config, values, {
+    trainable: options.trainable ?? true,
+    dtype,
+    offload: options.offload,
+  });
+}
+
+/**
+ * config.json and every weight of an HF directory, checked against it, in our layout (linear weights
+ * [in, out]) and in the file's dtype (BF16/F16 as 16-bit patterns): what a model is built from, with no
+ * tensor created yet.
+ */
+export function loadModelValues(dir: string): { config: Qwen2Config; values: Map<string, StoredValues> } {
   const config = loadModelConfig(dir);
-  const tensors = readCheckpointDir(dir);
-  const values = new Map<string, Float32Array>();
+  const tensors = readCheckpointDirStored(dir);
+  const firstFile = tensors.values().next().value?.file ?? join(dir, "model.safetensors");
+  const values = new Map<string, StoredValues>();
   for (const spec of parameterSpecs(config)) {
     const t = tensors.get(spec.name);
-    if (!t) {
-      const file = tensors.values().next().value?.file ?? join(dir, "model.safetensors");
-      throw new ModelFormatError(`tensor missing (config.json asks for it)`, file, spec.name);
-    }
+    if (!t) throw new ModelFormatError(`tensor missing (config.json asks for it)`, firstFile, spec.name);
     if (t.shape.length !== spec.hfShape.length || t.shape.some((d, i) => d !== spec.hfShape[i]))
       throw new ModelFormatError(
         `shape ${JSON.stringify(t.shape)} does not match config.json, which needs ${JSON.stringify(spec.hfShape)}`,
         t.file,
         spec.name,
       );
-    values.set(spec.name, spec.transposed ? transpose2d(t.data, spec.hfShape[0]!, spec.hfShape[1]!) : t.data);
+    values.set(
+      spec.name,
+      spec.transposed ? transposeStored(t.data, spec.hfShape[0]!, spec.hfShape[1]!) : t.data,
+    );
+    tensors.delete(spec.name); // the file's layout goes as soon as ours exists
   }
-  return new Qwen2Model(config, values, options.trainable ?? true);
-}
-
-/** Row-major [rows, cols] -> [cols, rows]. */
-export function transpose2d(a: Float32Array, rows: number, cols: number): Float32Array {
-  const out = new Float32Array(a.length);
-  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = a[r * cols + c]!;
-  return out;
+  return { config, values };
 }
 
 export interface SaveOptions {
-  /** safetensors dtype; default from config.torchDtype (float32 -> F32, bfloat16 -> BF16, float16 -> F16). */
+  /**
+   * safetensors dtype; default the model's storage dtype for a half-stored model (its bits are written as
+   * they are), else from config.torchDtype (float32 -> F32, bfloat16 -> BF16, float16 -> F16).
+   */
   dtype?: SafetensorsDtype;
   /** Split into shards of at most this many bytes, with model.safetensors.index.json. */
   maxShardBytes?: number;
@@ -64,7 +105,8 @@ export interface SaveOptions {
 
 /** Writes config.json, the weights, and (if given) tokenizer.json into dir. */
 export async function saveModel(model: Qwen2Model, dir: string, options: SaveOptions = {}): Promise<void> {
-  writeModelDir(dir, model.config, await model.toHfTensors(), options);
+  const dtype = options.dtype ?? (model.dtype === "float32" ? undefined : SAFETENSORS_DTYPE_OF[model.dtype]);
+  writeModelDir(dir, model.config, await model.toHfTensors(), { ...options, dtype });
 }
 
 /** Host parameters in our layout (linear weights [in, out]) as HF tensors (transposed back). */
@@ -75,10 +117,7 @@ export function hfTensorsFromHost(
   return parameterSpecs(config).map((s) => {
     const v = values.get(s.name)!;
     if (!s.transposed) return { name: s.name, shape: s.hfShape, data: v };
-    const [rows, cols] = s.shape as [number, number];
-    const data = new Float32Array(v.length);
-    for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) data[j * rows + i] = v[i * cols + j]!;
-    return { name: s.name, shape: s.hfShape, data };
+    return { name: s.name, shape: s.hfShape, data: transpose2d(v, s.shape[0]!, s.shape[1]!) };
   });
 }
 
@@ -86,31 +125,42 @@ export function hfTensorsFromHost(
 function writeModelDir(
   dir: string,
   config: Qwen2Config,
-  tensors: { name: string; shape: number[]; data: Float32Array }[],
+  tensors: StoredTensor[],
   options: SaveOptions,
 ): void {
-  mkdirSync(dir, { recursive: true });
   const dtype =
     options.dtype ??
     ({ bfloat16: "BF16", float16: "F16" } as Record<string, SafetensorsDtype>)[config.torchDtype] ??
     "F32";
-  const torchDtype = { F32: "float32", BF16: "bfloat16", F16: "float16" }[dtype];
+  writeModelMetadata(dir, config, dtype, options.tokenizer);
+  writeCheckpointDir(dir, tensors, dtype, options.maxShardBytes);
+}
+
+/**
+ * The files of an HF model directory besides the weights: config.json (torch_dtype from the weights'
+ * dtype) and, with a tokenizer, tokenizer.json and generation_config.json. Creates dir.
+ */
+export function writeModelMetadata(
+  dir: string,
+  config: Qwen2Config,
+  dtype: SafetensorsDtype,
+  tokenizer?: Tokenizer,
+): void {
+  mkdirSync(dir, { recursive: true });
   writeFileSync(
     join(dir, "config.json"),
-    `${JSON.stringify({ ...toHfConfig(config), torch_dtype: torchDtype }, null, 2)}\n`,
+    `${JSON.stringify({ ...toHfConfig(config), torch_dtype: WEIGHT_DTYPE_OF[dtype] }, null, 2)}\n`,
   );
-  writeCheckpointDir(dir, tensors, dtype, options.maxShardBytes);
-  options.tokenizer?.save(dir);
-  if (options.tokenizer) {
-    const gen = { eos_token_id: options.tokenizer.eosTokenId, pad_token_id: options.tokenizer.padTokenId };
-    writeFileSync(join(dir, "generation_config.json"), `${JSON.stringify(gen, null, 2)}\n`);
-  }
+  if (!tokenizer) return;
+  tokenizer.save(dir);
+  const gen = { eos_token_id: tokenizer.eosTokenId, pad_token_id: tokenizer.padTokenId };
+  writeFileSync(join(dir, "generation_config.json"), `${JSON.stringify(gen, null, 2)}\n`);
 }
 
 /** Loads model and tokenizer from one HF directory. */
 export function loadPretrained(
   dir: string,
-  options: { trainable?: boolean } = {},
+  options: LoadOptions = {},
 ): { model: Qwen2Model; tokenizer: Tokenizer } {
   const tokenizer = loadTokenizer(dir);
   const model = loadModel(dir, options);

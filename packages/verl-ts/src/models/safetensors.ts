@@ -1,7 +1,9 @@
 /**
  * safetensors reader and writer: 8-byte little-endian header length, a JSON header mapping each tensor
  * name to {dtype, shape, data_offsets}, then the raw little-endian data. F32, F16 and BF16 (and F64) load
- * as Float32Array; saving writes F32, F16 or BF16. Sharded checkpoints use model.safetensors.index.json.
+ * as Float32Array, or in their stored dtype (the *Stored readers: BF16/F16 as 16-bit patterns); saving
+ * writes F32, F16 or BF16 (half bits already in the target dtype are written as they are, so a bf16 model
+ * saves and reloads bit for bit). Sharded checkpoints use model.safetensors.index.json.
  */
 import {
   closeSync,
@@ -15,6 +17,15 @@ import {
 } from "node:fs";
 import { basename, join } from "node:path";
 import { ModelFormatError } from "./errors.js";
+import {
+  floatToBf16,
+  floatToHalf,
+  HalfArray,
+  type HalfDtype,
+  halfToFloat,
+  type StoredValues,
+  type WeightDtype,
+} from "./half-precision.js";
 
 export type SafetensorsDtype = "F32" | "F16" | "BF16";
 
@@ -23,6 +34,25 @@ export interface NamedTensor {
   shape: number[];
   data: Float32Array;
 }
+
+/** A tensor in its stored dtype: BF16 and F16 data kept as bit patterns (HalfArray), F32/F64 as float32. */
+export interface StoredTensor {
+  name: string;
+  shape: number[];
+  data: StoredValues;
+}
+
+/** The safetensors dtype name of a storage dtype, and back. */
+export const SAFETENSORS_DTYPE_OF: Record<WeightDtype, SafetensorsDtype> = {
+  float32: "F32",
+  bfloat16: "BF16",
+  float16: "F16",
+};
+export const WEIGHT_DTYPE_OF: Record<SafetensorsDtype, WeightDtype> = {
+  F32: "float32",
+  BF16: "bfloat16",
+  F16: "float16",
+};
 
 interface HeaderEntry {
   dtype: string;
@@ -101,12 +131,14 @@ export function readSafetensorsHeader(file: string): {
   }
 }
 
-function decode(dtype: string, raw: Buffer): Float32Array {
+function decode(dtype: string, raw: Buffer, keepHalf: boolean): StoredValues {
   const n = raw.length / BYTES[dtype]!;
-  const out = new Float32Array(n);
   // Copy into an aligned buffer first: Buffer slices may start at any byte offset.
   const aligned = new Uint8Array(raw.length);
   aligned.set(raw);
+  if (keepHalf && (dtype === "BF16" || dtype === "F16"))
+    return new HalfArray(WEIGHT_DTYPE_OF[dtype] as HalfDtype, new Uint16Array(aligned.buffer));
+  const out = new Float32Array(n);
   switch (dtype) {
     case "F32":
       out.set(new Float32Array(aligned.buffer));
@@ -129,55 +161,26 @@ function decode(dtype: string, raw: Buffer): Float32Array {
   return out;
 }
 
-function halfToFloat(h: number): number {
-  const s = h & 0x8000 ? -1 : 1;
-  const e = (h >> 10) & 0x1f;
-  const f = h & 0x3ff;
-  if (e === 0) return s * f * 2 ** -24;
-  if (e === 31) return f ? Number.NaN : s * Number.POSITIVE_INFINITY;
-  return s * (1 + f / 1024) * 2 ** (e - 15);
-}
-
-const f32 = new Float32Array(1);
-const u32 = new Uint32Array(f32.buffer);
-
-function floatToBf16(x: number): number {
-  f32[0] = x;
-  const b = u32[0]!;
-  if ((b & 0x7f800000) === 0x7f800000 && b & 0x7fffff) return 0x7fc0; // NaN
-  return ((b + 0x7fff + ((b >> 16) & 1)) >>> 16) & 0xffff; // round to nearest even
-}
-
-function floatToHalf(x: number): number {
-  f32[0] = x;
-  const b = u32[0]!;
-  const sign = (b >>> 16) & 0x8000;
-  const exp = (b >>> 23) & 0xff;
-  let mant = b & 0x7fffff;
-  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
-  let e = exp - 127 + 15;
-  if (e >= 31) return sign | 0x7c00;
-  if (e <= 0) {
-    if (e < -10) return sign;
-    mant |= 0x800000;
-    const shift = 14 - e;
-    let half = mant >> shift;
-    const rem = mant & ((1 << shift) - 1);
-    const mid = 1 << (shift - 1);
-    if (rem > mid || (rem === mid && half & 1)) half++;
-    return sign | half;
-  }
-  let half = (e << 10) | (mant >> 13);
-  const rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem === 0x1000 && half & 1)) half++;
-  e = half >> 10;
-  return sign | half;
-}
-
 /** Reads every tensor of one safetensors file as float32. */
 export function readSafetensors(file: string, only?: (name: string) => boolean): Map<string, NamedTensor> {
+  return readTensors(file, only, false) as Map<string, NamedTensor>;
+}
+
+/** Reads every tensor of one safetensors file in its stored dtype (BF16/F16 as bit patterns, no widening). */
+export function readSafetensorsStored(
+  file: string,
+  only?: (name: string) => boolean,
+): Map<string, StoredTensor> {
+  return readTensors(file, only, true);
+}
+
+function readTensors(
+  file: string,
+  only: ((name: string) => boolean) | undefined,
+  keepHalf: boolean,
+): Map<string, StoredTensor> {
   const { entries, dataStart } = readSafetensorsHeader(file);
-  const out = new Map<string, NamedTensor>();
+  const out = new Map<string, StoredTensor>();
   const fd = openSync(file, "r");
   try {
     for (const [name, e] of entries) {
@@ -187,7 +190,7 @@ export function readSafetensors(file: string, only?: (name: string) => boolean):
       const got = readSync(fd, raw, 0, end - begin, dataStart + begin);
       if (got !== end - begin)
         throw new ModelFormatError(`short read (${got} of ${end - begin} bytes)`, file, name);
-      out.set(name, { name, shape: e.shape.slice(), data: decode(e.dtype, raw) });
+      out.set(name, { name, shape: e.shape.slice(), data: decode(e.dtype, raw, keepHalf) });
     }
   } finally {
     closeSync(fd);
@@ -198,13 +201,10 @@ export function readSafetensors(file: string, only?: (name: string) => boolean):
 /** Writes tensors to one safetensors file in the given dtype (default F32). */
 export function writeSafetensors(
   file: string,
-  tensors: NamedTensor[],
+  tensors: StoredTensor[],
   dtype: SafetensorsDtype = "F32",
   metadata: Record<string, string> = { format: "pt" },
 ): void {
-  const bytes = BYTES[dtype]!;
-  const header: Record<string, unknown> = { __metadata__: metadata };
-  let offset = 0;
   for (const t of tensors) {
     const numel = t.shape.reduce((a, b) => a * b, 1);
     if (numel !== t.data.length)
@@ -213,6 +213,27 @@ export function writeSafetensors(
         file,
         t.name,
       );
+  }
+  const byName = new Map(tensors.map((t) => [t.name, t.data]));
+  writeSafetensorsFrom(file, tensors, dtype, (name) => byName.get(name)!, metadata);
+}
+
+/**
+ * Writes one safetensors file whose tensors are produced one at a time by `valuesOf` (called once per
+ * tensor, in order), so a file larger than memory can be written: only one tensor's values exist at once.
+ */
+export function writeSafetensorsFrom(
+  file: string,
+  specs: readonly { name: string; shape: number[] }[],
+  dtype: SafetensorsDtype,
+  valuesOf: (name: string) => StoredValues,
+  metadata: Record<string, string> = { format: "pt" },
+): void {
+  const bytes = BYTES[dtype]!;
+  const header: Record<string, unknown> = { __metadata__: metadata };
+  let offset = 0;
+  for (const t of specs) {
+    const numel = t.shape.reduce((a, b) => a * b, 1);
     header[t.name] = { dtype, shape: t.shape, data_offsets: [offset, offset + numel * bytes] };
     offset += numel * bytes;
   }
@@ -225,20 +246,32 @@ export function writeSafetensors(
     lenBuf.writeBigUInt64LE(BigInt(hb.length), 0);
     writeSync(fd, lenBuf);
     writeSync(fd, hb);
-    for (const t of tensors) {
-      let buf: Buffer;
-      if (dtype === "F32") buf = Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength);
-      else {
-        const u = new Uint16Array(t.data.length);
-        const conv = dtype === "BF16" ? floatToBf16 : floatToHalf;
-        for (let i = 0; i < t.data.length; i++) u[i] = conv(t.data[i]!);
-        buf = Buffer.from(u.buffer);
-      }
-      writeSync(fd, buf);
+    for (const t of specs) {
+      const data = valuesOf(t.name);
+      const numel = t.shape.reduce((a, b) => a * b, 1);
+      if (numel !== data.length)
+        throw new ModelFormatError(
+          `shape ${JSON.stringify(t.shape)} does not match ${data.length} values`,
+          file,
+          t.name,
+        );
+      writeSync(fd, encode(data, dtype));
     }
   } finally {
     closeSync(fd);
   }
+}
+
+/** The bytes of stored values in a safetensors dtype; half bits already in that dtype go out verbatim. */
+function encode(data: StoredValues, dtype: SafetensorsDtype): Uint8Array {
+  if (data instanceof HalfArray && SAFETENSORS_DTYPE_OF[data.dtype] === dtype)
+    return new Uint8Array(data.bits.buffer, data.bits.byteOffset, data.bits.byteLength);
+  const values = data instanceof HalfArray ? data.toFloat32() : data;
+  if (dtype === "F32") return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
+  const u = new Uint16Array(values.length);
+  const conv = dtype === "BF16" ? floatToBf16 : floatToHalf;
+  for (let i = 0; i < values.length; i++) u[i] = conv(values[i]!);
+  return new Uint8Array(u.buffer);
 }
 
 export const SAFETENSORS_INDEX = "model.safetensors.index.json";
@@ -246,9 +279,21 @@ export const SAFETENSORS_FILE = "model.safetensors";
 
 /** Reads a checkpoint directory: model.safetensors, or the shards listed in model.safetensors.index.json. */
 export function readCheckpointDir(dir: string): Map<string, NamedTensor & { file: string }> {
+  return readDir(dir, readSafetensors) as Map<string, NamedTensor & { file: string }>;
+}
+
+/** readCheckpointDir keeping each tensor's stored dtype (BF16/F16 as bit patterns, half the memory). */
+export function readCheckpointDirStored(dir: string): Map<string, StoredTensor & { file: string }> {
+  return readDir(dir, readSafetensorsStored);
+}
+
+function readDir(
+  dir: string,
+  read: (file: string, only?: (name: string) => boolean) => Map<string, StoredTensor>,
+): Map<string, StoredTensor & { file: string }> {
   const indexPath = join(dir, SAFETENSORS_INDEX);
   const single = join(dir, SAFETENSORS_FILE);
-  const out = new Map<string, NamedTensor & { file: string }>();
+  const out = new Map<string, StoredTensor & { file: string }>();
   if (existsSync(indexPath)) {
     let index: { weight_map?: Record<string, string> };
     try {
@@ -269,7 +314,7 @@ export function readCheckpointDir(dir: string): Map<string, NamedTensor & { file
           .filter(([, v]) => v === f)
           .map(([k]) => k),
       );
-      const got = readSafetensors(path, (n) => wanted.has(n));
+      const got = read(path, (n) => wanted.has(n));
       for (const name of wanted)
         if (!got.has(name))
           throw new ModelFormatError(`tensor listed in the index is not in shard ${f}`, path, name);
@@ -282,7 +327,7 @@ export function readCheckpointDir(dir: string): Map<string, NamedTensor & { file
       `no ${SAFETENSORS_FILE} or ${SAFETENSORS_INDEX} in ${dir}`,
       join(dir, SAFETENSORS_FILE),
     );
-  for (const [k, v] of readSafetensors(single)) out.set(k, { ...v, file: single });
+  for (const [k, v] of read(single)) out.set(k, { ...v, file: single });
   return out;
 }
 
@@ -292,12 +337,12 @@ export function readCheckpointDir(dir: string): Map<string, NamedTensor & { file
  */
 export function writeCheckpointDir(
   dir: string,
-  tensors: NamedTensor[],
+  tensors: StoredTensor[],
   dtype: SafetensorsDtype = "F32",
   maxShardBytes = Number.POSITIVE_INFINITY,
 ): string[] {
   const bytes = BYTES[dtype]!;
-  const shards: NamedTensor[][] = [[]];
+  const shards: StoredTensor[][] = [[]];
   let size = 0;
   for (const t of tensors) {
     const b = t.data.length * bytes;

@@ -12,7 +12,8 @@ model.safetensors.index.json, generation_config.json, tokenizer files) from a tr
 whatever number of workers wrote it.
   checkpoint-dir       trainer.default_local_dir (its latest step), a global_step_<N> dir, or its actor/ dir
   --out DIR            the new model directory (must not exist or be empty)
-  --dtype D            weight dtype: fp32 (default, the trained float32 weights exactly), bf16 or fp16
+  --dtype D            weight dtype: bf16, fp16 or fp32 (default: the run's actor_rollout_ref.model.dtype;
+                       fp32 gives the float32 master weights exactly)
   --max-shard-size S   largest weight file, in bytes or with KB/MB/GB (default 5GB); above it: shards + index
   --model DIR          config.json and tokenizer from DIR (for a checkpoint without actor/huggingface/)
 The output directory is printed last.`;
@@ -51,8 +52,8 @@ export const exportCommand: CliCommand = {
     if (positional.length !== 1)
       throw new UsageError(`give exactly one checkpoint directory, got ${positional.length}`);
     if (!flags.out) throw new UsageError("--out DIR is required");
-    const dtype = (flags.dtype ?? "fp32") as ExportDtype;
-    if (!EXPORT_DTYPES.includes(dtype))
+    const dtype = flags.dtype as ExportDtype | undefined;
+    if (dtype !== undefined && !EXPORT_DTYPES.includes(dtype))
       throw new UsageError(`--dtype must be one of ${EXPORT_DTYPES.join(", ")}, got ${flags.dtype}`);
     const result = exportCheckpoint(positional[0]!, {
       out: flags.out,

@@ -12,6 +12,7 @@
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { toHfConfig } from "../models/config.js";
+import type { WeightDtype } from "../models/half-precision.js";
 import { loadModelConfig, transpose2d } from "../models/pretrained.js";
 import { parameterSpecs } from "../models/qwen2.js";
 import { type NamedTensor, type SafetensorsDtype, writeCheckpointDir } from "../models/safetensors.js";
@@ -37,6 +38,12 @@ export const HF_METADATA_FILES = [
 
 export type ExportDtype = "bf16" | "fp16" | "fp32";
 export const EXPORT_DTYPES: readonly ExportDtype[] = ["bf16", "fp16", "fp32"];
+/** The export dtype of a model storage dtype (a checkpoint's actor_rollout_ref.model.dtype). */
+export const EXPORT_DTYPE_OF: Record<WeightDtype, ExportDtype> = {
+  float32: "fp32",
+  bfloat16: "bf16",
+  float16: "fp16",
+};
 const SAFETENSORS_DTYPE: Record<ExportDtype, SafetensorsDtype> = { bf16: "BF16", fp16: "F16", fp32: "F32" };
 const TORCH_DTYPE: Record<ExportDtype, string> = { bf16: "bfloat16", fp16: "float16", fp32: "float32" };
 
@@ -85,7 +92,10 @@ export function resolveActorDir(path: string): string {
 export interface ExportOptions {
   /** The output directory (created; must be empty if it exists). */
   out: string;
-  /** Weight dtype of the export. Default fp32 (training keeps float32 master weights: no rounding). */
+  /**
+   * Weight dtype of the export. Default the checkpoint's storage dtype (its actor_rollout_ref.model.dtype:
+   * fp32 gives the float32 master weights exactly; bf16 / fp16 the weights the run generated with).
+   */
   dtype?: ExportDtype;
   /** Largest weight file; above it the weights are sharded with an index. Default 5 GB. */
   maxShardBytes?: number;
@@ -105,9 +115,8 @@ export interface ExportResult {
 
 /** Writes the Hugging Face model directory of a checkpoint's actor (see the file comment). */
 export function exportCheckpoint(checkpoint: string, options: ExportOptions): ExportResult {
-  const dtype = options.dtype ?? "fp32";
-  if (!EXPORT_DTYPES.includes(dtype))
-    throw new ExportError(`--dtype must be one of ${EXPORT_DTYPES.join(", ")}, got ${dtype}`);
+  if (options.dtype !== undefined && !EXPORT_DTYPES.includes(options.dtype))
+    throw new ExportError(`--dtype must be one of ${EXPORT_DTYPES.join(", ")}, got ${options.dtype}`);
   const actorDir = resolveActorDir(checkpoint);
   const metaDir = options.model ?? join(actorDir, HF_METADATA_DIR);
   if (!existsSync(join(metaDir, "config.json")))
@@ -118,6 +127,7 @@ export function exportCheckpoint(checkpoint: string, options: ExportOptions): Ex
     );
   const config = loadModelConfig(metaDir);
   const state = readAllShards(actorDir);
+  const dtype = options.dtype ?? EXPORT_DTYPE_OF[state.dtype];
   const offsets = new Map<string, { offset: number; size: number }>();
   let offset = 0;
   for (const [name, size] of state.layout) {

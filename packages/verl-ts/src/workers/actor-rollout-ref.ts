@@ -12,9 +12,9 @@ import { aggLossTf, asTfTensor, klLossTf } from "../algorithms/tf-ops.js";
 import type { RolloutConfig, TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
 import { computeLogProbs, tokenLogProbs } from "../models/logprobs.js";
-import { loadPretrained } from "../models/pretrained.js";
-import type { Qwen2Model } from "../models/qwen2.js";
-import type { Tokenizer } from "../models/tokenizer.js";
+import { loadModel, loadModelValues } from "../models/pretrained.js";
+import { Qwen2Model } from "../models/qwen2.js";
+import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
 import { agentLoopRollout } from "../rollout/agent-loop.js";
 import { rolloutTrainingBatch } from "../rollout/batch.js";
@@ -58,6 +58,19 @@ export interface ActorRolloutRefOptions {
   tool?: ToolSpec | null;
 }
 
+/** A worker's memory as memoryInfo reports it (bytes). */
+export interface WorkerMemory {
+  rank: number;
+  /** tf.memory().numBytes: every tensor of the process. */
+  tensorBytes: number;
+  actorWeightBytes: number;
+  actorWeightTensorBytes: number;
+  refWeightBytes: number;
+  refWeightTensorBytes: number;
+  /** Peak resident set of the process so far. */
+  peakRssBytes: number;
+}
+
 export class ActorRolloutRefWorker extends ShardedWorker {
   private readonly cfg: TrainerConfig;
   private readonly role: NonNullable<ActorRolloutRefOptions["role"]>;
@@ -93,19 +106,20 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const path = this.cfg.actor_rollout_ref.model.path;
     if (!path)
       throw new WorkerStateError("actor_rollout_ref.model.path is not set (an HF model directory is needed)");
-    const loaded = loadPretrained(path, { trainable: this.isActor });
-    this.tokenizer = loaded.tokenizer;
+    // Weights are stored in model.dtype; the optimizer's master shard is float32 from the file's values
+    // (not rounded to the storage dtype first). The reference is its own copy, read again.
+    const ar = this.cfg.actor_rollout_ref;
+    const dtype = ar.model.dtype;
+    this.tokenizer = loadTokenizer(path);
     if (this.isActor) {
-      this.model = loaded.model;
-      this.sharded = new ShardedParameters(
-        await this.model.getParameters(),
-        this.ctx,
-        this.cfg.actor_rollout_ref.actor.optim as OptimSettings,
-      );
-      if (this.hasRef) this.ref = loadPretrained(path, { trainable: false }).model;
-    } else {
-      this.ref = loaded.model;
+      const { config, values } = loadModelValues(path);
+      this.sharded = new ShardedParameters(values, this.ctx, ar.actor.optim as OptimSettings);
+      this.sharded.weightDtype = dtype;
+      this.model = new Qwen2Model(config, values, { trainable: true, dtype });
+      this.model.gradientCheckpointing = ar.model.enable_gradient_checkpointing;
     }
+    if (this.hasRef)
+      this.ref = loadModel(path, { trainable: false, dtype, offload: ar.ref.fsdp_config.param_offload });
     return this.shardInfo();
   }
 
@@ -180,6 +194,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       const agent = await this.multiTurn;
       const { ignoreEos: _ignoreEos, ...agentSampling } = sampling;
       const { samples } = await agentLoopRollout(model, tok, rows, { ...agent, ...agentSampling, seed });
+      model.releaseComputeWeights();
       return agentTrainingBatch(samples, {
         padTokenId: tok.padTokenId,
         promptLength: P,
@@ -194,6 +209,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       numLlmCallsAvailable: tool ? ro.num_llm_calls_available : 0,
       seed,
     });
+    model.releaseComputeWeights();
     return rolloutTrainingBatch(out.samples, {
       padTokenId: tok.padTokenId,
       promptLength: P,
@@ -217,15 +233,43 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   }
 
   /** Log-probs (and entropy) of the responses under `model`, [B, R] each, micro-batched. */
-  private responseLogProbs(model: Qwen2Model, data: DataProto, key: "rollout" | "ref", withEntropy: boolean) {
+  private async responseLogProbs(
+    model: Qwen2Model,
+    data: DataProto,
+    key: "rollout" | "ref",
+    withEntropy: boolean,
+  ): Promise<Float32Array[]> {
     const R = data.tensor("responses").shape[1]!;
     const temperature = this.cfg.actor_rollout_ref.rollout.temperature || 1;
-    return byMicroBatch(data, this.logProbGroups(key, data), R, async (part) => {
-      const { tb, P, kept } = responseTokenBatch(part);
-      const r = await computeLogProbs(model, tb, { temperature, withEntropy, microBatchSize: tb.batch });
-      const cols = (full: Float32Array) => rowColumns(full, tb.batch, tb.length, P, kept, R);
-      return withEntropy ? [cols(r.logProbs), cols(r.entropy!)] : [cols(r.logProbs)];
-    });
+    try {
+      return await byMicroBatch(data, this.logProbGroups(key, data), R, async (part) => {
+        const { tb, P, kept } = responseTokenBatch(part);
+        const r = await computeLogProbs(model, tb, { temperature, withEntropy, microBatchSize: tb.batch });
+        const cols = (full: Float32Array) => rowColumns(full, tb.batch, tb.length, P, kept, R);
+        return withEntropy ? [cols(r.logProbs), cols(r.entropy!)] : [cols(r.logProbs)];
+      });
+    } finally {
+      // host-held weights (model.dtype half, or ref.fsdp_config.param_offload) go back to rest
+      model.releaseComputeWeights();
+    }
+  }
+
+  /**
+   * What this process holds now: bytes in tensors (tf.memory), the stored weights of the actor/rollout
+   * and of the reference (in model.dtype) and how much of each sits in tensors, and the process's peak
+   * resident set. Between passes a host-held model has no weight bytes in tensors.
+   */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  memoryInfo(): WorkerMemory {
+    return {
+      rank: this.rank,
+      tensorBytes: tf.memory().numBytes,
+      actorWeightBytes: this.model?.weightBytes() ?? 0,
+      actorWeightTensorBytes: this.model?.weightTensorBytes() ?? 0,
+      refWeightBytes: this.ref?.weightBytes() ?? 0,
+      refWeightTensorBytes: this.ref?.weightTensorBytes() ?? 0,
+      peakRssBytes: process.resourceUsage().maxRSS * 1024,
+    };
   }
 
   /** Old log-probs and entropy of the responses under the current actor: old_log_probs, entropys [B, R]. */
@@ -368,6 +412,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       metrics["actor/kl_coef"] = a.kl_loss_coef;
     }
     if (run.skipped) metrics["actor/skipped_updates"] = run.skipped;
+    model.releaseComputeWeights();
     return metrics;
   }
 

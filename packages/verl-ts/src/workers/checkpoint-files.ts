@@ -3,9 +3,14 @@
  * vector and the optimizer/scheduler counters) and `rank_<r>.bin` (params, exp_avg, exp_avg_sq of the
  * shard, float32 little-endian, one after the other). Loading reads every rank's files and takes the
  * range the loading rank owns, so a checkpoint written by W ranks loads on any number of ranks.
+ *
+ * The params are the optimizer's float32 master copy whatever the model's storage dtype; `dtype` records
+ * that storage dtype (actor_rollout_ref.model.dtype), so a resumed run stores its weights the same way
+ * and an export keeps it.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { WEIGHT_DTYPES, type WeightDtype } from "../models/half-precision.js";
 
 export interface ShardMeta {
   rank: number;
@@ -19,6 +24,8 @@ export interface ShardMeta {
   schedulerStep: number;
   /** Parameter names and sizes of the flat layout (checked on load). */
   layout: [string, number][];
+  /** Storage dtype of the model's weights; absent in checkpoints written before it was recorded (float32). */
+  dtype?: WeightDtype;
 }
 
 /** A checkpoint directory that cannot be loaded (missing or inconsistent shards); names the file. */
@@ -50,6 +57,8 @@ export interface FullState {
   adamStep: number;
   schedulerStep: number;
   layout: [string, number][];
+  /** Storage dtype of the model that wrote it. */
+  dtype: WeightDtype;
 }
 
 /** Reads every rank's shard of `dir` into full flat vectors. */
@@ -72,6 +81,14 @@ export function readAllShards(dir: string): FullState {
       `${dir}: expected shards of ranks 0..${W - 1}, found ranks [${metas.map((m) => m.rank).join(", ")}]`,
     );
   }
+  const dtype = metas[0]!.dtype ?? "float32";
+  const odd = metas.find(
+    (m) => (m.dtype ?? "float32") !== dtype || !WEIGHT_DTYPES.includes(m.dtype ?? "float32"),
+  );
+  if (odd)
+    throw new CheckpointError(
+      `${join(dir, `rank_${odd.rank}.json`)}: dtype ${JSON.stringify(odd.dtype)} where rank 0 has ${JSON.stringify(dtype)} (one of ${WEIGHT_DTYPES.join(", ")} expected, the same on every rank)`,
+    );
   const total = metas[0]!.total;
   const params = new Float32Array(total);
   const expAvg = new Float32Array(total);
@@ -100,5 +117,6 @@ export function readAllShards(dir: string): FullState {
     adamStep: m0.adamStep,
     schedulerStep: m0.schedulerStep,
     layout: m0.layout,
+    dtype,
   };
 }

@@ -17,7 +17,9 @@ import { valueLossTf } from "../algorithms/tf-ops.js";
 import type { TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
 import { loadModel } from "../models/pretrained.js";
-import { type Qwen2Model, type TokenBatch, uid } from "../models/qwen2.js";
+import type { Qwen2Model } from "../models/qwen2.js";
+import type { TokenBatch } from "../models/token-batch.js";
+import { uid } from "../models/variable-names.js";
 import { DataProto } from "../protocol/data-proto.js";
 import type { BatchTensor } from "../protocol/tensor.js";
 import { gaussian, mulberry32 } from "../random.js";
@@ -45,6 +47,8 @@ const HEAD_SEED = 0x5c0e;
 /** The critic's part of the config, with the defaults veRL derives filled in. */
 interface CriticSettings {
   path: string;
+  /** critic.model.enable_gradient_checkpointing: recompute each layer's activations in the backward. */
+  gradientCheckpointing: boolean;
   optim: OptimSettings;
   miniRows: number;
   micro: number | null;
@@ -60,7 +64,7 @@ interface CriticSettings {
 
 export function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSettings {
   const c = cfg.critic as TrainerConfig["critic"] & {
-    model: { path: string | null };
+    model: { path: string | null; enable_gradient_checkpointing: boolean };
     ppo_micro_batch_size: number | null;
     ppo_micro_batch_size_per_gpu: number | null;
     forward_micro_batch_size: number | null;
@@ -78,6 +82,7 @@ export function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSet
   const micro = perWorkerRows(c.ppo_micro_batch_size_per_gpu, c.ppo_micro_batch_size, worldSize);
   return {
     path,
+    gradientCheckpointing: c.model.enable_gradient_checkpointing,
     optim: c.optim as OptimSettings,
     miniRows: c.ppo_mini_batch_size * c.rollout_n,
     micro,
@@ -110,6 +115,7 @@ export class CriticWorker extends ShardedWorker {
     const s = criticSettings(this.cfg, this.worldSize);
     this.settings = s;
     this.model = loadModel(s.path, { trainable: true });
+    this.model.gradientCheckpointing = s.gradientCheckpointing;
     const h = this.model.config.hiddenSize;
     const rng = mulberry32(HEAD_SEED);
     const w = new Float32Array(h);

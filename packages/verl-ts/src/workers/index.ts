@@ -7,6 +7,7 @@ export {
   logProbMicroRows,
   rolloutSampling,
   type ToolSpec,
+  type WorkerMemory,
 } from "./actor-rollout-ref.js";
 export {
   CheckpointError,

@@ -281,8 +281,8 @@ test("a key marked unsupported (or under a marked section) keeps its default or 
 test("veRL keys this trainer does not have are refused by the checker, each naming the key and the way out", (t) => {
   const c = loadTrainerConfig({
     overrides: [
-      "actor_rollout_ref.model.dtype=bfloat16",
-      "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+      "actor_rollout_ref.rollout.dtype=bfloat16",
+      "actor_rollout_ref.model.use_remove_padding=true",
       "actor_rollout_ref.rollout.name=vllm",
       "actor_rollout_ref.actor.fsdp_config.param_offload=true",
       "reward_model.enable=true",
@@ -302,9 +302,9 @@ test("veRL keys this trainer does not have are refused by the checker, each nami
   t.deepEqual(checkTrainerConfig(loadTrainerConfig()), []);
   const schema = trainerConfigSchema();
   for (const key of [
-    "actor_rollout_ref.model.dtype",
+    "actor_rollout_ref.rollout.dtype",
     "actor_rollout_ref.model.override_config",
-    "actor_rollout_ref.model.enable_gradient_checkpointing",
+    "actor_rollout_ref.model.use_remove_padding",
     "actor_rollout_ref.actor.checkpoint.contents",
     "actor_rollout_ref.actor.shuffle",
     "trainer.max_critic_ckpt_to_keep",

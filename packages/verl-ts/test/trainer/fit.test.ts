@@ -63,7 +63,7 @@ test.serial("a bad config stops in the constructor, before the runtime or any ac
       "trainer.total_training_steps=-5",
       "actor_rollout_ref.rollout.val_kwargs.top_p=1.5",
       "actor_rollout_ref.actor.ppo_mini_batch_size=3",
-      "actor_rollout_ref.model.dtype=bfloat16",
+      "actor_rollout_ref.rollout.dtype=bfloat16",
     ],
   });
   const e6 = t.throws(() => new RayPPOTrainer(many, { trainRows: rows(8) }), {
@@ -71,7 +71,7 @@ test.serial("a bad config stops in the constructor, before the runtime or any ac
   });
   t.deepEqual(e6!.issues.map((i) => i.key).sort(), [
     "actor_rollout_ref.actor.ppo_mini_batch_size",
-    "actor_rollout_ref.model.dtype",
+    "actor_rollout_ref.rollout.dtype",
     "actor_rollout_ref.rollout.val_kwargs.top_p",
     "trainer.total_training_steps",
   ]);

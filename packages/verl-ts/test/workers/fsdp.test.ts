@@ -12,7 +12,7 @@ import { ActorRolloutRefWorker, layoutForMiniBatches, type ShardInfo } from "../
 import { responseBatch, tinyModelDir, WORKER_MODULE } from "./helpers.js";
 
 // FSDP equivalence: the same global batch gives the same parameters on 1, 2 and 4 ranks, and with
-// token-budget micro-batches (use_dynamic_bsz) instead of fixed ones.
+// token-budget micro-batches (use_dynamic_bsz) instead of fixed ones, and with gradient checkpointing.
 
 const B = 16; // rows = train_batch_size 8 x n 2
 const P = 5;
@@ -75,7 +75,7 @@ async function group(n: number, cfg: ReturnType<typeof config>, name = `fsdp${n}
 }
 
 test.before(async () => {
-  await init({ numCpus: 9 }); // one per worker: groups of 1, 2, 4 and 2 ranks
+  await init({ numCpus: 11 }); // one per worker: groups of 1, 2, 4, 2 and 2 ranks
 });
 test.after.always(async () => {
   await shutdown();
@@ -111,17 +111,20 @@ test("N=2 and N=4 ranks give the same parameters and metrics as N=1; optimizer s
     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=24",
     "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=24",
   ]);
+  const checkpointedCfg = config(dir, ["actor_rollout_ref.model.enable_gradient_checkpointing=true"]);
   const groups = await Promise.all([
     ...[1, 2, 4].map((n) => group(n, cfg)),
     group(2, dynamicCfg, "fsdp2-dynamic"),
+    group(2, checkpointedCfg, "fsdp2-checkpointed"),
   ]);
   const t1 = Date.now();
   const infos = (await Promise.all(groups.map((g) => g.initModel()))) as ShardInfo[][];
   const t2 = Date.now();
   const before = (await groups[0]!.gatheredParameters()) as Float32Array;
   const results = [];
-  for (const [i, g] of groups.entries()) results.push(await train(g, i === 3 ? dynamicCfg : cfg));
-  const [one, two, four, dynamic] = results;
+  const cfgs = [cfg, cfg, cfg, dynamicCfg, checkpointedCfg];
+  for (const [i, g] of groups.entries()) results.push(await train(g, cfgs[i]!));
+  const [one, two, four, dynamic, checkpointed] = results;
   t.log(`spawn ${t1 - t0} ms, initModel ${t2 - t1} ms, train ${Date.now() - t2} ms`);
   let moved = 0;
   for (let i = 0; i < before.length; i++) moved = Math.max(moved, Math.abs(one!.params[i]! - before[i]!));
@@ -130,6 +133,7 @@ test("N=2 and N=4 ranks give the same parameters and metrics as N=1; optimizer s
     ["N=2", two],
     ["N=4", four],
     ["N=2, dynamic micro-batches", dynamic],
+    ["N=2, gradient checkpointing", checkpointed],
   ] as const) {
     let maxDiff = 0;
     for (let i = 0; i < before.length; i++)

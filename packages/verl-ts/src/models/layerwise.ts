@@ -1,0 +1,193 @@
+/**
+ * A forward and backward of one batch run layer by layer, for a trainer that brings each decoder layer's
+ * weights in just before the layer runs and hands its gradients on as soon as they exist (FSDP): the
+ * forward keeps one hidden state per layer (the layer's input); the backward recomputes each layer
+ * under a tape of its own with weights given again, from the last layer down. The head (final norm, LM
+ * head and the loss) runs under the caller's tape through Qwen2Model.withLayerOutput. The kernels are
+ * those of Qwen2Model.forward, so the gradients are the whole-model ones.
+ */
+import * as tf from "@tensorflow/tfjs";
+import type { SequenceAttention } from "./attention.js";
+import { decoderBlock } from "./decoder-block.js";
+import type { Qwen2Model } from "./qwen2.js";
+import type { TokenBatch } from "./token-batch.js";
+import { uid } from "./variable-names.js";
+
+/** One layer's weights by parameter name (HF names, our layout). */
+export type LayerTensors = Map<string, tf.Tensor>;
+
+export class LayerwisePass {
+  private readonly seq: SequenceAttention;
+  private readonly ids: tf.Tensor1D;
+
+  constructor(
+    private readonly model: Qwen2Model,
+    batch: TokenBatch,
+  ) {
+    this.seq = model.sequenceAttention(batch); // creates the shared tensors only, nothing to tidy
+    this.ids = tf.tensor1d(batch.ids, "int32");
+  }
+
+  /** The token embeddings [B*L, h] (the first layer's input), from the model's embedding. */
+  embed(): tf.Tensor2D {
+    return tf.gather(this.model.variable("model.embed_tokens.weight"), this.ids) as tf.Tensor2D;
+  }
+
+  /** Layer `i` on `x` without a tape: its output. */
+  forwardLayer(i: number, x: tf.Tensor2D, weights: LayerTensors): tf.Tensor2D {
+    return tf.tidy(() =>
+      decoderBlock(x, this.blockWeights(i, weights), this.seq, this.model.config.rmsNormEps),
+    );
+  }
+
+  /**
+   * Layer `i` recomputed on its input `x` under a tape, given `dy`, the gradient of its output: the
+   * gradient of its input and of each of its weights (by name).
+   */
+  backwardLayer(
+    i: number,
+    x: tf.Tensor2D,
+    weights: LayerTensors,
+    dy: tf.Tensor2D,
+  ): { dx: tf.Tensor2D; dWeights: LayerTensors } {
+    const names = [...weights.keys()];
+    const eps = this.model.config.rmsNormEps;
+    const [dx, ...dws] = tf.grads((xi, ...ws) =>
+      decoderBlock(
+        xi as tf.Tensor2D,
+        this.blockWeights(i, new Map(names.map((n, k) => [n, ws[k]!]))),
+        this.seq,
+        eps,
+      ),
+    )([x, ...weights.values()], dy);
+    return { dx: dx as tf.Tensor2D, dWeights: new Map(names.map((n, k) => [n, dws[k]!])) };
+  }
+
+  /** The gradient of the embedding matrix from `dx`, the gradient of the first layer's input. */
+  embeddingGradient(dx: tf.Tensor2D): tf.Tensor {
+    const [g] = tf.grads((e) => tf.gather(e, this.ids))(
+      [this.model.variable("model.embed_tokens.weight")],
+      dx,
+    );
+    return g!;
+  }
+
+  dispose(): void {
+    for (const t of new Set([
+      this.seq.mask,
+      this.seq.cosQ,
+      this.seq.sinQ,
+      this.seq.cosK,
+      this.seq.sinK,
+      this.ids,
+    ]))
+      t.dispose();
+  }
+
+  private blockWeights(i: number, weights: LayerTensors) {
+    return this.model.blockWeights(i, (name) => {
+      const t = weights.get(name);
+      if (!t) throw new RangeError(`layer ${i}: weight ${name} was not given`);
+      return t;
+    });
+  }
+}
+
+/** Where a layer-by-layer step gets each layer's weights and hands its gradients on. */
+export interface LayerwiseHooks {
+  /** Brings layer i's weights in (FSDP: all-gathers them); the step disposes them after use. */
+  layerWeights(i: number): Promise<LayerTensors>;
+  /** Layer i's weight gradients (null in an empty round); disposed once this resolves. */
+  layerGradients(i: number, grads: LayerTensors | null): Promise<void>;
+  /** The head's parameter gradients by variable name (null in an empty round); disposed once this resolves. */
+  headGradients(grads: Map<string, tf.Tensor> | null): Promise<void>;
+  /** The embedding matrix's gradient through the first layer (null in an empty round); disposed after. */
+  embeddingGradient(grad: tf.Tensor | null): Promise<void>;
+}
+
+/**
+ * One forward and backward of `batch`, layer by layer: embed, each layer forward (weights brought in,
+ * output kept), the head and `loss` under a tape over `headVariables` and the last layer's output, then
+ * each layer backward from the last (weights brought in again, layer recomputed, gradients handed on),
+ * then the embedding. With `batch` null the hooks are called in the same order with nothing computed:
+ * a rank with fewer micro-batches than the others still takes part in every collective.
+ */
+export async function layerwiseStep(
+  model: Qwen2Model,
+  batch: TokenBatch | null,
+  headVariables: tf.Variable[],
+  loss: () => tf.Scalar,
+  hooks: LayerwiseHooks,
+): Promise<void> {
+  const layers = model.config.numHiddenLayers;
+  const pass = batch ? new LayerwisePass(model, batch) : null;
+  const inputs: tf.Tensor2D[] = [];
+  const release = (m: LayerTensors | null) => {
+    if (m) for (const t of m.values()) t.dispose();
+  };
+  let dy: tf.Tensor2D | null = null;
+  try {
+    if (pass) inputs.push(pass.embed());
+    for (let i = 0; i < layers; i++) {
+      const w = await hooks.layerWeights(i);
+      try {
+        if (pass) inputs.push(pass.forwardLayer(i, inputs[i]!, w));
+      } finally {
+        release(w);
+      }
+    }
+    let head: Map<string, tf.Tensor> | null = null;
+    if (pass) {
+      const last = inputs.pop()!;
+      const out = tf.variable(last, true, `layer-output#${uid()}`);
+      last.dispose(); // the variable holds the same data
+      try {
+        const { value, grads } = model.withLayerOutput(out, () =>
+          tf.variableGrads(loss, [...headVariables, out]),
+        );
+        value.dispose();
+        dy = grads[out.name] as tf.Tensor2D;
+        // a head variable the loss does not reach (the untied embedding) has no gradient here
+        head = new Map(headVariables.filter((v) => grads[v.name]).map((v) => [v.name, grads[v.name]!]));
+      } finally {
+        out.dispose();
+      }
+    }
+    try {
+      await hooks.headGradients(head);
+    } finally {
+      release(head);
+    }
+    for (let i = layers - 1; i >= 0; i--) {
+      const w = await hooks.layerWeights(i);
+      let grads: LayerTensors | null = null;
+      try {
+        if (pass && dy) {
+          const x = inputs.pop()!;
+          const r = pass.backwardLayer(i, x, w, dy);
+          x.dispose();
+          dy.dispose();
+          dy = r.dx;
+          grads = r.dWeights;
+        }
+      } finally {
+        release(w);
+      }
+      try {
+        await hooks.layerGradients(i, grads);
+      } finally {
+        release(grads);
+      }
+    }
+    const embedding = pass && dy ? pass.embeddingGradient(dy) : null;
+    try {
+      await hooks.embeddingGradient(embedding);
+    } finally {
+      embedding?.dispose();
+    }
+  } finally {
+    dy?.dispose();
+    for (const t of inputs) t.dispose();
+    pass?.dispose();
+  }
+}

@@ -1,0 +1,74 @@
+/**
+ * A real-size model without downloads: Qwen2.5-0.5B's exact shapes (its config.json) with seeded random
+ * weights, written as an HF model directory in bf16 one tensor at a time (only one tensor's values exist
+ * at once, so writing ~1 GB of weights costs little memory). `pnpm torl bench scale` loads it.
+ */
+import { statSync } from "node:fs";
+import { join } from "node:path";
+import { gaussian, mulberry32 } from "../random.js";
+import { makeQwen2Config, type Qwen2Config } from "./config.js";
+import { HalfArray, type HalfDtype } from "./half-precision.js";
+import { writeModelMetadata } from "./pretrained.js";
+import { parameterSpecs } from "./qwen2.js";
+import { SAFETENSORS_DTYPE_OF, SAFETENSORS_FILE, writeSafetensorsFrom } from "./safetensors.js";
+import type { Tokenizer } from "./tokenizer.js";
+
+/** Qwen2.5-0.5B's config.json values (494M parameters, tied embeddings). */
+export const QWEN2_5_0_5B_SHAPES: Qwen2Config = makeQwen2Config({
+  vocabSize: 151936,
+  hiddenSize: 896,
+  numHiddenLayers: 24,
+  numAttentionHeads: 14,
+  numKeyValueHeads: 2,
+  intermediateSize: 4864,
+  tieWordEmbeddings: true,
+  ropeTheta: 1e6,
+  rmsNormEps: 1e-6,
+  maxPositionEmbeddings: 32768,
+  attentionBias: true,
+  torchDtype: "bfloat16",
+});
+
+export interface RandomModelOptions {
+  seed?: number;
+  /** Standard deviation of the matrices (Qwen2's initializer_range). Default 0.02. */
+  std?: number;
+  /** Weight dtype of the file. Default bfloat16. */
+  dtype?: HalfDtype;
+}
+
+/**
+ * Writes config.json, model.safetensors (random weights: normal(0, std) matrices, unit norms, zero
+ * biases) and the tokenizer files into dir. Returns the bytes of the weight file.
+ */
+export function writeRandomModelDir(
+  dir: string,
+  config: Qwen2Config,
+  tokenizer: Tokenizer,
+  options: RandomModelOptions = {},
+): { weightBytes: number; parameters: number } {
+  const dtype = options.dtype ?? "bfloat16";
+  const std = options.std ?? 0.02;
+  const rng = mulberry32(options.seed ?? 0);
+  const full = { ...config, eosTokenId: config.eosTokenId ?? tokenizer.eosTokenId, torchDtype: dtype };
+  writeModelMetadata(dir, full, SAFETENSORS_DTYPE_OF[dtype], tokenizer);
+  const specs = parameterSpecs(full);
+  const byName = new Map(specs.map((s) => [s.name, s]));
+  let parameters = 0;
+  const file = join(dir, SAFETENSORS_FILE);
+  writeSafetensorsFrom(
+    file,
+    specs.map((s) => ({ name: s.name, shape: s.hfShape })),
+    SAFETENSORS_DTYPE_OF[dtype],
+    (name) => {
+      const s = byName.get(name)!;
+      const n = s.hfShape.reduce((a, b) => a * b, 1);
+      parameters += n;
+      const values = new Float32Array(n);
+      if (s.init === "ones") values.fill(1);
+      else if (s.init === "normal") for (let i = 0; i < n; i++) values[i] = gaussian(rng) * std;
+      return HalfArray.fromFloat32(values, dtype);
+    },
+  );
+  return { weightBytes: statSync(file).size, parameters };
+}

@@ -1,0 +1,195 @@
+/**
+ * Where a model's weights are held between passes, and the float32 copies it computes with.
+ *
+ * - Resident (float32, not offloaded): each weight is a tf.Variable for the model's lifetime (the
+ *   compute copy is the weight itself).
+ * - On the host: float32 arrays (offloaded: veRL's `fsdp_config.param_offload`) or 16-bit patterns
+ *   (`model.dtype` bfloat16 / float16: tfjs has no half tensor, so half weights always live here). A pass
+ *   widens each weight to a float32 tensor on first use and keeps it until `release()`, which the owner
+ *   calls when the pass ends; between passes no tensor holds these weights.
+ *
+ * Compute is float32 in every case (no backend here has half-precision math); a half-stored model
+ * computes with exactly its rounded weights, since widening is exact.
+ */
+import * as tf from "@tensorflow/tfjs";
+import { bytesPerValue, HalfArray, type StoredValues, toStored, type WeightDtype } from "./half-precision.js";
+import { uid } from "./variable-names.js";
+
+export interface WeightStoreOptions {
+  /** Storage dtype. Default float32. */
+  dtype?: WeightDtype;
+  /** Keep float32 weights on the host between passes instead of in tensors (half dtypes always are). */
+  offload?: boolean;
+  /** Compute copies are trainable tf.Variables (gradients can be taken with respect to them). */
+  trainable?: boolean;
+  /**
+   * Host-held weights whose float32 copy exceeds this many bytes are widened layer by layer in passes
+   * without a gradient tape (generation, log-probs): each layer's copies are freed once the layer ran.
+   * Default 1 GiB, a quarter of the wasm heap's 4 GB.
+   */
+  layerByLayerAboveBytes?: number;
+}
+
+/** A weight's name and the shape it is computed in. */
+export interface WeightShape {
+  name: string;
+  shape: number[];
+}
+
+export class WeightStore {
+  readonly dtype: WeightDtype;
+  /** True when the weights live on the host between passes (offloaded or half-stored). */
+  readonly onHost: boolean;
+  /** Passes without a gradient tape free each layer's float32 copies after the layer (see the option). */
+  readonly layerByLayer: boolean;
+  private readonly trainable: boolean;
+  private readonly shapes: Map<string, number[]>;
+  private readonly order: string[];
+  private readonly host = new Map<string, StoredValues>();
+  private readonly resident = new Map<string, tf.Variable>();
+  private readonly compute = new Map<string, tf.Variable>();
+
+  /**
+   * `values` in the layout the model computes in; float32 values are copied or rounded into `dtype`;
+   * half values already in `dtype` are held as they are (no copy: the caller hands them over).
+   */
+  constructor(
+    specs: readonly WeightShape[],
+    values: Map<string, StoredValues>,
+    options: WeightStoreOptions = {},
+  ) {
+    this.dtype = options.dtype ?? "float32";
+    this.onHost = this.dtype !== "float32" || options.offload === true;
+    this.trainable = options.trainable ?? true;
+    this.shapes = new Map(specs.map((s) => [s.name, s.shape]));
+    this.order = specs.map((s) => s.name);
+    const float32Bytes = specs.reduce((a, s) => a + 4 * s.shape.reduce((p, q) => p * q, 1), 0);
+    this.layerByLayer = this.onHost && float32Bytes > (options.layerByLayerAboveBytes ?? 2 ** 30);
+    for (const s of specs) {
+      const v = values.get(s.name)!;
+      if (!this.onHost) {
+        const f = v instanceof HalfArray ? v.toFloat32() : v;
+        this.resident.set(s.name, this.newVariable(s.name, f));
+      } else if (v instanceof HalfArray && v.dtype === this.dtype) this.host.set(s.name, v);
+      else if (this.dtype === "float32")
+        this.host.set(s.name, v instanceof HalfArray ? v.toFloat32() : v.slice());
+      else this.host.set(s.name, toStored(v instanceof HalfArray ? v.toFloat32() : v, this.dtype));
+    }
+  }
+
+  private newVariable(name: string, values: Float32Array): tf.Variable {
+    const t = tf.tensor(values, this.shapes.get(name)!, "float32");
+    const v = tf.variable(t, this.trainable, `${name}#${uid()}`);
+    t.dispose();
+    return v;
+  }
+
+  private shapeOf(name: string): number[] {
+    const s = this.shapes.get(name);
+    if (!s) throw new RangeError(`no parameter named ${name}`);
+    return s;
+  }
+
+  /** The float32 tensor of a weight for the current pass (a host weight is widened on first use). */
+  tensor(name: string): tf.Variable {
+    this.shapeOf(name);
+    const r = this.resident.get(name);
+    if (r) return r;
+    let c = this.compute.get(name);
+    if (!c) {
+      const v = this.host.get(name)!;
+      c = this.newVariable(name, v instanceof HalfArray ? v.toFloat32() : v);
+      this.compute.set(name, c);
+    }
+    return c;
+  }
+
+  /** Every weight's compute tensor, in spec order (what an optimizer or a gradient tape needs). */
+  variables(): tf.Variable[] {
+    return this.order.map((n) => this.tensor(n));
+  }
+
+  /**
+   * Ends a pass: frees the float32 copies of host weights (those whose names start with `prefix` when
+   * given: one layer's). Returns the bytes freed.
+   */
+  release(prefix = ""): number {
+    let bytes = 0;
+    for (const [name, v] of this.compute) {
+      if (!name.startsWith(prefix)) continue;
+      bytes += v.size * 4;
+      v.dispose();
+      this.compute.delete(name);
+    }
+    return bytes;
+  }
+
+  /** A weight's values as float32 (resident: read from its tensor; host: widened). */
+  async read(name: string): Promise<Float32Array> {
+    this.shapeOf(name);
+    const r = this.resident.get(name);
+    if (r) return (await r.data()) as Float32Array;
+    const v = this.host.get(name)!;
+    return v instanceof HalfArray ? v.toFloat32() : v.slice();
+  }
+
+  /** A host weight's stored values (half bits or float32), for saving without rounding twice. */
+  stored(name: string): StoredValues | undefined {
+    this.shapeOf(name);
+    return this.host.get(name);
+  }
+
+  /** Overwrites a weight from float32 values (rounded into the storage dtype); a live compute copy follows. */
+  assign(name: string, values: Float32Array): void {
+    const shape = this.shapeOf(name);
+    const n = shape.reduce((a, b) => a * b, 1);
+    if (values.length !== n)
+      throw new RangeError(`parameter ${name}: expected ${n} values, got ${values.length}`);
+    const r = this.resident.get(name);
+    if (r) {
+      tf.tidy(() => r.assign(tf.tensor(values, shape, "float32")));
+      return;
+    }
+    const h = this.host.get(name)!;
+    if (h instanceof HalfArray) h.assign(values);
+    else h.set(values);
+    const c = this.compute.get(name);
+    if (c) tf.tidy(() => c.assign(tf.tensor(h instanceof HalfArray ? h.toFloat32() : h, shape, "float32")));
+  }
+
+  /** Bytes the weights take between passes, in their storage dtype: the host arrays or resident tensors held. */
+  atRestBytes(): number {
+    let bytes = 0;
+    for (const v of this.host.values()) bytes += v.byteLength;
+    for (const v of this.resident.values()) bytes += v.size * bytesPerValue("float32");
+    return bytes;
+  }
+
+  /** Bytes held in tensors now: resident weights, or the compute copies of the current pass. */
+  tensorBytes(): number {
+    let bytes = 0;
+    for (const v of this.resident.values()) bytes += v.size * 4;
+    for (const v of this.compute.values()) bytes += v.size * 4;
+    return bytes;
+  }
+
+  dispose(): void {
+    this.release();
+    for (const v of this.resident.values()) v.dispose();
+    this.resident.clear();
+  }
+}
+
+/** Row-major [rows, cols] -> [cols, rows]. */
+export function transpose2d<A extends Float32Array | Uint16Array>(a: A, rows: number, cols: number): A {
+  const out = new (a.constructor as new (n: number) => A)(a.length);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = a[r * cols + c]!;
+  return out;
+}
+
+/** transpose2d of stored values, in their dtype (half bits move as they are). */
+export function transposeStored(v: StoredValues, rows: number, cols: number): StoredValues {
+  return v instanceof HalfArray
+    ? new HalfArray(v.dtype, transpose2d(v.bits, rows, cols))
+    : transpose2d(v, rows, cols);
+}

@@ -1,0 +1,111 @@
+import * as tf from "@tensorflow/tfjs";
+import test from "ava";
+import { makeQwen2Config, padBatch, Qwen2Model, selectBackend, tokenLogProbs } from "../../src/index.js";
+import { type LayerTensors, layerwiseStep } from "../../src/models/layerwise.js";
+
+// The layer-by-layer step FSDP trains with gives the gradients of one whole-model tape, for every
+// parameter, and leaves no tensor behind.
+
+test.before(async () => {
+  await selectBackend({ backend: "wasm", log: null });
+});
+
+const LAYER = /^model\.layers\.(\d+)\./;
+
+for (const tied of [false, true]) {
+  test.serial(
+    `layerwise gradients equal the whole-model gradients (${tied ? "tied" : "untied"} embeddings)`,
+    async (t) => {
+      const cfg = makeQwen2Config({
+        vocabSize: 40,
+        hiddenSize: 16,
+        numHiddenLayers: 3,
+        numAttentionHeads: 4,
+        numKeyValueHeads: 2,
+        intermediateSize: 32,
+        attentionBias: !tied,
+        tieWordEmbeddings: tied,
+      });
+      const model = Qwen2Model.random(cfg, { seed: 9, std: 0.3 });
+      const batch = padBatch(
+        [
+          [1, 2, 3, 4, 5, 6],
+          [7, 8],
+          [9, 10, 11, 12],
+        ],
+        "left",
+      );
+      const weight = tf.randomNormal([batch.batch, batch.length], 0, 1, "float32", 3);
+      const loss = () => {
+        const s = tokenLogProbs(model, batch, { withEntropy: true });
+        return tf.add(tf.sum(tf.mul(s.logProbs, weight)), tf.mul(tf.sum(s.entropy!), 0.1)) as tf.Scalar;
+      };
+      const vars = model.variables();
+      const names = model.specs.map((s) => s.name);
+      const whole = tf.variableGrads(loss, vars);
+      whole.value.dispose();
+      const expected = new Map<string, Float32Array>();
+      for (const [i, v] of vars.entries()) {
+        expected.set(names[i]!, (await whole.grads[v.name]!.data()) as Float32Array);
+        whole.grads[v.name]!.dispose();
+      }
+
+      const tensorsBefore = tf.memory().numTensors;
+      const got = new Map<string, Float32Array>();
+      const add = async (name: string, g: tf.Tensor) => {
+        const host = (await g.data()) as Float32Array;
+        const acc = got.get(name);
+        if (acc) for (let k = 0; k < acc.length; k++) acc[k]! += host[k]!;
+        else got.set(name, host.slice());
+      };
+      const headVars = vars.filter((_, i) => !LAYER.test(names[i]!));
+      const nameOfVar = new Map(vars.map((v, i) => [v.name, names[i]!]));
+      const order: string[] = [];
+      await layerwiseStep(model, batch, headVars, loss, {
+        layerWeights: async (i) => {
+          order.push(`weights ${i}`);
+          const layer = names.filter((n) => n.startsWith(`model.layers.${i}.`));
+          return new Map(layer.map((n) => [n, tf.clone(model.variable(n))])) as LayerTensors;
+        },
+        layerGradients: async (i, grads) => {
+          order.push(`grads ${i}`);
+          for (const [n, g] of grads!) await add(n, g);
+        },
+        headGradients: async (grads) => {
+          order.push("head");
+          for (const [v, g] of grads!) await add(nameOfVar.get(v)!, g);
+        },
+        embeddingGradient: async (g) => {
+          order.push("embedding");
+          await add("model.embed_tokens.weight", g!);
+        },
+      });
+      t.is(tf.memory().numTensors, tensorsBefore, "no tensor left behind");
+      t.deepEqual(order, [
+        "weights 0",
+        "weights 1",
+        "weights 2",
+        "head",
+        "weights 2",
+        "grads 2",
+        "weights 1",
+        "grads 1",
+        "weights 0",
+        "grads 0",
+        "embedding",
+      ]);
+      let maxRel = 0;
+      for (const [name, e] of expected) {
+        const g = got.get(name);
+        t.truthy(g, `gradient of ${name}`);
+        let scale = 1e-6;
+        for (const x of e) scale = Math.max(scale, Math.abs(x));
+        for (let k = 0; k < e.length; k++) maxRel = Math.max(maxRel, Math.abs(e[k]! - g![k]!) / scale);
+      }
+      t.log(`max |layerwise - whole| / max |grad| over parameters: ${maxRel.toExponential(2)}`);
+      t.true(maxRel < 1e-5, `${maxRel}`);
+      weight.dispose();
+      model.dispose();
+    },
+  );
+}
