@@ -101,6 +101,19 @@ export function localHostId(): string {
 
 const mod = (a: number, n: number): number => ((a % n) + n) % n;
 
+/**
+ * [offset, length] of each slice a chunk of `len` elements travels in, `max` elements at most; an
+ * empty chunk is one empty slice (its header still goes, so the receiver's step completes).
+ */
+function* slices(len: number, max: number): Generator<[number, number]> {
+  let off = 0;
+  do {
+    const sl = Math.min(max, len - off);
+    yield [off, sl];
+    off += sl;
+  } while (off < len);
+}
+
 function header(
   seq: number,
   op: number,
@@ -375,13 +388,8 @@ export class RingMember {
   ): void {
     const len = chunk.length;
     const src = copy && len > 0 ? this.stage(chunk, seq) : chunk;
-    const S = this.sliceElems(dtype);
-    let off = 0;
-    do {
-      const sl = Math.min(S, len - off);
+    for (const [off, sl] of slices(len, this.sliceElems(dtype)))
       this.sendSlice(seq, op, dtype, step, a, len, off, src.subarray(off, off + sl));
-      off += sl;
-    } while (off < len);
   }
 
   /** Sends one slice of a chunk: its header, then its bytes unless it is empty. */
@@ -420,13 +428,10 @@ export class RingMember {
       const c = mod(this.rank - s - lag, W);
       const start = bounds[c]!;
       const len = bounds[c + 1]! - start;
-      let off = 0;
-      do {
-        const sl = Math.min(S, len - off);
+      for (const [off, sl] of slices(len, S)) {
         const m = await this.recv(seq, opcode, firstStep + s);
         onSlice(this.sliceOf(m, opcode, dtype, n, len, off, sl), s, start, off, len);
-        off += sl;
-      } while (off < len);
+      }
     }
   }
 
@@ -606,16 +611,12 @@ export class RingMember {
         this.lastFullSeq = seq;
         return arr;
       }
-      const S = this.sliceElems(dtype);
-      let off = 0;
-      do {
-        const sl = Math.min(S, n - off);
+      for (const [off, sl] of slices(n, this.sliceElems(dtype))) {
         const m = await this.recv(seq, OP_BROADCAST, 0);
         const got = this.sliceOf(m, OP_BROADCAST, dtype, n, n, off, sl);
         arr.set(got, off);
         if (d < W - 1) this.sendSlice(seq, OP_BROADCAST, dtype, 0, n, n, off, got);
-        off += sl;
-      } while (off < n);
+      }
       if (d === W - 1) this.send([header(seq, OP_BROADCAST, dtype, 1, n, 0, 0, 0)]);
       return arr;
     });

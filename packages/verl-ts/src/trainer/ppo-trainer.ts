@@ -269,6 +269,9 @@ export class RayPPOTrainer {
   private readonly print: (line: string) => void;
   private actor?: ActorGroup;
   private critic?: CriticGroup;
+  /** The workers' placement groups: released when the trainer closes, so a next trainer in the same
+   * runtime gets the CPUs (and GPUs) back. */
+  private pool?: ResourcePool;
   private workerPids: number[] = [];
   private startedRuntime = false;
   private tokenizer!: Tokenizer;
@@ -392,6 +395,7 @@ export class RayPPOTrainer {
       useGpu,
       namePrefix: `${cfg.trainer.experiment_name}-pool`,
     });
+    this.pool = pool;
     this.currentStage = "spawning workers";
     const actorRole = workerRole(
       ActorRolloutRefWorker,
@@ -940,6 +944,9 @@ export class RayPPOTrainer {
     if (wg) {
       await wg.shutdown();
     }
+    const pool = this.pool;
+    this.pool = undefined;
+    if (pool) await pool.release();
     if (this.startedRuntime) {
       this.startedRuntime = false;
       await shutdown();
