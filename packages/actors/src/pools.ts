@@ -6,7 +6,7 @@ export {
   ActorPoolNoResultError,
   ActorPoolTimeoutError,
   type PoolCall,
-} from "./pool-actor.js";
+} from "./actor-handle-pool.js";
 export {
   ThreadPool,
   ThreadPoolClosedError,
@@ -15,4 +15,4 @@ export {
   type ThreadPoolRunOptions,
   type ThreadPoolStats,
   ThreadPoolTaskError,
-} from "./pool-thread.js";
+} from "./thread-pool.js";
