@@ -15,7 +15,7 @@
 import os from "node:os";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import type { Transferable } from "node:worker_threads";
-import { TypeScriptLoaderMissingError } from "@torl-ts/core";
+import { isTypeScriptModule, threadEntry } from "@torl-ts/core";
 import Tinypool from "tinypool";
 
 export interface ThreadPoolOptions {
@@ -89,34 +89,6 @@ export class ThreadPoolTaskError extends Error {
   }
 }
 
-const isTs = (filename: string): boolean => /\.[cm]?ts$/.test(filename);
-
-/**
- * Worker threads on Node 20 do not inherit tsx's `--import` hooks, so a `.ts` task module is
- * loaded through a small bootstrap (a data: URL module) that registers tsx in the thread, imports
- * the module and dispatches `{ name, task }` messages to its exports.
- */
-function tsBootstrap(filename: string): string {
-  let tsxApi: string;
-  try {
-    tsxApi = import.meta.resolve("tsx/esm/api");
-  } catch {
-    throw new TypeScriptLoaderMissingError(filename);
-  }
-  const target = pathToFileURL(filename).href;
-  const source = [
-    `const { register } = await import(${JSON.stringify(tsxApi)});`,
-    "register();",
-    `const mod = await import(${JSON.stringify(target)});`,
-    "export default function dispatch(msg) {",
-    "  const fn = mod[msg.name];",
-    `  if (typeof fn !== "function") throw new TypeError(${JSON.stringify(filename)} + " has no exported function " + msg.name);`,
-    "  return fn(msg.task);",
-    "}",
-  ].join("\n");
-  return `data:text/javascript,${encodeURIComponent(source)}`;
-}
-
 export class ThreadPool<T = unknown, R = unknown> {
   readonly size: number;
   readonly maxQueue: number;
@@ -147,9 +119,9 @@ export class ThreadPool<T = unknown, R = unknown> {
     this.size = size;
     this.maxQueue = maxQueue;
     this.whenFull = whenFull;
-    this.viaBootstrap = isTs(this.filename);
+    this.viaBootstrap = isTypeScriptModule(this.filename);
     this.pool = new Tinypool({
-      filename: this.viaBootstrap ? tsBootstrap(this.filename) : this.filename,
+      filename: this.viaBootstrap ? threadEntry(pathToFileURL(this.filename)).href : this.filename,
       minThreads: size,
       maxThreads: size,
       // Capacity is enforced here (typed error or waiting); tinypool's own queue stays unbounded.

@@ -92,3 +92,33 @@ export function childExecArgv(entry: string, execArgv: readonly string[] = proce
   if (isTypeScriptModule(entry) && !hasTsLoader) args.push("--import", resolveTsx(entry));
   return args;
 }
+
+/**
+ * The module a worker thread starts for `entry`. Worker threads on Node 20 do not inherit the parent's
+ * `--import` loader hooks, so when `entry`, or a module the thread will import later (`alsoImports`,
+ * e.g. a user's actor class), is TypeScript, the thread starts from a small bootstrap (a data: URL
+ * module) that registers tsx in the thread and then imports `entry`. The bootstrap's default export
+ * calls `entry`'s export `msg.name` with `msg.task`: what a pool that calls exports by name needs
+ * (tinypool calls a data: URL module's default export).
+ */
+export function threadEntry(entry: string | URL, alsoImports: readonly string[] = []): URL {
+  const url = new URL(entry);
+  if (!isTypeScriptModule(url.pathname) && !alsoImports.some((m) => isTypeScriptModule(m))) return url;
+  let tsxApi: string;
+  try {
+    tsxApi = import.meta.resolve("tsx/esm/api");
+  } catch {
+    throw new TypeScriptLoaderMissingError(fileURLToPath(url));
+  }
+  const source = [
+    `const { register } = await import(${JSON.stringify(tsxApi)});`,
+    "register();",
+    `const mod = await import(${JSON.stringify(url.href)});`,
+    "export default function dispatch(msg) {",
+    "  const fn = mod[msg.name];",
+    `  if (typeof fn !== "function") throw new TypeError(${JSON.stringify(fileURLToPath(url))} + " has no exported function " + msg.name);`,
+    "  return fn(msg.task);",
+    "}",
+  ].join("\n");
+  return new URL(`data:text/javascript,${encodeURIComponent(source)}`);
+}
