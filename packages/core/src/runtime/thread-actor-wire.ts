@@ -60,11 +60,16 @@ export class CodecPacket {
   }
 }
 
-// The bytes are copied by postMessage: the head may share msgpackr's buffer and the frames view the
-// caller's own arrays, so neither may be transferred (moved) away from their owner.
+// The bytes are copied once into buffers of their own, which are then moved (transferred) to the
+// other side: the head is a view into msgpackr's shared, much larger buffer and a frame views the
+// sender's own array, and postMessage would clone each view's whole underlying buffer.
 transferHandlers.set("torl-codec", {
   canHandle: (value: unknown): value is CodecPacket => value instanceof CodecPacket,
-  serialize: (p: CodecPacket) => [{ h: p.head, f: p.frames }, []],
+  serialize: (p: CodecPacket) => {
+    const h = p.head.slice();
+    const f = p.frames.map((x) => x.slice());
+    return [{ h, f }, [h.buffer, ...f.map((x) => x.buffer)]];
+  },
   deserialize: (w: { h: Uint8Array; f: Uint8Array[] }) => new CodecPacket(w.h, w.f),
 });
 
