@@ -16,3 +16,4 @@ export {
   type ThreadPoolStats,
   ThreadPoolTaskError,
 } from "./thread-pool.js";
+export { type ThreadPoolLibrary, ThreadPoolLibraryMissingError } from "./thread-pool-library.js";

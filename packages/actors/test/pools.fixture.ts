@@ -25,7 +25,7 @@ export default function countPrimes(n: number): { count: number; threadId: numbe
  * SharedArrayBuffer: [running, maxRunning, started]) and holds the thread for `ms`.
  */
 export function occupy(ms: number): number {
-  // tinypool's thread workerData is [its own data, the pool's workerData option].
+  // a pool thread's workerData is [the library's data, the pool's workerData option].
   const c = (workerData as [unknown, { counters: Int32Array }])[1].counters;
   const now = Atomics.add(c, 0, 1) + 1;
   Atomics.add(c, 2, 1);

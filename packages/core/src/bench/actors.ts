@@ -163,21 +163,23 @@ export async function benchActors(
       await timeLoop(0.5, asyncCalls(h));
     }
     log("1_1_actor_calls_sync vs 1_1_thread_actor_calls_sync vs raw_zmq_roundtrip_sync (interleaved) ...");
+    const syncRates = await interleavedN(seconds * 3, [
+      (s) => counted(s, syncCall(a)),
+      (s) => counted(s, syncCall(th)),
+      (s) => raw.sync(s),
+    ]);
     [out["1_1_actor_calls_sync"], out["1_1_thread_actor_calls_sync"], out.raw_zmq_roundtrip_sync] =
-      await interleavedN(seconds * 3, [
-        (s) => counted(s, syncCall(a)),
-        (s) => counted(s, syncCall(th)),
-        (s) => raw.sync(s),
-      ]);
+      syncRates as [number, number, number];
     log(
       "1_1_actor_calls_async vs 1_1_thread_actor_calls_async vs raw_zmq_roundtrip_pipelined (interleaved) ...",
     );
+    const asyncRates = await interleavedN(seconds * 3, [
+      (s) => counted(s, asyncCalls(a)),
+      (s) => counted(s, asyncCalls(th)),
+      (s) => raw.pipelined(s),
+    ]);
     [out["1_1_actor_calls_async"], out["1_1_thread_actor_calls_async"], out.raw_zmq_roundtrip_pipelined] =
-      await interleavedN(seconds * 3, [
-        (s) => counted(s, asyncCalls(a)),
-        (s) => counted(s, asyncCalls(th)),
-        (s) => raw.pipelined(s),
-      ]);
+      asyncRates as [number, number, number];
     log("1_1_actor_calls_concurrent ...");
     out["1_1_actor_calls_concurrent"] = await timeLoop(seconds, async () => {
       const refs = [];
