@@ -3,6 +3,7 @@
  * is refused the same way everywhere, before the command does any work.
  */
 import { benchCollectivesCommand } from "@torl-ts/actors";
+import { cliCommands as actorCommands } from "@torl-ts/actors/cli";
 import {
   benchActorsCommand,
   type CliCommand,
@@ -36,6 +37,7 @@ const COMMANDS: Record<string, CliCommand> = {
   "(main job)": mainCommand,
   "bench actors": benchActorsCommand,
   "bench collectives": benchCollectivesCommand,
+  "bench pool": await actorCommands["bench pool"]!(),
   "bench sandbox": benchSandboxCommand,
   "bench reward": benchRewardCommand,
   "bench model": benchModelCommand,

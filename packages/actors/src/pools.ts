@@ -16,4 +16,9 @@ export {
   type ThreadPoolStats,
   ThreadPoolTaskError,
 } from "./thread-pool.js";
-export { type ThreadPoolLibrary, ThreadPoolLibraryMissingError } from "./thread-pool-library.js";
+export {
+  compareThreadPoolLibraries,
+  type ThreadPoolLibrary,
+  type ThreadPoolLibraryComparison,
+  ThreadPoolLibraryMissingError,
+} from "./thread-pool-library.js";

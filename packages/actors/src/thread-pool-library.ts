@@ -74,3 +74,40 @@ export function openPoolEngine(library: ThreadPoolLibrary, o: PoolEngineOptions)
     resourceLimits: o.resourceLimits,
   });
 }
+
+/** Rates (higher is better) of the two libraries on one job, and their ratio. */
+export interface ThreadPoolLibraryComparison {
+  /** Median over the rounds. */
+  tinypool: number;
+  piscina: number;
+  /** piscina / tinypool: the median of each round's ratio (both measured back to back in a round). */
+  ratio: number;
+  rounds: number;
+}
+
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
+
+/**
+ * Measures `measure(library)` (a rate: higher is better) for both libraries, `rounds` times, the
+ * order alternating each round so both see the same machine load on average. On a loaded machine the
+ * ratio is the figure to trust; the rates move with the load.
+ */
+export async function compareThreadPoolLibraries(
+  measure: (library: ThreadPoolLibrary) => Promise<number>,
+  rounds = 3,
+): Promise<ThreadPoolLibraryComparison> {
+  if (!Number.isInteger(rounds) || rounds < 1)
+    throw new RangeError(`rounds must be an integer >= 1, got ${rounds}`);
+  const rates: Record<ThreadPoolLibrary, number[]> = { tinypool: [], piscina: [] };
+  const ratios: number[] = [];
+  for (let r = 0; r < rounds; r++) {
+    const order: ThreadPoolLibrary[] = r % 2 === 0 ? ["tinypool", "piscina"] : ["piscina", "tinypool"];
+    for (const library of order) rates[library].push(await measure(library));
+    ratios.push(rates.piscina[r]! / rates.tinypool[r]!);
+  }
+  return { tinypool: median(rates.tinypool), piscina: median(rates.piscina), ratio: median(ratios), rounds };
+}
