@@ -18,6 +18,7 @@ export {
 } from "./thread-pool.js";
 export {
   compareThreadPoolLibraries,
+  type PoolJobRate,
   type ThreadPoolLibrary,
   type ThreadPoolLibraryComparison,
   ThreadPoolLibraryMissingError,

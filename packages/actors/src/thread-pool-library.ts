@@ -75,13 +75,20 @@ export function openPoolEngine(library: ThreadPoolLibrary, o: PoolEngineOptions)
   });
 }
 
-/** Rates (higher is better) of the two libraries on one job, and their ratio. */
+/** One measurement of a job: work done per wall-clock second and per CPU second of this process (all threads). */
+export interface PoolJobRate {
+  perS: number;
+  perCpuS: number;
+}
+
+/** Both libraries on one job: medians over the rounds, and the ratios piscina / tinypool. */
 export interface ThreadPoolLibraryComparison {
-  /** Median over the rounds. */
-  tinypool: number;
-  piscina: number;
-  /** piscina / tinypool: the median of each round's ratio (both measured back to back in a round). */
+  tinypool: PoolJobRate;
+  piscina: PoolJobRate;
+  /** Median of each round's piscina/tinypool ratio of work per wall-clock second (both back to back). */
   ratio: number;
+  /** The same for work per CPU second: steadier than wall time when other jobs share the cores. */
+  cpuRatio: number;
   rounds: number;
 }
 
@@ -92,22 +99,41 @@ const median = (xs: number[]): number => {
 };
 
 /**
- * Measures `measure(library)` (a rate: higher is better) for both libraries, `rounds` times, the
- * order alternating each round so both see the same machine load on average. On a loaded machine the
- * ratio is the figure to trust; the rates move with the load.
+ * Runs `job(library)` for both libraries, `rounds` times, the order alternating each round so both see
+ * the same machine load on average, timing each run by the wall clock and by this process's CPU time
+ * (`job` returns how much work it did). On a loaded machine the ratios are the figures to trust.
  */
 export async function compareThreadPoolLibraries(
-  measure: (library: ThreadPoolLibrary) => Promise<number>,
+  job: (library: ThreadPoolLibrary) => Promise<number>,
   rounds = 3,
 ): Promise<ThreadPoolLibraryComparison> {
   if (!Number.isInteger(rounds) || rounds < 1)
     throw new RangeError(`rounds must be an integer >= 1, got ${rounds}`);
-  const rates: Record<ThreadPoolLibrary, number[]> = { tinypool: [], piscina: [] };
-  const ratios: number[] = [];
+  const rates: Record<ThreadPoolLibrary, PoolJobRate[]> = { tinypool: [], piscina: [] };
   for (let r = 0; r < rounds; r++) {
     const order: ThreadPoolLibrary[] = r % 2 === 0 ? ["tinypool", "piscina"] : ["piscina", "tinypool"];
-    for (const library of order) rates[library].push(await measure(library));
-    ratios.push(rates.piscina[r]! / rates.tinypool[r]!);
+    for (const library of order) {
+      const t0 = performance.now();
+      const c0 = process.cpuUsage();
+      const work = await job(library);
+      const cpu = process.cpuUsage(c0);
+      rates[library].push({
+        perS: work / ((performance.now() - t0) / 1000),
+        perCpuS: work / ((cpu.user + cpu.system) / 1e6),
+      });
+    }
   }
-  return { tinypool: median(rates.tinypool), piscina: median(rates.piscina), ratio: median(ratios), rounds };
+  const summary = (xs: PoolJobRate[]): PoolJobRate => ({
+    perS: median(xs.map((x) => x.perS)),
+    perCpuS: median(xs.map((x) => x.perCpuS)),
+  });
+  const ratios = (key: keyof PoolJobRate) =>
+    median(rates.piscina.map((p, i) => p[key] / rates.tinypool[i]![key]));
+  return {
+    tinypool: summary(rates.tinypool),
+    piscina: summary(rates.piscina),
+    ratio: ratios("perS"),
+    cpuRatio: ratios("perCpuS"),
+    rounds,
+  };
 }

@@ -169,3 +169,18 @@ test("thread actor: a ref nested inside an argument is refused at the call site;
   kill(c);
   kill(p);
 });
+
+test("thread actor: sending leaves the caller's buffers and this process's other messages intact", async (t) => {
+  // a call to a process actor that is not up yet waits here, encoded, while the thread actor is used
+  const p = counter("process", 1);
+  const early = p.inc(1);
+  const c = counter("thread", 0);
+  const big = Buffer.alloc(4096, 7);
+  const back = await c.echo(big);
+  t.is(big.length, 4096, "the caller's Buffer is not moved to the thread");
+  t.deepEqual(Buffer.from(back as Uint8Array), big);
+  for (let i = 0; i < 20; i++) await c.echo({ i, s: "x".repeat(100) });
+  t.is(await get(early, { timeoutMs: 120_000 }), 2);
+  kill(c);
+  kill(p);
+});

@@ -66,8 +66,9 @@ export class CodecPacket {
 transferHandlers.set("torl-codec", {
   canHandle: (value: unknown): value is CodecPacket => value instanceof CodecPacket,
   serialize: (p: CodecPacket) => {
-    const h = p.head.slice();
-    const f = p.frames.map((x) => x.slice());
+    // new Uint8Array(view) copies; a Buffer's slice() would not (it is a view on the same memory)
+    const h = new Uint8Array(p.head);
+    const f = p.frames.map((x) => new Uint8Array(x));
     return [{ h, f }, [h.buffer, ...f.map((x) => x.buffer)]];
   },
   deserialize: (w: { h: Uint8Array; f: Uint8Array[] }) => new CodecPacket(w.h, w.f),

@@ -21,7 +21,7 @@ Grades the labeled corpus (packages/verl-ts/src/reward/corpus.jsonl) repeatedly 
 per grader and reports verifications per second and accuracy against the labels, next to the
 string-normalisation baseline (the released ToRL grader's approach), the reward manager on a 4096-row
 batch, and its scoring pool under each pool library (tinypool, piscina; medians of 3 alternating rounds,
-ratio_pool_piscina_vs_tinypool). --alternatives also measures the
+per wall-clock and per CPU second, ratio_pool_piscina_vs_tinypool[_cpu]). --alternatives also measures the
 mathjs and sympy symbolic stages on the same corpus. --json prints one JSON object as the last line.`;
 
 type Grader = (pair: RewardCorpusPair) => boolean;
@@ -105,14 +105,16 @@ async function comparePoolLibraries(rows: RewardCorpusPair[]): Promise<Record<st
   try {
     for (const pool of Object.values(pools)) for (let i = 0; i < 3; i++) await pool.score(inputs, options);
     const c = await compareThreadPoolLibraries(async (library) => {
-      const t0 = performance.now();
       for (let i = 0; i < 2; i++) await pools[library].score(inputs, options);
-      return (2 * inputs.length) / ((performance.now() - t0) / 1000);
+      return 2 * inputs.length;
     });
     return {
-      pool_verify_per_s_tinypool: Math.round(c.tinypool),
-      pool_verify_per_s_piscina: Math.round(c.piscina),
+      pool_verify_per_s_tinypool: Math.round(c.tinypool.perS),
+      pool_verify_per_s_piscina: Math.round(c.piscina.perS),
+      pool_verify_per_cpu_s_tinypool: Math.round(c.tinypool.perCpuS),
+      pool_verify_per_cpu_s_piscina: Math.round(c.piscina.perCpuS),
       ratio_pool_piscina_vs_tinypool: r3(c.ratio),
+      ratio_pool_piscina_vs_tinypool_cpu: r3(c.cpuRatio),
     };
   } catch (e) {
     const missing = e instanceof RewardPoolError && e.cause instanceof ThreadPoolLibraryMissingError;
@@ -239,7 +241,7 @@ export const benchRewardCommand: CliCommand = {
     );
     if (figures.pool_verify_per_s_tinypool !== undefined)
       console.log(
-        `scoring pool, 2 threads: ${figures.pool_verify_per_s_tinypool}/s under tinypool, ${figures.pool_verify_per_s_piscina}/s under piscina (ratio ${figures.ratio_pool_piscina_vs_tinypool})`,
+        `scoring pool, 2 threads: ${figures.pool_verify_per_s_tinypool}/s under tinypool, ${figures.pool_verify_per_s_piscina}/s under piscina (ratio ${figures.ratio_pool_piscina_vs_tinypool}; per CPU second ${figures.ratio_pool_piscina_vs_tinypool_cpu})`,
       );
     if (json) console.log(JSON.stringify(figures));
     return 0;
