@@ -100,6 +100,8 @@ export class ThreadActor {
   state: ActorState = "PENDING";
   private worker: Worker | null = null;
   private remote: Remote<ThreadActorHost> | null = null;
+  /** `remote.call`, taken once: each property read on a comlink proxy makes a new proxy. */
+  private remoteCall: Remote<ThreadActorHost>["call"] | null = null;
   private incarnation = 0;
   private lastError: Error | null = null;
   private readonly inflight = new Map<number, PendingCall>();
@@ -146,6 +148,7 @@ export class ThreadActor {
     this.lastError = null;
     const remote = wrap<ThreadActorHost>(nodeEndpoint(worker));
     this.remote = remote;
+    this.remoteCall = remote.call;
     const hasRefs = this.ctorArgs.some(isRef);
     const resolved = hasRefs
       ? Promise.all(this.ctorArgs.map((a) => (isRef(a) ? this.rt.getOne(a) : a)))
@@ -254,12 +257,12 @@ export class ThreadActor {
 
   private send(call: PendingCall): void {
     if (!this.inflight.has(call.seq) || !call.packet) return;
-    const remote = this.remote;
-    if (!remote || this.state === "DEAD") return;
+    const remoteCall = this.remoteCall;
+    if (!remoteCall || this.state === "DEAD") return;
     const inc = this.incarnation;
     let reply: Promise<CodecPacket>;
     try {
-      reply = remote.call(call.method, call.packet);
+      reply = remoteCall(call.method, call.packet);
     } catch (e) {
       this.fail(call, this.failureOf(call.method, e));
       return;
@@ -322,6 +325,7 @@ export class ThreadActor {
     const worker = this.worker;
     this.worker = null;
     this.remote = null;
+    this.remoteCall = null;
     // ignore the old thread's exit and late replies
     this.incarnation++;
     void worker?.terminate();
