@@ -99,8 +99,10 @@ export class ThreadActor {
   readonly actorId: string;
   state: ActorState = "PENDING";
   private worker: Worker | null = null;
-  private remote: Remote<ThreadActorHost> | null = null;
-  /** `remote.call`, taken once: each property read on a comlink proxy makes a new proxy. */
+  /**
+   * `remote.call`, taken once: each property read on a comlink proxy makes a new proxy. Holding it also
+   * keeps the thread's end open (comlink releases an endpoint once every proxy of it is collected).
+   */
   private remoteCall: Remote<ThreadActorHost>["call"] | null = null;
   private incarnation = 0;
   private lastError: Error | null = null;
@@ -147,7 +149,6 @@ export class ThreadActor {
     this.worker = worker;
     this.lastError = null;
     const remote = wrap<ThreadActorHost>(nodeEndpoint(worker));
-    this.remote = remote;
     this.remoteCall = remote.call;
     const hasRefs = this.ctorArgs.some(isRef);
     const resolved = hasRefs
@@ -324,7 +325,6 @@ export class ThreadActor {
     const err = new ActorDiedError(this.actorId, undefined, cause);
     const worker = this.worker;
     this.worker = null;
-    this.remote = null;
     this.remoteCall = null;
     // ignore the old thread's exit and late replies
     this.incarnation++;
