@@ -154,6 +154,10 @@ test("thread actor: placement and naming options are refused by name", (t) => {
     });
     t.is(err?.option, key);
   }
+  t.throws(() => CounterActor.options({ thread: true, maxConcurrency: 0 }).remote(0), {
+    instanceOf: RangeError,
+    message: /maxConcurrency must be an integer >= 1/,
+  });
 });
 
 test("thread actor: a ref nested inside an argument is refused at the call site; invokeInActor is refused", async (t) => {
