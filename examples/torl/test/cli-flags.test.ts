@@ -33,6 +33,7 @@ const COMMANDS: Record<string, CliCommand> = {
   "(main job)": mainCommand,
   "bench actors": await bench["bench actors"]!(),
   "bench collectives": await bench["bench collectives"]!(),
+  "bench pool": await bench["bench pool"]!(),
   "bench sandbox": await bench["bench sandbox"]!(),
   "bench reward": await bench["bench reward"]!(),
   "bench model": await bench["bench model"]!(),

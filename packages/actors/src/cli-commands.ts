@@ -3,4 +3,5 @@ import type { CommandRegistry } from "@torl-ts/core";
 
 export const cliCommands: CommandRegistry = {
   "bench collectives": async () => (await import("./collective/bench.js")).benchCollectivesCommand,
+  "bench pool": async () => (await import("./thread-pool-bench.js")).benchPoolCommand,
 };

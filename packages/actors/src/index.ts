@@ -47,6 +47,8 @@ export {
   type SerializerOptions,
   shutdown,
   type TaskOptions,
+  ThreadActorOptionError,
+  ThreadActorUnsupportedError,
   UnknownClassError,
   wait,
 } from "@torl-ts/core";

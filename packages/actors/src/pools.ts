@@ -6,7 +6,7 @@ export {
   ActorPoolNoResultError,
   ActorPoolTimeoutError,
   type PoolCall,
-} from "./pool-actor.js";
+} from "./actor-handle-pool.js";
 export {
   ThreadPool,
   ThreadPoolClosedError,
@@ -15,4 +15,11 @@ export {
   type ThreadPoolRunOptions,
   type ThreadPoolStats,
   ThreadPoolTaskError,
-} from "./pool-thread.js";
+} from "./thread-pool.js";
+export {
+  compareThreadPoolLibraries,
+  type PoolJobRate,
+  type ThreadPoolLibrary,
+  type ThreadPoolLibraryComparison,
+  ThreadPoolLibraryMissingError,
+} from "./thread-pool-library.js";

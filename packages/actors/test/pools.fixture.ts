@@ -3,21 +3,11 @@
  * ActorPool tests.
  */
 import { threadId, workerData } from "node:worker_threads";
+import { countPrimes } from "../src/thread-pool-bench-task.js";
 
-/** Counts primes below `n` by trial division: plain CPU work. */
-export default function countPrimes(n: number): { count: number; threadId: number } {
-  let count = 0;
-  for (let i = 2; i < n; i++) {
-    let prime = true;
-    for (let d = 2; d * d <= i; d++) {
-      if (i % d === 0) {
-        prime = false;
-        break;
-      }
-    }
-    if (prime) count++;
-  }
-  return { count, threadId };
+/** Counts primes below `n` (the pool bench's CPU work) and says which thread did it. */
+export default function countPrimesHere(n: number): { count: number; threadId: number } {
+  return { count: countPrimes(n), threadId };
 }
 
 /**
@@ -25,7 +15,7 @@ export default function countPrimes(n: number): { count: number; threadId: numbe
  * SharedArrayBuffer: [running, maxRunning, started]) and holds the thread for `ms`.
  */
 export function occupy(ms: number): number {
-  // tinypool's thread workerData is [its own data, the pool's workerData option].
+  // a pool thread's workerData is [the library's data, the pool's workerData option].
   const c = (workerData as [unknown, { counters: Int32Array }])[1].counters;
   const now = Atomics.add(c, 0, 1) + 1;
   Atomics.add(c, 2, 1);

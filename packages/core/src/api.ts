@@ -15,6 +15,11 @@ import { ObjectRef } from "./runtime/object-ref.js";
 import { type ActorSpec, FLAG_IMMEDIATE, type PlacementStrategy } from "./runtime/protocol.js";
 import { Runtime, type RuntimeContext } from "./runtime/runtime.js";
 import { TaskPool } from "./runtime/tasks.js";
+import {
+  createThreadActor,
+  isThreadActorHandle,
+  ThreadActorUnsupportedError,
+} from "./runtime/thread-actor.js";
 import { affinityOf, type SchedulingStrategy } from "./scheduling-strategy.js";
 import { encode } from "./wire/codec.js";
 import { type ClusterKeys, checkKeyShape, setClusterKeys } from "./wire/security.js";
@@ -138,6 +143,8 @@ export interface ActorOptions {
   env?: Record<string, string>;
   /** Place it on a chosen node (not with placementGroup). */
   schedulingStrategy?: SchedulingStrategy;
+  /** Run it in a worker thread of this process instead of a worker process (see runtime/thread-actor.ts). */
+  thread?: boolean;
 }
 
 function resourcesOf(
@@ -160,6 +167,7 @@ export function createActor(
   args: unknown[],
   opts: ActorOptions = {},
 ): any {
+  if (opts.thread && className) return createThreadActor(module, className, args, opts);
   const rt = currentRuntime();
   const actorId = `${className ? className.slice(0, 16) : "exec"}-${randomId(5)}`;
   const site = className ? `constructor of ${className}` : "task executor";
@@ -204,6 +212,10 @@ export async function getActor<T = any>(name: string): Promise<T> {
 
 /** Kills an actor's worker at once; with `noRestart: false` it may restart (if maxRestarts allows). */
 export function kill(handle: ActorHandleBase | any, opts: { noRestart?: boolean } = {}): void {
+  if (isThreadActorHandle(handle)) {
+    handle._actor.kill(opts.noRestart !== false);
+    return;
+  }
   const rt = currentRuntime();
   // a request, not a one-way note: the head link re-sends unanswered requests after a broken connection
   rt.head
@@ -222,6 +234,7 @@ export function invokeInActor<R = unknown>(
   exportName: string,
   args: unknown[] = [],
 ): ObjectRef<R> {
+  if (isThreadActorHandle(handle)) throw new ThreadActorUnsupportedError("invokeInActor()");
   const base = handle as ActorHandleBase;
   return base._rt.actors.call(base._rec, [moduleUrl, exportName], args, FLAG_IMMEDIATE) as ObjectRef<R>;
 }

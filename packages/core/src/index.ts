@@ -21,12 +21,18 @@ export {
   siblingModule,
   siblingModulePath,
   TypeScriptLoaderMissingError,
+  threadEntry,
 } from "./module-files.js";
 export { ActorHandleBase } from "./runtime/actor-handle.js";
 export { ExecutorError } from "./runtime/executor.js";
 export { ObjectRef, type OwnerAddress } from "./runtime/object-ref.js";
 export type { ActorState, PlacementStrategy } from "./runtime/protocol.js";
 export type { RuntimeContext } from "./runtime/runtime.js";
+export {
+  ThreadActorHandle,
+  ThreadActorOptionError,
+  ThreadActorUnsupportedError,
+} from "./runtime/thread-actor.js";
 export { NodeAffinitySchedulingStrategy, type SchedulingStrategy } from "./scheduling-strategy.js";
 export { registerSerializer, type SerializerOptions } from "./wire/codec.js";
 export {

@@ -7,7 +7,11 @@
  * `siblingModule` pick the one matching the running file, and `childExecArgv` adds a TypeScript loader
  * only when one is needed.
  */
-import { fileURLToPath } from "node:url";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, renameSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 /** True when `moduleUrl` (pass `import.meta.url`) is a TypeScript file, i.e. it runs under a loader. */
 export function isTypeScriptModule(moduleUrl: string | URL): boolean {
@@ -91,4 +95,45 @@ export function childExecArgv(entry: string, execArgv: readonly string[] = proce
   );
   if (isTypeScriptModule(entry) && !hasTsLoader) args.push("--import", resolveTsx(entry));
   return args;
+}
+
+/**
+ * The module a worker thread starts for `entry`. Worker threads on Node 20 do not inherit the parent's
+ * `--import` loader hooks, so when `entry`, or a module the thread will import later (`alsoImports`,
+ * e.g. a user's actor class), is TypeScript, the thread starts from a small bootstrap module that
+ * registers tsx in the thread and then imports `entry`. The bootstrap's default export calls
+ * `entry`'s export `msg.name` with `msg.task`: what a pool that calls exports by name needs. It is a
+ * file (written once under the temp directory, named by its content), not a data: URL, because pool
+ * libraries load their task module by path.
+ */
+export function threadEntry(entry: string | URL, alsoImports: readonly string[] = []): URL {
+  const url = new URL(entry);
+  if (!isTypeScriptModule(url.pathname) && !alsoImports.some((m) => isTypeScriptModule(m))) return url;
+  let tsxApi: string;
+  try {
+    tsxApi = import.meta.resolve("tsx/esm/api");
+  } catch {
+    throw new TypeScriptLoaderMissingError(fileURLToPath(url));
+  }
+  const source = [
+    `const { register } = await import(${JSON.stringify(tsxApi)});`,
+    "register();",
+    `const mod = await import(${JSON.stringify(url.href)});`,
+    "export default function dispatch(msg) {",
+    "  const fn = mod[msg.name];",
+    `  if (typeof fn !== "function") throw new TypeError(${JSON.stringify(fileURLToPath(url))} + " has no exported function " + msg.name);`,
+    "  return fn(msg.task);",
+    "}",
+    "",
+  ].join("\n");
+  const dir = path.join(os.tmpdir(), "torl", "thread-entries");
+  const file = path.join(dir, `${createHash("sha256").update(source).digest("hex").slice(0, 20)}.mjs`);
+  if (!existsSync(file)) {
+    mkdirSync(dir, { recursive: true });
+    // written aside and renamed, so a thread started by another process never reads half a file
+    const aside = `${file}.${process.pid}.${Math.random().toString(36).slice(2)}`;
+    writeFileSync(aside, source);
+    renameSync(aside, file);
+  }
+  return pathToFileURL(file);
 }

@@ -16,6 +16,8 @@ const WORKLOAD = siblingModule(import.meta.url, "./workload").href;
 const usage = `usage: pnpm torl bench actors [--json] [--seconds S]
 
 Measures (ops/s unless noted): 1_1_actor_calls_sync, 1_1_actor_calls_async, 1_1_actor_calls_concurrent,
+1_1_thread_actor_calls_sync, 1_1_thread_actor_calls_async (the same calls to a thread actor, interleaved
+with the process actor's and the raw floor; ratio_thread_vs_process_*),
 n_n_actor_calls_async, single_client_tasks_async, single_client_get_calls, single_client_put_gigabytes
 (GB/s, 64 MiB Float32Array), and the baselines measured in the same run, interleaved with the
 figure they bound: raw_zmq_roundtrip_sync / raw_zmq_roundtrip_pipelined (two processes, same
@@ -37,26 +39,7 @@ async function timeLoop(seconds: number, step: () => Promise<number>): Promise<n
   return n / ((performance.now() - t0) / 1000);
 }
 
-/** Alternates slices of two measurements so both see the same machine load; returns [a/s, b/s]. */
-async function interleaved(
-  seconds: number,
-  a: (s: number) => Promise<[number, number]>,
-  b: (s: number) => Promise<[number, number]>,
-): Promise<[number, number]> {
-  const rounds = 4;
-  let [countA, secondsA, countB, secondsB] = [0, 0, 0, 0];
-  for (let i = 0; i < rounds; i++) {
-    const [na, ta] = await a(seconds / rounds);
-    const [nb, tb] = await b(seconds / rounds);
-    countA += na;
-    secondsA += ta;
-    countB += nb;
-    secondsB += tb;
-  }
-  return [countA / secondsA, countB / secondsB];
-}
-
-/** Like `interleaved`, for any number of measurements; returns each one's rate. */
+/** Alternates slices of the measurements so all see the same machine load; returns each one's rate. */
 async function interleavedN(
   seconds: number,
   fs: Array<(s: number) => Promise<[number, number]>>,
@@ -82,6 +65,8 @@ async function counted(seconds: number, step: () => Promise<number>): Promise<[n
 }
 
 let keep: Float32Array | null = null;
+
+type NoopActor = { noop(): PromiseLike<unknown> };
 
 /** One actor's sync and async call rates in an embedded cluster (with `keys`: CURVE on every socket). */
 async function callRates(
@@ -149,44 +134,52 @@ export async function benchActors(
     // start every worker first (actors and the task pool), so no process boots during a measurement
     log("starting workers ...");
     const a = createActor(WORKLOAD, "BenchActor", []);
+    const th = createActor(WORKLOAD, "BenchActor", [], { thread: true });
     const c = createActor(WORKLOAD, "BenchActor", [], { maxConcurrency: 16 });
     const servers = [createActor(WORKLOAD, "BenchActor", []), createActor(WORKLOAD, "BenchActor", [])];
     const clients = [
       createActor(WORKLOAD, "BenchClient", [servers]),
       createActor(WORKLOAD, "BenchClient", [servers]),
     ];
-    await get([a, c, ...servers, ...clients].map((h) => h.ready()));
+    await get([a, th, c, ...servers, ...clients].map((h) => h.ready()));
     await timeLoop(Math.max(3, seconds), async () => {
       await get(Array.from({ length: 200 }, () => submitTask(WORKLOAD, "noopTask", [])));
       return 200;
     });
     await new Promise((r) => setTimeout(r, 1000));
-    await timeLoop(0.2, async () => {
-      await a.noop();
+    const syncCall = (h: NoopActor) => async () => {
+      await h.noop();
       return 1;
-    });
-    log("1_1_actor_calls_sync vs raw_zmq_roundtrip_sync (interleaved) ...");
-    [out["1_1_actor_calls_sync"], out.raw_zmq_roundtrip_sync] = await interleaved(
-      seconds * 2,
-      (s) =>
-        counted(s, async () => {
-          await a.noop();
-          return 1;
-        }),
+    };
+    const asyncCalls = (h: NoopActor) => async () => {
+      const refs = [];
+      for (let i = 0; i < 1000; i++) refs.push(h.noop());
+      await get(refs);
+      return 1000;
+    };
+    // both paths warmed, in this process and in the thread actor's (its code is compiled there anew)
+    for (const h of [a, th]) {
+      await timeLoop(0.2, syncCall(h));
+      await timeLoop(0.5, asyncCalls(h));
+    }
+    log("1_1_actor_calls_sync vs 1_1_thread_actor_calls_sync vs raw_zmq_roundtrip_sync (interleaved) ...");
+    const syncRates = await interleavedN(seconds * 3, [
+      (s) => counted(s, syncCall(a)),
+      (s) => counted(s, syncCall(th)),
       (s) => raw.sync(s),
+    ]);
+    [out["1_1_actor_calls_sync"], out["1_1_thread_actor_calls_sync"], out.raw_zmq_roundtrip_sync] =
+      syncRates as [number, number, number];
+    log(
+      "1_1_actor_calls_async vs 1_1_thread_actor_calls_async vs raw_zmq_roundtrip_pipelined (interleaved) ...",
     );
-    log("1_1_actor_calls_async vs raw_zmq_roundtrip_pipelined (interleaved) ...");
-    [out["1_1_actor_calls_async"], out.raw_zmq_roundtrip_pipelined] = await interleaved(
-      seconds * 2,
-      (s) =>
-        counted(s, async () => {
-          const refs = [];
-          for (let i = 0; i < 1000; i++) refs.push(a.noop());
-          await get(refs);
-          return 1000;
-        }),
+    const asyncRates = await interleavedN(seconds * 3, [
+      (s) => counted(s, asyncCalls(a)),
+      (s) => counted(s, asyncCalls(th)),
       (s) => raw.pipelined(s),
-    );
+    ]);
+    [out["1_1_actor_calls_async"], out["1_1_thread_actor_calls_async"], out.raw_zmq_roundtrip_pipelined] =
+      asyncRates as [number, number, number];
     log("1_1_actor_calls_concurrent ...");
     out["1_1_actor_calls_concurrent"] = await timeLoop(seconds, async () => {
       const refs = [];
@@ -257,6 +250,8 @@ export async function benchActors(
   Object.assign(out, curve);
   out.ratio_sync_vs_raw_sync = out["1_1_actor_calls_sync"]! / out.raw_zmq_roundtrip_sync!;
   out.ratio_async_vs_raw_pipelined = out["1_1_actor_calls_async"]! / out.raw_zmq_roundtrip_pipelined!;
+  out.ratio_thread_vs_process_sync = out["1_1_thread_actor_calls_sync"]! / out["1_1_actor_calls_sync"]!;
+  out.ratio_thread_vs_process_async = out["1_1_thread_actor_calls_async"]! / out["1_1_actor_calls_async"]!;
   out.ratio_put_vs_memcpy = out.single_client_put_gigabytes! / out.memcpy_fresh_64mib_gigabytes!;
   out.ratio_put_vs_memcpy_warm = out.single_client_put_gigabytes! / out.memcpy_warm_64mib_gigabytes!;
   keep = null;

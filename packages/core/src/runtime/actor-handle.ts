@@ -37,14 +37,21 @@ export class ActorHandleBase {
 const NOT_METHODS = new Set(["then", "toJSON", "constructor", "inspect", "catch", "finally"]);
 
 export function makeHandle(rt: Runtime, rec: ActorRecord): any {
-  const base = new ActorHandleBase(rt, rec);
+  return methodProxy(new ActorHandleBase(rt, rec), (method, args) => rt.actors.call(rec, method, args));
+}
+
+/** A Proxy over `base` whose every other property is a remote method sending calls through `call`. */
+export function methodProxy<B extends { _methods: Map<string, (...args: unknown[]) => ObjectRef> }>(
+  base: B,
+  call: (method: string, args: unknown[]) => ObjectRef,
+): any {
   return new Proxy(base, {
     get(target, prop, receiver) {
       if (typeof prop === "symbol" || prop in target) return Reflect.get(target, prop, receiver);
       if (NOT_METHODS.has(prop)) return undefined;
       let f = target._methods.get(prop);
       if (!f) {
-        f = (...args: unknown[]) => rt.actors.call(rec, prop, args);
+        f = (...args: unknown[]) => call(prop, args);
         target._methods.set(prop, f);
       }
       return f;

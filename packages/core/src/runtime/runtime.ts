@@ -9,7 +9,7 @@ import path from "node:path";
 import { Worker } from "node:worker_threads";
 import { MessageDecodeError, ObjectLostError, OwnerDiedError, RemoteError } from "../errors.js";
 import { logWarn } from "../log.js";
-import { siblingModule } from "../module-files.js";
+import { siblingModule, threadEntry } from "../module-files.js";
 import { UndecodableMessage } from "../wire/batch.js";
 import { decode, encode, errorToWire, registerClass } from "../wire/codec.js";
 import { DealerLink, RouterServer } from "../wire/links.js";
@@ -34,6 +34,7 @@ import {
   RESULT,
   RESULT_UNDECODABLE,
 } from "./protocol.js";
+import { refuseRefInThreadValue } from "./thread-actor-wire.js";
 
 export interface RuntimeContext {
   /** Id of the actor this process hosts; undefined in a driver. */
@@ -63,18 +64,6 @@ const FETCH_UNDECODABLE = 4;
 const FETCH_UNCONFIRMED = 5;
 /** How long the head may take to say whether an object's owner is alive. */
 const OWNER_CHECK_MS = 10_000;
-
-/**
- * Worker threads on Node 20 do not inherit tsx's `--import` hooks: a `.ts` entry is loaded by a
- * small bootstrap module that registers tsx in the thread first.
- */
-function threadEntry(entry: URL): URL {
-  if (!entry.pathname.endsWith(".ts")) return entry;
-  const source = `const { register } = await import(${JSON.stringify(import.meta.resolve("tsx/esm/api"))});
-register();
-await import(${JSON.stringify(entry.href)});`;
-  return new URL(`data:text/javascript,${encodeURIComponent(source)}`);
-}
 
 /** How often a driver tells the head it is alive (the head's TORL_CLIENT_TIMEOUT_MS is several of these). */
 const DRIVER_HEARTBEAT_MS = 1000;
@@ -565,6 +554,7 @@ registerClass(
   0x60,
   ObjectRef,
   (ref: ObjectRef) => {
+    refuseRefInThreadValue();
     currentOrNull()?.onRefEncoded(ref);
     return [ref.ownerId, ref.seq, ref.owner.tcp, ref.owner.ipc ?? null, ref.owner.host ?? null];
   },

@@ -3,8 +3,10 @@
  * package), tfjs-node (libtensorflow on CPU), wasm (XNNPACK, SIMD), plain JS cpu. `TORL_BACKEND` or an
  * explicit name overrides; a requested backend that cannot start throws with what to install.
  */
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
+import { createRequire } from "node:module";
 import { availableParallelism } from "node:os";
+import { dirname, join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import { BackendUnavailableError } from "./errors.js";
 import { installNativeMatmul, nativeMatmulWanted } from "./native-matmul.js";
@@ -61,6 +63,36 @@ async function importOptional(name: string): Promise<any> {
   return import(name);
 }
 
+/**
+ * Why the tfjs-node package in `packageDir` cannot start, or null. Its install script downloads
+ * libtensorflow and builds the native addon; where that could not run (no internet, builds not allowed)
+ * the package is there without the addon, and importing it would load all of tfjs (seconds) before
+ * failing. This looks for the addon first.
+ */
+export function missingNativeAddon(packageDir: string): string | null {
+  const lib = join(packageDir, "lib");
+  const found =
+    existsSync(lib) &&
+    readdirSync(lib).some((d) => d.startsWith("napi-v") && existsSync(join(lib, d, "tfjs_binding.node")));
+  if (found) return null;
+  return `installed without its native addon (${join(lib, "napi-v*", "tfjs_binding.node")}): its install script downloads libtensorflow, and it did not run or failed; reinstall it where the install can reach the internet`;
+}
+
+const requireHere = createRequire(import.meta.url);
+
+/** Imports @tensorflow/tfjs-node or -gpu, refusing at once one that is installed without its addon. */
+async function importTfjsNode(name: string): Promise<void> {
+  let dir: string | null = null;
+  try {
+    dir = dirname(requireHere.resolve(`${name}/package.json`));
+  } catch {
+    // not installed: the import below says so
+  }
+  const missing = dir ? missingNativeAddon(dir) : null;
+  if (missing) throw new Error(`${name} is ${missing}`);
+  await importOptional(name);
+}
+
 function envBackend(): BackendName | "auto" | undefined {
   const v = process.env.TORL_BACKEND?.trim();
   if (!v) return undefined;
@@ -75,12 +107,12 @@ async function tryStart(
 ): Promise<{ tfName: string; threads: number; matmul?: { native: boolean; line: string }; device?: string }> {
   switch (name) {
     case "node-gpu": {
-      await importOptional("@tensorflow/tfjs-node-gpu");
+      await importTfjsNode("@tensorflow/tfjs-node-gpu");
       if (!(await tf.setBackend("tensorflow"))) throw new Error("backend 'tensorflow' did not start");
       return { tfName: "tensorflow", threads: availableParallelism() };
     }
     case "node": {
-      await importOptional("@tensorflow/tfjs-node");
+      await importTfjsNode("@tensorflow/tfjs-node");
       if (!(await tf.setBackend("tensorflow"))) throw new Error("backend 'tensorflow' did not start");
       return { tfName: "tensorflow", threads: availableParallelism() };
     }

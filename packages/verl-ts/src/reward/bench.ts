@@ -2,9 +2,10 @@
  * `pnpm torl bench reward [--json] [--alternatives]`: grading speed and accuracy over the labeled
  * corpus, side by side with the string-normalisation baseline measured in the same run.
  * Figures: verify_per_s (one thread, parse cache cleared every pass), accuracy; the manager's batch
- * throughput with worker threads; with --alternatives, the same corpus with the mathjs and sympy
+ * throughput with worker threads; the scoring pool under tinypool vs piscina (pool_verify_per_s_*); with --alternatives, the same corpus with the mathjs and sympy
  * scalar stages in place of the numeric one.
  */
+import { compareThreadPoolLibraries, ThreadPoolLibraryMissingError } from "@torl-ts/actors";
 import { type CliCommand, parseFlags } from "@torl-ts/core";
 import { mathjsScalarStage, SympyOracle, withSympyStage } from "./alternatives.js";
 import { baselineEquivalent } from "./baseline.js";
@@ -12,12 +13,15 @@ import { loadRewardCorpus, type RewardCorpusPair } from "./corpus.js";
 import { clearAnswerParseCache, isEquivalentAnswer, type ScalarStage } from "./equivalence.js";
 import { extractBoxedAnswer, groundTruthAnswer } from "./extract.js";
 import { RewardManager } from "./manager.js";
+import { MathScorePool, RewardPoolError } from "./score-pool.js";
 
 const USAGE = `usage: pnpm torl bench reward [--json] [--alternatives] [--seconds S]
 
 Grades the labeled corpus (packages/verl-ts/src/reward/corpus.jsonl) repeatedly for S seconds (default 2)
 per grader and reports verifications per second and accuracy against the labels, next to the
-string-normalisation baseline (the released ToRL grader's approach). --alternatives also measures the
+string-normalisation baseline (the released ToRL grader's approach), the reward manager on a 4096-row
+batch, and its scoring pool under each pool library (tinypool, piscina; medians of 3 alternating rounds,
+per wall-clock and per CPU second, ratio_pool_piscina_vs_tinypool[_cpu]). --alternatives also measures the
 mathjs and sympy symbolic stages on the same corpus. --json prints one JSON object as the last line.`;
 
 type Grader = (pair: RewardCorpusPair) => boolean;
@@ -81,6 +85,47 @@ function perCategory(corpus: RewardCorpusPair[], v: boolean[]): Map<string, [num
 
 const r3 = (x: number) => Math.round(x * 1000) / 1000;
 
+/**
+ * The scoring pool's job (the 4096-row batch on 2 threads, pools warm) under each pool library:
+ * verifications per second, medians of 3 alternating rounds, and the ratio piscina/tinypool. Without
+ * piscina installed (it is a development dependency) the comparison is left out, saying so.
+ */
+async function comparePoolLibraries(rows: RewardCorpusPair[]): Promise<Record<string, number>> {
+  const inputs = rows.map((p) => ({
+    solution: p.solution,
+    groundTruth: p.ground_truth,
+    dataSource: p.category,
+  }));
+  const options = {
+    rewardType: "default",
+    executionErrorPenalty: false,
+    executionPenaltyValue: 0.5,
+  } as const;
+  const pools = { tinypool: new MathScorePool(2, "tinypool"), piscina: new MathScorePool(2, "piscina") };
+  try {
+    for (const pool of Object.values(pools)) for (let i = 0; i < 3; i++) await pool.score(inputs, options);
+    const c = await compareThreadPoolLibraries(async (library) => {
+      for (let i = 0; i < 2; i++) await pools[library].score(inputs, options);
+      return 2 * inputs.length;
+    });
+    return {
+      pool_verify_per_s_tinypool: Math.round(c.tinypool.perS),
+      pool_verify_per_s_piscina: Math.round(c.piscina.perS),
+      pool_verify_per_cpu_s_tinypool: Math.round(c.tinypool.perCpuS),
+      pool_verify_per_cpu_s_piscina: Math.round(c.piscina.perCpuS),
+      ratio_pool_piscina_vs_tinypool: r3(c.ratio),
+      ratio_pool_piscina_vs_tinypool_cpu: r3(c.cpuRatio),
+    };
+  } catch (e) {
+    const missing = e instanceof RewardPoolError && e.cause instanceof ThreadPoolLibraryMissingError;
+    if (!(e instanceof ThreadPoolLibraryMissingError) && !missing) throw e;
+    console.log(`pool library comparison left out: ${(e as Error).message}`);
+    return {};
+  } finally {
+    await Promise.all(Object.values(pools).map((p) => p.close()));
+  }
+}
+
 export const benchRewardCommand: CliCommand = {
   summary: "benchmark answer verification: speed and accuracy on the labeled corpus",
   usage: USAGE,
@@ -125,6 +170,8 @@ export const benchRewardCommand: CliCommand = {
     const managerThreadsPerS = await timeManager(threaded);
     await threaded.close();
     const managerInlinePerS = await timeManager(new RewardManager({ numThreads: 0 }));
+    console.log("measuring the scoring pool under tinypool vs piscina (3 alternating rounds) ...");
+    const poolLibraries = await comparePoolLibraries(rows);
 
     const figures: Record<string, number> = {
       verify_per_s: Math.round(verifyPerS.wall),
@@ -135,6 +182,7 @@ export const benchRewardCommand: CliCommand = {
       accuracy_baseline: r3(accuracyBaseline),
       manager_verify_per_s_2threads: Math.round(managerThreadsPerS),
       manager_verify_per_s_1thread: Math.round(managerInlinePerS),
+      ...poolLibraries,
       corpus_pairs: corpus.length,
     };
 
@@ -191,6 +239,10 @@ export const benchRewardCommand: CliCommand = {
     console.log(
       `\nmanager, 4096 rows: ${figures.manager_verify_per_s_2threads}/s with 2 threads, ${figures.manager_verify_per_s_1thread}/s in one`,
     );
+    if (figures.pool_verify_per_s_tinypool !== undefined)
+      console.log(
+        `scoring pool, 2 threads: ${figures.pool_verify_per_s_tinypool}/s under tinypool, ${figures.pool_verify_per_s_piscina}/s under piscina (ratio ${figures.ratio_pool_piscina_vs_tinypool}; per CPU second ${figures.ratio_pool_piscina_vs_tinypool_cpu})`,
+      );
     if (json) console.log(JSON.stringify(figures));
     return 0;
   },

@@ -1,6 +1,9 @@
 import { execFileSync, spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
+import { missingNativeAddon } from "../../src/models/backend.js";
 
 const ROOT = join(import.meta.dirname, "..", "..", "..", "..");
 const script = (code: string, env: Record<string, string> = {}) =>
@@ -66,4 +69,21 @@ test("bench model --json --quick prints one JSON object with every figure last",
     "decode_ms_per_token_ctx512",
   ])
     t.true(typeof last[k] === "number" && last[k] > 0, k);
+});
+
+test("a tfjs-node package installed without its native addon is refused at once, saying why", (t) => {
+  // what an install without internet leaves: the package, but no libtensorflow and no addon
+  const dir = mkdtempSync(join(tmpdir(), "tfjs-node-gpu-"));
+  try {
+    writeFileSync(join(dir, "package.json"), "{}");
+    t.regex(
+      missingNativeAddon(dir) ?? "",
+      /without its native addon .*tfjs_binding\.node.*downloads libtensorflow/,
+    );
+    mkdirSync(join(dir, "lib", "napi-v8"), { recursive: true });
+    writeFileSync(join(dir, "lib", "napi-v8", "tfjs_binding.node"), "");
+    t.is(missingNativeAddon(dir), null);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -1,5 +1,6 @@
 import { RewardBatchError, RewardManager, registerRewardScorer, tokenLevelScores } from "@torl-ts/verl";
 import test from "ava";
+import { MathScorePool, RewardPoolError } from "../../src/reward/score-pool.js";
 
 const batch = {
   responses: ["\\boxed{2}", "\\boxed{3}", "no answer here", "\\boxed{x=5}"],
@@ -100,4 +101,32 @@ test("a ragged batch is a typed error naming the field", async (t) => {
     instanceOf: RewardBatchError,
     message: /responseLengths\[0\] = 7/,
   });
+});
+
+test("the scoring pool grades alike under both pool libraries, in input order", async (t) => {
+  const inputs = Array.from({ length: 90 }, (_, i) => ({
+    solution: `\\boxed{${i % 4}}`,
+    groundTruth: String(i % 3),
+    dataSource: "math",
+  }));
+  const options = {
+    rewardType: "default",
+    executionErrorPenalty: false,
+    executionPenaltyValue: 0.5,
+  } as const;
+  const expected = inputs.map((x) => x.solution === `\\boxed{${x.groundTruth}}`);
+  for (const library of ["tinypool", "piscina"] as const) {
+    const pool = new MathScorePool(2, library);
+    try {
+      const results = await pool.score(inputs, options);
+      t.deepEqual(
+        results.map((r) => r.correct),
+        expected,
+        library,
+      );
+    } finally {
+      await pool.close();
+    }
+    await t.throwsAsync(pool.score(inputs, options), { instanceOf: RewardPoolError });
+  }
 });

@@ -1,6 +1,7 @@
 /**
  * ThreadPool: worker threads for CPU-heavy work inside one process (typically inside an actor),
- * a thin wrapper over tinypool with explicit sizing and back-pressure.
+ * a thin wrapper over a pool library (tinypool by default, or piscina) with explicit sizing and
+ * back-pressure.
  *
  *   // tasks.ts: export default function (x: number) { ...; return y; }   (or named exports)
  *   const pool = new ThreadPool<number, number>({ filename: new URL("./tasks.ts", import.meta.url), size: 2 });
@@ -15,8 +16,13 @@
 import os from "node:os";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import type { Transferable } from "node:worker_threads";
-import { TypeScriptLoaderMissingError } from "@torl-ts/core";
-import Tinypool from "tinypool";
+import { isTypeScriptModule, threadEntry } from "@torl-ts/core";
+import {
+  DEFAULT_THREAD_POOL_LIBRARY,
+  openPoolEngine,
+  type PoolEngine,
+  type ThreadPoolLibrary,
+} from "./thread-pool-library.js";
 
 export interface ThreadPoolOptions {
   /** Module run in the threads: a path or file URL; `.ts` modules work (tsx is registered in each thread). */
@@ -28,10 +34,12 @@ export interface ThreadPoolOptions {
   /** With the queue full: "reject" (ThreadPoolQueueFullError, default) or "wait" for a slot. */
   whenFull?: "reject" | "wait";
   /**
-   * Value for the threads; a task reads it as `workerData[1]` of node:worker_threads (tinypool
-   * keeps its own data at index 0). SharedArrayBuffers are shared, not copied.
+   * Value for the threads; a task reads it as `workerData[1]` of node:worker_threads (index 0 is the
+   * pool library's). SharedArrayBuffers are shared, not copied.
    */
   workerData?: unknown;
+  /** The pool library under the threads (default tinypool; see thread-pool-library.ts). */
+  library?: ThreadPoolLibrary;
   /** V8 heap limits per thread. */
   resourceLimits?: {
     maxOldGenerationSizeMb?: number;
@@ -89,42 +97,15 @@ export class ThreadPoolTaskError extends Error {
   }
 }
 
-const isTs = (filename: string): boolean => /\.[cm]?ts$/.test(filename);
-
-/**
- * Worker threads on Node 20 do not inherit tsx's `--import` hooks, so a `.ts` task module is
- * loaded through a small bootstrap (a data: URL module) that registers tsx in the thread, imports
- * the module and dispatches `{ name, task }` messages to its exports.
- */
-function tsBootstrap(filename: string): string {
-  let tsxApi: string;
-  try {
-    tsxApi = import.meta.resolve("tsx/esm/api");
-  } catch {
-    throw new TypeScriptLoaderMissingError(filename);
-  }
-  const target = pathToFileURL(filename).href;
-  const source = [
-    `const { register } = await import(${JSON.stringify(tsxApi)});`,
-    "register();",
-    `const mod = await import(${JSON.stringify(target)});`,
-    "export default function dispatch(msg) {",
-    "  const fn = mod[msg.name];",
-    `  if (typeof fn !== "function") throw new TypeError(${JSON.stringify(filename)} + " has no exported function " + msg.name);`,
-    "  return fn(msg.task);",
-    "}",
-  ].join("\n");
-  return `data:text/javascript,${encodeURIComponent(source)}`;
-}
-
 export class ThreadPool<T = unknown, R = unknown> {
   readonly size: number;
   readonly maxQueue: number;
   readonly filename: string;
   private readonly whenFull: "reject" | "wait";
-  private readonly pool: Tinypool;
+  readonly library: ThreadPoolLibrary;
+  private readonly pool: PoolEngine;
   private readonly viaBootstrap: boolean;
-  /** Tasks admitted (running or in tinypool's queue). */
+  /** Tasks admitted (running or in the library's queue). */
   private outstanding = 0;
   private readonly slotWaiters: (() => void)[] = [];
   private closed = false;
@@ -147,13 +128,14 @@ export class ThreadPool<T = unknown, R = unknown> {
     this.size = size;
     this.maxQueue = maxQueue;
     this.whenFull = whenFull;
-    this.viaBootstrap = isTs(this.filename);
-    this.pool = new Tinypool({
-      filename: this.viaBootstrap ? tsBootstrap(this.filename) : this.filename,
-      minThreads: size,
-      maxThreads: size,
-      // Capacity is enforced here (typed error or waiting); tinypool's own queue stays unbounded.
-      maxQueue: Number.POSITIVE_INFINITY,
+    this.viaBootstrap = isTypeScriptModule(this.filename);
+    this.library = options.library ?? DEFAULT_THREAD_POOL_LIBRARY;
+    if (this.library !== "tinypool" && this.library !== "piscina") {
+      throw new RangeError(`ThreadPool library must be "tinypool" or "piscina", got ${String(this.library)}`);
+    }
+    this.pool = openPoolEngine(this.library, {
+      filename: this.viaBootstrap ? fileURLToPath(threadEntry(pathToFileURL(this.filename))) : this.filename,
+      threads: size,
       workerData: options.workerData,
       resourceLimits: options.resourceLimits,
     });
@@ -176,7 +158,7 @@ export class ThreadPool<T = unknown, R = unknown> {
       const payload = this.viaBootstrap ? { name: exportName, task } : task;
       return (await this.pool.run(payload, {
         name: this.viaBootstrap ? "default" : exportName,
-        transferList: options.transfer as never,
+        transferList: options.transfer,
         signal: options.signal ?? null,
       })) as R;
     } catch (err) {

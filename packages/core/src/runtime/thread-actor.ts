@@ -1,0 +1,404 @@
+/**
+ * Thread actors: `createActor(..., { thread: true })` (in @torl-ts/actors: `.options({ thread: true })`)
+ * runs the actor in a worker thread of the creating process instead of a worker process, over comlink
+ * (the thread exposes a ThreadActorHost; this side holds it as `Remote<ThreadActorHost>`).
+ *
+ * The caller sees what a process actor gives: the same typed handle, an ObjectRef per call owned by
+ * this process's runtime, calls run in arrival order (maxConcurrency at a time), a thrown error as a
+ * RemoteError with the thread's stack, SerializationError at the call site for what cannot travel,
+ * ActorDiedError for calls in flight and later calls once it is killed or its thread ends, and
+ * maxRestarts / maxTaskRetries. What differs, because a thread has no runtime of its own: top-level
+ * ObjectRef arguments are resolved here before the call is sent (in order), a ref nested inside an
+ * argument is refused, the actor's code cannot call put/get or other actors, and the handle cannot be
+ * passed to another process. Placement options are refused: a thread uses its process's CPUs and GPUs.
+ */
+import { Worker } from "node:worker_threads";
+import { type Remote, wrap } from "comlink";
+import nodeEndpoint from "comlink/dist/umd/node-adapter.js";
+import {
+  ActorDiedError,
+  type DeathCause,
+  MessageDecodeError,
+  RemoteError,
+  SerializationError,
+} from "../errors.js";
+import { siblingModule, threadEntry } from "../module-files.js";
+import { prepareValue } from "../wire/sendable.js";
+import { methodProxy } from "./actor-handle.js";
+import { currentRuntime } from "./current.js";
+import { randomId } from "./ids.js";
+import { ObjectRef } from "./object-ref.js";
+import { FAILED, READY } from "./object-store.js";
+import type { ActorState } from "./protocol.js";
+import type { Runtime } from "./runtime.js";
+import { CodecPacket, isThreadCallFailure, READY_METHOD, type ThreadActorHost } from "./thread-actor-wire.js";
+
+/** The options a thread actor takes; the rest of ActorOptions are refused by name. */
+export interface ThreadActorOptions {
+  maxConcurrency?: number;
+  maxRestarts?: number;
+  maxTaskRetries?: number;
+  env?: Record<string, string>;
+}
+
+/** An actor option that has no meaning for an actor living in a thread of its creator's process. */
+export class ThreadActorOptionError extends Error {
+  override name = "ThreadActorOptionError";
+  constructor(
+    readonly option: string,
+    why: string,
+  ) {
+    super(`a thread actor does not take ${option}: ${why}; drop it, or make a process actor (thread: false)`);
+  }
+}
+
+/** An operation that needs the actor to have a runtime of its own (a process actor). */
+export class ThreadActorUnsupportedError extends Error {
+  override name = "ThreadActorUnsupportedError";
+  constructor(readonly operation: string) {
+    super(
+      `${operation} is not possible on a thread actor (it has no runtime of its own); use a process actor`,
+    );
+  }
+}
+
+const PLACEMENT_WHY = "a thread runs in its creator's process and uses that process's CPUs and GPUs";
+const REFUSED: Record<string, string> = {
+  name: "getActor() asks the cluster, and a thread actor is known only to the process that created it",
+  numCpus: PLACEMENT_WHY,
+  numGpus: PLACEMENT_WHY,
+  resources: PLACEMENT_WHY,
+  placementGroup: PLACEMENT_WHY,
+  bundleIndex: PLACEMENT_WHY,
+  schedulingStrategy: PLACEMENT_WHY,
+  lifetime: "it ends with the process that created it",
+};
+
+/** Throws ThreadActorOptionError for the first option that a thread actor cannot honour. */
+export function checkThreadActorOptions(opts: object): ThreadActorOptions {
+  const o = opts as Record<string, unknown>;
+  for (const [key, why] of Object.entries(REFUSED)) {
+    if (o[key] !== undefined) throw new ThreadActorOptionError(key, why);
+  }
+  const atLeast = (key: keyof ThreadActorOptions, min: number) => {
+    const v = o[key];
+    if (v !== undefined && !(Number.isInteger(v) && (v as number) >= min))
+      throw new RangeError(`actor option ${key} must be an integer >= ${min}, got ${String(v)}`);
+  };
+  atLeast("maxConcurrency", 1);
+  atLeast("maxRestarts", -1);
+  atLeast("maxTaskRetries", 0);
+  return opts as ThreadActorOptions;
+}
+
+interface PendingCall {
+  seq: number;
+  method: string;
+  /** Encoded once it is sent (kept for a re-send after a restart). */
+  packet: CodecPacket | null;
+  retriesLeft: number;
+}
+
+const isRef = (a: unknown): a is ObjectRef => a instanceof ObjectRef;
+
+/** Thread actors alive in each runtime, ended when it shuts down. */
+const liveActors = new WeakMap<Runtime, Set<ThreadActor>>();
+
+export class ThreadActor {
+  readonly actorId: string;
+  state: ActorState = "PENDING";
+  private worker: Worker | null = null;
+  /**
+   * `remote.call`, taken once: each property read on a comlink proxy makes a new proxy. Holding it also
+   * keeps the thread's end open (comlink releases an endpoint once every proxy of it is collected).
+   */
+  private remoteCall: Remote<ThreadActorHost>["call"] | null = null;
+  private incarnation = 0;
+  private lastError: Error | null = null;
+  private readonly inflight = new Map<number, PendingCall>();
+  private death: ActorDiedError | null = null;
+  private restartsLeft: number;
+  private readonly retries: number;
+  /** Sends wait here (in call order) while an earlier call's ObjectRef arguments are being resolved. */
+  private tail: Promise<void> = Promise.resolve();
+  private waitingSends = 0;
+
+  constructor(
+    private readonly rt: Runtime,
+    private readonly module: string,
+    private readonly className: string,
+    private readonly ctorArgs: unknown[],
+    private readonly opts: ThreadActorOptions,
+  ) {
+    this.actorId = `${className.slice(0, 16)}-${randomId(5)}`;
+    this.restartsLeft = opts.maxRestarts ?? 0;
+    this.retries = opts.maxTaskRetries ?? 0;
+    let live = liveActors.get(rt);
+    if (!live) {
+      const actors = new Set<ThreadActor>();
+      liveActors.set(rt, (live = actors));
+      rt.onShutdown.push(() => {
+        for (const a of actors)
+          a.die({ kind: "shutdown", message: "the runtime that created it shut down" }, false);
+      });
+    }
+    live.add(this);
+    this.spawn();
+  }
+
+  private spawn(): void {
+    const inc = ++this.incarnation;
+    const entry = threadEntry(siblingModule(import.meta.url, "./thread-actor-host"), [this.module]);
+    const worker = new Worker(entry, this.opts.env ? { env: { ...process.env, ...this.opts.env } } : {});
+    worker.unref();
+    worker.on("error", (e) => {
+      if (inc === this.incarnation) this.lastError = e;
+    });
+    worker.on("exit", (code) => this.onExit(inc, code));
+    this.worker = worker;
+    this.lastError = null;
+    const remote = wrap<ThreadActorHost>(nodeEndpoint(worker));
+    this.remoteCall = remote.call;
+    const hasRefs = this.ctorArgs.some(isRef);
+    const resolved = hasRefs
+      ? Promise.all(this.ctorArgs.map((a) => (isRef(a) ? this.rt.getOne(a) : a)))
+      : null;
+    this.inOrder(
+      resolved,
+      (values) => {
+        const args = values
+          ? prepareValue(values, "args", `cannot be sent to ${this.className}`)
+          : this.ctorArgs;
+        this.start(inc, remote, CodecPacket.forThread(args));
+      },
+      (err) =>
+        this.die(
+          { kind: "creation_failed", message: `a constructor argument could not be sent: ${err.message}` },
+          false,
+        ),
+    );
+  }
+
+  private start(inc: number, remote: Remote<ThreadActorHost>, args: CodecPacket): void {
+    const started = remote.start(
+      { module: this.module, className: this.className, maxConcurrency: this.opts.maxConcurrency ?? 1 },
+      args,
+    );
+    started.then(
+      () => {
+        if (inc === this.incarnation && this.state !== "DEAD") this.state = "ALIVE";
+      },
+      (e: unknown) => {
+        if (inc !== this.incarnation) return;
+        const wire = isThreadCallFailure(e) && e.kind === "threw" ? e.error : undefined;
+        this.die(
+          {
+            kind: "creation_failed",
+            message: wire
+              ? `its constructor threw ${wire.name}: ${wire.message}${wire.stack ? `\n${wire.stack}` : ""}`
+              : `its constructor could not run: ${(e as Error)?.message ?? String(e)}`,
+            creationError: wire,
+          },
+          false,
+        );
+      },
+    );
+  }
+
+  /** Sends a call; throws SerializationError at once for arguments that cannot travel. */
+  call(method: string, args: unknown[]): ObjectRef {
+    const sendable = prepareValue(args, "args", `cannot be sent to an actor (${this.describe(method)})`);
+    const hasRefs = sendable.some(isRef);
+    // a call without refs is encoded here, so a ref nested inside it is refused at the call site
+    const packet = hasRefs ? null : CodecPacket.forThread(sendable);
+    const seq = this.rt.nextSeq();
+    const ref = this.rt.newOwnedRef(seq);
+    if (this.death) {
+      this.rt.store.settle(seq, FAILED, this.death);
+      return ref;
+    }
+    const call: PendingCall = { seq, method, packet, retriesLeft: this.retries };
+    this.inflight.set(seq, call);
+    if (packet) this.inOrder(null, () => this.send(call));
+    else {
+      const resolved = Promise.all(sendable.map((a) => (isRef(a) ? this.rt.getOne(a) : a)));
+      this.inOrder(
+        resolved,
+        (values) => {
+          call.packet = CodecPacket.forThread(
+            prepareValue(values, "args", `cannot be sent to ${this.describe(method)}`),
+          );
+          this.send(call);
+        },
+        (err) => this.fail(call, err),
+      );
+    }
+    return ref;
+  }
+
+  /**
+   * Runs `send` after every earlier send, once `wait` (if any) has resolved; a call with nothing to
+   * wait for and nothing before it is sent at once.
+   */
+  private inOrder<T>(wait: Promise<T> | null, send: (value: T) => void, failed?: (err: Error) => void): void {
+    if (!wait && this.waitingSends === 0) {
+      send(undefined as T);
+      return;
+    }
+    this.waitingSends++;
+    const ready = wait ?? Promise.resolve(undefined as T);
+    this.tail = this.tail
+      .then(() => ready)
+      .then(
+        (v) => {
+          this.waitingSends--;
+          try {
+            send(v);
+          } catch (e) {
+            failed?.(e as Error);
+          }
+        },
+        (e: Error) => {
+          this.waitingSends--;
+          failed?.(e);
+        },
+      );
+  }
+
+  private send(call: PendingCall): void {
+    if (!this.inflight.has(call.seq) || !call.packet) return;
+    const remoteCall = this.remoteCall;
+    if (!remoteCall || this.state === "DEAD") return;
+    const inc = this.incarnation;
+    let reply: Promise<CodecPacket>;
+    try {
+      reply = remoteCall(call.method, call.packet);
+    } catch (e) {
+      this.fail(call, this.failureOf(call.method, e));
+      return;
+    }
+    reply.then(
+      (result) => {
+        if (inc !== this.incarnation || this.inflight.get(call.seq) !== call) return;
+        this.inflight.delete(call.seq);
+        let value: unknown;
+        try {
+          value = result.decode();
+        } catch (e) {
+          this.rt.store.settle(
+            call.seq,
+            FAILED,
+            new MessageDecodeError(
+              `call ${this.describe(call.method)}: its result arrived but could not be decoded: ${(e as Error).message}`,
+            ),
+          );
+          return;
+        }
+        this.rt.store.settle(call.seq, READY, value);
+      },
+      (e: unknown) => {
+        if (inc !== this.incarnation || this.inflight.get(call.seq) !== call) return;
+        this.fail(call, this.failureOf(call.method, e));
+      },
+    );
+  }
+
+  private failureOf(method: string, e: unknown): Error {
+    if (isThreadCallFailure(e)) {
+      if (e.kind === "unsendable") return new SerializationError(...e.serialization);
+      return new RemoteError(e.error, { actorId: this.actorId, method });
+    }
+    return new MessageDecodeError(`call ${this.describe(method)}: ${(e as Error)?.message ?? String(e)}`);
+  }
+
+  private fail(call: PendingCall, err: Error): void {
+    this.inflight.delete(call.seq);
+    this.rt.store.settle(call.seq, FAILED, err);
+  }
+
+  private onExit(inc: number, code: number): void {
+    if (inc !== this.incarnation || this.state === "DEAD") return;
+    const why = this.lastError
+      ? `its thread ended on an uncaught ${this.lastError.name}: ${this.lastError.message}`
+      : `its thread exited with code ${code}`;
+    this.die({ kind: "exited", message: why, exitCode: code }, true);
+  }
+
+  /** kill(): ends the thread at once; with `noRestart: false` it restarts if maxRestarts allows. */
+  kill(noRestart: boolean): void {
+    this.die({ kind: "killed", message: "it was killed by kill()" }, !noRestart);
+  }
+
+  private die(cause: DeathCause, mayRestart: boolean): void {
+    if (this.state === "DEAD") return;
+    const err = new ActorDiedError(this.actorId, undefined, cause);
+    const worker = this.worker;
+    this.worker = null;
+    this.remoteCall = null;
+    // ignore the old thread's exit and late replies
+    this.incarnation++;
+    void worker?.terminate();
+    const restart = mayRestart && this.restartsLeft !== 0;
+    const calls = [...this.inflight.values()].sort((a, b) => a.seq - b.seq);
+    const again: PendingCall[] = [];
+    for (const call of calls) {
+      if (restart && call.retriesLeft > 0 && call.packet) {
+        call.retriesLeft--;
+        again.push(call);
+      } else this.fail(call, err);
+    }
+    if (!restart) {
+      this.state = "DEAD";
+      this.death = err;
+      liveActors.get(this.rt)?.delete(this);
+      return;
+    }
+    if (this.restartsLeft > 0) this.restartsLeft--;
+    this.state = "RESTARTING";
+    this.spawn();
+    for (const call of again) this.inOrder(null, () => this.send(call));
+  }
+
+  private describe(method: string): string {
+    return `${this.className} ${this.actorId}.${method}`;
+  }
+}
+
+/** The handle of a thread actor: the same shape (and type, ActorHandle<T>) as a process actor's. */
+export class ThreadActorHandle {
+  /** @internal */
+  readonly _methods = new Map<string, (...args: unknown[]) => ObjectRef>();
+  constructor(/** @internal */ readonly _actor: ThreadActor) {}
+
+  get actorId(): string {
+    return this._actor.actorId;
+  }
+
+  get actorName(): string | undefined {
+    return undefined;
+  }
+
+  /** Resolves once the constructor has finished (rejects if it failed or the actor died). */
+  ready(): ObjectRef<null> {
+    return this._actor.call(READY_METHOD, []) as ObjectRef<null>;
+  }
+
+  toString(): string {
+    return `ThreadActorHandle(${this._actor.actorId})`;
+  }
+}
+
+/** Starts a thread actor; returns its handle at once (calls wait in the thread until it is constructed). */
+export function createThreadActor(module: string, className: string, args: unknown[], opts: object): any {
+  const options = checkThreadActorOptions(opts);
+  const rt = currentRuntime();
+  const sendable = prepareValue(args, "args", `cannot be sent to an actor (constructor of ${className})`);
+  // refused at the call site, as for a process actor: a ref nested inside a constructor argument
+  if (!sendable.some(isRef)) CodecPacket.forThread(sendable);
+  const actor = new ThreadActor(rt, module, className, sendable, options);
+  return methodProxy(new ThreadActorHandle(actor), (method, callArgs) => actor.call(method, callArgs));
+}
+
+export function isThreadActorHandle(handle: unknown): handle is ThreadActorHandle {
+  return handle instanceof ThreadActorHandle;
+}
