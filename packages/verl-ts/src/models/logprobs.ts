@@ -3,7 +3,8 @@
  * of a result scores token t given tokens before it (column 0 is 0), so masks line up with token ids.
  */
 import * as tf from "@tensorflow/tfjs";
-import type { Qwen2Model, TokenBatch } from "./qwen2.js";
+import type { Qwen2Model } from "./qwen2.js";
+import type { TokenBatch } from "./token-batch.js";
 
 export interface LogProbOptions {
   /** Divide logits by this before the softmax (the rollout's sampling temperature). Default 1. */
