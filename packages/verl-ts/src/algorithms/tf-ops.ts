@@ -1,9 +1,9 @@
 import * as tf from "@tensorflow/tfjs";
 import type { BatchTensor } from "../protocol/tensor.js";
 import { checkKlPenaltyType, type KlPenaltyType } from "./kl.js";
+import { checkLossAggMode, LOSS_AGGREGATION, type LossAggMode, lossAggDivisor } from "./loss-aggregation.js";
 import { AlgorithmInputError } from "./masked.js";
 import type { PolicyLossOptions } from "./policy-loss.js";
-import { checkLossAggMode, type LossAggMode } from "./policy-loss.js";
 
 // Differentiable versions of the losses for the trainer: same formulas as the typed-array versions in
 // policy-loss.ts / kl.ts / entropy.ts, written as tfjs ops so gradients flow into a model's log-probs.
@@ -25,26 +25,21 @@ export function maskedMeanTf(values: tf.Tensor, mask: TensorLike): tf.Scalar {
   });
 }
 
-/** aggLoss as tfjs ops (see policy-loss.ts for the four modes). */
+/** aggLoss as tfjs ops: the same LOSS_AGGREGATION table, differentiable with respect to `loss`. */
 export function aggLossTf(loss: tf.Tensor, mask: TensorLike, mode: LossAggMode | string): tf.Scalar {
   checkLossAggMode(mode);
+  const { perRowTokens, divisor } = LOSS_AGGREGATION[mode];
   return tf.tidy(() => {
     const m = asTfTensor(mask);
     if (loss.rank !== 2) throw new AlgorithmInputError(`loss must be [batch, seq], got rank ${loss.rank}`);
     const lm = tf.mul(loss, m);
-    switch (mode) {
-      case "token-mean":
-        return tf.div(tf.sum(lm), tf.add(tf.sum(m), 1e-8)) as tf.Scalar;
-      case "seq-mean-token-sum":
-        return tf.mean(tf.sum(lm, -1)) as tf.Scalar;
-      case "seq-mean-token-mean": {
-        const tok = tf.sum(m, -1);
-        const safe = tf.maximum(tok, 1);
-        return tf.mean(tf.div(tf.sum(lm, -1), safe)) as tf.Scalar;
-      }
-      case "seq-mean-token-sum-norm":
-        return tf.div(tf.sum(lm), loss.shape[1]!) as tf.Scalar;
-    }
+    // a row without loss tokens divides by 1: its sum is 0 anyway
+    const sum = perRowTokens ? tf.sum(tf.div(tf.sum(lm, -1), tf.maximum(tf.sum(m, -1), 1))) : tf.sum(lm);
+    const by =
+      divisor === "tokens"
+        ? tf.add(tf.sum(m), 1e-8)
+        : lossAggDivisor(divisor, { tokens: 0, rows: loss.shape[0]!, width: loss.shape[1]! });
+    return tf.div(sum, by) as tf.Scalar;
   });
 }
 
