@@ -67,14 +67,18 @@ export {
   policyLossInput,
   registerPolicyLoss,
   runPolicyLoss,
-  vanillaPolicyLossTf,
 } from "./policy-loss-registry.js";
 export {
   clipCovPolicyLossTf,
   gpgPolicyLossTf,
   gspoPolicyLossTf,
   klCovPolicyLossTf,
-} from "./policy-loss-variants.js";
+  type PolicyLossTf,
+  type PpoTokenLossTf,
+  policyLossTf,
+  ppoTokenLossTf,
+  vanillaPolicyLossTf,
+} from "./policy-losses-tf.js";
 export {
   aggLossTf,
   asTfTensor,
@@ -82,10 +86,6 @@ export {
   klLossTf,
   klPenaltyTf,
   maskedMeanTf,
-  type PolicyLossTf,
-  type PpoTokenLossTf,
-  policyLossTf,
-  ppoTokenLossTf,
   type TensorLike,
   valueLossTf,
 } from "./tf-ops.js";
