@@ -111,51 +111,31 @@ export function tirFigures(records: readonly RolloutRecord[]): TirFigures {
   const easy = records.filter((r) => !r.problem.hard);
   const code = records.filter((r) => r.usedCode);
   const plain = records.filter((r) => !r.usedCode);
-  const count = (xs: readonly RolloutRecord[], f: (r: RolloutRecord) => boolean) => xs.filter(f).length;
   const passing = code.filter((r) => r.passed);
+  const correct = (r: RolloutRecord) => r.correct;
+  const usedCode = (r: RolloutRecord) => r.usedCode;
+  /** The share of `xs` for which `f` holds (0 of none). */
+  const share = (xs: readonly RolloutRecord[], f: (r: RolloutRecord) => boolean) =>
+    ratio(xs.filter(f).length, xs.length);
+  /** The same, null of none. */
+  const shareOrNull = (xs: readonly RolloutRecord[], f: (r: RolloutRecord) => boolean) =>
+    ratioOrNull(xs.filter(f).length, xs.length);
   return {
     n: records.length,
-    accuracy: ratio(
-      count(records, (r) => r.correct),
-      records.length,
-    ),
-    boxedRatio: ratio(
-      count(records, (r) => r.extracted !== null),
-      records.length,
-    ),
-    codeRatio: ratio(code.length, records.length),
-    passRatio: ratio(passing.length, code.length),
-    accuracyHard: ratio(
-      count(hard, (r) => r.correct),
-      hard.length,
-    ),
-    accuracyEasy: ratio(
-      count(easy, (r) => r.correct),
-      easy.length,
-    ),
-    codeRatioHard: ratio(
-      count(hard, (r) => r.usedCode),
-      hard.length,
-    ),
-    codeRatioEasy: ratio(
-      count(easy, (r) => r.usedCode),
-      easy.length,
-    ),
-    accuracyWithCode: ratioOrNull(
-      count(code, (r) => r.correct),
-      code.length,
-    ),
-    accuracyWithoutCode: ratioOrNull(
-      count(plain, (r) => r.correct),
-      plain.length,
-    ),
-    copiedOutputRatio: ratioOrNull(
-      count(passing, (r) => {
-        const m = /```output\n([\s\S]*?)\n```\n/.exec(r.response);
-        return m !== null && r.extracted === m[1]!.trim();
-      }),
-      passing.length,
-    ),
+    accuracy: share(records, correct),
+    boxedRatio: share(records, (r) => r.extracted !== null),
+    codeRatio: share(records, usedCode),
+    passRatio: share(code, (r) => r.passed),
+    accuracyHard: share(hard, correct),
+    accuracyEasy: share(easy, correct),
+    codeRatioHard: share(hard, usedCode),
+    codeRatioEasy: share(easy, usedCode),
+    accuracyWithCode: shareOrNull(code, correct),
+    accuracyWithoutCode: shareOrNull(plain, correct),
+    copiedOutputRatio: shareOrNull(passing, (r) => {
+      const m = /```output\n([\s\S]*?)\n```\n/.exec(r.response);
+      return m !== null && r.extracted === m[1]!.trim();
+    }),
   };
 }
 

@@ -13,7 +13,7 @@ import test from "ava";
 import { buildCorpus } from "../src/corpus.js";
 import { pretrainCommand } from "../src/pretrain.js";
 import { pretrainCorpus } from "../src/pretrain-corpus.js";
-import { tirRollouts } from "../src/pretrain-evaluation.js";
+import { type RolloutRecord, tirFigures, tirRollouts } from "../src/pretrain-evaluation.js";
 import {
   DEFAULT_PRETRAIN,
   type PretrainProgress,
@@ -158,4 +158,38 @@ test("sampled evaluation rollouts run the model's code in the sandbox and read i
   const passed = records.filter((r) => r.usedCode && r.passed);
   t.true(passed.length > 0, JSON.stringify(records.map((r) => r.response)));
   for (const r of passed) t.regex(r.response, /```python\n[\s\S]*```output\n[^\n]+\n```\n/, r.response);
+});
+
+test("the evaluation's figures: shares over all, hard/easy, with/without code, copied outputs", (t) => {
+  const problem = (hard: boolean) => ({ question: "q", answer: "7", hard }) as RolloutRecord["problem"];
+  const record = (hard: boolean, correct: boolean, usedCode: boolean, passed: boolean, response = "") =>
+    ({
+      problem: problem(hard),
+      response,
+      extracted: correct ? "7" : null,
+      correct,
+      usedCode,
+      passed,
+    }) as RolloutRecord;
+  const f = tirFigures([
+    record(true, true, true, true, "```python\nprint(7)\n```\n```output\n7\n```\n\\boxed{7}"),
+    record(true, false, true, false),
+    record(false, true, false, false),
+    record(false, false, false, false),
+  ]);
+  t.deepEqual(f, {
+    n: 4,
+    accuracy: 0.5,
+    boxedRatio: 0.5,
+    codeRatio: 0.5,
+    passRatio: 0.5,
+    accuracyHard: 0.5,
+    accuracyEasy: 0.5,
+    codeRatioHard: 1,
+    codeRatioEasy: 0,
+    accuracyWithCode: 0.5,
+    accuracyWithoutCode: 0.5,
+    copiedOutputRatio: 1,
+  });
+  t.is(tirFigures([]).accuracyWithCode, null);
 });
