@@ -1,5 +1,5 @@
 import * as tf from "@tensorflow/tfjs";
-import test, { type ExecutionContext } from "ava";
+import test from "ava";
 import {
   AlgorithmInputError,
   computeAdvantage,
@@ -12,17 +12,12 @@ import {
   runPolicyLoss,
   type ScoreMatrix,
 } from "../../src/core.js";
-import { assertClose, loadTorchFixture } from "./torch-fixture.js";
+import { closeWithin, loadTorchFixture } from "./torch-fixture.js";
 
 // Reference values: scripts/core/make-algorithm-variant-fixtures.py (PyTorch, formulas from the papers).
 const { fx, B, T, m, mask, index } = loadTorchFixture("algorithm-variants-torch.json");
 
-const close = (
-  t: ExecutionContext,
-  actual: ArrayLike<number> | number,
-  expected: ArrayLike<number> | number,
-  tol = 1e-6,
-) => assertClose(t, actual, expected, tol);
+const close = closeWithin(1e-6);
 
 test("grpo_passk, opo and gpg are registered by name and match the PyTorch reference", (t) => {
   for (const name of ["grpo_passk", "opo", "gpg", "reinforce_plus_plus_baseline"])

@@ -1,5 +1,5 @@
 import * as tf from "@tensorflow/tfjs";
-import test, { type ExecutionContext } from "ava";
+import test from "ava";
 import {
   AdaptiveKlController,
   AlgorithmInputError,
@@ -32,16 +32,11 @@ import {
   valueLossTf,
   vanillaPolicyLossTf,
 } from "../../src/core.js";
-import { assertClose, loadTorchFixture } from "./torch-fixture.js";
+import { closeWithin, loadTorchFixture } from "./torch-fixture.js";
 
 const { fx, B, T, m, mask, index } = loadTorchFixture("algorithms-torch.json");
 const V = fx.vocab as number;
-const close = (
-  t: ExecutionContext,
-  actual: ArrayLike<number> | number,
-  expected: ArrayLike<number> | number,
-  tol = 1e-5,
-) => assertClose(t, actual, expected, tol);
+const close = closeWithin(1e-5);
 
 const one = (rows: number[][]): ScoreMatrix => ({
   data: Float32Array.from(rows.flat()),

@@ -11,6 +11,16 @@ export function loadTorchFixture(file: string) {
   return { fx, B, T, m, mask: m("mask"), index: fx.inputs.index as string[] };
 }
 
+/** A check that fails unless every value is within `tol` (default `defaultTol`) of the reference. */
+export function closeWithin(defaultTol: number) {
+  return (
+    t: ExecutionContext,
+    actual: ArrayLike<number> | number,
+    expected: ArrayLike<number> | number,
+    tol = defaultTol,
+  ): void => assertClose(t, actual, expected, tol);
+}
+
 /** Fails unless every value is within `tol` of the reference (relative, absolute below 1). */
 export function assertClose(
   t: ExecutionContext,

@@ -2,12 +2,8 @@
  * Model-written code runs only in the sandbox. Every place in the repository's source that starts a
  * Python process is on a short list below, each with why it may: none of them runs code a model wrote.
  */
-import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import test from "ava";
-
-const ROOT = new URL("../", import.meta.url).pathname;
+import { repositoryFiles } from "./repository-files.js";
 
 /** The files allowed to start Python, and why each runs only our own code. */
 const ALLOWED: Record<string, string> = {
@@ -60,23 +56,16 @@ test("the detector finds Python launches in their usual spellings and nothing el
 });
 
 test("only the listed files start Python; model-written code never runs outside the sandbox", (t) => {
-  const files = execFileSync("git", ["ls-files", "--cached", "--others", "--exclude-standard"], {
-    cwd: ROOT,
-    encoding: "utf8",
-  })
-    .split("\n")
-    .filter((f) => /\.(ts|mts|cts|js|mjs|cjs|py)$/.test(f) && f !== "test/no-unsandboxed-python.test.ts");
+  const files = repositoryFiles(
+    (f) =>
+      /\.(ts|mts|cts|js|mjs|cjs|py)$/.test(f) && f !== "examples/torl/test/no-unsandboxed-python.test.ts",
+    { untracked: true },
+  );
   t.true(files.length > 100);
   const found = new Map<string, number[]>();
-  for (const f of files) {
-    let text: string;
-    try {
-      text = readFileSync(join(ROOT, f), "utf8");
-    } catch {
-      continue; // listed but not checked out (a deleted file in the work tree)
-    }
-    const lines = f.endsWith(".py") ? pythonFileLaunches(text) : pythonLaunches(text);
-    if (lines.length > 0) found.set(f, lines);
+  for (const { file, text } of files) {
+    const lines = file.endsWith(".py") ? pythonFileLaunches(text) : pythonLaunches(text);
+    if (lines.length > 0) found.set(file, lines);
   }
   const unlisted = [...found].filter(([f]) => !(f in ALLOWED)).map(([f, lines]) => `${f}:${lines.join(",")}`);
   t.deepEqual(
