@@ -89,7 +89,8 @@ export function calculatorRows(count: number, seed = 1): RlDatasetRow[] {
   });
 }
 
-export interface TrainCalculatorOptions {
+/** A training run of this example: the config file, the `k=v` overrides, and where its output goes. */
+export interface ExampleTrainOptions {
   configFile?: string;
   overrides?: string[];
   runsDir?: string;
@@ -97,16 +98,14 @@ export interface TrainCalculatorOptions {
   workerEnv?: Record<string, string>;
 }
 
-export async function trainWithCalculator(o: TrainCalculatorOptions = {}): Promise<TrainingSummary> {
-  const configFile = o.configFile ?? DEFAULT_CONFIG;
-  const overrides = o.overrides ?? [];
-  const hasModel = overrides.some((kv) => kv.startsWith("actor_rollout_ref.model.path="));
-  const cfg = loadTrainerConfig({
-    files: [configFile],
-    overrides: hasModel ? overrides : [`actor_rollout_ref.model.path=${TINY_BASE}`, ...overrides],
-  });
+/** The stock trainer on calculator questions (one batch per step, no validation). */
+export function fitOnCalculatorRows(
+  cfg: TrainerConfig,
+  o: ExampleTrainOptions,
+  tool?: ToolSpec | null,
+): Promise<TrainingSummary> {
   const trainer = new RayPPOTrainer(cfg, {
-    tool: toolSpecFromConfig(cfg, dirname(configFile)),
+    ...(tool !== undefined ? { tool } : {}),
     trainRows: calculatorRows(cfg.data.train_batch_size * Math.max(1, cfg.trainer.total_training_steps ?? 1)),
     valRows: [],
     ...(o.runsDir ? { runsDir: o.runsDir } : {}),
@@ -116,9 +115,44 @@ export async function trainWithCalculator(o: TrainCalculatorOptions = {}): Promi
   return trainer.fit();
 }
 
-export const trainCalculatorCommand: CliCommand = {
-  summary: "train with the calculator tool on the stock trainer",
-  usage: [
+export async function trainWithCalculator(o: ExampleTrainOptions = {}): Promise<TrainingSummary> {
+  const configFile = o.configFile ?? DEFAULT_CONFIG;
+  const overrides = o.overrides ?? [];
+  const hasModel = overrides.some((kv) => kv.startsWith("actor_rollout_ref.model.path="));
+  const cfg = loadTrainerConfig({
+    files: [configFile],
+    overrides: hasModel ? overrides : [`actor_rollout_ref.model.path=${TINY_BASE}`, ...overrides],
+  });
+  return fitOnCalculatorRows(cfg, o, toolSpecFromConfig(cfg, dirname(configFile)));
+}
+
+/**
+ * A script's command line, `[CONFIG.yaml] [key.path=value ...]` (the file a path from the current
+ * directory): trains with `train` and prints the training summary as JSON.
+ */
+export function exampleTrainCommand(
+  summary: string,
+  usage: string,
+  train: (o: ExampleTrainOptions) => Promise<TrainingSummary>,
+): CliCommand {
+  return {
+    summary,
+    usage,
+    async run(args) {
+      const { positionals } = parseFlags(args, {}, { positionals: true });
+      const file = positionals[0] && !positionals[0].includes("=") ? positionals.shift() : undefined;
+      if (file !== undefined && !existsSync(file))
+        throw new UsageError(`config file not found: ${file} (resolved to ${resolve(file)})`);
+      const result = await train({ ...(file ? { configFile: resolve(file) } : {}), overrides: positionals });
+      console.log(JSON.stringify(result));
+      return 0;
+    },
+  };
+}
+
+export const trainCalculatorCommand: CliCommand = exampleTrainCommand(
+  "train with the calculator tool on the stock trainer",
+  [
     "usage: pnpm tsx examples/new-tool/src/train.ts [CONFIG.yaml] [key.path=value ...]",
     "",
     "Trains with the calculator tool (RayPPOTrainer, the stock TIR rollout). CONFIG.yaml (a path from the",
@@ -126,19 +160,8 @@ export const trainCalculatorCommand: CliCommand = {
     "keys, e.g. trainer.total_training_steps=20 actor_rollout_ref.model.path=DIR (default: the tiny ToRL base).",
     "Prints the training summary as JSON.",
   ].join("\n"),
-  async run(args) {
-    const { positionals } = parseFlags(args, {}, { positionals: true });
-    const file = positionals[0] && !positionals[0].includes("=") ? positionals.shift() : undefined;
-    if (file !== undefined && !existsSync(file))
-      throw new UsageError(`config file not found: ${file} (resolved to ${resolve(file)})`);
-    const summary = await trainWithCalculator({
-      ...(file ? { configFile: resolve(file) } : {}),
-      overrides: positionals,
-    });
-    console.log(JSON.stringify(summary));
-    return 0;
-  },
-};
+  trainWithCalculator,
+);
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1])
   runScript(trainCalculatorCommand, "pnpm tsx examples/new-tool/src/train.ts");

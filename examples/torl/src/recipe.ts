@@ -27,6 +27,7 @@ import {
   DataProto,
   type DataProtoWire,
   extractLastPythonBlock,
+  defineTrainCommand,
   filterOverlongPrompts,
   isDataProtoWire,
   loadCustomRewardFunction,
@@ -42,7 +43,6 @@ import {
   readMetrics,
   readRlDataset,
   type StepMetrics,
-  splitConfigArgs,
   type ToolSpec,
   type TrainerConfig,
   TrainerConfigError,
@@ -643,15 +643,15 @@ function fmtPct(v: number | null): string {
   return v === null ? "-" : `${(v * 100).toFixed(1)}%`;
 }
 
-/** Errors that say what to fix in the command line, config or data: printed without a stack. */
-/** Loads the config and runs; bad input (a config key, a data file, a missing base model) throws an
- * InputError, which the CLI prints as one `error:` line with exit 2. */
-async function runFromArgs(files: string[], overrides: string[]): Promise<number> {
+/**
+ * A recipe config from the command line, its notes printed; bad input (a config key, a data file, a
+ * missing base model) throws an InputError, which the CLI prints as one `error:` line with exit 2.
+ */
+function loadNotedRecipeConfig(files: string[], overrides: string[]): TrainerConfig {
   const notes: string[] = [];
   const cfg = loadRecipeConfig(files, overrides, notes);
   for (const n of notes) console.log(`[torl] note: ${n}`);
-  await runRecipe(cfg);
-  return 0;
+  return cfg;
 }
 
 const OVERRIDE_HELP = `overrides: key.path=value (veRL's config keys), e.g.
@@ -680,12 +680,13 @@ ${OVERRIDE_HELP}`,
     const { positionals } = parseFlags(args, {}, { positionals: true });
     const bad = positionals.filter((a) => !a.includes("="));
     if (bad.length) throw new UsageError(`expected key=value overrides, got: ${bad.join(" ")}`);
-    return runFromArgs([TINY_CONFIG], positionals);
+    await runRecipe(loadNotedRecipeConfig([TINY_CONFIG], positionals));
+    return 0;
   },
 };
 
-/** `pnpm torl train <config.yaml> [k=v ...]`: any recipe config. */
-export const trainCommand: CliCommand = {
+/** `pnpm torl train <config.yaml> [k=v ...]`: the trainer's train command with any recipe config. */
+export const trainCommand: CliCommand = defineTrainCommand({
   summary: "train with a recipe config (e.g. examples/torl/configs/torl-1.5b.yaml) and overrides",
   usage: `usage: pnpm torl train <config.yaml> [more.yaml ...] [k=v ...] [--runs-dir DIR]
 
@@ -695,17 +696,17 @@ CPU recipe), examples/torl/configs/torl-1.5b.yaml (ToRL-1.5B; set actor_rollout_
 local Qwen2.5-Math-1.5B and data.train_files / data.val_files to the released parquet files).
 
 ${OVERRIDE_HELP}`,
-  async run(args) {
-    const { flags, positionals } = parseFlags(
-      args,
-      { "runs-dir": { type: "string" } },
-      { positionals: true },
+  needsConfigFile: true,
+  loadConfig(files, overrides, { tool, runsDir }) {
+    if (tool)
+      throw new UsageError(
+        "--tool: the recipe's tool is the sandboxed Python interpreter (actor_rollout_ref.rollout.tool.*); " +
+          "plug another tool in with @torl-ts/verl's train command or RayPPOTrainer's tool option (see examples/new-tool)",
+      );
+    return loadNotedRecipeConfig(
+      files,
+      runsDir === undefined ? overrides : [...overrides, `torl.runs_dir=${runsDir}`],
     );
-    const rest =
-      flags["runs-dir"] === undefined ? positionals : [...positionals, `torl.runs_dir=${flags["runs-dir"]}`];
-    const { files, overrides } = splitConfigArgs(rest);
-    if (files.length === 0) throw new UsageError("train needs a config file (<config.yaml>)");
-    for (const f of files) if (!existsSync(f)) throw new UsageError(`config file not found: ${f}`);
-    return runFromArgs(files, overrides);
   },
-};
+  train: (config) => runRecipe(config),
+});

@@ -8,17 +8,17 @@ import {
   pretrainExclusions,
   selectBackend,
 } from "@torl-ts/verl";
+import { extractBoxedAnswer } from "@torl-ts/verl/reward";
 import test from "ava";
 import { buildCorpus } from "../src/corpus.js";
+import { pretrainCommand } from "../src/pretrain.js";
+import { pretrainCorpus } from "../src/pretrain-corpus.js";
+import { type RolloutRecord, tirFigures, tirRollouts } from "../src/pretrain-evaluation.js";
 import {
   DEFAULT_PRETRAIN,
-  lastBoxed,
-  learningRate,
-  pretrainCommand,
-  pretrainCorpus,
-  type TrainerState,
-  tirRollouts,
-} from "../src/pretrain.js";
+  type PretrainProgress,
+  warmupCosineLearningRate,
+} from "../src/pretrain-training.js";
 import { buildTinyTokenizer, TINY_BASE_DIR, trainingRow } from "../src/tiny-model.js";
 
 test.before(async () => {
@@ -55,16 +55,16 @@ test("the pretraining corpus leaves out every hard held-out question of the reci
 
 test("the learning rate warms up, peaks, and decays to a tenth", (t) => {
   const o = { lr: 1e-3, warmupSteps: 10, steps: 110 };
-  t.true(learningRate(0, o) < learningRate(5, o));
-  t.is(learningRate(9, o), 1e-3);
-  t.true(learningRate(60, o) < 1e-3 && learningRate(60, o) > 1e-4);
-  t.true(Math.abs(learningRate(110, o) - 1e-4) < 1e-12);
+  t.true(warmupCosineLearningRate(0, o) < warmupCosineLearningRate(5, o));
+  t.is(warmupCosineLearningRate(9, o), 1e-3);
+  t.true(warmupCosineLearningRate(60, o) < 1e-3 && warmupCosineLearningRate(60, o) > 1e-4);
+  t.true(Math.abs(warmupCosineLearningRate(110, o) - 1e-4) < 1e-12);
 });
 
-test("lastBoxed takes the last \\boxed{} with nested braces", (t) => {
-  t.is(lastBoxed("x \\boxed{1} then \\boxed{\\frac{1}{2}}."), "\\frac{1}{2}");
-  t.is(lastBoxed("no answer"), null);
-  t.is(lastBoxed("\\boxed{12"), null);
+test("the evaluation's answer is the last \\boxed{} with nested braces", (t) => {
+  t.is(extractBoxedAnswer("x \\boxed{1} then \\boxed{\\frac{1}{2}}."), "\\frac{1}{2}");
+  t.is(extractBoxedAnswer("no answer"), null);
+  t.is(extractBoxedAnswer("\\boxed{12"), null);
 });
 
 test("bad flags are usage errors", async (t) => {
@@ -121,7 +121,7 @@ test("pretrain writes a loadable HF model directory whose loss went down", async
   t.is(lines.at(-1), out);
   for (const f of ["config.json", "model.safetensors", "tokenizer.json", "trainer_state.json"])
     t.true(existsSync(join(out, f)), f);
-  const state = JSON.parse(readFileSync(join(out, "trainer_state.json"), "utf8")) as TrainerState;
+  const state = JSON.parse(readFileSync(join(out, "trainer_state.json"), "utf8")) as PretrainProgress;
   t.is(state.step, 16);
   t.true(state.losses.at(-1)![1] < state.losses[0]![1] - 0.5, JSON.stringify(state.losses));
   const { model, tokenizer } = loadPretrained(out);
@@ -148,4 +148,48 @@ test("the committed tiny base answers held-out problems in the recipe's format, 
     records.some((r) => r.correct),
     shown,
   );
+});
+
+test("sampled evaluation rollouts run the model's code in the sandbox and read its output", async (t) => {
+  const { model, tokenizer } = loadPretrained(TINY_BASE_DIR, { trainable: false });
+  t.teardown(() => model.dispose());
+  const problems = heldOutProblems(12);
+  const records = await tirRollouts(model, tokenizer, problems, { temperature: 1, seed: 3 });
+  const passed = records.filter((r) => r.usedCode && r.passed);
+  t.true(passed.length > 0, JSON.stringify(records.map((r) => r.response)));
+  for (const r of passed) t.regex(r.response, /```python\n[\s\S]*```output\n[^\n]+\n```\n/, r.response);
+});
+
+test("the evaluation's figures: shares over all, hard/easy, with/without code, copied outputs", (t) => {
+  const problem = (hard: boolean) => ({ question: "q", answer: "7", hard }) as RolloutRecord["problem"];
+  const record = (hard: boolean, correct: boolean, usedCode: boolean, passed: boolean, response = "") =>
+    ({
+      problem: problem(hard),
+      response,
+      extracted: correct ? "7" : null,
+      correct,
+      usedCode,
+      passed,
+    }) as RolloutRecord;
+  const f = tirFigures([
+    record(true, true, true, true, "```python\nprint(7)\n```\n```output\n7\n```\n\\boxed{7}"),
+    record(true, false, true, false),
+    record(false, true, false, false),
+    record(false, false, false, false),
+  ]);
+  t.deepEqual(f, {
+    n: 4,
+    accuracy: 0.5,
+    boxedRatio: 0.5,
+    codeRatio: 0.5,
+    passRatio: 0.5,
+    accuracyHard: 0.5,
+    accuracyEasy: 0.5,
+    codeRatioHard: 1,
+    codeRatioEasy: 0,
+    accuracyWithCode: 0.5,
+    accuracyWithoutCode: 0.5,
+    copiedOutputRatio: 1,
+  });
+  t.is(tirFigures([]).accuracyWithCode, null);
 });

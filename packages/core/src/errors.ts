@@ -1,9 +1,19 @@
 /** Typed errors of the runtime, each carrying the facts needed to act on it. */
 import type { WireError } from "./wire/codec.js";
 
+/**
+ * Base of the runtime's typed errors: `name` is set from the class, so it is always the class's own
+ * name (a subclass needs no `name` field) and travels as such between processes.
+ */
+export class TorlError extends Error {
+  constructor(message?: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
 /** An exception thrown inside an actor method or task, with the remote name, message and stack. */
-export class RemoteError extends Error {
-  override name = "RemoteError";
+export class RemoteError extends TorlError {
   /** The class name of the error thrown remotely (e.g. "TypeError"). */
   readonly remoteName: string;
   readonly remoteStack: string | undefined;
@@ -37,8 +47,7 @@ export interface DeathCause {
 }
 
 /** A call on an actor that died (or was killed, or could never be placed). */
-export class ActorDiedError extends Error {
-  override name = "ActorDiedError";
+export class ActorDiedError extends TorlError {
   readonly exitCode: number | null;
   readonly signal: string | null;
   constructor(
@@ -58,13 +67,10 @@ export class ActorDiedError extends Error {
 }
 
 /** A resource request that no node (or bundle) in the cluster can ever satisfy. */
-export class InfeasibleResourceError extends Error {
-  override name = "InfeasibleResourceError";
-}
+export class InfeasibleResourceError extends TorlError {}
 
 /** An object whose owner is gone or that was already freed. */
-export class ObjectLostError extends Error {
-  override name = "ObjectLostError";
+export class ObjectLostError extends TorlError {
   constructor(
     readonly objectId: string,
     why: string,
@@ -75,7 +81,6 @@ export class ObjectLostError extends Error {
 
 /** An object whose owner process died (Ray's OwnerDiedError): its value can never be fetched. */
 export class OwnerDiedError extends ObjectLostError {
-  override name = "OwnerDiedError";
   constructor(
     objectId: string,
     readonly ownerId: string,
@@ -102,61 +107,41 @@ export class SerializationError extends TypeError {
 }
 
 /** A message that arrived but could not be decoded (answered to its sender with this error). */
-export class MessageDecodeError extends Error {
-  override name = "MessageDecodeError";
-}
+export class MessageDecodeError extends TorlError {}
 
 /** `getActor(name)` found no live actor of that name. */
-export class ActorNotFoundError extends Error {
-  override name = "ActorNotFoundError";
-}
+export class ActorNotFoundError extends TorlError {}
 
 /** An actor was created under a name that a live actor already holds. */
-export class ActorNameTakenError extends Error {
-  override name = "ActorNameTakenError";
-}
+export class ActorNameTakenError extends TorlError {}
 
 /** A placement group that was removed (or is otherwise unusable) was waited on. */
-export class PlacementGroupError extends Error {
-  override name = "PlacementGroupError";
-}
+export class PlacementGroupError extends TorlError {}
 
 /** A resource request of the wrong shape (negative, not a number, a fractional count above one GPU). */
-export class ResourceRequestError extends Error {
-  override name = "ResourceRequestError";
-}
+export class ResourceRequestError extends TorlError {}
 
 /** The head did not answer, or the connection to it closed, or it refused a request for no typed reason. */
-export class HeadError extends Error {
-  override name = "HeadError";
-}
+export class HeadError extends TorlError {}
 
 /** `get` ran past its timeout (`timeoutMs: 0`: the value was not ready at once). */
-export class GetTimeoutError extends Error {
-  override name = "GetTimeoutError";
-}
+export class GetTimeoutError extends TorlError {}
 
 /** The runtime was used before `init()` or after `shutdown()`. */
-export class NotInitializedError extends Error {
-  override name = "NotInitializedError";
+export class NotInitializedError extends TorlError {
   constructor() {
     super("the torl runtime is not initialised: call init() first");
   }
 }
 
 /** A task whose worker died more often than `maxRetries` allows. */
-export class TaskFailedError extends Error {
-  override name = "TaskFailedError";
-}
+export class TaskFailedError extends TorlError {}
 
 /** A value of a class this process has no serializer for arrived (see registerSerializer). */
-export class UnknownClassError extends Error {
-  override name = "UnknownClassError";
-}
+export class UnknownClassError extends TorlError {}
 
 /** A listener would be reachable beyond this machine without the cluster's keys. */
-export class InsecureListenError extends Error {
-  override name = "InsecureListenError";
+export class InsecureListenError extends TorlError {
   constructor(
     readonly host: string,
     readonly what: string,
@@ -169,8 +154,7 @@ export class InsecureListenError extends Error {
 }
 
 /** The secure (CURVE) handshake with a peer failed: missing or wrong cluster keys on one side. */
-export class ClusterAuthError extends Error {
-  override name = "ClusterAuthError";
+export class ClusterAuthError extends TorlError {
   constructor(
     readonly endpoint: string,
     readonly reason: string,
@@ -183,8 +167,7 @@ export class ClusterAuthError extends Error {
 }
 
 /** A cluster key file that is missing, malformed or readable by other users. */
-export class KeyFileError extends Error {
-  override name = "KeyFileError";
+export class KeyFileError extends TorlError {
   constructor(
     readonly file: string,
     why: string,
@@ -194,8 +177,7 @@ export class KeyFileError extends Error {
 }
 
 /** A feature needs an optional package (a peer dependency) that is not installed. */
-export class OptionalDependencyMissingError extends Error {
-  override name = "OptionalDependencyMissingError";
+export class OptionalDependencyMissingError extends TorlError {
   constructor(
     readonly packageName: string,
     readonly feature: string,

@@ -1,8 +1,8 @@
 /** Typed errors of the sandbox, each carrying the facts needed to act on it. */
+import { TorlError } from "@torl-ts/core";
 
 /** A `/run_code` request that cannot be run as given (HTTP 400). `field` names the offending field. */
-export class RunRequestError extends Error {
-  override name = "RunRequestError";
+export class RunRequestError extends TorlError {
   constructor(
     readonly field: string,
     reason: string,
@@ -12,8 +12,7 @@ export class RunRequestError extends Error {
 }
 
 /** An executor or server option that cannot work (`option` names it, e.g. `limits.maxMemoryMB`). */
-export class SandboxConfigError extends Error {
-  override name = "SandboxConfigError";
+export class SandboxConfigError extends TorlError {
   constructor(
     readonly option: string,
     reason: string,
@@ -23,8 +22,7 @@ export class SandboxConfigError extends Error {
 }
 
 /** A sandbox worker (one warm fork server) could not start. */
-export class SandboxStartError extends Error {
-  override name = "SandboxStartError";
+export class SandboxStartError extends TorlError {
   constructor(
     readonly worker: string,
     readonly python: string,
@@ -36,8 +34,7 @@ export class SandboxStartError extends Error {
 }
 
 /** A sandbox worker died while it held a run (its run gets a SandboxError response; the worker is replaced). */
-export class SandboxWorkerDiedError extends Error {
-  override name = "SandboxWorkerDiedError";
+export class SandboxWorkerDiedError extends TorlError {
   constructor(
     readonly worker: string,
     readonly exitCode: number | null,
@@ -51,8 +48,7 @@ export class SandboxWorkerDiedError extends Error {
 }
 
 /** A sandbox worker failed to run a request for a reason of its own (it stays up). */
-export class SandboxInternalError extends Error {
-  override name = "SandboxInternalError";
+export class SandboxInternalError extends TorlError {
   constructor(
     readonly worker: string,
     detail: string,
@@ -62,16 +58,14 @@ export class SandboxInternalError extends Error {
 }
 
 /** The executor was used after `close()`. */
-export class SandboxClosedError extends Error {
-  override name = "SandboxClosedError";
+export class SandboxClosedError extends TorlError {
   constructor() {
     super("the sandbox executor is closed");
   }
 }
 
 /** An external SandboxFusion server answered with an HTTP error or could not be reached. */
-export class SandboxHttpError extends Error {
-  override name = "SandboxHttpError";
+export class SandboxHttpError extends TorlError {
   constructor(
     readonly url: string,
     readonly httpStatus: number | null,

@@ -1,5 +1,7 @@
+import { TorlError } from "@torl-ts/core";
+
 /** Base class of every error raised by the collective layer. */
-export class CollectiveError extends Error {
+export class CollectiveError extends TorlError {
   constructor(
     message: string,
     /** Group the failing call belonged to. */
@@ -8,7 +10,6 @@ export class CollectiveError extends Error {
     readonly rank?: number,
   ) {
     super(message);
-    this.name = new.target.name;
   }
 }
 

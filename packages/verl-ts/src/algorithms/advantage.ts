@@ -101,6 +101,47 @@ function broadcastRows(perRow: Float64Array, mask: MaskMatrix, T: number): Score
   return { data: out, shape: [B, T] };
 }
 
+/** What an outcome estimator sees of the batch: each row's score (sum_t r_t), the mask, its sizes. */
+interface OutcomeBatch {
+  scores: Float64Array;
+  mask: MaskMatrix;
+  B: number;
+  T: number;
+}
+
+/** Sets `adv[i]` for the rows of one group (rows sharing an index). */
+type GroupRule = (rows: number[], adv: Float64Array, id: string | number) => void;
+
+/**
+ * The shared part of the outcome estimators: checks the shapes, scores every row, and lets the rule
+ * the estimator builds from the batch set one advantage per row, group by group.
+ */
+function groupAdvantages(
+  input: AdvantageInput,
+  estimator: string,
+  rule: (batch: OutcomeBatch) => GroupRule,
+): { adv: Float64Array; batch: OutcomeBatch } {
+  const { tokenLevelRewards: r, responseMask: mask } = input;
+  sameShape(r, mask, "tokenLevelRewards", "responseMask");
+  const [B, T] = dims2(r, "tokenLevelRewards");
+  const batch = { scores: rowSums(r), mask, B, T };
+  const setGroup = rule(batch);
+  const adv = new Float64Array(B);
+  for (const [id, rows] of groupsOf(input.index, B, estimator)) setGroup(rows, adv, id);
+  return { adv, batch };
+}
+
+/** groupAdvantages broadcast over each row's response tokens times the mask; returns = advantages. */
+function outcomeAdvantage(
+  input: AdvantageInput,
+  estimator: string,
+  rule: (batch: OutcomeBatch) => GroupRule,
+): AdvantageOutput {
+  const { adv, batch } = groupAdvantages(input, estimator, rule);
+  const a = broadcastRows(adv, batch.mask, batch.T);
+  return { advantages: a, returns: a };
+}
+
 /**
  * GRPO outcome advantage. score_i = sum_t r_{i,t}. For each group G of rows sharing an index:
  * mean_G and the unbiased std_G (a group of one gets mean 0, std 1), then
@@ -109,19 +150,12 @@ function broadcastRows(perRow: Float64Array, mask: MaskMatrix, T: number): Score
  * broadcast over the response tokens and multiplied by the mask. returns = advantages.
  */
 export function computeGrpoOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
-  const { tokenLevelRewards: r, responseMask: mask } = input;
-  sameShape(r, mask, "tokenLevelRewards", "responseMask");
-  const [B, T] = dims2(r, "tokenLevelRewards");
   const eps = input.epsilon ?? 1e-6;
   const norm = input.normAdvByStdInGrpo ?? true;
-  const scores = rowSums(r);
-  const adv = new Float64Array(B);
-  for (const rows of groupsOf(input.index, B, "grpo").values()) {
+  return outcomeAdvantage(input, "grpo", ({ scores }) => (rows, adv) => {
     const { mean, std } = groupMeanStd(rows, scores);
     for (const i of rows) adv[i] = norm ? (scores[i]! - mean) / (std + eps) : scores[i]! - mean;
-  }
-  const a = broadcastRows(adv, mask, T);
-  return { advantages: a, returns: a };
+  });
 }
 
 /**
@@ -130,18 +164,11 @@ export function computeGrpoOutcomeAdvantage(input: AdvantageInput): AdvantageOut
  * a group of one keeps A_i = score_i. Broadcast over tokens times the mask; returns = advantages.
  */
 export function computeRlooOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
-  const { tokenLevelRewards: r, responseMask: mask } = input;
-  sameShape(r, mask, "tokenLevelRewards", "responseMask");
-  const [B, T] = dims2(r, "tokenLevelRewards");
-  const scores = rowSums(r);
-  const adv = new Float64Array(B);
-  for (const rows of groupsOf(input.index, B, "rloo").values()) {
+  return outcomeAdvantage(input, "rloo", ({ scores }) => (rows, adv) => {
     const n = rows.length;
-    const mean = n > 1 ? rows.reduce((s, i) => s + scores[i]!, 0) / n : 0;
+    const { mean } = groupMeanStd(rows, scores);
     for (const i of rows) adv[i] = n > 1 ? (scores[i]! * n) / (n - 1) - (mean * n) / (n - 1) : scores[i]!;
-  }
-  const a = broadcastRows(adv, mask, T);
-  return { advantages: a, returns: a };
+  });
 }
 
 /**
@@ -199,16 +226,17 @@ export function computeRemaxOutcomeAdvantage(input: AdvantageInput): AdvantageOu
  * tokens times the mask, then masked_whiten over the batch and times the mask again.
  */
 export function computeReinforcePlusPlusBaselineOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
-  const { tokenLevelRewards: r, responseMask: mask } = input;
-  sameShape(r, mask, "tokenLevelRewards", "responseMask");
-  const [B, T] = dims2(r, "tokenLevelRewards");
-  const scores = rowSums(r);
-  const adv = new Float64Array(B);
-  for (const rows of groupsOf(input.index, B, "reinforce_plus_plus_baseline").values()) {
-    const mean = rows.length > 1 ? rows.reduce((s, i) => s + scores[i]!, 0) / rows.length : 0;
-    for (const i of rows) adv[i] = scores[i]! - mean;
-  }
-  const w = maskedWhiten(broadcastRows(adv, mask, T), mask);
+  const { adv, batch } = groupAdvantages(
+    input,
+    "reinforce_plus_plus_baseline",
+    ({ scores }) =>
+      (rows, adv) => {
+        const { mean } = groupMeanStd(rows, scores);
+        for (const i of rows) adv[i] = scores[i]! - mean;
+      },
+  );
+  const mask = batch.mask;
+  const w = maskedWhiten(broadcastRows(adv, mask, batch.T), mask);
   for (let i = 0; i < w.data.length; i++) w.data[i] = w.data[i]! * (mask.data[i] as number);
   return { advantages: w, returns: w };
 }
@@ -294,14 +322,9 @@ function groupMeanStd(rows: number[], scores: Float64Array): { mean: number; std
  * needs rollout.n >= 2.
  */
 export function computeGrpoPassKOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
-  const { tokenLevelRewards: r, responseMask: mask } = input;
-  sameShape(r, mask, "tokenLevelRewards", "responseMask");
-  const [B, T] = dims2(r, "tokenLevelRewards");
   const eps = input.epsilon ?? 1e-6;
   const norm = input.normAdvByStdInGrpo ?? true;
-  const scores = rowSums(r);
-  const adv = new Float64Array(B);
-  for (const [id, rows] of groupsOf(input.index, B, "grpo_passk")) {
+  return outcomeAdvantage(input, "grpo_passk", ({ scores }) => (rows, adv, id) => {
     if (rows.length < 2)
       throw new AlgorithmInputError(
         `grpo_passk needs at least 2 responses per prompt (actor_rollout_ref.rollout.n >= 2); group ${String(id)} has ${rows.length}`,
@@ -312,9 +335,7 @@ export function computeGrpoPassKOutcomeAdvantage(input: AdvantageInput): Advanta
     for (const i of rows) if (i !== best && scores[i]! > second) second = scores[i]!;
     const gap = scores[best]! - second;
     adv[best] = norm ? gap / (groupMeanStd(rows, scores).std + eps) : gap;
-  }
-  const a = broadcastRows(adv, mask, T);
-  return { advantages: a, returns: a };
+  });
 }
 
 /**
@@ -323,28 +344,23 @@ export function computeGrpoPassKOutcomeAdvantage(input: AdvantageInput): Advanta
  * one: b = 0), A_i = score_i - b_G, broadcast over tokens times the mask; returns = advantages.
  */
 export function computeOpoOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
-  const { tokenLevelRewards: r, responseMask: mask } = input;
-  sameShape(r, mask, "tokenLevelRewards", "responseMask");
-  const [B, T] = dims2(r, "tokenLevelRewards");
-  const scores = rowSums(r);
-  const lengths = new Float64Array(B);
-  for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) lengths[b]! += mask.data[b * T + t] as number;
-  const adv = new Float64Array(B);
-  for (const rows of groupsOf(input.index, B, "opo").values()) {
-    let baseline = 0;
-    if (rows.length > 1) {
-      let weighted = 0;
-      let total = 0;
-      for (const i of rows) {
-        weighted += lengths[i]! * scores[i]!;
-        total += lengths[i]!;
+  return outcomeAdvantage(input, "opo", ({ scores, mask, B, T }) => {
+    const lengths = new Float64Array(B);
+    for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) lengths[b]! += mask.data[b * T + t] as number;
+    return (rows, adv) => {
+      let baseline = 0;
+      if (rows.length > 1) {
+        let weighted = 0;
+        let total = 0;
+        for (const i of rows) {
+          weighted += lengths[i]! * scores[i]!;
+          total += lengths[i]!;
+        }
+        baseline = weighted / total;
       }
-      baseline = weighted / total;
-    }
-    for (const i of rows) adv[i] = scores[i]! - baseline;
-  }
-  const a = broadcastRows(adv, mask, T);
-  return { advantages: a, returns: a };
+      for (const i of rows) adv[i] = scores[i]! - baseline;
+    };
+  });
 }
 
 /**
@@ -354,21 +370,16 @@ export function computeOpoOutcomeAdvantage(input: AdvantageInput): AdvantageOutp
  * which rescales the gradient of a batch with few informative rows.
  */
 export function computeGpgOutcomeAdvantage(input: AdvantageInput): AdvantageOutput {
-  const { tokenLevelRewards: r, responseMask: mask } = input;
-  sameShape(r, mask, "tokenLevelRewards", "responseMask");
-  const [B, T] = dims2(r, "tokenLevelRewards");
-  const scores = rowSums(r);
-  let nonZero = 0;
-  for (const s of scores) if (s !== 0) nonZero++;
-  const alpha = B / Math.max(1, nonZero);
-  const fNorm = 1;
-  const adv = new Float64Array(B);
-  for (const rows of groupsOf(input.index, B, "gpg").values()) {
-    const { mean } = groupMeanStd(rows, scores);
-    for (const i of rows) adv[i] = (alpha * (scores[i]! - mean)) / fNorm;
-  }
-  const a = broadcastRows(adv, mask, T);
-  return { advantages: a, returns: a };
+  return outcomeAdvantage(input, "gpg", ({ scores, B }) => {
+    let nonZero = 0;
+    for (const s of scores) if (s !== 0) nonZero++;
+    const alpha = B / Math.max(1, nonZero);
+    const fNorm = 1;
+    return (rows, adv) => {
+      const { mean } = groupMeanStd(rows, scores);
+      for (const i of rows) adv[i] = (alpha * (scores[i]! - mean)) / fNorm;
+    };
+  });
 }
 
 registerAdvantageEstimator("grpo_passk", computeGrpoPassKOutcomeAdvantage);

@@ -31,6 +31,17 @@ export {
   klPenaltyValue,
 } from "./kl.js";
 export {
+  aggLoss,
+  checkLossAggMode,
+  LOSS_AGG_MODES,
+  LOSS_AGGREGATION,
+  type LossAggDivisor,
+  type LossAggMode,
+  type LossAggregation,
+  lossAggDivisor,
+  lossAggWeights,
+} from "./loss-aggregation.js";
+export {
   AlgorithmInputError,
   type MaskMatrix,
   maskedMeanRows,
@@ -41,12 +52,8 @@ export {
   type ScoreMatrix,
 } from "./masked.js";
 export {
-  aggLoss,
-  checkLossAggMode,
   computePolicyLoss,
   computeValueLoss,
-  LOSS_AGG_MODES,
-  type LossAggMode,
   type PolicyLossOptions,
   type PolicyLossResult,
 } from "./policy-loss.js";
@@ -60,14 +67,18 @@ export {
   policyLossInput,
   registerPolicyLoss,
   runPolicyLoss,
-  vanillaPolicyLossTf,
 } from "./policy-loss-registry.js";
 export {
   clipCovPolicyLossTf,
   gpgPolicyLossTf,
   gspoPolicyLossTf,
   klCovPolicyLossTf,
-} from "./policy-loss-variants.js";
+  type PolicyLossTf,
+  type PpoTokenLossTf,
+  policyLossTf,
+  ppoTokenLossTf,
+  vanillaPolicyLossTf,
+} from "./policy-losses-tf.js";
 export {
   aggLossTf,
   asTfTensor,
@@ -75,10 +86,6 @@ export {
   klLossTf,
   klPenaltyTf,
   maskedMeanTf,
-  type PolicyLossTf,
-  type PpoTokenLossTf,
-  policyLossTf,
-  ppoTokenLossTf,
   type TensorLike,
   valueLossTf,
 } from "./tf-ops.js";

@@ -1,4 +1,4 @@
-import * as tf from "@tensorflow/tfjs";
+import type * as tf from "@tensorflow/tfjs";
 import { AlgorithmInputError } from "./masked.js";
 import type { PolicyLossOptions } from "./policy-loss.js";
 import {
@@ -6,8 +6,9 @@ import {
   gpgPolicyLossTf,
   gspoPolicyLossTf,
   klCovPolicyLossTf,
-} from "./policy-loss-variants.js";
-import { aggLossTf, ppoTokenLossTf, type TensorLike } from "./tf-ops.js";
+  vanillaPolicyLossTf,
+} from "./policy-losses-tf.js";
+import { aggLossTf, type TensorLike } from "./tf-ops.js";
 
 /** What a policy loss (actor.policy_loss.loss_mode) receives. Matrices are [batch, responseLength]. */
 export interface PolicyLossInputTf {
@@ -58,26 +59,6 @@ export function policyLossInput(
     options,
     aggregate: (perToken) => aggLossTf(perToken, responseMask, mode),
   };
-}
-
-/**
- * veRL's "vanilla" loss: the clipped, dual-clipped PPO loss of policyLossTf (its formula is in
- * computePolicyLoss), with the metrics measured over the plain token mask.
- */
-export function vanillaPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputTf {
-  return tf.tidy(() => {
-    const t = ppoTokenLossTf(
-      input.oldLogProb,
-      input.logProb,
-      input.advantages,
-      input.responseMask,
-      input.options,
-    );
-    return {
-      pgLoss: input.aggregate(t.losses),
-      metrics: { pg_clipfrac: t.pgClipfrac, ppo_kl: t.ppoKl, pg_clipfrac_lower: t.pgClipfracLower },
-    };
-  });
 }
 
 const policyLosses = new Map<string, PolicyLossDefinition>();

@@ -1,12 +1,13 @@
 import * as tf from "@tensorflow/tfjs";
 import type { BatchTensor } from "../protocol/tensor.js";
 import { checkKlPenaltyType, type KlPenaltyType } from "./kl.js";
+import { checkLossAggMode, LOSS_AGGREGATION, type LossAggMode, lossAggDivisor } from "./loss-aggregation.js";
 import { AlgorithmInputError } from "./masked.js";
-import type { PolicyLossOptions } from "./policy-loss.js";
-import { checkLossAggMode, type LossAggMode } from "./policy-loss.js";
 
-// Differentiable versions of the losses for the trainer: same formulas as the typed-array versions in
-// policy-loss.ts / kl.ts / entropy.ts, written as tfjs ops so gradients flow into a model's log-probs.
+// Differentiable building blocks for the trainer: aggregation, KL, value loss and entropy with the same
+// formulas as the typed-array versions in loss-aggregation.ts / kl.ts / policy-loss.ts / entropy.ts,
+// written as tfjs ops so gradients flow into a model's log-probs. The policy losses themselves are in
+// policy-losses-tf.ts.
 
 /** A tfjs tensor, or a driver-side [batch, seq] matrix that is turned into one (float32). */
 export type TensorLike = tf.Tensor | BatchTensor;
@@ -25,90 +26,21 @@ export function maskedMeanTf(values: tf.Tensor, mask: TensorLike): tf.Scalar {
   });
 }
 
-/** aggLoss as tfjs ops (see policy-loss.ts for the four modes). */
+/** aggLoss as tfjs ops: the same LOSS_AGGREGATION table, differentiable with respect to `loss`. */
 export function aggLossTf(loss: tf.Tensor, mask: TensorLike, mode: LossAggMode | string): tf.Scalar {
   checkLossAggMode(mode);
+  const { perRowTokens, divisor } = LOSS_AGGREGATION[mode];
   return tf.tidy(() => {
     const m = asTfTensor(mask);
     if (loss.rank !== 2) throw new AlgorithmInputError(`loss must be [batch, seq], got rank ${loss.rank}`);
     const lm = tf.mul(loss, m);
-    switch (mode) {
-      case "token-mean":
-        return tf.div(tf.sum(lm), tf.add(tf.sum(m), 1e-8)) as tf.Scalar;
-      case "seq-mean-token-sum":
-        return tf.mean(tf.sum(lm, -1)) as tf.Scalar;
-      case "seq-mean-token-mean": {
-        const tok = tf.sum(m, -1);
-        const safe = tf.maximum(tok, 1);
-        return tf.mean(tf.div(tf.sum(lm, -1), safe)) as tf.Scalar;
-      }
-      case "seq-mean-token-sum-norm":
-        return tf.div(tf.sum(lm), loss.shape[1]!) as tf.Scalar;
-    }
-  });
-}
-
-export interface PolicyLossTf {
-  pgLoss: tf.Scalar;
-  pgClipfrac: tf.Scalar;
-  ppoKl: tf.Scalar;
-  pgClipfracLower: tf.Scalar;
-}
-
-/** The per-token clipped, dual-clipped PPO loss before aggregation, with its metrics over `responseMask`. */
-export interface PpoTokenLossTf {
-  losses: tf.Tensor;
-  pgClipfrac: tf.Scalar;
-  ppoKl: tf.Scalar;
-  pgClipfracLower: tf.Scalar;
-}
-
-/** The per-token matrix of the PPO loss (formula in computePolicyLoss) and its metrics, before aggregation. */
-export function ppoTokenLossTf(
-  oldLogProb: TensorLike,
-  logProb: tf.Tensor,
-  advantages: TensorLike,
-  responseMask: TensorLike,
-  opts: PolicyLossOptions = {},
-): PpoTokenLossTf {
-  const clip = opts.clipRatio ?? 0.2;
-  const low = opts.clipRatioLow ?? clip;
-  const high = opts.clipRatioHigh ?? clip;
-  const c = opts.clipRatioC ?? 3;
-  if (!(c > 1)) throw new AlgorithmInputError(`clip_ratio_c must be > 1 for the dual clip, got ${c}`);
-  return tf.tidy(() => {
-    const old = asTfTensor(oldLogProb);
-    const adv = asTfTensor(advantages);
-    const mask = asTfTensor(responseMask);
-    const neg = tf.clipByValue(tf.sub(logProb, old), -20, 20);
-    const ratio = tf.exp(neg);
-    const l1 = tf.mul(tf.neg(adv), ratio);
-    const l2 = tf.mul(tf.neg(adv), tf.clipByValue(ratio, 1 - low, 1 + high));
-    const lc = tf.maximum(l1, l2);
-    const l3 = tf.mul(tf.neg(adv), c);
-    const isNeg = tf.less(adv, 0);
-    const losses = tf.where(isNeg, tf.minimum(l3, lc), lc);
-    const pgClipfrac = maskedMeanTf(tf.cast(tf.greater(l2, l1), "float32"), mask);
-    const ppoKl = maskedMeanTf(tf.neg(neg), mask);
-    const pgClipfracLower = maskedMeanTf(tf.cast(tf.logicalAnd(tf.greater(lc, l3), isNeg), "float32"), mask);
-    return { losses, pgClipfrac, ppoKl, pgClipfracLower };
-  });
-}
-
-/**
- * The clipped, dual-clipped PPO policy loss (formula in computePolicyLoss) with `logProb` a tfjs tensor
- * so the loss is differentiable with respect to it. The metrics carry no gradient.
- */
-export function policyLossTf(
-  oldLogProb: TensorLike,
-  logProb: tf.Tensor,
-  advantages: TensorLike,
-  responseMask: TensorLike,
-  opts: PolicyLossOptions = {},
-): PolicyLossTf {
-  return tf.tidy(() => {
-    const { losses, ...metrics } = ppoTokenLossTf(oldLogProb, logProb, advantages, responseMask, opts);
-    return { pgLoss: aggLossTf(losses, responseMask, opts.lossAggMode ?? "token-mean"), ...metrics };
+    // a row without loss tokens divides by 1: its sum is 0 anyway
+    const sum = perRowTokens ? tf.sum(tf.div(tf.sum(lm, -1), tf.maximum(tf.sum(m, -1), 1))) : tf.sum(lm);
+    const by =
+      divisor === "tokens"
+        ? tf.add(tf.sum(m), 1e-8)
+        : lossAggDivisor(divisor, { tokens: 0, rows: loss.shape[0]!, width: loss.shape[1]! });
+    return tf.div(sum, by) as tf.Scalar;
   });
 }
 

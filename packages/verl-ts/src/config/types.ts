@@ -1,6 +1,8 @@
 // TypeScript view of the trainer config (the keys of ppo-trainer.yaml most code reads). Every section
 // also takes keys added by extensions (recipes), hence the index signatures.
 
+import type { LossAggMode } from "../algorithms/loss-aggregation.js";
+
 type Open = { [key: string]: unknown };
 
 export interface OptimConfig extends Open {
@@ -25,7 +27,7 @@ export interface ActorConfig extends Open {
   clip_ratio_low: number;
   clip_ratio_high: number;
   clip_ratio_c: number;
-  loss_agg_mode: "token-mean" | "seq-mean-token-sum" | "seq-mean-token-mean" | "seq-mean-token-sum-norm";
+  loss_agg_mode: LossAggMode;
   entropy_coeff: number;
   use_kl_loss: boolean;
   kl_loss_coef: number;

@@ -1,5 +1,5 @@
 /** A model, weight, config or tokenizer file that cannot be used; names the file and the tensor or key. */
-import { InputError } from "@torl-ts/core";
+import { InputError, TorlError } from "@torl-ts/core";
 export class ModelFormatError extends InputError {
   override name = "ModelFormatError";
   constructor(
@@ -14,8 +14,7 @@ export class ModelFormatError extends InputError {
 }
 
 /** A tensor backend that was asked for but cannot start here. */
-export class BackendUnavailableError extends Error {
-  override name = "BackendUnavailableError";
+export class BackendUnavailableError extends TorlError {
   constructor(
     readonly backend: string,
     /** What to install or set up to get it. */

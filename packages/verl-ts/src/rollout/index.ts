@@ -53,7 +53,9 @@ export { QWEN2_5_CHAT_TEMPLATE } from "./qwen-chat-template.js";
 export { RaggedKVCache } from "./ragged-cache.js";
 export {
   generateSequences,
+  type PromptBatchRollout,
   RolloutInputError,
+  rolloutPromptBatch,
   type TirCallRecord,
   type TirEvent,
   type TirRolloutOptions,

@@ -36,7 +36,12 @@ import {
   type Tokenizer,
 } from "../models/index.js";
 import type { DataProto } from "../protocol/index.js";
-import { promptsFromDataProto, rolloutDataProto } from "./batch.js";
+import {
+  promptsFromDataProto,
+  type RolloutBatchOptions,
+  rolloutMetrics,
+  rolloutTrainingBatch,
+} from "./batch.js";
 import { RaggedKVCache } from "./ragged-cache.js";
 import { executeAll, type Tool, type ToolCall, type ToolResult } from "./tool.js";
 
@@ -193,11 +198,45 @@ export async function tirRollout(
   return new TirEngine(model, tokenizer, options).run(prompts);
 }
 
+/** A rollout of a prompt batch: the training batch, the samples it was made from, and the run's stats. */
+export interface PromptBatchRollout {
+  batch: DataProto;
+  samples: TirSample[];
+  stats: TirRolloutStats;
+}
+
 /**
- * veRL's `generate_sequences` with tools: prompts from `input_ids` / `attention_mask` (left-padded),
- * output as `rolloutDataProto` with the prompt width kept and responses padded to maxResponseLength,
- * rows in input order (union it with the input batch for the non-tensor columns). metaInfo also holds
- * `rollout_stats`.
+ * The TIR rollout of a veRL prompt batch as the training batch the actor update reads
+ * (`rolloutTrainingBatch`): prompts from `input_ids` / `attention_mask` (left-padded), the prompt width
+ * kept, responses padded to maxResponseLength, rows in input order. `maskToolOutput` decides the loss
+ * mask (see RolloutBatchOptions).
+ */
+export async function rolloutPromptBatch(
+  model: Qwen2Model,
+  tokenizer: Tokenizer,
+  prompts: DataProto,
+  options: TirRolloutOptions & Pick<RolloutBatchOptions, "maskToolOutput">,
+): Promise<PromptBatchRollout> {
+  const { maskToolOutput, ...rolloutOptions } = options;
+  const { samples, stats } = await tirRollout(
+    model,
+    tokenizer,
+    promptsFromDataProto(prompts),
+    rolloutOptions,
+  );
+  const batch = rolloutTrainingBatch(samples, {
+    padTokenId: tokenizer.padTokenId,
+    promptLength: prompts.batch.input_ids!.shape[1]!,
+    responseLength: options.maxResponseLength,
+    maskToolOutput,
+  });
+  return { batch, samples, stats };
+}
+
+/**
+ * veRL's `generate_sequences` with tools: `rolloutPromptBatch`'s training batch (union it with the
+ * input batch for the non-tensor columns) with metaInfo `rollout_metrics` (`rolloutMetrics` of the
+ * samples) and `rollout_stats`.
  */
 export async function generateSequences(
   model: Qwen2Model,
@@ -205,15 +244,10 @@ export async function generateSequences(
   prompts: DataProto,
   options: TirRolloutOptions,
 ): Promise<DataProto> {
-  const rows = promptsFromDataProto(prompts);
-  const { samples, stats } = await tirRollout(model, tokenizer, rows, options);
-  const out = rolloutDataProto(samples, {
-    padTokenId: tokenizer.padTokenId,
-    promptLength: prompts.batch.input_ids!.shape[1]!,
-    responseLength: options.maxResponseLength,
-  });
-  out.metaInfo.rollout_stats = { ...stats };
-  return out;
+  const { batch, samples, stats } = await rolloutPromptBatch(model, tokenizer, prompts, options);
+  batch.metaInfo.rollout_metrics = rolloutMetrics(samples);
+  batch.metaInfo.rollout_stats = { ...stats };
+  return batch;
 }
 
 class TirEngine {

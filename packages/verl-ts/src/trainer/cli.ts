@@ -1,15 +1,74 @@
 /**
  * `pnpm torl train <config.yaml ...> [a.b.c=value ...] [--tool MODULE#EXPORT] [--runs-dir DIR]`: loads
- * the config (defaults, the YAML files, the overrides), checks it before anything starts, and runs
- * RayPPOTrainer.fit(). The rollout tool, when given, is imported by every worker process.
+ * the config (defaults, the YAML files, the overrides), imports actor_rollout_ref.model.external_lib,
+ * and trains. Here it runs RayPPOTrainer.fit(); a recipe offers its own `train` through
+ * `defineTrainCommand`, with its config keys and its run (data, reward, outputs), and the same command
+ * line.
  */
+import { existsSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
 import { loadTrainerConfig, splitConfigArgs } from "../config/load.js";
+import type { TrainerConfig } from "../config/types.js";
+import type { ToolSpec } from "../workers/actor-rollout-ref.js";
 import { importExternalLib } from "../workers/external-lib.js";
 import { RayPPOTrainer } from "./ppo-trainer.js";
 
-const USAGE = `usage: pnpm torl train <config.yaml ...> [key.path=value ...] [--tool MODULE#EXPORT] [--runs-dir DIR]
+/** What the command line adds to the config: the rollout tool and where runs go. */
+export interface TrainRunFlags {
+  /** --tool MODULE#EXPORT, as a module URL and export. */
+  tool?: ToolSpec;
+  /** --runs-dir DIR. */
+  runsDir?: string;
+}
+
+/** A `train` command: its help, how it loads a config, and what it runs on it. */
+export interface TrainCommandSpec {
+  summary: string;
+  usage: string;
+  /** Refuse a command line without a config file (a recipe's settings live in its files). */
+  needsConfigFile?: boolean;
+  /** The config of the YAML files and key=value overrides (the flags too, where they set keys). */
+  loadConfig(files: string[], overrides: string[], flags: TrainRunFlags): TrainerConfig;
+  train(config: TrainerConfig, flags: TrainRunFlags): Promise<unknown>;
+}
+
+/** `--tool MODULE#EXPORT`: a module path (made a file URL) or URL, and the export naming the tool. */
+function parseToolFlag(value: string): ToolSpec {
+  const [mod, exp] = value.split("#");
+  if (!mod || !exp) throw new UsageError(`--tool wants MODULE#EXPORT, got ${value}`);
+  return { module: /^[a-z]+:/.test(mod) ? mod : pathToFileURL(mod).href, exportName: exp };
+}
+
+/** The train command of `spec`: one command line for the trainer and for every recipe. */
+export function defineTrainCommand(spec: TrainCommandSpec): CliCommand {
+  return {
+    summary: spec.summary,
+    usage: spec.usage,
+    async run(args: string[]): Promise<number> {
+      const { flags, positionals } = parseFlags(
+        args,
+        { tool: { type: "string" }, "runs-dir": { type: "string" } },
+        { positionals: true },
+      );
+      const tool = flags.tool === undefined ? undefined : parseToolFlag(flags.tool);
+      const { files, overrides } = splitConfigArgs(positionals);
+      if (spec.needsConfigFile && files.length === 0)
+        throw new UsageError("train needs a config file (<config.yaml>)");
+      for (const f of files) if (!existsSync(f)) throw new UsageError(`config file not found: ${f}`);
+      const runFlags: TrainRunFlags = { tool, runsDir: flags["runs-dir"] };
+      const config = spec.loadConfig(files, overrides, runFlags);
+      // before the checks: an estimator or loss the module registers must be known to them
+      await importExternalLib(config.actor_rollout_ref.model.external_lib as string | null);
+      await spec.train(config, runFlags);
+      return 0;
+    },
+  };
+}
+
+export const trainCommand: CliCommand = defineTrainCommand({
+  summary: "train a policy with PPO/GRPO (veRL's trainer config)",
+  usage: `usage: pnpm torl train <config.yaml ...> [key.path=value ...] [--tool MODULE#EXPORT] [--runs-dir DIR]
 
 Runs PPO/GRPO training with veRL's trainer keys (see packages/verl-ts/src/config/ppo-trainer.yaml).
   config.yaml         YAML files merged over the defaults, in order
@@ -17,31 +76,7 @@ Runs PPO/GRPO training with veRL's trainer keys (see packages/verl-ts/src/config
   --tool M#E          the rollout tool: module path or URL M, export E (a Tool class or factory)
   --runs-dir DIR      where runs/<trainer.experiment_name> goes (default runs)
 Metrics go to <runs-dir>/<name>/metrics.jsonl and summary.json; the run directory is printed last.
-A rerun with trainer.resume_mode=auto (the default) continues from the latest checkpoint.`;
-
-export const trainCommand: CliCommand = {
-  summary: "train a policy with PPO/GRPO (veRL's trainer config)",
-  usage: USAGE,
-  async run(args: string[]): Promise<number> {
-    const { flags, positionals } = parseFlags(
-      args,
-      { tool: { type: "string" }, "runs-dir": { type: "string" } },
-      { positionals: true },
-    );
-    let tool: { module: string; exportName: string } | undefined;
-    if (flags.tool !== undefined) {
-      const [mod, exp] = flags.tool.split("#");
-      if (!mod || !exp) throw new UsageError(`--tool wants MODULE#EXPORT, got ${flags.tool}`);
-      tool = { module: /^[a-z]+:/.test(mod) ? mod : pathToFileURL(mod).href, exportName: exp };
-    }
-    const runsDir = flags["runs-dir"] ?? "runs";
-    const rest = positionals;
-    const { files, overrides } = splitConfigArgs(rest);
-    const config = loadTrainerConfig({ files, overrides });
-    // before the checks: an estimator or loss the module registers must be known to them
-    await importExternalLib(config.actor_rollout_ref.model.external_lib as string | null);
-    const trainer = new RayPPOTrainer(config, { tool, runsDir });
-    await trainer.fit();
-    return 0;
-  },
-};
+A rerun with trainer.resume_mode=auto (the default) continues from the latest checkpoint.`,
+  loadConfig: (files, overrides) => loadTrainerConfig({ files, overrides }),
+  train: (config, { tool, runsDir }) => new RayPPOTrainer(config, { tool, runsDir }).fit(),
+});

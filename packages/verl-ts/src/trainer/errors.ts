@@ -1,11 +1,11 @@
 import { ActorDiedError, RemoteError } from "@torl-ts/actors";
+import { TorlError } from "@torl-ts/core";
 
 /**
  * A worker failed during training: which one (group role, rank, actor id, pid), in which method and
  * step, why (the worker died with an exit code / signal, or its method threw), and how to go on.
  */
-export class WorkerFailureError extends Error {
-  override name = "WorkerFailureError";
+export class WorkerFailureError extends TorlError {
   constructor(
     message: string,
     readonly facts: {

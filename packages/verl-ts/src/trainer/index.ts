@@ -8,7 +8,7 @@ export {
   TrainerCheckpointError,
   type TrainerState,
 } from "./checkpoint.js";
-export { trainCommand } from "./cli.js";
+export { defineTrainCommand, type TrainCommandSpec, type TrainRunFlags, trainCommand } from "./cli.js";
 export {
   DynamicSamplingError,
   FILTER_GROUPS_METRICS,

@@ -17,10 +17,10 @@ import { Qwen2Model } from "../models/qwen2.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
 import { agentLoopRollout } from "../rollout/agent-loop.js";
-import { rolloutTrainingBatch } from "../rollout/batch.js";
-import { OUTPUT_STOP } from "../rollout/code-interpreter.js";
+import { promptsFromDataProto } from "../rollout/batch.js";
 import { agentTrainingBatch, multiTurnConfig, multiTurnSettings } from "../rollout/multi-turn.js";
-import { type TirRolloutOptions, tirRollout } from "../rollout/tir.js";
+import { rolloutPromptBatch, type TirRolloutOptions } from "../rollout/tir.js";
+import { OUTPUT_STOP } from "../rollout/code-interpreter.js";
 import type { Tool } from "../rollout/tool.js";
 import { instantiateTool } from "../rollout/tool-config.js";
 import { Dispatch, register } from "../single-controller/decorator.js";
@@ -171,51 +171,43 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const model = this.needModel();
     const tok = this.tokenizer!;
     const ro = this.cfg.actor_rollout_ref.rollout;
-    const ids = prompts.tensor("input_ids");
-    const attn = prompts.tensor("attention_mask");
-    const [B, P] = ids.shape as [number, number];
-    const rows: number[][] = [];
-    for (let b = 0; b < B; b++) {
-      const r: number[] = [];
-      for (let t = 0; t < P; t++) if (Number(attn.data[b * P + t]) !== 0) r.push(Number(ids.data[b * P + t]));
-      rows.push(r);
-    }
     const validate = prompts.metaInfo.validate === true;
     const seedBase = Number(prompts.metaInfo.seed ?? ro.seed) >>> 0;
-    const R = ro.response_length;
     const sampling = rolloutSampling(ro, validate);
     // veRL's do_sample=false in metaInfo: a greedy pass (ReMax's baseline)
     if (prompts.metaInfo.do_sample === false) sampling.temperature = 0;
     const seed = (seedBase + this.rank * 1_000_003) >>> 0;
+    // the worker's own part: whether the loss skips tool output (actor.mask_tool_output)
+    const maskToolOutput = this.cfg.actor_rollout_ref.actor.mask_tool_output;
     if (multiTurnConfig(this.cfg)?.enable) {
       // veRL's multi-turn agent loop (the text-trigger tool is not used in this mode; ignore_eos is
       // refused with it by checkTrainerSetup: an assistant turn ends at its end-of-turn token)
       this.multiTurn ??= multiTurnSettings(this.cfg, tok);
       const agent = await this.multiTurn;
       const { ignoreEos: _ignoreEos, ...agentSampling } = sampling;
-      const { samples } = await agentLoopRollout(model, tok, rows, { ...agent, ...agentSampling, seed });
+      const { samples } = await agentLoopRollout(model, tok, promptsFromDataProto(prompts), {
+        ...agent,
+        ...agentSampling,
+        seed,
+      });
       model.releaseComputeWeights();
       return agentTrainingBatch(samples, {
         padTokenId: tok.padTokenId,
-        promptLength: P,
-        responseLength: R,
-        maskToolOutput: this.cfg.actor_rollout_ref.actor.mask_tool_output,
+        promptLength: prompts.tensor("input_ids").shape[1]!,
+        responseLength: sampling.maxResponseLength,
+        maskToolOutput,
       });
     }
     const tool = ro.num_llm_calls_available > 0 ? await this.getTool() : undefined;
-    const out = await tirRollout(model, tok, rows, {
+    const { batch } = await rolloutPromptBatch(model, tok, prompts, {
       ...sampling,
       tool,
       numLlmCallsAvailable: tool ? ro.num_llm_calls_available : 0,
       seed,
+      maskToolOutput,
     });
     model.releaseComputeWeights();
-    return rolloutTrainingBatch(out.samples, {
-      padTokenId: tok.padTokenId,
-      promptLength: P,
-      responseLength: R,
-      maskToolOutput: this.cfg.actor_rollout_ref.actor.mask_tool_output,
-    });
+    return batch;
   }
 
   /** Micro-batches of a log-prob pass: logProbMicroRows rows, or a token budget. */

@@ -1,6 +1,5 @@
-import { readFileSync } from "node:fs";
 import * as tf from "@tensorflow/tfjs";
-import test, { type ExecutionContext } from "ava";
+import test from "ava";
 import {
   AlgorithmInputError,
   computeAdvantage,
@@ -13,31 +12,12 @@ import {
   runPolicyLoss,
   type ScoreMatrix,
 } from "../../src/algorithms/index.js";
+import { closeWithin, loadTorchFixture } from "./torch-fixture.js";
 
 // Reference values: scripts/core/make-algorithm-variant-fixtures.py (PyTorch, formulas from the papers).
-const fx = JSON.parse(
-  readFileSync(new URL("../fixtures/core/algorithm-variants-torch.json", import.meta.url), "utf8"),
-);
-const [B, T] = fx.shape as [number, number];
-const m = (name: string): ScoreMatrix => ({ data: Float32Array.from(fx.inputs[name]), shape: [B, T] });
-const mask = m("mask");
-const index = fx.inputs.index as string[];
+const { fx, B, T, m, mask, index } = loadTorchFixture("algorithm-variants-torch.json");
 
-function close(t: ExecutionContext, actual: ArrayLike<number>, expected: ArrayLike<number>, tol = 1e-6) {
-  const a = Array.from(actual);
-  const e = Array.from(expected);
-  t.is(a.length, e.length, "length");
-  let worst = 0;
-  let at = -1;
-  for (let i = 0; i < a.length; i++) {
-    const err = Math.abs(a[i]! - e[i]!) / Math.max(1, Math.abs(e[i]!));
-    if (!(err <= worst)) {
-      worst = err;
-      at = i;
-    }
-  }
-  t.true(worst <= tol, `max relative error ${worst} at ${at}: got ${a[at]}, want ${e[at]}`);
-}
+const close = closeWithin(1e-6);
 
 test("grpo_passk, opo and gpg are registered by name and match the PyTorch reference", (t) => {
   for (const name of ["grpo_passk", "opo", "gpg", "reinforce_plus_plus_baseline"])

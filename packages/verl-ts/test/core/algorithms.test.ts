@@ -1,6 +1,5 @@
-import { readFileSync } from "node:fs";
 import * as tf from "@tensorflow/tfjs";
-import test, { type ExecutionContext } from "ava";
+import test from "ava";
 import {
   AdaptiveKlController,
   AlgorithmInputError,
@@ -33,36 +32,11 @@ import {
   valueLossTf,
   vanillaPolicyLossTf,
 } from "../../src/algorithms/index.js";
+import { closeWithin, loadTorchFixture } from "./torch-fixture.js";
 
-const fx = JSON.parse(
-  readFileSync(new URL("../fixtures/core/algorithms-torch.json", import.meta.url), "utf8"),
-);
-const [B, T] = fx.shape as [number, number];
+const { fx, B, T, m, mask, index } = loadTorchFixture("algorithms-torch.json");
 const V = fx.vocab as number;
-const m = (name: string): ScoreMatrix => ({ data: Float32Array.from(fx.inputs[name]), shape: [B, T] });
-const mask = m("mask");
-const index = fx.inputs.index as string[];
-
-function close(
-  t: ExecutionContext,
-  actual: ArrayLike<number> | number,
-  expected: ArrayLike<number> | number,
-  tol = 1e-5,
-) {
-  const a = typeof actual === "number" ? [actual] : Array.from(actual);
-  const e = typeof expected === "number" ? [expected] : Array.from(expected);
-  t.is(a.length, e.length, "length");
-  let worst = 0;
-  let at = -1;
-  for (let i = 0; i < a.length; i++) {
-    const err = Math.abs(a[i]! - e[i]!) / Math.max(1, Math.abs(e[i]!));
-    if (!(err <= worst)) {
-      worst = err;
-      at = i;
-    }
-  }
-  t.true(worst <= tol, `max relative error ${worst} at ${at}: got ${a[at]}, want ${e[at]}`);
-}
+const close = closeWithin(1e-5);
 
 const one = (rows: number[][]): ScoreMatrix => ({
   data: Float32Array.from(rows.flat()),

@@ -1,11 +1,98 @@
 import * as tf from "@tensorflow/tfjs";
 import { mulberry32 } from "../random.js";
 import { AlgorithmInputError } from "./masked.js";
+import type { PolicyLossOptions } from "./policy-loss.js";
 import type { PolicyLossInputTf, PolicyLossOutputTf } from "./policy-loss-registry.js";
-import { asTfTensor, maskedMeanTf } from "./tf-ops.js";
+import { aggLossTf, asTfTensor, maskedMeanTf, type TensorLike } from "./tf-ops.js";
 
-// The policy losses veRL offers beside vanilla PPO, as tfjs ops (registered in policy-loss-registry.ts).
-// Each aggregates through input.aggregate and reports its metrics as token means over the mask.
+// The policy losses as tfjs ops, differentiable with respect to the current log-probs: vanilla PPO
+// (typed-array twin: computePolicyLoss) and the variants veRL offers; registered in
+// policy-loss-registry.ts. Each aggregates through input.aggregate and reports its metrics as token
+// means over the mask.
+
+export interface PolicyLossTf {
+  pgLoss: tf.Scalar;
+  pgClipfrac: tf.Scalar;
+  ppoKl: tf.Scalar;
+  pgClipfracLower: tf.Scalar;
+}
+
+/** The per-token clipped, dual-clipped PPO loss before aggregation, with its metrics over `responseMask`. */
+export interface PpoTokenLossTf {
+  losses: tf.Tensor;
+  pgClipfrac: tf.Scalar;
+  ppoKl: tf.Scalar;
+  pgClipfracLower: tf.Scalar;
+}
+
+/** The per-token matrix of the PPO loss (formula in computePolicyLoss) and its metrics, before aggregation. */
+export function ppoTokenLossTf(
+  oldLogProb: TensorLike,
+  logProb: tf.Tensor,
+  advantages: TensorLike,
+  responseMask: TensorLike,
+  opts: PolicyLossOptions = {},
+): PpoTokenLossTf {
+  const clip = opts.clipRatio ?? 0.2;
+  const low = opts.clipRatioLow ?? clip;
+  const high = opts.clipRatioHigh ?? clip;
+  const c = opts.clipRatioC ?? 3;
+  if (!(c > 1)) throw new AlgorithmInputError(`clip_ratio_c must be > 1 for the dual clip, got ${c}`);
+  return tf.tidy(() => {
+    const old = asTfTensor(oldLogProb);
+    const adv = asTfTensor(advantages);
+    const mask = asTfTensor(responseMask);
+    const neg = tf.clipByValue(tf.sub(logProb, old), -20, 20);
+    const ratio = tf.exp(neg);
+    const l1 = tf.mul(tf.neg(adv), ratio);
+    const l2 = tf.mul(tf.neg(adv), tf.clipByValue(ratio, 1 - low, 1 + high));
+    const lc = tf.maximum(l1, l2);
+    const l3 = tf.mul(tf.neg(adv), c);
+    const isNeg = tf.less(adv, 0);
+    const losses = tf.where(isNeg, tf.minimum(l3, lc), lc);
+    const pgClipfrac = maskedMeanTf(tf.cast(tf.greater(l2, l1), "float32"), mask);
+    const ppoKl = maskedMeanTf(tf.neg(neg), mask);
+    const pgClipfracLower = maskedMeanTf(tf.cast(tf.logicalAnd(tf.greater(lc, l3), isNeg), "float32"), mask);
+    return { losses, pgClipfrac, ppoKl, pgClipfracLower };
+  });
+}
+
+/**
+ * The clipped, dual-clipped PPO policy loss (formula in computePolicyLoss) with `logProb` a tfjs tensor
+ * so the loss is differentiable with respect to it. The metrics carry no gradient.
+ */
+export function policyLossTf(
+  oldLogProb: TensorLike,
+  logProb: tf.Tensor,
+  advantages: TensorLike,
+  responseMask: TensorLike,
+  opts: PolicyLossOptions = {},
+): PolicyLossTf {
+  return tf.tidy(() => {
+    const { losses, ...metrics } = ppoTokenLossTf(oldLogProb, logProb, advantages, responseMask, opts);
+    return { pgLoss: aggLossTf(losses, responseMask, opts.lossAggMode ?? "token-mean"), ...metrics };
+  });
+}
+
+/**
+ * veRL's "vanilla" loss: the clipped, dual-clipped PPO loss of policyLossTf (its formula is in
+ * computePolicyLoss), with the metrics measured over the plain token mask.
+ */
+export function vanillaPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputTf {
+  return tf.tidy(() => {
+    const t = ppoTokenLossTf(
+      input.oldLogProb,
+      input.logProb,
+      input.advantages,
+      input.responseMask,
+      input.options,
+    );
+    return {
+      pgLoss: input.aggregate(t.losses),
+      metrics: { pg_clipfrac: t.pgClipfrac, ppo_kl: t.ppoKl, pg_clipfrac_lower: t.pgClipfracLower },
+    };
+  });
+}
 
 /** x in the forward pass, no gradient in the backward pass (torch's .detach()). */
 const stopGradient = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => ({
