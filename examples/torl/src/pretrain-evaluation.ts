@@ -4,14 +4,14 @@
  */
 import { SandboxExecutor } from "@torl-ts/sandbox";
 import {
-  PythonCodeInterpreter,
-  type Tool,
   heldOutProblems,
   loadPretrained,
   type Problem,
+  PythonCodeInterpreter,
   type Qwen2Model,
   RECIPE_SPLIT_SEED,
   type Tokenizer,
+  type Tool,
   tirRollout,
 } from "@torl-ts/verl";
 import { extractBoxedAnswer } from "@torl-ts/verl/reward";

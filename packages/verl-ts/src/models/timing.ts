@@ -5,7 +5,8 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import { KVCache } from "./kv-cache.js";
-import type { Qwen2Model, TokenBatch } from "./qwen2.js";
+import type { Qwen2Model } from "./qwen2.js";
+import type { TokenBatch } from "./token-batch.js";
 
 /** A seeded batch of token ids (a linear congruential sequence mod the vocabulary), all unmasked. */
 export function randomBatch(B: number, L: number, V: number, seed: number): TokenBatch {

@@ -1,7 +1,7 @@
 /** The PyTorch reference fixtures of the algorithm tests: their [B, T] inputs, and the tolerance check. */
 import { readFileSync } from "node:fs";
 import type { ExecutionContext } from "ava";
-import type { ScoreMatrix } from "../../src/core.js";
+import type { ScoreMatrix } from "../../src/algorithms/index.js";
 
 /** A fixture of test/fixtures/core: `inputs` are [B, T] matrices (flattened) plus `index`. */
 export function loadTorchFixture(file: string) {
