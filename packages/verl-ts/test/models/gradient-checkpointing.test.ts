@@ -83,17 +83,21 @@ test.serial("checkpointing cuts the peak activation bytes of a forward + backwar
   const model = Qwen2Model.random(cfg, { seed: 5, std: 0.1 });
   const batch = padBatch(rows, "left");
   const vars = model.variables();
-  const gradientBytes = vars.reduce((a, v) => a + v.size * 4, 0);
-  const peak = async () =>
-    (await peakBytesDuring(() => {
+  const peak = async () => {
+    const gradients = new Set<object>();
+    const trace = await peakBytesDuring(() => {
       const { value, grads } = tf.variableGrads(
         () => tf.sum(tokenLogProbs(model, batch).logProbs) as tf.Scalar,
         vars,
       );
       value.dispose();
-      for (const g of Object.values(grads)) g.dispose();
-      return [];
-    })) - gradientBytes;
+      for (const g of Object.values(grads)) {
+        gradients.add(g.dataId);
+        g.dispose();
+      }
+    });
+    return trace.peakExcept(gradients);
+  };
   const plain = await peak();
   model.gradientCheckpointing = true;
   const checkpointed = await peak();
@@ -101,7 +105,7 @@ test.serial("checkpointing cuts the peak activation bytes of a forward + backwar
     `peak activation bytes: ${plain} plain, ${checkpointed} checkpointed (${(plain / checkpointed).toFixed(2)}x)`,
   );
   t.true(checkpointed > 0);
-  t.true(plain >= 2 * checkpointed, `${plain} vs ${checkpointed}`);
+  t.true(plain >= 3 * checkpointed, `${plain} vs ${checkpointed}`);
   model.dispose();
 });
 
