@@ -5,6 +5,9 @@
  * upload creates it until the backend frees it.
  */
 import * as tf from "@tensorflow/tfjs";
+import { tokenLogProbs } from "./logprobs.js";
+import type { Qwen2Model } from "./qwen2.js";
+import type { TokenBatch } from "./token-batch.js";
 
 /** The two engine methods every data buffer passes through (tfjs-core's Engine). */
 interface BufferTrackingEngine {
@@ -67,4 +70,29 @@ export async function peakBytesDuring<T>(f: () => T | Promise<T>): Promise<Buffe
     return peak;
   };
   return { result, peak: peakExcept(new Set()), peakExcept };
+}
+
+/**
+ * Peak bytes of one forward + backward of `batch` (the summed log-probs, gradients of every parameter):
+ * `peak` counts every buffer the pass creates, `activations` all but the parameters' gradients it
+ * returns (those are training state, not activations).
+ */
+export async function forwardBackwardPeak(
+  model: Qwen2Model,
+  batch: TokenBatch,
+): Promise<{ peak: number; activations: number }> {
+  const vars = model.variables();
+  const gradients = new Set<object>();
+  const trace = await peakBytesDuring(() => {
+    const { value, grads } = tf.variableGrads(
+      () => tf.sum(tokenLogProbs(model, batch).logProbs) as tf.Scalar,
+      vars,
+    );
+    value.dispose();
+    for (const g of Object.values(grads)) {
+      gradients.add(g.dataId);
+      g.dispose();
+    }
+  });
+  return { peak: trace.peak, activations: trace.peakExcept(gradients) };
 }

@@ -14,13 +14,11 @@
  *   existed before, the parameters, are not counted); the peak of their sum, once with every buffer
  *   (fwd_bwd_peak_bytes) and once without the parameters' gradients the pass returns (those are state).
  */
-import * as tf from "@tensorflow/tfjs";
 import { type CliCommand, parseFlags } from "@torl-ts/core";
 import { selectBackend } from "../models/backend.js";
 import { randomBatch } from "../models/bench.js";
 import { countParameters, makeQwen2Config, type Qwen2Config } from "../models/config.js";
-import { tokenLogProbs } from "../models/logprobs.js";
-import { peakBytesDuring } from "../models/peak-bytes.js";
+import { forwardBackwardPeak } from "../models/peak-bytes.js";
 import { Qwen2Model } from "../models/qwen2.js";
 import { ShardedParameters } from "./sharded-parameters.js";
 
@@ -68,32 +66,6 @@ export function rankState(values: Map<string, Float32Array>, ranks: number): Ran
   return worst!;
 }
 
-/**
- * Peak bytes of one forward + backward of `rows` x `length` tokens: `peak` counts every buffer the pass
- * creates, `activations` all but the parameters' gradients it returns (see the file comment).
- */
-export async function activationPeak(
-  model: Qwen2Model,
-  rows: number,
-  length: number,
-): Promise<{ peak: number; activations: number }> {
-  const batch = randomBatch(rows, length, model.config.vocabSize, 7);
-  const vars = model.variables();
-  const gradients = new Set<object>();
-  const trace = await peakBytesDuring(() => {
-    const { value, grads } = tf.variableGrads(
-      () => tf.sum(tokenLogProbs(model, batch).logProbs) as tf.Scalar,
-      vars,
-    );
-    value.dispose();
-    for (const g of Object.values(grads)) {
-      gradients.add(g.dataId);
-      g.dispose();
-    }
-  });
-  return { peak: trace.peak, activations: trace.peakExcept(gradients) };
-}
-
 export interface MemoryBenchResult {
   config: { parameters: number; layers: number; hidden: number; vocab: number; rows: number; length: number };
   /** Per-rank state for each N measured. */
@@ -115,7 +87,7 @@ export async function runMemoryBench(options: {
 }): Promise<MemoryBenchResult> {
   const config = options.config ?? BENCH_MEMORY_CONFIG;
   const rankCounts = options.ranks ?? [1, 2, 4];
-  const rows = options.rows ?? 4;
+  const rows = options.rows ?? 2;
   const length = options.length ?? 256;
   const log = options.log ?? (() => {});
   const values = Qwen2Model.randomParameters(config, { seed: 1 });
@@ -126,10 +98,11 @@ export async function runMemoryBench(options: {
     );
   const model = new Qwen2Model(config, values);
   try {
-    const plain = await activationPeak(model, rows, length);
+    const batch = randomBatch(rows, length, config.vocabSize, 7);
+    const plain = await forwardBackwardPeak(model, batch);
     log(`activations: peak ${plain.activations} bytes (${plain.peak} with the parameters' gradients)`);
     model.gradientCheckpointing = true;
-    const checkpointed = await activationPeak(model, rows, length);
+    const checkpointed = await forwardBackwardPeak(model, batch);
     log(`checkpointed: peak ${checkpointed.activations} bytes (${checkpointed.peak} with gradients)`);
     const figures: Record<string, number> = {};
     for (const r of ranks) figures[`state_bytes_per_rank_n${r.ranks}`] = r.state_bytes;
@@ -161,7 +134,7 @@ export const benchMemoryCommand: CliCommand = {
   summary:
     "benchmark training memory: per-rank FSDP state for N ranks, activation peaks with and without checkpointing",
   usage: [
-    "usage: pnpm torl bench memory [--json] [--ranks 1,2,4] [--rows 4] [--length 256]",
+    "usage: pnpm torl bench memory [--json] [--ranks 1,2,4] [--rows 2] [--length 256]",
     "",
     "For a ~25M-parameter Qwen2 (8 layers, hidden 512, vocab 6144), on the default backend:",
     "  state_bytes_per_rank_n<N>           parameters + gradients + optimizer state one rank holds with",
