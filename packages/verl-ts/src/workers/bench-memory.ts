@@ -15,11 +15,13 @@
  *   (fwd_bwd_peak_bytes) and once without the parameters' gradients the pass returns (those are state).
  */
 import { type CliCommand, parseFlags } from "@torl-ts/core";
+import { loadTrainerConfig } from "../config/index.js";
 import { selectBackend } from "../models/backend.js";
 import { randomBatch } from "../models/bench.js";
 import { countParameters, makeQwen2Config, type Qwen2Config } from "../models/config.js";
 import { forwardBackwardPeak } from "../models/peak-bytes.js";
 import { Qwen2Model } from "../models/qwen2.js";
+import type { OptimSettings } from "./optim.js";
 import { ShardedParameters } from "./sharded-parameters.js";
 
 /** ~25M parameters in 8 decoder layers (hidden 512, GQA 8/2 heads, vocab 6144, tied embeddings). */
@@ -46,12 +48,11 @@ export interface RankState {
 }
 
 export function rankState(values: Map<string, Float32Array>, ranks: number): RankState {
+  const optim = loadTrainerConfig().actor_rollout_ref.actor.optim as OptimSettings;
   let worst: RankState | undefined;
   for (let rank = 0; rank < ranks; rank++) {
     // The constructor only lays the shard out; the group is named for its check, never called.
-    const s = new ShardedParameters(values, { rank, worldSize: ranks, group: "bench-memory" }, {
-      lr: 0,
-    } as never);
+    const s = new ShardedParameters(values, { rank, worldSize: ranks, group: "bench-memory" }, optim);
     const grad = s.newGradient();
     const state: RankState = {
       ranks,
