@@ -37,6 +37,23 @@ export interface PendingRead {
   use: (values: Float32Array[]) => void;
 }
 
+/**
+ * Reads `tensors` to the host and serves `reads` in the same round trip (a GPU backend maps its
+ * buffers together); the reads' tensors are disposed, `tensors` are the caller's.
+ */
+async function readServing(reads: PendingRead[], tensors: tf.Tensor[]): Promise<Float32Array[]> {
+  try {
+    const [values, host] = await Promise.all([
+      Promise.all(reads.map((r) => Promise.all(r.tensors.map((t) => t.data() as Promise<Float32Array>)))),
+      Promise.all(tensors.map((t) => t.data() as Promise<Float32Array>)),
+    ]);
+    for (const [i, r] of reads.entries()) r.use(values[i]!);
+    return host;
+  } finally {
+    for (const r of reads) for (const t of r.tensors) t.dispose();
+  }
+}
+
 export class LayerSharding {
   /** The unit of each decoder layer. */
   private readonly layerUnit: number[];
@@ -45,7 +62,8 @@ export class LayerSharding {
   /** The trained variables outside the layers, and each variable's parameter name. */
   private readonly headVariables: tf.Variable[];
   private readonly shapes: Map<string, number[]>;
-  /** Every trained variable by parameter name (the whole-model path). */
+  /** Every trained variable, and by parameter name (the whole-model path). */
+  private readonly variables: tf.Variable[];
   private readonly variableOf: Map<string, tf.Variable>;
 
   constructor(
@@ -69,8 +87,6 @@ export class LayerSharding {
     this.variables = variables;
     this.variableOf = new Map(variables.map((v) => [paramNameOf.get(v.name)!, v]));
   }
-
-  private readonly variables: tf.Variable[];
 
   /**
    * Adds one micro-batch's gradient (of `loss`, which runs the model's forward on `tokens`) into this
@@ -111,16 +127,12 @@ export class LayerSharding {
           return g ? [{ e, g }] : [];
         });
         try {
-          const [values, host] = await Promise.all([
-            Promise.all(
-              reads.map((r) => Promise.all(r.tensors.map((t) => t.data() as Promise<Float32Array>))),
-            ),
-            Promise.all(present.map(({ g }) => g.data() as Promise<Float32Array>)),
-          ]);
-          for (const [i, r] of reads.entries()) r.use(values[i]!);
+          const host = await readServing(
+            reads,
+            present.map(({ g }) => g),
+          );
           for (const [k, { e }] of present.entries()) buf.set(host[k]!, e.offset - unit.start);
         } finally {
-          for (const r of reads) for (const t of r.tensors) t.dispose();
           for (const { g } of present) g.dispose();
         }
         await sharded.reduceScatterUnit(u, buf, shardGrad);
@@ -178,20 +190,12 @@ export class LayerSharding {
         await sharded.reduceScatterUnit(u, buf, shardGrad);
       },
       headGradients: async (grads) => {
-        const reads = pending();
-        try {
-          const entries = grads ? [...grads] : [];
-          const [values, host] = await Promise.all([
-            Promise.all(
-              reads.map((r) => Promise.all(r.tensors.map((t) => t.data() as Promise<Float32Array>))),
-            ),
-            Promise.all(entries.map(([, g]) => g.data() as Promise<Float32Array>)),
-          ]);
-          for (const [i, r] of reads.entries()) r.use(values[i]!);
-          for (const [k, [vname]] of entries.entries()) addInto(this.paramNameOf.get(vname)!, host[k]!);
-        } finally {
-          for (const r of reads) for (const t of r.tensors) t.dispose();
-        }
+        const entries = grads ? [...grads] : [];
+        const host = await readServing(
+          pending(),
+          entries.map(([, g]) => g),
+        );
+        for (const [k, [vname]] of entries.entries()) addInto(this.paramNameOf.get(vname)!, host[k]!);
       },
       embeddingGradient: async (grad) => {
         if (grad) addInto("model.embed_tokens.weight", (await grad.data()) as Float32Array);
