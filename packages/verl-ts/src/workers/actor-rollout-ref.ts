@@ -335,6 +335,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
         gradClip: a.grad_clip,
         sums: 4 + lossMetrics.length,
       },
+      model,
       vars,
       nameOf,
       (step) => {
