@@ -60,41 +60,58 @@ function gradsInsideBackward(
   }
 }
 
-/** The decoder layer over a full sequence (decoderBlock), its activations recomputed in the backward. */
+/** Whether a gradient tape is recording (inside tf.grads / variableGrads, outside any kernel). */
+export function tapeIsRecording(): boolean {
+  return (tf.engine() as unknown as { isTapeOn(): boolean }).isTapeOn();
+}
+
+/**
+ * How many checkpointed layers of a forward still need its shared tensors (mask, rotary tables) for
+ * their recompute. They are kept past the forward's scope, not saved: saving copies a tensor on the
+ * wasm backend, which would cost a mask per layer; the last layer to recompute frees them.
+ */
+const sharedUsers = new WeakMap<SequenceAttention, number>();
+
+function sharedTensors(seq: SequenceAttention): Set<tf.Tensor> {
+  return new Set([seq.mask, seq.cosQ, seq.sinQ, seq.cosK, seq.sinK]);
+}
+
+/**
+ * The decoder layer over a full sequence (decoderBlock), its activations recomputed in the backward.
+ * Call it under a recording tape only (tapeIsRecording): its backward frees what the forward kept.
+ */
 export function checkpointedBlock(
   x: tf.Tensor2D,
   w: BlockWeights,
   seq: SequenceAttention,
   eps: number,
 ): tf.Tensor2D {
+  // The weights are the model's (they outlive the backward), so they are used as they are, not saved.
   const weights = weightList(w);
-  const shared = [seq.mask, seq.cosQ, seq.sinQ, seq.cosK, seq.sinK];
+  if (!sharedUsers.has(seq)) for (const t of sharedTensors(seq)) tf.keep(t);
+  sharedUsers.set(seq, (sharedUsers.get(seq) ?? 0) + 1);
+  const release = () => {
+    const left = sharedUsers.get(seq)! - 1;
+    sharedUsers.set(seq, left);
+    if (left === 0) for (const t of sharedTensors(seq)) t.dispose();
+  };
+  const again: SequenceAttention = { ...seq, keysValues: undefined };
   const op = tf.customGrad(((...args: unknown[]) => {
     const save = args.pop() as tf.GradSaveFunc;
-    const inputs = args as tf.Tensor[];
-    // Saved tensors are references to the same data (no copy); the mask and tables are otherwise
-    // disposed with the forward's scope.
-    save([...inputs, ...shared]);
-    const value = decoderBlock(inputs[0] as tf.Tensor2D, blockWeightsOf(inputs.slice(1)), seq, eps);
+    const [input] = args as tf.Tensor2D[];
+    save([input!]);
     return {
-      value,
+      value: decoderBlock(input!, w, seq, eps),
       gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
-        const n = inputs.length;
-        const [mask, cosQ, sinQ, cosK, sinK] = saved.slice(n) as tf.Tensor4D[];
-        const again: SequenceAttention = {
-          ...seq,
-          mask: mask!,
-          cosQ: cosQ!,
-          sinQ: sinQ!,
-          cosK: cosK!,
-          sinK: sinK!,
-          keysValues: undefined,
-        };
-        return gradsInsideBackward(
-          (xi, ...ws) => decoderBlock(xi as tf.Tensor2D, blockWeightsOf(ws), again, eps),
-          saved.slice(0, n),
-          dy,
-        );
+        try {
+          return gradsInsideBackward(
+            (xi, ...ws) => decoderBlock(xi as tf.Tensor2D, blockWeightsOf(ws), again, eps),
+            [saved[0]!, ...weights],
+            dy,
+          );
+        } finally {
+          release();
+        }
       },
     };
   }) as any) as unknown as (...xs: tf.Tensor[]) => tf.Tensor2D;

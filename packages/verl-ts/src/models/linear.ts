@@ -12,16 +12,22 @@ import { nativeMatmulActive } from "./native-matmul.js";
  */
 const linearOp = tf.customGrad(((...args: unknown[]) => {
   const [x, w, save] = args as [tf.Tensor, tf.Tensor, tf.GradSaveFunc];
-  save([x, w]);
+  // A variable outlives the backward and is used as it is; saving copies a tensor on the wasm backend,
+  // a weight matrix per use. Other weights (the tied head's transposed embedding) are saved.
+  const weightIsVariable = w instanceof tf.Variable;
+  save(weightIsVariable ? [x] : [x, w]);
   return {
     value: tf.matMul(x as tf.Tensor2D, w as tf.Tensor2D),
-    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
-      const [xs, ws] = saved as [tf.Tensor2D, tf.Tensor2D];
-      const d = dy as tf.Tensor2D;
-      if (nativeMatmulActive(tf.getBackend()))
-        return [tf.matMul(d, ws, false, true), tf.matMul(xs, d, true, false)];
-      return [tf.matMul(d, tf.transpose(ws) as tf.Tensor2D), tf.matMul(tf.transpose(xs) as tf.Tensor2D, d)];
-    },
+    // In a tidy of its own: the explicit transposes are freed at once, not at the end of the backward.
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) =>
+      tf.tidy(() => {
+        const xs = saved[0] as tf.Tensor2D;
+        const ws = (weightIsVariable ? w : saved[1]) as tf.Tensor2D;
+        const d = dy as tf.Tensor2D;
+        if (nativeMatmulActive(tf.getBackend()))
+          return [tf.matMul(d, ws, false, true), tf.matMul(xs, d, true, false)];
+        return [tf.matMul(d, tf.transpose(ws) as tf.Tensor2D), tf.matMul(tf.transpose(xs) as tf.Tensor2D, d)];
+      }),
   };
 }) as any) as unknown as (x: tf.Tensor, w: tf.Tensor) => tf.Tensor2D;
 

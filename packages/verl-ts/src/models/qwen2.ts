@@ -7,7 +7,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { gaussian, mulberry32 } from "../random.js";
 import { cachedAttention, causalMask, type SequenceAttention } from "./attention.js";
-import { checkpointedBlock } from "./checkpointed-block.js";
+import { checkpointedBlock, tapeIsRecording } from "./checkpointed-block.js";
 import type { Qwen2Config } from "./config.js";
 import { type BlockWeights, blockFinish, blockProjections, decoderBlock } from "./decoder-block.js";
 import { ModelFormatError } from "./errors.js";
@@ -179,7 +179,7 @@ export class Qwen2Model {
    * host-held model, see WeightStore.layerByLayer) frees that layer's float32 copies now.
    */
   private layerDone(i: number): void {
-    if (this.weights.layerByLayer && !tf.engine().isTapeOn()) this.weights.release(`model.layers.${i}.`);
+    if (this.weights.layerByLayer && !tapeIsRecording()) this.weights.release(`model.layers.${i}.`);
   }
 
   /** Bytes the weights take between passes, in their storage dtype. */
@@ -296,7 +296,8 @@ export class Qwen2Model {
       else {
         const seq = this.sequenceAttention(batch, options.keysValues);
         x = this.embed(batch);
-        const block = this.gradientCheckpointing ? checkpointedBlock : decoderBlock;
+        // without a tape there is nothing to recompute for
+        const block = this.gradientCheckpointing && tapeIsRecording() ? checkpointedBlock : decoderBlock;
         for (let i = 0; i < c.numHiddenLayers; i++) {
           x = block(x, this.blockWeights(i), seq, c.rmsNormEps);
           this.layerDone(i);

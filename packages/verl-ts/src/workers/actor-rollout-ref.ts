@@ -342,6 +342,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
         gradClip: a.grad_clip,
         sums: 4 + lossMetrics.length,
       },
+      model,
       vars,
       nameOf,
       (step) => {

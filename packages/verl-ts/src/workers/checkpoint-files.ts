@@ -1,7 +1,7 @@
 /**
- * Actor checkpoint shards on disk: for each rank r, `rank_<r>.json` (where its shard lies in the flat
- * vector and the optimizer/scheduler counters) and `rank_<r>.bin` (params, exp_avg, exp_avg_sq of the
- * shard, float32 little-endian, one after the other). Loading reads every rank's files and takes the
+ * Actor checkpoint shards on disk: for each rank r, `rank_<r>.json` (the ranges of the flat vector its
+ * shard holds, in order, and the optimizer/scheduler counters) and `rank_<r>.bin` (params, exp_avg,
+ * exp_avg_sq of the shard, float32 little-endian, one after the other). Loading reads every rank's files and takes the
  * range the loading rank owns, so a checkpoint written by W ranks loads on any number of ranks.
  *
  * The params are the optimizer's float32 master copy whatever the model's storage dtype; `dtype` records
@@ -12,11 +12,9 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { join } from "node:path";
 import { WEIGHT_DTYPES, type WeightDtype } from "../models/half-precision.js";
 
-export interface ShardMeta {
+export interface ShardCounters {
   rank: number;
   worldSize: number;
-  start: number;
-  end: number;
   total: number;
   /** AdamW updates applied. */
   adamStep: number;
@@ -26,6 +24,19 @@ export interface ShardMeta {
   layout: [string, number][];
   /** Storage dtype of the model's weights; absent in checkpoints written before it was recorded (float32). */
   dtype?: WeightDtype;
+}
+
+/**
+ * Where a shard lies in the flat vector: its [start, end) ranges, end to end in the file (one per unit
+ * of per-layer sharding), or one range as start and end (shards written before the units).
+ */
+export type ShardPlace = { ranges: [number, number][] } | { start: number; end: number };
+
+export type ShardMeta = ShardCounters & ShardPlace;
+
+/** The ranges of a shard, whichever way its file gives them. */
+export function shardRanges(meta: ShardPlace): [number, number][] {
+  return "ranges" in meta ? meta.ranges : [[meta.start, meta.end]];
 }
 
 /** A checkpoint directory that cannot be loaded (missing or inconsistent shards); names the file. */
@@ -41,7 +52,7 @@ export function writeShard(
   expAvgSq: Float32Array,
 ): void {
   mkdirSync(dir, { recursive: true });
-  const n = meta.end - meta.start;
+  const n = shardRanges(meta).reduce((a, [start, end]) => a + end - start, 0);
   const buf = new Float32Array(3 * n);
   buf.set(params, 0);
   buf.set(expAvg, n);
@@ -101,13 +112,21 @@ export function readAllShards(dir: string): FullState {
     } catch (e) {
       throw new CheckpointError(`${file}: cannot read (${(e as Error).message})`);
     }
-    const n = m.end - m.start;
+    const ranges = shardRanges(m);
+    const n = ranges.reduce((a, [start, end]) => a + end - start, 0);
     if (bytes.byteLength !== 12 * n)
       throw new CheckpointError(`${file}: holds ${bytes.byteLength} bytes, expected ${12 * n}`);
     const f = new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
-    params.set(f.subarray(0, n), m.start);
-    expAvg.set(f.subarray(n, 2 * n), m.start);
-    expAvgSq.set(f.subarray(2 * n, 3 * n), m.start);
+    let local = 0;
+    for (const [start, end] of ranges) {
+      if (start < 0 || end > total || end < start)
+        throw new CheckpointError(`${file}: range [${start}, ${end}) lies outside the ${total} parameters`);
+      const k = end - start;
+      params.set(f.subarray(local, local + k), start);
+      expAvg.set(f.subarray(n + local, n + local + k), start);
+      expAvgSq.set(f.subarray(2 * n + local, 2 * n + local + k), start);
+      local += k;
+    }
   }
   const m0 = metas[0]!;
   return {

@@ -219,6 +219,7 @@ export class CriticWorker extends ShardedWorker {
         gradClip: s.gradClip,
         sums: 4,
       },
+      model,
       vars,
       nameOf,
       (step) => {

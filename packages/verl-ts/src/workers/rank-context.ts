@@ -12,3 +12,10 @@ export interface RankContext {
 export async function allReduceSum(ctx: RankContext, arr: Float64Array | Float32Array): Promise<void> {
   if (ctx.worldSize > 1) await collective.allReduce(arr as CollectiveArray, "sum", ctx.group!);
 }
+
+/** The largest of a count over all ranks. */
+export async function allReduceMax(ctx: RankContext, n: number): Promise<number> {
+  const arr = new Float64Array([n]);
+  if (ctx.worldSize > 1) await collective.allReduce(arr as CollectiveArray, "max", ctx.group!);
+  return arr[0]!;
+}

@@ -1,24 +1,57 @@
 /**
- * This rank's shard of a model's parameters and of their AdamW state. All parameters laid end to end form
- * one flat vector (FlatLayout); rank r of W owns shardRange(total, W, r) of it. The optimizer step is
- * reduce-scatter of the gradient, global norm, clip, AdamW on the shard, all-gather of the parameters.
+ * This rank's shard of a model's parameters and of their AdamW state, FSDP style. All parameters laid
+ * end to end form one flat vector (FlatLayout), cut into units: runs of consecutive parameters that are
+ * gathered and reduce-scattered together (one per decoder layer, and the parameters around the layers).
+ * Rank r of W owns shardRange(unit size, W, r) of every unit, plus the AdamW exp_avg / exp_avg_sq of
+ * those elements, so one collective per unit moves a layer's parameters or gradients and no rank needs
+ * the whole model's gradients at once. The optimizer step is the global gradient norm, clipping and
+ * AdamW on the shard; the elementwise update makes the result independent of how the vector is cut.
  */
 import { statSync } from "node:fs";
-import type * as tf from "@tensorflow/tfjs";
 import { collective, shardRange } from "@torl-ts/actors";
 import { float32Range, type StoredValues, type WeightDtype } from "../models/half-precision.js";
 import { CheckpointError, readAllShards, writeShard } from "./checkpoint-files.js";
 import { WorkerStateError } from "./errors.js";
-import { FlatLayout } from "./flat-params.js";
+import { type FlatEntry, FlatLayout } from "./flat-params.js";
+import { layerUnitKey } from "./layer-sharding.js";
 import { clipCoefficient, type OptimSettings, ShardedAdamW } from "./optim.js";
 import { allReduceSum, type RankContext } from "./rank-context.js";
 
-/** This rank's shard of a model's parameters and of their AdamW state (see the file comment). */
+/** Consecutive parameters gathered and reduce-scattered together; [start, end) of the flat vector. */
+export interface FlatUnit {
+  key: string;
+  start: number;
+  end: number;
+  entries: FlatEntry[];
+}
+
+/** This rank's piece of a unit: [start, end) of the flat vector, held at `local` in the shard. */
+export interface ShardPiece {
+  start: number;
+  end: number;
+  local: number;
+}
+
+/** The units of a layout: maximal runs of consecutive parameters with the same key. */
+export function flatUnits(layout: FlatLayout, keyOf: (name: string) => string): FlatUnit[] {
+  const units: FlatUnit[] = [];
+  for (const e of layout.entries) {
+    const key = keyOf(e.name);
+    const last = units.at(-1);
+    if (last && last.key === key) {
+      last.end = e.offset + e.size;
+      last.entries.push(e);
+    } else units.push({ key, start: e.offset, end: e.offset + e.size, entries: [e] });
+  }
+  return units;
+}
+
 export class ShardedParameters {
   readonly layout: FlatLayout;
-  readonly start: number;
-  readonly end: number;
-  /** The shard's parameters (the master copy; the model's variables hold the gathered values). */
+  readonly units: FlatUnit[];
+  /** This rank's piece of each unit, in unit order. */
+  readonly pieces: ShardPiece[];
+  /** The shard's parameters, the pieces end to end (the master copy). */
   readonly params: Float32Array;
   readonly optim: ShardedAdamW;
   /** Scheduler steps taken (one per update call). */
@@ -32,43 +65,73 @@ export class ShardedParameters {
   private readonly offsets: Map<string, number>;
 
   /**
-   * `values`: every parameter (float32, or half bits widened here); only this rank's range is copied, so
-   * building a shard costs the shard's memory, not the model's.
+   * `values`: every parameter (float32, or half bits widened here); only this rank's pieces are copied,
+   * so building a shard costs the shard's memory, not the model's. `unitKey` names each parameter's
+   * unit (default: its decoder layer, see layer-sharding.ts).
    */
   constructor(
     values: Map<string, StoredValues>,
     private readonly ctx: RankContext,
     optim: OptimSettings,
+    unitKey: (name: string) => string = layerUnitKey,
   ) {
     if (ctx.worldSize > 1 && !ctx.group)
       throw new WorkerStateError(
         `rank ${ctx.rank} of ${ctx.worldSize} has no collective group (create the WorkerGroup with collective: true)`,
       );
     this.layout = new FlatLayout([...values].map(([name, v]) => ({ name, size: v.length })));
-    const { start, end } = shardRange(this.layout.total, ctx.worldSize, ctx.rank);
-    this.start = start;
-    this.end = end;
-    this.params = new Float32Array(end - start);
-    for (const e of this.layout.entries) {
-      const from = Math.max(start, e.offset);
-      const to = Math.min(end, e.offset + e.size);
-      if (from < to)
-        float32Range(values.get(e.name)!, from - e.offset, to - e.offset, this.params.subarray(from - start));
-    }
+    this.units = flatUnits(this.layout, unitKey);
+    let local = 0;
+    this.pieces = this.units.map((u) => {
+      const { start, end } = shardRange(u.end - u.start, ctx.worldSize, ctx.rank);
+      const piece = { start: u.start + start, end: u.start + end, local };
+      local += end - start;
+      return piece;
+    });
+    this.params = new Float32Array(local);
+    for (const p of this.pieces)
+      copyFlatRange(values, this.layout, p.start, p.end, this.params.subarray(p.local));
     this.offsets = new Map(this.layout.entries.map((e) => [e.name, e.offset]));
-    this.optim = new ShardedAdamW(end - start, optim);
+    this.optim = new ShardedAdamW(local, optim);
+  }
+
+  /** Where parameter `name` starts in the flat vector. */
+  offsetOf(name: string): number {
+    const o = this.offsets.get(name);
+    if (o === undefined) throw new WorkerStateError(`no parameter named ${name} in the sharded layout`);
+    return o;
+  }
+
+  /** A zero gradient the size of this rank's shard (what reduceScatterUnit adds into). */
+  newGradient(): Float32Array {
+    return new Float32Array(this.params.length);
   }
 
   /**
-   * Reduce-scatter of the flat gradient, global norm, clipping, AdamW on the shard. Returns the
-   * (pre-clip) global gradient norm; a non-finite norm skips the update (veRL does the same). Call
-   * `gather` afterwards to get the parameters the model should hold.
+   * Sums unit `u`'s gradient (full unit size, this rank's contribution) over the ranks and adds this
+   * rank's piece of the sum into `shardGrad`. Every rank calls it for the same units in the same order.
    */
-  async step(grad: Float32Array, lr: number, gradClip: number): Promise<number> {
-    const g =
+  async reduceScatterUnit(u: number, unitGrad: Float32Array, shardGrad: Float32Array): Promise<void> {
+    const unit = this.units[u]!;
+    const piece = this.pieces[u]!;
+    if (unitGrad.length !== unit.end - unit.start)
+      throw new RangeError(
+        `unit ${unit.key}: gradient of ${unitGrad.length} values, expected ${unit.end - unit.start}`,
+      );
+    const mine =
       this.ctx.worldSize > 1
-        ? ((await collective.reduceScatter(grad, "sum", this.ctx.group!)) as Float32Array)
-        : grad.subarray(this.start, this.end);
+        ? ((await collective.reduceScatter(unitGrad, "sum", this.ctx.group!)) as Float32Array)
+        : unitGrad.subarray(piece.start - unit.start, piece.end - unit.start);
+    for (let k = 0; k < mine.length; k++) shardGrad[piece.local + k]! += mine[k]!;
+  }
+
+  /**
+   * The global gradient norm of the reduced shard gradient, clipping, AdamW on the shard. Returns the
+   * (pre-clip) norm; a non-finite norm skips the update (veRL does the same). Call `gather` afterwards
+   * to get the parameters the model should hold.
+   */
+  async step(shardGrad: Float32Array, lr: number, gradClip: number): Promise<number> {
+    const g = shardGrad;
     const sq = new Float64Array(1);
     for (let i = 0; i < g.length; i++) sq[0]! += g[i]! * g[i]!;
     await allReduceSum(this.ctx, sq);
@@ -79,16 +142,23 @@ export class ShardedParameters {
     return norm;
   }
 
-  /** All-gathers the shards into the full parameters, by name. */
+  /** All-gathers unit `u`'s parameters (unit size, in flat order). */
+  async gatherUnit(u: number): Promise<Float32Array> {
+    const unit = this.units[u]!;
+    const piece = this.pieces[u]!;
+    const mine = this.params.subarray(piece.local, piece.local + piece.end - piece.start);
+    if (this.ctx.worldSize === 1) return mine;
+    return (await collective.allGather(
+      mine,
+      this.ctx.group!,
+      new Float32Array(unit.end - unit.start),
+    )) as Float32Array;
+  }
+
+  /** All-gathers every unit into the full parameters, by name. */
   async gather(): Promise<Map<string, Float32Array>> {
-    const full =
-      this.ctx.worldSize > 1
-        ? ((await collective.allGather(
-            this.params,
-            this.ctx.group!,
-            new Float32Array(this.layout.total),
-          )) as Float32Array)
-        : this.params;
+    const full = new Float32Array(this.layout.total);
+    for (const [u, unit] of this.units.entries()) full.set(await this.gatherUnit(u), unit.start);
     return this.layout.unflatten(full);
   }
 
@@ -99,8 +169,7 @@ export class ShardedParameters {
       {
         rank: this.ctx.rank,
         worldSize: this.ctx.worldSize,
-        start: this.start,
-        end: this.end,
+        ranges: this.pieces.map((p) => [p.start, p.end]),
         total: this.layout.total,
         adamStep: this.optim.step,
         schedulerStep: this.schedulerStep,
@@ -115,8 +184,8 @@ export class ShardedParameters {
   }
 
   /**
-   * Loads the shards written by `save` (by any number of ranks), takes this rank's range, and returns
-   * the full parameters by name (for the model's variables).
+   * Loads the shards written by `save` (by any number of ranks, cut into any units), takes this rank's
+   * pieces, and returns the full parameters by name (for the model's variables).
    */
   load(dir: string): Map<string, Float32Array> {
     const full = readAllShards(dir);
@@ -129,33 +198,30 @@ export class ShardedParameters {
       throw new CheckpointError(
         `${dir}: written by a run storing weights in ${full.dtype}, this one stores them in ${this.weightDtype}; set actor_rollout_ref.model.dtype=${full.dtype} to resume it`,
       );
-    this.params.set(full.params.subarray(this.start, this.end));
-    this.optim.loadState({
-      step: full.adamStep,
-      expAvg: full.expAvg.subarray(this.start, this.end),
-      expAvgSq: full.expAvgSq.subarray(this.start, this.end),
-    });
+    const mine = (flat: Float32Array) => {
+      const out = new Float32Array(this.params.length);
+      for (const p of this.pieces) out.set(flat.subarray(p.start, p.end), p.local);
+      return out;
+    };
+    this.params.set(mine(full.params));
+    this.optim.loadState({ step: full.adamStep, expAvg: mine(full.expAvg), expAvgSq: mine(full.expAvgSq) });
     this.schedulerStep = full.schedulerStep;
     return this.layout.unflatten(full.params);
   }
+}
 
-  /** Adds tfjs gradients (by variable name) into a flat gradient vector, disposing them; one read for all. */
-  async accumulate(
-    grads: Record<string, tf.Tensor>,
-    paramNameOf: Map<string, string>,
-    flat: Float32Array,
-  ): Promise<void> {
-    const entries = Object.entries(grads);
-    let host: Float32Array[];
-    try {
-      host = await Promise.all(entries.map(([, g]) => g.data() as Promise<Float32Array>));
-    } finally {
-      for (const [, g] of entries) g.dispose();
-    }
-    entries.forEach(([vname], e) => {
-      const off = this.offsets.get(paramNameOf.get(vname)!)!;
-      const gd = host[e]!;
-      for (let i = 0; i < gd.length; i++) flat[off + i]! += gd[i]!;
-    });
+/** Elements [start, end) of the flat vector of `values` (laid out by `layout`) into `out`, as float32. */
+function copyFlatRange(
+  values: Map<string, StoredValues>,
+  layout: FlatLayout,
+  start: number,
+  end: number,
+  out: Float32Array,
+): void {
+  for (const e of layout.entries) {
+    const from = Math.max(start, e.offset);
+    const to = Math.min(end, e.offset + e.size);
+    if (from < to)
+      float32Range(values.get(e.name)!, from - e.offset, to - e.offset, out.subarray(from - start));
   }
 }

@@ -4,6 +4,7 @@
  * methods every such worker has (shard info, gathered parameters, checkpoint save and load).
  */
 import * as tf from "@tensorflow/tfjs";
+import type { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
 import type { DataProto } from "../protocol/data-proto.js";
 import type { BatchTensor } from "../protocol/tensor.js";
@@ -11,10 +12,11 @@ import { Dispatch, register } from "../single-controller/decorator.js";
 import { Worker } from "../single-controller/worker.js";
 import { WorkerStateError } from "./errors.js";
 import { FaultInjector } from "./fault-injection.js";
+import { LayerSharding } from "./layer-sharding.js";
 import { globalMaskSum, lossTokenWeights } from "./loss-weights.js";
 import { microBatches, miniBatchPlan } from "./micro-batches.js";
 import { learningRate, type OptimSettings } from "./optim.js";
-import { allReduceSum, type RankContext } from "./rank-context.js";
+import { allReduceMax, allReduceSum, type RankContext } from "./rank-context.js";
 import { pickRows, responseTokenBatch, rowsOf } from "./rows.js";
 import type { ShardedParameters } from "./sharded-parameters.js";
 
@@ -23,8 +25,8 @@ export interface ShardInfo {
   rank: number;
   worldSize: number;
   numParameters: number;
-  shardStart: number;
-  shardEnd: number;
+  /** Parameters in this rank's shard (its piece of every unit). */
+  shardElements: number;
   /** fp32 master shard of the parameters. */
   paramShardBytes: number;
   /** AdamW exp_avg + exp_avg_sq of the shard. */
@@ -100,8 +102,7 @@ export abstract class ShardedWorker extends Worker {
       rank: this.rank,
       worldSize: this.worldSize,
       numParameters: total,
-      shardStart: s?.start ?? 0,
-      shardEnd: s?.end ?? 0,
+      shardElements: s?.params.length ?? 0,
       paramShardBytes: s?.params.byteLength ?? 0,
       optimizerBytes: s?.optim.stateBytes ?? 0,
       gatheredParamBytes: total * 4,
@@ -114,7 +115,7 @@ export abstract class ShardedWorker extends Worker {
    * The update loop both trained workers run: `epochs` passes over the rank's rows in local
    * mini-batches (laid out by layoutForMiniBatches), each cut into micro-batches (fixed rows, or a token
    * budget), the gradient of `loss` accumulated over them with the global token weights of
-   * `lossAggMode`, then one optimizer step on the shards and the gathered parameters back in the model.
+   * `lossAggMode` (layer by layer, FSDP per layer: layer-sharding.ts), then one optimizer step on the shards and the gathered parameters back in the model.
    * `loss` runs inside the gradient tape and adds its metric sums to `step.sums` (all-reduced per
    * mini-batch, summed over mini-batches). One scheduler step per call.
    */
@@ -133,11 +134,13 @@ export abstract class ShardedWorker extends Worker {
       /** Metric sums per mini-batch. */
       sums: number;
     },
+    model: Qwen2Model,
     vars: tf.Variable[],
     paramNameOf: Map<string, string>,
     loss: (step: MicroStep) => tf.Scalar,
   ): Promise<{ sums: Float64Array; miniBatches: number; gradNorm: number; skipped: number; lr: number }> {
     const sharded = this.needSharded();
+    const layers = new LayerSharding(sharded, model, vars, paramNameOf);
     const { localMini, micro } = miniBatchPlan(
       this.ctx,
       data.length,
@@ -157,9 +160,22 @@ export abstract class ShardedWorker extends Worker {
         const mask = mini.batch.loss_mask ?? mini.tensor("response_mask");
         const globalTokens = await globalMaskSum(this.ctx, mask);
         const weights = lossTokenWeights(mask, plan.lossAggMode, globalTokens, plan.globalMiniRows);
-        const grad = new Float32Array(sharded.layout.total);
+        const grad = sharded.newGradient();
         const mb = new Float64Array(plan.sums);
-        for (const rows of microBatches(mini, micro, plan.maxTokens)) {
+        const groups = microBatches(mini, micro, plan.maxTokens);
+        // every rank runs as many rounds as the rank with the most micro-batches (layer-sharding.ts)
+        const rounds = await allReduceMax(this.ctx, groups.length);
+        for (let round = 0; round < rounds; round++) {
+          const rows = groups[round];
+          if (!rows) {
+            await layers.microBatch(
+              null,
+              () => tf.scalar(0),
+              () => [],
+              grad,
+            );
+            continue;
+          }
           const part = rowsOf(mini, rows);
           const step: MicroStep = {
             part,
@@ -172,21 +188,12 @@ export abstract class ShardedWorker extends Worker {
               this.pending.push({ tensors: tensors.map((t) => tf.keep(tf.clone(t))), use });
             },
           };
-          const { value, grads } = tf.variableGrads(() => loss(step), vars);
-          value.dispose();
-          // The loss's metric reads come back together with the gradients, in the order asked.
-          const reads = step.pending.splice(0);
-          try {
-            const [host] = await Promise.all([
-              Promise.all(
-                reads.map((r) => Promise.all(r.tensors.map((t) => t.data() as Promise<Float32Array>))),
-              ),
-              sharded.accumulate(grads, paramNameOf, grad),
-            ]);
-            for (const [i, r] of reads.entries()) r.use(host[i]!);
-          } finally {
-            for (const r of reads) for (const t of r.tensors) t.dispose();
-          }
+          await layers.microBatch(
+            step.tokens.tb,
+            () => loss(step),
+            () => step.pending.splice(0),
+            grad,
+          );
         }
         await allReduceSum(this.ctx, mb);
         for (let i = 0; i < plan.sums; i++) sums[i]! += mb[i]!;

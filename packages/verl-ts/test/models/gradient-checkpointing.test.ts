@@ -2,7 +2,7 @@ import * as tf from "@tensorflow/tfjs";
 import test from "ava";
 import { checkTrainerConfig, loadTrainerConfig } from "../../src/config/index.js";
 import { makeQwen2Config, padBatch, Qwen2Model, selectBackend, tokenLogProbs } from "../../src/index.js";
-import { peakBytesDuring } from "../../src/models/peak-bytes.js";
+import { forwardBackwardPeak } from "../../src/models/peak-bytes.js";
 import { criticSettings } from "../../src/workers/critic.js";
 
 // Gradient checkpointing (actor_rollout_ref.model.enable_gradient_checkpointing): each decoder layer's
@@ -82,18 +82,7 @@ test.serial("checkpointing cuts the peak activation bytes of a forward + backwar
   });
   const model = Qwen2Model.random(cfg, { seed: 5, std: 0.1 });
   const batch = padBatch(rows, "left");
-  const vars = model.variables();
-  const gradientBytes = vars.reduce((a, v) => a + v.size * 4, 0);
-  const peak = async () =>
-    (await peakBytesDuring(() => {
-      const { value, grads } = tf.variableGrads(
-        () => tf.sum(tokenLogProbs(model, batch).logProbs) as tf.Scalar,
-        vars,
-      );
-      value.dispose();
-      for (const g of Object.values(grads)) g.dispose();
-      return [];
-    })) - gradientBytes;
+  const peak = async () => (await forwardBackwardPeak(model, batch)).activations;
   const plain = await peak();
   model.gradientCheckpointing = true;
   const checkpointed = await peak();
@@ -101,7 +90,7 @@ test.serial("checkpointing cuts the peak activation bytes of a forward + backwar
     `peak activation bytes: ${plain} plain, ${checkpointed} checkpointed (${(plain / checkpointed).toFixed(2)}x)`,
   );
   t.true(checkpointed > 0);
-  t.true(plain >= 2 * checkpointed, `${plain} vs ${checkpointed}`);
+  t.true(plain >= 3 * checkpointed, `${plain} vs ${checkpointed}`);
   model.dispose();
 });
 

@@ -81,6 +81,27 @@ for (const tied of [false, true]) {
         },
       });
       t.is(tf.memory().numTensors, tensorsBefore, "no tensor left behind");
+      // a rank with no micro-batch left makes the same calls (the collectives) in the same order
+      const emptyOrder: string[] = [];
+      await layerwiseStep(model, null, headVars, loss, {
+        layerWeights: async (i) => {
+          emptyOrder.push(`weights ${i}`);
+          return new Map() as LayerTensors;
+        },
+        layerGradients: async (i, grads) => {
+          emptyOrder.push(`grads ${i}`);
+          t.is(grads, null);
+        },
+        headGradients: async (grads) => {
+          emptyOrder.push("head");
+          t.is(grads, null);
+        },
+        embeddingGradient: async (g) => {
+          emptyOrder.push("embedding");
+          t.is(g, null);
+        },
+      });
+      t.deepEqual(emptyOrder, order);
       t.deepEqual(order, [
         "weights 0",
         "weights 1",

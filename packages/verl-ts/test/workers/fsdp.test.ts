@@ -159,13 +159,15 @@ test("N=2 and N=4 ranks give the same parameters and metrics as N=1; optimizer s
   for (const per of infos) {
     const n = per.length;
     t.is(
-      per.reduce((a, i) => a + (i.shardEnd - i.shardStart), 0),
+      per.reduce((a, i) => a + i.shardElements, 0),
       total,
       "shards cover every parameter once",
     );
     for (const i of per) {
       t.true(
-        Math.abs(i.optimizerBytes - (8 * total) / n) <= 8,
+        // sharded per unit (each decoder layer, and the parameters around the 2 layers: 4 units), a rank's
+        // share of each unit is within one element of 1/N
+        Math.abs(i.optimizerBytes - (8 * total) / n) <= 8 * 4,
         `rank ${i.rank}/${n}: ${i.optimizerBytes} bytes`,
       );
     }

@@ -1,0 +1,133 @@
+/**
+ * FSDP per decoder layer in the update: a micro-batch's forward all-gathers each layer's parameters
+ * from the shards just before the layer runs and frees them after; the backward gathers them again,
+ * recomputes the layer, and reduce-scatters its gradient at once, so a rank holds the full gradient
+ * of one unit at a time (a layer, or the parameters outside the layers) and otherwise only its shard.
+ * The layer-by-layer pass is models/layerwise.ts; the collectives are ShardedParameters'. Every rank
+ * runs the same number of micro-batch rounds (the largest count of any rank): a rank with fewer runs
+ * empty rounds that take part in the same collectives with zero gradients.
+ */
+import * as tf from "@tensorflow/tfjs";
+import { type LayerTensors, layerwiseStep } from "../models/layerwise.js";
+import type { Qwen2Model } from "../models/qwen2.js";
+import type { TokenBatch } from "../models/token-batch.js";
+import { WorkerStateError } from "./errors.js";
+import type { ShardedParameters } from "./sharded-parameters.js";
+
+const LAYER_PARAM = /^model\.layers\.(\d+)\./;
+
+/** The unit a parameter is sharded in: its decoder layer, or the run of parameters around the layers. */
+export function layerUnitKey(name: string): string {
+  const m = LAYER_PARAM.exec(name);
+  return m ? `layer ${m[1]}` : "outside the layers";
+}
+
+/** A read the loss asked for (MicroStep.afterBackward), served with the head's gradients. */
+export interface PendingRead {
+  tensors: tf.Tensor[];
+  use: (values: Float32Array[]) => void;
+}
+
+export class LayerSharding {
+  /** The unit of each decoder layer. */
+  private readonly layerUnit: number[];
+  /** The units outside the layers (embedding; final norm and heads). */
+  private readonly outerUnits: number[];
+  /** The trained variables outside the layers, and each variable's parameter name. */
+  private readonly headVariables: tf.Variable[];
+  private readonly shapes: Map<string, number[]>;
+
+  constructor(
+    private readonly sharded: ShardedParameters,
+    private readonly model: Qwen2Model,
+    variables: tf.Variable[],
+    private readonly paramNameOf: Map<string, string>,
+  ) {
+    const L = model.config.numHiddenLayers;
+    this.layerUnit = Array.from({ length: L }, (_, i) => {
+      const units = sharded.units.flatMap((u, k) => (u.key === `layer ${i}` ? [k] : []));
+      if (units.length !== 1)
+        throw new WorkerStateError(
+          `decoder layer ${i}'s parameters form ${units.length} units of the flat layout, expected 1 (sharded with layerUnitKey?)`,
+        );
+      return units[0]!;
+    });
+    this.outerUnits = sharded.units.flatMap((u, k) => (u.key.startsWith("layer ") ? [] : [k]));
+    this.headVariables = variables.filter((v) => !LAYER_PARAM.test(paramNameOf.get(v.name) ?? ""));
+    this.shapes = new Map(model.specs.map((s) => [s.name, s.shape]));
+  }
+
+  /**
+   * Adds one micro-batch's gradient (of `loss`, which runs the model's forward on `tokens`) into this
+   * rank's shard gradient. `tokens` null: an empty round (see the file comment). `pending` gives the
+   * reads the loss asked for, served together with the head's gradients.
+   */
+  async microBatch(
+    tokens: TokenBatch | null,
+    loss: () => tf.Scalar,
+    pending: () => PendingRead[],
+    shardGrad: Float32Array,
+  ): Promise<void> {
+    const sharded = this.sharded;
+    const unitSize = (u: number) => sharded.units[u]!.end - sharded.units[u]!.start;
+    // the outer units' gradients gather contributions from the head and the embedding
+    const outer = new Map(this.outerUnits.map((u) => [u, new Float32Array(unitSize(u))]));
+    const addInto = (name: string, values: Float32Array) => {
+      const offset = sharded.offsetOf(name);
+      for (const u of this.outerUnits) {
+        const unit = sharded.units[u]!;
+        if (offset >= unit.start && offset < unit.end) {
+          const buf = outer.get(u)!;
+          const at = offset - unit.start;
+          for (let k = 0; k < values.length; k++) buf[at + k]! += values[k]!;
+          return;
+        }
+      }
+      throw new WorkerStateError(`parameter ${name} is not in a unit outside the layers`);
+    };
+    await layerwiseStep(this.model, tokens, this.headVariables, loss, {
+      layerWeights: async (i) => {
+        const u = this.layerUnit[i]!;
+        const values = await sharded.gatherUnit(u);
+        const unit = sharded.units[u]!;
+        return new Map(
+          unit.entries.map((e) => {
+            const at = e.offset - unit.start;
+            return [e.name, tf.tensor(values.subarray(at, at + e.size), this.shapes.get(e.name), "float32")];
+          }),
+        ) as LayerTensors;
+      },
+      layerGradients: async (i, grads) => {
+        const u = this.layerUnit[i]!;
+        const unit = sharded.units[u]!;
+        const buf = new Float32Array(unitSize(u));
+        if (grads) {
+          const entries = [...grads];
+          const host = await Promise.all(entries.map(([, g]) => g.data() as Promise<Float32Array>));
+          for (const [k, [name]] of entries.entries()) buf.set(host[k]!, sharded.offsetOf(name) - unit.start);
+        }
+        await sharded.reduceScatterUnit(u, buf, shardGrad);
+      },
+      headGradients: async (grads) => {
+        const reads = pending();
+        try {
+          const entries = grads ? [...grads] : [];
+          const [values, host] = await Promise.all([
+            Promise.all(
+              reads.map((r) => Promise.all(r.tensors.map((t) => t.data() as Promise<Float32Array>))),
+            ),
+            Promise.all(entries.map(([, g]) => g.data() as Promise<Float32Array>)),
+          ]);
+          for (const [i, r] of reads.entries()) r.use(values[i]!);
+          for (const [k, [vname]] of entries.entries()) addInto(this.paramNameOf.get(vname)!, host[k]!);
+        } finally {
+          for (const r of reads) for (const t of r.tensors) t.dispose();
+        }
+      },
+      embeddingGradient: async (grad) => {
+        if (grad) addInto("model.embed_tokens.weight", (await grad.data()) as Float32Array);
+        for (const u of this.outerUnits) await sharded.reduceScatterUnit(u, outer.get(u)!, shardGrad);
+      },
+    });
+  }
+}
