@@ -150,3 +150,20 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  "a bf16 actor's update computes with the bf16 weights its old log-probs came from: the first ratio is exactly 1",
+  async (t) => {
+    const w = worker([
+      "actor_rollout_ref.model.dtype=bfloat16",
+      "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    ]);
+    await w.initModel();
+    const batch = data.slice(0, 4);
+    batch.union(await w.computeLogProb(batch));
+    const metrics = await w.updateActor(batch);
+    // one mini-batch, on-policy: log-probs in the update equal the old ones (float32 master weights would not)
+    t.is(metrics["actor/ppo_kl"], 0);
+    t.is(metrics["actor/pg_clipfrac"], 0);
+  },
+);
