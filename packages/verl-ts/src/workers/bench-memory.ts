@@ -1,6 +1,6 @@
 /**
  * `pnpm torl bench memory [--json]`: the bytes one rank holds to train a ~25M-parameter Qwen2 (8 layers)
- * with FSDP per layer over N ranks, and the peak activation bytes of a micro-batch's forward + backward
+ * with FSDP over N ranks (per decoder layer with gradient checkpointing, layer-sharding.ts), and the peak activation bytes of a micro-batch's forward + backward
  * with and without gradient checkpointing.
  *
  * How the bytes are measured:

@@ -1,11 +1,20 @@
 /**
- * FSDP per decoder layer in the update: a micro-batch's forward all-gathers each layer's parameters
- * from the shards just before the layer runs and frees them after; the backward gathers them again,
- * recomputes the layer, and reduce-scatters its gradient at once, so a rank holds the full gradient
- * of one unit at a time (a layer, or the parameters outside the layers) and otherwise only its shard.
- * The layer-by-layer pass is models/layerwise.ts; the collectives are ShardedParameters'. Every rank
- * runs the same number of micro-batch rounds (the largest count of any rank): a rank with fewer runs
- * empty rounds that take part in the same collectives with zero gradients.
+ * The gradient of one micro-batch, reduce-scattered unit by unit into this rank's gradient shard (a
+ * unit: one decoder layer, or a run of the parameters around the layers).
+ *
+ * With gradient checkpointing (the model's gradientCheckpointing), FSDP per decoder layer: the forward
+ * all-gathers each layer's parameters from the shards just before the layer runs and frees them after;
+ * the backward gathers them again, recomputes the layer, and reduce-scatters its gradient at once, so
+ * a rank holds the full gradient of one unit at a time and otherwise only its shard (models/layerwise.ts).
+ * A tfjs backward cannot wait for a collective, so gathering in the backward needs the recompute.
+ *
+ * Without it, one tape over the whole model keeps every layer's activations and computes with the
+ * model's own full weights; after the backward the gradients are read and reduce-scattered one unit at
+ * a time (the host holds one unit's full gradient at a time; the tensor backend holds all of them
+ * until their unit is read).
+ *
+ * Every rank runs the same number of micro-batch rounds (the largest count of any rank): a rank with
+ * fewer runs empty rounds that take part in the same collectives with zero gradients.
  */
 import * as tf from "@tensorflow/tfjs";
 import { roundedTo } from "../models/half-precision.js";
@@ -29,6 +38,23 @@ export interface PendingRead {
   use: (values: Float32Array[]) => void;
 }
 
+/**
+ * Reads `tensors` to the host and serves `reads` in the same round trip (a GPU backend maps its
+ * buffers together); the reads' tensors are disposed, `tensors` are the caller's.
+ */
+async function readServing(reads: PendingRead[], tensors: tf.Tensor[]): Promise<Float32Array[]> {
+  try {
+    const [values, host] = await Promise.all([
+      Promise.all(reads.map((r) => Promise.all(r.tensors.map((t) => t.data() as Promise<Float32Array>)))),
+      Promise.all(tensors.map((t) => t.data() as Promise<Float32Array>)),
+    ]);
+    for (const [i, r] of reads.entries()) r.use(values[i]!);
+    return host;
+  } finally {
+    for (const r of reads) for (const t of r.tensors) t.dispose();
+  }
+}
+
 export class LayerSharding {
   /** The unit of each decoder layer. */
   private readonly layerUnit: number[];
@@ -37,6 +63,9 @@ export class LayerSharding {
   /** The trained variables outside the layers, and each variable's parameter name. */
   private readonly headVariables: tf.Variable[];
   private readonly shapes: Map<string, number[]>;
+  /** Every trained variable, and by parameter name (the whole-model path). */
+  private readonly variables: tf.Variable[];
+  private readonly variableOf: Map<string, tf.Variable>;
 
   constructor(
     private readonly sharded: ShardedParameters,
@@ -56,14 +85,66 @@ export class LayerSharding {
     this.outerUnits = sharded.units.flatMap((u, k) => (u.key.startsWith("layer ") ? [] : [k]));
     this.headVariables = variables.filter((v) => !LAYER_PARAM.test(paramNameOf.get(v.name) ?? ""));
     this.shapes = new Map(model.specs.map((s) => [s.name, s.shape]));
+    this.variables = variables;
+    this.variableOf = new Map(variables.map((v) => [paramNameOf.get(v.name)!, v]));
   }
 
   /**
    * Adds one micro-batch's gradient (of `loss`, which runs the model's forward on `tokens`) into this
-   * rank's shard gradient. `tokens` null: an empty round (see the file comment). `pending` gives the
-   * reads the loss asked for, served together with the head's gradients.
+   * rank's shard gradient, layer by layer when the model checkpoints its layers, else over the whole
+   * model (see the file comment). `tokens` null: an empty round. `pending` gives the reads the loss
+   * asked for, served together with the first gradients read.
    */
   async microBatch(
+    tokens: TokenBatch | null,
+    loss: () => tf.Scalar,
+    pending: () => PendingRead[],
+    shardGrad: Float32Array,
+  ): Promise<void> {
+    if (this.model.gradientCheckpointing) await this.layerByLayer(tokens, loss, pending, shardGrad);
+    else await this.wholeModel(tokens, loss, pending, shardGrad);
+  }
+
+  /** One tape over the whole model; the gradients reduce-scattered unit by unit afterwards. */
+  private async wholeModel(
+    tokens: TokenBatch | null,
+    loss: () => tf.Scalar,
+    pending: () => PendingRead[],
+    shardGrad: Float32Array,
+  ): Promise<void> {
+    const sharded = this.sharded;
+    let grads: tf.NamedTensorMap = {};
+    if (tokens) {
+      const r = tf.variableGrads(loss, this.variables);
+      r.value.dispose();
+      grads = r.grads;
+    }
+    try {
+      for (const [u, unit] of sharded.units.entries()) {
+        const reads = u === 0 ? pending() : [];
+        const buf = new Float32Array(unit.end - unit.start);
+        const present = unit.entries.flatMap((e) => {
+          const g = grads[this.variableOf.get(e.name)?.name ?? ""];
+          return g ? [{ e, g }] : [];
+        });
+        try {
+          const host = await readServing(
+            reads,
+            present.map(({ g }) => g),
+          );
+          for (const [k, { e }] of present.entries()) buf.set(host[k]!, e.offset - unit.start);
+        } finally {
+          for (const { g } of present) g.dispose();
+        }
+        await sharded.reduceScatterUnit(u, buf, shardGrad);
+      }
+    } finally {
+      for (const g of Object.values(grads)) if (!g.isDisposed) g.dispose();
+    }
+  }
+
+  /** FSDP per decoder layer (see the file comment). */
+  private async layerByLayer(
     tokens: TokenBatch | null,
     loss: () => tf.Scalar,
     pending: () => PendingRead[],
@@ -111,20 +192,12 @@ export class LayerSharding {
         await sharded.reduceScatterUnit(u, buf, shardGrad);
       },
       headGradients: async (grads) => {
-        const reads = pending();
-        try {
-          const entries = grads ? [...grads] : [];
-          const [values, host] = await Promise.all([
-            Promise.all(
-              reads.map((r) => Promise.all(r.tensors.map((t) => t.data() as Promise<Float32Array>))),
-            ),
-            Promise.all(entries.map(([, g]) => g.data() as Promise<Float32Array>)),
-          ]);
-          for (const [i, r] of reads.entries()) r.use(values[i]!);
-          for (const [k, [vname]] of entries.entries()) addInto(this.paramNameOf.get(vname)!, host[k]!);
-        } finally {
-          for (const r of reads) for (const t of r.tensors) t.dispose();
-        }
+        const entries = grads ? [...grads] : [];
+        const host = await readServing(
+          pending(),
+          entries.map(([, g]) => g),
+        );
+        for (const [k, [vname]] of entries.entries()) addInto(this.paramNameOf.get(vname)!, host[k]!);
       },
       embeddingGradient: async (grad) => {
         if (grad) addInto("model.embed_tokens.weight", (await grad.data()) as Float32Array);
