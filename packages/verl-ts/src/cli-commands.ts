@@ -7,6 +7,6 @@ export const cliCommands: CommandRegistry = {
   "bench reward": async () => (await import("./reward/bench.js")).benchRewardCommand,
   "bench model": async () => (await import("./models/bench.js")).benchModelCommand,
   "bench rollout": async () => (await import("./rollout/bench.js")).benchRolloutCommand,
-  "bench scale": async () => (await import("./trainer/bench-scale.js")).benchScaleCommand,
   "bench memory": async () => (await import("./workers/bench-memory.js")).benchMemoryCommand,
+  "bench scale": async () => (await import("./trainer/bench-scale.js")).benchScaleCommand,
 };

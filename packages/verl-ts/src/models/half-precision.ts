@@ -115,6 +115,11 @@ export function toStored(values: Float32Array, dtype: WeightDtype): StoredValues
   return dtype === "float32" ? values : HalfArray.fromFloat32(values, dtype);
 }
 
+/** float32 values rounded to `dtype` (a new array), or the values themselves for float32. */
+export function roundedTo(values: Float32Array, dtype: WeightDtype): Float32Array {
+  return dtype === "float32" ? values : HalfArray.fromFloat32(values, dtype).toFloat32();
+}
+
 /** Values [from, to) of stored values as float32, written into `out` (widened when half). */
 export function float32Range(values: StoredValues, from: number, to: number, out: Float32Array): void {
   if (values instanceof HalfArray)

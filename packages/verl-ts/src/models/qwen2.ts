@@ -179,7 +179,7 @@ export class Qwen2Model {
    * host-held model, see WeightStore.layerByLayer) frees that layer's float32 copies now.
    */
   private layerDone(i: number): void {
-    if (this.weights.layerByLayer && !tf.engine().isTapeOn()) this.weights.release(`model.layers.${i}.`);
+    if (this.weights.layerByLayer && !tapeIsRecording()) this.weights.release(`model.layers.${i}.`);
   }
 
   /** Bytes the weights take between passes, in their storage dtype. */

@@ -21,9 +21,11 @@ export interface WeightBytesFigures {
   model_tensor_bytes_bf16: number;
 }
 
-/** Builds the same random model in float32 and in bfloat16 and measures what each holds. */
-export function measureWeightBytes(config: Qwen2Config, seed = 1): WeightBytesFigures {
-  const values = Qwen2Model.randomParameters(config, { seed });
+/** Builds the same model (random unless `values` are given) in float32 and in bfloat16; measures what each holds. */
+export function measureWeightBytes(
+  config: Qwen2Config,
+  values: Map<string, Float32Array> = Qwen2Model.randomParameters(config, { seed: 1 }),
+): WeightBytesFigures {
   const held = (dtype: "float32" | "bfloat16") => {
     const before = tf.memory().numBytes;
     const model = new Qwen2Model(config, values, { dtype, trainable: false });

@@ -17,10 +17,11 @@
 import { type CliCommand, parseFlags } from "@torl-ts/core";
 import { loadTrainerConfig } from "../config/index.js";
 import { selectBackend } from "../models/backend.js";
+import { randomBatch } from "../models/bench.js";
 import { countParameters, makeQwen2Config, type Qwen2Config } from "../models/config.js";
 import { forwardBackwardPeak } from "../models/peak-bytes.js";
 import { Qwen2Model } from "../models/qwen2.js";
-import { randomBatch } from "../models/timing.js";
+import { measureWeightBytes } from "../models/weight-bytes.js";
 import type { OptimSettings } from "./optim.js";
 import { ShardedParameters } from "./sharded-parameters.js";
 
@@ -72,8 +73,8 @@ export interface MemoryBenchResult {
   /** Per-rank state for each N measured. */
   ranks: RankState[];
   /**
-   * The headline figures. The weight-storage figures (weight_bytes_fp32 / weight_bytes_bf16, bf16
-   * storage) belong here too.
+   * The headline figures, with the weight-storage ones: weight_bytes_fp32 / weight_bytes_bf16 (what the
+   * same model holds between passes in float32 tensors vs bf16 host arrays, models/weight-bytes.ts).
    */
   figures: Record<string, number>;
   method: string;
@@ -112,6 +113,12 @@ export async function runMemoryBench(options: {
     figures.activation_checkpointing_ratio = plain.activations / checkpointed.activations;
     figures.fwd_bwd_peak_bytes = plain.peak;
     figures.fwd_bwd_peak_bytes_checkpointed = checkpointed.peak;
+    const weights = measureWeightBytes(config, values);
+    log(`weights between passes: ${weights.weight_bytes_fp32} bytes fp32, ${weights.weight_bytes_bf16} bf16`);
+    figures.weight_bytes_fp32 = weights.weight_bytes_fp32;
+    figures.weight_bytes_bf16 = weights.weight_bytes_bf16;
+    figures.model_tensor_bytes_fp32 = weights.model_tensor_bytes_fp32;
+    figures.model_tensor_bytes_bf16 = weights.model_tensor_bytes_bf16;
     return {
       config: {
         parameters: countParameters(config),
@@ -124,7 +131,7 @@ export async function runMemoryBench(options: {
       ranks,
       figures,
       method:
-        "state: ShardedParameters' allocations for rank r of N (largest rank); activations: peak bytes of the tensor data buffers created during one forward+backward (each buffer once, from creation to free), without the returned parameter gradients",
+        "state: ShardedParameters' allocations for rank r of N (largest rank); activations: peak bytes of the tensor data buffers created during one forward+backward (each buffer once, from creation to free), without the returned parameter gradients; weights: the bytes a float32 and a bf16 model of the config hold between passes (weight tensors vs host arrays) and tf.memory()'s growth when each is built",
     };
   } finally {
     model.dispose();

@@ -17,6 +17,7 @@
  * fewer runs empty rounds that take part in the same collectives with zero gradients.
  */
 import * as tf from "@tensorflow/tfjs";
+import { roundedTo } from "../models/half-precision.js";
 import { type LayerTensors, layerwiseStep } from "../models/layerwise.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
@@ -169,7 +170,8 @@ export class LayerSharding {
     await layerwiseStep(this.model, tokens, this.headVariables, loss, {
       layerWeights: async (i) => {
         const u = this.layerUnit[i]!;
-        const values = await sharded.gatherUnit(u);
+        // the update computes with the weights the rollout and old log-probs used: rounded to model.dtype
+        const values = roundedTo(await sharded.gatherUnit(u), this.model.dtype);
         const unit = sharded.units[u]!;
         return new Map(
           unit.entries.map((e) => {

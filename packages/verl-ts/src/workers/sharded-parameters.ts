@@ -89,20 +89,8 @@ export class ShardedParameters {
       return piece;
     });
     this.params = new Float32Array(local);
-    for (const [u, unit] of this.units.entries()) {
-      const p = this.pieces[u]!;
-      for (const e of unit.entries) {
-        const from = Math.max(p.start, e.offset);
-        const to = Math.min(p.end, e.offset + e.size);
-        if (from < to)
-          float32Range(
-            values.get(e.name)!,
-            from - e.offset,
-            to - e.offset,
-            this.params.subarray(p.local + from - p.start),
-          );
-      }
-    }
+    for (const p of this.pieces)
+      copyFlatRange(values, this.layout, p.start, p.end, this.params.subarray(p.local));
     this.offsets = new Map(this.layout.entries.map((e) => [e.name, e.offset]));
     this.optim = new ShardedAdamW(local, optim);
   }
@@ -219,5 +207,21 @@ export class ShardedParameters {
     this.optim.loadState({ step: full.adamStep, expAvg: mine(full.expAvg), expAvgSq: mine(full.expAvgSq) });
     this.schedulerStep = full.schedulerStep;
     return this.layout.unflatten(full.params);
+  }
+}
+
+/** Elements [start, end) of the flat vector of `values` (laid out by `layout`) into `out`, as float32. */
+function copyFlatRange(
+  values: Map<string, StoredValues>,
+  layout: FlatLayout,
+  start: number,
+  end: number,
+  out: Float32Array,
+): void {
+  for (const e of layout.entries) {
+    const from = Math.max(start, e.offset);
+    const to = Math.min(end, e.offset + e.size);
+    if (from < to)
+      float32Range(values.get(e.name)!, from - e.offset, to - e.offset, out.subarray(from - start));
   }
 }

@@ -39,6 +39,11 @@ test("bench memory reports per-rank state for each N and activation peaks with a
     t.true(Math.abs(perRank - (16 * P) / n) <= 16 * 6, `N=${n}: ${perRank} vs ${(16 * P) / n}`);
   }
   t.true(f.activation_peak_bytes_checkpointed! < f.activation_peak_bytes!);
+  // bf16 storage halves the weight bytes held, and keeps them out of tensors
+  t.is(f.weight_bytes_fp32!, 4 * P);
+  t.is(f.weight_bytes_bf16! * 2, f.weight_bytes_fp32!);
+  t.true(f.model_tensor_bytes_fp32! >= f.weight_bytes_fp32!);
+  t.true(f.model_tensor_bytes_bf16! < f.weight_bytes_bf16! / 10);
   t.true(f.fwd_bwd_peak_bytes! > f.activation_peak_bytes!);
   t.deepEqual(
     r.ranks.map((x) => x.ranks),

@@ -150,3 +150,24 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  "a bf16 actor's update computes with the bf16 weights its old log-probs came from: the first ratio is exactly 1",
+  async (t) => {
+    // the whole-model tape, and FSDP per layer (with checkpointing: each layer gathered from the shards)
+    for (const checkpointing of [false, true]) {
+      const w = worker([
+        "actor_rollout_ref.model.dtype=bfloat16",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        `actor_rollout_ref.model.enable_gradient_checkpointing=${checkpointing}`,
+      ]);
+      await w.initModel();
+      const batch = data.slice(0, 4);
+      batch.union(await w.computeLogProb(batch));
+      const metrics = await w.updateActor(batch);
+      // one mini-batch, on-policy: the update's log-probs equal the old ones (float32 master weights would not)
+      t.is(metrics["actor/ppo_kl"], 0, `checkpointing ${checkpointing}`);
+      t.is(metrics["actor/pg_clipfrac"], 0);
+    }
+  },
+);
