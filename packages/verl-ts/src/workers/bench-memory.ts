@@ -17,10 +17,10 @@
 import { type CliCommand, parseFlags } from "@torl-ts/core";
 import { loadTrainerConfig } from "../config/index.js";
 import { selectBackend } from "../models/backend.js";
-import { randomBatch } from "../models/bench.js";
 import { countParameters, makeQwen2Config, type Qwen2Config } from "../models/config.js";
 import { forwardBackwardPeak } from "../models/peak-bytes.js";
 import { Qwen2Model } from "../models/qwen2.js";
+import { randomBatch } from "../models/timing.js";
 import { measureWeightBytes } from "../models/weight-bytes.js";
 import type { OptimSettings } from "./optim.js";
 import { ShardedParameters } from "./sharded-parameters.js";
