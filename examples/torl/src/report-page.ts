@@ -95,6 +95,36 @@ export interface ReportOptions {
   axis?: ReportAxis;
   /** EMA weight of the smoothed lines; 0 draws the raw series alone. Default 0.6. */
   smoothing?: number;
+  /** Legend names of the run and of the compared run (default: the run's name, or its setting). */
+  label?: string;
+  compareLabel?: string;
+}
+
+/** What sets a recipe run apart, from its summary: C, the penalty, the mask. */
+function settingOf(run: RunData): string {
+  const s = run.summary ?? {};
+  const parts = [typeof s.num_llm_calls_available === "number" ? `C=${s.num_llm_calls_available}` : ""];
+  if (s.execution_error_penalty === true) parts.push("penalty");
+  if (s.mask_tool_output === false) parts.push("mask off");
+  return parts.filter(Boolean).join(", ");
+}
+
+/**
+ * The run and the compared run, each with a legend name that tells them apart: given names first,
+ * else the run names, else their settings, else their directories.
+ */
+function loadRuns(runDir: string, options: ReportOptions): { run: RunData; compare?: RunData } {
+  const run = loadRun(runDir);
+  const compare = options.compareDir ? loadRun(options.compareDir) : undefined;
+  if (compare && run.label === compare.label) {
+    const [a, b] = [settingOf(run), settingOf(compare)];
+    const [x, y] = a && b && a !== b ? [a, b] : [basename(resolve(run.dir)), basename(resolve(compare.dir))];
+    run.label = x;
+    compare.label = y;
+  }
+  if (options.label) run.label = options.label;
+  if (compare && options.compareLabel) compare.label = options.compareLabel;
+  return { run, compare };
 }
 
 /** Charts under a heading per group, in the order the groups first appear. */
@@ -113,8 +143,7 @@ export function chartGrid(charts: { group: string; svg: string }[]): string {
 
 /** The report page as a string. */
 export function renderReportHtml(runDir: string, options: ReportOptions = {}): string {
-  const run = loadRun(runDir);
-  const compare = options.compareDir ? loadRun(options.compareDir) : undefined;
+  const { run, compare } = loadRuns(runDir, options);
   const chartOptions = { smoothing: options.smoothing };
   const samples = pickSamples(readSamples(runDir), options.maxSamples ?? 8);
   const steps = run.metrics.length
@@ -159,8 +188,7 @@ export function renderReportHtml(runDir: string, options: ReportOptions = {}): s
 
 /** The charts (and a title line) drawn into one PNG with @napi-rs/canvas. */
 export function renderReportPng(runDir: string, options: ReportOptions = {}): Buffer {
-  const run = loadRun(runDir);
-  const compare = options.compareDir ? loadRun(options.compareDir) : undefined;
+  const { run, compare } = loadRuns(runDir, options);
   const axis = options.axis === "wall" && hasWallClock(run.metrics) ? "wall" : "step";
   const charts = run.metrics.length ? reportCharts(run, compare, { axis, smoothing: options.smoothing }) : [];
   return chartsPng(
