@@ -7,6 +7,7 @@ import { Head } from "./cluster/head.js";
 import { readKeyFile, resolveJoinKeys } from "./cluster/key-file.js";
 import { NodeAgent } from "./cluster/node-agent.js";
 import { GetTimeoutError } from "./errors.js";
+import type { ActorHandle } from "./handle-types.js";
 import { logWarn } from "./log.js";
 import { type ActorHandleBase, handleFor } from "./runtime/actor-handle.js";
 import { currentRuntime, maybeRuntime } from "./runtime/current.js";
@@ -151,15 +152,16 @@ function resourcesOf(
 }
 
 /**
- * Creates an actor: `module` (a URL the worker can import) exports `className`. Returns the
- * handle at once; calls queue until the worker is up.
+ * Creates an actor: `module` (a URL the worker can import) exports `className`, of type T. Returns
+ * the handle at once; calls queue until the worker is up. (`actor(Class, ...)` of @torl-ts/actors
+ * infers T from the class.)
  */
-export function createActor(
+export function createActor<T = unknown>(
   module: string,
   className: string | null,
   args: unknown[],
   opts: ActorOptions = {},
-): any {
+): ActorHandle<T> {
   const rt = currentRuntime();
   const actorId = `${className ? className.slice(0, 16) : "exec"}-${randomId(5)}`;
   const site = className ? `constructor of ${className}` : "task executor";
@@ -195,15 +197,15 @@ export function createActor(
   return handleFor(rt, actorId, opts.name);
 }
 
-/** Looks up a live named actor. */
-export async function getActor<T = any>(name: string): Promise<T> {
+/** Looks up a live named actor (of class T). */
+export async function getActor<T = unknown>(name: string): Promise<ActorHandle<T>> {
   const rt = currentRuntime();
   const info = await rt.head.request("getActor", { name });
   return handleFor(rt, info.actorId, name);
 }
 
 /** Kills an actor's worker at once; with `noRestart: false` it may restart (if maxRestarts allows). */
-export function kill(handle: ActorHandleBase | any, opts: { noRestart?: boolean } = {}): void {
+export function kill(handle: { readonly actorId: string }, opts: { noRestart?: boolean } = {}): void {
   const rt = currentRuntime();
   // a request, not a one-way note: the head link re-sends unanswered requests after a broken connection
   rt.head
@@ -217,12 +219,12 @@ export function kill(handle: ActorHandleBase | any, opts: { noRestart?: boolean 
  * so it can set up state (e.g. collective rings) while methods wait.
  */
 export function invokeInActor<R = unknown>(
-  handle: any,
+  handle: ActorHandle<unknown>,
   moduleUrl: string,
   exportName: string,
   args: unknown[] = [],
 ): ObjectRef<R> {
-  const base = handle as ActorHandleBase;
+  const base = handle as unknown as ActorHandleBase;
   return base._rt.actors.call(base._rec, [moduleUrl, exportName], args, FLAG_IMMEDIATE) as ObjectRef<R>;
 }
 
@@ -262,7 +264,7 @@ export function submitTask<R = unknown>(
         resources: res,
         schedulingStrategy: strategy,
       });
-      return (h as ActorHandleBase)._rec;
+      return (h as unknown as ActorHandleBase)._rec;
     });
     pools.set(key, pool);
   }

@@ -16,6 +16,7 @@ export { stopCommand } from "./cli/stop.js";
 export type { CliCommand } from "./cli-command.js";
 export { InputError, UsageError } from "./cli-command.js";
 export * from "./errors.js";
+export type { ActorHandle, RemoteArgs } from "./handle-types.js";
 export {
   childExecArgv,
   isTypeScriptModule,

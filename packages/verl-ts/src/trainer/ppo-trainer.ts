@@ -37,7 +37,7 @@ import {
   multiTurnConfig,
 } from "../rollout/multi-turn.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
-import { type BoundMethods, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
+import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
 import { CriticWorker } from "../workers/critic.js";
 import { externalLibSpecifier, importExternalLib } from "../workers/external-lib.js";
@@ -122,8 +122,8 @@ export interface TrainingSummary {
   world_size: number;
 }
 
-type ActorGroup = WorkerGroup<ActorRolloutRefWorker> & BoundMethods<ActorRolloutRefWorker>;
-type CriticGroup = WorkerGroup<CriticWorker> & BoundMethods<CriticWorker>;
+type ActorGroup = BoundGroup<typeof ActorRolloutRefWorker>;
+type CriticGroup = BoundGroup<typeof CriticWorker>;
 
 const workerModule = (name: string) =>
   new URL(`../workers/${name}${import.meta.url.endsWith(".ts") ? ".ts" : ".js"}`, import.meta.url).href;
@@ -419,10 +419,10 @@ export class RayPPOTrainer {
         groupOptions,
       );
       const roles = colocated.spawnRoles();
-      this.actor = roles.actor_rollout_ref as ActorGroup;
-      this.critic = roles.critic as CriticGroup;
+      this.actor = roles.actor_rollout_ref;
+      this.critic = roles.critic;
     } else {
-      this.actor = (await WorkerGroup.create(pool, actorRole, groupOptions)) as ActorGroup;
+      this.actor = await WorkerGroup.create(pool, actorRole, groupOptions);
     }
     this.workerPids = (await this.actor.workerInfo()).map((i) => i.pid);
     this.currentStage = "initModel";
@@ -580,7 +580,7 @@ export class RayPPOTrainer {
     }
 
     // 4. Old log-probs (and entropy) under the actor that generated the responses.
-    const old: DataProto = await timed("old_log_prob", () => actor.computeLogProb(batch));
+    const old = await timed("old_log_prob", () => actor.computeLogProb(batch));
     const entropys = old.pop(["entropys"]).tensor("entropys");
     batch.union(old);
     const lossMask = batch.tensor("loss_mask") as MaskMatrix;
@@ -600,7 +600,7 @@ export class RayPPOTrainer {
     let criticOut: StepMetrics = {};
     if (critic) {
       const rows = (cfg.critic.ppo_mini_batch_size as number) * ar.rollout.n;
-      const out: StepMetrics[] = await timed("update_critic", () =>
+      const out = await timed("update_critic", () =>
         critic.updateCritic(layoutForMiniBatches(batch, critic.worldSize, rows)),
       );
       criticOut = out[0]!;
@@ -611,7 +611,7 @@ export class RayPPOTrainer {
     let actorOut: StepMetrics = {};
     if (!critic || cfg.trainer.critic_warmup <= this.globalStep) {
       const miniRows = ar.actor.ppo_mini_batch_size * ar.rollout.n;
-      const out: StepMetrics[] = await timed("update_actor", () =>
+      const out = await timed("update_actor", () =>
         actor.updateActor(layoutForMiniBatches(batch, actor.worldSize, miniRows)),
       );
       actorOut = out[0]!;
@@ -649,15 +649,13 @@ export class RayPPOTrainer {
     const genBatch = batch.pop(PROMPT_KEYS);
     genBatch.metaInfo.seed = this.rng.nextUint32();
     // each prompt repeated n times (interleaved), generated on the actor's own weights
-    const gen: DataProto = await timed("gen", () =>
-      this.actorRolloutWg.generateSequences(genBatch.repeat(n)),
-    );
+    const gen = await timed("gen", () => this.actorRolloutWg.generateSequences(genBatch.repeat(n)));
     // ReMax: the baseline of each prompt is the score of its greedy response (veRL's gen_max)
     let baselines: Float32Array | undefined;
     if (this.config.algorithm.adv_estimator === "remax") {
       const greedy = DataProto.fromWire(genBatch.toWire());
       greedy.metaInfo.do_sample = false;
-      const base: DataProto = await timed("gen_max", () => this.actorRolloutWg.generateSequences(greedy));
+      const base = await timed("gen_max", () => this.actorRolloutWg.generateSequences(greedy));
       const scoredBase = await this.score(
         batch.select([], Object.keys(batch.nonTensorBatch), []).union(base),
       );
@@ -836,7 +834,7 @@ export class RayPPOTrainer {
       const genBatch = batch.pop(PROMPT_KEYS);
       genBatch.metaInfo.validate = true;
       genBatch.metaInfo.seed = cfg.actor_rollout_ref.rollout.seed;
-      const gen: DataProto = await actor.generateSequences(genBatch.repeat(n));
+      const gen = await actor.generateSequences(genBatch.repeat(n));
       batch = batch.repeat(n).union(gen);
       const scored = await this.score(batch);
       batch.union(scored.select([], ["acc", "score", "extracted_answer"], []));

@@ -22,7 +22,7 @@ import { rolloutTrainingBatch } from "../rollout/batch.js";
 import { agentTrainingBatch, multiTurnConfig, multiTurnSettings } from "../rollout/multi-turn.js";
 import { type TirRolloutOptions, tirRollout } from "../rollout/tir.js";
 import { instantiateTool } from "../rollout/tool-config.js";
-import { Dispatch, register } from "../single-controller/decorator.js";
+import { Dispatch, type Registrations } from "../single-controller/registration.js";
 import { importExternalLib } from "./external-lib.js";
 import {
   byMicroBatch,
@@ -58,6 +58,15 @@ export interface ActorRolloutRefOptions {
 }
 
 export class ActorRolloutRefWorker extends ShardedWorker {
+  static override readonly registered = {
+    ...ShardedWorker.registered,
+    initModel: Dispatch.ONE_TO_ALL,
+    generateSequences: Dispatch.DP_COMPUTE_PROTO,
+    computeLogProb: Dispatch.DP_COMPUTE_PROTO,
+    computeRefLogProb: Dispatch.DP_COMPUTE_PROTO,
+    updateActor: Dispatch.DP_COMPUTE_METRIC,
+  } satisfies Registrations<ActorRolloutRefWorker>;
+
   private readonly cfg: TrainerConfig;
   private readonly role: NonNullable<ActorRolloutRefOptions["role"]>;
   private readonly toolSpec: ToolSpec | null;
@@ -82,7 +91,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   }
 
   /** Loads the model (every rank from the same directory), shards it and sets up the optimizer. */
-  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async initModel(): Promise<ShardInfo> {
     // the user's module first: the policy loss it registers must exist in this process
     await importExternalLib(this.cfg.actor_rollout_ref.model.external_lib as string | null);
@@ -150,7 +158,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    * actor.mask_tool_output, execution_passes, num_tool_calls, num_tool_passes; non-tensor
    * response_text, finish_reason, tool_observations).
    */
-  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   async generateSequences(prompts: DataProto): Promise<DataProto> {
     this.injectFault("generateSequences");
     const model = this.needModel();
@@ -228,7 +235,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   }
 
   /** Old log-probs and entropy of the responses under the current actor: old_log_probs, entropys [B, R]. */
-  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   async computeLogProb(data: DataProto): Promise<DataProto> {
     const [logProbs, entropy] = await this.responseLogProbs(this.needModel(), data, "rollout", true);
     const shape = [data.length, data.tensor("responses").shape[1]!];
@@ -239,7 +245,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   }
 
   /** Log-probs of the responses under the frozen reference policy: ref_log_prob [B, R]. */
-  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   async computeRefLogProb(data: DataProto): Promise<DataProto> {
     if (!this.ref) throw new WorkerStateError(`rank ${this.rank}: this worker holds no reference model`);
     const [logProbs] = await this.responseLogProbs(this.ref, data, "ref", false);
@@ -255,7 +260,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    * loss mask (loss_mask, else response_mask); ref_log_prob when actor.use_kl_loss. Returns the metrics
    * (identical on every rank).
    */
-  @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
   async updateActor(data: DataProto): Promise<Record<string, number>> {
     this.injectFault("updateActor");
     const model = this.needModel();

@@ -21,7 +21,7 @@ import { type Qwen2Model, type TokenBatch, uid } from "../models/qwen2.js";
 import { DataProto } from "../protocol/data-proto.js";
 import type { BatchTensor } from "../protocol/tensor.js";
 import { gaussian, mulberry32 } from "../random.js";
-import { Dispatch, register } from "../single-controller/decorator.js";
+import { Dispatch, type Registrations } from "../single-controller/registration.js";
 import {
   byMicroBatch,
   microBatches,
@@ -93,6 +93,13 @@ export function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSet
 }
 
 export class CriticWorker extends ShardedWorker {
+  static override readonly registered = {
+    ...ShardedWorker.registered,
+    initModel: Dispatch.ONE_TO_ALL,
+    computeValues: Dispatch.DP_COMPUTE_PROTO,
+    updateCritic: Dispatch.DP_COMPUTE_METRIC,
+  } satisfies Registrations<CriticWorker>;
+
   private readonly cfg: TrainerConfig;
   private settings?: CriticSettings;
   private model?: Qwen2Model;
@@ -104,7 +111,6 @@ export class CriticWorker extends ShardedWorker {
   }
 
   /** Loads the backbone, adds the value head, shards the parameters and sets up AdamW. */
-  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async initModel(): Promise<ShardInfo> {
     this.backendName = (await selectBackend({ log: null })).name;
     const s = criticSettings(this.cfg, this.worldSize);
@@ -168,7 +174,6 @@ export class CriticWorker extends ShardedWorker {
   }
 
   /** Critic values of the responses (no gradient): values [B, R]. */
-  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   async computeValues(data: DataProto): Promise<DataProto> {
     const { s } = this.need();
     const R = data.tensor("responses").shape[1]!;
@@ -190,7 +195,6 @@ export class CriticWorker extends ShardedWorker {
    * Needs input_ids, attention_mask, responses, values (from computeValues), returns and a loss mask
    * (loss_mask, else response_mask). Returns veRL's critic metrics (identical on every rank).
    */
-  @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
   async updateCritic(data: DataProto): Promise<Record<string, number>> {
     this.injectFault("updateCritic");
     const { head, model, s } = this.need();

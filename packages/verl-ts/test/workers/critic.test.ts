@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import {
-  type BoundMethods,
+  type BoundGroup,
   computeValueLoss,
   type DataProto,
   loadTrainerConfig,
@@ -55,7 +55,7 @@ function batch(): DataProto {
   });
 }
 
-type Group = WorkerGroup<CriticWorker> & BoundMethods<CriticWorker>;
+type Group = BoundGroup<typeof CriticWorker>;
 
 async function group(n: number, cfg: ReturnType<typeof config>, name: string): Promise<Group> {
   const pool = new ResourcePool({ processOnNodes: [n], useGpu: false, namePrefix: name });

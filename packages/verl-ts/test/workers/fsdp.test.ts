@@ -1,7 +1,7 @@
 import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import {
-  type BoundMethods,
+  type BoundGroup,
   type DataProto,
   loadTrainerConfig,
   ResourcePool,
@@ -63,7 +63,7 @@ function batch(): DataProto {
   });
 }
 
-type Group = WorkerGroup<ActorRolloutRefWorker> & BoundMethods<ActorRolloutRefWorker>;
+type Group = BoundGroup<typeof ActorRolloutRefWorker>;
 
 async function group(n: number, cfg: ReturnType<typeof config>, name = `fsdp${n}`): Promise<Group> {
   const pool = new ResourcePool({ processOnNodes: [n], useGpu: false, namePrefix: name });

@@ -2,7 +2,7 @@ import { fileURLToPath } from "node:url";
 import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import {
-  type BoundMethods,
+  type BoundGroup,
   type DataProto,
   loadTrainerConfig,
   ResourcePool,
@@ -56,7 +56,7 @@ function batch(): DataProto {
   });
 }
 
-type Group = WorkerGroup<ActorRolloutRefWorker> & BoundMethods<ActorRolloutRefWorker>;
+type Group = BoundGroup<typeof ActorRolloutRefWorker>;
 
 async function group(n: number, cfg: ReturnType<typeof config>, name: string): Promise<Group> {
   const pool = new ResourcePool({ processOnNodes: [n], useGpu: false, namePrefix: name });
