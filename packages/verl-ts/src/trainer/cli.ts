@@ -39,7 +39,7 @@ export const trainCommand: CliCommand = {
     const { files, overrides } = splitConfigArgs(rest);
     const config = loadTrainerConfig({ files, overrides });
     // before the checks: an estimator or loss the module registers must be known to them
-    await importExternalLib(config.actor_rollout_ref.model.external_lib as string | null);
+    await importExternalLib(config.actor_rollout_ref.model.external_lib);
     const trainer = new RayPPOTrainer(config, { tool, runsDir });
     await trainer.fit();
     return 0;

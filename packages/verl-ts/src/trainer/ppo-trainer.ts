@@ -204,13 +204,7 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
       `"${lossMode}" is not a registered policy loss (have: ${listPolicyLosses().join(", ")}); register your own in a module named by actor_rollout_ref.model.external_lib`,
     );
   if (usesCritic(cfg)) {
-    const c = cfg.critic as TrainerConfig["critic"] & {
-      model: { path: string | null };
-      use_dynamic_bsz: boolean;
-      ppo_micro_batch_size_per_gpu: number | null;
-      ppo_max_token_len_per_gpu: number;
-      forward_max_token_len_per_gpu: number;
-    };
+    const c = cfg.critic;
     if (c.model.path && !existsSync(join(c.model.path, "config.json")))
       add("critic.model.path", `${c.model.path} holds no config.json`);
     batchSizes("critic", c.ppo_mini_batch_size, c.ppo_micro_batch_size_per_gpu);
@@ -222,10 +216,7 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
   if (a.use_dynamic_bsz)
     budget("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", a.ppo_max_token_len_per_gpu);
   for (const role of ["ref", "rollout"] as const) {
-    const section = cfg.actor_rollout_ref[role] as {
-      log_prob_use_dynamic_bsz?: boolean;
-      log_prob_max_token_len_per_gpu?: number;
-    };
+    const section = cfg.actor_rollout_ref[role];
     if (section.log_prob_use_dynamic_bsz)
       budget(
         `actor_rollout_ref.${role}.log_prob_max_token_len_per_gpu`,
@@ -376,7 +367,7 @@ export class RayPPOTrainer {
     if (cfg.algorithm.use_kl_in_reward) this.klCtrl = createKlController(cfg.algorithm.kl_ctrl);
 
     // the user's module, by an absolute specifier so every worker process finds it too
-    const lib = cfg.actor_rollout_ref.model.external_lib as string | null;
+    const lib = cfg.actor_rollout_ref.model.external_lib;
     if (lib) {
       cfg.actor_rollout_ref.model.external_lib = externalLibSpecifier(lib);
       await importExternalLib(lib);
@@ -465,7 +456,7 @@ export class RayPPOTrainer {
       summary: this.summaryAcc,
       wallSeconds,
     };
-    this.ckpt.commit(this.globalStep, state, this.config.trainer.max_actor_ckpt_to_keep as number | null);
+    this.ckpt.commit(this.globalStep, state, this.config.trainer.max_actor_ckpt_to_keep);
   }
 
   /** Runs the whole training; returns the summary (also written to runs/<name>/summary.json). */
@@ -483,7 +474,7 @@ export class RayPPOTrainer {
       this.runLog.addSinks(
         await createMetricSinks(cfg.trainer.logger, {
           runDir: this.runLog.dir,
-          project: cfg.trainer.project_name as string,
+          project: cfg.trainer.project_name,
           experiment: cfg.trainer.experiment_name,
           config: cfg,
         }),
@@ -599,7 +590,7 @@ export class RayPPOTrainer {
     // 8. Update the critic on the returns (global mini-batches laid out over the ranks).
     let criticOut: StepMetrics = {};
     if (critic) {
-      const rows = (cfg.critic.ppo_mini_batch_size as number) * ar.rollout.n;
+      const rows = cfg.critic.ppo_mini_batch_size * ar.rollout.n;
       const out = await timed("update_critic", () =>
         critic.updateCritic(layoutForMiniBatches(batch, critic.worldSize, rows)),
       );

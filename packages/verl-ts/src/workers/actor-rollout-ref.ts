@@ -93,7 +93,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   /** Loads the model (every rank from the same directory), shards it and sets up the optimizer. */
   async initModel(): Promise<ShardInfo> {
     // the user's module first: the policy loss it registers must exist in this process
-    await importExternalLib(this.cfg.actor_rollout_ref.model.external_lib as string | null);
+    await importExternalLib(this.cfg.actor_rollout_ref.model.external_lib);
     if (this.isActor) getPolicyLoss(this.cfg.actor_rollout_ref.actor.policy_loss.loss_mode);
     const backend = await selectBackend({ log: null });
     this.backendName = backend.name;
@@ -107,7 +107,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       this.sharded = new ShardedParameters(
         await this.model.getParameters(),
         this.ctx,
-        this.cfg.actor_rollout_ref.actor.optim as OptimSettings,
+        this.cfg.actor_rollout_ref.actor.optim,
       );
       if (this.hasRef) this.ref = loadPretrained(path, { trainable: false }).model;
     } else {
@@ -210,10 +210,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
 
   /** Micro-batches of a log-prob pass: logProbMicroRows rows, or a token budget. */
   private logProbGroups(key: "rollout" | "ref", data: DataProto): number[][] {
-    const section = this.cfg.actor_rollout_ref[key] as {
-      log_prob_use_dynamic_bsz?: boolean;
-      log_prob_max_token_len_per_gpu?: number;
-    };
+    const section = this.cfg.actor_rollout_ref[key];
     const rows = logProbMicroRows(this.cfg, key, this.worldSize);
     return microBatches(
       data,

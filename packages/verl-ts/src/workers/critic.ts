@@ -59,20 +59,7 @@ interface CriticSettings {
 }
 
 export function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSettings {
-  const c = cfg.critic as TrainerConfig["critic"] & {
-    model: { path: string | null };
-    ppo_micro_batch_size: number | null;
-    ppo_micro_batch_size_per_gpu: number | null;
-    forward_micro_batch_size: number | null;
-    forward_micro_batch_size_per_gpu: number | null;
-    use_dynamic_bsz: boolean;
-    ppo_max_token_len_per_gpu: number;
-    forward_max_token_len_per_gpu: number;
-    ppo_epochs: number;
-    grad_clip: number;
-    loss_agg_mode: string;
-    rollout_n: number;
-  };
+  const c = cfg.critic;
   const path = c.model.path ?? cfg.actor_rollout_ref.model.path;
   if (!path) throw new WorkerStateError("critic.model.path (or actor_rollout_ref.model.path) is not set");
   const micro = perWorkerRows(c.ppo_micro_batch_size_per_gpu, c.ppo_micro_batch_size, worldSize);
