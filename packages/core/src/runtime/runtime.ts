@@ -204,7 +204,7 @@ export class Runtime {
       this.heartbeatThread = null;
       if (this.closed) return;
       this.heartbeat = setInterval(
-        () => this.head.notify("chb", { clientId: this.clientId }),
+        () => this.head.notify("clientHeartbeat", { clientId: this.clientId }),
         DRIVER_HEARTBEAT_MS,
       );
       this.heartbeat.unref();
