@@ -617,7 +617,7 @@ export class RayPPOTrainer {
       ...balance,
       ...computeToolMetrics(batch),
       ...computeMultiTurnMetrics(batch),
-      ...prefixed(scored.metaInfo.reward_metrics as StepMetrics | undefined),
+      ...numericMetrics(scored.metaInfo.reward_metrics),
       ...sampling,
       "training/epoch": epoch,
       "training/global_step": this.globalStep,
@@ -940,8 +940,9 @@ function safeLatest(ckpt: CheckpointManager): number | undefined {
   }
 }
 
-function prefixed(m: StepMetrics | undefined): StepMetrics {
-  if (!m) return {};
+/** The numeric entries of a metrics record that crossed a process boundary (others are dropped). */
+function numericMetrics(m: unknown): StepMetrics {
+  if (!m || typeof m !== "object") return {};
   const out: StepMetrics = {};
   for (const [k, v] of Object.entries(m)) if (typeof v === "number") out[k] = v;
   return out;
