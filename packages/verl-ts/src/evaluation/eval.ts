@@ -17,19 +17,13 @@
 import { writeFileSync } from "node:fs";
 import { type CliCommand, InputError, parseFlags, UsageError } from "@torl-ts/core";
 import { PythonCodeInterpreter, SandboxExecutor, type Tool } from "@torl-ts/sandbox";
-import {
-  BACKEND_NAMES,
-  type BackendName,
-  loadPretrained,
-  type RlDatasetRow,
-  readRlDataset,
-  renderPrompt,
-  selectBackend,
-  type TirSample,
-  tirRollout,
-} from "@torl-ts/verl";
-import { computeMathScore } from "@torl-ts/verl/reward";
-import { type TrajectorySample, trajectoryFromTir } from "./report.js";
+import { type RlDatasetRow, readRlDataset } from "../data/rows.js";
+import { renderPrompt } from "../data/templates.js";
+import { BACKEND_NAMES, type BackendName, selectBackend } from "../models/backend.js";
+import { loadPretrained } from "../models/pretrained.js";
+import { computeMathScore } from "../reward/score.js";
+import { type TirSample, tirRollout } from "../rollout/tir.js";
+import { type TrajectorySample, trajectoryFromTir } from "./trajectory.js";
 
 export interface EvalOptions {
   /** HF model directory (config.json, model.safetensors, tokenizer.json). */
