@@ -21,7 +21,7 @@ import { basename, dirname, isAbsolute, join, relative, resolve } from "node:pat
 import { pathToFileURL } from "node:url";
 import { createCanvas, Image } from "@napi-rs/canvas";
 import { type CliCommand, InputError, parseFlags, UsageError } from "@torl-ts/core";
-import { type TrajectorySample, trajectoryFromTir } from "@torl-ts/verl";
+import type { TrajectorySample } from "@torl-ts/verl";
 import { escapeHtml, FONT, fmtNum, lineChart, PALETTE, type Series, stackedChart } from "./report-charts.js";
 
 export { escapeHtml, lineChart, type Series, smoothSeries, stackedChart } from "./report-charts.js";
