@@ -166,6 +166,13 @@ test("the installed torl binary prints its version, lists every installed packag
   const commands = ["start", "status", "stop", "sandbox", "verify", "train", "eval", "export"];
   for (const command of [...commands, "bench collectives", "bench reward"])
     t.regex(help, new RegExp(`^  ${command} `, "m"), `torl --help lists ${command}`);
+  // the commands that live in @torl-ts/verl load under plain node from the installed package
+  for (const command of ["train", "eval", "export"])
+    t.regex(
+      (await sh(torl, [command, "--help"], project, MINUTES, env)).stdout,
+      /usage: /,
+      `torl ${command} --help`,
+    );
   const started = (
     await sh(torl, ["start", "--head", "--port", "0", "--num-cpus", "1"], project, 2 * MINUTES, env)
   ).stdout;
