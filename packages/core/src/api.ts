@@ -5,6 +5,7 @@
 import os from "node:os";
 import { Head } from "./cluster/head.js";
 import { readKeyFile, resolveJoinKeys } from "./cluster/key-file.js";
+import type { ClusterStatus } from "./cluster/messages.js";
 import { NodeAgent } from "./cluster/node-agent.js";
 import { GetTimeoutError } from "./errors.js";
 import type { ActorHandle } from "./handle-types.js";
@@ -289,7 +290,7 @@ export function get<T extends readonly unknown[]>(
   refs: T,
   opts?: GetOptions,
 ): Promise<{ [K in keyof T]: Awaited<T[K]> }>;
-export function get(refs: any, opts: GetOptions = {}): Promise<any> {
+export function get(refs: unknown, opts: GetOptions = {}): Promise<unknown> {
   const ms = opts.timeoutMs;
   if (ms !== undefined && !(ms >= 0)) {
     throw new RangeError(`get(): timeoutMs must be a number >= 0 (0 = only if ready now), got ${ms}`);
@@ -461,6 +462,6 @@ export async function availableResources(): Promise<Record<string, number>> {
 }
 
 /** The head's view: nodes, actors, placement groups. */
-export async function clusterStatus(): Promise<any> {
-  return currentRuntime().head.request("status");
+export async function clusterStatus(): Promise<ClusterStatus> {
+  return currentRuntime().head.request<ClusterStatus>("status");
 }

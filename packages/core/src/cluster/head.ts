@@ -17,7 +17,7 @@ import { UndecodableMessage } from "../wire/batch.js";
 import { errorToWire } from "../wire/codec.js";
 import { RouterServer } from "../wire/links.js";
 import { clusterKeys, refusedConnections, requireKeysToListen } from "../wire/security.js";
-import type { NodeToHead, Reply, ToHead } from "./messages.js";
+import type { ClusterStatus, NodeToHead, PlacementGroupStatus, Reply, ToHead } from "./messages.js";
 import { type Placed, placeBundles } from "./placement.js";
 import {
   type Allocation,
@@ -722,7 +722,7 @@ export class Head {
     return { total, available, nodes };
   }
 
-  private status(): unknown {
+  private status(): ClusterStatus {
     return {
       address: this.address,
       uptimeS: Math.round((Date.now() - this.startedAt) / 1000),
@@ -769,7 +769,7 @@ function makeEmpty(p: Pool): Pool {
   };
 }
 
-function pgInfo(pg: HeadPg): unknown {
+function pgInfo(pg: HeadPg): PlacementGroupStatus {
   return {
     pgId: pg.pgId,
     name: pg.name,

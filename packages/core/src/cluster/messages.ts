@@ -4,7 +4,7 @@
  * request carries `rid` and is answered with a `re` message of the same rid, a notification has none.
  * Both ends are the same version of this package (the wire format may change between versions).
  */
-import type { ActorSpec, ActorUpdate, PlacementStrategy } from "../runtime/protocol.js";
+import type { ActorSpec, ActorState, ActorUpdate, PlacementStrategy } from "../runtime/protocol.js";
 import type { WireError } from "../wire/codec.js";
 import type { Resources } from "./resources.js";
 
@@ -126,3 +126,53 @@ export interface NodeRegistered {
 export type WorkerToNode =
   | { t: "ready"; endpoint: ActorUpdate["endpoint"] }
   | { t: "failed"; error: WireError };
+
+// ---- what the head answers `status` with ------------------------------------------------------
+
+/** A placement group as the head reports it. */
+export interface PlacementGroupStatus {
+  pgId: string;
+  name?: string;
+  state: "PENDING" | "CREATED" | "REMOVED" | "INFEASIBLE";
+  strategy: PlacementStrategy;
+  bundles: Resources[];
+  /** The node of each bundle once placed. */
+  bundleNodes: string[] | null;
+  /** The GPU ids of each bundle once placed. */
+  bundleGpus: number[][] | null;
+  error?: string;
+}
+
+/** The head's view of the cluster (`clusterStatus()`, `torl status --json`). */
+export interface ClusterStatus {
+  address: string;
+  uptimeS: number;
+  nodes: {
+    nodeId: string;
+    ip: string;
+    alive: boolean;
+    pid: number;
+    total: Resources;
+    available: Resources;
+    /** Free fraction of each GPU, by id. */
+    gpus: Record<string, number>;
+  }[];
+  actors: {
+    actorId: string;
+    name: string | undefined;
+    className: string;
+    state: ActorState;
+    nodeId: string | undefined;
+    pid: number | undefined;
+    resources: Record<string, number>;
+    /** Incarnations so far (1 = never restarted). */
+    restarts: number;
+    nodeAffinity: ActorSpec["nodeAffinity"];
+    cause: string | undefined;
+  }[];
+  placementGroups: PlacementGroupStatus[];
+  /** Drivers and workers connected. */
+  clients: number;
+  bytesReceived: number;
+  security: { mode: "curve" | "none"; listen: string; refusedConnections: number };
+}
