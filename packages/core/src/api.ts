@@ -5,7 +5,7 @@
 import os from "node:os";
 import { Head } from "./cluster/head.js";
 import { readKeyFile, resolveJoinKeys } from "./cluster/key-file.js";
-import type { ClusterStatus } from "./cluster/messages.js";
+import type { ClusterStatus, PlacementGroupStatus } from "./cluster/messages.js";
 import { NodeAgent } from "./cluster/node-agent.js";
 import { GetTimeoutError } from "./errors.js";
 import type { ActorHandle } from "./handle-types.js";
@@ -387,14 +387,8 @@ export interface PlacementGroupOptions {
   name?: string;
 }
 
-export interface PlacementGroupInfo {
-  pgId: string;
-  state: string;
-  strategy: PlacementStrategy;
-  bundles: Record<string, number>[];
-  bundleNodes: string[] | null;
-  bundleGpus: number[][] | null;
-}
+/** A placement group as the head reports it (`ready()` resolves to it once every bundle is placed). */
+export type PlacementGroupInfo = PlacementGroupStatus;
 
 export class PlacementGroup {
   private created: Promise<unknown>;
@@ -454,14 +448,14 @@ export function getRuntimeContext(): RuntimeContext {
 }
 
 export async function clusterResources(): Promise<Record<string, number>> {
-  return (await currentRuntime().head.request("clusterResources")).total;
+  return (await currentRuntime().head.request("clusterResources", {})).total;
 }
 
 export async function availableResources(): Promise<Record<string, number>> {
-  return (await currentRuntime().head.request("clusterResources")).available;
+  return (await currentRuntime().head.request("clusterResources", {})).available;
 }
 
 /** The head's view: nodes, actors, placement groups. */
 export async function clusterStatus(): Promise<ClusterStatus> {
-  return currentRuntime().head.request<ClusterStatus>("status");
+  return currentRuntime().head.request("status", {});
 }

@@ -17,7 +17,14 @@ import { UndecodableMessage } from "../wire/batch.js";
 import { errorToWire } from "../wire/codec.js";
 import { RouterServer } from "../wire/links.js";
 import { clusterKeys, refusedConnections, requireKeysToListen } from "../wire/security.js";
-import type { ClusterStatus, NodeToHead, PlacementGroupStatus, Reply, ToHead } from "./messages.js";
+import type {
+  ClusterStatus,
+  HeadReplies,
+  NodeToHead,
+  PlacementGroupStatus,
+  Reply,
+  ToHead,
+} from "./messages.js";
 import { type Placed, placeBundles } from "./placement.js";
 import {
   type Allocation,
@@ -330,7 +337,7 @@ export class Head {
 
   // ---- actors --------------------------------------------------------------------------------
 
-  private createActor(spec: ActorSpec, subscriberKey: string): unknown {
+  private createActor(spec: ActorSpec, subscriberKey: string): HeadReplies["createActor"] {
     // the same request again (sent twice over a broken connection) creates nothing new
     if (this.actors.has(spec.actorId)) return { actorId: spec.actorId };
     validateRequest(spec.resources);
@@ -633,7 +640,7 @@ export class Head {
 
   // ---- placement groups ----------------------------------------------------------------------
 
-  private createPg(m: Extract<ToHead, { t: "createPg" }>): unknown {
+  private createPg(m: Extract<ToHead, { t: "createPg" }>): HeadReplies["createPg"] {
     const bundles = m.bundles as Resources[];
     if (!Array.isArray(bundles) || bundles.length === 0)
       throw new Error("a placement group needs at least one bundle");

@@ -4,6 +4,7 @@
  * request carries `rid` and is answered with a `re` message of the same rid, a notification has none.
  * Both ends are the same version of this package (the wire format may change between versions).
  */
+import type { OwnerAddress } from "../runtime/object-ref.js";
 import type { ActorSpec, ActorState, ActorUpdate, PlacementStrategy } from "../runtime/protocol.js";
 import type { WireError } from "../wire/codec.js";
 import type { Resources } from "./resources.js";
@@ -15,7 +16,8 @@ export type ClientToHead =
   | {
       t: "hello";
       clientId: string;
-      address: string;
+      /** Where the client's object server answers fetches. */
+      address: OwnerAddress;
       nodeIp: string;
       pid: number;
       actorId?: string;
@@ -41,6 +43,21 @@ export type ClientToHead =
   | { t: "removePg"; pgId: string }
   | { t: "status" }
   | { t: "clusterResources" };
+
+/** What the head answers each client request with (the others are notifications: no answer). */
+export interface HeadReplies {
+  hello: { nodes: number; nodeId: string | undefined };
+  clientAlive: boolean;
+  bye: null;
+  createActor: { actorId: string };
+  getActor: { actorId: string; name: string };
+  kill: null;
+  createPg: PlacementGroupStatus;
+  waitPg: PlacementGroupStatus;
+  removePg: null;
+  status: ClusterStatus;
+  clusterResources: { total: Resources; available: Resources; nodes: number };
+}
 
 /** From a node agent. */
 export type NodeToHead =

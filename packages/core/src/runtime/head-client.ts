@@ -1,6 +1,6 @@
 /** Request/reply and pushed updates between a process's runtime and the head. */
 
-import type { ClientToHead } from "../cluster/messages.js";
+import type { ClientToHead, HeadReplies } from "../cluster/messages.js";
 import {
   ActorNameTakenError,
   ActorNotFoundError,
@@ -52,13 +52,9 @@ export class HeadClient {
     this.pending.clear();
   }
 
-  request<T = any, K extends ClientToHead["t"] = ClientToHead["t"]>(
-    t: K,
-    body: MessageBody<K> = {} as MessageBody<K>,
-    timeoutMs = 0,
-  ): Promise<T> {
+  request<K extends keyof HeadReplies>(t: K, body: MessageBody<K>, timeoutMs = 0): Promise<HeadReplies[K]> {
     const rid = ++this.rid;
-    return new Promise<T>((resolve, reject) => {
+    return new Promise<HeadReplies[K]>((resolve, reject) => {
       if (this.link.authError) return reject(this.link.authError);
       const msg = { ...body, t, rid };
       this.pending.set(rid, { resolve, reject, t, msg });

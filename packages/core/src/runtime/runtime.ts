@@ -158,7 +158,7 @@ export class Runtime {
     };
     setRuntime(this);
     const heartbeats = !this.context.isWorker;
-    const hello = await this.head.request<{ nodeId?: string }>(
+    const hello = await this.head.request(
       "hello",
       {
         clientId: this.clientId,
@@ -350,7 +350,7 @@ export class Runtime {
   private confirmOwner(ownerId: string): void {
     if (this.liveOwners.has(ownerId) || this.checkingOwners.has(ownerId)) return;
     this.checkingOwners.add(ownerId);
-    this.head.request<boolean>("clientAlive", { clientId: ownerId }, OWNER_CHECK_MS).then(
+    this.head.request("clientAlive", { clientId: ownerId }, OWNER_CHECK_MS).then(
       (alive) => {
         this.checkingOwners.delete(ownerId);
         if (alive) this.liveOwners.add(ownerId);
