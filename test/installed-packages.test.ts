@@ -115,9 +115,10 @@ test("each tarball ships its built JavaScript and types, and no sources, tests o
     t.deepEqual(
       stray,
       [],
-      `${name} ships only README, package.json, dist/ (and the sandbox's python/, the addon's source)`,
+      `${name} ships only README, LICENSE, package.json, dist/ (and the sandbox's python/, the addon's source)`,
     );
     t.true(files.includes("package/dist/index.js") && files.includes("package/dist/index.d.ts"), name);
+    t.true(files.includes("package/LICENSE"), `${name} ships its LICENSE`);
     const manifest = JSON.parse(
       (await sh("tar", ["-xOzf", file, "package/package.json"], work, MINUTES)).stdout,
     ) as {
@@ -168,8 +169,16 @@ test("the installed torl binary prints its version, lists every installed packag
   const version = JSON.parse(readFileSync(join(ROOT, "packages", "core", "package.json"), "utf8")).version;
   t.is((await sh(torl, ["--version"], project, MINUTES, env)).stdout.trim(), version);
   const help = (await sh(torl, ["--help"], project, MINUTES, env)).stdout;
-  for (const command of ["start", "status", "stop", "sandbox", "verify", "bench collectives", "bench reward"])
+  const commands = ["start", "status", "stop", "sandbox", "verify", "train", "eval", "export"];
+  for (const command of [...commands, "bench collectives", "bench reward"])
     t.regex(help, new RegExp(`^  ${command} `, "m"), `torl --help lists ${command}`);
+  // the commands that live in @torl-ts/verl load under plain node from the installed package
+  for (const command of ["train", "eval", "export"])
+    t.regex(
+      (await sh(torl, [command, "--help"], project, MINUTES, env)).stdout,
+      /usage: /,
+      `torl ${command} --help`,
+    );
   const started = (
     await sh(torl, ["start", "--head", "--port", "0", "--num-cpus", "1"], project, 2 * MINUTES, env)
   ).stdout;

@@ -16,8 +16,6 @@ const commands: CommandRegistry = {
   ...sandboxCommands,
   ...verlCommands,
   train: async () => (await import("./commands.js")).trainCommand,
-  eval: async () => (await import("./commands.js")).evalCommand,
-  export: async () => (await import("@torl-ts/verl")).exportCommand,
   pretrain: async () => (await import("./commands.js")).pretrainCommand,
   report: async () => (await import("./commands.js")).reportCommand,
   "new algorithm": async () => (await import("./commands.js")).newAlgorithmCommand,

@@ -213,7 +213,7 @@ function dataFilesWin(files: readonly string[], overrides: readonly string[]): b
   return filesWin;
 }
 
-/** One line of samples.jsonl (the shape report.ts's TrajectorySample reads). */
+/** One line of samples.jsonl (the shape of @torl-ts/verl's TrajectorySample, which the report reads). */
 export interface SampleRecord {
   step: number;
   split: "train" | "val";

@@ -2,11 +2,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { UsageError } from "@torl-ts/core";
-import { readRlDataset, tinyDataset } from "@torl-ts/verl";
+import { evaluate, readRlDataset, tinyDataset } from "@torl-ts/verl";
 import test from "ava";
 import { dataTinyCommand } from "../src/data-command.js";
-
-import { evaluate } from "../src/eval.js";
 import { loadRecipeConfig, recipeRows, TINY_CONFIG } from "../src/recipe.js";
 import { TINY_BASE_DIR } from "../src/tiny-model.js";
 

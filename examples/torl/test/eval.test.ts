@@ -5,19 +5,17 @@ import { fileURLToPath } from "node:url";
 import {
   buildByteBpeTokenizer,
   createRandomPretrained,
-  heldOutProblems,
-  selectBackend,
-  type Tokenizer,
-} from "@torl-ts/verl";
-import test from "ava";
-import {
   type EvalResult,
   type EvalSample,
   evalCommand,
   evalFigures,
   evaluate,
   formatEvalTable,
-} from "../src/eval.js";
+  heldOutProblems,
+  selectBackend,
+  type Tokenizer,
+} from "@torl-ts/verl";
+import test from "ava";
 import { writeReport } from "../src/report.js";
 import { TINY_BASE_DIR } from "../src/tiny-model.js";
 

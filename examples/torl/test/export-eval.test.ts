@@ -7,6 +7,8 @@ import { shardRange } from "@torl-ts/actors";
 import {
   buildByteBpeTokenizer,
   createRandomPretrained,
+  type EvalResult,
+  evalCommand,
   FlatLayout,
   LATEST_FILE,
   saveHfMetadata,
@@ -14,7 +16,6 @@ import {
   writeShard,
 } from "@torl-ts/verl";
 import test from "ava";
-import { type EvalResult, evalCommand } from "../src/eval.js";
 
 // A trained policy leaves the framework and comes back: `pnpm torl export` turns a 2-rank checkpoint
 // into a Hugging Face directory, and `pnpm torl eval --model` on it answers exactly as on the original.

@@ -227,7 +227,7 @@ test("the shipped configs pass the checker; a bad one stops before the data is m
   // keys that follow the recipe's own choices (the tiny base model, the mini-batch) follow them
   const small = loadRecipeConfig([TINY_CONFIG], ["data.train_batch_size=8", "algorithm.adv_estimator=gae"]);
   t.is(small.critic.ppo_mini_batch_size, 8);
-  t.is((small.critic.model as { tokenizer_path: string }).tokenizer_path, TINY_BASE_DIR);
+  t.is(small.critic.model.tokenizer_path, TINY_BASE_DIR);
   t.deepEqual(checkTrainerConfig(small), []);
   const lines: string[] = [];
   const cfg = loadRecipeConfig(

@@ -2,6 +2,7 @@ import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, w
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createCanvas, loadImage } from "@napi-rs/canvas";
+import { type TrajectorySample, trajectoryFromTir } from "@torl-ts/verl";
 import test from "ava";
 import {
   classifyResponse,
@@ -13,8 +14,6 @@ import {
   reportCommand,
   screenshotHtml,
   smoothSeries,
-  type TrajectorySample,
-  trajectoryFromTir,
   writeReport,
 } from "../src/report.js";
 

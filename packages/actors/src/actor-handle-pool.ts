@@ -64,7 +64,7 @@ export interface ActorPoolMapOptions {
   maxInFlight?: number;
 }
 
-export class ActorPool<A, R = any> {
+export class ActorPool<A, R = unknown> {
   private readonly idle: A[] = [];
   private readonly busy = new Map<A, Entry<A, R>>();
   private readonly queued: Entry<A, R>[] = [];

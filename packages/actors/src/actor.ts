@@ -20,7 +20,7 @@ export class ActorClass<C extends Ctor> {
   /** Starts the actor; returns its handle at once (calls queue until the worker is up). */
   remote(...args: RemoteArgs<ConstructorParameters<C>>): ActorHandle<InstanceType<C>> {
     const { module, exportName, ...opts } = this.defaults;
-    return createActor(module, exportName ?? this.cls.name, args, opts);
+    return createActor<InstanceType<C>>(module, exportName ?? this.cls.name, args, opts);
   }
 
   /** The same definition with some options overridden (name, resources, restarts ...). */

@@ -1,19 +1,6 @@
-/** Types that turn a class into its remote handle, comlink-style, with no code generation. */
-import type { ObjectRef } from "@torl-ts/core";
-
-/** Each argument may be passed as a value or as an ObjectRef to that value (resolved before the call). */
-export type RemoteArgs<P extends readonly unknown[]> = { [I in keyof P]: P[I] | ObjectRef<P[I]> };
-
-type MethodKeys<T> = { [K in keyof T]: T[K] extends (...args: any[]) => any ? K : never }[keyof T];
-
-/** A handle to an actor of class T: every method returns an awaitable ObjectRef of its (awaited) result. */
-export type ActorHandle<T> = {
-  [K in MethodKeys<T>]: T[K] extends (...args: infer P) => infer R
-    ? (...args: RemoteArgs<P>) => ObjectRef<Awaited<R>>
-    : never;
-} & {
-  readonly actorId: string;
-  readonly actorName: string | undefined;
-  /** Resolves (to null) once the constructor has finished; rejects if it threw or the actor died. */
-  ready(): ObjectRef<null>;
-};
+/**
+ * The typed handle of an actor: `ActorHandle<T>` maps every method of class T to one that returns an
+ * ObjectRef of its awaited result (comlink's `Remote<T>` idea). The runtime that serves these calls
+ * is @torl-ts/core's, so the types live there; this package re-exports them with its programming model.
+ */
+export type { ActorHandle, RemoteArgs } from "@torl-ts/core";

@@ -165,7 +165,7 @@ test.after.always(async () => {
 });
 
 test.serial("real actors: map keeps input order and spreads calls over all actors", async (t) => {
-  const pool = new ActorPool(actors);
+  const pool = new ActorPool<ActorHandle<Squarer>, { id: string; y: number }>(actors);
   const values = Array.from({ length: 30 }, (_, i) => i);
   const out: { id: string; y: number }[] = [];
   for await (const r of pool.map((s, v: number) => s.square(v, 5), values)) out.push(r);
@@ -216,7 +216,7 @@ test.serial("real actors: a ThreadPool runs CPU work on threads inside an actor 
 
 test.serial("real actors: a killed actor leaves the pool; the rest carry on", async (t) => {
   const [a, b] = actors as [ActorHandle<Squarer>, ActorHandle<Squarer>];
-  const pool = new ActorPool([a, b]);
+  const pool = new ActorPool<ActorHandle<Squarer>, { id: string; y: number }>([a, b]);
   pool.submit((s, v: number) => s.square(v, 3000), 1); // goes to a
   pool.submit((s, v: number) => s.square(v), 2); // goes to b
   kill(a);

@@ -39,7 +39,7 @@ test("a head and a second node agent on 127.0.0.2: placement by resource, object
   t.is(rw.nodeId, node2.nodeId);
   t.true(rw.tcp.startsWith("tcp://127.0.0.2:"), rw.tcp);
   t.is(lw.nodeId, head.nodeId);
-  t.is((await clusterStatus()).nodes.find((x: any) => x.nodeId === node2.nodeId).available.remote, 1);
+  t.is((await clusterStatus()).nodes.find((x) => x.nodeId === node2.nodeId)?.available.remote, 1);
 
   // objects between nodes, owner -> reader directly (the head sees only control messages)
   const before = (await clusterStatus()).bytesReceived;
@@ -73,7 +73,7 @@ test("a head and a second node agent on 127.0.0.2: placement by resource, object
   t.is(moved.nodeId, head.nodeId, "restarted on the surviving node");
   t.is(await local.sum(new Float32Array([1, 2])), 3);
   const later = await clusterStatus();
-  t.false(later.nodes.find((x: any) => x.nodeId === node2.nodeId).alive);
+  t.false(later.nodes.find((x) => x.nodeId === node2.nodeId)?.alive ?? true);
 
   // a driver that dies without shutdown(): the head notices (no heartbeats) and kills its actors
   const orphanDriver = spawn(

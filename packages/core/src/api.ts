@@ -5,8 +5,10 @@
 import os from "node:os";
 import { Head } from "./cluster/head.js";
 import { readKeyFile, resolveJoinKeys } from "./cluster/key-file.js";
+import type { ClusterStatus, PlacementGroupStatus } from "./cluster/messages.js";
 import { NodeAgent } from "./cluster/node-agent.js";
 import { GetTimeoutError } from "./errors.js";
+import type { ActorHandle } from "./handle-types.js";
 import { logWarn } from "./log.js";
 import { type ActorHandleBase, handleFor } from "./runtime/actor-handle.js";
 import { currentRuntime, maybeRuntime } from "./runtime/current.js";
@@ -158,16 +160,17 @@ function resourcesOf(
 }
 
 /**
- * Creates an actor: `module` (a URL the worker can import) exports `className`. Returns the
- * handle at once; calls queue until the worker is up.
+ * Creates an actor: `module` (a URL the worker can import) exports `className`, of type T. Returns
+ * the handle at once; calls queue until the worker is up. (`actor(Class, ...)` of @torl-ts/actors
+ * infers T from the class.)
  */
-export function createActor(
+export function createActor<T = unknown>(
   module: string,
   className: string | null,
   args: unknown[],
   opts: ActorOptions = {},
-): any {
-  if (opts.thread && className) return createThreadActor(module, className, args, opts);
+): ActorHandle<T> {
+  if (opts.thread && className) return createThreadActor(module, className, args, opts) as ActorHandle<T>;
   const rt = currentRuntime();
   const actorId = `${className ? className.slice(0, 16) : "exec"}-${randomId(5)}`;
   const site = className ? `constructor of ${className}` : "task executor";
@@ -203,15 +206,15 @@ export function createActor(
   return handleFor(rt, actorId, opts.name);
 }
 
-/** Looks up a live named actor. */
-export async function getActor<T = any>(name: string): Promise<T> {
+/** Looks up a live named actor (of class T). */
+export async function getActor<T = unknown>(name: string): Promise<ActorHandle<T>> {
   const rt = currentRuntime();
   const info = await rt.head.request("getActor", { name });
   return handleFor(rt, info.actorId, name);
 }
 
 /** Kills an actor's worker at once; with `noRestart: false` it may restart (if maxRestarts allows). */
-export function kill(handle: ActorHandleBase | any, opts: { noRestart?: boolean } = {}): void {
+export function kill(handle: { readonly actorId: string }, opts: { noRestart?: boolean } = {}): void {
   if (isThreadActorHandle(handle)) {
     handle._actor.kill(opts.noRestart !== false);
     return;
@@ -229,13 +232,13 @@ export function kill(handle: ActorHandleBase | any, opts: { noRestart?: boolean 
  * so it can set up state (e.g. collective rings) while methods wait.
  */
 export function invokeInActor<R = unknown>(
-  handle: any,
+  handle: ActorHandle<unknown>,
   moduleUrl: string,
   exportName: string,
   args: unknown[] = [],
 ): ObjectRef<R> {
   if (isThreadActorHandle(handle)) throw new ThreadActorUnsupportedError("invokeInActor()");
-  const base = handle as ActorHandleBase;
+  const base = handle as unknown as ActorHandleBase;
   return base._rt.actors.call(base._rec, [moduleUrl, exportName], args, FLAG_IMMEDIATE) as ObjectRef<R>;
 }
 
@@ -275,7 +278,7 @@ export function submitTask<R = unknown>(
         resources: res,
         schedulingStrategy: strategy,
       });
-      return (h as ActorHandleBase)._rec;
+      return (h as unknown as ActorHandleBase)._rec;
     });
     pools.set(key, pool);
   }
@@ -300,7 +303,7 @@ export function get<T extends readonly unknown[]>(
   refs: T,
   opts?: GetOptions,
 ): Promise<{ [K in keyof T]: Awaited<T[K]> }>;
-export function get(refs: any, opts: GetOptions = {}): Promise<any> {
+export function get(refs: unknown, opts: GetOptions = {}): Promise<unknown> {
   const ms = opts.timeoutMs;
   if (ms !== undefined && !(ms >= 0)) {
     throw new RangeError(`get(): timeoutMs must be a number >= 0 (0 = only if ready now), got ${ms}`);
@@ -397,14 +400,8 @@ export interface PlacementGroupOptions {
   name?: string;
 }
 
-export interface PlacementGroupInfo {
-  pgId: string;
-  state: string;
-  strategy: PlacementStrategy;
-  bundles: Record<string, number>[];
-  bundleNodes: string[] | null;
-  bundleGpus: number[][] | null;
-}
+/** A placement group as the head reports it (`ready()` resolves to it once every bundle is placed). */
+export type PlacementGroupInfo = PlacementGroupStatus;
 
 export class PlacementGroup {
   private created: Promise<unknown>;
@@ -464,14 +461,14 @@ export function getRuntimeContext(): RuntimeContext {
 }
 
 export async function clusterResources(): Promise<Record<string, number>> {
-  return (await currentRuntime().head.request("clusterResources")).total;
+  return (await currentRuntime().head.request("clusterResources", {})).total;
 }
 
 export async function availableResources(): Promise<Record<string, number>> {
-  return (await currentRuntime().head.request("clusterResources")).available;
+  return (await currentRuntime().head.request("clusterResources", {})).available;
 }
 
 /** The head's view: nodes, actors, placement groups. */
-export async function clusterStatus(): Promise<any> {
-  return currentRuntime().head.request("status");
+export async function clusterStatus(): Promise<ClusterStatus> {
+  return currentRuntime().head.request("status", {});
 }

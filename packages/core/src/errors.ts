@@ -36,9 +36,23 @@ export class RemoteError extends TorlError {
   }
 }
 
+/**
+ * Why an actor died: its process exited; kill() killed it; its constructor threw; its node died; no
+ * node can ever hold it; its owner died or left; the head refused to create it; the head does not
+ * know it (a handle to an actor of another cluster, or one long gone).
+ */
+export type DeathKind =
+  | "exited"
+  | "killed"
+  | "creation_failed"
+  | "node_died"
+  | "infeasible"
+  | "owner_died"
+  | "rejected"
+  | "unknown";
+
 export interface DeathCause {
-  /** "exited" | "killed" | "creation_failed" | "node_died" | "infeasible" | "owner_died" | "shutdown" */
-  kind: string;
+  kind: DeathKind;
   message: string;
   exitCode?: number | null;
   signal?: string | null;

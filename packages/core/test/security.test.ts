@@ -12,6 +12,7 @@ import { buildBatch } from "../src/wire/batch.js";
 import { encode } from "../src/wire/codec.js";
 import { DealerLink } from "../src/wire/links.js";
 import { generateClusterKeys, setClusterKeys } from "../src/wire/security.js";
+import type { MarkerActor } from "./fixtures/marker-actor.ts";
 
 const run = promisify(execFile);
 const stateDir = mkdtempSync(path.join(os.tmpdir(), "torl-sec-"));
@@ -159,7 +160,7 @@ test.serial(
     try {
       await init({ address: ready.address });
       const ok = path.join(work, "with-keys");
-      const a = createActor(MARKER_MODULE, "MarkerActor", [ok]);
+      const a = createActor<MarkerActor>(MARKER_MODULE, "MarkerActor", [ok]);
       const pong: unknown = await get(a.ping());
       t.is(pong, "pong");
       t.true(existsSync(ok), "the keyed driver's actor ran");

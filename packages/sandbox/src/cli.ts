@@ -1,38 +1,18 @@
-import { type CliCommand, UsageError } from "@torl-ts/core";
+import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
 import { SandboxExecutor } from "./executor.js";
 import { DEFAULT_LIMITS } from "./request.js";
 import { DEFAULT_MAX_BODY_BYTES, SandboxListenError, type SandboxServer, serveSandbox } from "./server.js";
 
-/** Parses `--name value` / `--name=value` flags; every flag must be in `known`. */
-export function parseFlags(args: string[], known: string[]): Map<string, string> {
-  const out = new Map<string, string>();
-  for (let i = 0; i < args.length; i++) {
-    const arg = args[i]!;
-    if (!arg.startsWith("--")) throw new UsageError(`unexpected argument '${arg}'`);
-    const eq = arg.indexOf("=");
-    const name = eq >= 0 ? arg.slice(2, eq) : arg.slice(2);
-    if (!known.includes(name)) throw new UsageError(`unknown flag --${name}`);
-    if (eq >= 0) {
-      out.set(name, arg.slice(eq + 1));
-    } else if (known.includes(name) && name === "json") {
-      out.set(name, "true");
-    } else {
-      const value = args[++i];
-      if (value === undefined || value.startsWith("--")) throw new UsageError(`flag --${name} needs a value`);
-      out.set(name, value);
-    }
-  }
-  return out;
-}
-
-export function intFlag(flags: Map<string, string>, name: string, fallback: number, min = 0): number {
-  const raw = flags.get(name);
-  if (raw === undefined) return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < min)
-    throw new UsageError(`--${name} must be an integer >= ${min}, got '${raw}'`);
-  return n;
-}
+const SERVE_FLAGS = {
+  port: { type: "integer", min: 0, max: 65535 },
+  host: { type: "string" },
+  workers: { type: "integer", min: 1 },
+  "max-processes": { type: "integer", min: 1 },
+  "max-output-bytes": { type: "integer", min: 1 },
+  "max-body-bytes": { type: "integer", min: 1 },
+  "max-memory-mb": { type: "integer", min: 1 },
+  "max-run-timeout": { type: "integer", min: 1 },
+} as const;
 
 export const sandboxCommand: CliCommand = {
   summary: "serve the SandboxFusion-compatible code execution API (POST /run_code, GET /health)",
@@ -52,32 +32,22 @@ export const sandboxCommand: CliCommand = {
   async run(args) {
     if (args[0] !== "serve")
       throw new UsageError(args[0] ? `unknown subcommand '${args[0]}'` : "missing subcommand 'serve'");
-    const flags = parseFlags(args.slice(1), [
-      "port",
-      "host",
-      "workers",
-      "max-processes",
-      "max-output-bytes",
-      "max-body-bytes",
-      "max-memory-mb",
-      "max-run-timeout",
-    ]);
+    const { flags } = parseFlags(args.slice(1), SERVE_FLAGS);
     // the most a request may ask for; more (or a limit <= 0) is answered 400
     const limits = {
-      maxMemoryMB: intFlag(flags, "max-memory-mb", DEFAULT_LIMITS.maxMemoryMB, 1),
-      maxRunTimeout: intFlag(flags, "max-run-timeout", DEFAULT_LIMITS.maxRunTimeout, 1),
+      maxMemoryMB: flags["max-memory-mb"] ?? DEFAULT_LIMITS.maxMemoryMB,
+      maxRunTimeout: flags["max-run-timeout"] ?? DEFAULT_LIMITS.maxRunTimeout,
     };
-    if (!flags.has("port")) throw new UsageError("--port is required");
-    const port = intFlag(flags, "port", 0, 0);
-    if (port > 65535) throw new UsageError(`--port must be <= 65535, got ${port}`);
-    const workers = intFlag(flags, "workers", 2, 1);
-    const host = flags.get("host") ?? "127.0.0.1";
-    const maxBodyBytes = intFlag(flags, "max-body-bytes", DEFAULT_MAX_BODY_BYTES, 1);
+    const port = flags.port;
+    if (port === undefined) throw new UsageError("--port is required");
+    const workers = flags.workers ?? 2;
+    const host = flags.host ?? "127.0.0.1";
+    const maxBodyBytes = flags["max-body-bytes"] ?? DEFAULT_MAX_BODY_BYTES;
     console.log(`starting ${workers} sandbox worker(s)...`);
     const executor = await new SandboxExecutor({
       workers,
-      maxProcesses: intFlag(flags, "max-processes", 64, 1),
-      maxOutputBytes: intFlag(flags, "max-output-bytes", 1 << 20, 1),
+      maxProcesses: flags["max-processes"] ?? 64,
+      maxOutputBytes: flags["max-output-bytes"] ?? 1 << 20,
       limits,
       log: (line) => console.error(`[sandbox] ${line}`),
     }).start();

@@ -1,7 +1,9 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { promisify } from "node:util";
+import { UsageError } from "@torl-ts/core";
 import test from "ava";
 import { benchSandbox } from "../src/bench.js";
+import { sandboxCommand } from "../src/index.js";
 
 const run = promisify(execFile);
 const CLI = ["--import=tsx", "examples/torl/src/cli.ts"];
@@ -20,7 +22,8 @@ function waitForLine(proc: ChildProcess, pattern: RegExp): Promise<string> {
 }
 
 test("pnpm torl sandbox serve --port P serves /run_code and /health, applies --max-body-bytes, and stops on SIGTERM", async (t) => {
-  const args = ["sandbox", "serve", "--port", "0", "--workers", "1", "--max-body-bytes", "2048"];
+  // both spellings of a flag: --flag value and --flag=value
+  const args = ["sandbox", "serve", "--port", "0", "--workers=1", "--max-body-bytes=2048"];
   const proc = spawn("node", [...CLI, ...args], {
     cwd: process.cwd(),
     stdio: ["ignore", "pipe", "pipe"],
@@ -51,6 +54,7 @@ test("pnpm torl sandbox serve --port P serves /run_code and /health, applies --m
 test("bad flags exit 2 with one error line giving the reason and where the usage is", async (t) => {
   for (const args of [
     ["sandbox", "serve", "--port", "x"],
+    ["sandbox", "serve", "--port=x"],
     ["sandbox", "serve", "--port", "1", "--bogus", "1"],
     ["sandbox", "serve", "--port", "1", "--max-body-bytes", "0"],
     ["bench", "sandbox", "--workers", "0"],
@@ -61,6 +65,27 @@ test("bad flags exit 2 with one error line giving the reason and where the usage
     };
     t.is(error.code, 2, args.join(" "));
     t.regex(error.stderr, /^error: [^\n]+ \(see pnpm torl (sandbox|bench sandbox) --help\)\n$/);
+  }
+});
+
+test("sandbox serve reads --flag value and --flag=value the same way, naming the flag in each error", async (t) => {
+  for (const [spaced, joined, message] of [
+    [["--port", "x"], ["--port=x"], "--port must be an integer in [0, 65535], got 'x'"],
+    [["--port", "70000"], ["--port=70000"], "--port must be an integer in [0, 65535], got '70000'"],
+    [
+      ["--port", "1", "--workers", "0"],
+      ["--port=1", "--workers=0"],
+      "--workers must be an integer >= 1, got '0'",
+    ],
+    [["--port", "1", "--bogus", "1"], ["--port=1", "--bogus=1"], "unknown flag --bogus"],
+    [["--host", "::1"], ["--host=::1"], "--port is required"],
+  ] as const) {
+    for (const args of [spaced, joined])
+      await t.throwsAsync(
+        sandboxCommand.run(["serve", ...args]),
+        { instanceOf: UsageError, message },
+        args.join(" "),
+      );
   }
 });
 

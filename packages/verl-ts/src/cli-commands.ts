@@ -3,6 +3,8 @@ import type { CommandRegistry } from "@torl-ts/core";
 
 export const cliCommands: CommandRegistry = {
   train: async () => (await import("./trainer/cli.js")).trainCommand,
+  eval: async () => (await import("./evaluation/eval.js")).evalCommand,
+  export: async () => (await import("./trainer/export-command.js")).exportCommand,
   verify: async () => (await import("./reward/cli.js")).verifyCommand,
   "bench reward": async () => (await import("./reward/bench.js")).benchRewardCommand,
   "bench model": async () => (await import("./models/bench.js")).benchModelCommand,

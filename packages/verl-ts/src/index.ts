@@ -3,6 +3,7 @@
 export * from "./algorithms/index.js";
 export * from "./config/index.js";
 export * from "./data/index.js";
+export * from "./evaluation/index.js";
 export * from "./models/index.js";
 export * from "./protocol/index.js";
 export * from "./reward/index.js";

@@ -10,6 +10,7 @@ import type { CliCommand } from "../cli-command.js";
 import { siblingModule } from "../module-files.js";
 import { generateClusterKeys } from "../wire/security.js";
 import { RawEcho } from "./raw-zmq.js";
+import type { BenchActor, BenchClient } from "./workload.js";
 
 const WORKLOAD = siblingModule(import.meta.url, "./workload").href;
 
@@ -75,7 +76,7 @@ async function callRates(
 ): Promise<[number, number]> {
   await init(keys ? { keys } : {});
   try {
-    const a = createActor(WORKLOAD, "BenchActor", []);
+    const a = createActor<BenchActor>(WORKLOAD, "BenchActor", []);
     await a.ready();
     await timeLoop(0.2, async () => {
       await a.noop();
@@ -133,13 +134,16 @@ export async function benchActors(
   try {
     // start every worker first (actors and the task pool), so no process boots during a measurement
     log("starting workers ...");
-    const a = createActor(WORKLOAD, "BenchActor", []);
-    const th = createActor(WORKLOAD, "BenchActor", [], { thread: true });
-    const c = createActor(WORKLOAD, "BenchActor", [], { maxConcurrency: 16 });
-    const servers = [createActor(WORKLOAD, "BenchActor", []), createActor(WORKLOAD, "BenchActor", [])];
+    const a = createActor<BenchActor>(WORKLOAD, "BenchActor", []);
+    const th = createActor<BenchActor>(WORKLOAD, "BenchActor", [], { thread: true });
+    const c = createActor<BenchActor>(WORKLOAD, "BenchActor", [], { maxConcurrency: 16 });
+    const servers = [
+      createActor<BenchActor>(WORKLOAD, "BenchActor", []),
+      createActor<BenchActor>(WORKLOAD, "BenchActor", []),
+    ];
     const clients = [
-      createActor(WORKLOAD, "BenchClient", [servers]),
-      createActor(WORKLOAD, "BenchClient", [servers]),
+      createActor<BenchClient>(WORKLOAD, "BenchClient", [servers]),
+      createActor<BenchClient>(WORKLOAD, "BenchClient", [servers]),
     ];
     await get([a, th, c, ...servers, ...clients].map((h) => h.ready()));
     await timeLoop(Math.max(3, seconds), async () => {

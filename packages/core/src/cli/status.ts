@@ -1,6 +1,7 @@
 /** `torl status`: nodes, resources used/free, actors and their state, asked of the head. */
 import { type CliCommand, UsageError } from "../cli-command.js";
 import { resolveJoinKeys } from "../cluster/key-file.js";
+import type { ClusterStatus } from "../cluster/messages.js";
 import { HeadError } from "../errors.js";
 import { HeadClient } from "../runtime/head-client.js";
 import { setClusterKeys } from "../wire/security.js";
@@ -13,7 +14,11 @@ Shows the cluster's nodes (resources used / total), actors and placement groups,
 cluster is authenticated. Without --address it asks the head last started on this machine. An
 authenticated cluster needs its keys: --keys, TORL_CLUSTER_KEYS, or the state directory's file.`;
 
-export async function fetchStatus(address: string, timeoutMs = 5000, keysFile?: string): Promise<any> {
+export async function fetchStatus(
+  address: string,
+  timeoutMs = 5000,
+  keysFile?: string,
+): Promise<ClusterStatus> {
   setClusterKeys(resolveJoinKeys(keysFile, address));
   const client = new HeadClient(`tcp://${address}`, () => {});
   try {
@@ -27,7 +32,7 @@ function fmt(n: number): string {
   return String(Math.round(n * 100) / 100);
 }
 
-export function formatStatus(s: any): string {
+export function formatStatus(s: ClusterStatus): string {
   const lines = [
     `head ${s.address}  up ${s.uptimeS}s  drivers/workers connected ${s.clients}`,
     s.security?.mode === "curve"
@@ -37,13 +42,13 @@ export function formatStatus(s: any): string {
     "nodes:",
   ];
   for (const n of s.nodes) {
-    const res = Object.keys(n.total)
-      .filter((k) => n.total[k] > 0)
-      .map((k) => `${k} ${fmt(n.total[k] - n.available[k])}/${fmt(n.total[k])} used`)
+    const res = Object.entries(n.total)
+      .filter(([, total]) => total > 0)
+      .map(([k, total]) => `${k} ${fmt(total - (n.available[k] ?? 0))}/${fmt(total)} used`)
       .join(", ");
     lines.push(`  ${n.nodeId}  ${n.ip.padEnd(15)} ${n.alive ? "ALIVE" : "DEAD "}  pid ${n.pid}  ${res}`);
   }
-  const actors = s.actors.filter((a: any) => a.className !== "(task executor)");
+  const actors = s.actors.filter((a) => a.className !== "(task executor)");
   const execs = s.actors.length - actors.length;
   lines.push("", `actors (${actors.length}, plus ${execs} task executors):`);
   for (const a of actors) {

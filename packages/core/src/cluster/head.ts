@@ -14,9 +14,17 @@ import { logWarn } from "../log.js";
 import { randomId } from "../runtime/ids.js";
 import type { ActorSpec, ActorState, ActorUpdate, PlacementStrategy } from "../runtime/protocol.js";
 import { UndecodableMessage } from "../wire/batch.js";
-import { errorToWire, type WireError } from "../wire/codec.js";
+import { errorToWire } from "../wire/codec.js";
 import { RouterServer } from "../wire/links.js";
 import { clusterKeys, refusedConnections, requireKeysToListen } from "../wire/security.js";
+import type {
+  ClusterStatus,
+  HeadReplies,
+  NodeToHead,
+  PlacementGroupStatus,
+  Reply,
+  ToHead,
+} from "./messages.js";
 import { type Placed, placeBundles } from "./placement.js";
 import {
   type Allocation,
@@ -124,18 +132,25 @@ export class Head {
   // ---- messages -----------------------------------------------------------------------------
 
   private reply(peer: Buffer, rid: number, ok: boolean, v: unknown): void {
-    if (ok) this.server.send(peer, { t: "re", rid, ok: true, v });
-    else this.server.send(peer, { t: "re", rid, ok: false, e: v instanceof Error ? errorToWire(v) : v });
+    const answer: Reply = ok ? { t: "re", rid, ok: true, v } : { t: "re", rid, ok: false, e: errorToWire(v) };
+    this.server.send(peer, answer);
   }
 
-  private onMessage(peer: Buffer, m: any): void {
-    if (m instanceof UndecodableMessage || !m || typeof m !== "object" || typeof m.t !== "string") {
+  private onMessage(peer: Buffer, raw: unknown): void {
+    if (
+      raw instanceof UndecodableMessage ||
+      !raw ||
+      typeof raw !== "object" ||
+      typeof (raw as { t?: unknown }).t !== "string"
+    ) {
       // the sender cannot be told which request failed: it fails all it has waiting (see HeadClient)
-      const reason = m instanceof UndecodableMessage ? m.reason : "a message without a type";
+      const reason = raw instanceof UndecodableMessage ? raw.reason : "a message without a type";
       logWarn(`head: a message could not be decoded: ${reason}`);
       this.server.send(peer, { t: "undecodable", reason });
       return;
     }
+    // a peer of the same version: its messages are ToHead (an unknown type is refused below)
+    const m = raw as ToHead;
     const key = peer.toString("latin1");
     this.peers.set(key, peer);
     try {
@@ -151,7 +166,7 @@ export class Head {
     }
   }
 
-  private handle(peer: Buffer, key: string, m: any): unknown {
+  private handle(peer: Buffer, key: string, m: ToHead): unknown {
     switch (m.t) {
       // clients
       case "hello":
@@ -164,7 +179,7 @@ export class Head {
         });
         if (m.actorId) this.clientOfActor.set(m.actorId, m.clientId);
         return { nodes: this.nodes.size, nodeId: this.nodeAt(m.nodeIp) };
-      case "chb": {
+      case "clientHeartbeat": {
         const c = this.clients.get(m.clientId);
         if (c) c.lastSeen = Date.now();
         return NO_REPLY;
@@ -176,7 +191,7 @@ export class Head {
         // every live process said hello before it could own an object; gone ones were removed
         return this.clients.has(m.clientId);
       case "createActor":
-        return this.createActor(m.spec as ActorSpec, key);
+        return this.createActor(m.spec, key);
       case "subscribe": {
         const a = this.actors.get(m.actorId);
         if (a) {
@@ -208,6 +223,7 @@ export class Head {
         if (!pg) throw new PlacementGroupError(`no placement group ${m.pgId}`);
         if (pg.state === "CREATED") return pgInfo(pg);
         if (pg.state !== "PENDING") throw pgError(pg);
+        if (m.rid === undefined) throw new Error("waitPg is a request: it needs a rid to be answered");
         pg.waiters.push({ peer, rid: m.rid });
         return NO_REPLY;
       }
@@ -221,12 +237,12 @@ export class Head {
       // node agents
       case "registerNode":
         return this.registerNode(peer, m);
-      case "hb": {
+      case "nodeHeartbeat": {
         const n = this.nodes.get(m.nodeId);
         if (n?.alive) {
           n.lastHeartbeat = Date.now();
           // the node counts these: without them for as long as the node timeout, it fences itself
-          this.server.send(peer, { t: "hbAck" });
+          this.server.send(peer, { t: "nodeHeartbeatAck" });
         } else if (n && !n.alive) {
           // its actors were declared dead (and maybe restarted elsewhere): it may not come back
           logWarn(`head: refused node ${n.nodeId} (${n.ip}): it was declared dead and may not rejoin`);
@@ -250,13 +266,13 @@ export class Head {
         logWarn(`head: a peer could not decode a message from the head: ${m.reason}`);
         return NO_REPLY;
       default:
-        throw new Error(`unknown message type '${m.t}'`);
+        throw new Error(`unknown message type '${(m as { t: string }).t}'`);
     }
   }
 
   // ---- nodes ---------------------------------------------------------------------------------
 
-  private registerNode(peer: Buffer, m: any): unknown {
+  private registerNode(peer: Buffer, m: Extract<NodeToHead, { t: "registerNode" }>): unknown {
     const total: Resources = { ...(m.resources ?? {}) };
     delete total.GPU;
     const node: HeadNode = {
@@ -321,7 +337,7 @@ export class Head {
 
   // ---- actors --------------------------------------------------------------------------------
 
-  private createActor(spec: ActorSpec, subscriberKey: string): unknown {
+  private createActor(spec: ActorSpec, subscriberKey: string): HeadReplies["createActor"] {
     // the same request again (sent twice over a broken connection) creates nothing new
     if (this.actors.has(spec.actorId)) return { actorId: spec.actorId };
     validateRequest(spec.resources);
@@ -508,7 +524,7 @@ export class Head {
     }
   }
 
-  private onActorReady(m: any): void {
+  private onActorReady(m: Extract<NodeToHead, { t: "actorReady" }>): void {
     const a = this.actors.get(m.actorId);
     if (!a || a.incarnation !== m.incarnation || a.state === "DEAD") return;
     a.state = "ALIVE";
@@ -517,10 +533,10 @@ export class Head {
     this.publish(m.actorId, a);
   }
 
-  private onActorFailed(m: any): void {
+  private onActorFailed(m: Extract<NodeToHead, { t: "actorFailed" }>): void {
     const a = this.actors.get(m.actorId);
     if (!a || a.incarnation !== m.incarnation || a.state === "DEAD") return;
-    const err = m.error as WireError;
+    const err = m.error;
     const node = a.nodeId ? this.nodes.get(a.nodeId) : undefined;
     if (node)
       this.server.send(node.peer, { t: "killWorker", actorId: m.actorId, incarnation: a.incarnation });
@@ -533,7 +549,7 @@ export class Head {
     this.schedule();
   }
 
-  private onWorkerExit(m: any): void {
+  private onWorkerExit(m: Extract<NodeToHead, { t: "workerExit" }>): void {
     const a = this.actors.get(m.actorId);
     if (!a || a.incarnation !== m.incarnation || a.state === "DEAD") return;
     const killed = a.killed;
@@ -624,7 +640,7 @@ export class Head {
 
   // ---- placement groups ----------------------------------------------------------------------
 
-  private createPg(m: any): unknown {
+  private createPg(m: Extract<ToHead, { t: "createPg" }>): HeadReplies["createPg"] {
     const bundles = m.bundles as Resources[];
     if (!Array.isArray(bundles) || bundles.length === 0)
       throw new Error("a placement group needs at least one bundle");
@@ -713,7 +729,7 @@ export class Head {
     return { total, available, nodes };
   }
 
-  private status(): unknown {
+  private status(): ClusterStatus {
     return {
       address: this.address,
       uptimeS: Math.round((Date.now() - this.startedAt) / 1000),
@@ -760,7 +776,7 @@ function makeEmpty(p: Pool): Pool {
   };
 }
 
-function pgInfo(pg: HeadPg): unknown {
+function pgInfo(pg: HeadPg): PlacementGroupStatus {
   return {
     pgId: pg.pgId,
     name: pg.name,

@@ -13,6 +13,7 @@ import { UndecodableMessage } from "../wire/batch.js";
 import { DealerLink } from "../wire/links.js";
 import { clusterKeys, requireKeysToListen } from "../wire/security.js";
 import { detectGpuIds } from "./detect-gpus.js";
+import type { HeadToNode, NodeRegistered, NodeToHead, WorkerToNode } from "./messages.js";
 
 export interface NodeAgentOptions {
   headAddress: string;
@@ -96,7 +97,7 @@ export class NodeAgent {
     });
     const hb = this.opts.heartbeatMs ?? Number(process.env.TORL_HEARTBEAT_MS ?? 500);
     this.timer = setInterval(() => {
-      this.link.send({ t: "hb", nodeId: this.nodeId });
+      this.link.send({ t: "nodeHeartbeat", nodeId: this.nodeId } satisfies NodeToHead);
       this.fenceIfCutOff();
     }, hb);
     this.timer.unref();
@@ -135,24 +136,28 @@ export class NodeAgent {
   }
   private refused: (err: Error) => void = () => {};
 
-  private onMessage(m: any): void {
-    if (m instanceof UndecodableMessage || !m || typeof m !== "object") {
-      const reason = m instanceof UndecodableMessage ? m.reason : "a message that is not an object";
+  private onMessage(raw: unknown): void {
+    if (raw instanceof UndecodableMessage || !raw || typeof raw !== "object") {
+      const reason = raw instanceof UndecodableMessage ? raw.reason : "a message that is not an object";
       logWarn(`node ${this.nodeId}: a message from the head could not be decoded: ${reason}`);
       this.link.send({ t: "undecodable", reason: `node ${this.nodeId}: ${reason}` });
       return;
     }
+    // the head is the same version: its messages are HeadToNode (an unknown type is answered below)
+    const m = raw as HeadToNode;
     switch (m.t) {
       case "re":
         if (m.rid === 0) {
           if (m.ok) {
-            this.headTimeoutMs = Number(m.v?.nodeTimeoutMs ?? Number.POSITIVE_INFINITY);
+            this.headTimeoutMs = Number(
+              (m.v as NodeRegistered | null)?.nodeTimeoutMs ?? Number.POSITIVE_INFINITY,
+            );
             this.lastAck = Date.now();
-          }
-          this.registered(m.ok ? undefined : (m.e ?? { name: "HeadError", message: "refused" }));
+            this.registered(undefined);
+          } else this.registered(m.e ?? { name: "HeadError", message: "refused" });
         }
         return;
-      case "hbAck":
+      case "nodeHeartbeatAck":
         this.lastAck = Date.now();
         if (this.fenced) {
           // unreachable in practice: a head answers a fenced node's heartbeats with "shutdown"
@@ -160,7 +165,7 @@ export class NodeAgent {
         }
         return;
       case "startWorker":
-        this.startWorker(m.spec, m.incarnation, m.gpuIds ?? [], m.resources ?? {}, m.bundleIndex);
+        this.startWorker(m.spec, m.incarnation, m.gpuIds, m.resources, m.bundleIndex);
         return;
       case "killWorker": {
         const w = this.workers.get(m.actorId);
@@ -178,9 +183,11 @@ export class NodeAgent {
       case "refused":
         logWarn(`node ${this.nodeId}: the head refused '${m.request}': ${m.e?.name}: ${m.e?.message}`);
         return;
-      default:
-        logWarn(`node ${this.nodeId}: unknown message '${m.t}' from the head`);
-        this.link.send({ t: "undecodable", reason: `node ${this.nodeId}: unknown message '${m.t}'` });
+      default: {
+        const type = (m as { t: unknown }).t;
+        logWarn(`node ${this.nodeId}: unknown message '${type}' from the head`);
+        this.link.send({ t: "undecodable", reason: `node ${this.nodeId}: unknown message '${type}'` });
+      }
     }
   }
 
@@ -229,7 +236,8 @@ export class NodeAgent {
     const child = (!hasOwnEnv && this.takeSpare()) || this.forkWorker(env);
     const w: Worker = { child, incarnation, exited: false };
     this.workers.set(spec.actorId, w);
-    child.on("message", (msg: any) => {
+    child.on("message", (raw) => {
+      const msg = raw as WorkerToNode;
       if (msg?.t === "ready") {
         this.link.send({
           t: "actorReady",

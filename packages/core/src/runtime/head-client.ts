@@ -1,4 +1,6 @@
 /** Request/reply and pushed updates between a process's runtime and the head. */
+
+import type { ClientToHead, HeadReplies } from "../cluster/messages.js";
 import {
   ActorNameTakenError,
   ActorNotFoundError,
@@ -12,6 +14,9 @@ import { logWarn } from "../log.js";
 import { UndecodableMessage } from "../wire/batch.js";
 import type { WireError } from "../wire/codec.js";
 import { DealerLink } from "../wire/links.js";
+
+/** The fields of client message `K` besides its type. */
+type MessageBody<K extends ClientToHead["t"]> = Omit<Extract<ClientToHead, { t: K }>, "t">;
 
 export class HeadClient {
   private link: DealerLink;
@@ -47,9 +52,9 @@ export class HeadClient {
     this.pending.clear();
   }
 
-  request<T = any>(t: string, body: Record<string, unknown> = {}, timeoutMs = 0): Promise<T> {
+  request<K extends keyof HeadReplies>(t: K, body: MessageBody<K>, timeoutMs = 0): Promise<HeadReplies[K]> {
     const rid = ++this.rid;
-    return new Promise<T>((resolve, reject) => {
+    return new Promise<HeadReplies[K]>((resolve, reject) => {
       if (this.link.authError) return reject(this.link.authError);
       const msg = { ...body, t, rid };
       this.pending.set(rid, { resolve, reject, t, msg });
@@ -66,7 +71,7 @@ export class HeadClient {
     });
   }
 
-  notify(t: string, body: Record<string, unknown> = {}): void {
+  notify<K extends ClientToHead["t"]>(t: K, body: MessageBody<K>): void {
     this.link.send({ ...body, t });
   }
 

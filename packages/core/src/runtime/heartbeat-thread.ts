@@ -30,7 +30,7 @@ const beat = () => {
   sending = true;
   try {
     sock
-      .send(buildBatch([encode({ t: "chb", clientId: data.clientId })]))
+      .send(buildBatch([encode({ t: "clientHeartbeat", clientId: data.clientId })]))
       .catch(() => {})
       .finally(() => {
         sending = false;

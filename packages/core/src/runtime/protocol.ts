@@ -7,7 +7,7 @@ export const CALL = 1;
 export const RESULT = 2;
 /** [FETCH, seq]: ask an owner for an object. */
 export const FETCH = 3;
-/** [FETCH_REPLY, seq, status(1 ok | 2 error | 3 lost), value | WireError | null] */
+/** [FETCH_REPLY, seq, status: FetchStatus, value | WireError | null] */
 export const FETCH_REPLY = 4;
 /** [RELEASE, seqs]: a borrower dropped its copies. */
 export const RELEASE = 5;
@@ -22,6 +22,20 @@ export const RESULT_OK = 1;
 export const RESULT_THREW = 0;
 export const RESULT_UNSENDABLE = 2;
 export const RESULT_UNDECODABLE = 3;
+
+/** How an owner answered a fetch: the value, the error the object holds, or no such object (freed). */
+export const FETCH_OK = 1;
+export const FETCH_ERROR = 2;
+export const FETCH_LOST = 3;
+/** Statuses a fetch is settled with where it was sent (never on the wire): its reply did not decode, its owner's fate is unknown. */
+export const FETCH_UNDECODABLE = 4;
+export const FETCH_UNCONFIRMED = 5;
+export type FetchStatus =
+  | typeof FETCH_OK
+  | typeof FETCH_ERROR
+  | typeof FETCH_LOST
+  | typeof FETCH_UNDECODABLE
+  | typeof FETCH_UNCONFIRMED;
 
 /** Call flags. */
 export const FLAG_IMMEDIATE = 1;

@@ -28,10 +28,17 @@ import {
   ADDREF,
   CALL,
   FETCH,
+  FETCH_ERROR,
+  FETCH_LOST,
+  FETCH_OK,
   FETCH_REPLY,
+  FETCH_UNCONFIRMED,
+  FETCH_UNDECODABLE,
+  type FetchStatus,
   PROTOCOL_ERROR,
   RELEASE,
   RESULT,
+  RESULT_THREW,
   RESULT_UNDECODABLE,
 } from "./protocol.js";
 import { refuseRefInThreadValue } from "./thread-actor-wire.js";
@@ -59,9 +66,6 @@ export interface RuntimeContext {
 
 type Handler = (peer: Buffer, msg: any) => void;
 
-/** Statuses of a fetch settled here (not sent by owners): its reply did not decode, its owner's fate is unknown. */
-const FETCH_UNDECODABLE = 4;
-const FETCH_UNCONFIRMED = 5;
 /** How long the head may take to say whether an object's owner is alive. */
 const OWNER_CHECK_MS = 10_000;
 
@@ -143,7 +147,7 @@ export class Runtime {
     };
     setRuntime(this);
     const heartbeats = !this.context.isWorker;
-    const hello = await this.head.request<{ nodeId?: string }>(
+    const hello = await this.head.request(
       "hello",
       {
         clientId: this.clientId,
@@ -189,7 +193,7 @@ export class Runtime {
       this.heartbeatThread = null;
       if (this.closed) return;
       this.heartbeat = setInterval(
-        () => this.head.notify("chb", { clientId: this.clientId }),
+        () => this.head.notify("clientHeartbeat", { clientId: this.clientId }),
         DRIVER_HEARTBEAT_MS,
       );
       this.heartbeat.unref();
@@ -270,7 +274,7 @@ export class Runtime {
     if (ref._cached)
       return ref._cached.ok ? Promise.resolve(ref._cached.value) : Promise.reject(ref._cached.value);
     return this.fetch(ref).then((m) => {
-      if (m[2] === 1) {
+      if (m[2] === FETCH_OK) {
         ref._cached = { ok: true, value: m[3] };
         return m[3];
       }
@@ -280,7 +284,7 @@ export class Runtime {
         throw new MessageDecodeError(`object ${ref.id} arrived but could not be decoded: ${m[3]}`);
       }
       const err =
-        m[2] === 3
+        m[2] === FETCH_LOST
           ? this.goneOwners.has(ref.ownerId)
             ? new OwnerDiedError(ref.id, ref.ownerId)
             : new ObjectLostError(ref.id, "its owner no longer has it (freed, or the owner process died)")
@@ -312,7 +316,7 @@ export class Runtime {
   }
 
   private fetch(ref: ObjectRef): Promise<any> {
-    if (this.goneOwners.has(ref.ownerId)) return Promise.resolve([FETCH_REPLY, ref.seq, 3, null]);
+    if (this.goneOwners.has(ref.ownerId)) return Promise.resolve([FETCH_REPLY, ref.seq, FETCH_LOST, null]);
     const link = this.peer(ref.owner);
     this.ownerOfEndpoint.set(link.endpoint, ref.ownerId);
     const key = `${link.endpoint}|${ref.seq}`;
@@ -335,7 +339,7 @@ export class Runtime {
   private confirmOwner(ownerId: string): void {
     if (this.liveOwners.has(ownerId) || this.checkingOwners.has(ownerId)) return;
     this.checkingOwners.add(ownerId);
-    this.head.request<boolean>("clientAlive", { clientId: ownerId }, OWNER_CHECK_MS).then(
+    this.head.request("clientAlive", { clientId: ownerId }, OWNER_CHECK_MS).then(
       (alive) => {
         this.checkingOwners.delete(ownerId);
         if (alive) this.liveOwners.add(ownerId);
@@ -357,11 +361,11 @@ export class Runtime {
   private onOwnerGone(ownerId: string): void {
     this.goneOwners.add(ownerId);
     this.liveOwners.delete(ownerId);
-    this.failFetches(ownerId, 3, null, true);
+    this.failFetches(ownerId, FETCH_LOST, null, true);
   }
 
   /** Settles every fetch waiting on `ownerId` with `status` (and, with `forget`, closes its links). */
-  private failFetches(ownerId: string, status: number, value: unknown, forget = false): void {
+  private failFetches(ownerId: string, status: FetchStatus, value: unknown, forget = false): void {
     for (const [endpoint, owner] of this.ownerOfEndpoint) {
       if (owner !== ownerId) continue;
       this.failEndpointFetches(endpoint, status, value);
@@ -375,10 +379,10 @@ export class Runtime {
   /** An owner refused this process's keys: its fetches fail now instead of waiting forever. */
   private onOwnerRefused(endpoint: string, err: Error): void {
     this.peers.delete(endpoint);
-    this.failEndpointFetches(endpoint, 2, errorToWire(err));
+    this.failEndpointFetches(endpoint, FETCH_ERROR, errorToWire(err));
   }
 
-  private failEndpointFetches(endpoint: string, status: number, value: unknown): void {
+  private failEndpointFetches(endpoint: string, status: FetchStatus, value: unknown): void {
     for (const [key, waiters] of this.fetches) {
       if (!key.startsWith(`${endpoint}|`)) continue;
       this.fetches.delete(key);
@@ -425,7 +429,7 @@ export class Runtime {
         this.server.send(peer, [RESULT, m.seq, RESULT_UNDECODABLE, m.reason]);
       } else if (m.kind === FETCH && m.seq !== undefined) {
         const wire = errorToWire(new MessageDecodeError(`the fetch could not be decoded: ${m.reason}`));
-        this.server.send(peer, [FETCH_REPLY, m.seq, 2, wire]);
+        this.server.send(peer, [FETCH_REPLY, m.seq, FETCH_ERROR, wire]);
       } else this.server.send(peer, [PROTOCOL_ERROR, `a message could not be decoded: ${m.reason}`]);
       return;
     }
@@ -438,7 +442,7 @@ export class Runtime {
         const seq = m[1] as number;
         const e = this.store.entries.get(seq);
         if (!e) {
-          this.server.send(peer, [FETCH_REPLY, seq, 3, null]);
+          this.server.send(peer, [FETCH_REPLY, seq, FETCH_LOST, null]);
           return;
         }
         this.store.onSettled(e, (s) => {
@@ -446,11 +450,11 @@ export class Runtime {
             try {
               // the encoded frames are views that the send may read later: hand the value out
               const value = prepareValue(this.store.handOut(s), "value", "cannot be sent");
-              this.server.sendEncoded(peer, encode([FETCH_REPLY, seq, 1, value]));
+              this.server.sendEncoded(peer, encode([FETCH_REPLY, seq, FETCH_OK, value]));
             } catch (err) {
-              this.server.send(peer, [FETCH_REPLY, seq, 2, errorToWire(err)]);
+              this.server.send(peer, [FETCH_REPLY, seq, FETCH_ERROR, errorToWire(err)]);
             }
-          } else this.server.send(peer, [FETCH_REPLY, seq, 2, errorToWire(s.value)]);
+          } else this.server.send(peer, [FETCH_REPLY, seq, FETCH_ERROR, errorToWire(s.value)]);
         });
         return;
       }
@@ -464,7 +468,7 @@ export class Runtime {
         if (this.callHandler) this.callHandler(peer, m);
         else {
           const err = new MessageDecodeError("a call reached a process that hosts no actor (a driver)");
-          this.server.send(peer, [RESULT, m[1], 0, errorToWire(err)]);
+          this.server.send(peer, [RESULT, m[1], RESULT_THREW, errorToWire(err)]);
         }
         return;
       default:

@@ -186,18 +186,18 @@ export function registerClass<T>(
 }
 
 /** How instances of a user class travel (see registerSerializer). */
-export interface SerializerOptions<T> {
+export interface SerializerOptions<T, D = unknown> {
   /** Name on the wire, the same in every process (default: the class's name). */
   name?: string;
-  /** The instance as sendable data (default: its own enumerable fields). */
-  serialize?: (value: T) => unknown;
+  /** The instance as sendable data D (default: its own enumerable fields). */
+  serialize?: (value: T) => D;
   /** The instance rebuilt from that data (default: an object of the class with those fields, no constructor call). */
-  deserialize?: (data: any) => T;
+  deserialize?: (data: D) => T;
 }
 
 const serializers = new Map<
   string,
-  { Class: abstract new (...args: never) => unknown; deserialize: (data: any) => unknown }
+  { Class: abstract new (...args: never) => unknown; deserialize: (data: never) => unknown }
 >();
 
 /**
@@ -206,9 +206,9 @@ const serializers = new Map<
  * module that defines the class is the natural place); a process that receives an instance of a
  * class it has no serializer for fails that message with an error naming the class.
  */
-export function registerSerializer<T extends object>(
-  Class: new (...args: any[]) => T,
-  opts: SerializerOptions<T> = {},
+export function registerSerializer<T extends object, D = unknown>(
+  Class: new (...args: never[]) => T,
+  opts: SerializerOptions<T, D> = {},
 ): void {
   const name = opts.name ?? Class.name;
   if (!name) throw new TypeError("registerSerializer: an anonymous class needs { name }");
@@ -216,8 +216,8 @@ export function registerSerializer<T extends object>(
   if (taken && taken.Class !== Class) {
     throw new TypeError(`registerSerializer: the name '${name}' is already registered for another class`);
   }
-  const serialize = opts.serialize ?? ((v: T) => ({ ...v }));
-  const deserialize =
+  const serialize: (value: T) => unknown = opts.serialize ?? ((v: T) => ({ ...v }));
+  const deserialize: (data: never) => unknown =
     opts.deserialize ?? ((d: object) => Object.assign(Object.create(Class.prototype), d) as T);
   serializers.set(name, { Class, deserialize });
   markLeafClass(Class, true);
@@ -236,7 +236,8 @@ function readRegistered(d: [string, unknown]): unknown {
       `a value of class '${d[0]}' arrived, but this process has no serializer for it: import the module that calls registerSerializer(${d[0]})`,
     );
   }
-  return s.deserialize(d[1]);
+  // the data was written by the same class's serialize, in a process of the same version
+  return s.deserialize(d[1] as never);
 }
 
 const packr = new Packr({

@@ -114,10 +114,7 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
     ["actor_rollout_ref.actor.ppo_micro_batch_size", a.ppo_micro_batch_size],
     ["actor_rollout_ref.rollout.log_prob_micro_batch_size", ro.log_prob_micro_batch_size as number | null],
     ["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", ro.log_prob_micro_batch_size_per_gpu],
-    [
-      "actor_rollout_ref.ref.log_prob_micro_batch_size",
-      cfg.actor_rollout_ref.ref.log_prob_micro_batch_size as number | null,
-    ],
+    ["actor_rollout_ref.ref.log_prob_micro_batch_size", cfg.actor_rollout_ref.ref.log_prob_micro_batch_size],
     [
       "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
       cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,

@@ -13,6 +13,8 @@ export interface OptimConfig extends Open {
   warmup_style: "constant" | "cosine";
   total_training_steps: number;
   weight_decay: number;
+  betas: [number, number];
+  eps: number;
 }
 
 export interface ActorConfig extends Open {
@@ -48,7 +50,26 @@ export interface PolicyLossConfig extends Open {
   ppo_kl_coef: number;
 }
 
-export interface RolloutConfig extends Open {
+/** The keys of a log-prob pass (rollout and ref): micro-batch rows, or a token budget per micro-batch. */
+export interface LogProbConfig {
+  log_prob_micro_batch_size: number | null;
+  log_prob_micro_batch_size_per_gpu: number | null;
+  log_prob_use_dynamic_bsz: boolean;
+  log_prob_max_token_len_per_gpu: number;
+}
+
+/** `actor_rollout_ref.rollout.multi_turn`: veRL's multi-turn agent loop. */
+export interface MultiTurnConfig {
+  enable: boolean;
+  max_assistant_turns: number | null;
+  tool_config_path: string | null;
+  max_parallel_calls: number;
+  max_tool_response_length: number;
+  tool_response_truncate_side: "left" | "middle" | "right";
+  format: "hermes";
+}
+
+export interface RolloutConfig extends Open, LogProbConfig {
   name: string;
   temperature: number;
   top_k: number;
@@ -60,7 +81,7 @@ export interface RolloutConfig extends Open {
   n: number;
   seed: number;
   num_llm_calls_available: number;
-  log_prob_micro_batch_size_per_gpu: number | null;
+  multi_turn: MultiTurnConfig;
   val_kwargs: { top_k: number; top_p: number; temperature: number; n: number; do_sample: boolean } & Open;
   tool: {
     name: string;
@@ -72,6 +93,25 @@ export interface RolloutConfig extends Open {
     max_observation_chars: number;
     config: Open;
   } & Open;
+}
+
+export interface CriticConfig extends Open {
+  /** The number of responses per prompt (actor_rollout_ref.rollout.n). */
+  rollout_n: number;
+  optim: OptimConfig;
+  model: { path: string | null; tokenizer_path: string | null } & Open;
+  ppo_mini_batch_size: number;
+  ppo_micro_batch_size: number | null;
+  ppo_micro_batch_size_per_gpu: number | null;
+  forward_micro_batch_size: number | null;
+  forward_micro_batch_size_per_gpu: number | null;
+  use_dynamic_bsz: boolean;
+  ppo_max_token_len_per_gpu: number;
+  forward_max_token_len_per_gpu: number;
+  ppo_epochs: number;
+  grad_clip: number;
+  cliprange_value: number;
+  loss_agg_mode: ActorConfig["loss_agg_mode"];
 }
 
 export interface TrainerConfig extends Open {
@@ -98,19 +138,16 @@ export interface TrainerConfig extends Open {
     hybrid_engine: boolean;
     model: {
       path: string | null;
+      external_lib: string | null;
       override_config: Open;
       enable_gradient_checkpointing: boolean;
       dtype: "float32" | "bfloat16" | "float16";
     } & Open;
     actor: ActorConfig;
-    ref: {
-      log_prob_micro_batch_size: number | null;
-      log_prob_micro_batch_size_per_gpu: number | null;
-      fsdp_config: { param_offload: boolean } & Open;
-    } & Open;
+    ref: LogProbConfig & { fsdp_config: { param_offload: boolean } & Open } & Open;
     rollout: RolloutConfig;
   } & Open;
-  critic: { optim: OptimConfig; cliprange_value: number; ppo_mini_batch_size: number } & Open;
+  critic: CriticConfig;
   reward_model: {
     enable: boolean;
     reward_manager: string;
@@ -148,6 +185,7 @@ export interface TrainerConfig extends Open {
     log_val_generations: number;
     rollout_data_dir: string | null;
     validation_data_dir: string | null;
+    max_actor_ckpt_to_keep: number | null;
     seed: number;
   } & Open;
 }

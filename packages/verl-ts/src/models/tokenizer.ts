@@ -33,6 +33,14 @@ export interface EncodingWithOffsets {
 
 const encoder = new TextEncoder();
 
+/** The fields of a Hugging Face tokenizer.json read here (the rest goes to the tokenizer library as is). */
+export interface TokenizerJson {
+  model?: { vocab?: Record<string, number>; [key: string]: unknown };
+  added_tokens?: { id: number; content: string; special?: boolean }[];
+  decoder?: { type?: string; [key: string]: unknown } | null;
+  [key: string]: unknown;
+}
+
 export class Tokenizer {
   private readonly impl: any;
   private readonly idToToken: string[];
@@ -44,8 +52,8 @@ export class Tokenizer {
   readonly padTokenId: number;
 
   constructor(
-    readonly json: Record<string, any>,
-    readonly config: Record<string, any> = {},
+    readonly json: TokenizerJson,
+    readonly config: Record<string, unknown> = {},
     readonly source = "<memory>",
   ) {
     try {

@@ -5,7 +5,7 @@
  * output line k always answers input line k; the exit code is then 1. A UTF-8 byte order mark is ignored.
  */
 import { createInterface } from "node:readline";
-import { type CliCommand, UsageError } from "@torl-ts/core";
+import { type CliCommand, parseFlags } from "@torl-ts/core";
 import { CHECKED_DIGITS, MIN_SIGNIFICANT_DIGITS } from "./decimal-precision.js";
 import { checkRewardType, computeMathScore, MATH_REWARD_TYPES, type MathScoreOptions } from "./score.js";
 
@@ -38,21 +38,15 @@ options:
   --reward-type T        default (+1/-1, the default), v2.wformat (-0.5 wrong boxed, -1 none), accuracy (1/0)
   --execution-penalty    subtract 0.5 when a line has "has_code": true and "execution_passed": false`;
 
-/** Flags of `verify`; throws UsageError on anything unknown. */
+/** Flags of `verify`; throws UsageError naming an unknown flag or value. */
 function parseVerifyArgs(args: string[]): MathScoreOptions {
+  const { flags } = parseFlags(args, {
+    "reward-type": { type: "string", choices: MATH_REWARD_TYPES },
+    "execution-penalty": { type: "boolean" },
+  });
   const options: MathScoreOptions = {};
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    if (a === "--reward-type" || a.startsWith("--reward-type=")) {
-      const v = a.includes("=") ? a.slice(a.indexOf("=") + 1) : args[++i];
-      if (!v) throw new UsageError("--reward-type needs a value");
-      if (!(MATH_REWARD_TYPES as readonly string[]).includes(v)) {
-        throw new UsageError(`unknown reward type '${v}'; one of: ${MATH_REWARD_TYPES.join(", ")}`);
-      }
-      options.rewardType = checkRewardType(v);
-    } else if (a === "--execution-penalty") options.executionErrorPenalty = true;
-    else throw new UsageError(`unknown option '${a}'`);
-  }
+  if (flags["reward-type"] !== undefined) options.rewardType = checkRewardType(flags["reward-type"]);
+  if (flags["execution-penalty"]) options.executionErrorPenalty = true;
   return options;
 }
 

@@ -6,30 +6,21 @@
  */
 import { existsSync } from "node:fs";
 import type { ConfigIssue } from "../config/schema.js";
-import type { TrainerConfig } from "../config/types.js";
+import type { MultiTurnConfig, TrainerConfig } from "../config/types.js";
 import type { PromptTemplate } from "../data/templates.js";
 import type { Tokenizer } from "../models/tokenizer.js";
 import type { DataProto } from "../protocol/index.js";
-import type { AgentLoopOptions, AgentSample, TruncateSide } from "./agent-loop.js";
+import type { AgentLoopOptions, AgentSample } from "./agent-loop.js";
 import { type RolloutBatchOptions, rolloutTrainingBatch } from "./batch.js";
 import { ChatTemplate } from "./chat-template.js";
 import { loadToolConfig, readToolConfig } from "./tool-config.js";
 
-/** `actor_rollout_ref.rollout.multi_turn` as the schema types it. */
-export interface MultiTurnConfig {
-  enable: boolean;
-  max_assistant_turns: number | null;
-  tool_config_path: string | null;
-  max_parallel_calls: number;
-  max_tool_response_length: number;
-  tool_response_truncate_side: TruncateSide;
-  format: "hermes";
-}
-
 const KEY = "actor_rollout_ref.rollout.multi_turn";
 
+export type { MultiTurnConfig };
+
 export function multiTurnConfig(cfg: TrainerConfig): MultiTurnConfig {
-  return cfg.actor_rollout_ref.rollout.multi_turn as MultiTurnConfig;
+  return cfg.actor_rollout_ref.rollout.multi_turn;
 }
 
 /** Problems of the multi-turn settings, each naming its key (empty when the mode is off). */

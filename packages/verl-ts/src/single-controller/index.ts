@@ -1,4 +1,7 @@
+export { type HostedRoleSpec, WorkerHost, WorkerHostError } from "./host.js";
 export {
+  type BoundMethod,
+  type BoundMethods,
   Dispatch,
   DispatchError,
   type DispatchMode,
@@ -6,18 +9,18 @@ export {
   Execute,
   type ExecuteMode,
   type RegisterOptions,
+  type Registration,
+  type Registrations,
   type ResolvedRegistration,
-  register,
   registeredMethods,
-  registerMethod,
   resolveRegistration,
-} from "./decorator.js";
-export { type HostedRoleSpec, WorkerHost, WorkerHostError } from "./host.js";
+  type WorkerClass,
+} from "./registration.js";
 export { type PoolBundle, ResourcePool, type ResourcePoolOptions } from "./resource-pool.js";
 export { readWorkerEnv, Worker, type WorkerEnv } from "./worker.js";
 export {
-  type BoundMethods,
-  type RoleInstances,
+  type BoundGroup,
+  type RoleClasses,
   WorkerGroup,
   type WorkerGroupOptions,
   type WorkerRole,

@@ -6,14 +6,18 @@ import {
   get,
   kill,
 } from "@torl-ts/actors";
-import { DispatchError, type ResolvedRegistration, registeredMethods } from "./decorator.js";
 import { fromWireValue, type HostedRoleSpec, toWireValue, WorkerHost } from "./host.js";
+import {
+  type BoundMethods,
+  DispatchError,
+  type ResolvedRegistration,
+  registeredMethods,
+  type WorkerClass,
+} from "./registration.js";
 import type { ResourcePool } from "./resource-pool.js";
 
-type Ctor = abstract new (...args: any[]) => any;
-
 /** A worker role: its class (for the registered methods), the module workers import it from, its args. */
-export interface WorkerRole<C extends Ctor = Ctor> {
+export interface WorkerRole<C extends WorkerClass = WorkerClass> {
   cls: C;
   module: string;
   exportName: string;
@@ -24,7 +28,7 @@ export interface WorkerRole<C extends Ctor = Ctor> {
  * Describes a worker role (veRL's RayClassWithInitArgs). `module` is the URL of the module exporting
  * the class (pass `import.meta.url` there); the export is looked up by the class name.
  */
-export function workerRole<C extends Ctor>(
+export function workerRole<C extends WorkerClass>(
   cls: C,
   where: { module: string; exportName?: string },
   ...args: ConstructorParameters<C>
@@ -33,14 +37,11 @@ export function workerRole<C extends Ctor>(
   return { cls, module: where.module, exportName: where.exportName ?? cls.name, args };
 }
 
-type MethodKeys<T> = { [K in keyof T]: T[K] extends (...args: any[]) => any ? K : never }[keyof T] & string;
+/** A group of worker class C with its registered methods bound (typed by the class's `registered`). */
+export type BoundGroup<C extends WorkerClass> = WorkerGroup<C> & BoundMethods<C>;
 
-/** The driver-side methods of a worker group: each registered method fans out and collects. */
-export type BoundMethods<T> = { [K in MethodKeys<T>]: (...args: any[]) => Promise<any> };
-
-export type RoleInstances<M extends Record<string, WorkerRole>> = {
-  [R in keyof M]: InstanceType<M[R]["cls"]>;
-};
+/** The classes of colocated roles, by role name. */
+export type RoleClasses<M extends Record<string, WorkerRole>> = { [R in keyof M]: M[R]["cls"] };
 
 export interface WorkerGroupOptions {
   /** Name of the group (WG_PREFIX in the workers, and the collective group's name). */
@@ -88,6 +89,7 @@ interface BoundMethod {
  * dispatches (per the method's dispatch mode), runs on the ranks (execute mode) and collects.
  */
 export class WorkerGroup<T = unknown> {
+  // T: the worker class of a one-role group, or the role classes by name of a colocated one
   private constructor(
     readonly name: string,
     readonly handles: ActorHandle<WorkerHost>[],
@@ -106,13 +108,13 @@ export class WorkerGroup<T = unknown> {
   }
 
   /** Spawns a group of one role over `pool`. */
-  static async create<C extends Ctor>(
+  static async create<C extends WorkerClass>(
     pool: ResourcePool,
     role: WorkerRole<C>,
     opts: WorkerGroupOptions = {},
-  ): Promise<WorkerGroup<InstanceType<C>> & BoundMethods<InstanceType<C>>> {
+  ): Promise<BoundGroup<C>> {
     const wg = await WorkerGroup.spawnGroup(pool, { default: role }, opts);
-    return wg.forRole("default") as WorkerGroup<InstanceType<C>> & BoundMethods<InstanceType<C>>;
+    return wg.forRole("default") as BoundGroup<C>;
   }
 
   /**
@@ -124,8 +126,8 @@ export class WorkerGroup<T = unknown> {
     pool: ResourcePool,
     roles: M,
     opts: WorkerGroupOptions = {},
-  ): Promise<WorkerGroup<RoleInstances<M>>> {
-    return (await WorkerGroup.spawnGroup(pool, roles, opts)) as WorkerGroup<RoleInstances<M>>;
+  ): Promise<WorkerGroup<RoleClasses<M>>> {
+    return (await WorkerGroup.spawnGroup(pool, roles, opts)) as WorkerGroup<RoleClasses<M>>;
   }
 
   private static async spawnGroup(
@@ -192,10 +194,10 @@ export class WorkerGroup<T = unknown> {
   }
 
   /** Per-role groups over the same worker processes (veRL's spawn of a colocated group). */
-  spawnRoles(): { [R in keyof T]: WorkerGroup<T[R]> & BoundMethods<T[R]> } {
+  spawnRoles(): { [R in keyof T]: T[R] extends WorkerClass ? BoundGroup<T[R]> : never } {
     const out: Record<string, unknown> = {};
     for (const role of this.roles.keys()) out[role] = this.forRole(role);
-    return out as { [R in keyof T]: WorkerGroup<T[R]> & BoundMethods<T[R]> };
+    return out as { [R in keyof T]: T[R] extends WorkerClass ? BoundGroup<T[R]> : never };
   }
 
   private forRole(role: string): WorkerGroup<unknown> {
@@ -215,7 +217,7 @@ export class WorkerGroup<T = unknown> {
   }
 
   /** Calls registered method `method` on the group: dispatch, execute, collect. */
-  async call(method: string, ...args: unknown[]): Promise<any> {
+  async call(method: string, ...args: unknown[]): Promise<unknown> {
     const bound = this.methods.get(method);
     if (!bound) {
       throw new DispatchError(
@@ -274,14 +276,14 @@ export class WorkerGroup<T = unknown> {
   }
 
   /** Runs `method` of the role on every rank with the same arguments (no registration needed). */
-  async executeAll(method: string, ...args: unknown[]): Promise<any[]> {
+  async executeAll(method: string, ...args: unknown[]): Promise<unknown[]> {
     const role = this.role || [...this.roles.keys()][0]!;
     const refs = this.handles.map((h) => h.executeRegistered(role, method, args.map(toWireValue)));
     return (await get(refs)).map(fromWireValue);
   }
 
   /** Runs `method` of the role on rank 0 only. */
-  async executeRankZero(method: string, ...args: unknown[]): Promise<any> {
+  async executeRankZero(method: string, ...args: unknown[]): Promise<unknown> {
     const role = this.role || [...this.roles.keys()][0]!;
     return fromWireValue(await this.handles[0]!.executeRegistered(role, method, args.map(toWireValue)));
   }

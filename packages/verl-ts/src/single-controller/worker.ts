@@ -43,7 +43,7 @@ export function readWorkerEnv(env: NodeJS.ProcessEnv = process.env): WorkerEnv {
 }
 
 /**
- * Base class of worker roles (veRL's Worker): subclasses mark methods with `register(...)` and a
+ * Base class of worker roles (veRL's Worker): subclasses name their methods in a static `registered` and a
  * WorkerGroup spawns one per bundle. `rank`, `worldSize` and `env` describe the worker's place.
  */
 export class Worker {

@@ -37,7 +37,7 @@ import {
   multiTurnConfig,
 } from "../rollout/multi-turn.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
-import { type BoundMethods, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
+import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
 import { CriticWorker } from "../workers/critic.js";
 import { externalLibSpecifier, importExternalLib } from "../workers/external-lib.js";
@@ -122,8 +122,8 @@ export interface TrainingSummary {
   world_size: number;
 }
 
-type ActorGroup = WorkerGroup<ActorRolloutRefWorker> & BoundMethods<ActorRolloutRefWorker>;
-type CriticGroup = WorkerGroup<CriticWorker> & BoundMethods<CriticWorker>;
+type ActorGroup = BoundGroup<typeof ActorRolloutRefWorker>;
+type CriticGroup = BoundGroup<typeof CriticWorker>;
 
 const workerModule = (name: string) =>
   new URL(`../workers/${name}${import.meta.url.endsWith(".ts") ? ".ts" : ".js"}`, import.meta.url).href;
@@ -204,13 +204,7 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
       `"${lossMode}" is not a registered policy loss (have: ${listPolicyLosses().join(", ")}); register your own in a module named by actor_rollout_ref.model.external_lib`,
     );
   if (usesCritic(cfg)) {
-    const c = cfg.critic as TrainerConfig["critic"] & {
-      model: { path: string | null };
-      use_dynamic_bsz: boolean;
-      ppo_micro_batch_size_per_gpu: number | null;
-      ppo_max_token_len_per_gpu: number;
-      forward_max_token_len_per_gpu: number;
-    };
+    const c = cfg.critic;
     if (c.model.path && !existsSync(join(c.model.path, "config.json")))
       add("critic.model.path", `${c.model.path} holds no config.json`);
     batchSizes("critic", c.ppo_mini_batch_size, c.ppo_micro_batch_size_per_gpu);
@@ -222,10 +216,7 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
   if (a.use_dynamic_bsz)
     budget("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", a.ppo_max_token_len_per_gpu);
   for (const role of ["ref", "rollout"] as const) {
-    const section = cfg.actor_rollout_ref[role] as {
-      log_prob_use_dynamic_bsz?: boolean;
-      log_prob_max_token_len_per_gpu?: number;
-    };
+    const section = cfg.actor_rollout_ref[role];
     if (section.log_prob_use_dynamic_bsz)
       budget(
         `actor_rollout_ref.${role}.log_prob_max_token_len_per_gpu`,
@@ -379,7 +370,7 @@ export class RayPPOTrainer {
     if (cfg.algorithm.use_kl_in_reward) this.klCtrl = createKlController(cfg.algorithm.kl_ctrl);
 
     // the user's module, by an absolute specifier so every worker process finds it too
-    const lib = cfg.actor_rollout_ref.model.external_lib as string | null;
+    const lib = cfg.actor_rollout_ref.model.external_lib;
     if (lib) {
       cfg.actor_rollout_ref.model.external_lib = externalLibSpecifier(lib);
       await importExternalLib(lib);
@@ -423,10 +414,10 @@ export class RayPPOTrainer {
         groupOptions,
       );
       const roles = colocated.spawnRoles();
-      this.actor = roles.actor_rollout_ref as ActorGroup;
-      this.critic = roles.critic as CriticGroup;
+      this.actor = roles.actor_rollout_ref;
+      this.critic = roles.critic;
     } else {
-      this.actor = (await WorkerGroup.create(pool, actorRole, groupOptions)) as ActorGroup;
+      this.actor = await WorkerGroup.create(pool, actorRole, groupOptions);
     }
     this.workerPids = (await this.actor.workerInfo()).map((i) => i.pid);
     this.currentStage = "initModel";
@@ -469,7 +460,7 @@ export class RayPPOTrainer {
       summary: this.summaryAcc,
       wallSeconds,
     };
-    this.ckpt.commit(this.globalStep, state, this.config.trainer.max_actor_ckpt_to_keep as number | null);
+    this.ckpt.commit(this.globalStep, state, this.config.trainer.max_actor_ckpt_to_keep);
   }
 
   /** Runs the whole training; returns the summary (also written to runs/<name>/summary.json). */
@@ -487,7 +478,7 @@ export class RayPPOTrainer {
       this.runLog.addSinks(
         await createMetricSinks(cfg.trainer.logger, {
           runDir: this.runLog.dir,
-          project: cfg.trainer.project_name as string,
+          project: cfg.trainer.project_name,
           experiment: cfg.trainer.experiment_name,
           config: cfg,
         }),
@@ -584,7 +575,7 @@ export class RayPPOTrainer {
     }
 
     // 4. Old log-probs (and entropy) under the actor that generated the responses.
-    const old: DataProto = await timed("old_log_prob", () => actor.computeLogProb(batch));
+    const old = await timed("old_log_prob", () => actor.computeLogProb(batch));
     const entropys = old.pop(["entropys"]).tensor("entropys");
     batch.union(old);
     const lossMask = batch.tensor("loss_mask") as MaskMatrix;
@@ -603,8 +594,8 @@ export class RayPPOTrainer {
     // 8. Update the critic on the returns (global mini-batches laid out over the ranks).
     let criticOut: StepMetrics = {};
     if (critic) {
-      const rows = (cfg.critic.ppo_mini_batch_size as number) * ar.rollout.n;
-      const out: StepMetrics[] = await timed("update_critic", () =>
+      const rows = cfg.critic.ppo_mini_batch_size * ar.rollout.n;
+      const out = await timed("update_critic", () =>
         critic.updateCritic(layoutForMiniBatches(batch, critic.worldSize, rows)),
       );
       criticOut = out[0]!;
@@ -615,7 +606,7 @@ export class RayPPOTrainer {
     let actorOut: StepMetrics = {};
     if (!critic || cfg.trainer.critic_warmup <= this.globalStep) {
       const miniRows = ar.actor.ppo_mini_batch_size * ar.rollout.n;
-      const out: StepMetrics[] = await timed("update_actor", () =>
+      const out = await timed("update_actor", () =>
         actor.updateActor(layoutForMiniBatches(batch, actor.worldSize, miniRows)),
       );
       actorOut = out[0]!;
@@ -630,7 +621,7 @@ export class RayPPOTrainer {
       ...balance,
       ...computeToolMetrics(batch),
       ...computeMultiTurnMetrics(batch),
-      ...prefixed(scored.metaInfo.reward_metrics as StepMetrics | undefined),
+      ...numericMetrics(scored.metaInfo.reward_metrics),
       ...sampling,
       "training/epoch": epoch,
       "training/global_step": this.globalStep,
@@ -653,15 +644,13 @@ export class RayPPOTrainer {
     const genBatch = batch.pop(PROMPT_KEYS);
     genBatch.metaInfo.seed = this.rng.nextUint32();
     // each prompt repeated n times (interleaved), generated on the actor's own weights
-    const gen: DataProto = await timed("gen", () =>
-      this.actorRolloutWg.generateSequences(genBatch.repeat(n)),
-    );
+    const gen = await timed("gen", () => this.actorRolloutWg.generateSequences(genBatch.repeat(n)));
     // ReMax: the baseline of each prompt is the score of its greedy response (veRL's gen_max)
     let baselines: Float32Array | undefined;
     if (this.config.algorithm.adv_estimator === "remax") {
       const greedy = DataProto.fromWire(genBatch.toWire());
       greedy.metaInfo.do_sample = false;
-      const base: DataProto = await timed("gen_max", () => this.actorRolloutWg.generateSequences(greedy));
+      const base = await timed("gen_max", () => this.actorRolloutWg.generateSequences(greedy));
       const scoredBase = await this.score(
         batch.select([], Object.keys(batch.nonTensorBatch), []).union(base),
       );
@@ -840,7 +829,7 @@ export class RayPPOTrainer {
       const genBatch = batch.pop(PROMPT_KEYS);
       genBatch.metaInfo.validate = true;
       genBatch.metaInfo.seed = cfg.actor_rollout_ref.rollout.seed;
-      const gen: DataProto = await actor.generateSequences(genBatch.repeat(n));
+      const gen = await actor.generateSequences(genBatch.repeat(n));
       batch = batch.repeat(n).union(gen);
       const scored = await this.score(batch);
       batch.union(scored.select([], ["acc", "score", "extracted_answer"], []));
@@ -962,8 +951,9 @@ function safeLatest(ckpt: CheckpointManager): number | undefined {
   }
 }
 
-function prefixed(m: StepMetrics | undefined): StepMetrics {
-  if (!m) return {};
+/** The numeric entries of a metrics record that crossed a process boundary (others are dropped). */
+function numericMetrics(m: unknown): StepMetrics {
+  if (!m || typeof m !== "object") return {};
   const out: StepMetrics = {};
   for (const [k, v] of Object.entries(m)) if (typeof v === "number") out[k] = v;
   return out;

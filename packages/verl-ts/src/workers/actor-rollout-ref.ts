@@ -23,7 +23,7 @@ import { agentTrainingBatch, multiTurnConfig, multiTurnSettings } from "../rollo
 import { rolloutPromptBatch, type TirRolloutOptions } from "../rollout/tir.js";
 import type { Tool } from "../rollout/tool.js";
 import { instantiateTool } from "../rollout/tool-config.js";
-import { Dispatch, register } from "../single-controller/decorator.js";
+import { Dispatch, type Registrations } from "../single-controller/registration.js";
 import { importExternalLib } from "./external-lib.js";
 import {
   byMicroBatch,
@@ -72,6 +72,16 @@ export interface WorkerMemory {
 }
 
 export class ActorRolloutRefWorker extends ShardedWorker {
+  static override readonly registered = {
+    ...ShardedWorker.registered,
+    initModel: Dispatch.ONE_TO_ALL,
+    generateSequences: Dispatch.DP_COMPUTE_PROTO,
+    computeLogProb: Dispatch.DP_COMPUTE_PROTO,
+    computeRefLogProb: Dispatch.DP_COMPUTE_PROTO,
+    updateActor: Dispatch.DP_COMPUTE_METRIC,
+    memoryInfo: Dispatch.ONE_TO_ALL,
+  } satisfies Registrations<ActorRolloutRefWorker>;
+
   private readonly cfg: TrainerConfig;
   private readonly role: NonNullable<ActorRolloutRefOptions["role"]>;
   private readonly toolSpec: ToolSpec | null;
@@ -96,10 +106,9 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   }
 
   /** Loads the model (every rank from the same directory), shards it and sets up the optimizer. */
-  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async initModel(): Promise<ShardInfo> {
     // the user's module first: the policy loss it registers must exist in this process
-    await importExternalLib(this.cfg.actor_rollout_ref.model.external_lib as string | null);
+    await importExternalLib(this.cfg.actor_rollout_ref.model.external_lib);
     if (this.isActor) getPolicyLoss(this.cfg.actor_rollout_ref.actor.policy_loss.loss_mode);
     const backend = await selectBackend({ log: null });
     this.backendName = backend.name;
@@ -113,7 +122,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     this.tokenizer = loadTokenizer(path);
     if (this.isActor) {
       const { config, values } = loadModelValues(path);
-      this.sharded = new ShardedParameters(values, this.ctx, ar.actor.optim as OptimSettings);
+      this.sharded = new ShardedParameters(values, this.ctx, ar.actor.optim);
       this.sharded.weightDtype = dtype;
       this.model = new Qwen2Model(config, values, { trainable: true, dtype });
       this.model.gradientCheckpointing = ar.model.enable_gradient_checkpointing;
@@ -165,7 +174,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    * actor.mask_tool_output, execution_passes, num_tool_calls, num_tool_passes; non-tensor
    * response_text, finish_reason, tool_observations).
    */
-  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   async generateSequences(prompts: DataProto): Promise<DataProto> {
     this.injectFault("generateSequences");
     const model = this.needModel();
@@ -212,10 +220,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
 
   /** Micro-batches of a log-prob pass: logProbMicroRows rows, or a token budget. */
   private logProbGroups(key: "rollout" | "ref", data: DataProto): number[][] {
-    const section = this.cfg.actor_rollout_ref[key] as {
-      log_prob_use_dynamic_bsz?: boolean;
-      log_prob_max_token_len_per_gpu?: number;
-    };
+    const section = this.cfg.actor_rollout_ref[key];
     const rows = logProbMicroRows(this.cfg, key, this.worldSize);
     return microBatches(
       data,
@@ -251,7 +256,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    * and of the reference (in model.dtype) and how much of each sits in tensors, and the process's peak
    * resident set. Between passes a host-held model has no weight bytes in tensors.
    */
-  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   memoryInfo(): WorkerMemory {
     return {
       rank: this.rank,
@@ -265,7 +269,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   }
 
   /** Old log-probs and entropy of the responses under the current actor: old_log_probs, entropys [B, R]. */
-  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   async computeLogProb(data: DataProto): Promise<DataProto> {
     const [logProbs, entropy] = await this.responseLogProbs(this.needModel(), data, "rollout", true);
     const shape = [data.length, data.tensor("responses").shape[1]!];
@@ -276,7 +279,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   }
 
   /** Log-probs of the responses under the frozen reference policy: ref_log_prob [B, R]. */
-  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   async computeRefLogProb(data: DataProto): Promise<DataProto> {
     if (!this.ref) throw new WorkerStateError(`rank ${this.rank}: this worker holds no reference model`);
     const [logProbs] = await this.responseLogProbs(this.ref, data, "ref", false);
@@ -292,7 +294,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    * loss mask (loss_mask, else response_mask); ref_log_prob when actor.use_kl_loss. Returns the metrics
    * (identical on every rank).
    */
-  @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
   async updateActor(data: DataProto): Promise<Record<string, number>> {
     this.injectFault("updateActor");
     const model = this.needModel();

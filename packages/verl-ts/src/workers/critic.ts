@@ -23,7 +23,7 @@ import { uid } from "../models/variable-names.js";
 import { DataProto } from "../protocol/data-proto.js";
 import type { BatchTensor } from "../protocol/tensor.js";
 import { gaussian, mulberry32 } from "../random.js";
-import { Dispatch, register } from "../single-controller/decorator.js";
+import { Dispatch, type Registrations } from "../single-controller/registration.js";
 import {
   byMicroBatch,
   microBatches,
@@ -63,20 +63,7 @@ interface CriticSettings {
 }
 
 export function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSettings {
-  const c = cfg.critic as TrainerConfig["critic"] & {
-    model: { path: string | null; enable_gradient_checkpointing: boolean };
-    ppo_micro_batch_size: number | null;
-    ppo_micro_batch_size_per_gpu: number | null;
-    forward_micro_batch_size: number | null;
-    forward_micro_batch_size_per_gpu: number | null;
-    use_dynamic_bsz: boolean;
-    ppo_max_token_len_per_gpu: number;
-    forward_max_token_len_per_gpu: number;
-    ppo_epochs: number;
-    grad_clip: number;
-    loss_agg_mode: string;
-    rollout_n: number;
-  };
+  const c = cfg.critic;
   const path = c.model.path ?? cfg.actor_rollout_ref.model.path;
   if (!path) throw new WorkerStateError("critic.model.path (or actor_rollout_ref.model.path) is not set");
   const micro = perWorkerRows(c.ppo_micro_batch_size_per_gpu, c.ppo_micro_batch_size, worldSize);
@@ -98,6 +85,13 @@ export function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSet
 }
 
 export class CriticWorker extends ShardedWorker {
+  static override readonly registered = {
+    ...ShardedWorker.registered,
+    initModel: Dispatch.ONE_TO_ALL,
+    computeValues: Dispatch.DP_COMPUTE_PROTO,
+    updateCritic: Dispatch.DP_COMPUTE_METRIC,
+  } satisfies Registrations<CriticWorker>;
+
   private readonly cfg: TrainerConfig;
   private settings?: CriticSettings;
   private model?: Qwen2Model;
@@ -109,7 +103,6 @@ export class CriticWorker extends ShardedWorker {
   }
 
   /** Loads the backbone, adds the value head, shards the parameters and sets up AdamW. */
-  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async initModel(): Promise<ShardInfo> {
     this.backendName = (await selectBackend({ log: null })).name;
     const s = criticSettings(this.cfg, this.worldSize);
@@ -174,7 +167,6 @@ export class CriticWorker extends ShardedWorker {
   }
 
   /** Critic values of the responses (no gradient): values [B, R]. */
-  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   async computeValues(data: DataProto): Promise<DataProto> {
     const { s } = this.need();
     const R = data.tensor("responses").shape[1]!;
@@ -196,7 +188,6 @@ export class CriticWorker extends ShardedWorker {
    * Needs input_ids, attention_mask, responses, values (from computeValues), returns and a loss mask
    * (loss_mask, else response_mask). Returns veRL's critic metrics (identical on every rank).
    */
-  @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
   async updateCritic(data: DataProto): Promise<Record<string, number>> {
     this.injectFault("updateCritic");
     const { head, model, s } = this.need();

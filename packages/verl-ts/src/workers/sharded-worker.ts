@@ -8,7 +8,7 @@ import type { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
 import type { DataProto } from "../protocol/data-proto.js";
 import type { BatchTensor } from "../protocol/tensor.js";
-import { Dispatch, register } from "../single-controller/decorator.js";
+import { Dispatch, type Registrations } from "../single-controller/registration.js";
 import { Worker } from "../single-controller/worker.js";
 import { WorkerStateError } from "./errors.js";
 import { FaultInjector } from "./fault-injection.js";
@@ -62,6 +62,13 @@ export interface MicroStep {
  * methods every such worker has (gathered parameters, checkpoint save and load of its shard).
  */
 export abstract class ShardedWorker extends Worker {
+  static readonly registered = {
+    shardInfo: Dispatch.ONE_TO_ALL,
+    gatheredParameters: Dispatch.RANK_ZERO,
+    saveCheckpoint: Dispatch.ONE_TO_ALL,
+    loadCheckpoint: Dispatch.ONE_TO_ALL,
+  } satisfies Registrations<ShardedWorker>;
+
   protected sharded?: ShardedParameters;
   /** The tensor backend initModel selected. */
   protected backendName = "";
@@ -94,7 +101,6 @@ export abstract class ShardedWorker extends Worker {
   }
 
   /** Where this rank's shard lies and the bytes it holds. */
-  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   shardInfo(): ShardInfo {
     const s = this.sharded;
     const total = this.numParameters();
@@ -216,19 +222,16 @@ export abstract class ShardedWorker extends Worker {
   }
 
   /** The gathered parameters as one flat vector (checkpoint order), from rank 0. */
-  @register({ dispatchMode: Dispatch.RANK_ZERO })
   async gatheredParameters(): Promise<Float32Array> {
     return this.needSharded().layout.flatten(await this.currentParameters());
   }
 
   /** Writes this rank's shard (params + AdamW state + counters) under `dir`. */
-  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   saveCheckpoint(dir: string): { rank: number; bytes: number } {
     return { rank: this.rank, bytes: this.needSharded().save(dir) };
   }
 
   /** Loads the shards written by saveCheckpoint (by any number of ranks) and takes this rank's range. */
-  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async loadCheckpoint(dir: string): Promise<{ rank: number; schedulerStep: number }> {
     const sharded = this.needSharded();
     this.applyParameters(sharded.load(dir));

@@ -87,7 +87,32 @@ test("verify flags: --reward-type picks the reward, unknown values and flags are
   });
   await t.throwsAsync(verifyCommand.run(["--reward-type", "nope"]), {
     instanceOf: UsageError,
-    message: /unknown reward type 'nope'/,
+    message: "--reward-type must be one of default, v2.wformat, accuracy; got 'nope'",
   });
-  await t.throwsAsync(verifyCommand.run(["--bogus"]), { instanceOf: UsageError, message: /unknown option/ });
+  await t.throwsAsync(verifyCommand.run(["--reward-type=nope"]), {
+    instanceOf: UsageError,
+    message: "--reward-type must be one of default, v2.wformat, accuracy; got 'nope'",
+  });
+  await t.throwsAsync(verifyCommand.run(["--reward-type"]), {
+    instanceOf: UsageError,
+    message: /--reward-type needs a value/,
+  });
+  await t.throwsAsync(verifyCommand.run(["--execution-penalty=yes"]), {
+    instanceOf: UsageError,
+    message: "--execution-penalty takes no value",
+  });
+  await t.throwsAsync(verifyCommand.run(["--bogus"]), {
+    instanceOf: UsageError,
+    message: "unknown flag --bogus",
+  });
+});
+
+test("verify reads --flag value and --flag=value the same way", (t) => {
+  const line = `${JSON.stringify({ solution: "\\boxed{4}", ground_truth: "5" })}\n`;
+  const spaced = verify(line, ["--reward-type", "accuracy"]);
+  const joined = verify(line, ["--reward-type=accuracy"]);
+  t.is(spaced.status, 0, spaced.stderr);
+  t.is(joined.status, 0, joined.stderr);
+  t.deepEqual(JSON.parse(joined.stdout), { line: 1, correct: false, extracted: "4", score: 0 });
+  t.is(joined.stdout, spaced.stdout);
 });

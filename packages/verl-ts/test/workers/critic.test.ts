@@ -8,7 +8,7 @@ import { loadTrainerConfig } from "../../src/config/index.js";
 import type { DataProto } from "../../src/protocol/index.js";
 import type { BatchTensor } from "../../src/protocol/tensor.js";
 import {
-  type BoundMethods,
+  type BoundGroup,
   ResourcePool,
   WorkerGroup,
   workerRole,
@@ -55,7 +55,7 @@ function batch(): DataProto {
   });
 }
 
-type Group = WorkerGroup<CriticWorker> & BoundMethods<CriticWorker>;
+type Group = BoundGroup<typeof CriticWorker>;
 
 async function group(n: number, cfg: ReturnType<typeof config>, name: string): Promise<Group> {
   const pool = new ResourcePool({ processOnNodes: [n], useGpu: false, namePrefix: name });

@@ -3,7 +3,7 @@ import test from "ava";
 import { loadTrainerConfig } from "../../src/config/index.js";
 import type { DataProto } from "../../src/protocol/index.js";
 import {
-  type BoundMethods,
+  type BoundGroup,
   ResourcePool,
   WorkerGroup,
   workerRole,
@@ -64,7 +64,7 @@ function batch(): DataProto {
   });
 }
 
-type Group = WorkerGroup<ActorRolloutRefWorker> & BoundMethods<ActorRolloutRefWorker>;
+type Group = BoundGroup<typeof ActorRolloutRefWorker>;
 
 async function group(n: number, cfg: ReturnType<typeof config>, name = `fsdp${n}`): Promise<Group> {
   const pool = new ResourcePool({ processOnNodes: [n], useGpu: false, namePrefix: name });

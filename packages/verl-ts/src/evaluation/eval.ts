@@ -17,21 +17,15 @@
 import { writeFileSync } from "node:fs";
 import { type CliCommand, InputError, parseFlags, UsageError } from "@torl-ts/core";
 import { SandboxExecutor } from "@torl-ts/sandbox";
-import {
-  BACKEND_NAMES,
-  type BackendName,
-  loadPretrained,
-  PythonCodeInterpreter,
-  type RlDatasetRow,
-  readRlDataset,
-  renderPrompt,
-  selectBackend,
-  type TirSample,
-  type Tool,
-  tirRollout,
-} from "@torl-ts/verl";
-import { computeMathScore } from "@torl-ts/verl/reward";
-import { type TrajectorySample, trajectoryFromTir } from "./report.js";
+import { type RlDatasetRow, readRlDataset } from "../data/rows.js";
+import { renderPrompt } from "../data/templates.js";
+import { BACKEND_NAMES, type BackendName, selectBackend } from "../models/backend.js";
+import { loadPretrained } from "../models/pretrained.js";
+import { computeMathScore } from "../reward/score.js";
+import { PythonCodeInterpreter } from "../rollout/code-interpreter.js";
+import { type TirSample, tirRollout } from "../rollout/tir.js";
+import type { Tool } from "../rollout/tool.js";
+import { type TrajectorySample, trajectoryFromTir } from "./trajectory.js";
 
 export interface EvalOptions {
   /** HF model directory (config.json, model.safetensors, tokenizer.json). */

@@ -126,14 +126,30 @@ export interface RegisterOptions {
   executeMode?: ExecuteMode;
 }
 
+/** How one method is registered: its dispatch mode (object or predefined name), or the full options. */
+export type Registration = DispatchMode | DispatchModeName | RegisterOptions;
+
+type MethodKeys<T> = { [K in keyof T]: T[K] extends (...args: never[]) => unknown ? K : never }[keyof T] &
+  string;
+
+/**
+ * The registered methods of a worker class (veRL's `@register`), declared on the class itself so the
+ * driver's bound methods can be typed from it:
+ * `static readonly registered = { generateSequences: Dispatch.DP_COMPUTE_PROTO } satisfies Registrations<MyWorker>;`
+ * A subclass spreads its base's: `{ ...Base.registered, ... }`.
+ */
+export type Registrations<T> = { readonly [K in MethodKeys<T>]?: Registration };
+
 export interface ResolvedRegistration {
   dispatch: DispatchMode;
   execute: ExecuteMode;
 }
 
-const REGISTERED: unique symbol = Symbol.for("torl-ts.verl.register") as never;
-
-export function resolveRegistration(opts: RegisterOptions = {}): ResolvedRegistration {
+export function resolveRegistration(registration: Registration = {}): ResolvedRegistration {
+  const opts: RegisterOptions =
+    typeof registration === "string" || "dispatch" in registration
+      ? { dispatchMode: registration }
+      : registration;
   const mode = opts.dispatchMode ?? Dispatch.ALL_TO_ALL;
   const dispatch = typeof mode === "string" ? Dispatch[mode] : mode;
   if (!dispatch || typeof dispatch.dispatch !== "function" || typeof dispatch.collect !== "function") {
@@ -148,43 +164,63 @@ export function resolveRegistration(opts: RegisterOptions = {}): ResolvedRegistr
   return { dispatch, execute };
 }
 
-/**
- * Marks a worker method for worker groups. Usable as a (standard) decorator:
- *   `@register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO }) generateSequences(batch) {...}`
- * or without decorators: `registerMethod(MyWorker, "generateSequences", {...})`.
- */
-export function register(opts: RegisterOptions = {}) {
-  const reg = resolveRegistration(opts);
-  return <F extends (...args: any[]) => any>(fn: F, _context?: unknown): F => {
-    (fn as unknown as Record<symbol, ResolvedRegistration>)[REGISTERED] = reg;
-    return fn;
-  };
-}
+/** A worker class: its static `registered` names the methods a WorkerGroup binds. */
+export type WorkerClass = abstract new (...args: never[]) => unknown;
 
-/** Registers `cls.prototype[method]` (the decorator-free form of `register`). */
-export function registerMethod(
-  cls: abstract new (...a: any[]) => any,
-  method: string,
-  opts: RegisterOptions = {},
-): void {
-  const fn = (cls.prototype as Record<string, unknown>)[method];
-  if (typeof fn !== "function") throw new DispatchError(`${cls.name} has no method "${method}" to register`);
-  register(opts)(fn as (...args: any[]) => any);
-}
-
-/** The registered methods of a class (walking its prototype chain), by name. */
-export function registeredMethods(cls: abstract new (...a: any[]) => any): Map<string, ResolvedRegistration> {
+/** The registered methods of a class (its static `registered`, inherited when not its own), by name. */
+export function registeredMethods(cls: WorkerClass): Map<string, ResolvedRegistration> {
+  const declared = (cls as { registered?: Record<string, Registration> }).registered ?? {};
+  if (typeof declared !== "object" || declared === null) {
+    throw new DispatchError(`${cls.name}.registered must be an object of method names to dispatch modes`);
+  }
   const out = new Map<string, ResolvedRegistration>();
-  for (let p = cls.prototype; p && p !== Object.prototype; p = Object.getPrototypeOf(p)) {
-    for (const name of Object.getOwnPropertyNames(p)) {
-      if (name === "constructor" || out.has(name)) continue;
-      const d = Object.getOwnPropertyDescriptor(p, name);
-      const reg =
-        typeof d?.value === "function"
-          ? (d.value as Record<symbol, ResolvedRegistration>)[REGISTERED]
-          : undefined;
-      if (reg) out.set(name, reg);
+  for (const [name, registration] of Object.entries(declared)) {
+    if (typeof (cls.prototype as Record<string, unknown>)[name] !== "function") {
+      throw new DispatchError(`${cls.name}.registered names "${name}", which is not a method of ${cls.name}`);
     }
+    out.set(name, resolveRegistration(registration));
   }
   return out;
 }
+
+// ---- the driver-side types: what a dispatch mode does to a method's arguments and result ----------
+
+/** The predefined mode a registration names, or `string` for a custom mode. */
+type ModeName<E> = E extends DispatchModeName
+  ? E
+  : E extends DispatchMode
+    ? E["name"]
+    : E extends { dispatchMode: infer M }
+      ? ModeName<M>
+      : "ALL_TO_ALL";
+
+/** ALL_TO_ALL and DP_COMPUTE take every argument as a list with one entry per rank. */
+type PerRankArgs<P extends readonly unknown[]> = { [I in keyof P]: P[I][] };
+
+/**
+ * The driver-side signature of a worker method `F` registered as `E`:
+ * - DP_COMPUTE_PROTO: the same arguments and result (the chunks' outputs are concatenated);
+ * - ONE_TO_ALL, DP_COMPUTE_METRIC: the same arguments, one result per rank;
+ * - ALL_TO_ALL, DP_COMPUTE: each argument as a list per rank, one result per rank;
+ * - RANK_ZERO, or executeMode "rank_zero": rank 0's result;
+ * - a custom mode: its collect decides, so arguments and result are unknown.
+ */
+export type BoundMethod<F, E> = F extends (...args: infer P) => infer R
+  ? ModeName<E> extends "ALL_TO_ALL" | "DP_COMPUTE"
+    ? (...args: PerRankArgs<P>) => Promise<E extends { executeMode: "rank_zero" } ? Awaited<R> : Awaited<R>[]>
+    : ModeName<E> extends "ONE_TO_ALL" | "DP_COMPUTE_METRIC"
+      ? (...args: P) => Promise<E extends { executeMode: "rank_zero" } ? Awaited<R> : Awaited<R>[]>
+      : ModeName<E> extends "DP_COMPUTE_PROTO" | "RANK_ZERO"
+        ? (...args: P) => Promise<Awaited<R>>
+        : (...args: unknown[]) => Promise<unknown>
+  : never;
+
+type RegisteredOf<C> = C extends { readonly registered: infer D } ? D : Record<never, never>;
+
+/** The driver-side methods of a group of worker class C: each registered method fans out and collects. */
+export type BoundMethods<C extends WorkerClass> = {
+  [K in keyof RegisteredOf<C> & MethodKeys<InstanceType<C>>]: BoundMethod<
+    InstanceType<C>[K],
+    RegisteredOf<C>[K]
+  >;
+};

@@ -1,0 +1,19 @@
+/** Types that turn a class into its remote handle, comlink-style, with no code generation. */
+import type { ObjectRef } from "./runtime/object-ref.js";
+
+/** Each argument may be passed as a value or as an ObjectRef to that value (resolved before the call). */
+export type RemoteArgs<P extends readonly unknown[]> = { [I in keyof P]: P[I] | ObjectRef<P[I]> };
+
+type MethodKeys<T> = { [K in keyof T]: T[K] extends (...args: never[]) => unknown ? K : never }[keyof T];
+
+/** A handle to an actor of class T: every method returns an awaitable ObjectRef of its (awaited) result. */
+export type ActorHandle<T> = {
+  [K in MethodKeys<T>]: T[K] extends (...args: infer P) => infer R
+    ? (...args: RemoteArgs<P>) => ObjectRef<Awaited<R>>
+    : never;
+} & {
+  readonly actorId: string;
+  readonly actorName: string | undefined;
+  /** Resolves (to null) once the constructor has finished; rejects if it threw or the actor died. */
+  ready(): ObjectRef<null>;
+};
