@@ -2,8 +2,9 @@
  * The report's sample trajectories: each response escaped, with the model's code and the tool's
  * observations highlighted; a few picked from the first and the last step.
  */
+
+import type { TrajectorySample } from "@torl-ts/verl";
 import { escapeHtml, fmtNum } from "./report-charts.js";
-import type { TrajectorySample } from "./report-run.js";
 
 type Span = 0 | 1 | 2; // plain, code, observation
 

@@ -38,7 +38,7 @@ export {
   renderReportPng,
   writeReport,
 } from "./report-page.js";
-export { ReportInputError, readRunMetrics, type TrajectorySample, trajectoryFromTir } from "./report-run.js";
+export { ReportInputError, readRunMetrics } from "./report-run.js";
 export { classifyResponse, highlightResponse, pickSamples } from "./report-samples.js";
 export { ChromiumError, findChromium, screenshotHtml } from "./report-screenshot.js";
 

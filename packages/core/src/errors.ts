@@ -39,7 +39,8 @@ export class RemoteError extends TorlError {
 /**
  * Why an actor died: its process exited; kill() killed it; its constructor threw; its node died; no
  * node can ever hold it; its owner died or left; the head refused to create it; the head does not
- * know it (a handle to an actor of another cluster, or one long gone).
+ * know it (a handle to an actor of another cluster, or one long gone); the runtime that created a thread
+ * actor shut down.
  */
 export type DeathKind =
   | "exited"
@@ -49,6 +50,7 @@ export type DeathKind =
   | "infeasible"
   | "owner_died"
   | "rejected"
+  | "shutdown"
   | "unknown";
 
 export interface DeathCause {

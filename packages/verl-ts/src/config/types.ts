@@ -99,7 +99,11 @@ export interface CriticConfig extends Open {
   /** The number of responses per prompt (actor_rollout_ref.rollout.n). */
   rollout_n: number;
   optim: OptimConfig;
-  model: { path: string | null; tokenizer_path: string | null } & Open;
+  model: {
+    path: string | null;
+    tokenizer_path: string | null;
+    enable_gradient_checkpointing: boolean;
+  } & Open;
   ppo_mini_batch_size: number;
   ppo_micro_batch_size: number | null;
   ppo_micro_batch_size_per_gpu: number | null;

@@ -25,7 +25,7 @@ import { padBatch } from "../models/token-batch.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
-import { type BoundMethods, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
+import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import {
   ActorRolloutRefWorker,
   layoutForMiniBatches,
@@ -81,7 +81,7 @@ export interface ScaleProbeResult {
   failed?: { phase: string; error: string };
 }
 
-type ActorGroup = WorkerGroup<ActorRolloutRefWorker> & BoundMethods<ActorRolloutRefWorker>;
+type ActorGroup = BoundGroup<typeof ActorRolloutRefWorker>;
 
 const WORKER_MODULE = new URL(
   `../workers/actor-rollout-ref${import.meta.url.endsWith(".ts") ? ".ts" : ".js"}`,

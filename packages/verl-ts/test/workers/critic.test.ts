@@ -7,12 +7,7 @@ import { computeValueLoss } from "../../src/algorithms/index.js";
 import { loadTrainerConfig } from "../../src/config/index.js";
 import type { DataProto } from "../../src/protocol/index.js";
 import type { BatchTensor } from "../../src/protocol/tensor.js";
-import {
-  type BoundGroup,
-  ResourcePool,
-  WorkerGroup,
-  workerRole,
-} from "../../src/single-controller/index.js";
+import { type BoundGroup, ResourcePool, WorkerGroup, workerRole } from "../../src/single-controller/index.js";
 import { CriticWorker, layoutForMiniBatches, type ShardInfo } from "../../src/workers/index.js";
 import { responseBatch, tinyModelDir } from "./helpers.js";
 

@@ -3,12 +3,7 @@ import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import { loadTrainerConfig } from "../../src/config/index.js";
 import type { DataProto } from "../../src/protocol/index.js";
-import {
-  type BoundGroup,
-  ResourcePool,
-  WorkerGroup,
-  workerRole,
-} from "../../src/single-controller/index.js";
+import { type BoundGroup, ResourcePool, WorkerGroup, workerRole } from "../../src/single-controller/index.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches } from "../../src/workers/index.js";
 import { responseBatch, tinyModelDir, WORKER_MODULE } from "./helpers.js";
 
