@@ -46,7 +46,7 @@ export const reportCommand: CliCommand = {
   summary: "write report.html and report.png for a run directory, or compare settings over seeds (--group)",
   usage: [
     "usage: pnpm torl report RUN_DIR [--compare OTHER_RUN_DIR] [--samples N] [--x step|wall]",
-    "                        [--smoothing W] [--screenshot FILE.png]",
+    "                        [--smoothing W] [--screenshot FILE.png] [--label NAME] [--compare-label NAME]",
     "       pnpm torl report --group NAME=DIR[,DIR...] [--group ...] --out DIR [--band minmax|std]",
     "                        [--at-step S] [--tail N] [--smoothing W] [--screenshot FILE.png]",
     "",
@@ -55,7 +55,8 @@ export const reportCommand: CliCommand = {
     "--x wall: seconds of training (the sum of timing_s/step) on the x axis of report.png and first in the",
     "page (the page switches between both). --smoothing W: EMA weight in [0, 1) of the smoothed lines drawn",
     "over the raw values (default 0.6; 0: raw only). --samples N: trajectories shown (default 8).",
-    "--screenshot also renders the HTML page with headless Chromium into FILE.png.",
+    "--screenshot also renders the HTML page with headless Chromium into FILE.png. Legends name each run by",
+    "--label / --compare-label, else its name, else (two runs of one name) its setting or its directory.",
     "",
     "--group: one setting run with several seeds (finished runs: each has summary.json and metrics.jsonl),",
     "repeated per setting. Writes into --out: report.html and report.png (each setting's mean over its seeds",
@@ -70,6 +71,8 @@ export const reportCommand: CliCommand = {
       args,
       {
         compare: { type: "string" },
+        label: { type: "string" },
+        "compare-label": { type: "string" },
         samples: { type: "integer", min: 0 },
         x: { type: "string", choices: ["step", "wall"] },
         smoothing: { type: "number", min: 0, max: 0.999 },
@@ -83,7 +86,9 @@ export const reportCommand: CliCommand = {
       { positionals: true },
     );
     if (flags.group) {
-      const runOnly = (["compare", "samples", "x"] as const).filter((f) => flags[f] !== undefined);
+      const runOnly = (["compare", "samples", "x", "label", "compare-label"] as const).filter(
+        (f) => flags[f] !== undefined,
+      );
       if (positionals.length || runOnly.length)
         throw new UsageError(
           `--group compares settings: it takes no RUN_DIR${runOnly.length ? ` and no --${runOnly.join(", --")}` : ""}`,
@@ -111,6 +116,8 @@ export const reportCommand: CliCommand = {
     const maxSamples = flags.samples;
     const out = await writeReport(dir, {
       compareDir: flags.compare,
+      label: flags.label,
+      compareLabel: flags["compare-label"],
       maxSamples,
       axis: flags.x,
       smoothing: flags.smoothing,

@@ -455,3 +455,26 @@ test("a run known only by its summary.json gets the summary table and says why t
   t.regex(html, /<tr><td>val_acc_final<\/td><td class="num">0\.795<\/td><\/tr>/);
   t.true(readFileSync(out.png!).length > 1000);
 });
+
+test("two runs of one name: the legends name their settings, or --label / --compare-label", async (t) => {
+  const root = mkdtempSync(join(tmpdir(), "torl-report-"));
+  t.teardown(() => rmSync(root, { recursive: true, force: true }));
+  // runs/<name>-<date>-<time>: both are "tiny" once the time stamp is dropped
+  const run = join(root, "a", "tiny-20260101-000000");
+  const control = join(root, "b", "tiny-20260101-000000");
+  for (const d of [run, control]) mkdirSync(d, { recursive: true });
+  fakeRun(run, { steps: 4, codeFrom: 0.4, codeTo: 0.8, accTo: 0.6 });
+  fakeRun(control, { steps: 4, codeFrom: 0, codeTo: 0, accTo: 0.3 });
+  const summary = JSON.parse(readFileSync(join(control, "summary.json"), "utf8"));
+  writeFileSync(join(control, "summary.json"), JSON.stringify({ ...summary, num_llm_calls_available: 0 }));
+  const legends = (html: string) => [...html.matchAll(/code ratio \(([^)]*)\)/g)].map((m) => m[1]);
+  const bySetting = readFileSync((await writeReport(run, { compareDir: control, noPng: true })).html, "utf8");
+  t.true(legends(bySetting).includes("C=1"));
+  t.true(legends(bySetting).includes("C=0"));
+  const named = readFileSync(
+    (await writeReport(run, { compareDir: control, noPng: true, label: "tool", compareLabel: "no tool" }))
+      .html,
+    "utf8",
+  );
+  t.deepEqual([...new Set(legends(named))].sort(), ["no tool", "tool"]);
+});
