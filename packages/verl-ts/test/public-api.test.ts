@@ -12,6 +12,7 @@ const CONCEPTS = [
   "algorithms",
   "config",
   "data",
+  "evaluation",
   "models",
   "protocol",
   "reward",

@@ -22,6 +22,14 @@ export interface PolicyLossOptions {
   ppoKlCoef?: number;
   /** clip_cov: seed of the random choice among more candidate tokens than may be cut. Default 0. */
   seed?: number;
+  /**
+   * clip_cov / kl_cov: where the tokens are chosen. "host" reads the micro-batch and chooses in
+   * JavaScript; "tensor" chooses with tensor ops (top-k, scatter), which needs no read and is what
+   * the webgpu backend (no synchronous reads under Node) uses. Default: "tensor" on webgpu, else "host".
+   * Both choose the same tokens, except among more clip_cov candidates than may be cut (each draws its
+   * own seeded random choice) and among kl_cov covariance ties (top-k's order).
+   */
+  tokenChoice?: "host" | "tensor";
 }
 
 export interface PolicyLossResult {

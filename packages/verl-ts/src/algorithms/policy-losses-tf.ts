@@ -149,20 +149,54 @@ export function gpgPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputTf {
 
 /**
  * Host copies of a micro-batch for the covariance-based token choices (no gradient flows through them).
- * They are read inside the gradient tape, where nothing can be awaited, so these losses need a backend
- * with synchronous reads: on webgpu (no synchronous reads under Node) they are refused by name.
+ * They are read inside the gradient tape, where nothing can be awaited: only for backends with
+ * synchronous reads (tokenChoiceOnHost says which).
  */
-function hostArrays(input: PolicyLossInputTf, loss: string) {
-  if (tf.getBackend() === "webgpu")
-    throw new AlgorithmInputError(
-      `policy loss ${loss} picks tokens on the host inside the backward pass, which the webgpu backend cannot read synchronously; use loss_mode vanilla, gspo or gpg there, or the wasm/cpu/node backends`,
-    );
-  const read = (t: tf.Tensor) => Float32Array.from(t.dataSync()); // sync read allowed: refused on webgpu above
+function hostArrays(input: PolicyLossInputTf) {
+  const read = (t: tf.Tensor) => Float32Array.from(t.dataSync()); // sync read allowed: refused on webgpu (tokenChoiceOnHost)
   const mask = read(asTfTensor(input.responseMask));
   const adv = read(asTfTensor(input.advantages));
   const logp = read(input.logProb);
   const old = read(asTfTensor(input.oldLogProb));
   return { mask, adv, logp, old };
+}
+
+/** Whether clip_cov / kl_cov choose their tokens on the host (options.tokenChoice, by backend). */
+function tokenChoiceOnHost(input: PolicyLossInputTf, loss: string): boolean {
+  const choice = input.options.tokenChoice ?? (tf.getBackend() === "webgpu" ? "tensor" : "host");
+  if (choice === "host" && tf.getBackend() === "webgpu")
+    throw new AlgorithmInputError(
+      `policy loss ${loss} with tokenChoice "host" reads the micro-batch inside the backward pass, which the webgpu backend cannot do synchronously; use tokenChoice "tensor" (the default there)`,
+    );
+  return choice === "host";
+}
+
+/**
+ * A 0/1 mask of `scores`' shape with 1 on its k highest entries above `floor`, k = max(1,
+ * floor(ratio * sum(mask))), all in tensor ops: top-k over the largest k the shape allows, then the
+ * first k of those (k itself a tensor, so nothing is read).
+ */
+function topFractionTf(scores: tf.Tensor, mask: tf.Tensor, ratio: number, floor: number): tf.Tensor {
+  const flat = tf.reshape(scores, [-1]);
+  const size = flat.size;
+  const most = Math.max(1, Math.min(size, Math.floor(size * ratio)));
+  const { values, indices } = tf.topk(flat, most);
+  const k = tf.maximum(tf.floor(tf.mul(tf.sum(mask), ratio)), 1);
+  const keep = tf.logicalAnd(tf.less(tf.range(0, most, 1, "float32"), k), tf.greater(values, floor));
+  return tf.reshape(tf.scatterND(tf.expandDims(indices, 1), tf.cast(keep, "float32"), [size]), scores.shape);
+}
+
+/** `choose(logp)` as a value with no gradient, computed off the tape (its top-k has no gradient). */
+function chosenTokens(logp: tf.Tensor, choose: (logp: tf.Tensor) => tf.Tensor): tf.Tensor {
+  return tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => ({
+    value: choose(args[0] as tf.Tensor),
+    gradFunc: (dy: tf.Tensor) => tf.zerosLike(dy),
+  }))(logp) as tf.Tensor;
+}
+
+/** Masked mean in tensor ops, with maskedMean's 1e-8. */
+function maskedMeanOf(v: tf.Tensor, mask: tf.Tensor): tf.Tensor {
+  return tf.div(tf.sum(tf.mul(v, mask)), tf.add(tf.sum(mask), 1e-8));
 }
 
 function maskedMean(v: Float32Array, mask: Float32Array): number {
@@ -194,7 +228,57 @@ export function clipCovPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputT
   const ub = options.clipCovUb ?? 5;
   if (!(ratioCut > 0))
     throw new AlgorithmInputError(`actor.policy_loss.clip_cov_ratio must be > 0, got ${ratioCut}`);
-  const h = hostArrays(input, "clip_cov");
+  const corrData = tokenChoiceOnHost(input, "clip_cov")
+    ? clipCovCutOnHost(input, low, high, ratioCut, lb, ub)
+    : null;
+  return tf.tidy(() => {
+    const old = asTfTensor(input.oldLogProb);
+    const adv = asTfTensor(input.advantages);
+    const mask = asTfTensor(input.responseMask);
+    const d = tf.sub(input.logProb, old);
+    const ratio = tf.exp(d);
+    const corr = corrData
+      ? tf.tensor(corrData, mask.shape)
+      : tf.sub(
+          1,
+          chosenTokens(input.logProb, (lp) => {
+            // candidates: loss tokens the PPO clip left alone whose covariance lies in (lb, ub)
+            const r = tf.exp(tf.sub(lp, old));
+            const a = tf.neg(adv);
+            const clipped = tf.greater(tf.mul(a, tf.clipByValue(r, 1 - low, 1 + high)), tf.mul(a, r));
+            const cov = tf.mul(tf.sub(adv, maskedMeanOf(adv, mask)), tf.sub(lp, maskedMeanOf(lp, mask)));
+            const candidate = tf.logicalAnd(
+              tf.logicalAnd(tf.greater(mask, 0), tf.logicalNot(clipped)),
+              tf.logicalAnd(tf.greater(cov, lb), tf.less(cov, ub)),
+            );
+            // a random order among the candidates (seeded), -1 elsewhere: the first maxCut are cut
+            const draw = tf.randomUniform(mask.shape, 0, 1, "float32", options.seed ?? 0);
+            return topFractionTf(tf.where(candidate, draw, tf.fill(mask.shape, -1)), mask, ratioCut, -0.5);
+          }),
+        );
+    const l1 = tf.mul(tf.neg(adv), ratio);
+    const l2 = tf.mul(tf.neg(adv), tf.clipByValue(ratio, 1 - low, 1 + high));
+    return {
+      pgLoss: input.aggregate(tf.mul(tf.maximum(l1, l2), corr)),
+      metrics: {
+        pg_clipfrac: maskedMeanTf(tf.sub(1, corr), mask),
+        ppo_kl: maskedMeanTf(tf.neg(d), mask),
+      },
+    };
+  });
+}
+
+/** clip_cov's token choice on the host: 0 on the cut tokens, 1 elsewhere. */
+function clipCovCutOnHost(
+  input: PolicyLossInputTf,
+  low: number,
+  high: number,
+  ratioCut: number,
+  lb: number,
+  ub: number,
+): Float32Array {
+  const { options } = input;
+  const h = hostArrays(input);
   const meanA = maskedMean(h.adv, h.mask);
   const meanLp = maskedMean(h.logp, h.mask);
   let tokens = 0;
@@ -220,23 +304,7 @@ export function clipCovPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputT
   }
   const corrData = new Float32Array(h.mask.length).fill(1);
   for (const i of candidates) corrData[i] = 0;
-  return tf.tidy(() => {
-    const old = asTfTensor(input.oldLogProb);
-    const adv = asTfTensor(input.advantages);
-    const mask = asTfTensor(input.responseMask);
-    const corr = tf.tensor(corrData, mask.shape);
-    const d = tf.sub(input.logProb, old);
-    const ratio = tf.exp(d);
-    const l1 = tf.mul(tf.neg(adv), ratio);
-    const l2 = tf.mul(tf.neg(adv), tf.clipByValue(ratio, 1 - low, 1 + high));
-    return {
-      pgLoss: input.aggregate(tf.mul(tf.maximum(l1, l2), corr)),
-      metrics: {
-        pg_clipfrac: maskedMeanTf(tf.sub(1, corr), mask),
-        ppo_kl: maskedMeanTf(tf.neg(d), mask),
-      },
-    };
-  });
+  return corrData;
 }
 
 /**
@@ -251,7 +319,38 @@ export function klCovPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputTf 
   const coef = options.ppoKlCoef ?? 0.1;
   if (!(ratioKl > 0))
     throw new AlgorithmInputError(`actor.policy_loss.kl_cov_ratio must be > 0, got ${ratioKl}`);
-  const h = hostArrays(input, "kl_cov");
+  const pick = tokenChoiceOnHost(input, "kl_cov") ? klCovPickOnHost(input, ratioKl) : null;
+  return tf.tidy(() => {
+    const old = asTfTensor(input.oldLogProb);
+    const adv = asTfTensor(input.advantages);
+    const mask = asTfTensor(input.responseMask);
+    const d = tf.sub(input.logProb, old);
+    const absKl = tf.abs(d);
+    const surrogate = tf.mul(tf.neg(adv), tf.exp(d));
+    const chosen = pick
+      ? tf.tensor(pick, mask.shape)
+      : chosenTokens(input.logProb, (lp) => {
+          // the loss tokens' centred covariance, the rest below any covariance
+          const valid = tf.cast(tf.greater(mask, 0), "float32");
+          const count = tf.maximum(tf.sum(valid), 1);
+          const meanA = tf.div(tf.sum(tf.mul(adv, valid)), count);
+          const meanLp = tf.div(tf.sum(tf.mul(lp, valid)), count);
+          const cov = tf.mul(tf.sub(adv, meanA), tf.sub(lp, meanLp));
+          return topFractionTf(
+            tf.where(tf.greater(valid, 0), cov, tf.fill(mask.shape, -3e38)),
+            valid,
+            ratioKl,
+            -1e38,
+          );
+        });
+    const perToken = tf.add(surrogate, tf.mul(chosen, tf.mul(absKl, coef)));
+    return { pgLoss: input.aggregate(perToken), metrics: { ppo_kl: maskedMeanTf(absKl, mask) } };
+  });
+}
+
+/** kl_cov's token choice on the host: 1 on the chosen tokens. */
+function klCovPickOnHost(input: PolicyLossInputTf, ratioKl: number): Float32Array {
+  const h = hostArrays(input);
   const valid: number[] = [];
   for (let i = 0; i < h.mask.length; i++) if (h.mask[i]! > 0) valid.push(i);
   const pick = new Float32Array(h.mask.length);
@@ -269,14 +368,5 @@ export function klCovPolicyLossTf(input: PolicyLossInputTf): PolicyLossOutputTf 
     const k = Math.max(1, Math.floor(valid.length * ratioKl));
     for (const { i } of cov.slice(0, k)) pick[i] = 1;
   }
-  return tf.tidy(() => {
-    const old = asTfTensor(input.oldLogProb);
-    const adv = asTfTensor(input.advantages);
-    const mask = asTfTensor(input.responseMask);
-    const d = tf.sub(input.logProb, old);
-    const absKl = tf.abs(d);
-    const surrogate = tf.mul(tf.neg(adv), tf.exp(d));
-    const perToken = tf.add(surrogate, tf.mul(tf.tensor(pick, mask.shape), tf.mul(absKl, coef)));
-    return { pgLoss: input.aggregate(perToken), metrics: { ppo_kl: maskedMeanTf(absKl, mask) } };
-  });
+  return pick;
 }

@@ -63,9 +63,9 @@ test("grpo_passk by hand: only the best of each group learns, by its lead over t
   );
 });
 
-function lossCase(name: string, mode: string) {
+function lossCase(name: string, mode: string, tokenChoice?: "host" | "tensor") {
   const want = fx.policy_loss[`${name}/${mode}`];
-  const options: PolicyLossOptions = { ...(fx.options[name] ?? {}), lossAggMode: mode };
+  const options: PolicyLossOptions = { ...(fx.options[name] ?? {}), lossAggMode: mode, tokenChoice };
   const lp = tf.tensor2d(fx.inputs.log_prob, [B, T]);
   const input = (x: tf.Tensor) => policyLossInput(m("old_log_prob"), x, m("advantages"), mask, options);
   const { value, grad } = tf.valueAndGrad((x: tf.Tensor) => runPolicyLoss(name, input(x)).pgLoss)(lp);
@@ -90,38 +90,52 @@ for (const name of ["gspo", "gpg", "clip_cov", "kl_cov"]) {
   });
 }
 
-test("clip_cov with more candidates than clip_cov_ratio allows cuts exactly the limit, chosen by the seed", (t) => {
-  const base: PolicyLossOptions = { clipCovRatio: 0.05, clipCovLb: -100, clipCovUb: 100 };
-  const cut = (seed: number) => {
-    const lp = tf.tensor2d(fx.inputs.log_prob, [B, T]);
-    const out = runPolicyLoss(
-      "clip_cov",
-      policyLossInput(m("old_log_prob"), lp, m("advantages"), mask, { ...base, seed }),
+// The token choice made in tensor ops (what webgpu uses) picks the same tokens as the host's here.
+for (const name of ["clip_cov", "kl_cov"]) {
+  test(`${name} with tokenChoice "tensor": the PyTorch reference's value, gradient and metrics`, (t) => {
+    for (const mode of ["token-mean", "seq-mean-token-mean"]) {
+      const r = lossCase(name, mode, "tensor");
+      close(t, [r.value], [r.want.pg_loss]);
+      close(t, r.grad, r.want.grad);
+      for (const [k, v] of Object.entries(r.want.metrics as Record<string, number>))
+        close(t, [r.metrics[k]!], [v]);
+    }
+  });
+}
+
+for (const tokenChoice of ["host", "tensor"] as const)
+  test(`clip_cov (tokenChoice ${tokenChoice}) with more candidates than clip_cov_ratio allows cuts exactly the limit, chosen by the seed`, (t) => {
+    const base: PolicyLossOptions = { clipCovRatio: 0.05, clipCovLb: -100, clipCovUb: 100, tokenChoice };
+    const cut = (seed: number) => {
+      const lp = tf.tensor2d(fx.inputs.log_prob, [B, T]);
+      const out = runPolicyLoss(
+        "clip_cov",
+        policyLossInput(m("old_log_prob"), lp, m("advantages"), mask, { ...base, seed }),
+      );
+      const frac = out.metrics.pg_clipfrac!.dataSync()[0]!;
+      const grad = tf
+        .grad(
+          (x: tf.Tensor) =>
+            runPolicyLoss(
+              "clip_cov",
+              policyLossInput(m("old_log_prob"), x, m("advantages"), mask, { ...base, seed }),
+            ).pgLoss,
+        )(lp)
+        .dataSync();
+      tf.dispose([lp, out.pgLoss, ...Object.values(out.metrics)]);
+      return { frac, zeroGrads: Array.from(grad).map((g, i) => (g === 0 && mask.data[i] ? i : -1)) };
+    };
+    const tokens = mask.data.reduce((s, x) => s + x, 0);
+    const limit = Math.max(1, Math.floor(0.05 * tokens));
+    const a = cut(1);
+    close(t, [a.frac * tokens], [limit], 1e-5);
+    t.deepEqual(cut(1), a, "the same seed cuts the same tokens");
+    const others = [2, 3, 4, 5].map((s) => cut(s).zeroGrads.join());
+    t.true(
+      others.some((z) => z !== a.zeroGrads.join()),
+      "another seed cuts other tokens",
     );
-    const frac = out.metrics.pg_clipfrac!.dataSync()[0]!;
-    const grad = tf
-      .grad(
-        (x: tf.Tensor) =>
-          runPolicyLoss(
-            "clip_cov",
-            policyLossInput(m("old_log_prob"), x, m("advantages"), mask, { ...base, seed }),
-          ).pgLoss,
-      )(lp)
-      .dataSync();
-    tf.dispose([lp, out.pgLoss, ...Object.values(out.metrics)]);
-    return { frac, zeroGrads: Array.from(grad).map((g, i) => (g === 0 && mask.data[i] ? i : -1)) };
-  };
-  const tokens = mask.data.reduce((s, x) => s + x, 0);
-  const limit = Math.max(1, Math.floor(0.05 * tokens));
-  const a = cut(1);
-  close(t, [a.frac * tokens], [limit], 1e-5);
-  t.deepEqual(cut(1), a, "the same seed cuts the same tokens");
-  const others = [2, 3, 4, 5].map((s) => cut(s).zeroGrads.join());
-  t.true(
-    others.some((z) => z !== a.zeroGrads.join()),
-    "another seed cuts other tokens",
-  );
-});
+  });
 
 test("a loss that reports other metrics than it registered is refused by name", (t) => {
   registerPolicyLoss(

@@ -7,6 +7,7 @@
  * `pnpm torl bench model` is the place for long runs).
  */
 import { spawn, spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import test from "ava";
 import { softwareGpu } from "./software-gpu.js";
@@ -151,5 +152,36 @@ function selectIn(env: Record<string, string>): { ok: boolean; device?: string; 
     const wrong = selectIn({ ...gpu.env, TORL_WEBGPU_ADAPTER: "No Such GPU" });
     t.false(wrong.ok);
     t.regex(wrong.message ?? "", /TORL_WEBGPU_ADAPTER='No Such GPU'.*SwiftShader Device/);
+  },
+);
+
+gpuTest(
+  "clip_cov and kl_cov run on webgpu (tokens chosen in tensor ops) and match the PyTorch reference",
+  async (t) => {
+    if (!gpu.ok) return;
+    const script = join(import.meta.dirname, "fixtures", "cov-losses-run.ts");
+    const res = spawnSync(process.execPath, ["--import=tsx", script, "webgpu"], {
+      env: { ...process.env, ...gpu.env, TORL_BACKEND: "" },
+      encoding: "utf8",
+    });
+    t.is(res.status, 0, res.stderr.slice(-2000));
+    const { backend, out } = JSON.parse(res.stdout.trim().split("\n").at(-1)!);
+    t.is(backend, "webgpu");
+    const fx = JSON.parse(
+      readFileSync(
+        join(import.meta.dirname, "..", "fixtures", "core", "algorithm-variants-torch.json"),
+        "utf8",
+      ),
+    );
+    for (const name of ["clip_cov", "kl_cov"]) {
+      const want = fx.policy_loss[`${name}/token-mean`];
+      t.true(
+        Math.abs(out[name].value - want.pg_loss) < 1e-5,
+        `${name} value ${out[name].value} vs ${want.pg_loss}`,
+      );
+      t.true(maxAbs(out[name].grad, want.grad) < 1e-5, `${name} gradient`);
+      for (const [k, v] of Object.entries(want.metrics as Record<string, number>))
+        t.true(Math.abs(out[name].metrics[k] - v) < 1e-5, `${name} ${k}`);
+    }
   },
 );
