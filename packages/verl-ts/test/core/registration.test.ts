@@ -73,6 +73,7 @@ test("the trainer's workers register veRL's methods, those of the sharded base i
     computeLogProb: "DP_COMPUTE_PROTO",
     computeRefLogProb: "DP_COMPUTE_PROTO",
     updateActor: "DP_COMPUTE_METRIC",
+    memoryInfo: "ONE_TO_ALL",
   });
   t.deepEqual(Object.keys(modes(CriticWorker)), [
     "shardInfo",
