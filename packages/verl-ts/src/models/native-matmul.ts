@@ -1,6 +1,7 @@
 /**
- * OpenBLAS matrix products as the wasm backend's BatchMatMul kernel. The addon reads and writes the wasm
- * heap in place (it is one ArrayBuffer), so a product costs no copies. `TORL_NATIVE_MATMUL=off` keeps
+ * OpenBLAS matrix products as the wasm backend's BatchMatMul kernel, plus the addon's fused kernels (AdamW
+ * update: native-adam.ts; log-prob pick: native-log-prob.ts). The addon reads and writes the wasm heap in
+ * place (it is one ArrayBuffer), so a kernel costs no copies. `TORL_NATIVE_MATMUL=off` keeps
  * XNNPACK's kernel. (The plain-JS cpu backend stays as it is: it is the reference for tests, and its other
  * kernels are far slower than wasm's, so OpenBLAS there would not pay.)
  */
@@ -8,6 +9,8 @@
 import * as tf from "@tensorflow/tfjs";
 import { coreChoice, loadNativeBlas, type NativeBlas } from "@torl-ts/blas";
 import { BackendUnavailableError } from "./errors.js";
+import { ADAMW_KERNEL, wasmAdamWKernel } from "./native-adam.js";
+import { PICK_GRAD_KERNEL, PICK_KERNEL, wasmPickGradKernel, wasmPickKernel } from "./native-log-prob.js";
 
 export type NativeMatmulBackend = "wasm";
 
@@ -106,6 +109,16 @@ export function nativeMatmulActive(backendName: string): boolean {
 }
 
 /**
+ * The loaded addon when native kernels are wanted (TORL_NATIVE_MATMUL) and it loads, for host-side users
+ * (the sharded optimizer); undefined otherwise.
+ */
+export function nativeBlas(): NativeBlas | undefined {
+  if (!nativeMatmulWanted()) return undefined;
+  const load = loadNativeBlas(1);
+  return load.ok ? load.blas : undefined;
+}
+
+/**
  * `TORL_NATIVE_MATMUL`: `on` (default: use OpenBLAS where it loads) or `off`. Read before any backend is
  * tried, so a bad value stops the start instead of making `auto` skip to another backend.
  */
@@ -138,8 +151,19 @@ export function installNativeMatmul(backendName: NativeMatmulBackend): NativeMat
         backendName,
         kernelFunc: wasmKernel(load.blas),
       });
+      // Our own kernel names: nothing else registers them, and a second install never runs (states).
+      tf.registerKernel({ kernelName: ADAMW_KERNEL, backendName, kernelFunc: wasmAdamWKernel(load.blas) });
+      tf.registerKernel({ kernelName: PICK_KERNEL, backendName, kernelFunc: wasmPickKernel(load.blas) });
+      tf.registerKernel({
+        kernelName: PICK_GRAD_KERNEL,
+        backendName,
+        kernelFunc: wasmPickGradKernel(load.blas),
+      });
       const version = load.config.split(" ").slice(0, 2).join(" ");
-      state = { native: true, line: `matmul: ${version} sgemm, 1 thread, ${coreChoice(load.coreName)}` };
+      state = {
+        native: true,
+        line: `matmul: ${version} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW and log-prob pick native`,
+      };
     }
   }
   states.set(backendName, state);
