@@ -12,7 +12,8 @@ import {
   gradientsToArrays,
   maskedMean,
 } from "./logprobs.js";
-import { Qwen2Model, type TokenBatch } from "./qwen2.js";
+import { Qwen2Model } from "./qwen2.js";
+import type { TokenBatch } from "./token-batch.js";
 
 /** The tiny ToRL recipe's architecture (examples/torl TINY_ARCHITECTURE: ~0.12M parameters). */
 export const BENCH_TINY_CONFIG: Qwen2Config = makeQwen2Config({

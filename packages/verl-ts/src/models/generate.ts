@@ -6,8 +6,10 @@
  * boundaries and reported like vLLM.
  */
 import * as tf from "@tensorflow/tfjs";
+import { mulberry32 } from "../random.js";
 import { KVCache } from "./kv-cache.js";
-import { mulberry32, padBatch, type Qwen2Model } from "./qwen2.js";
+import type { Qwen2Model } from "./qwen2.js";
+import { padBatch } from "./token-batch.js";
 import type { Tokenizer } from "./tokenizer.js";
 
 export interface SamplingParams {

@@ -1,4 +1,7 @@
 // Models, tokenizers and tensor backends: the Qwen2-architecture causal LM in tfjs.
+
+// The seeded generator the models' random initialisation uses, for callers that want the same draws.
+export { mulberry32 } from "../random.js";
 export {
   BACKEND_NAMES,
   type BackendInfo,
@@ -19,7 +22,8 @@ export {
 } from "./config.js";
 export { BackendUnavailableError, ModelFormatError } from "./errors.js";
 export { type GenerationOutput, generate, type SamplingParams, sample } from "./generate.js";
-export { KVCache } from "./kv-cache.js";
+export { type HostTensor, KVCache } from "./kv-cache.js";
+export { linear } from "./linear.js";
 export {
   applyGradients,
   computeLogProbs,
@@ -42,17 +46,7 @@ export {
   type SaveOptions,
   saveModel,
 } from "./pretrained.js";
-export {
-  type ForwardOptions,
-  type HostTensor,
-  linear,
-  mulberry32,
-  type ParamSpec,
-  padBatch,
-  parameterSpecs,
-  Qwen2Model,
-  type TokenBatch,
-} from "./qwen2.js";
+export { type ForwardOptions, type ParamSpec, parameterSpecs, Qwen2Model } from "./qwen2.js";
 export {
   type NamedTensor,
   readCheckpointDir,
@@ -62,6 +56,7 @@ export {
   writeCheckpointDir,
   writeSafetensors,
 } from "./safetensors.js";
+export { padBatch, type TokenBatch } from "./token-batch.js";
 export {
   type ByteBpeOptions,
   buildByteBpeTokenizer,

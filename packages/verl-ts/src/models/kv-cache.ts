@@ -7,9 +7,15 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import type { Qwen2Config } from "./config.js";
-import type { HostTensor, TokenBatch } from "./qwen2.js";
+import type { TokenBatch } from "./token-batch.js";
 
 const NEG = -1e9;
+
+/** One layer's keys or values read back to the host, in the memory order of `shape`. */
+export interface HostTensor {
+  data: Float32Array;
+  shape: readonly number[];
+}
 
 export class KVCache {
   batch: number;

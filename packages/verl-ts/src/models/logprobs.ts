@@ -5,7 +5,8 @@
 import * as tf from "@tensorflow/tfjs";
 import { nativeLogSoftmaxPick } from "./native-log-prob.js";
 import { nativeMatmulActive } from "./native-matmul.js";
-import type { Qwen2Model, TokenBatch } from "./qwen2.js";
+import type { Qwen2Model } from "./qwen2.js";
+import type { TokenBatch } from "./token-batch.js";
 
 export interface LogProbOptions {
   /** Divide logits by this before the softmax (the rollout's sampling temperature). Default 1. */

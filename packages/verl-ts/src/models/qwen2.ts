@@ -1,16 +1,21 @@
 /**
- * The Qwen2 / Llama causal LM in tfjs: embedding, N x (RMSNorm, GQA attention with rotary embeddings,
- * RMSNorm, SwiGLU MLP), final RMSNorm, LM head (tied or not). Parameters are tf.Variables named as in
- * HF checkpoints; linear weights are held transposed ([in, out]) because plain matmuls are ~10x faster
- * than transposed ones on the wasm backend, and the linear gradient is written with explicit transposes
- * for the same reason.
+ * The Qwen2 / Llama causal LM in tfjs: embedding, N x decoder block (RMSNorm, GQA attention with rotary
+ * embeddings, RMSNorm, SwiGLU MLP: decoder-block.ts), final RMSNorm, LM head (tied or not). Parameters
+ * are tf.Variables named as in HF checkpoints (parameterSpecs is the name map); linear weights are held
+ * transposed ([in, out], see linear.ts).
  */
 import * as tf from "@tensorflow/tfjs";
 import { gaussian, mulberry32 } from "../random.js";
+import { cachedAttention, causalMask, type SequenceAttention } from "./attention.js";
 import type { Qwen2Config } from "./config.js";
+import { type BlockWeights, blockFinish, blockProjections, decoderBlock } from "./decoder-block.js";
 import { ModelFormatError } from "./errors.js";
 import type { KVCache } from "./kv-cache.js";
-import { nativeMatmulActive } from "./native-matmul.js";
+import { linear } from "./linear.js";
+import { rmsNorm } from "./rms-norm.js";
+import { Rotary } from "./rotary.js";
+import { type TokenBatch, tokenPositions } from "./token-batch.js";
+import { uid } from "./variable-names.js";
 
 /** One parameter: HF name, HF shape, and whether we hold it transposed. */
 export interface ParamSpec {
@@ -62,62 +67,6 @@ export function parameterSpecs(c: Qwen2Config): ParamSpec[] {
   return specs;
 }
 
-/**
- * x [N, in] @ w [in, out]. The gradient transposes explicitly for XNNPACK (faster on untransposed
- * operands); OpenBLAS reads transposed operands in place, so there the transpose flags save two kernels.
- */
-const linearOp = tf.customGrad(((...args: unknown[]) => {
-  const [x, w, save] = args as [tf.Tensor, tf.Tensor, tf.GradSaveFunc];
-  save([x, w]);
-  return {
-    value: tf.matMul(x as tf.Tensor2D, w as tf.Tensor2D),
-    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
-      const [xs, ws] = saved as [tf.Tensor2D, tf.Tensor2D];
-      const d = dy as tf.Tensor2D;
-      if (nativeMatmulActive(tf.getBackend()))
-        return [tf.matMul(d, ws, false, true), tf.matMul(xs, d, true, false)];
-      return [tf.matMul(d, tf.transpose(ws) as tf.Tensor2D), tf.matMul(tf.transpose(xs) as tf.Tensor2D, d)];
-    },
-  };
-}) as any) as unknown as (x: tf.Tensor, w: tf.Tensor) => tf.Tensor2D;
-
-export function linear(x: tf.Tensor2D, w: tf.Tensor, b?: tf.Tensor): tf.Tensor2D {
-  const y = linearOp(x, w);
-  return b ? tf.add(y, b) : y;
-}
-
-/** A batch of token rows, row-major [batch, length]; mask 1 marks real tokens, 0 padding. */
-export interface TokenBatch {
-  ids: Int32Array;
-  mask: Uint8Array;
-  batch: number;
-  length: number;
-}
-
-/** Pads token rows to one length; left padding for generation, right padding for training. */
-export function padBatch(
-  rows: ArrayLike<number>[],
-  side: "left" | "right" = "left",
-  padId = 0,
-  length?: number,
-): TokenBatch {
-  const batch = rows.length;
-  const L = length ?? Math.max(1, ...rows.map((r) => r.length));
-  const ids = new Int32Array(batch * L).fill(padId);
-  const mask = new Uint8Array(batch * L);
-  rows.forEach((r, b) => {
-    if (r.length > L) throw new RangeError(`row ${b} has ${r.length} tokens, more than the length ${L}`);
-    const off = b * L + (side === "left" ? L - r.length : 0);
-    for (let i = 0; i < r.length; i++) {
-      ids[off + i] = r[i]!;
-      mask[off + i] = 1;
-    }
-  });
-  return { ids, mask, batch, length: L };
-}
-
-const NEG = -1e9;
-
 export interface ForwardOptions {
   /** Return logits of the last position only ([B, V] instead of [B, L, V]). */
   lastOnly?: boolean;
@@ -130,18 +79,10 @@ export interface ForwardOptions {
   keysValues?: [tf.Tensor, tf.Tensor][];
 }
 
-/** One layer's keys or values read back to the host, in the memory order of `shape`. */
-export interface HostTensor {
-  data: Float32Array;
-  shape: readonly number[];
-}
-
 export class Qwen2Model {
   readonly specs: ParamSpec[];
   private readonly byName: Map<string, tf.Variable>;
-  /** Signed permutation R with x @ R = rotate_half(x). */
-  private readonly rot: tf.Tensor2D;
-  private readonly invFreq: Float64Array;
+  private readonly rotary: Rotary;
 
   constructor(
     readonly config: Qwen2Config,
@@ -162,14 +103,7 @@ export class Qwen2Model {
         s.name,
         tf.variable(tf.tensor(values.get(s.name)!, s.shape, "float32"), trainable, `${s.name}#${uid()}`),
       );
-    const D = config.headDim;
-    const half = D / 2;
-    const r = new Float32Array(D * D);
-    for (let j = 0; j < half; j++) r[(j + half) * D + j] = -1;
-    for (let j = half; j < D; j++) r[(j - half) * D + j] = 1;
-    this.rot = tf.keep(tf.tensor2d(r, [D, D]));
-    this.invFreq = new Float64Array(half);
-    for (let i = 0; i < half; i++) this.invFreq[i] = 1 / config.ropeTheta ** ((2 * i) / D);
+    this.rotary = new Rotary(config.headDim, config.ropeTheta);
   }
 
   /** A model with random weights (normal(0, std) matrices, unit norms, zero biases), seeded. */
@@ -252,7 +186,7 @@ export class Qwen2Model {
 
   dispose(): void {
     for (const v of this.byName.values()) v.dispose();
-    this.rot.dispose();
+    this.rotary.dispose();
   }
 
   /** Number of parameters. */
@@ -260,43 +194,25 @@ export class Qwen2Model {
     return this.specs.reduce((a, s) => a + s.shape.reduce((p, q) => p * q, 1), 0);
   }
 
-  private rmsNorm(x: tf.Tensor2D, w: tf.Tensor): tf.Tensor2D {
-    const ms = tf.mean(tf.square(x), -1, true);
-    return tf.mul(tf.mul(x, tf.rsqrt(tf.add(ms, this.config.rmsNormEps))), w);
-  }
-
-  /** cos and sin tables for rows of positions, expanded to [B, L, heads, D]. */
-  private rope(positions: Int32Array, B: number, L: number, heads: number): [tf.Tensor4D, tf.Tensor4D] {
-    const D = this.config.headDim;
-    const half = D / 2;
-    const cos = new Float32Array(B * L * heads * D);
-    const sin = new Float32Array(B * L * heads * D);
-    const c = new Float32Array(D);
-    const s = new Float32Array(D);
-    for (let t = 0; t < B * L; t++) {
-      const p = positions[t]!;
-      for (let i = 0; i < half; i++) {
-        const a = p * this.invFreq[i]!;
-        c[i] = c[i + half] = Math.cos(a);
-        s[i] = s[i + half] = Math.sin(a);
-      }
-      for (let h = 0; h < heads; h++) {
-        cos.set(c, (t * heads + h) * D);
-        sin.set(s, (t * heads + h) * D);
-      }
-    }
-    return [tf.tensor4d(cos, [B, L, heads, D]), tf.tensor4d(sin, [B, L, heads, D])];
-  }
-
-  private applyRope(x: tf.Tensor4D, cos: tf.Tensor4D, sin: tf.Tensor4D): tf.Tensor4D {
-    const [B, L, H, D] = x.shape;
-    const rotated = tf.reshape(tf.matMul(tf.reshape(x, [B * L * H, D]) as tf.Tensor2D, this.rot), [
-      B,
-      L,
-      H,
-      D,
-    ]);
-    return tf.add(tf.mul(x, cos), tf.mul(rotated, sin));
+  /** Decoder layer i's weights, as the model holds them. */
+  blockWeights(i: number): BlockWeights {
+    const p = `model.layers.${i}.`;
+    const w = (n: string) => this.byName.get(p + n)!;
+    const bias = (n: string) => (this.config.attentionBias ? w(n) : undefined);
+    return {
+      inputNorm: w("input_layernorm.weight"),
+      attention: {
+        q: w("self_attn.q_proj.weight"),
+        k: w("self_attn.k_proj.weight"),
+        v: w("self_attn.v_proj.weight"),
+        o: w("self_attn.o_proj.weight"),
+        qBias: bias("self_attn.q_proj.bias"),
+        kBias: bias("self_attn.k_proj.bias"),
+        vBias: bias("self_attn.v_proj.bias"),
+      },
+      postNorm: w("post_attention_layernorm.weight"),
+      mlp: { gate: w("mlp.gate_proj.weight"), up: w("mlp.up_proj.weight"), down: w("mlp.down_proj.weight") },
+    };
   }
 
   /**
@@ -319,87 +235,40 @@ export class Qwen2Model {
     const { batch: B, length: L } = batch;
     const H = c.numAttentionHeads;
     const KV = c.numKeyValueHeads;
-    const G = H / KV;
-    const D = c.headDim;
-    const positions = new Int32Array(B * L);
-    for (let b = 0; b < B; b++) {
-      let n = 0;
-      for (let t = 0; t < L; t++) {
-        const m = batch.mask[b * L + t]!;
-        positions[b * L + t] = m ? n : 0;
-        n += m;
-      }
-    }
-    // Additive mask [B, H, L, L]: causal and key padding.
-    const maskArr = new Float32Array(B * H * L * L);
-    for (let b = 0; b < B; b++) {
-      const base = b * H * L * L;
-      for (let i = 0; i < L; i++)
-        for (let j = 0; j < L; j++) maskArr[base + i * L + j] = j <= i && batch.mask[b * L + j] ? 0 : NEG;
-      for (let h = 1; h < H; h++) maskArr.copyWithin(base + h * L * L, base, base + L * L);
-    }
-    const keysValues = options.keysValues;
-    const out = tf.tidy(() => {
+    const positions = tokenPositions(batch);
+    const maskArr = causalMask(batch, H);
+    return tf.tidy(() => {
       const mask = tf.tensor4d(maskArr, [B, H, L, L]);
-      const [cosQ, sinQ] = this.rope(positions, B, L, H);
-      const [cosK, sinK] = KV === H ? [cosQ, sinQ] : this.rope(positions, B, L, KV);
+      const [cosQ, sinQ] = this.rotary.tables(positions, B, L, H);
+      const [cosK, sinK] = KV === H ? [cosQ, sinQ] : this.rotary.tables(positions, B, L, KV);
+      const seq: SequenceAttention = {
+        shape: { heads: H, kvHeads: KV, headDim: c.headDim },
+        B,
+        L,
+        mask,
+        rotary: this.rotary,
+        cosQ,
+        sinQ,
+        cosK,
+        sinK,
+        keysValues: options.keysValues,
+      };
       const ids = tf.tensor1d(batch.ids, "int32");
       let x = tf.gather(this.byName.get("model.embed_tokens.weight")!, ids) as tf.Tensor2D; // [B*L, h]
-      for (let i = 0; i < c.numHiddenLayers; i++) {
-        const p = `model.layers.${i}.`;
-        const w = (n: string) => this.byName.get(p + n)!;
-        const bias = (n: string) => (c.attentionBias ? this.byName.get(p + n) : undefined);
-        const hn = this.rmsNorm(x, w("input_layernorm.weight"));
-        let q = tf.reshape(linear(hn, w("self_attn.q_proj.weight"), bias("self_attn.q_proj.bias")), [
-          B,
-          L,
-          H,
-          D,
-        ]) as tf.Tensor4D;
-        let k = tf.reshape(linear(hn, w("self_attn.k_proj.weight"), bias("self_attn.k_proj.bias")), [
-          B,
-          L,
-          KV,
-          D,
-        ]) as tf.Tensor4D;
-        const v = tf.reshape(linear(hn, w("self_attn.v_proj.weight"), bias("self_attn.v_proj.bias")), [
-          B,
-          L,
-          KV,
-          D,
-        ]);
-        q = this.applyRope(q, cosQ, sinQ);
-        k = this.applyRope(k, cosK, sinK);
-        const qt = tf.reshape(tf.transpose(q, [0, 2, 1, 3]), [B, KV, G * L, D]);
-        const kt = tf.transpose(k, [0, 2, 1, 3]); // [B, KV, L, D]
-        const vt = tf.transpose(v, [0, 2, 1, 3]);
-        if (keysValues) keysValues.push([tf.keep(kt), tf.keep(vt)]);
-        const scores = tf.mul(tf.matMul(qt, kt, false, true), 1 / Math.sqrt(D)); // [B, KV, G*L, L]
-        const probs = tf.softmax(tf.add(tf.reshape(scores, [B, H, L, L]), mask));
-        const ctx = tf.matMul(tf.reshape(probs, [B, KV, G * L, L]), vt); // [B, KV, G*L, D]
-        const merged = tf.reshape(tf.transpose(tf.reshape(ctx, [B, H, L, D]), [0, 2, 1, 3]), [
-          B * L,
-          H * D,
-        ]) as tf.Tensor2D;
-        x = tf.add(x, linear(merged, w("self_attn.o_proj.weight")));
-        const hn2 = this.rmsNorm(x, w("post_attention_layernorm.weight"));
-        const gate = linear(hn2, w("mlp.gate_proj.weight"));
-        const up = linear(hn2, w("mlp.up_proj.weight"));
-        x = tf.add(x, linear(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), w("mlp.down_proj.weight")));
-      }
+      for (let i = 0; i < c.numHiddenLayers; i++)
+        x = decoderBlock(x, this.blockWeights(i), seq, c.rmsNormEps);
       let hfinal = x;
       if (options.lastOnly)
         hfinal = tf.reshape(
           tf.slice(tf.reshape(x, [B, L, c.hiddenSize]), [0, L - 1, 0], [B, 1, c.hiddenSize]),
           [B, c.hiddenSize],
         );
-      hfinal = this.rmsNorm(hfinal, this.byName.get("model.norm.weight")!);
+      hfinal = rmsNorm(hfinal, this.byName.get("model.norm.weight")!, c.rmsNormEps);
       if (options.hidden)
         return tf.reshape(hfinal, options.lastOnly ? [B, c.hiddenSize] : [B, L, c.hiddenSize]);
       const logits = linear(hfinal, this.lmHeadWeight());
       return options.lastOnly ? logits : tf.reshape(logits, [B, L, c.vocabSize]);
     });
-    return out;
   }
 
   /**
@@ -457,61 +326,30 @@ export class Qwen2Model {
     const G = H / KV;
     const D = c.headDim;
     cache.reserve(1);
-    const positions = cache.nextPositions();
+    const rope = this.rotary.hostStep(cache.nextPositions());
     const slot = cache.length;
     const maskArr = cache.stepMask(H); // [B, H, 1, cap] for the slot being written
     const cap = cache.capacity;
-    // Rotary tables for this step's positions, [B, D/2]; applied on the host (q and k are tiny here, and
-    // this replaces a dozen small kernels per layer).
-    const half = D / 2;
-    const cos = new Float32Array(B * half);
-    const sin = new Float32Array(B * half);
-    for (let b = 0; b < B; b++)
-      for (let j = 0; j < half; j++) {
-        const a = positions[b]! * this.invFreq[j]!;
-        cos[b * half + j] = Math.cos(a);
-        sin[b * half + j] = Math.sin(a);
-      }
-    const ropeHost = (x: Float32Array, heads: number, scale: number) => {
-      for (let b = 0; b < B; b++)
-        for (let h = 0; h < heads; h++) {
-          const o = (b * heads + h) * D;
-          for (let j = 0; j < half; j++) {
-            const c = cos[b * half + j]!;
-            const s = sin[b * half + j]!;
-            const x1 = x[o + j]!;
-            const x2 = x[o + j + half]!;
-            x[o + j] = (x1 * c - x2 * s) * scale;
-            x[o + j + half] = (x2 * c + x1 * s) * scale;
-          }
-        }
-      return x;
-    };
-    // Each layer's q, k and v come back to the host (rotary embedding, cache write) in one round trip;
-    // the tensors between reads live outside any tidy scope and are disposed by hand.
+    const shape = { heads: H, kvHeads: KV, headDim: D };
+    // Each layer's q, k and v come back to the host (rotary embedding, applied there because q and k are
+    // tiny here and it replaces a dozen small kernels per layer; cache write) in one round trip; the
+    // tensors between reads live outside any tidy scope and are disposed by hand.
     const mask = tf.tensor4d(maskArr, [B, KV, G, cap]);
     let x = tf.tidy(() =>
       tf.gather(this.byName.get("model.embed_tokens.weight")!, tf.tensor1d(tokens, "int32")),
-    );
+    ) as tf.Tensor2D;
     try {
       for (let i = 0; i < c.numHiddenLayers; i++) {
-        const p = `model.layers.${i}.`;
-        const w = (n: string) => this.byName.get(p + n)!;
-        const bias = (n: string) => (c.attentionBias ? this.byName.get(p + n) : undefined);
-        const qkv = tf.tidy(() => {
-          const hn = this.rmsNorm(x as tf.Tensor2D, w("input_layernorm.weight"));
-          return ["q_proj", "k_proj", "v_proj"].map((n) =>
-            linear(hn, w(`self_attn.${n}.weight`), bias(`self_attn.${n}.bias`)),
-          );
-        });
+        const w = this.blockWeights(i);
+        const qkv = tf.tidy(() => blockProjections(x, w, c.rmsNormEps));
         let host: Float32Array[];
         try {
           host = await Promise.all(qkv.map((t) => t.data() as Promise<Float32Array>));
         } finally {
           for (const t of qkv) t.dispose();
         }
-        const qh = ropeHost(host[0]!.slice(), H, 1 / Math.sqrt(D));
-        const kh = ropeHost(host[1]!.slice(), KV, 1);
+        const qh = rope(host[0]!.slice(), H, 1 / Math.sqrt(D));
+        const kh = rope(host[1]!.slice(), KV, 1);
         // [B, KV*D] rows are [B, KV, 1, D] in memory.
         const [K, V] = cache.writeStep(
           i,
@@ -521,19 +359,13 @@ export class Qwen2Model {
         );
         const prev = x;
         x = tf.tidy(() => {
-          const scores = tf.matMul(tf.tensor4d(qh, [B, KV, G, D]), K, false, true); // [B, KV, G, cap], q pre-scaled
-          const probs = tf.softmax(tf.add(scores, mask));
-          const ctx = tf.reshape(tf.matMul(probs, V), [B, H * D]) as tf.Tensor2D;
-          const h1 = tf.add(prev, linear(ctx, w("self_attn.o_proj.weight"))) as tf.Tensor2D;
-          const hn2 = this.rmsNorm(h1, w("post_attention_layernorm.weight"));
-          const gate = linear(hn2, w("mlp.gate_proj.weight"));
-          const up = linear(hn2, w("mlp.up_proj.weight"));
-          return tf.add(h1, linear(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), w("mlp.down_proj.weight")));
+          const context = cachedAttention(tf.tensor4d(qh, [B, KV, G, D]), K, V, mask, shape); // q pre-scaled
+          return blockFinish(prev, context, w, c.rmsNormEps);
         });
         prev.dispose();
       }
       const logits = tf.tidy(() => {
-        const hfinal = this.rmsNorm(x as tf.Tensor2D, this.byName.get("model.norm.weight")!);
+        const hfinal = rmsNorm(x, this.byName.get("model.norm.weight")!, c.rmsNormEps);
         return tf.matMul(hfinal, lmHead as tf.Tensor2D) as tf.Tensor2D;
       });
       cache.advance(tokens);
@@ -544,11 +376,3 @@ export class Qwen2Model {
     }
   }
 }
-
-let uidCounter = 0;
-/** A process-unique number for tfjs variable names (they share one registry). */
-export function uid(): number {
-  return ++uidCounter;
-}
-
-export { mulberry32 } from "../random.js";

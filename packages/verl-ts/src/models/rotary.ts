@@ -1,0 +1,97 @@
+/**
+ * Rotary position embeddings (rotate_half form): x * cos + rotate_half(x) * sin, with angle
+ * position * theta^(-2i / D) for the i-th of the D/2 frequencies, repeated over both halves.
+ */
+import * as tf from "@tensorflow/tfjs";
+
+export class Rotary {
+  /** Signed permutation R with x @ R = rotate_half(x). */
+  private readonly rot: tf.Tensor2D;
+  private readonly invFreq: Float64Array;
+
+  constructor(
+    private readonly headDim: number,
+    theta: number,
+  ) {
+    const D = headDim;
+    const half = D / 2;
+    const r = new Float32Array(D * D);
+    for (let j = 0; j < half; j++) r[(j + half) * D + j] = -1;
+    for (let j = half; j < D; j++) r[(j - half) * D + j] = 1;
+    this.rot = tf.keep(tf.tensor2d(r, [D, D]));
+    this.invFreq = new Float64Array(half);
+    for (let i = 0; i < half; i++) this.invFreq[i] = 1 / theta ** ((2 * i) / D);
+  }
+
+  /** cos and sin tables for rows of positions, expanded to [B, L, heads, D]. */
+  tables(positions: Int32Array, B: number, L: number, heads: number): [tf.Tensor4D, tf.Tensor4D] {
+    const D = this.headDim;
+    const half = D / 2;
+    const cos = new Float32Array(B * L * heads * D);
+    const sin = new Float32Array(B * L * heads * D);
+    const c = new Float32Array(D);
+    const s = new Float32Array(D);
+    for (let t = 0; t < B * L; t++) {
+      const p = positions[t]!;
+      for (let i = 0; i < half; i++) {
+        const a = p * this.invFreq[i]!;
+        c[i] = c[i + half] = Math.cos(a);
+        s[i] = s[i + half] = Math.sin(a);
+      }
+      for (let h = 0; h < heads; h++) {
+        cos.set(c, (t * heads + h) * D);
+        sin.set(s, (t * heads + h) * D);
+      }
+    }
+    return [tf.tensor4d(cos, [B, L, heads, D]), tf.tensor4d(sin, [B, L, heads, D])];
+  }
+
+  /** Rotates x [B, L, H, D] by tables from `tables`. */
+  apply(x: tf.Tensor4D, cos: tf.Tensor4D, sin: tf.Tensor4D): tf.Tensor4D {
+    const [B, L, H, D] = x.shape;
+    const rotated = tf.reshape(tf.matMul(tf.reshape(x, [B * L * H, D]) as tf.Tensor2D, this.rot), [
+      B,
+      L,
+      H,
+      D,
+    ]);
+    return tf.add(tf.mul(x, cos), tf.mul(rotated, sin));
+  }
+
+  /**
+   * A host-side rotation for one decode step: returns `rotate(x) * scale` for x [B, heads, D] in place,
+   * each row at its own position.
+   */
+  hostStep(positions: Int32Array): (x: Float32Array, heads: number, scale: number) => Float32Array {
+    const D = this.headDim;
+    const half = D / 2;
+    const B = positions.length;
+    const cos = new Float32Array(B * half);
+    const sin = new Float32Array(B * half);
+    for (let b = 0; b < B; b++)
+      for (let j = 0; j < half; j++) {
+        const a = positions[b]! * this.invFreq[j]!;
+        cos[b * half + j] = Math.cos(a);
+        sin[b * half + j] = Math.sin(a);
+      }
+    return (x, heads, scale) => {
+      for (let b = 0; b < B; b++)
+        for (let h = 0; h < heads; h++) {
+          const o = (b * heads + h) * D;
+          for (let j = 0; j < half; j++) {
+            const c = cos[b * half + j]!;
+            const s = sin[b * half + j]!;
+            const x1 = x[o + j]!;
+            const x2 = x[o + j + half]!;
+            x[o + j] = (x1 * c - x2 * s) * scale;
+            x[o + j + half] = (x2 * c + x1 * s) * scale;
+          }
+        }
+      return x;
+    };
+  }
+
+  dispose(): void {
+    this.rot.dispose();
+  }
+}
