@@ -16,6 +16,29 @@ namespace {
 // Values per row in `stats`: log p(target), entropy, log-sum-exp.
 constexpr size_t kStats = 3;
 
+// exp(x) for x <= 88 (every call here subtracts the row's max or its logsumexp first, so x <= ~0), within
+// 2 float ulps, written so that loops over it vectorize (libm's expf is one value at a time, and the pick
+// spends most of its time in exp): x = n ln2 + r with |r| <= ln2 / 2, e^r by its degree-6 Taylor
+// polynomial, 2^n put into the exponent bits. Below -87 (e^x under the smallest normal float) it is 0.
+inline float ExpNonPositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  // Round to nearest by adding and subtracting 1.5 * 2^23 (no floor: that would not vectorize on SSE2).
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  // ln2 split in two so that n * ln2 is exact enough for the subtraction.
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  __builtin_memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
 bool ReadShape(const Napi::CallbackInfo& info, size_t first, Operand* logits, const int32_t** targets,
                size_t* rows, size_t* vocab) {
   Napi::Env env = info.Env();
@@ -69,13 +92,32 @@ Napi::Value LogSoftmaxPick(const Napi::CallbackInfo& info) {
       continue;
     }
     const float* x = logits.data + r * vocab;
+    float maxLanes[8];
+    for (size_t l = 0; l < 8; l++) maxLanes[l] = x[0];
+    size_t i = 0;
+    for (; i + 8 <= vocab; i += 8)
+      for (size_t l = 0; l < 8; l++) maxLanes[l] = x[i + l] > maxLanes[l] ? x[i + l] : maxLanes[l];
     float max = x[0];
-    for (size_t j = 1; j < vocab; j++) max = x[j] > max ? x[j] : max;
+    for (size_t l = 0; l < 8; l++) max = maxLanes[l] > max ? maxLanes[l] : max;
+    for (; i < vocab; i++) max = x[i] > max ? x[i] : max;
+    // Float sums in 8 lanes (vectorizable), added up in double at the end.
+    float sumLanes[8] = {}, weightedLanes[8] = {};
+    size_t j = 0;
+    for (; j + 8 <= vocab; j += 8)
+      for (size_t l = 0; l < 8; l++) {
+        const float e = ExpNonPositive(x[j + l] - max);
+        sumLanes[l] += e;
+        weightedLanes[l] += e * x[j + l];
+      }
     double sum = 0, weighted = 0;
-    for (size_t j = 0; j < vocab; j++) {
-      const double e = std::exp(x[j] - max);  // float exp, double sums
+    for (size_t l = 0; l < 8; l++) {
+      sum += sumLanes[l];
+      weighted += weightedLanes[l];
+    }
+    for (; j < vocab; j++) {
+      const float e = ExpNonPositive(x[j] - max);
       sum += e;
-      weighted += e * x[j];
+      weighted += static_cast<double>(e) * x[j];
     }
     const double lse = max + std::log(sum);
     out[0] = static_cast<float>(x[t] - lse);
@@ -119,10 +161,10 @@ Napi::Value LogSoftmaxPickGrad(const Napi::CallbackInfo& info) {
     const float lse = s[2];
     const float expected = s[2] - s[1];  // S
     if (dEntropy == 0.0f) {
-      for (size_t j = 0; j < vocab; j++) dx[j] = -dLogp * std::exp(x[j] - lse);
+      for (size_t j = 0; j < vocab; j++) dx[j] = -dLogp * ExpNonPositive(x[j] - lse);
     } else {
       for (size_t j = 0; j < vocab; j++) {
-        const float p = std::exp(x[j] - lse);
+        const float p = ExpNonPositive(x[j] - lse);
         dx[j] = p * (dEntropy * (expected - x[j]) - dLogp);
       }
     }

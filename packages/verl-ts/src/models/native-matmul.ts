@@ -11,6 +11,7 @@ import { coreChoice, loadNativeBlas, type NativeBlas } from "@torl-ts/blas";
 import { BackendUnavailableError } from "./errors.js";
 import { ADAMW_KERNEL, wasmAdamWKernel } from "./native-adam.js";
 import { PICK_GRAD_KERNEL, PICK_KERNEL, wasmPickGradKernel, wasmPickKernel } from "./native-log-prob.js";
+import { installSharedIdentity } from "./wasm-identity.js";
 
 export type NativeMatmulBackend = "wasm";
 
@@ -130,12 +131,15 @@ export function nativeMatmulWanted(): boolean {
 }
 
 /**
- * Replaces `backendName`'s BatchMatMul with OpenBLAS's sgemm (one thread) when the addon loads; otherwise
- * leaves the backend's own kernel and says why. Idempotent per backend.
+ * Replaces `backendName`'s BatchMatMul with OpenBLAS's sgemm (one thread) and registers the fused kernels
+ * when the addon loads; otherwise leaves the backend's own kernels and says why. Either way wasm's Identity
+ * becomes the zero-copy one (wasm-identity.ts). Idempotent per backend.
  */
 export function installNativeMatmul(backendName: NativeMatmulBackend): NativeMatmulState {
   const known = states.get(backendName);
   if (known) return known;
+  // Not a native kernel, but wasm's other saving: clones for the backward pass share their data.
+  installSharedIdentity();
   const own = "wasm XNNPACK";
   let state: NativeMatmulState;
   if (!nativeMatmulWanted()) {

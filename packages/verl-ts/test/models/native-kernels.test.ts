@@ -231,3 +231,21 @@ test.serial("the sharded optimizer's native AdamW update gives the JS loop's bit
   );
   t.regex(err!.message, /same length/);
 });
+
+test.serial(
+  "on wasm a clone shares its data (tfjs clones every tensor it saves for the backward pass)",
+  (t) => {
+    const x = tf.tensor2d(random(64 * 32, 9), [64, 32]);
+    const before = tf.memory().numDataBuffers;
+    const copy = tf.clone(x);
+    t.is(
+      tf.memory().numDataBuffers,
+      before,
+      "no new buffer: the clone counts one more reference to x's data",
+    );
+    x.dispose();
+    t.deepEqual(copy.dataSync(), random(64 * 32, 9), "the clone outlives the original");
+    copy.dispose();
+    t.is(tf.memory().numDataBuffers, before - 1, "the last reference frees the data");
+  },
+);
