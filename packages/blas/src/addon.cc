@@ -12,6 +12,10 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("adamw", Napi::Function::New(env, torl_blas::AdamW, "adamw"));
   exports.Set("logSoftmaxPick", Napi::Function::New(env, torl_blas::LogSoftmaxPick, "logSoftmaxPick"));
   exports.Set("logSoftmaxPickGrad", Napi::Function::New(env, torl_blas::LogSoftmaxPickGrad, "logSoftmaxPickGrad"));
+  exports.Set("rmsNorm", Napi::Function::New(env, torl_blas::RmsNorm, "rmsNorm"));
+  exports.Set("rmsNormGrad", Napi::Function::New(env, torl_blas::RmsNormGrad, "rmsNormGrad"));
+  exports.Set("swiglu", Napi::Function::New(env, torl_blas::Swiglu, "swiglu"));
+  exports.Set("swigluGrad", Napi::Function::New(env, torl_blas::SwigluGrad, "swigluGrad"));
   return exports;
 }
 

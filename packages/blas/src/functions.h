@@ -10,5 +10,9 @@ Napi::Value SetThreads(const Napi::CallbackInfo& info);
 Napi::Value AdamW(const Napi::CallbackInfo& info);
 Napi::Value LogSoftmaxPick(const Napi::CallbackInfo& info);
 Napi::Value LogSoftmaxPickGrad(const Napi::CallbackInfo& info);
+Napi::Value RmsNorm(const Napi::CallbackInfo& info);
+Napi::Value RmsNormGrad(const Napi::CallbackInfo& info);
+Napi::Value Swiglu(const Napi::CallbackInfo& info);
+Napi::Value SwigluGrad(const Napi::CallbackInfo& info);
 
 }  // namespace torl_blas

@@ -64,6 +64,21 @@ export interface NativeBlas {
     dStats: Float32Array,
     dLogits: Float32Array,
   ): void;
+  /** RMSNorm of each row of x ([rows, w.length]): y = x / sqrt(mean(x^2) + eps) * w. */
+  rmsNorm(x: Float32Array, w: Float32Array, eps: number, y: Float32Array): void;
+  /** The gradient of rmsNorm: dx (as long as x) and dw (summed over rows) from dy. */
+  rmsNormGrad(
+    x: Float32Array,
+    w: Float32Array,
+    eps: number,
+    dy: Float32Array,
+    dx: Float32Array,
+    dw: Float32Array,
+  ): void;
+  /** The SwiGLU gate, elementwise: y = g sigmoid(g) u. */
+  swiglu(g: Float32Array, u: Float32Array, y: Float32Array): void;
+  /** The gradient of swiglu: dg and du from dy. */
+  swigluGrad(g: Float32Array, u: Float32Array, dy: Float32Array, dg: Float32Array, du: Float32Array): void;
   /** The OpenBLAS build, the CPU kernel it runs and its thread count. */
   info(): { config: string; coreName: string; threads: number };
   /** Sets OpenBLAS's thread count for this process. */
@@ -76,6 +91,10 @@ const ADDON_FUNCTIONS: ReadonlyArray<keyof NativeBlas> = [
   "adamw",
   "logSoftmaxPick",
   "logSoftmaxPickGrad",
+  "rmsNorm",
+  "rmsNormGrad",
+  "swiglu",
+  "swigluGrad",
   "info",
   "setThreads",
 ];

@@ -10,6 +10,7 @@ import * as tf from "@tensorflow/tfjs";
 import { coreChoice, loadNativeBlas, type NativeBlas } from "@torl-ts/blas";
 import { BackendUnavailableError } from "./errors.js";
 import { ADAMW_KERNEL, wasmAdamWKernel } from "./native-adam.js";
+import { wasmLayerKernels } from "./native-layers.js";
 import { PICK_GRAD_KERNEL, PICK_KERNEL, wasmPickGradKernel, wasmPickKernel } from "./native-log-prob.js";
 import { installSharedIdentity } from "./wasm-identity.js";
 
@@ -163,10 +164,12 @@ export function installNativeMatmul(backendName: NativeMatmulBackend): NativeMat
         backendName,
         kernelFunc: wasmPickGradKernel(load.blas),
       });
+      for (const [kernelName, kernelFunc] of wasmLayerKernels(load.blas))
+        tf.registerKernel({ kernelName, backendName, kernelFunc });
       const version = load.config.split(" ").slice(0, 2).join(" ");
       state = {
         native: true,
-        line: `matmul: ${version} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW and log-prob pick native`,
+        line: `matmul: ${version} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW, log-prob pick, RMSNorm and SwiGLU native`,
       };
     }
   }

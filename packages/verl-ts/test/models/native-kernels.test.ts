@@ -15,6 +15,7 @@ import {
   tokenLogProbs,
 } from "../../src/index.js";
 import { FusedAdamOptimizer } from "../../src/models/native-adam.js";
+import { nativeRmsNorm, nativeSwiglu } from "../../src/models/native-layers.js";
 import { nativeLogSoftmaxPick } from "../../src/models/native-log-prob.js";
 import { adamwLoop } from "../../src/workers/optim.js";
 import { tinyTestConfig } from "./tiny-config.js";
@@ -249,3 +250,40 @@ test.serial(
     t.is(tf.memory().numDataBuffers, before - 1, "the last reference frees the data");
   },
 );
+
+test.serial("the fused RMSNorm and SwiGLU equal their op-by-op forms, values and gradients", async (t) => {
+  if (!addon(t)) return;
+  const x = tf.tensor2d(random(6 * 10, 21, 3), [6, 10]);
+  const w = tf.tensor1d(random(10, 22));
+  const u = tf.tensor2d(random(6 * 10, 23, 4), [6, 10]);
+  const dy = tf.tensor2d(random(6 * 10, 24), [6, 10]);
+  const eps = 1e-6;
+  const normOps = (a: tf.Tensor, b: tf.Tensor) =>
+    tf.mul(tf.mul(a, tf.rsqrt(tf.add(tf.mean(tf.square(a), -1, true), eps))), b);
+  const gateOps = (g: tf.Tensor, v: tf.Tensor) => tf.mul(tf.mul(g, tf.sigmoid(g)), v);
+  const pairs: Array<
+    [
+      string,
+      (a: tf.Tensor, b: tf.Tensor) => tf.Tensor,
+      (a: tf.Tensor, b: tf.Tensor) => tf.Tensor,
+      tf.Tensor,
+      tf.Tensor,
+    ]
+  > = [
+    ["RMSNorm", (a, b) => nativeRmsNorm(a as tf.Tensor2D, b, eps), normOps, x, w],
+    ["SwiGLU", (a, b) => nativeSwiglu(a as tf.Tensor2D, b as tf.Tensor2D), gateOps, x, u],
+  ];
+  for (const [name, fused, ops, a, b] of pairs) {
+    t.true((await maxRelDiff(fused(a, b), ops(a, b))) < 1e-5, `${name} values`);
+    const loss = (f: typeof fused) => (p: tf.Tensor, q: tf.Tensor) => tf.sum(tf.mul(f(p, q), dy));
+    const [gA, gB] = [tf.grads(loss(fused))([a, b]), tf.grads(loss(ops))([a, b])];
+    for (const i of [0, 1]) t.true((await maxRelDiff(gA[i]!, gB[i]!)) < 1e-5, `${name} gradient ${i}`);
+  }
+  const blas = loadNativeBlas();
+  if (blas.ok) {
+    const err = t.throws(() =>
+      blas.blas.rmsNorm(new Float32Array(7), new Float32Array(3), eps, new Float32Array(7)),
+    );
+    t.regex(err!.message, /whole rows of w's width/);
+  }
+});
