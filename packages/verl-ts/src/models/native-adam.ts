@@ -6,6 +6,7 @@
 import * as tf from "@tensorflow/tfjs";
 import type { NativeBlas } from "@torl-ts/blas";
 import { nativeMatmulActive } from "./native-matmul.js";
+import type { WasmHeap } from "./wasm-heap.js";
 
 /** The kernel's name in the tfjs registry (registered on wasm by installNativeMatmul). */
 export const ADAMW_KERNEL = "TorlAdamW";
@@ -18,11 +19,6 @@ interface AdamWAttrs {
   weightDecay: number;
   /** This update's number, from 1 (bias correction). */
   step: number;
-}
-
-interface WasmHeap {
-  makeOutput(shape: number[], dtype: "float32"): tf.TensorInfo;
-  typedArrayFromHeap(t: tf.TensorInfo): Float32Array;
 }
 
 /**

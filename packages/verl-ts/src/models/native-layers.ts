@@ -6,17 +6,13 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import type { NativeBlas } from "@torl-ts/blas";
+import type { WasmHeap } from "./wasm-heap.js";
 
 /** Kernel names in the tfjs registry (registered on wasm by installNativeMatmul). */
 export const RMS_NORM_KERNEL = "TorlRmsNorm";
 export const RMS_NORM_GRAD_KERNEL = "TorlRmsNormGrad";
 export const SWIGLU_KERNEL = "TorlSwiglu";
 export const SWIGLU_GRAD_KERNEL = "TorlSwigluGrad";
-
-interface WasmHeap {
-  makeOutput(shape: number[], dtype: "float32"): tf.TensorInfo;
-  typedArrayFromHeap(t: tf.TensorInfo): Float32Array;
-}
 
 function checkFloat(kernel: string, ...ts: tf.TensorInfo[]): void {
   for (const t of ts)

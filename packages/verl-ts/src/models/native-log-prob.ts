@@ -5,6 +5,7 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import type { NativeBlas } from "@torl-ts/blas";
+import type { WasmHeap } from "./wasm-heap.js";
 
 /** Kernel names in the tfjs registry (registered on wasm by installNativeMatmul). */
 export const PICK_KERNEL = "TorlLogSoftmaxPick";
@@ -16,11 +17,6 @@ export const PICK_STATS = 3;
 interface PickAttrs {
   /** Per row, the token to score; -1 for a row nobody scores (its stats and gradient are 0). */
   targets: Int32Array;
-}
-
-interface WasmHeap {
-  makeOutput(shape: number[], dtype: "float32"): tf.TensorInfo;
-  typedArrayFromHeap(t: tf.TensorInfo): Float32Array;
 }
 
 function checkLogits(kernel: string, logits: tf.TensorInfo, targets: Int32Array): void {

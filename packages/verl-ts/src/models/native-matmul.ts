@@ -12,6 +12,7 @@ import { BackendUnavailableError } from "./errors.js";
 import { ADAMW_KERNEL, wasmAdamWKernel } from "./native-adam.js";
 import { wasmLayerKernels } from "./native-layers.js";
 import { PICK_GRAD_KERNEL, PICK_KERNEL, wasmPickGradKernel, wasmPickKernel } from "./native-log-prob.js";
+import type { WasmHeap } from "./wasm-heap.js";
 import { installSharedIdentity } from "./wasm-identity.js";
 
 export type NativeMatmulBackend = "wasm";
@@ -84,10 +85,7 @@ function wasmKernel(blas: NativeBlas): tf.KernelFunc {
     const { transposeA, transposeB } = attrs as unknown as MatmulAttrs;
     checkFloat(a, b);
     const s = matmulShape(a.shape, b.shape, transposeA, transposeB);
-    const wasm = backend as unknown as {
-      makeOutput(shape: number[], dtype: "float32"): tf.TensorInfo;
-      typedArrayFromHeap(t: tf.TensorInfo): Float32Array;
-    };
+    const wasm = backend as unknown as WasmHeap;
     // Allocate first: growing the wasm heap detaches views taken before it.
     const out = wasm.makeOutput(s.outShape, "float32");
     runGemm(
