@@ -1,7 +1,8 @@
 /**
- * OpenBLAS's float32 matrix product, a fused AdamW step and a fused log-softmax pick for Node, through a small Node-API addon built at install time
- * (scripts/build.mjs). Loading never throws: a machine where the addon did not build or libopenblas is
- * missing gets `{ ok: false, reason }`, and callers keep their own kernels.
+ * OpenBLAS's float32 matrix product and fused kernels of ours (AdamW step, log-softmax pick, RMSNorm,
+ * SwiGLU gate) for Node, through a small Node-API addon built at install time (scripts/build.mjs).
+ * Loading never throws: a machine where the addon did not build or libopenblas is missing gets
+ * `{ ok: false, reason }`, and callers keep their own kernels.
  */
 import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
