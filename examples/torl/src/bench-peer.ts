@@ -11,6 +11,7 @@ import * as tf from "@tensorflow/tfjs";
 import type { CliCommand } from "@torl-ts/core";
 import { UsageError } from "@torl-ts/core";
 import {
+  adamOptimizer,
   applyGradients,
   forwardBackward,
   loadModel,
@@ -111,7 +112,7 @@ async function torlSide(w: Workload): Promise<SideFigures> {
     lastLogits.dispose();
     const { batch: B, length: L, steps } = w.train;
     const batch = randomBatch(B, L, model.config.vocabSize, 3);
-    const opt = tf.train.adam(1e-4);
+    const opt = adamOptimizer(1e-4);
     const mask = tf.ones([B, L]);
     const step = async () => {
       const { grads } = await forwardBackward(

@@ -4,40 +4,11 @@
 #include <napi.h>
 
 #include <cstdint>
-#include <string>
 
-namespace {
+#include "args.h"
+#include "functions.h"
 
-// Row-major view of one operand: where its first float is and how many floats it holds.
-struct Operand {
-  float* data;
-  size_t length;
-};
-
-bool ReadOperand(const Napi::Env& env, const Napi::Value& value, const char* name, Operand* out) {
-  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array) {
-    Napi::TypeError::New(env, std::string(name) + " must be a Float32Array").ThrowAsJavaScriptException();
-    return false;
-  }
-  Napi::Float32Array array = value.As<Napi::Float32Array>();
-  out->data = array.Data();
-  out->length = array.ElementLength();
-  return true;
-}
-
-bool ReadCount(const Napi::Env& env, const Napi::Value& value, const char* name, int64_t* out) {
-  if (!value.IsNumber()) {
-    Napi::TypeError::New(env, std::string(name) + " must be a number").ThrowAsJavaScriptException();
-    return false;
-  }
-  int64_t v = value.As<Napi::Number>().Int64Value();
-  if (v < 0 || v > INT32_MAX) {
-    Napi::RangeError::New(env, std::string(name) + " must be in [0, 2^31)").ThrowAsJavaScriptException();
-    return false;
-  }
-  *out = v;
-  return true;
-}
+namespace torl_blas {
 
 // gemm(a, b, c, batch, m, n, k, transposeA, transposeB, strideA, strideB):
 // for each i < batch, c[i] (m x n) = op(a[i]) (m x k) * op(b[i]) (k x n), row-major, where a[i] starts at
@@ -119,13 +90,4 @@ Napi::Value SetThreads(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  exports.Set("gemm", Napi::Function::New(env, Gemm, "gemm"));
-  exports.Set("info", Napi::Function::New(env, Info, "info"));
-  exports.Set("setThreads", Napi::Function::New(env, SetThreads, "setThreads"));
-  return exports;
-}
-
-}  // namespace
-
-NODE_API_MODULE(torl_blas, Init)
+}  // namespace torl_blas

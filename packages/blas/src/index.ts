@@ -1,7 +1,8 @@
 /**
- * OpenBLAS's float32 matrix product for Node, through a small Node-API addon built at install time
- * (scripts/build.mjs). Loading never throws: a machine where the addon did not build or libopenblas is
- * missing gets `{ ok: false, reason }`, and callers keep their own kernels.
+ * OpenBLAS's float32 matrix product and fused kernels of ours (AdamW step, log-softmax pick, RMSNorm,
+ * SwiGLU gate) for Node, through a small Node-API addon built at install time (scripts/build.mjs).
+ * Loading never throws: a machine where the addon did not build or libopenblas is missing gets
+ * `{ ok: false, reason }`, and callers keep their own kernels.
  */
 import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -28,11 +29,76 @@ export interface NativeBlas {
     strideA: number,
     strideB: number,
   ): void;
+  /**
+   * One AdamW update in one pass (weight decay 0: Adam): m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2
+   * (in place), out <- param (1 - lr wd) - lr / (1 - b1^step) m / (sqrt(v) / sqrt(1 - b2^step) + eps).
+   * `out` may be `param`. Values are computed in double and stored as float, like the same loop in JS.
+   */
+  adamw(
+    param: Float32Array,
+    grad: Float32Array,
+    expAvg: Float32Array,
+    expAvgSq: Float32Array,
+    out: Float32Array,
+    lr: number,
+    beta1: number,
+    beta2: number,
+    eps: number,
+    weightDecay: number,
+    step: number,
+  ): void;
+  /**
+   * For each row r of `logits` ([rows, vocab]) with t = targets[r]: stats[3r] = log softmax(row)[t],
+   * stats[3r + 1] = the entropy of softmax(row), stats[3r + 2] = logsumexp(row). t = -1: a row nobody
+   * scores, stats 0. Throws a RangeError for a target outside [0, vocab).
+   */
+  logSoftmaxPick(logits: Float32Array, targets: Int32Array, vocab: number, stats: Float32Array): void;
+  /**
+   * The gradient of logSoftmaxPick's log-probs and entropies (dStats, 3 per row, the third ignored) with
+   * respect to the logits, written to dLogits (rows of target -1 get 0).
+   */
+  logSoftmaxPickGrad(
+    logits: Float32Array,
+    targets: Int32Array,
+    vocab: number,
+    stats: Float32Array,
+    dStats: Float32Array,
+    dLogits: Float32Array,
+  ): void;
+  /** RMSNorm of each row of x ([rows, w.length]): y = x / sqrt(mean(x^2) + eps) * w. */
+  rmsNorm(x: Float32Array, w: Float32Array, eps: number, y: Float32Array): void;
+  /** The gradient of rmsNorm: dx (as long as x) and dw (summed over rows) from dy. */
+  rmsNormGrad(
+    x: Float32Array,
+    w: Float32Array,
+    eps: number,
+    dy: Float32Array,
+    dx: Float32Array,
+    dw: Float32Array,
+  ): void;
+  /** The SwiGLU gate, elementwise: y = g sigmoid(g) u. */
+  swiglu(g: Float32Array, u: Float32Array, y: Float32Array): void;
+  /** The gradient of swiglu: dg and du from dy. */
+  swigluGrad(g: Float32Array, u: Float32Array, dy: Float32Array, dg: Float32Array, du: Float32Array): void;
   /** The OpenBLAS build, the CPU kernel it runs and its thread count. */
   info(): { config: string; coreName: string; threads: number };
   /** Sets OpenBLAS's thread count for this process. */
   setThreads(threads: number): void;
 }
+
+/** Every function this package's source exports: an addon built from older source lacks some. */
+const ADDON_FUNCTIONS: ReadonlyArray<keyof NativeBlas> = [
+  "gemm",
+  "adamw",
+  "logSoftmaxPick",
+  "logSoftmaxPickGrad",
+  "rmsNorm",
+  "rmsNormGrad",
+  "swiglu",
+  "swigluGrad",
+  "info",
+  "setThreads",
+];
 
 export type BlasLoad =
   | { ok: true; blas: NativeBlas; coreName: string; config: string }
@@ -72,6 +138,14 @@ export function loadNativeBlas(threads = 1): BlasLoad {
   }
   try {
     const blas = createRequire(import.meta.url)(ADDON_PATH) as NativeBlas;
+    const missing = ADDON_FUNCTIONS.filter((f) => typeof blas[f] !== "function");
+    if (missing.length) {
+      loaded = {
+        ok: false,
+        reason: `the OpenBLAS addon at ${ADDON_PATH} was built from older source (no ${missing.join(", ")}; run pnpm --filter @torl-ts/blas build:addon)`,
+      };
+      return loaded;
+    }
     blas.setThreads(threads);
     const { coreName, config } = blas.info();
     loaded = { ok: true, blas, coreName, config };

@@ -43,6 +43,7 @@ export {
   type TokenScores,
   tokenLogProbs,
 } from "./logprobs.js";
+export { adamOptimizer, FusedAdamOptimizer } from "./native-adam.js";
 export { installNativeMatmul, type NativeMatmulState } from "./native-matmul.js";
 export {
   bundledQwenTokenizerDir,

@@ -3,6 +3,8 @@
  * of a result scores token t given tokens before it (column 0 is 0), so masks line up with token ids.
  */
 import * as tf from "@tensorflow/tfjs";
+import { nativeLogSoftmaxPick } from "./native-log-prob.js";
+import { nativeMatmulActive } from "./native-matmul.js";
 import type { Qwen2Model } from "./qwen2.js";
 import type { TokenBatch } from "./token-batch.js";
 
@@ -37,24 +39,58 @@ export function tokenLogProbs(
   options: LogProbOptions = {},
 ): TokenScores {
   const { batch: B, length: L } = batch;
-  const V = model.config.vocabSize;
   let logits = model.forward(batch) as tf.Tensor3D; // [B, L, V]
   if (L < 2) {
     const z = tf.zeros([B, L]) as tf.Tensor2D;
     return { logProbs: z, ...(options.withEntropy ? { entropy: tf.zeros([B, L]) as tf.Tensor2D } : {}) };
   }
   if (options.temperature && options.temperature !== 1) logits = tf.div(logits, options.temperature);
-  const pred = tf.reshape(tf.slice(logits, [0, 0, 0], [B, L - 1, V]), [B * (L - 1), V]);
-  const logp = tf.logSoftmax(pred);
-  const targets = new Int32Array(B * (L - 1));
-  for (let b = 0; b < B; b++) targets.set(batch.ids.subarray(b * L + 1, (b + 1) * L), b * (L - 1));
-  const onehot = tf.oneHot(tf.tensor1d(targets, "int32"), V);
-  const picked = tf.reshape(tf.sum(tf.mul(logp, onehot), -1), [B, L - 1]);
+  const withEntropy = options.withEntropy ?? false;
+  return nativeMatmulActive(tf.getBackend())
+    ? nativePick(logits, batch.ids, withEntropy)
+    : gatherPick(logits, batch.ids, withEntropy);
+}
+
+/** Column t of the result is column t - 1 of `x` ([B, L]); column 0 is 0. */
+function shiftRight(x: tf.Tensor2D): tf.Tensor2D {
+  const [B, L] = x.shape;
+  return tf.pad(tf.slice(x, [0, 0], [B, L - 1]), [
+    [0, 0],
+    [1, 0],
+  ]) as tf.Tensor2D;
+}
+
+/**
+ * The native kernels score every position's successor straight from the [B * L, V] logits (the last
+ * position of a row scores nothing), so not even the slice of the logits is copied.
+ */
+function nativePick(logits: tf.Tensor3D, ids: Int32Array, withEntropy: boolean): TokenScores {
+  const [B, L, V] = logits.shape;
+  const targets = new Int32Array(B * L);
+  for (let b = 0; b < B; b++) {
+    targets.set(ids.subarray(b * L + 1, (b + 1) * L), b * L);
+    targets[b * L + L - 1] = -1;
+  }
+  const stats = nativeLogSoftmaxPick(tf.reshape(logits, [B * L, V]) as tf.Tensor2D, targets); // [B * L, 3]
+  const column = (c: number) =>
+    shiftRight(tf.reshape(tf.slice(stats, [0, c], [B * L, 1]), [B, L]) as tf.Tensor2D);
+  return withEntropy ? { logProbs: column(0), entropy: column(1) } : { logProbs: column(0) };
+}
+
+/** Op by op: log-softmax of the predicting positions, the targets' entries gathered from it. */
+function gatherPick(logits: tf.Tensor3D, ids: Int32Array, withEntropy: boolean): TokenScores {
+  const [B, L, V] = logits.shape;
+  const rows = B * (L - 1);
+  const logp = tf.logSoftmax(tf.reshape(tf.slice(logits, [0, 0, 0], [B, L - 1, V]), [rows, V]));
+  const flat = new Int32Array(rows);
+  for (let b = 0; b < B; b++)
+    for (let t = 1; t < L; t++) flat[b * (L - 1) + t - 1] = (b * (L - 1) + t - 1) * V + ids[b * L + t]!;
+  const picked = tf.reshape(tf.gather(tf.reshape(logp, [rows * V]), tf.tensor1d(flat, "int32")), [B, L - 1]);
   const logProbs = tf.pad(picked, [
     [0, 0],
     [1, 0],
   ]) as tf.Tensor2D;
-  if (!options.withEntropy) return { logProbs };
+  if (!withEntropy) return { logProbs };
   const ent = tf.reshape(tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), -1)), [B, L - 1]);
   return {
     logProbs,

@@ -1,6 +1,8 @@
-/** The SwiGLU MLP: down(silu(gate(x)) * up(x)). */
+/** The SwiGLU MLP: down(silu(gate(x)) * up(x)) (the gate one native kernel where they run). */
 import * as tf from "@tensorflow/tfjs";
 import { linear } from "./linear.js";
+import { nativeSwiglu } from "./native-layers.js";
+import { nativeMatmulActive } from "./native-matmul.js";
 
 /** A layer's MLP weights, [in, out] each. */
 export interface MlpWeights {
@@ -12,5 +14,8 @@ export interface MlpWeights {
 export function mlp(x: tf.Tensor2D, w: MlpWeights): tf.Tensor2D {
   const gate = linear(x, w.gate);
   const up = linear(x, w.up);
-  return linear(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), w.down);
+  const gated = nativeMatmulActive(tf.getBackend())
+    ? nativeSwiglu(gate, up)
+    : (tf.mul(tf.mul(gate, tf.sigmoid(gate)), up) as tf.Tensor2D);
+  return linear(gated, w.down);
 }

@@ -1,6 +1,7 @@
 /**
- * OpenBLAS matrix products as the wasm backend's BatchMatMul kernel. The addon reads and writes the wasm
- * heap in place (it is one ArrayBuffer), so a product costs no copies. `TORL_NATIVE_MATMUL=off` keeps
+ * OpenBLAS matrix products as the wasm backend's BatchMatMul kernel, plus the addon's fused kernels (AdamW
+ * update: native-adam.ts; log-prob pick: native-log-prob.ts). The addon reads and writes the wasm heap in
+ * place (it is one ArrayBuffer), so a kernel costs no copies. `TORL_NATIVE_MATMUL=off` keeps
  * XNNPACK's kernel. (The plain-JS cpu backend stays as it is: it is the reference for tests, and its other
  * kernels are far slower than wasm's, so OpenBLAS there would not pay.)
  */
@@ -8,6 +9,11 @@
 import * as tf from "@tensorflow/tfjs";
 import { coreChoice, loadNativeBlas, type NativeBlas } from "@torl-ts/blas";
 import { BackendUnavailableError } from "./errors.js";
+import { ADAMW_KERNEL, wasmAdamWKernel } from "./native-adam.js";
+import { wasmLayerKernels } from "./native-layers.js";
+import { PICK_GRAD_KERNEL, PICK_KERNEL, wasmPickGradKernel, wasmPickKernel } from "./native-log-prob.js";
+import type { WasmHeap } from "./wasm-heap.js";
+import { installSharedIdentity } from "./wasm-identity.js";
 
 export type NativeMatmulBackend = "wasm";
 
@@ -79,10 +85,7 @@ function wasmKernel(blas: NativeBlas): tf.KernelFunc {
     const { transposeA, transposeB } = attrs as unknown as MatmulAttrs;
     checkFloat(a, b);
     const s = matmulShape(a.shape, b.shape, transposeA, transposeB);
-    const wasm = backend as unknown as {
-      makeOutput(shape: number[], dtype: "float32"): tf.TensorInfo;
-      typedArrayFromHeap(t: tf.TensorInfo): Float32Array;
-    };
+    const wasm = backend as unknown as WasmHeap;
     // Allocate first: growing the wasm heap detaches views taken before it.
     const out = wasm.makeOutput(s.outShape, "float32");
     runGemm(
@@ -106,6 +109,16 @@ export function nativeMatmulActive(backendName: string): boolean {
 }
 
 /**
+ * The loaded addon when native kernels are wanted (TORL_NATIVE_MATMUL) and it loads, for host-side users
+ * (the sharded optimizer); undefined otherwise.
+ */
+export function nativeBlas(): NativeBlas | undefined {
+  if (!nativeMatmulWanted()) return undefined;
+  const load = loadNativeBlas(1);
+  return load.ok ? load.blas : undefined;
+}
+
+/**
  * `TORL_NATIVE_MATMUL`: `on` (default: use OpenBLAS where it loads) or `off`. Read before any backend is
  * tried, so a bad value stops the start instead of making `auto` skip to another backend.
  */
@@ -117,12 +130,15 @@ export function nativeMatmulWanted(): boolean {
 }
 
 /**
- * Replaces `backendName`'s BatchMatMul with OpenBLAS's sgemm (one thread) when the addon loads; otherwise
- * leaves the backend's own kernel and says why. Idempotent per backend.
+ * Replaces `backendName`'s BatchMatMul with OpenBLAS's sgemm (one thread) and registers the fused kernels
+ * when the addon loads; otherwise leaves the backend's own kernels and says why. Either way wasm's Identity
+ * becomes the zero-copy one (wasm-identity.ts). Idempotent per backend.
  */
 export function installNativeMatmul(backendName: NativeMatmulBackend): NativeMatmulState {
   const known = states.get(backendName);
   if (known) return known;
+  // Not a native kernel, but wasm's other saving: clones for the backward pass share their data.
+  installSharedIdentity();
   const own = "wasm XNNPACK";
   let state: NativeMatmulState;
   if (!nativeMatmulWanted()) {
@@ -138,8 +154,21 @@ export function installNativeMatmul(backendName: NativeMatmulBackend): NativeMat
         backendName,
         kernelFunc: wasmKernel(load.blas),
       });
+      // Our own kernel names: nothing else registers them, and a second install never runs (states).
+      tf.registerKernel({ kernelName: ADAMW_KERNEL, backendName, kernelFunc: wasmAdamWKernel(load.blas) });
+      tf.registerKernel({ kernelName: PICK_KERNEL, backendName, kernelFunc: wasmPickKernel(load.blas) });
+      tf.registerKernel({
+        kernelName: PICK_GRAD_KERNEL,
+        backendName,
+        kernelFunc: wasmPickGradKernel(load.blas),
+      });
+      for (const [kernelName, kernelFunc] of wasmLayerKernels(load.blas))
+        tf.registerKernel({ kernelName, backendName, kernelFunc });
       const version = load.config.split(" ").slice(0, 2).join(" ");
-      state = { native: true, line: `matmul: ${version} sgemm, 1 thread, ${coreChoice(load.coreName)}` };
+      state = {
+        native: true,
+        line: `matmul: ${version} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW, log-prob pick, RMSNorm and SwiGLU native`,
+      };
     }
   }
   states.set(backendName, state);

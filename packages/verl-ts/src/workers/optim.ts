@@ -2,6 +2,7 @@
  * The actor's optimizer, FSDP-style: AdamW over this rank's shard of the flat parameter vector, with
  * its exp_avg / exp_avg_sq shards, global gradient-norm clipping and veRL's learning-rate schedules.
  */
+import { nativeBlas } from "../models/native-matmul.js";
 
 /** The optimizer keys of actor_rollout_ref.actor.optim (veRL's names). */
 export interface OptimSettings {
@@ -58,6 +59,35 @@ export function learningRate(o: OptimSettings, step: number): number {
   return o.lr * lrMultiplier(o, step);
 }
 
+/**
+ * One AdamW update with the native addon's signature (NativeBlas.adamw): moments in place, the new
+ * parameters into `out` (which may be `param`), each value computed in double and stored as float.
+ */
+export function adamwLoop(
+  param: Float32Array,
+  grad: Float32Array,
+  m: Float32Array,
+  v: Float32Array,
+  out: Float32Array,
+  lr: number,
+  b1: number,
+  b2: number,
+  eps: number,
+  weightDecay: number,
+  step: number,
+): void {
+  const c1 = 1 - b1 ** step;
+  const c2 = Math.sqrt(1 - b2 ** step);
+  const decay = 1 - lr * weightDecay;
+  const stepSize = lr / c1;
+  for (let i = 0; i < param.length; i++) {
+    const g = grad[i]!;
+    m[i] = b1 * m[i]! + (1 - b1) * g;
+    v[i] = b2 * v[i]! + (1 - b2) * g * g;
+    out[i] = param[i]! * decay - (stepSize * m[i]!) / (Math.sqrt(v[i]!) / c2 + eps);
+  }
+}
+
 /** State of a ShardedAdamW, for checkpoints. */
 export interface AdamState {
   /** Updates applied so far (bias correction uses step + 1). */
@@ -103,20 +133,21 @@ export class ShardedAdamW {
       );
     }
     this.step += 1;
-    const b1 = this.beta1;
-    const b2 = this.beta2;
-    const c1 = 1 - b1 ** this.step;
-    const c2 = Math.sqrt(1 - b2 ** this.step);
-    const decay = 1 - lr * this.weightDecay;
-    const stepSize = lr / c1;
-    const m = this.expAvg;
-    const v = this.expAvgSq;
-    for (let i = 0; i < params.length; i++) {
-      const g = grad[i]!;
-      m[i] = b1 * m[i]! + (1 - b1) * g;
-      v[i] = b2 * v[i]! + (1 - b2) * g * g;
-      params[i] = params[i]! * decay - (stepSize * m[i]!) / (Math.sqrt(v[i]!) / c2 + this.eps);
-    }
+    // One native pass where the addon loads; the same arithmetic in JS otherwise (identical bits).
+    const update = nativeBlas()?.adamw ?? adamwLoop;
+    update(
+      params,
+      grad,
+      this.expAvg,
+      this.expAvgSq,
+      params,
+      lr,
+      this.beta1,
+      this.beta2,
+      this.eps,
+      this.weightDecay,
+      this.step,
+    );
   }
 
   state(): AdamState {

@@ -1,0 +1,24 @@
+// The module's entry: one export per function in functions.h.
+#include <napi.h>
+
+#include "functions.h"
+
+namespace {
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("gemm", Napi::Function::New(env, torl_blas::Gemm, "gemm"));
+  exports.Set("info", Napi::Function::New(env, torl_blas::Info, "info"));
+  exports.Set("setThreads", Napi::Function::New(env, torl_blas::SetThreads, "setThreads"));
+  exports.Set("adamw", Napi::Function::New(env, torl_blas::AdamW, "adamw"));
+  exports.Set("logSoftmaxPick", Napi::Function::New(env, torl_blas::LogSoftmaxPick, "logSoftmaxPick"));
+  exports.Set("logSoftmaxPickGrad", Napi::Function::New(env, torl_blas::LogSoftmaxPickGrad, "logSoftmaxPickGrad"));
+  exports.Set("rmsNorm", Napi::Function::New(env, torl_blas::RmsNorm, "rmsNorm"));
+  exports.Set("rmsNormGrad", Napi::Function::New(env, torl_blas::RmsNormGrad, "rmsNormGrad"));
+  exports.Set("swiglu", Napi::Function::New(env, torl_blas::Swiglu, "swiglu"));
+  exports.Set("swigluGrad", Napi::Function::New(env, torl_blas::SwigluGrad, "swigluGrad"));
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(torl_blas, Init)

@@ -1,0 +1,18 @@
+// The addon's exported functions, one source file each (registered in addon.cc).
+#pragma once
+#include <napi.h>
+
+namespace torl_blas {
+
+Napi::Value Gemm(const Napi::CallbackInfo& info);
+Napi::Value Info(const Napi::CallbackInfo& info);
+Napi::Value SetThreads(const Napi::CallbackInfo& info);
+Napi::Value AdamW(const Napi::CallbackInfo& info);
+Napi::Value LogSoftmaxPick(const Napi::CallbackInfo& info);
+Napi::Value LogSoftmaxPickGrad(const Napi::CallbackInfo& info);
+Napi::Value RmsNorm(const Napi::CallbackInfo& info);
+Napi::Value RmsNormGrad(const Napi::CallbackInfo& info);
+Napi::Value Swiglu(const Napi::CallbackInfo& info);
+Napi::Value SwigluGrad(const Napi::CallbackInfo& info);
+
+}  // namespace torl_blas

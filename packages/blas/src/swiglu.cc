@@ -1,0 +1,60 @@
+// The SwiGLU gate, y = silu(g) * u = g sigmoid(g) u, and its gradient, one pass each (the op-by-op path
+// runs three kernels forward and about six backward).
+#include <napi.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "args.h"
+#include "fast-exp.h"
+#include "functions.h"
+
+namespace torl_blas {
+
+// swiglu(g, u, y): y = g sigmoid(g) u, elementwise.
+Napi::Value Swiglu(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Operand g, u, y;
+  if (info.Length() != 3 || !ReadOperand(env, info[0], "g", &g) || !ReadOperand(env, info[1], "u", &u) ||
+      !ReadOperand(env, info[2], "y", &y)) {
+    if (!env.IsExceptionPending()) Napi::TypeError::New(env, "swiglu takes 3 arguments").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  if (u.length != g.length || y.length != g.length) {
+    Napi::RangeError::New(env, "g, u and y must have the same length").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  for (size_t i = 0; i < g.length; i++) {
+    const float s = Sigmoid(g.data[i]);
+    y.data[i] = g.data[i] * s * u.data[i];
+  }
+  return env.Undefined();
+}
+
+// swigluGrad(g, u, dy, dg, du): dg = dy u s (1 + g (1 - s)), du = dy g s, with s = sigmoid(g).
+Napi::Value SwigluGrad(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Operand g, u, dy, dg, du;
+  if (info.Length() != 5 || !ReadOperand(env, info[0], "g", &g) || !ReadOperand(env, info[1], "u", &u) ||
+      !ReadOperand(env, info[2], "dy", &dy) || !ReadOperand(env, info[3], "dg", &dg) ||
+      !ReadOperand(env, info[4], "du", &du)) {
+    if (!env.IsExceptionPending())
+      Napi::TypeError::New(env, "swigluGrad takes 5 arguments").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  if (u.length != g.length || dy.length != g.length || dg.length != g.length || du.length != g.length) {
+    Napi::RangeError::New(env, "g, u, dy, dg and du must have the same length").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  // The outputs are fresh arrays, apart from the inputs (the kernels allocate them).
+#pragma GCC ivdep
+  for (size_t i = 0; i < g.length; i++) {
+    const float gi = g.data[i];
+    const float s = Sigmoid(gi);
+    dg.data[i] = dy.data[i] * u.data[i] * s * (1.0f + gi * (1.0f - s));
+    du.data[i] = dy.data[i] * gi * s;
+  }
+  return env.Undefined();
+}
+
+}  // namespace torl_blas
