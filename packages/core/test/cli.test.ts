@@ -43,7 +43,10 @@ test("pnpm torl --version prints the version in package.json", async (t) => {
 
 test("bench --help lists the benchmarks; bench with an unknown one is one error line, exit 2", async (t) => {
   const { stdout } = await torl(["bench", "--help"]);
-  t.regex(stdout, /^usage: pnpm torl bench <actors\|collectives\|pool\|sandbox\|reward\|model\|rollout\|memory\|scale\|peer>/);
+  t.regex(
+    stdout,
+    /^usage: pnpm torl bench <actors\|collectives\|pool\|sandbox\|reward\|model\|rollout\|memory\|scale\|peer>/,
+  );
   t.regex(stdout, /^ {2}bench model +benchmark the tfjs Qwen2 model/m);
   const e = await fails(t, ["bench", "frobnicate"]);
   t.is(e.code, 2);
