@@ -48,7 +48,7 @@ export function tokenLogProbs(
   const withEntropy = options.withEntropy ?? false;
   return nativeMatmulActive(tf.getBackend())
     ? nativePick(logits, batch.ids, withEntropy)
-    : gatherPick(logits, batch.ids, withEntropy);
+    : opByOpPick(logits, batch.ids, withEntropy);
 }
 
 /** Column t of the result is column t - 1 of `x` ([B, L]); column 0 is 0. */
@@ -77,15 +77,19 @@ function nativePick(logits: tf.Tensor3D, ids: Int32Array, withEntropy: boolean):
   return withEntropy ? { logProbs: column(0), entropy: column(1) } : { logProbs: column(0) };
 }
 
-/** Op by op: log-softmax of the predicting positions, the targets' entries gathered from it. */
-function gatherPick(logits: tf.Tensor3D, ids: Int32Array, withEntropy: boolean): TokenScores {
+/**
+ * Op by op: log-softmax of the predicting positions, the targets' entries picked with a one-hot
+ * product. (A gather is cheaper forward, but its gradient is an unsorted segment sum over rows x vocab
+ * segments, which the cpu backend computes one segment at a time: a training step never ends.)
+ */
+function opByOpPick(logits: tf.Tensor3D, ids: Int32Array, withEntropy: boolean): TokenScores {
   const [B, L, V] = logits.shape;
   const rows = B * (L - 1);
   const logp = tf.logSoftmax(tf.reshape(tf.slice(logits, [0, 0, 0], [B, L - 1, V]), [rows, V]));
-  const flat = new Int32Array(rows);
-  for (let b = 0; b < B; b++)
-    for (let t = 1; t < L; t++) flat[b * (L - 1) + t - 1] = (b * (L - 1) + t - 1) * V + ids[b * L + t]!;
-  const picked = tf.reshape(tf.gather(tf.reshape(logp, [rows * V]), tf.tensor1d(flat, "int32")), [B, L - 1]);
+  const targets = new Int32Array(rows);
+  for (let b = 0; b < B; b++) targets.set(ids.subarray(b * L + 1, (b + 1) * L), b * (L - 1));
+  const onehot = tf.oneHot(tf.tensor1d(targets, "int32"), V);
+  const picked = tf.reshape(tf.sum(tf.mul(logp, onehot), -1), [B, L - 1]);
   const logProbs = tf.pad(picked, [
     [0, 0],
     [1, 0],

@@ -124,7 +124,7 @@ test.serial(
 );
 
 test.serial(
-  "tokenLogProbs on the native pick equals the gather pick of the plain cpu backend (log-probs, entropy, gradients)",
+  "tokenLogProbs on the native pick equals the one-hot pick of the plain cpu backend (log-probs, entropy, gradients)",
   async (t) => {
     if (!addon(t)) return;
     const cfg = tinyTestConfig(40);
