@@ -879,8 +879,11 @@ export class RayPPOTrainer {
       s.code_ratio_initial ??= m["tool/code_ratio"]!;
       s.code_ratio_final = m["tool/code_ratio"]!;
     }
-    if ("tool/pass_ratio" in m) s.pass_ratio_final = m["tool/pass_ratio"]!;
-    if ("tool/effective_code_ratio" in m) s.effective_code_ratio_final = m["tool/effective_code_ratio"]!;
+    // Over calls or over responses with code: no value at a step without any (the metric logs 0 there).
+    const withCode = (m["tool/code_ratio"] ?? 0) > 0;
+    if ("tool/pass_ratio" in m) s.pass_ratio_final = withCode ? m["tool/pass_ratio"]! : null;
+    if ("tool/effective_code_ratio" in m)
+      s.effective_code_ratio_final = withCode ? m["tool/effective_code_ratio"]! : null;
     if ("critic/score/mean" in m) {
       s.score_initial ??= m["critic/score/mean"]!;
       s.score_final = m["critic/score/mean"]!;

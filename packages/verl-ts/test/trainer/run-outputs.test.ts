@@ -65,6 +65,11 @@ test.serial(
     // no validation before training: no initial accuracy (the final one comes from step 2)
     t.is(summary.val_acc_initial, null);
     t.is(typeof summary.val_acc_final, "number");
+    // no tool calls (C=0): the ratios over calls and over responses with code have no value
+    t.is(summary.num_llm_calls_available, 0);
+    t.is(summary.code_ratio_final, 0);
+    t.is(summary.pass_ratio_final, null);
+    t.is(summary.effective_code_ratio_final, null);
 
     // tensorboard: an event file in the run directory with the step metrics
     const events = readdirSync(runDir).filter((f) => f.startsWith("events.out.tfevents."));
