@@ -9,14 +9,8 @@ import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import { loadTrainerConfig } from "../../src/config/index.js";
 import { DataProto } from "../../src/protocol/index.js";
-import { type BoundGroup, ResourcePool, WorkerGroup, workerRole } from "../../src/single-controller/index.js";
-import {
-  ActorRolloutRefWorker,
-  layoutForMiniBatches,
-  type ShardInfo,
-  type WorkerMemory,
-} from "../../src/workers/index.js";
-import { tinyModelDir, WORKER_MODULE } from "./helpers.js";
+import { layoutForMiniBatches, type ShardInfo, type WorkerMemory } from "../../src/workers/index.js";
+import { type ActorGroup, actorGroup, tinyModelDir } from "./helpers.js";
 
 const PROMPTS = 4;
 const N = 2; // rollout.n: rows = 8
@@ -46,16 +40,9 @@ function config(modelPath: string, extra: string[]) {
   });
 }
 
-type Group = BoundGroup<typeof ActorRolloutRefWorker>;
+type Group = ActorGroup;
 
-async function group(name: string, cfg: ReturnType<typeof config>): Promise<Group> {
-  const pool = new ResourcePool({ processOnNodes: [RANKS], useGpu: false, namePrefix: name });
-  return (await WorkerGroup.create(
-    pool,
-    workerRole(ActorRolloutRefWorker, { module: WORKER_MODULE }, { config: cfg }),
-    { name, collective: true, env: { TORL_BACKEND: "cpu" } },
-  )) as Group;
-}
+const group = (name: string, cfg: ReturnType<typeof config>) => actorGroup(name, RANKS, cfg);
 
 /** Left-padded prompts (each repeated n times), seeded for sampling. */
 function prompts(step: number): DataProto {
