@@ -78,6 +78,7 @@ export interface RolloutConfig extends Open, LogProbConfig {
   response_length: number;
   do_sample: boolean;
   ignore_eos: boolean;
+  free_cache_engine: boolean;
   n: number;
   seed: number;
   num_llm_calls_available: number;

@@ -24,3 +24,13 @@ export class BackendUnavailableError extends TorlError {
     super(`tensor backend '${backend}' is not available: ${hint}`);
   }
 }
+
+/**
+ * A weight was used while the model does not hold it: its weights were evicted (sharded at rest, the
+ * owner gathers them from the shards for a pass) and the pass began without gathering them.
+ */
+export class WeightNotHeldError extends TorlError {
+  constructor(readonly weight: string) {
+    super(`weight ${weight} is not held: the model's weights were evicted between passes; gather them first`);
+  }
+}

@@ -19,7 +19,7 @@ export {
   type Qwen2Config,
   toHfConfig,
 } from "./config.js";
-export { BackendUnavailableError, ModelFormatError } from "./errors.js";
+export { BackendUnavailableError, ModelFormatError, WeightNotHeldError } from "./errors.js";
 export { type GenerationOutput, generate, type SamplingParams, sample } from "./generate.js";
 export {
   bytesPerValue,

@@ -156,10 +156,10 @@ export class Qwen2Model {
 
   /**
    * The variables the model computes with, in checkpoint order (what an optimizer updates and a
-   * gradient tape differentiates). Host-held weights are widened for the current pass.
+   * gradient tape differentiates), or those of `names`. Host-held weights are widened for the current pass.
    */
-  variables(): tf.Variable[] {
-    return this.weights.variables();
+  variables(names?: readonly string[]): tf.Variable[] {
+    return this.weights.variables(names);
   }
 
   variable(name: string): tf.Variable {
@@ -182,6 +182,20 @@ export class Qwen2Model {
     if (this.weights.layerByLayer && !tapeIsRecording()) this.weights.release(`model.layers.${i}.`);
   }
 
+  /**
+   * Frees every copy of the weights, for an owner that keeps them sharded at rest: until setParameters
+   * brings them back, a pass that uses a weight throws WeightNotHeldError. Returns the bytes freed (in
+   * the storage dtype).
+   */
+  evictWeights(): number {
+    return this.weights.evict();
+  }
+
+  /** Whether the model holds weight `name` now (see evictWeights). */
+  holdsWeight(name: string): boolean {
+    return this.weights.holds(name);
+  }
+
   /** Bytes the weights take between passes, in their storage dtype. */
   weightBytes(): number {
     return this.weights.atRestBytes();
@@ -200,7 +214,7 @@ export class Qwen2Model {
 
   /**
    * Assigns parameters by name (our layout; rounded into the storage dtype); all names must exist; absent
-   * names keep their values.
+   * names keep their values; evicted ones are held again.
    */
   setParameters(values: Map<string, Float32Array> | Record<string, Float32Array>): void {
     const entries = values instanceof Map ? [...values] : Object.entries(values);

@@ -8,10 +8,15 @@
  *   widens each weight to a float32 tensor on first use and keeps it until `release()`, which the owner
  *   calls when the pass ends; between passes no tensor holds these weights.
  *
+ * - Evicted (`evict()`): no copy at all, for an owner that keeps the weights sharded at rest and gathers
+ *   them for each pass (the actor under rollout.free_cache_engine); `assign` brings a weight back in its
+ *   storage (resident tensor or host array), and using a weight not brought back throws WeightNotHeldError.
+ *
  * Compute is float32 in every case (no backend here has half-precision math); a half-stored model
  * computes with exactly its rounded weights, since widening is exact.
  */
 import * as tf from "@tensorflow/tfjs";
+import { WeightNotHeldError } from "./errors.js";
 import { bytesPerValue, HalfArray, type StoredValues, toStored, type WeightDtype } from "./half-precision.js";
 import { uid } from "./variable-names.js";
 
@@ -65,16 +70,24 @@ export class WeightStore {
     this.order = specs.map((s) => s.name);
     const float32Bytes = specs.reduce((a, s) => a + 4 * s.shape.reduce((p, q) => p * q, 1), 0);
     this.layerByLayer = this.onHost && float32Bytes > (options.layerByLayerAboveBytes ?? 2 ** 30);
-    for (const s of specs) {
-      const v = values.get(s.name)!;
-      if (!this.onHost) {
-        const f = v instanceof HalfArray ? v.toFloat32() : v;
-        this.resident.set(s.name, this.newVariable(s.name, f));
-      } else if (v instanceof HalfArray && v.dtype === this.dtype) this.host.set(s.name, v);
-      else if (this.dtype === "float32")
-        this.host.set(s.name, v instanceof HalfArray ? v.toFloat32() : v.slice());
-      else this.host.set(s.name, toStored(v instanceof HalfArray ? v.toFloat32() : v, this.dtype));
-    }
+    for (const s of specs) this.hold(s.name, values.get(s.name)!);
+  }
+
+  /** Stores a weight's values as this store holds them (resident tensor, or host array in `dtype`). */
+  private hold(name: string, v: StoredValues): void {
+    if (!this.onHost) {
+      const f = v instanceof HalfArray ? v.toFloat32() : v;
+      this.resident.set(name, this.newVariable(name, f));
+    } else if (v instanceof HalfArray && v.dtype === this.dtype) this.host.set(name, v);
+    else if (this.dtype === "float32")
+      this.host.set(name, v instanceof HalfArray ? v.toFloat32() : v.slice());
+    else this.host.set(name, toStored(v instanceof HalfArray ? v.toFloat32() : v, this.dtype));
+  }
+
+  /** Whether weight `name` is held now (false after `evict()` until it is assigned again). */
+  holds(name: string): boolean {
+    this.shapeOf(name);
+    return this.resident.has(name) || this.host.has(name);
   }
 
   private newVariable(name: string, values: Float32Array): tf.Variable {
@@ -97,16 +110,21 @@ export class WeightStore {
     if (r) return r;
     let c = this.compute.get(name);
     if (!c) {
-      const v = this.host.get(name)!;
+      const v = this.host.get(name);
+      if (!v) throw new WeightNotHeldError(name);
       c = this.newVariable(name, v instanceof HalfArray ? v.toFloat32() : v);
       this.compute.set(name, c);
     }
     return c;
   }
 
-  /** Every weight's compute tensor, in spec order (what an optimizer or a gradient tape needs). */
-  variables(): tf.Variable[] {
-    return this.order.map((n) => this.tensor(n));
+  /**
+   * Every weight's compute tensor, in spec order (what an optimizer or a gradient tape needs), or those of
+   * `names` in that order.
+   */
+  variables(names?: readonly string[]): tf.Variable[] {
+    const only = names && new Set(names);
+    return this.order.filter((n) => !only || only.has(n)).map((n) => this.tensor(n));
   }
 
   /**
@@ -129,7 +147,8 @@ export class WeightStore {
     this.shapeOf(name);
     const r = this.resident.get(name);
     if (r) return (await r.data()) as Float32Array;
-    const v = this.host.get(name)!;
+    const v = this.host.get(name);
+    if (!v) throw new WeightNotHeldError(name);
     return v instanceof HalfArray ? v.toFloat32() : v.slice();
   }
 
@@ -139,12 +158,19 @@ export class WeightStore {
     return this.host.get(name);
   }
 
-  /** Overwrites a weight from float32 values (rounded into the storage dtype); a live compute copy follows. */
+  /**
+   * Overwrites a weight from float32 values (rounded into the storage dtype); a live compute copy follows.
+   * An evicted weight is held again (stored from `values`, which stay the caller's).
+   */
   assign(name: string, values: Float32Array): void {
     const shape = this.shapeOf(name);
     const n = shape.reduce((a, b) => a * b, 1);
     if (values.length !== n)
       throw new RangeError(`parameter ${name}: expected ${n} values, got ${values.length}`);
+    if (!this.holds(name)) {
+      this.hold(name, values);
+      return;
+    }
     const r = this.resident.get(name);
     if (r) {
       tf.tidy(() => r.assign(tf.tensor(values, shape, "float32")));
@@ -170,6 +196,17 @@ export class WeightStore {
     let bytes = 0;
     for (const v of this.resident.values()) bytes += v.size * 4;
     for (const v of this.compute.values()) bytes += v.size * 4;
+    return bytes;
+  }
+
+  /**
+   * Frees every copy of the weights (resident tensors, host arrays, compute copies): the store holds
+   * nothing until weights are assigned again. Returns the bytes freed (at rest, in the storage dtype).
+   */
+  evict(): number {
+    const bytes = this.atRestBytes();
+    this.dispose();
+    this.host.clear();
     return bytes;
   }
 

@@ -7,7 +7,10 @@
  * largest tensor. A benchmark (minutes, GBs), not a test; its pieces are tested on a tiny config.
  *
  * Settings: weights stored in bfloat16 (actor_rollout_ref.model.dtype), the reference offloaded
- * (ref.fsdp_config.param_offload), one row per micro-batch.
+ * (ref.fsdp_config.param_offload), one row per micro-batch, the actor sharded at rest
+ * (rollout.free_cache_engine, the default: each phase gathers the weights), and gradient checkpointing,
+ * which makes the update FSDP per decoder layer: one tape over the whole model would hold every float32
+ * weight and gradient at once (4 GB at this size), past the wasm backend's 4 GB heap.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -130,6 +133,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
         `actor_rollout_ref.model.path=${dir}`,
         "actor_rollout_ref.model.dtype=bfloat16",
         "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=true",
         `actor_rollout_ref.rollout.n=${n}`,
         "actor_rollout_ref.rollout.ignore_eos=true",
         `actor_rollout_ref.actor.ppo_mini_batch_size=${prompts}`,

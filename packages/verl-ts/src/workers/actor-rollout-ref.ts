@@ -3,6 +3,16 @@
  * (trained), the rollout (generation on the actor's gathered weights, colocated in the same process) and
  * the reference policy (a frozen copy).
  *
+ * The actor's weights are sharded at rest (rollout.free_cache_engine, veRL's default true): between
+ * phases a rank holds only its FSDP shard (float32 master + AdamW state). Generation, the old log-prob
+ * pass and the update all-gather the full weights, in the storage dtype (model.dtype), when they begin and
+ * free them when they end, as veRL's hybrid engine hands the rollout engine the full weights and releases
+ * them after; an update with gradient checkpointing gathers only the parameters around the decoder layers,
+ * each layer being gathered for its own forward and backward (layer-sharding.ts). With
+ * free_cache_engine=false the gathered copy stays between phases (one gather per optimizer step, none at
+ * a phase's start: faster, the full weights on every rank). Either way the model computes with the
+ * same values: the master shard rounded into model.dtype.
+ *
  * Sharding and the global loss aggregation: see fsdp.ts (shared with the critic).
  */
 import * as tf from "@tensorflow/tfjs";
@@ -37,7 +47,9 @@ import {
   type ShardInfo,
   WorkerStateError,
 } from "./fsdp.js";
+import { isLayerUnit } from "./layer-sharding.js";
 import type { OptimSettings } from "./optim.js";
+import type { FlatUnit } from "./sharded-parameters.js";
 
 /**
  * Where a worker process finds the rollout's tool: a module URL and an export that is either a class
@@ -63,8 +75,11 @@ export interface WorkerMemory {
   rank: number;
   /** tf.memory().numBytes: every tensor of the process. */
   tensorBytes: number;
+  /** The actor's full weights held now, in model.dtype (0 between phases when sharded at rest). */
   actorWeightBytes: number;
   actorWeightTensorBytes: number;
+  /** The actor's FSDP state on this rank (host arrays): float32 parameter shard + AdamW moments. */
+  actorShardBytes: number;
   refWeightBytes: number;
   refWeightTensorBytes: number;
   /** Peak resident set of the process so far. */
@@ -90,10 +105,13 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   private tokenizer?: Tokenizer;
   private tool?: Tool;
   private multiTurn?: ReturnType<typeof multiTurnSettings>;
+  /** rollout.free_cache_engine: the actor's full weights are freed after each phase (see the file comment). */
+  private readonly shardedAtRest: boolean;
 
   constructor(options: ActorRolloutRefOptions) {
     super();
     this.cfg = options.config;
+    this.shardedAtRest = this.cfg.actor_rollout_ref.rollout.free_cache_engine;
     this.role = options.role ?? "actor_rollout_ref";
     this.toolSpec = options.tool ?? null;
   }
@@ -126,6 +144,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       this.sharded.weightDtype = dtype;
       this.model = new Qwen2Model(config, values, { trainable: true, dtype });
       this.model.gradientCheckpointing = ar.model.enable_gradient_checkpointing;
+      if (this.shardedAtRest) this.model.evictWeights();
     }
     if (this.hasRef)
       this.ref = loadModel(path, { trainable: false, dtype, offload: ar.ref.fsdp_config.param_offload });
@@ -134,6 +153,33 @@ export class ActorRolloutRefWorker extends ShardedWorker {
 
   protected override numParameters(): number {
     return this.sharded?.layout.total ?? this.ref?.numParameters() ?? 0;
+  }
+
+  protected override storageDtype() {
+    return this.model?.dtype ?? this.ref?.dtype ?? super.storageDtype();
+  }
+
+  /** Whether the actor holds every weight now (between phases: only with free_cache_engine=false). */
+  private holdsAllWeights(model: Qwen2Model): boolean {
+    return model.specs.every((s) => model.holdsWeight(s.name));
+  }
+
+  /**
+   * A phase of the actor begins: its weights are all-gathered from the shards (those of the units `which`
+   * selects), unless it holds them all already. Every rank calls it at the same point.
+   */
+  private async actorPhaseBegins(model: Qwen2Model, which?: (unit: FlatUnit) => boolean): Promise<void> {
+    if (this.holdsAllWeights(model)) return;
+    await this.gatherWeightsInto(model, which);
+  }
+
+  /**
+   * A phase of the actor ended: sharded at rest, every copy of its weights is freed; otherwise the
+   * float32 copies of host-held weights (model.dtype half) go back to rest.
+   */
+  private actorPhaseEnded(model: Qwen2Model): void {
+    if (this.shardedAtRest) model.evictWeights();
+    else model.releaseComputeWeights();
   }
 
   private needModel(): Qwen2Model {
@@ -177,6 +223,16 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   async generateSequences(prompts: DataProto): Promise<DataProto> {
     this.injectFault("generateSequences");
     const model = this.needModel();
+    await this.actorPhaseBegins(model);
+    try {
+      return await this.generateWith(model, prompts);
+    } finally {
+      this.actorPhaseEnded(model);
+    }
+  }
+
+  /** generateSequences on the actor's gathered weights. */
+  private async generateWith(model: Qwen2Model, prompts: DataProto): Promise<DataProto> {
     const tok = this.tokenizer!;
     const ro = this.cfg.actor_rollout_ref.rollout;
     const validate = prompts.metaInfo.validate === true;
@@ -198,7 +254,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
         ...agentSampling,
         seed,
       });
-      model.releaseComputeWeights();
       return agentTrainingBatch(samples, {
         padTokenId: tok.padTokenId,
         promptLength: prompts.tensor("input_ids").shape[1]!,
@@ -214,7 +269,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       seed,
       maskToolOutput,
     });
-    model.releaseComputeWeights();
     return batch;
   }
 
@@ -253,8 +307,9 @@ export class ActorRolloutRefWorker extends ShardedWorker {
 
   /**
    * What this process holds now: bytes in tensors (tf.memory), the stored weights of the actor/rollout
-   * and of the reference (in model.dtype) and how much of each sits in tensors, and the process's peak
-   * resident set. Between passes a host-held model has no weight bytes in tensors.
+   * and of the reference (in model.dtype) and how much of each sits in tensors, the actor's FSDP shard,
+   * and the process's peak resident set. Between passes a host-held model has no weight bytes in
+   * tensors, and an actor sharded at rest (rollout.free_cache_engine) holds no full weights at all.
    */
   memoryInfo(): WorkerMemory {
     return {
@@ -262,6 +317,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       tensorBytes: tf.memory().numBytes,
       actorWeightBytes: this.model?.weightBytes() ?? 0,
       actorWeightTensorBytes: this.model?.weightTensorBytes() ?? 0,
+      actorShardBytes: (this.sharded?.params.byteLength ?? 0) + (this.sharded?.optim.stateBytes ?? 0),
       refWeightBytes: this.ref?.weightBytes() ?? 0,
       refWeightTensorBytes: this.ref?.weightTensorBytes() ?? 0,
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
@@ -270,7 +326,15 @@ export class ActorRolloutRefWorker extends ShardedWorker {
 
   /** Old log-probs and entropy of the responses under the current actor: old_log_probs, entropys [B, R]. */
   async computeLogProb(data: DataProto): Promise<DataProto> {
-    const [logProbs, entropy] = await this.responseLogProbs(this.needModel(), data, "rollout", true);
+    const model = this.needModel();
+    await this.actorPhaseBegins(model);
+    let logProbs: Float32Array | undefined;
+    let entropy: Float32Array | undefined;
+    try {
+      [logProbs, entropy] = await this.responseLogProbs(model, data, "rollout", true);
+    } finally {
+      this.actorPhaseEnded(model);
+    }
     const shape = [data.length, data.tensor("responses").shape[1]!];
     return DataProto.fromDict({
       old_log_probs: { data: logProbs!, shape },
@@ -297,6 +361,18 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   async updateActor(data: DataProto): Promise<Record<string, number>> {
     this.injectFault("updateActor");
     const model = this.needModel();
+    // FSDP per layer (gradient checkpointing) gathers each decoder layer for itself: the model needs
+    // only the parameters around the layers (all of them when it keeps its weights between phases)
+    await this.actorPhaseBegins(model, model.gradientCheckpointing ? (u) => !isLayerUnit(u) : undefined);
+    try {
+      return await this.updateWith(model, data);
+    } finally {
+      this.actorPhaseEnded(model);
+    }
+  }
+
+  /** updateActor on the gathered weights. */
+  private async updateWith(model: Qwen2Model, data: DataProto): Promise<Record<string, number>> {
     const ar = this.cfg.actor_rollout_ref;
     const a = ar.actor;
     const W = this.worldSize;
@@ -304,8 +380,9 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     // the metrics come from the loss itself: it names them at registration
     const lossMetrics = getPolicyLoss(lossMode).metrics;
     const temperature = ar.rollout.temperature || 1;
-    const vars = model.variables();
-    const nameOf = new Map(vars.map((v, i) => [v.name, model.specs[i]!.name]));
+    const held = model.specs.filter((s) => model.holdsWeight(s.name)).map((s) => s.name);
+    const vars = model.variables(held);
+    const nameOf = new Map(vars.map((v, i) => [v.name, held[i]!]));
     const useKl = a.use_kl_loss;
     const entCoef = a.entropy_coeff;
     const pl = a.policy_loss;
@@ -406,16 +483,29 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       metrics["actor/kl_coef"] = a.kl_loss_coef;
     }
     if (run.skipped) metrics["actor/skipped_updates"] = run.skipped;
-    model.releaseComputeWeights();
     return metrics;
   }
 
-  protected currentParameters(): Promise<Map<string, Float32Array>> {
-    return this.needModel().getParameters();
+  /** The new parameters into the units the model holds; none after the update's last step when sharded at rest. */
+  protected override async afterOptimizerStep(model: Qwen2Model, more: boolean): Promise<void> {
+    if (!more && this.shardedAtRest) return;
+    await this.gatherWeightsInto(model, (u) => u.entries.every((e) => model.holdsWeight(e.name)));
   }
 
+  protected async currentParameters(): Promise<Map<string, Float32Array>> {
+    const model = this.needModel();
+    await this.actorPhaseBegins(model);
+    try {
+      return await model.getParameters();
+    } finally {
+      this.actorPhaseEnded(model);
+    }
+  }
+
+  /** Sharded at rest the shards are all there is: the next phase gathers from them. */
   protected applyParameters(values: Map<string, Float32Array>): void {
-    this.needModel().setParameters(values);
+    const model = this.needModel();
+    if (this.holdsAllWeights(model)) model.setParameters(values);
   }
 }
 

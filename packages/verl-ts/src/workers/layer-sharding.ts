@@ -32,6 +32,11 @@ export function layerUnitKey(name: string): string {
   return m ? `layer ${m[1]}` : "outside the layers";
 }
 
+/** Whether a unit is one decoder layer's parameters (else: a run of those around the layers). */
+export function isLayerUnit(unit: { key: string }): boolean {
+  return unit.key.startsWith("layer ");
+}
+
 /** A read the loss asked for (MicroStep.afterBackward), served with the head's gradients. */
 export interface PendingRead {
   tensors: tf.Tensor[];
@@ -82,7 +87,7 @@ export class LayerSharding {
         );
       return units[0]!;
     });
-    this.outerUnits = sharded.units.flatMap((u, k) => (u.key.startsWith("layer ") ? [] : [k]));
+    this.outerUnits = sharded.units.flatMap((u, k) => (isLayerUnit(u) ? [] : [k]));
     this.headVariables = variables.filter((v) => !LAYER_PARAM.test(paramNameOf.get(v.name) ?? ""));
     this.shapes = new Map(model.specs.map((s) => [s.name, s.shape]));
     this.variables = variables;

@@ -4,6 +4,7 @@
  * methods every such worker has (shard info, gathered parameters, checkpoint save and load).
  */
 import * as tf from "@tensorflow/tfjs";
+import { bytesPerValue, type WeightDtype } from "../models/half-precision.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
 import type { DataProto } from "../protocol/data-proto.js";
@@ -18,7 +19,7 @@ import { microBatches, miniBatchPlan } from "./micro-batches.js";
 import { learningRate, type OptimSettings } from "./optim.js";
 import { allReduceMax, allReduceSum, type RankContext } from "./rank-context.js";
 import { pickRows, responseTokenBatch, rowsOf } from "./rows.js";
-import type { ShardedParameters } from "./sharded-parameters.js";
+import type { FlatUnit, ShardedParameters } from "./sharded-parameters.js";
 
 /** Where a rank's shard lies and the bytes it holds. */
 export interface ShardInfo {
@@ -31,7 +32,10 @@ export interface ShardInfo {
   paramShardBytes: number;
   /** AdamW exp_avg + exp_avg_sq of the shard. */
   optimizerBytes: number;
-  /** The gathered weights the model computes with (full size on every rank). */
+  /**
+   * The full weights the model computes with, in their storage dtype (model.dtype: 2 bytes per
+   * parameter for bfloat16 / float16), as a pass holds them on every rank.
+   */
   gatheredParamBytes: number;
   backend: string;
   pid: number;
@@ -64,7 +68,8 @@ export interface MicroStep {
 export abstract class ShardedWorker extends Worker {
   static readonly registered = {
     shardInfo: Dispatch.ONE_TO_ALL,
-    gatheredParameters: Dispatch.RANK_ZERO,
+    // every rank takes part: the weights may have to be all-gathered from the shards
+    gatheredParameters: Dispatch.ONE_TO_ALL,
     saveCheckpoint: Dispatch.ONE_TO_ALL,
     loadCheckpoint: Dispatch.ONE_TO_ALL,
   } satisfies Registrations<ShardedWorker>;
@@ -95,6 +100,11 @@ export abstract class ShardedWorker extends Worker {
     return this.sharded;
   }
 
+  /** Storage dtype of the model this worker computes with (model.dtype). */
+  protected storageDtype(): WeightDtype {
+    return this.sharded?.weightDtype ?? "float32";
+  }
+
   /** Parameters of the model this worker computes with (the sharded ones, unless it holds others). */
   protected numParameters(): number {
     return this.sharded?.layout.total ?? 0;
@@ -111,7 +121,7 @@ export abstract class ShardedWorker extends Worker {
       shardElements: s?.params.length ?? 0,
       paramShardBytes: s?.params.byteLength ?? 0,
       optimizerBytes: s?.optim.stateBytes ?? 0,
-      gatheredParamBytes: total * 4,
+      gatheredParamBytes: total * bytesPerValue(this.storageDtype()),
       backend: this.backendName,
       pid: process.pid,
     };
@@ -205,7 +215,8 @@ export abstract class ShardedWorker extends Worker {
         for (let i = 0; i < plan.sums; i++) sums[i]! += mb[i]!;
         const norm = await sharded.step(grad, lr, plan.gradClip);
         if (Number.isFinite(norm)) {
-          this.applyParameters(await sharded.gather());
+          const more = epoch < plan.epochs - 1 || ms + localMini < data.length;
+          await this.afterOptimizerStep(model, more);
           gradNormSum += norm;
           updates++;
         } else skipped++;
@@ -221,7 +232,39 @@ export abstract class ShardedWorker extends Worker {
     };
   }
 
-  /** The gathered parameters as one flat vector (checkpoint order), from rank 0. */
+  /**
+   * After an optimizer step of updateEpochs: the model gets the new parameters (all of them, gathered);
+   * `more`: another step of this update follows.
+   */
+  protected async afterOptimizerStep(_model: Qwen2Model, _more: boolean): Promise<void> {
+    this.applyParameters(await this.needSharded().gather());
+  }
+
+  /**
+   * All-gathers the units `which` selects from the shards into `model` (rounded into its storage dtype;
+   * evicted weights are held again), one unit at a time: beside the model, a rank holds one unit's
+   * float32 values at most. Every rank calls it at the same point with the same selection.
+   */
+  protected async gatherWeightsInto(
+    model: Qwen2Model,
+    which: (unit: FlatUnit) => boolean = () => true,
+  ): Promise<void> {
+    const sharded = this.needSharded();
+    for (const [u, unit] of sharded.units.entries()) {
+      if (!which(unit)) continue;
+      const values = await sharded.gatherUnit(u);
+      model.setParameters(
+        new Map(
+          unit.entries.map((e) => {
+            const at = e.offset - unit.start;
+            return [e.name, values.subarray(at, at + e.size)];
+          }),
+        ),
+      );
+    }
+  }
+
+  /** The gathered parameters as one flat vector (checkpoint order); every rank returns the same. */
   async gatheredParameters(): Promise<Float32Array> {
     return this.needSharded().layout.flatten(await this.currentParameters());
   }

@@ -45,7 +45,8 @@ expectType<Equal<typeof doublers.addRank, (v: number[]) => Promise<number[]>>>()
 // RANK_ZERO, or execute mode rank_zero: rank 0's result.
 expectType<Equal<typeof doublers.onlyRankZero, (v: string) => Promise<string>>>();
 expectType<Equal<typeof doublers.saveCheckpoint, (path: string) => Promise<string>>>();
-expectType<Equal<typeof actor.gatheredParameters, () => Promise<Float32Array>>>();
+// ONE_TO_ALL: every rank's result (every rank takes part in gathering the parameters)
+expectType<Equal<typeof actor.gatheredParameters, () => Promise<Float32Array[]>>>();
 // a custom mode's collect decides the result: nothing is promised
 expectType<Equal<typeof shouters.shout, (...args: unknown[]) => Promise<unknown>>>();
 // the roles of a colocated group are bound groups of their own class

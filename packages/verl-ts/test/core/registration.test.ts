@@ -65,7 +65,7 @@ test("the trainer's workers register veRL's methods, those of the sharded base i
     Object.fromEntries([...registeredMethods(cls)].map(([m, r]) => [m, r.dispatch.name]));
   t.deepEqual(modes(ActorRolloutRefWorker), {
     shardInfo: "ONE_TO_ALL",
-    gatheredParameters: "RANK_ZERO",
+    gatheredParameters: "ONE_TO_ALL",
     saveCheckpoint: "ONE_TO_ALL",
     loadCheckpoint: "ONE_TO_ALL",
     initModel: "ONE_TO_ALL",

@@ -19,6 +19,7 @@ import {
   readSafetensorsStored,
   saveModel,
   selectBackend,
+  WeightNotHeldError,
   writeSafetensors,
 } from "../../src/index.js";
 import { tinyTestConfig } from "./tiny-config.js";
@@ -248,3 +249,27 @@ test.serial(
     layered.dispose();
   },
 );
+
+test("evicted weights: nothing held, use refused by name, setParameters brings them back in the storage dtype", async (t) => {
+  for (const dtype of ["float32", "bfloat16"] as const) {
+    const values = Qwen2Model.randomParameters(cfg, { seed: 3 });
+    const model = new Qwen2Model(cfg, values, { dtype, trainable: false });
+    const expected = await logits(model);
+    const atRest = model.weightBytes();
+    const before = tf.memory().numBytes;
+    t.is(model.evictWeights(), atRest);
+    t.is(model.weightBytes(), 0);
+    // a float32 model's resident tensors go too
+    t.is(before - tf.memory().numBytes, dtype === "float32" ? atRest : 0);
+    t.false(model.holdsWeight("model.norm.weight"));
+    t.throws(() => model.forward(batch), {
+      instanceOf: WeightNotHeldError,
+      message: /model\.embed_tokens\.weight/,
+    });
+    await t.throwsAsync(model.getParameters(), { instanceOf: WeightNotHeldError });
+    model.setParameters(values);
+    t.is(model.weightBytes(), atRest);
+    t.deepEqual(await logits(model), expected, `${dtype}: the same logits after coming back`);
+    model.dispose();
+  }
+});

@@ -138,15 +138,15 @@ test("critic: N=2 gives the same parameters and metrics as N=1; a checkpoint loa
   const [one, two] = await Promise.all([group(1, cfg, "critic-n1"), group(2, cfg, "critic-n2")]);
   const infos = (await two.shardInfo()) as ShardInfo[];
   t.is(infos[0]!.shardElements + infos[1]!.shardElements, infos[0]!.numParameters);
-  const before = (await one.gatheredParameters()) as Float32Array;
+  const before = (await one.gatheredParameters())[0]!;
   const a: Record<string, number>[] = [];
   const b: Record<string, number>[] = [];
   for (let i = 0; i < 2; i++) {
     a.push((await step(one, cfg)).metrics);
     b.push((await step(two, cfg)).metrics);
   }
-  const p1 = (await one.gatheredParameters()) as Float32Array;
-  const p2 = (await two.gatheredParameters()) as Float32Array;
+  const p1 = (await one.gatheredParameters())[0]!;
+  const p2 = (await two.gatheredParameters())[0]!;
   let moved = 0;
   let diff = 0;
   for (let i = 0; i < p1.length; i++) {
@@ -164,7 +164,7 @@ test("critic: N=2 gives the same parameters and metrics as N=1; a checkpoint loa
   const fresh = await group(1, cfg, "critic-load");
   const [loaded] = (await fresh.loadCheckpoint(dir)) as { schedulerStep: number }[];
   t.is(loaded!.schedulerStep, 2);
-  t.deepEqual(Array.from((await fresh.gatheredParameters()) as Float32Array), Array.from(p2));
+  t.deepEqual(Array.from((await fresh.gatheredParameters())[0]!), Array.from(p2));
   // and it continues exactly like the run that was not interrupted
   const next1 = (await step(fresh, cfg)).metrics;
   const next2 = (await step(two, cfg)).metrics;

@@ -2,9 +2,8 @@ import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import { loadTrainerConfig } from "../../src/config/index.js";
 import type { DataProto } from "../../src/protocol/index.js";
-import { type BoundGroup, ResourcePool, WorkerGroup, workerRole } from "../../src/single-controller/index.js";
-import { ActorRolloutRefWorker, layoutForMiniBatches, type ShardInfo } from "../../src/workers/index.js";
-import { responseBatch, tinyModelDir, WORKER_MODULE } from "./helpers.js";
+import { layoutForMiniBatches, type ShardInfo } from "../../src/workers/index.js";
+import { type ActorGroup, actorGroup, responseBatch, tinyModelDir } from "./helpers.js";
 
 // FSDP equivalence: the same global batch gives the same parameters on 1, 2 and 4 ranks, with
 // token-budget micro-batches (use_dynamic_bsz) instead of fixed ones, and with gradient checkpointing
@@ -59,16 +58,9 @@ function batch(): DataProto {
   });
 }
 
-type Group = BoundGroup<typeof ActorRolloutRefWorker>;
+type Group = ActorGroup;
 
-async function group(n: number, cfg: ReturnType<typeof config>, name = `fsdp${n}`): Promise<Group> {
-  const pool = new ResourcePool({ processOnNodes: [n], useGpu: false, namePrefix: name });
-  return (await WorkerGroup.create(
-    pool,
-    workerRole(ActorRolloutRefWorker, { module: WORKER_MODULE }, { config: cfg }),
-    { name, collective: true, env: { TORL_BACKEND: "cpu" } },
-  )) as Group;
-}
+const group = (n: number, cfg: ReturnType<typeof config>, name = `fsdp${n}`) => actorGroup(name, n, cfg);
 
 test.before(async () => {
   await init({ numCpus: 11 }); // one per worker: groups of 1, 2, 4, 2 and 2 ranks
@@ -93,7 +85,7 @@ async function train(wg: Group, cfg: ReturnType<typeof config>) {
     // every rank reports the same (all-reduced) metrics
     for (const m of out) if (JSON.stringify(m) !== JSON.stringify(out[0])) throw new Error("ranks disagree");
   }
-  return { params: (await wg.gatheredParameters()) as Float32Array, metrics };
+  return { params: (await wg.gatheredParameters())[0]!, metrics };
 }
 
 test("N=2 and N=4 ranks give the same parameters and metrics as N=1; optimizer state per rank is 1/N", async (t) => {
@@ -119,7 +111,7 @@ test("N=2 and N=4 ranks give the same parameters and metrics as N=1; optimizer s
   const t1 = Date.now();
   const infos = (await Promise.all(groups.map((g) => g.initModel()))) as ShardInfo[][];
   const t2 = Date.now();
-  const before = (await groups[0]!.gatheredParameters()) as Float32Array;
+  const before = (await groups[0]!.gatheredParameters())[0]!;
   const results = [];
   const cfgs = [cfg, cfg, cfg, dynamicCfg, checkpointedCfg];
   for (const [i, g] of groups.entries()) results.push(await train(g, cfgs[i]!));

@@ -2,11 +2,26 @@
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { TrainerConfig } from "../../src/config/index.js";
 import { buildByteBpeTokenizer, createRandomPretrained } from "../../src/models/index.js";
 import { DataProto } from "../../src/protocol/index.js";
+import { type BoundGroup, ResourcePool, WorkerGroup, workerRole } from "../../src/single-controller/index.js";
+import { ActorRolloutRefWorker } from "../../src/workers/index.js";
 import { TINY_TEST_ARCH } from "../models/tiny-config.js";
 
 export const WORKER_MODULE = new URL("../../src/workers/actor-rollout-ref.ts", import.meta.url).href;
+
+export type ActorGroup = BoundGroup<typeof ActorRolloutRefWorker>;
+
+/** `ranks` actor workers (one process each, a collective group, the cpu backend) named `name`. */
+export async function actorGroup(name: string, ranks: number, config: TrainerConfig): Promise<ActorGroup> {
+  const pool = new ResourcePool({ processOnNodes: [ranks], useGpu: false, namePrefix: name });
+  return (await WorkerGroup.create(
+    pool,
+    workerRole(ActorRolloutRefWorker, { module: WORKER_MODULE }, { config }),
+    { name, collective: true, env: { TORL_BACKEND: "cpu" } },
+  )) as ActorGroup;
+}
 
 /** A byte-level tokenizer (259 tokens) and a random 2-layer Qwen2 model with hidden size 32, saved. */
 export function tinyModelDir(seed = 7): string {

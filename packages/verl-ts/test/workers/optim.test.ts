@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -116,4 +117,29 @@ test("the flat layout round-trips parameters; shards written by 3 ranks load bac
   t.is(full.adamStep, 4);
   t.is(full.schedulerStep, 2);
   t.throws(() => readAllShards(join(dir, "missing")), { instanceOf: CheckpointError });
+});
+
+test("a clipped step of a large shard allocates nothing of its size on the JS heap", (t) => {
+  // 16M values with a JS heap of 96 MB: the shard's float32 arrays live outside that heap, a JS array of
+  // its values (as Float32Array.from(g, f) builds one) does not fit (the real-size probe died of it)
+  const code = `import { ShardedParameters } from "./src/workers/sharded-parameters.ts";
+    const n = 16 * 1024 * 1024;
+    const optim = ${JSON.stringify(base)};
+    const s = new ShardedParameters(new Map([["w", new Float32Array(n).fill(0.5)]]), { rank: 0, worldSize: 1 }, optim);
+    const g = new Float32Array(n).fill(1);
+    const norm = await s.step(g, 1e-3, 1.0);
+    console.log(JSON.stringify({ norm, g0: g[0], p0: s.params[0] }));`;
+  const r = spawnSync(
+    process.execPath,
+    ["--max-old-space-size=96", "--import=tsx", "--input-type=module", "-e", code],
+    {
+      cwd: join(import.meta.dirname, "..", ".."),
+      encoding: "utf8",
+    },
+  );
+  t.is(r.status, 0, r.stderr.slice(-2000));
+  const out = JSON.parse(r.stdout.trim().split("\n").at(-1)!);
+  t.is(out.norm, 4096); // sqrt(16M)
+  t.is(out.g0, Math.fround(1 * clipCoefficient(4096, 1.0)), "the gradient is clipped in place");
+  t.true(out.p0 < 0.5, "the step moved the parameters");
 });

@@ -3,9 +3,8 @@ import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import { loadTrainerConfig } from "../../src/config/index.js";
 import type { DataProto } from "../../src/protocol/index.js";
-import { type BoundGroup, ResourcePool, WorkerGroup, workerRole } from "../../src/single-controller/index.js";
-import { ActorRolloutRefWorker, layoutForMiniBatches } from "../../src/workers/index.js";
-import { responseBatch, tinyModelDir, WORKER_MODULE } from "./helpers.js";
+import { layoutForMiniBatches } from "../../src/workers/index.js";
+import { type ActorGroup, actorGroup, responseBatch, tinyModelDir } from "./helpers.js";
 
 // A policy loss chosen by actor.policy_loss.loss_mode runs in the worker processes, and the metrics the
 // worker reports are the ones the loss returns. The user's loss lives in a module outside the package
@@ -51,16 +50,9 @@ function batch(): DataProto {
   });
 }
 
-type Group = BoundGroup<typeof ActorRolloutRefWorker>;
+type Group = ActorGroup;
 
-async function group(n: number, cfg: ReturnType<typeof config>, name: string): Promise<Group> {
-  const pool = new ResourcePool({ processOnNodes: [n], useGpu: false, namePrefix: name });
-  return (await WorkerGroup.create(
-    pool,
-    workerRole(ActorRolloutRefWorker, { module: WORKER_MODULE }, { config: cfg }),
-    { name, collective: true, env: { TORL_BACKEND: "cpu" } },
-  )) as Group;
-}
+const group = (n: number, cfg: ReturnType<typeof config>, name: string) => actorGroup(name, n, cfg);
 
 async function update(wg: Group): Promise<Record<string, number>> {
   const data = batch();

@@ -1,0 +1,158 @@
+/**
+ * The actor sharded at rest (rollout.free_cache_engine, default true): between phases a rank holds only
+ * its FSDP shard, each phase gathering the full weights when it begins; generation, log-probs and
+ * updates are bit-identical to an actor that keeps the gathered weights (free_cache_engine=false).
+ * Float32 with the whole-model tape, and bfloat16 with FSDP per layer (gradient checkpointing: the
+ * update gathers only the parameters around the layers).
+ */
+import { init, shutdown } from "@torl-ts/actors";
+import test from "ava";
+import { loadTrainerConfig } from "../../src/config/index.js";
+import { DataProto } from "../../src/protocol/index.js";
+import { layoutForMiniBatches, type ShardInfo, type WorkerMemory } from "../../src/workers/index.js";
+import { type ActorGroup, actorGroup, tinyModelDir } from "./helpers.js";
+
+const PROMPTS = 4;
+const N = 2; // rollout.n: rows = 8
+const P = 5;
+const R = 6;
+const RANKS = 2;
+
+function config(modelPath: string, extra: string[]) {
+  return loadTrainerConfig({
+    overrides: extra,
+    values: {
+      data: { train_batch_size: PROMPTS, max_prompt_length: P, max_response_length: R },
+      actor_rollout_ref: {
+        model: { path: modelPath },
+        actor: {
+          ppo_mini_batch_size: 2, // x n = 4 rows: two optimizer steps per update
+          ppo_micro_batch_size_per_gpu: 1,
+          use_kl_loss: true,
+          optim: { lr: 1e-2 },
+        },
+        // the reference on the host, so that tensors at rest hold no weights but the actor's
+        ref: { fsdp_config: { param_offload: true } },
+        rollout: { n: N, temperature: 1.0, ignore_eos: true },
+      },
+      trainer: { n_gpus_per_node: RANKS },
+    },
+  });
+}
+
+type Group = ActorGroup;
+
+const group = (name: string, cfg: ReturnType<typeof config>) => actorGroup(name, RANKS, cfg);
+
+/** Left-padded prompts (each repeated n times), seeded for sampling. */
+function prompts(step: number): DataProto {
+  const B = PROMPTS * N;
+  const ids = new Int32Array(B * P);
+  const mask = new Uint8Array(B * P);
+  for (let b = 0; b < B; b++) {
+    const q = Math.floor(b / N);
+    for (let t = P - 2 - (q % 3); t < P; t++) {
+      ids[b * P + t] = 97 + ((q * 5 + t * 3 + step) % 26);
+      mask[b * P + t] = 1;
+    }
+  }
+  return DataProto.fromDict(
+    { input_ids: { data: ids, shape: [B, P] }, attention_mask: { data: mask, shape: [B, P] } },
+    {},
+    { seed: 100 + step },
+  );
+}
+
+/** Two GRPO-style steps (generate, old and ref log-probs, update); what came out and memory between phases. */
+async function run(wg: Group) {
+  const out = {
+    responses: [] as number[][],
+    oldLogProbs: [] as Float32Array[],
+    metrics: [] as Record<string, number>[],
+    between: [] as WorkerMemory[][],
+  };
+  const rest = async () => out.between.push((await wg.memoryInfo()) as WorkerMemory[]);
+  await rest();
+  for (let step = 0; step < 2; step++) {
+    const batch = await wg.generateSequences(prompts(step));
+    await rest();
+    const lp = await wg.computeLogProb(batch);
+    await rest();
+    batch.union(lp);
+    batch.union(await wg.computeRefLogProb(batch));
+    const B = batch.length;
+    const adv = new Float32Array(B * R);
+    for (let b = 0; b < B; b++) adv.fill(b % 2 === 0 ? 1 : -1, b * R, (b + 1) * R);
+    batch.union(DataProto.fromDict({ advantages: { data: adv, shape: [B, R] } }));
+    const metrics = (await wg.updateActor(layoutForMiniBatches(batch, RANKS, 2 * N))) as Record<
+      string,
+      number
+    >[];
+    await rest();
+    out.responses.push(Array.from(batch.tensor("responses").data));
+    out.oldLogProbs.push(lp.tensor("old_log_probs").data as Float32Array);
+    out.metrics.push(metrics[0]!);
+  }
+  return { ...out, params: (await wg.gatheredParameters()) as Float32Array[] };
+}
+
+test.before(async () => {
+  await init({ numCpus: 4 * RANKS });
+});
+test.after.always(async () => {
+  await shutdown();
+});
+
+test("sharded at rest: between phases a rank holds only its shard; tokens, log-probs and updates are bit-identical to keeping the weights", async (t) => {
+  const dir = tinyModelDir(5);
+  const variants = [
+    { name: "fp32", extra: [] },
+    {
+      name: "bf16-per-layer",
+      extra: [
+        "actor_rollout_ref.model.dtype=bfloat16",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+      ],
+    },
+  ];
+  for (const v of variants) {
+    const [rest, kept] = await Promise.all([
+      group(`rest-${v.name}`, config(dir, v.extra)),
+      group(`kept-${v.name}`, config(dir, [...v.extra, "actor_rollout_ref.rollout.free_cache_engine=false"])),
+    ]);
+    const info = ((await rest.initModel()) as ShardInfo[])[0]!;
+    await kept.initModel();
+    const a = await run(rest);
+    const b = await run(kept);
+    t.deepEqual(a.responses, b.responses, `${v.name}: the same sampled tokens`);
+    t.deepEqual(a.oldLogProbs, b.oldLogProbs, `${v.name}: the same old log-probs`);
+    t.deepEqual(a.metrics, b.metrics, `${v.name}: the same update metrics`);
+    t.deepEqual(a.params[0], b.params[0], `${v.name}: the same parameters after two steps`);
+    t.deepEqual(a.params[1], a.params[0], "every rank gathers the same parameters");
+    t.true(a.metrics[1]!["actor/grad_norm"]! > 0);
+
+    const weightBytes = info.gatheredParamBytes;
+    t.is(weightBytes, info.numParameters * (v.name === "fp32" ? 4 : 2));
+    for (const [k, ranks] of a.between.entries()) {
+      for (const m of ranks) {
+        t.is(m.actorWeightBytes, 0, `${v.name} rest ${k} rank ${m.rank}: no full weights held`);
+        t.is(m.actorWeightTensorBytes, 0);
+        // float32 parameter shard + two AdamW moments: 12 bytes per parameter, over 2 ranks (per unit)
+        t.true(Math.abs(m.actorShardBytes - (12 * info.numParameters) / RANKS) <= 12 * 4 * 4);
+      }
+      for (const [r, m] of b.between[k]!.entries()) {
+        t.is(m.actorWeightBytes, weightBytes, `${v.name} kept ${k} rank ${r}: the full weights`);
+        t.is(m.actorShardBytes, ranks[r]!.actorShardBytes);
+        // the float32 actor keeps them in tensors: exactly that many more tensor bytes
+        t.is(m.tensorBytes - ranks[r]!.tensorBytes, m.actorWeightTensorBytes);
+      }
+    }
+    if (v.name === "fp32") t.true(b.between[0]![0]!.actorWeightTensorBytes === weightBytes);
+    t.log(
+      `${v.name}: ${info.numParameters} parameters; between phases a rank holds ${a.between[1]![0]!.actorShardBytes} bytes of FSDP state ` +
+        `and ${a.between[1]![0]!.tensorBytes} tensor bytes sharded at rest, ${b.between[1]![0]!.actorWeightBytes} more bytes of weights (${b.between[1]![0]!.tensorBytes} tensor bytes) kept`,
+    );
+    await rest.shutdown();
+    await kept.shutdown();
+  }
+});
