@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "args.h"
+#include "cpu-clones.h"
 #include "fast-exp.h"
 #include "functions.h"
 
@@ -21,13 +22,6 @@ struct Dims {
   int64_t batch, heads, kvHeads, headDim, capacity, span;
 };
 
-// On x86-64, AttendGroup is built three times and the loader picks one from the CPU (GCC function
-// multiversioning, which needs Linux ifuncs); elsewhere it is built once for the target.
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
-#define TORL_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TORL_CPU_CLONES
-#endif
 
 typedef float Lanes __attribute__((vector_size(64)));
 
@@ -60,6 +54,7 @@ __attribute__((always_inline)) inline float Dot(const float* __restrict a, const
 
 // Attention of the G rotated, scaled queries q (G x D) of one (row, kv head) against its cache block:
 // keys and values (span x D, slots apart by D), an additive mask over the slots, context into out (G x D).
+// Built per CPU family (cpu-clones.h).
 TORL_CPU_CLONES void AttendGroup(const float* __restrict q, int64_t G, int64_t D, const float* __restrict keys,
                                  const float* __restrict values, const float* __restrict mask, int64_t span,
                                  float* __restrict scores, float* __restrict out) {
