@@ -16,6 +16,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("rmsNormGrad", Napi::Function::New(env, torl_blas::RmsNormGrad, "rmsNormGrad"));
   exports.Set("swiglu", Napi::Function::New(env, torl_blas::Swiglu, "swiglu"));
   exports.Set("swigluGrad", Napi::Function::New(env, torl_blas::SwigluGrad, "swigluGrad"));
+  exports.Set("decodeAttention", Napi::Function::New(env, torl_blas::DecodeAttention, "decodeAttention"));
   return exports;
 }
 

@@ -14,5 +14,6 @@ Napi::Value RmsNorm(const Napi::CallbackInfo& info);
 Napi::Value RmsNormGrad(const Napi::CallbackInfo& info);
 Napi::Value Swiglu(const Napi::CallbackInfo& info);
 Napi::Value SwigluGrad(const Napi::CallbackInfo& info);
+Napi::Value DecodeAttention(const Napi::CallbackInfo& info);
 
 }  // namespace torl_blas

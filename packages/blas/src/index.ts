@@ -1,6 +1,6 @@
 /**
  * OpenBLAS's float32 matrix product and fused kernels of ours (AdamW step, log-softmax pick, RMSNorm,
- * SwiGLU gate) for Node, through a small Node-API addon built at install time (scripts/build.mjs).
+ * SwiGLU gate, a decode step's attention) for Node, through a small Node-API addon built at install time (scripts/build.mjs).
  * Loading never throws: a machine where the addon did not build or libopenblas is missing gets
  * `{ ok: false, reason }`, and callers keep their own kernels.
  */
@@ -80,6 +80,34 @@ export interface NativeBlas {
   swiglu(g: Float32Array, u: Float32Array, y: Float32Array): void;
   /** The gradient of swiglu: dg and du from dy. */
   swigluGrad(g: Float32Array, u: Float32Array, dy: Float32Array, dg: Float32Array, du: Float32Array): void;
+  /**
+   * One decode step's attention for one layer: adds the biases (an empty array: none) to q [B, H*D] and
+   * k, v [B, KV*D], rotates q and k by cos, sin [B, D/2] (rotate_half form; q also scaled by 1/sqrt(D)),
+   * writes row b's k and v into keys, values [B, KV, capacity, D] at slots[b] in place, and writes to
+   * out [B, H*D] softmax(q K^T + mask) V over slots [0, span), mask [B, capacity] additive (every slot
+   * < span <= capacity). Query head i reads kv head floor(i / (H / KV)).
+   */
+  decodeAttention(
+    q: Float32Array,
+    k: Float32Array,
+    v: Float32Array,
+    qBias: Float32Array,
+    kBias: Float32Array,
+    vBias: Float32Array,
+    cos: Float32Array,
+    sin: Float32Array,
+    keys: Float32Array,
+    values: Float32Array,
+    mask: Float32Array,
+    out: Float32Array,
+    batch: number,
+    heads: number,
+    kvHeads: number,
+    headDim: number,
+    capacity: number,
+    slots: Int32Array,
+    span: number,
+  ): void;
   /** The OpenBLAS build, the CPU kernel it runs and its thread count. */
   info(): { config: string; coreName: string; threads: number };
   /** Sets OpenBLAS's thread count for this process. */
@@ -96,6 +124,7 @@ const ADDON_FUNCTIONS: ReadonlyArray<keyof NativeBlas> = [
   "rmsNormGrad",
   "swiglu",
   "swigluGrad",
+  "decodeAttention",
   "info",
   "setThreads",
 ];

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "args.h"
+#include "cpu-clones.h"
 #include "fast-exp.h"
 #include "functions.h"
 
@@ -31,6 +32,22 @@ Napi::Value Swiglu(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// The gradient's loop, apart from the argument checks (whose exception paths kept GCC from vectorizing
+// it); the outputs are fresh arrays, apart from the inputs (the kernels allocate them). Built per CPU
+// family (cpu-clones.h).
+TORL_CPU_CLONES __attribute__((noinline)) static void SwigluGradLoop(const float* __restrict g,
+                                                                     const float* __restrict u,
+                                                                     const float* __restrict dy,
+                                                                     float* __restrict dg, float* __restrict du,
+                                                                     size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const float gi = g[i];
+    const float s = Sigmoid(gi);
+    dg[i] = dy[i] * u[i] * s * (1.0f + gi * (1.0f - s));
+    du[i] = dy[i] * gi * s;
+  }
+}
+
 // swigluGrad(g, u, dy, dg, du): dg = dy u s (1 + g (1 - s)), du = dy g s, with s = sigmoid(g).
 Napi::Value SwigluGrad(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -46,14 +63,7 @@ Napi::Value SwigluGrad(const Napi::CallbackInfo& info) {
     Napi::RangeError::New(env, "g, u, dy, dg and du must have the same length").ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  // The outputs are fresh arrays, apart from the inputs (the kernels allocate them).
-#pragma GCC ivdep
-  for (size_t i = 0; i < g.length; i++) {
-    const float gi = g.data[i];
-    const float s = Sigmoid(gi);
-    dg.data[i] = dy.data[i] * u.data[i] * s * (1.0f + gi * (1.0f - s));
-    du.data[i] = dy.data[i] * gi * s;
-  }
+  SwigluGradLoop(g.data, u.data, dy.data, dg.data, du.data, g.length);
   return env.Undefined();
 }
 

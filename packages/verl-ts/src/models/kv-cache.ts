@@ -201,6 +201,19 @@ export class KVCache {
     return [this.keys[layer]!, this.values[layer]!];
   }
 
+  /** [B]: the slot each row's next key and value go to (one for all rows here: rows are left-padded). */
+  stepSlots(): Int32Array {
+    return new Int32Array(this.batch).fill(this.length);
+  }
+
+  /**
+   * The layer's K and V tensors [B, KV, capacity, D] for a kernel that writes the step's slots into them
+   * itself; undefined where the cache is not written in place (a host mirror is re-uploaded instead).
+   */
+  inPlaceLayer(layer: number): [tf.Tensor4D, tf.Tensor4D] | undefined {
+    return this.inPlace ? [this.keys[layer]!, this.values[layer]!] : undefined;
+  }
+
   /** Marks the slot just written as real for every row and moves positions on. */
   advance(_tokens: Int32Array): void {
     for (let b = 0; b < this.batch; b++) {

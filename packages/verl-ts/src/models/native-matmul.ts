@@ -10,6 +10,7 @@ import * as tf from "@tensorflow/tfjs";
 import { coreChoice, loadNativeBlas, type NativeBlas } from "@torl-ts/blas";
 import { BackendUnavailableError } from "./errors.js";
 import { ADAMW_KERNEL, wasmAdamWKernel } from "./native-adam.js";
+import { DECODE_ATTENTION_KERNEL, wasmDecodeAttentionKernel } from "./native-decode-attention.js";
 import { wasmLayerKernels } from "./native-layers.js";
 import { PICK_GRAD_KERNEL, PICK_KERNEL, wasmPickGradKernel, wasmPickKernel } from "./native-log-prob.js";
 import type { WasmHeap } from "./wasm-heap.js";
@@ -162,12 +163,17 @@ export function installNativeMatmul(backendName: NativeMatmulBackend): NativeMat
         backendName,
         kernelFunc: wasmPickGradKernel(load.blas),
       });
+      tf.registerKernel({
+        kernelName: DECODE_ATTENTION_KERNEL,
+        backendName,
+        kernelFunc: wasmDecodeAttentionKernel(load.blas),
+      });
       for (const [kernelName, kernelFunc] of wasmLayerKernels(load.blas))
         tf.registerKernel({ kernelName, backendName, kernelFunc });
       const version = load.config.split(" ").slice(0, 2).join(" ");
       state = {
         native: true,
-        line: `matmul: ${version} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW, log-prob pick, RMSNorm and SwiGLU native`,
+        line: `matmul: ${version} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW, log-prob pick, RMSNorm, SwiGLU and decode attention native`,
       };
     }
   }

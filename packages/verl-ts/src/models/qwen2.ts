@@ -14,6 +14,8 @@ import { ModelFormatError } from "./errors.js";
 import { HalfArray, type StoredValues, type WeightDtype } from "./half-precision.js";
 import type { KVCache } from "./kv-cache.js";
 import { linear } from "./linear.js";
+import { type DecodeStepTables, nativeDecodeAttention } from "./native-decode-attention.js";
+import { nativeMatmulActive } from "./native-matmul.js";
 import { rmsNorm } from "./rms-norm.js";
 import { Rotary } from "./rotary.js";
 import { type TokenBatch, tokenPositions } from "./token-batch.js";
@@ -419,25 +421,84 @@ export class Qwen2Model {
    * [B, V]. `lmHead` is the LM head weight from lmHeadWeight(), computed once per generation.
    */
   async decodeStep(tokens: Int32Array, cache: KVCache, lmHead: tf.Tensor): Promise<tf.Tensor2D> {
+    cache.reserve(1);
+    const x = tf.tidy(() =>
+      tf.gather(this.weights.tensor("model.embed_tokens.weight"), tf.tensor1d(tokens, "int32")),
+    ) as tf.Tensor2D;
+    const native = nativeMatmulActive(tf.getBackend()) && cache.inPlaceLayer(0) !== undefined;
+    const last = native ? this.nativeDecodeLayers(x, cache) : await this.hostDecodeLayers(x, cache);
+    try {
+      const c = this.config;
+      const logits = tf.tidy(() => {
+        const hfinal = rmsNorm(last, this.weights.tensor("model.norm.weight"), c.rmsNormEps);
+        return tf.matMul(hfinal, lmHead as tf.Tensor2D) as tf.Tensor2D;
+      });
+      cache.advance(tokens);
+      return logits;
+    } finally {
+      last.dispose();
+    }
+  }
+
+  /**
+   * The decoder layers of a decode step with the native attention kernel: rotation, cache write and
+   * attention in one kernel per layer, on the heap, so the step never waits for the host. Takes x.
+   */
+  private nativeDecodeLayers(x: tf.Tensor2D, cache: KVCache): tf.Tensor2D {
+    const c = this.config;
+    const shape = { heads: c.numAttentionHeads, kvHeads: c.numKeyValueHeads, headDim: c.headDim };
+    const rope = this.rotary.stepTables(cache.nextPositions());
+    const B = cache.batch;
+    const half = c.headDim / 2;
+    const tables: DecodeStepTables = {
+      cos: tf.tensor2d(rope.cos, [B, half]),
+      sin: tf.tensor2d(rope.sin, [B, half]),
+      mask: tf.tensor2d(cache.stepMask(1), [B, cache.capacity]),
+      slots: cache.stepSlots(),
+    };
+    try {
+      for (let i = 0; i < c.numHiddenLayers; i++) {
+        const w = this.blockWeights(i);
+        const [keys, values] = cache.inPlaceLayer(i)!;
+        const prev = x;
+        x = tf.tidy(() => {
+          const hn = rmsNorm(prev, w.inputNorm, c.rmsNormEps);
+          const context = nativeDecodeAttention(hn, w.attention, keys, values, tables, shape);
+          return blockFinish(prev, context, w, c.rmsNormEps);
+        });
+        prev.dispose();
+        this.layerDone(i);
+      }
+      return x;
+    } catch (error) {
+      x.dispose();
+      throw error;
+    } finally {
+      tables.cos.dispose();
+      tables.sin.dispose();
+      tables.mask.dispose();
+    }
+  }
+
+  /**
+   * The decoder layers of a decode step op by op (any backend). Each layer's q, k and v come back to the
+   * host (rotary embedding, applied there because q and k are tiny here and it replaces a dozen small
+   * kernels per layer; cache write) in one round trip; the tensors between reads live outside any tidy
+   * scope and are disposed by hand. Takes x.
+   */
+  private async hostDecodeLayers(x: tf.Tensor2D, cache: KVCache): Promise<tf.Tensor2D> {
     const c = this.config;
     const B = cache.batch;
     const H = c.numAttentionHeads;
     const KV = c.numKeyValueHeads;
     const G = H / KV;
     const D = c.headDim;
-    cache.reserve(1);
     const rope = this.rotary.hostStep(cache.nextPositions());
     const slot = cache.length;
     const maskArr = cache.stepMask(H); // [B, H, 1, cap] for the slot being written
     const cap = cache.capacity;
     const shape = { heads: H, kvHeads: KV, headDim: D };
-    // Each layer's q, k and v come back to the host (rotary embedding, applied there because q and k are
-    // tiny here and it replaces a dozen small kernels per layer; cache write) in one round trip; the
-    // tensors between reads live outside any tidy scope and are disposed by hand.
     const mask = tf.tensor4d(maskArr, [B, KV, G, cap]);
-    let x = tf.tidy(() =>
-      tf.gather(this.weights.tensor("model.embed_tokens.weight"), tf.tensor1d(tokens, "int32")),
-    ) as tf.Tensor2D;
     try {
       for (let i = 0; i < c.numHiddenLayers; i++) {
         const w = this.blockWeights(i);
@@ -465,14 +526,11 @@ export class Qwen2Model {
         prev.dispose();
         this.layerDone(i);
       }
-      const logits = tf.tidy(() => {
-        const hfinal = rmsNorm(x, this.weights.tensor("model.norm.weight"), c.rmsNormEps);
-        return tf.matMul(hfinal, lmHead as tf.Tensor2D) as tf.Tensor2D;
-      });
-      cache.advance(tokens);
-      return logits;
-    } finally {
+      return x;
+    } catch (error) {
       x.dispose();
+      throw error;
+    } finally {
       mask.dispose();
     }
   }

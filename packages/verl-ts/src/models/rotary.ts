@@ -66,14 +66,7 @@ export class Rotary {
     const D = this.headDim;
     const half = D / 2;
     const B = positions.length;
-    const cos = new Float32Array(B * half);
-    const sin = new Float32Array(B * half);
-    for (let b = 0; b < B; b++)
-      for (let j = 0; j < half; j++) {
-        const a = positions[b]! * this.invFreq[j]!;
-        cos[b * half + j] = Math.cos(a);
-        sin[b * half + j] = Math.sin(a);
-      }
+    const { cos, sin } = this.stepTables(positions);
     return (x, heads, scale) => {
       for (let b = 0; b < B; b++)
         for (let h = 0; h < heads; h++) {
@@ -89,6 +82,21 @@ export class Rotary {
         }
       return x;
     };
+  }
+
+  /** cos and sin [B, D/2] of one position per row (each frequency once: both halves share it). */
+  stepTables(positions: Int32Array): { cos: Float32Array; sin: Float32Array } {
+    const half = this.headDim / 2;
+    const B = positions.length;
+    const cos = new Float32Array(B * half);
+    const sin = new Float32Array(B * half);
+    for (let b = 0; b < B; b++)
+      for (let j = 0; j < half; j++) {
+        const a = positions[b]! * this.invFreq[j]!;
+        cos[b * half + j] = Math.cos(a);
+        sin[b * half + j] = Math.sin(a);
+      }
+    return { cos, sin };
   }
 
   dispose(): void {

@@ -260,6 +260,15 @@ export class RaggedKVCache extends KVCache {
     return [this.kTensors[layer]!, this.vTensors[layer]!];
   }
 
+  override stepSlots(): Int32Array {
+    // Inactive rows write at their next slot too, as in writeStep.
+    return this.rowEnd.slice();
+  }
+
+  override inPlaceLayer(layer: number): [tf.Tensor4D, tf.Tensor4D] | undefined {
+    return this.direct ? [this.kTensors[layer]!, this.vTensors[layer]!] : undefined;
+  }
+
   override advance(_tokens: Int32Array): void {
     for (let b = 0; b < this.batch; b++) if (this.active[b]) this.rowEnd[b]! += 1;
     this.length = Math.max(0, ...this.rowEnd);

@@ -144,8 +144,10 @@ test("the host-mirror KV cache (backends without in-place writes) gives the same
   };
   const a = await run("auto");
   const b = await run("mirror");
+  // With the OpenBLAS addon the in-place cache's step runs the native attention kernel and the mirror's
+  // the op-by-op one: equal up to float summation order (as decode against full forwards).
   for (let i = 0; i < a.length; i++)
-    for (let j = 0; j < a[i]!.length; j++) t.true(Math.abs(a[i]![j]! - b[i]![j]!) < 1e-5);
+    for (let j = 0; j < a[i]!.length; j++) t.true(Math.abs(a[i]![j]! - b[i]![j]!) < 1e-4);
 });
 
 test("the cpu backend's in-place cache generates what wasm generates", async (t) => {

@@ -81,7 +81,7 @@ test("BatchMatMul on wasm matches a plain-loop product for transposes, batches a
     t.true(state.native);
     t.is(
       state.line,
-      `matmul: ${load.config.split(" ").slice(0, 2).join(" ")} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW, log-prob pick, RMSNorm and SwiGLU native`,
+      `matmul: ${load.config.split(" ").slice(0, 2).join(" ")} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW, log-prob pick, RMSNorm, SwiGLU and decode attention native`,
     );
   }
   for (const [i, c] of CASES.entries()) {
