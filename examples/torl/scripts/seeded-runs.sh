@@ -117,7 +117,13 @@ pnpm torl report "${groups[@]}" --out "$OUT_DIR" "${screenshot[@]}"
   for setting in $SETTINGS; do
     for seed in $SEEDS; do
       name="$setting-s$seed"
-      cp "$RUNS_DIR/$name/summary.json" "$OUT_DIR/summaries/$name.json"
+      # the run's paths relative to the repository, so the committed copy names no machine's path
+      node -e 'const fs = require("node:fs"), path = require("node:path");
+        const s = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+        for (const key of ["run_dir", "report"])
+          if (typeof s[key] === "string") s[key] = path.relative(process.cwd(), s[key]);
+        fs.writeFileSync(process.argv[2], JSON.stringify(s, null, 2) + "\n");' \
+        "$RUNS_DIR/$name/summary.json" "$OUT_DIR/summaries/$name.json"
       echo "$name $(cat "$RUNS_DIR/$name/COMMIT" 2>/dev/null || echo "unknown (no COMMIT file in the run directory)")"
     done
   done

@@ -247,8 +247,11 @@ export function resultsMarkdown(results: readonly SettingResult[], o: FigureOpti
     String(r.runs.length),
     ...COLUMNS.map((c) => formatSpread(r.stats[c.key], r.runs.length)),
   ]);
-  const line = (cells: string[]) => `| ${cells.join(" | ")} |`;
-  return [line(head), line(head.map(() => "---")), ...rows.map(line), "", notes(results, o), ""].join("\n");
+  // columns padded to their widest cell, as a markdown formatter would leave them (the file is committed)
+  const widths = head.map((h, i) => Math.max(3, h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i]!)).join(" | ")} |`;
+  const rule = `| ${widths.map((w) => "-".repeat(w)).join(" | ")} |`;
+  return [line(head), rule, ...rows.map(line), "", notes(results, o), ""].join("\n");
 }
 
 function notes(results: readonly SettingResult[], o: FigureOptions): string {
