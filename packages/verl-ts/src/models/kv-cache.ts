@@ -201,7 +201,7 @@ export class KVCache {
     return [this.keys[layer]!, this.values[layer]!];
   }
 
-  /** [B]: the slot each row's next key and value go to (one for all rows here: rows are left-padded). */
+  /** Shape [B]: the slot each row's next key and value go to (one for all rows here: rows are left-padded). */
   stepSlots(): Int32Array {
     return new Int32Array(this.batch).fill(this.length);
   }

@@ -17,7 +17,7 @@ export const DECODE_ATTENTION_KERNEL = "TorlDecodeAttention";
 interface DecodeAttentionAttrs {
   heads: number;
   kvHeads: number;
-  /** [B]: the slot each row's new key and value go to. */
+  /** Shape [B]: the slot each row's new key and value go to. */
   slots: Int32Array;
   /** Slots [0, span) are scored (the mask rules out the ones a row does not attend to). */
   span: number;
@@ -67,9 +67,9 @@ export interface DecodeStepTables {
   /** [B, D/2] each. */
   cos: tf.Tensor2D;
   sin: tf.Tensor2D;
-  /** [B, capacity]: 0 for a slot to attend, a large negative number otherwise. */
+  /** Shape [B, capacity]: 0 for a slot to attend, a large negative number otherwise. */
   mask: tf.Tensor2D;
-  /** [B]: where each row's new key and value are written. */
+  /** Shape [B]: where each row's new key and value are written. */
   slots: Int32Array;
 }
 
