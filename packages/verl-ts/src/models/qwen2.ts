@@ -208,10 +208,12 @@ export class Qwen2Model {
     return this.weights.tensorBytes();
   }
 
-  /** Every parameter as a flat Float32Array by HF name, in our layout (linear weights [in, out]). */
-  async getParameters(): Promise<Map<string, Float32Array>> {
-    const host = await Promise.all(this.specs.map((s) => this.weights.read(s.name)));
-    return new Map(this.specs.map((s, i) => [s.name, host[i]!]));
+  /** Every parameter (or those named) as a flat Float32Array by HF name, in our layout (linear weights [in, out]). */
+  async getParameters(
+    names: readonly string[] = this.specs.map((s) => s.name),
+  ): Promise<Map<string, Float32Array>> {
+    const host = await Promise.all(names.map((name) => this.weights.read(name)));
+    return new Map(names.map((name, i) => [name, host[i]!]));
   }
 
   /**
@@ -426,7 +428,7 @@ export class Qwen2Model {
       tf.gather(this.weights.tensor("model.embed_tokens.weight"), tf.tensor1d(tokens, "int32")),
     ) as tf.Tensor2D;
     const native = nativeMatmulActive(tf.getBackend()) && cache.inPlaceLayer(0) !== undefined;
-    const last = native ? this.nativeDecodeLayers(x, cache) : await this.hostDecodeLayers(x, cache);
+    const last = await (native ? this.nativeDecodeLayers(x, cache) : this.hostDecodeLayers(x, cache));
     try {
       const c = this.config;
       const logits = tf.tidy(() => {
@@ -444,7 +446,7 @@ export class Qwen2Model {
    * The decoder layers of a decode step with the native attention kernel: rotation, cache write and
    * attention in one kernel per layer, on the heap, so the step never waits for the host. Takes x.
    */
-  private nativeDecodeLayers(x: tf.Tensor2D, cache: KVCache): tf.Tensor2D {
+  private async nativeDecodeLayers(x: tf.Tensor2D, cache: KVCache): Promise<tf.Tensor2D> {
     const c = this.config;
     const shape = { heads: c.numAttentionHeads, kvHeads: c.numKeyValueHeads, headDim: c.headDim };
     const rope = this.rotary.stepTables(cache.nextPositions());
@@ -457,22 +459,14 @@ export class Qwen2Model {
       slots: cache.stepSlots(),
     };
     try {
-      for (let i = 0; i < c.numHiddenLayers; i++) {
-        const w = this.blockWeights(i);
+      return await this.decodeLayers(x, (i, w, prev) => {
         const [keys, values] = cache.inPlaceLayer(i)!;
-        const prev = x;
-        x = tf.tidy(() => {
+        return tf.tidy(() => {
           const hn = rmsNorm(prev, w.inputNorm, c.rmsNormEps);
           const context = nativeDecodeAttention(hn, w.attention, keys, values, tables, shape);
           return blockFinish(prev, context, w, c.rmsNormEps);
         });
-        prev.dispose();
-        this.layerDone(i);
-      }
-      return x;
-    } catch (error) {
-      x.dispose();
-      throw error;
+      });
     } finally {
       tables.cos.dispose();
       tables.sin.dispose();
@@ -500,9 +494,8 @@ export class Qwen2Model {
     const shape = { heads: H, kvHeads: KV, headDim: D };
     const mask = tf.tensor4d(maskArr, [B, KV, G, cap]);
     try {
-      for (let i = 0; i < c.numHiddenLayers; i++) {
-        const w = this.blockWeights(i);
-        const qkv = tf.tidy(() => blockProjections(x, w, c.rmsNormEps));
+      return await this.decodeLayers(x, async (i, w, prev) => {
+        const qkv = tf.tidy(() => blockProjections(prev, w, c.rmsNormEps));
         let host: Float32Array[];
         try {
           host = await Promise.all(qkv.map((t) => t.data() as Promise<Float32Array>));
@@ -518,11 +511,28 @@ export class Qwen2Model {
           { data: kh, shape: [B, KV, 1, D] },
           { data: host[2]!, shape: [B, KV, 1, D] },
         );
-        const prev = x;
-        x = tf.tidy(() => {
+        return tf.tidy(() => {
           const context = cachedAttention(tf.tensor4d(qh, [B, KV, G, D]), K, V, mask, shape); // q pre-scaled
           return blockFinish(prev, context, w, c.rmsNormEps);
         });
+      });
+    } finally {
+      mask.dispose();
+    }
+  }
+
+  /**
+   * Runs the decoder layers of a decode step: `layer` maps layer i's input to its output (both
+   * [B, h]); each input is disposed once its layer is done. Takes x; on an error nothing is left.
+   */
+  private async decodeLayers(
+    x: tf.Tensor2D,
+    layer: (i: number, w: BlockWeights, x: tf.Tensor2D) => tf.Tensor2D | Promise<tf.Tensor2D>,
+  ): Promise<tf.Tensor2D> {
+    try {
+      for (let i = 0; i < this.config.numHiddenLayers; i++) {
+        const prev = x;
+        x = await layer(i, this.blockWeights(i), prev);
         prev.dispose();
         this.layerDone(i);
       }
@@ -530,8 +540,6 @@ export class Qwen2Model {
     } catch (error) {
       x.dispose();
       throw error;
-    } finally {
-      mask.dispose();
     }
   }
 }

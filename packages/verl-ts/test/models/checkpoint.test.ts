@@ -1,5 +1,4 @@
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { copyFileSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import test from "ava";
@@ -20,17 +19,10 @@ import {
   selectBackend,
   writeSafetensors,
 } from "../../src/index.js";
+import { tempDirs } from "./helpers.js";
 
 const FIX = join(import.meta.dirname, "..", "fixtures", "models", "qwen2-tiny");
-const made: string[] = [];
-const tmp = () => {
-  const d = mkdtempSync(join(tmpdir(), "torl-models-"));
-  made.push(d);
-  return d;
-};
-test.after.always(() => {
-  for (const d of made) rmSync(d, { recursive: true, force: true });
-});
+const tmp = tempDirs("torl-models");
 
 test.before(async () => {
   await selectBackend({ backend: "wasm", log: null });

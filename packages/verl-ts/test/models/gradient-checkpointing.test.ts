@@ -4,6 +4,7 @@ import { checkTrainerConfig, loadTrainerConfig } from "../../src/config/index.js
 import { makeQwen2Config, padBatch, Qwen2Model, selectBackend, tokenLogProbs } from "../../src/index.js";
 import { forwardBackwardPeak } from "../../src/models/peak-bytes.js";
 import { criticSettings } from "../../src/workers/critic.js";
+import { threeLayerTestConfig } from "./tiny-config.js";
 
 // Gradient checkpointing (actor_rollout_ref.model.enable_gradient_checkpointing): each decoder layer's
 // activations are recomputed in the backward pass; the gradients must be those of the plain forward.
@@ -41,15 +42,7 @@ for (const [name, extra] of [
   test.serial(
     `checkpointed layers give the gradients of the plain forward (${name}); no tensor leaks`,
     async (t) => {
-      const cfg = makeQwen2Config({
-        vocabSize: 40,
-        hiddenSize: 16,
-        numHiddenLayers: 3,
-        numAttentionHeads: 4,
-        numKeyValueHeads: 2,
-        intermediateSize: 32,
-        ...extra,
-      });
+      const cfg = threeLayerTestConfig(extra);
       const model = Qwen2Model.random(cfg, { seed: 5, std: 0.3 });
       const plain = await gradients(model);
       const tensorsBefore = tf.memory().numTensors;

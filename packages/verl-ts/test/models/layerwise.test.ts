@@ -1,7 +1,8 @@
 import * as tf from "@tensorflow/tfjs";
 import test from "ava";
-import { makeQwen2Config, padBatch, Qwen2Model, selectBackend, tokenLogProbs } from "../../src/index.js";
+import { padBatch, Qwen2Model, selectBackend, tokenLogProbs } from "../../src/index.js";
 import { type LayerTensors, layerwiseStep } from "../../src/models/layerwise.js";
+import { threeLayerTestConfig } from "./tiny-config.js";
 
 // The layer-by-layer step FSDP trains with gives the gradients of one whole-model tape, for every
 // parameter, and leaves no tensor behind.
@@ -16,16 +17,7 @@ for (const tied of [false, true]) {
   test.serial(
     `layerwise gradients equal the whole-model gradients (${tied ? "tied" : "untied"} embeddings)`,
     async (t) => {
-      const cfg = makeQwen2Config({
-        vocabSize: 40,
-        hiddenSize: 16,
-        numHiddenLayers: 3,
-        numAttentionHeads: 4,
-        numKeyValueHeads: 2,
-        intermediateSize: 32,
-        attentionBias: !tied,
-        tieWordEmbeddings: tied,
-      });
+      const cfg = threeLayerTestConfig({ attentionBias: !tied, tieWordEmbeddings: tied });
       const model = Qwen2Model.random(cfg, { seed: 9, std: 0.3 });
       const batch = padBatch(
         [

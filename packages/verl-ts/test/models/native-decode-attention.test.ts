@@ -4,31 +4,12 @@
  * row as the ragged rollout cache has; and the model's decode step on it against the host path.
  */
 import * as tf from "@tensorflow/tfjs";
-import { loadNativeBlas } from "@torl-ts/blas";
-import test, { type ExecutionContext } from "ava";
+import test from "ava";
 import { installNativeMatmul, KVCache, padBatch, Qwen2Model, selectBackend } from "../../src/index.js";
 import { nativeDecodeAttention } from "../../src/models/native-decode-attention.js";
 import { Rotary } from "../../src/models/rotary.js";
+import { nativeAddon, seededUniform as random } from "./helpers.js";
 import { tinyTestConfig } from "./tiny-config.js";
-
-function random(n: number, seed: number, scale = 1): Float32Array {
-  const out = new Float32Array(n);
-  let s = seed;
-  for (let i = 0; i < n; i++) {
-    s = (s * 1103515245 + 12345) & 0x7fffffff;
-    out[i] = ((s / 0x7fffffff) * 2 - 1) * scale;
-  }
-  return out;
-}
-
-function nativeRuns(t: ExecutionContext): boolean {
-  const load = loadNativeBlas();
-  if (load.ok) return true;
-  if (process.env.CI) t.fail(`CI must build the OpenBLAS addon: ${load.reason}`);
-  else t.log(`not checked: ${load.reason}`);
-  t.pass();
-  return false;
-}
 
 test.before(async () => {
   await selectBackend({ backend: "wasm", log: null });
@@ -40,7 +21,7 @@ const NEG = -1e9;
 test.serial(
   "the decode attention kernel equals the op-by-op arithmetic, per-row slots and masks",
   async (t) => {
-    if (!nativeRuns(t)) return;
+    if (!nativeAddon(t)) return;
     const [B, H, KV, D, cap] = [3, 4, 2, 8, 16];
     const G = H / KV;
     const half = D / 2;
@@ -150,12 +131,11 @@ test.serial(
 );
 
 test.serial("the decode attention kernel refuses a slot outside the scored span", (t) => {
-  if (!nativeRuns(t)) return;
-  const load = loadNativeBlas();
-  if (!load.ok) return;
+  const blas = nativeAddon(t);
+  if (!blas) return;
   const f = (n: number) => new Float32Array(n);
   const call = (slots: Int32Array, span: number) =>
-    load.blas.decodeAttention(
+    blas.decodeAttention(
       f(16),
       f(16),
       f(16),
@@ -182,7 +162,7 @@ test.serial("the decode attention kernel refuses a slot outside the scored span"
 });
 
 test.serial("decode steps on the native attention give the host path's logits and generations", async (t) => {
-  if (!nativeRuns(t)) return;
+  if (!nativeAddon(t)) return;
   const model = Qwen2Model.random(tinyTestConfig(64), { seed: 4 });
   const batch = padBatch(
     [

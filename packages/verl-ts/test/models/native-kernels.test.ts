@@ -4,8 +4,8 @@
  * bit-identical to its JS loop.
  */
 import * as tf from "@tensorflow/tfjs";
-import { loadNativeBlas, type NativeBlas } from "@torl-ts/blas";
-import test, { type ExecutionContext } from "ava";
+import { loadNativeBlas } from "@torl-ts/blas";
+import test from "ava";
 import {
   forwardBackward,
   installNativeMatmul,
@@ -18,17 +18,8 @@ import { FusedAdamOptimizer } from "../../src/models/native-adam.js";
 import { nativeRmsNorm, nativeSwiglu } from "../../src/models/native-layers.js";
 import { nativeLogSoftmaxPick } from "../../src/models/native-log-prob.js";
 import { adamwLoop } from "../../src/workers/optim.js";
+import { nativeAddon as addon, seededUniform as random } from "./helpers.js";
 import { tinyTestConfig } from "./tiny-config.js";
-
-function random(n: number, seed: number, scale = 1): Float32Array {
-  const out = new Float32Array(n);
-  let s = seed;
-  for (let i = 0; i < n; i++) {
-    s = (s * 1103515245 + 12345) & 0x7fffffff;
-    out[i] = ((s / 0x7fffffff) * 2 - 1) * scale;
-  }
-  return out;
-}
 
 async function maxRelDiff(a: tf.Tensor, b: tf.Tensor): Promise<number> {
   const [x, y] = (await Promise.all([a.data(), b.data()])) as Float32Array[];
@@ -36,16 +27,6 @@ async function maxRelDiff(a: tf.Tensor, b: tf.Tensor): Promise<number> {
   for (let i = 0; i < x!.length; i++)
     m = Math.max(m, Math.abs(x![i]! - y![i]!) / Math.max(1, Math.abs(y![i]!)));
   return m;
-}
-
-/** The addon, or (off CI, on a machine without libopenblas-dev) undefined after saying why. */
-function addon(t: ExecutionContext): NativeBlas | undefined {
-  const load = loadNativeBlas();
-  if (load.ok) return load.blas;
-  if (process.env.CI) t.fail(`CI must build the OpenBLAS addon: ${load.reason}`);
-  else t.log(`not checked: ${load.reason}`);
-  t.pass();
-  return undefined;
 }
 
 test.before(async () => {

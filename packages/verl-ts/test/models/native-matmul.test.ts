@@ -5,6 +5,7 @@ import { coreChoice, loadNativeBlas } from "@torl-ts/blas";
 import test from "ava";
 import { installNativeMatmul, selectBackend } from "../../src/index.js";
 import { matmulShape } from "../../src/models/native-matmul.js";
+import { seededUniform as random } from "./helpers.js";
 
 const ROOT = join(import.meta.dirname, "..", "..", "..", "..");
 
@@ -32,16 +33,6 @@ function reference(
         }
         out[(p * s.m + i) * s.n + j] = sum;
       }
-  }
-  return out;
-}
-
-function random(n: number, seed: number): Float32Array {
-  const out = new Float32Array(n);
-  let s = seed;
-  for (let i = 0; i < n; i++) {
-    s = (s * 1103515245 + 12345) & 0x7fffffff;
-    out[i] = (s / 0x7fffffff) * 2 - 1;
   }
   return out;
 }

@@ -12,3 +12,16 @@ export const TINY_TEST_ARCH = {
 export function tinyTestConfig(vocabSize: number, extra: Partial<Qwen2Config> = {}): Qwen2Config {
   return makeQwen2Config({ vocabSize, ...TINY_TEST_ARCH, ...extra });
 }
+
+/** The narrower three-layer architecture the gradient tests share (hidden 16, GQA 4/2, vocab 40). */
+export function threeLayerTestConfig(extra: Partial<Qwen2Config> = {}): Qwen2Config {
+  return makeQwen2Config({
+    vocabSize: 40,
+    hiddenSize: 16,
+    numHiddenLayers: 3,
+    numAttentionHeads: 4,
+    numKeyValueHeads: 2,
+    intermediateSize: 32,
+    ...extra,
+  });
+}

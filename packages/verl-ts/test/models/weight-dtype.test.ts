@@ -2,8 +2,7 @@
  * bf16 / fp16 weight storage: weights held as 16-bit patterns between passes, widened to float32 for
  * compute; saved and reloaded without a second rounding.
  */
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import test from "ava";
@@ -22,17 +21,10 @@ import {
   WeightNotHeldError,
   writeSafetensors,
 } from "../../src/index.js";
+import { tempDirs } from "./helpers.js";
 import { tinyTestConfig } from "./tiny-config.js";
 
-const made: string[] = [];
-const tmp = () => {
-  const d = mkdtempSync(join(tmpdir(), "torl-dtype-"));
-  made.push(d);
-  return d;
-};
-test.after.always(() => {
-  for (const d of made) rmSync(d, { recursive: true, force: true });
-});
+const tmp = tempDirs("torl-dtype");
 
 test.before(async () => {
   await selectBackend({ backend: "wasm", log: null });

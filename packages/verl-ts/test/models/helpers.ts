@@ -1,0 +1,43 @@
+/** Set-ups the model tests share: seeded values, the native addon or a reason, temp dirs removed after. */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { loadNativeBlas, type NativeBlas } from "@torl-ts/blas";
+import test, { type ExecutionContext } from "ava";
+
+/** n values uniform in [-scale, scale] from a small LCG (the same numbers on every machine). */
+export function seededUniform(n: number, seed: number, scale = 1): Float32Array {
+  const out = new Float32Array(n);
+  let s = seed;
+  for (let i = 0; i < n; i++) {
+    s = (s * 1103515245 + 12345) & 0x7fffffff;
+    out[i] = ((s / 0x7fffffff) * 2 - 1) * scale;
+  }
+  return out;
+}
+
+/**
+ * The OpenBLAS addon, or undefined after saying why it is not checked (a machine without
+ * libopenblas-dev). CI builds it (.ci/setup.d/openblas.sh), so there its absence fails the test.
+ */
+export function nativeAddon(t: ExecutionContext): NativeBlas | undefined {
+  const load = loadNativeBlas();
+  if (load.ok) return load.blas;
+  if (process.env.CI) t.fail(`CI must build the OpenBLAS addon: ${load.reason}`);
+  else t.log(`not checked: ${load.reason}`);
+  t.pass();
+  return undefined;
+}
+
+/** A maker of temp dirs named `prefix`-..., each removed after the file's tests. */
+export function tempDirs(prefix: string): () => string {
+  const made: string[] = [];
+  test.after.always(() => {
+    for (const d of made) rmSync(d, { recursive: true, force: true });
+  });
+  return () => {
+    const d = mkdtempSync(join(tmpdir(), `${prefix}-`));
+    made.push(d);
+    return d;
+  };
+}
