@@ -80,6 +80,8 @@ export interface ScaleProbeResult {
   /** Per rank, after each phase that ran: peak resident set, bytes in tensors, weight bytes held. */
   memory: Record<string, WorkerMemory[]>;
   peak_rss_bytes_per_rank: number[];
+  /** The update's metrics (actor/pg_loss, actor/grad_norm, ...), when it ran. */
+  update_metrics?: Record<string, number>;
   /** The phase that failed and its error, when one did (the figures before it stand). */
   failed?: { phase: string; error: string };
 }
@@ -187,7 +189,13 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
       index: Array.from({ length: batch.length }, (_, i) => Math.floor(i / n)),
     });
     batch.union(DataProto.fromDict({ advantages }));
-    await timed("update_actor", () => group.updateActor(layoutForMiniBatches(batch, ranks, prompts * n)));
+    const metrics = await timed("update_actor", () =>
+      group.updateActor(layoutForMiniBatches(batch, ranks, prompts * n)),
+    );
+    result.update_metrics = (metrics as Record<string, number>[])[0];
+    const gradNorm = result.update_metrics?.["actor/grad_norm"];
+    if (!Number.isFinite(gradNorm))
+      throw new Error(`the update's gradient norm is ${gradNorm}: the step did not train`);
   } catch (error) {
     result.failed = { phase, error: (error as Error).message ?? String(error) };
     log(`${phase} failed: ${result.failed.error}`);
@@ -203,10 +211,11 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
 
 const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N]
 
-The real-size probe (minutes; about 5 GB of memory per rank): Qwen2.5-0.5B's shapes with random bf16
-weights (written to a temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU
-backend, generate 16 tokens per row with the KV cache and run one GRPO step. Prints seconds per phase,
-peak resident set per rank and the largest tensor; --json prints them as one JSON object last.`;
+The real-size probe (about 8 minutes on 2 idle cores; up to 12 GB of memory per rank with 2 ranks, so
+give it an otherwise idle 24 GB machine): Qwen2.5-0.5B's shapes with random bf16 weights (written to a
+temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU backend, generate 16 tokens
+per row with the KV cache and run one GRPO step. Prints seconds per phase, peak resident set per rank,
+the largest tensor and the update's metrics; --json prints them as one JSON object last.`;
 
 export const benchScaleCommand: CliCommand = {
   summary: "real-size probe: Qwen2.5-0.5B shapes, bf16, 2 FSDP ranks, one GRPO step",

@@ -8,6 +8,11 @@
  * The value of response token t is read at the position before it (the state it was generated from),
  * as veRL slices `values[:, -R - 1 : -1]`; values line up with old_log_probs and advantages.
  *
+ * Its backbone is sharded at rest, as FSDP keeps a model between passes: each phase (values, update)
+ * all-gathers the weights unit by unit when it begins (only those around the layers for an update
+ * with gradient checkpointing, which gathers each layer for itself) and frees them when it ends, so
+ * between phases a rank holds its float32 shard, the AdamW state and the value head (h + 1 values).
+ *
  * Colocate it with the actor (`WorkerGroup.createColocated(pool, {actor_rollout_ref, critic})`) so both
  * share one process and collective group per bundle; the trainer does that when adv_estimator is gae.
  */
@@ -35,10 +40,25 @@ import {
   type ShardInfo,
   WorkerStateError,
 } from "./fsdp.js";
+import { isLayerUnit } from "./layer-sharding.js";
 import type { OptimSettings } from "./optim.js";
+import type { FlatUnit } from "./sharded-parameters.js";
 
 export interface CriticOptions {
   config: TrainerConfig;
+}
+
+/** A critic's memory as memoryInfo reports it (bytes). */
+export interface CriticMemory {
+  rank: number;
+  /** tf.memory().numBytes: every tensor of the process. */
+  tensorBytes: number;
+  /** The backbone's full weights held now (0 between phases: sharded at rest). */
+  weightBytes: number;
+  /** The FSDP state on this rank (host arrays): float32 parameter shard + AdamW moments. */
+  shardBytes: number;
+  /** Peak resident set of the process so far. */
+  peakRssBytes: number;
 }
 
 /** Seed of the value head's initial weights (every rank draws the same). */
@@ -90,6 +110,7 @@ export class CriticWorker extends ShardedWorker {
     initModel: Dispatch.ONE_TO_ALL,
     computeValues: Dispatch.DP_COMPUTE_PROTO,
     updateCritic: Dispatch.DP_COMPUTE_METRIC,
+    memoryInfo: Dispatch.ONE_TO_ALL,
   } satisfies Registrations<CriticWorker>;
 
   private readonly cfg: TrainerConfig;
@@ -118,7 +139,42 @@ export class CriticWorker extends ShardedWorker {
       bias: tf.variable(tf.zeros([1]), true, `score.bias#${uid()}`),
     };
     this.sharded = new ShardedParameters(await this.parameters(), this.ctx, s.optim);
+    this.model.evictWeights();
     return this.shardInfo();
+  }
+
+  /** What this process holds now (see CriticMemory). */
+  memoryInfo(): CriticMemory {
+    return {
+      rank: this.rank,
+      tensorBytes: tf.memory().numBytes,
+      weightBytes: this.model?.weightBytes() ?? 0,
+      shardBytes: (this.sharded?.params.byteLength ?? 0) + (this.sharded?.optim.stateBytes ?? 0),
+      peakRssBytes: process.resourceUsage().maxRSS * 1024,
+    };
+  }
+
+  /** Whether a trained parameter is held now (the value head always is). */
+  private holds(name: string): boolean {
+    return name.startsWith("score.") || this.need().model.holdsWeight(name);
+  }
+
+  /**
+   * A phase begins: the units `which` selects are all-gathered from the shards (those held already are
+   * skipped). Every rank calls it at the same point.
+   */
+  private async phaseBegins(which: (unit: FlatUnit) => boolean = () => true): Promise<void> {
+    const { model } = this.need();
+    await this.gatherWeightsInto(
+      model,
+      (u) => which(u) && !u.entries.every((e) => this.holds(e.name)),
+      (values) => this.setParameters(values),
+    );
+  }
+
+  /** A phase ended: the backbone's weights are freed (the shards hold them). */
+  private phaseEnded(): void {
+    this.need().model.evictWeights();
   }
 
   private need(): { model: Qwen2Model; head: { weight: tf.Variable; bias: tf.Variable }; s: CriticSettings } {
@@ -130,24 +186,27 @@ export class CriticWorker extends ShardedWorker {
   /** The trained parameters by name: the backbone (without an untied lm_head) and the value head. */
   private async parameters(): Promise<Map<string, Float32Array>> {
     const { model, head } = this.need();
-    const [backbone, weight, bias] = await Promise.all([
-      model.getParameters(),
+    const names = model.specs.map((spec) => spec.name).filter((name) => name !== "lm_head.weight");
+    const [out, weight, bias] = await Promise.all([
+      model.getParameters(names),
       head.weight.data() as Promise<Float32Array>,
       head.bias.data() as Promise<Float32Array>,
     ]);
-    const out = new Map([...backbone].filter(([name]) => name !== "lm_head.weight"));
     out.set("score.weight", weight);
     out.set("score.bias", bias);
     return out;
   }
 
+  /** Puts parameters by name into the backbone and the value head (those given; others keep theirs). */
   private setParameters(values: Map<string, Float32Array>): void {
     const { model, head } = this.need();
     const backbone = new Map([...values].filter(([name]) => !name.startsWith("score.")));
     model.setParameters(backbone);
+    const weight = values.get("score.weight");
+    const bias = values.get("score.bias");
     tf.tidy(() => {
-      head.weight.assign(tf.tensor2d(values.get("score.weight")!, head.weight.shape as [number, number]));
-      head.bias.assign(tf.tensor1d(values.get("score.bias")!));
+      if (weight) head.weight.assign(tf.tensor2d(weight, head.weight.shape as [number, number]));
+      if (bias) head.bias.assign(tf.tensor1d(bias));
     });
   }
 
@@ -171,15 +230,21 @@ export class CriticWorker extends ShardedWorker {
     const { s } = this.need();
     const R = data.tensor("responses").shape[1]!;
     const groups = microBatches(data, s.forwardMicro, s.forwardMaxTokens);
-    const [values] = await byMicroBatch(data, groups, R, async (part) => {
-      const { tb, P, kept } = responseTokenBatch(part);
-      const v = tf.tidy(() => this.responseValues(tb, P, kept, R));
-      try {
-        return [(await v.data()) as Float32Array];
-      } finally {
-        v.dispose();
-      }
-    });
+    await this.phaseBegins();
+    let values: Float32Array | undefined;
+    try {
+      [values] = await byMicroBatch(data, groups, R, async (part) => {
+        const { tb, P, kept } = responseTokenBatch(part);
+        const v = tf.tidy(() => this.responseValues(tb, P, kept, R));
+        try {
+          return [(await v.data()) as Float32Array];
+        } finally {
+          v.dispose();
+        }
+      });
+    } finally {
+      this.phaseEnded();
+    }
     return DataProto.fromDict({ values: { data: values!, shape: [data.length, R] } });
   }
 
@@ -190,9 +255,24 @@ export class CriticWorker extends ShardedWorker {
    */
   async updateCritic(data: DataProto): Promise<Record<string, number>> {
     this.injectFault("updateCritic");
+    const { model } = this.need();
+    // FSDP per layer (gradient checkpointing) gathers each decoder layer for itself
+    await this.phaseBegins(model.gradientCheckpointing ? (u) => !isLayerUnit(u) : undefined);
+    try {
+      return await this.updateWith(data);
+    } finally {
+      this.phaseEnded();
+    }
+  }
+
+  /** updateCritic on the gathered weights. */
+  private async updateWith(data: DataProto): Promise<Record<string, number>> {
     const { head, model, s } = this.need();
-    const vars = model.variables().filter((_, i) => model.specs[i]!.name !== "lm_head.weight");
-    const nameOf = new Map(model.variables().map((v, i) => [v.name, model.specs[i]!.name]));
+    const held = model.specs
+      .map((spec) => spec.name)
+      .filter((name) => name !== "lm_head.weight" && model.holdsWeight(name));
+    const vars = model.variables(held);
+    const nameOf = new Map(vars.map((v, i) => [v.name, held[i]!]));
     vars.push(head.weight, head.bias);
     nameOf.set(head.weight.name, "score.weight");
     nameOf.set(head.bias.name, "score.bias");
@@ -258,11 +338,25 @@ export class CriticWorker extends ShardedWorker {
     return metrics;
   }
 
-  protected currentParameters(): Promise<Map<string, Float32Array>> {
-    return this.parameters();
+  protected async currentParameters(): Promise<Map<string, Float32Array>> {
+    await this.phaseBegins();
+    try {
+      return await this.parameters();
+    } finally {
+      this.phaseEnded();
+    }
   }
 
-  protected applyParameters(values: Map<string, Float32Array>): void {
-    this.setParameters(values);
+  /** Sharded at rest the shards are all there is (a checkpoint loaded into them): nothing to put in the model. */
+  protected applyParameters(_values: Map<string, Float32Array>): void {}
+
+  /** The new parameters into the units the model holds (none after the update's last step). */
+  protected override async afterOptimizerStep(model: Qwen2Model, more: boolean): Promise<void> {
+    if (!more) return;
+    await this.gatherWeightsInto(
+      model,
+      (u) => u.entries.every((e) => this.holds(e.name)),
+      (values) => this.setParameters(values),
+    );
   }
 }

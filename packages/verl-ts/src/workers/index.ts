@@ -16,7 +16,7 @@ export {
   type ShardMeta,
   writeShard,
 } from "./checkpoint-files.js";
-export { type CriticOptions, CriticWorker, criticSettings } from "./critic.js";
+export { type CriticMemory, type CriticOptions, CriticWorker, criticSettings } from "./critic.js";
 export {
   EXTERNAL_LIB_KEY,
   ExternalLibError,

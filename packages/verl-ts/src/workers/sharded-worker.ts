@@ -243,17 +243,19 @@ export abstract class ShardedWorker extends Worker {
   /**
    * All-gathers the units `which` selects from the shards into `model` (rounded into its storage dtype;
    * evicted weights are held again), one unit at a time: beside the model, a rank holds one unit's
-   * float32 values at most. Every rank calls it at the same point with the same selection.
+   * float32 values at most. `assign` puts a unit's values where they belong (default: the model).
+   * Every rank calls it at the same point with the same selection.
    */
   protected async gatherWeightsInto(
     model: Qwen2Model,
     which: (unit: FlatUnit) => boolean = () => true,
+    assign: (values: Map<string, Float32Array>) => void = (values) => model.setParameters(values),
   ): Promise<void> {
     const sharded = this.needSharded();
     for (const [u, unit] of sharded.units.entries()) {
       if (!which(unit)) continue;
       const values = await sharded.gatherUnit(u);
-      model.setParameters(
+      assign(
         new Map(
           unit.entries.map((e) => {
             const at = e.offset - unit.start;

@@ -78,6 +78,9 @@ test.serial(
       "ref_log_prob",
       "update_actor",
     ]);
+    // the step trained: a finite, positive gradient norm and the KL loss the probe turns on
+    t.true(result.update_metrics!["actor/grad_norm"]! > 0, JSON.stringify(result.update_metrics));
+    t.true(Number.isFinite(result.update_metrics!["actor/kl_loss"]));
     t.is(result.peak_rss_bytes_per_rank.length, 2);
     for (const rss of result.peak_rss_bytes_per_rank) t.true(rss > 10e6);
     // between phases the actor holds only its FSDP shard (sharded at rest: float32 parameters and the two

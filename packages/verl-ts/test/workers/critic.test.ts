@@ -8,7 +8,12 @@ import { loadTrainerConfig } from "../../src/config/index.js";
 import type { DataProto } from "../../src/protocol/index.js";
 import type { BatchTensor } from "../../src/protocol/tensor.js";
 import { type BoundGroup, ResourcePool, WorkerGroup, workerRole } from "../../src/single-controller/index.js";
-import { CriticWorker, layoutForMiniBatches, type ShardInfo } from "../../src/workers/index.js";
+import {
+  type CriticMemory,
+  CriticWorker,
+  layoutForMiniBatches,
+  type ShardInfo,
+} from "../../src/workers/index.js";
 import { responseBatch, tinyModelDir } from "./helpers.js";
 
 // The critic: values at the right positions, the clipped value loss, FSDP equivalence and checkpoints.
@@ -18,12 +23,13 @@ const B = 8; // train_batch_size 4 x n 2
 const P = 4;
 const R = 5;
 
-function config(modelPath: string, miniBatch: number) {
+function config(modelPath: string, miniBatch: number, checkpointing = false) {
   return loadTrainerConfig({
     values: {
       data: { train_batch_size: 4, max_prompt_length: P, max_response_length: R },
       actor_rollout_ref: { model: { path: modelPath }, rollout: { n: 2 } },
       critic: {
+        model: { enable_gradient_checkpointing: checkpointing },
         ppo_mini_batch_size: miniBatch,
         ppo_micro_batch_size_per_gpu: 1,
         cliprange_value: 0.5,
@@ -158,6 +164,12 @@ test("critic: N=2 gives the same parameters and metrics as N=1; a checkpoint loa
   t.true(diff < 2e-5);
   for (const [k, v] of Object.entries(a[1]!))
     t.true(Math.abs(b[1]![k]! - v) <= 1e-4 * Math.max(1, Math.abs(v)), k);
+  // sharded at rest: between phases a rank holds its float32 shard and AdamW moments, no full weights
+  const memory = (await two.memoryInfo()) as CriticMemory[];
+  for (const [r, m] of memory.entries()) {
+    t.is(m.weightBytes, 0, `rank ${r} holds no full weights between phases`);
+    t.is(m.shardBytes, 12 * infos[r]!.shardElements);
+  }
 
   const dir = join(mkdtempSync(join(tmpdir(), "torl-critic-ckpt-")), "critic");
   await two.saveCheckpoint(dir);
@@ -170,4 +182,26 @@ test("critic: N=2 gives the same parameters and metrics as N=1; a checkpoint loa
   const next2 = (await step(two, cfg)).metrics;
   t.true(Math.abs(next1["critic/vf_loss"]! - next2["critic/vf_loss"]!) < 1e-5);
   for (const g of [one, two, fresh]) await g.shutdown();
+});
+
+test("critic: FSDP per layer (gradient checkpointing) at N=2 trains like the whole-model tape at N=1", async (t) => {
+  const plain = config(tinyModelDir(), 2);
+  const layered = config(tinyModelDir(), 2, true);
+  const [one, two] = await Promise.all([
+    group(1, plain, "critic-plain"),
+    group(2, layered, "critic-layered"),
+  ]);
+  for (let i = 0; i < 2; i++) {
+    const a = (await step(one, plain)).metrics;
+    const b = (await step(two, layered)).metrics;
+    t.true(Math.abs(a["critic/vf_loss"]! - b["critic/vf_loss"]!) < 1e-5, `step ${i} vf_loss`);
+  }
+  const p1 = (await one.gatheredParameters())[0]!;
+  const p2 = (await two.gatheredParameters())[0]!;
+  let diff = 0;
+  for (let i = 0; i < p1.length; i++) diff = Math.max(diff, Math.abs(p1[i]! - p2[i]!));
+  t.log(`max |layered N=2 - plain N=1| ${diff.toExponential(2)}`);
+  t.true(diff < 2e-5);
+  for (const m of (await two.memoryInfo()) as CriticMemory[]) t.is(m.weightBytes, 0);
+  for (const g of [one, two]) await g.shutdown();
 });
