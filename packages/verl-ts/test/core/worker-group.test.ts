@@ -1,5 +1,6 @@
 import { ActorDiedError, getCollectiveGroup, init, RemoteError, shutdown } from "@torl-ts/actors";
 import test from "ava";
+import { loadTrainerConfig } from "../../src/config/index.js";
 import { DataProto } from "../../src/protocol/index.js";
 import {
   type BoundGroup,
@@ -9,6 +10,7 @@ import {
   WorkerStartTimeoutError,
   workerRole,
 } from "../../src/single-controller/index.js";
+import { ActorRolloutRefWorker, type ShardInfo } from "../../src/workers/index.js";
 import {
   BrokenRole,
   DoublerWorker,
@@ -16,6 +18,7 @@ import {
   ToyActorRole,
   ToyRolloutRole,
 } from "../fixtures/core/workers.js";
+import { tinyModelDir } from "../workers/helpers.js";
 
 const FIXTURES = { module: new URL("../fixtures/core/workers.ts", import.meta.url).href };
 
@@ -61,6 +64,48 @@ test("each rank knows its rank, world size, group and its own GPU; one process p
     `one GPU each: ${gpus}`,
   );
   t.not(gpus[0], gpus[1]);
+});
+
+test("model workers on declared GPUs: each process sees its own GPU and reports the backend it computes on", async (t) => {
+  const config = loadTrainerConfig({
+    values: { actor_rollout_ref: { model: { path: tinyModelDir() } }, trainer: { n_gpus_per_node: 2 } },
+  });
+  const pool = new ResourcePool({ processOnNodes: [2], useGpu: true, namePrefix: "gpu-actors" });
+  const wg = (await WorkerGroup.create(
+    pool,
+    workerRole(
+      ActorRolloutRefWorker,
+      { module: new URL("../../src/workers/actor-rollout-ref.ts", import.meta.url).href },
+      { config },
+    ),
+    { name: "gpu-actors", collective: true, env: { TORL_BACKEND: "cpu" } },
+  )) as BoundGroup<typeof ActorRolloutRefWorker>;
+  try {
+    const infos = (await wg.initModel()) as ShardInfo[];
+    const facts = await wg.workerInfo();
+    t.deepEqual(
+      infos.map((i) => [i.rank, i.backend]),
+      [
+        [0, "cpu"],
+        [1, "cpu"],
+      ],
+      "each worker computes on the backend its environment asks for",
+    );
+    t.deepEqual(
+      infos.map((i) => i.pid),
+      facts.map((f) => f.pid),
+      "the ranks are the processes the facts describe",
+    );
+    const gpus = facts.map((f) => f.cudaVisibleDevices);
+    t.true(
+      gpus.every((g) => typeof g === "string" && /^\d+$/.test(g)),
+      `one GPU each: ${gpus}`,
+    );
+    t.not(gpus[0], gpus[1]);
+  } finally {
+    await wg.shutdown();
+    await pool.release();
+  }
 });
 
 test("DP_COMPUTE_PROTO pads to the world size, chunks, concatenates back and strips the padding", async (t) => {
