@@ -4,7 +4,7 @@
  * Loading never throws: a machine where the addon did not build or libopenblas is missing gets
  * `{ ok: false, reason }`, and callers keep their own kernels.
  */
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -149,6 +149,22 @@ function notBuiltReason(): string {
   return `the OpenBLAS addon is missing at ${ADDON_PATH} (run ${rebuild})`;
 }
 
+/**
+ * The addon's sources (binding.gyp, src/*.cc, src/*.h under `root`) changed after `addonPath` was built,
+ * by modification time as make decides: a checkout that pulled new kernels without rebuilding would
+ * otherwise run the old ones, with other numbers and no word said.
+ */
+export function sourcesNewerThan(addonPath: string, root: string = packageRoot): string[] {
+  const built = statSync(addonPath).mtimeMs;
+  const sources = [
+    "binding.gyp",
+    ...readdirSync(join(root, "src"))
+      .filter((f) => f.endsWith(".cc") || f.endsWith(".h"))
+      .map((f) => `src/${f}`),
+  ];
+  return sources.filter((f) => existsSync(join(root, f)) && statSync(join(root, f)).mtimeMs > built);
+}
+
 let loaded: BlasLoad | undefined;
 
 /**
@@ -163,6 +179,14 @@ export function loadNativeBlas(threads = 1): BlasLoad {
   }
   if (!existsSync(ADDON_PATH)) {
     loaded = { ok: false, reason: notBuiltReason() };
+    return loaded;
+  }
+  const newer = sourcesNewerThan(ADDON_PATH);
+  if (newer.length) {
+    loaded = {
+      ok: false,
+      reason: `the OpenBLAS addon at ${ADDON_PATH} is older than its sources (${newer.slice(0, 3).join(", ")}${newer.length > 3 ? ", ..." : ""} changed since it was built; run pnpm --filter @torl-ts/blas build:addon)`,
+    };
     return loaded;
   }
   try {

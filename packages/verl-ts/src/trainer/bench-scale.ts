@@ -211,8 +211,8 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
 
 const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N]
 
-The real-size probe (about 8 minutes on 2 idle cores; up to 12 GB of memory per rank with 2 ranks, so
-give it an otherwise idle 24 GB machine): Qwen2.5-0.5B's shapes with random bf16 weights (written to a
+The real-size probe (about 5 minutes on 2 idle cores; about 10 GB of memory per rank at the update's
+peak with 2 ranks, so give it an otherwise idle 24 GB machine): Qwen2.5-0.5B's shapes with random bf16 weights (written to a
 temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU backend, generate 16 tokens
 per row with the KV cache and run one GRPO step. Prints seconds per phase, peak resident set per rank,
 the largest tensor and the update's metrics; --json prints them as one JSON object last.`;
