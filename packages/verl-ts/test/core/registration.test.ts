@@ -83,5 +83,6 @@ test("the trainer's workers register veRL's methods, those of the sharded base i
     "initModel",
     "computeValues",
     "updateCritic",
+    "memoryInfo",
   ]);
 });
