@@ -45,10 +45,7 @@ TORL_CPU_CLONES __attribute__((noinline)) void Update(const float* param, const 
 // the same loop in JavaScript does, so both give the same bits.
 Napi::Value AdamW(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() != 11) {
-    Napi::TypeError::New(env, "adamw takes 11 arguments").ThrowAsJavaScriptException();
-    return env.Undefined();
-  }
+  if (!HasArity(info, "adamw", 11)) return env.Undefined();
   Operand p, g, m, v, out;
   if (!ReadOperand(env, info[0], "param", &p) || !ReadOperand(env, info[1], "grad", &g) ||
       !ReadOperand(env, info[2], "expAvg", &m) || !ReadOperand(env, info[3], "expAvgSq", &v) ||

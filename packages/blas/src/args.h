@@ -61,4 +61,12 @@ inline bool ReadInt32Array(const Napi::Env& env, const Napi::Value& value, const
   return true;
 }
 
+// Whether a function named `fn` was called with exactly `count` arguments; else throws a TypeError saying so.
+inline bool HasArity(const Napi::CallbackInfo& info, const char* fn, size_t count) {
+  if (info.Length() == count) return true;
+  Napi::TypeError::New(info.Env(), std::string(fn) + " takes " + std::to_string(count) + " arguments")
+      .ThrowAsJavaScriptException();
+  return false;
+}
+
 }  // namespace torl_blas

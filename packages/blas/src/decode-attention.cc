@@ -149,10 +149,7 @@ bool ReadBias(const Napi::Env& env, const Napi::Value& value, const char* name, 
 // Slots [0, span) are attended (every slot < span).
 Napi::Value DecodeAttention(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() != 19) {
-    Napi::TypeError::New(env, "decodeAttention takes 19 arguments").ThrowAsJavaScriptException();
-    return env.Undefined();
-  }
+  if (!HasArity(info, "decodeAttention", 19)) return env.Undefined();
   Operand q, k, v, cos, sin, keys, values, mask, out;
   if (!ReadOperand(env, info[0], "q", &q) || !ReadOperand(env, info[1], "k", &k) ||
       !ReadOperand(env, info[2], "v", &v) || !ReadOperand(env, info[6], "cos", &cos) ||

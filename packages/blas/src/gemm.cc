@@ -15,10 +15,7 @@ namespace torl_blas {
 // i * strideA floats (0 broadcasts one matrix to every batch entry), likewise b[i]; c is dense.
 Napi::Value Gemm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() != 11) {
-    Napi::TypeError::New(env, "gemm takes 11 arguments").ThrowAsJavaScriptException();
-    return env.Undefined();
-  }
+  if (!HasArity(info, "gemm", 11)) return env.Undefined();
   Operand a, b, c;
   if (!ReadOperand(env, info[0], "a", &a) || !ReadOperand(env, info[1], "b", &b) ||
       !ReadOperand(env, info[2], "c", &c))
@@ -81,7 +78,7 @@ Napi::Value Info(const Napi::CallbackInfo& info) {
 Napi::Value SetThreads(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int64_t n;
-  if (info.Length() != 1 || !ReadCount(env, info[0], "threads", &n)) return env.Undefined();
+  if (!HasArity(info, "setThreads", 1) || !ReadCount(env, info[0], "threads", &n)) return env.Undefined();
   if (n < 1) {
     Napi::RangeError::New(env, "threads must be at least 1").ThrowAsJavaScriptException();
     return env.Undefined();

@@ -50,10 +50,7 @@ bool ReadShape(const Napi::CallbackInfo& info, size_t first, Operand* logits, co
 // t = -1 marks a row nobody scores: its stats are 0.
 Napi::Value LogSoftmaxPick(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() != 4) {
-    Napi::TypeError::New(env, "logSoftmaxPick takes 4 arguments").ThrowAsJavaScriptException();
-    return env.Undefined();
-  }
+  if (!HasArity(info, "logSoftmaxPick", 4)) return env.Undefined();
   Operand logits, stats;
   const int32_t* targets;
   size_t rows, vocab;
@@ -111,10 +108,7 @@ Napi::Value LogSoftmaxPick(const Napi::CallbackInfo& info) {
 //   d logp / d x_j = [j = t] - p_j;   d H / d x_j = p_j (S - x_j), S = sum_k p_k x_k = lse - H.
 Napi::Value LogSoftmaxPickGrad(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() != 6) {
-    Napi::TypeError::New(env, "logSoftmaxPickGrad takes 6 arguments").ThrowAsJavaScriptException();
-    return env.Undefined();
-  }
+  if (!HasArity(info, "logSoftmaxPickGrad", 6)) return env.Undefined();
   Operand logits, stats, dStats, dLogits;
   const int32_t* targets;
   size_t rows, vocab;

@@ -36,10 +36,7 @@ float InverseRms(const float* x, size_t width, double eps) {
 // rmsNorm(x, w, eps, y): y[r] = x[r] * inverseRms(x[r]) * w for each row r of x ([rows, width]).
 Napi::Value RmsNorm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() != 4) {
-    Napi::TypeError::New(env, "rmsNorm takes 4 arguments").ThrowAsJavaScriptException();
-    return env.Undefined();
-  }
+  if (!HasArity(info, "rmsNorm", 4)) return env.Undefined();
   Operand x, w, y;
   size_t rows, width;
   double eps;
@@ -63,10 +60,7 @@ Napi::Value RmsNorm(const Napi::CallbackInfo& info) {
 //   dx = s g - x s^3 sum_j(g_j x_j) / width;   dw = sum over rows of dy x s.
 Napi::Value RmsNormGrad(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() != 6) {
-    Napi::TypeError::New(env, "rmsNormGrad takes 6 arguments").ThrowAsJavaScriptException();
-    return env.Undefined();
-  }
+  if (!HasArity(info, "rmsNormGrad", 6)) return env.Undefined();
   Operand x, w, dy, dx, dw;
   size_t rows, width;
   double eps;

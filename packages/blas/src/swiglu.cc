@@ -16,11 +16,9 @@ namespace torl_blas {
 Napi::Value Swiglu(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Operand g, u, y;
-  if (info.Length() != 3 || !ReadOperand(env, info[0], "g", &g) || !ReadOperand(env, info[1], "u", &u) ||
-      !ReadOperand(env, info[2], "y", &y)) {
-    if (!env.IsExceptionPending()) Napi::TypeError::New(env, "swiglu takes 3 arguments").ThrowAsJavaScriptException();
+  if (!HasArity(info, "swiglu", 3) || !ReadOperand(env, info[0], "g", &g) || !ReadOperand(env, info[1], "u", &u) ||
+      !ReadOperand(env, info[2], "y", &y))
     return env.Undefined();
-  }
   if (u.length != g.length || y.length != g.length) {
     Napi::RangeError::New(env, "g, u and y must have the same length").ThrowAsJavaScriptException();
     return env.Undefined();
@@ -52,13 +50,10 @@ TORL_CPU_CLONES __attribute__((noinline)) static void SwigluGradLoop(const float
 Napi::Value SwigluGrad(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Operand g, u, dy, dg, du;
-  if (info.Length() != 5 || !ReadOperand(env, info[0], "g", &g) || !ReadOperand(env, info[1], "u", &u) ||
+  if (!HasArity(info, "swigluGrad", 5) || !ReadOperand(env, info[0], "g", &g) || !ReadOperand(env, info[1], "u", &u) ||
       !ReadOperand(env, info[2], "dy", &dy) || !ReadOperand(env, info[3], "dg", &dg) ||
-      !ReadOperand(env, info[4], "du", &du)) {
-    if (!env.IsExceptionPending())
-      Napi::TypeError::New(env, "swigluGrad takes 5 arguments").ThrowAsJavaScriptException();
+      !ReadOperand(env, info[4], "du", &du))
     return env.Undefined();
-  }
   if (u.length != g.length || dy.length != g.length || dg.length != g.length || du.length != g.length) {
     Napi::RangeError::New(env, "g, u, dy, dg and du must have the same length").ThrowAsJavaScriptException();
     return env.Undefined();

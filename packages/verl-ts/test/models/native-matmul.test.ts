@@ -137,6 +137,17 @@ test("the addon refuses operands shorter than the sizes say instead of reading p
       message: /shorter than/,
     },
   );
+  // a call with the wrong number of arguments is refused by name, not ignored
+  const call = (f: unknown, ...args: unknown[]) => (f as (...a: unknown[]) => unknown)(...args);
+  t.throws(() => call(load.blas.setThreads), {
+    instanceOf: TypeError,
+    message: "setThreads takes 1 arguments",
+  });
+  t.throws(() => call(load.blas.gemm, c), { instanceOf: TypeError, message: "gemm takes 11 arguments" });
+  t.throws(() => call(load.blas.swiglu, c, c), {
+    instanceOf: TypeError,
+    message: "swiglu takes 3 arguments",
+  });
 });
 
 test("TORL_NATIVE_MATMUL=off keeps the wasm kernel and the backend line says so; a bad value is refused", (t) => {
