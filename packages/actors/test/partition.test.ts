@@ -258,7 +258,7 @@ if (unavailable) {
       );
       proxy.child.kill("SIGKILL");
       t.log(
-        `100 ms +0..40 ms each way, a reset every ~2 s per connection: ${r.syncCalls} rounds (a call, 50 calls in flight, a 1 MiB object fetched): ${r.callsPerS.toFixed(1)} calls/s, ${r.fetches} object fetches of 1 MiB (${r.fetchMBps.toFixed(2)} MB/s) in ${r.elapsedS} s; proxy: ${stats.connections} connections, ${stats.resets} resets`,
+        `100 ms +0..40 ms each way, a reset every ~2 s per connection: ${r.syncCalls} rounds (a call, 50 calls in flight, a 1 MiB object fetched): ${r.callsPerS.toFixed(1)} calls/s, ${r.fetches} object fetches of 1 MiB (${r.fetchMBps.toFixed(2)} MB/s) in ${r.elapsedS} s; proxy: ${stats.connections} connections, ${stats.resets} resets, ${stats.upstreamErrors} reset by the server's side`,
       );
       t.deepEqual(r.wrong, []);
       t.true(r.syncCalls > 0 && r.fetches > 0);

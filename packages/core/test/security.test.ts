@@ -1,5 +1,6 @@
 import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, statSync } from "node:fs";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
@@ -169,6 +170,61 @@ test.serial(
       process.env.TORL_STATE_DIR = prevState;
     }
     await torl("stop", "--force");
+  },
+);
+
+/** Connects a link holding keys to `endpoint`; resolves with its ClusterAuthError (or a timeout's). */
+function keyedLinkFails(endpoint: string): Promise<ClusterAuthError | Error> {
+  setClusterKeys(generateClusterKeys());
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(new Error("no auth error within 10 s")), 10_000);
+    const link = new DealerLink(
+      endpoint,
+      () => {},
+      "probe",
+      (err) => {
+        clearTimeout(timer);
+        resolve(err);
+      },
+    );
+    link.send({ t: "ping" });
+  }).finally(() => setClusterKeys(null)) as Promise<ClusterAuthError | Error>;
+}
+
+test.serial(
+  "a process with keys meets a server without CURVE: the error says so, with ZeroMQ's code",
+  async (t) => {
+    const server = new zmq.Router({ linger: 0 });
+    await server.bind("tcp://127.0.0.1:0");
+    const e = await keyedLinkFails(server.lastEndpoint!);
+    server.close();
+    t.true(e instanceof ClusterAuthError, String(e));
+    t.regex(e.message, /ERR_ZMTP_MECHANISM_MISMATCH: the server does not use CURVE/);
+  },
+);
+
+test.serial(
+  "a stream garbled after the server's greeting is a protocol error, not a missing-CURVE guess",
+  async (t) => {
+    // a CURVE server's greeting (ZMTP 3.0), then bytes no CURVE server sends: a WELCOME that is not one
+    const greeting = Buffer.alloc(64);
+    greeting[0] = 0xff;
+    greeting[9] = 0x7f;
+    greeting[10] = 3;
+    greeting.write("CURVE", 12);
+    greeting[32] = 1;
+    const garbage = Buffer.from([5, 5, 0, 1, 0, 0, 0, 0, 0, 0]);
+    const server = net.createServer((c) => {
+      c.on("error", () => {});
+      c.resume();
+      c.write(Buffer.concat([greeting, garbage]));
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const e = await keyedLinkFails(`tcp://127.0.0.1:${(server.address() as net.AddressInfo).port}`);
+    server.close();
+    t.true(e instanceof ClusterAuthError, String(e));
+    t.regex(e.message, /ERR_ZMTP_\w+: the server's handshake broke the protocol/);
+    t.notRegex(e.message, /does not use CURVE/);
   },
 );
 

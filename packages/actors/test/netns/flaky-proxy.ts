@@ -11,7 +11,7 @@ const DELAY_MS = Number(process.env.DELAY_MS ?? 100);
 const JITTER_MS = Number(process.env.JITTER_MS ?? 40);
 const RESET_MS = Number(process.env.RESET_MS ?? 3000);
 
-const stats = { connections: 0, resets: 0, bytes: 0 };
+const stats = { connections: 0, resets: 0, bytes: 0, upstreamErrors: 0 };
 
 /**
  * Writes chunks to `to` after the delay, in the order they came: one queue and one timer per
@@ -44,7 +44,9 @@ function delayedPipe(from: net.Socket, to: net.Socket): void {
 
 function relay(client: net.Socket, host: string, port: number): void {
   const upstream = net.connect({ host, port });
+  let relaying = false;
   upstream.once("connect", () => {
+    relaying = true;
     client.write(Buffer.from([5, 0, 0, 1, 0, 0, 0, 0, 0, 0]));
     stats.connections++;
     delayedPipe(client, upstream);
@@ -66,7 +68,14 @@ function relay(client: net.Socket, host: string, port: number): void {
     upstream.once("close", end);
   });
   upstream.once("error", () => {
-    if (!client.destroyed) client.end(Buffer.from([5, 5, 0, 1, 0, 0, 0, 0, 0, 0]));
+    if (client.destroyed) return;
+    // a SOCKS failure reply only before the success reply: written into a relayed stream, its bytes
+    // would reach the client as the server's and fail its handshake as a protocol error
+    if (!relaying) client.end(Buffer.from([5, 5, 0, 1, 0, 0, 0, 0, 0, 0]));
+    else {
+      stats.upstreamErrors++;
+      client.resetAndDestroy();
+    }
   });
   client.on("error", () => upstream.destroy());
 }

@@ -115,9 +115,17 @@ export function watchHandshake(sock: zmq.Socket, onFailure: (reason: string) => 
   });
   sock.events.on("handshake:error:auth", () => fail("the server refused this process's key"));
   // ZeroMQ does not reconnect after a protocol error, and TCP does not garble a stream: final
-  sock.events.on("handshake:error:protocol", () =>
-    fail(keys ? "the server does not use CURVE (this process has keys, the cluster has none?)" : noKeys),
-  );
+  sock.events.on("handshake:error:protocol", (e) => {
+    const code = e.error?.code ?? "ERR_ZMTP_UNSPECIFIED";
+    if (code !== "ERR_ZMTP_MECHANISM_MISMATCH")
+      fail(
+        `${code}: the server's handshake broke the protocol (not a torl server at that address, or something on the path alters the stream)`,
+      );
+    else
+      fail(
+        `${code}: ${keys ? "the server does not use CURVE (this process has keys, the cluster has none?)" : noKeys}`,
+      );
+  });
   sock.events.on("handshake:error:other", (e) =>
     persisting(
       e.error?.message ?? "connection dropped",
