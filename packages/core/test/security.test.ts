@@ -11,7 +11,7 @@ import { ClusterAuthError, createActor, get, InsecureListenError, init, shutdown
 import { randomId } from "../src/runtime/ids.js";
 import { buildBatch } from "../src/wire/batch.js";
 import { encode } from "../src/wire/codec.js";
-import { DealerLink } from "../src/wire/links.js";
+import { DealerLink, RouterServer } from "../src/wire/links.js";
 import { generateClusterKeys, setClusterKeys } from "../src/wire/security.js";
 import type { MarkerActor } from "./fixtures/marker-actor.ts";
 
@@ -225,6 +225,67 @@ test.serial(
     t.true(e instanceof ClusterAuthError, String(e));
     t.regex(e.message, /ERR_ZMTP_\w+: the server's handshake broke the protocol/);
     t.notRegex(e.message, /does not use CURVE/);
+  },
+);
+
+test.serial(
+  "a connection that worked, then garbled on the path: the link dials again and goes on",
+  async (t) => {
+    setClusterKeys(generateClusterKeys());
+    const server = new RouterServer((peer, msg) => server.send(peer, { echo: msg.n }), "echo");
+    const serverPort = Number(new URL(await server.bind("tcp://127.0.0.1:0")).port);
+    server.start();
+    // a relay whose second connection passes the server's greeting, then bytes the server never sent
+    const relayed: net.Socket[] = [];
+    let connections = 0;
+    const relay = net.createServer((client) => {
+      const n = ++connections;
+      const upstream = net.connect(serverPort, "127.0.0.1");
+      relayed.push(client, upstream);
+      for (const s of [client, upstream]) s.on("error", () => {});
+      client.on("data", (d) => upstream.write(d));
+      let fromServer = 0;
+      upstream.on("data", (d) => {
+        if (n !== 2) return void client.write(d);
+        if (fromServer < 64) client.write(d.subarray(0, 64 - fromServer));
+        if ((fromServer += d.length) >= 64) client.write(Buffer.from([5, 5, 0, 1, 0, 0, 0, 0, 0, 0]));
+      });
+      client.on("close", () => upstream.destroy());
+      upstream.on("close", () => client.destroy());
+    });
+    await new Promise<void>((r) => relay.listen(0, "127.0.0.1", r));
+    const echoes: number[] = [];
+    let authError: ClusterAuthError | null = null;
+    const link = new DealerLink(
+      `tcp://127.0.0.1:${(relay.address() as net.AddressInfo).port}`,
+      (m) => echoes.push(m.echo),
+      "probe",
+      (e) => {
+        authError = e;
+      },
+    );
+    /** Sends `n` every 200 ms until its echo comes back (what was in flight on a broken link is lost). */
+    const roundTrip = async (n: number) => {
+      for (let i = 0; i < 50 && !echoes.includes(n) && !authError; i++) {
+        link.send({ n });
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    };
+    try {
+      await roundTrip(1);
+      t.true(echoes.includes(1), "the first connection works");
+      for (const s of relayed) s.resetAndDestroy(); // the link reconnects: that connection is garbled
+      await roundTrip(2);
+      t.is(authError, null, `no auth failure: ${String(authError)}`);
+      t.true(echoes.includes(2), "the link came back after the garbled connection");
+      t.true(connections >= 3, `connections through the relay: ${connections}`);
+    } finally {
+      link.close();
+      server.close();
+      relay.close();
+      for (const s of relayed) s.destroy();
+      setClusterKeys(null);
+    }
   },
 );
 

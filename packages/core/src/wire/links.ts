@@ -152,13 +152,26 @@ export class DealerLink extends BatchingSocket<zmq.Dealer> {
       logDebug(`${this.label}: connection back after a break; re-sending what has no answer`);
       this.onReconnect?.();
     });
-    watchHandshake(this.sock, (reason) => {
-      if (this.closed) return;
-      this.authError = new ClusterAuthError(endpoint, reason);
-      logWarn(`${this.label}: ${this.authError.message}`);
-      this.close();
-      onAuthFailure?.(this.authError);
-    });
+    watchHandshake(
+      this.sock,
+      (reason) => {
+        if (this.closed) return;
+        this.authError = new ClusterAuthError(endpoint, reason);
+        logWarn(`${this.label}: ${this.authError.message}`);
+        this.close();
+        onAuthFailure?.(this.authError);
+      },
+      () => {
+        if (this.closed) return;
+        logDebug(
+          `${this.label}: a connection that had worked broke the protocol; dialling ${endpoint} again`,
+        );
+        try {
+          this.sock.disconnect(endpoint);
+        } catch {} // ZeroMQ may have dropped the endpoint already
+        connectClient(this.sock, endpoint);
+      },
+    );
     connectClient(this.sock, endpoint);
     void this.readLoop(0, (_parts, m) => onMessage(m));
   }

@@ -89,15 +89,23 @@ export function secureClientSocket(sock: zmq.Socket): void {
 
 /**
  * Calls `onFailure` once when the secure handshake with the server fails for good. A refused key
- * (the server's key check said no) and a protocol mismatch (one side has no keys) are final. A
- * dropped connection (what a server that cannot decrypt our hello does) also happens when a flaky
- * network cuts a handshake short, so it counts only when it goes on, with no handshake succeeding,
- * FAILURES_IN_A_ROW times over at least FAILURE_WINDOW_MS.
+ * (the server's key check said no) and a protocol error before any handshake succeeded (one side has
+ * no keys, or no torl server is at that address) are final. A dropped connection (what a server that
+ * cannot decrypt our hello does) also happens when a flaky network cuts a handshake short, so it
+ * counts only when it goes on, with no handshake succeeding, FAILURES_IN_A_ROW times over at least
+ * FAILURE_WINDOW_MS. A protocol error after a handshake succeeded counts the same way: the server
+ * spoke CURVE with these keys, so what broke is this connection (something on the path altered it),
+ * and ZeroMQ gives up an endpoint after a protocol error, so `redial` connects it again.
  */
-export function watchHandshake(sock: zmq.Socket, onFailure: (reason: string) => void): void {
+export function watchHandshake(
+  sock: zmq.Socket,
+  onFailure: (reason: string) => void,
+  redial?: () => void,
+): void {
   let failed = false;
   let inARow = 0;
   let first = 0;
+  let handshaken = false;
   const fail = (reason: string) => {
     if (failed) return;
     failed = true;
@@ -110,21 +118,24 @@ export function watchHandshake(sock: zmq.Socket, onFailure: (reason: string) => 
       fail(`every handshake failed for ${spanMs} ms (${inARow} in a row; last: ${what}): ${guess}`);
   };
   const noKeys = "the server requires CURVE keys and this process has none";
+  const altered =
+    "the server's handshake broke the protocol (not a torl server at that address, or something on the path alters the stream)";
   sock.events.on("handshake", () => {
     inARow = 0;
+    handshaken = true;
   });
   sock.events.on("handshake:error:auth", () => fail("the server refused this process's key"));
-  // ZeroMQ does not reconnect after a protocol error, and TCP does not garble a stream: final
   sock.events.on("handshake:error:protocol", (e) => {
     const code = e.error?.code ?? "ERR_ZMTP_UNSPECIFIED";
-    if (code !== "ERR_ZMTP_MECHANISM_MISMATCH")
-      fail(
-        `${code}: the server's handshake broke the protocol (not a torl server at that address, or something on the path alters the stream)`,
-      );
-    else
+    if (code === "ERR_ZMTP_MECHANISM_MISMATCH")
       fail(
         `${code}: ${keys ? "the server does not use CURVE (this process has keys, the cluster has none?)" : noKeys}`,
       );
+    else if (!handshaken || !redial) fail(`${code}: ${altered}`);
+    else {
+      persisting(code, altered);
+      if (!failed) setTimeout(() => !failed && redial(), REDIAL_AFTER_MS);
+    }
   });
   sock.events.on("handshake:error:other", (e) =>
     persisting(
@@ -134,6 +145,8 @@ export function watchHandshake(sock: zmq.Socket, onFailure: (reason: string) => 
   );
 }
 
+/** ZeroMQ's own reconnect interval (its default): a redial after a protocol error waits as long. */
+const REDIAL_AFTER_MS = 100;
 const FAILURES_IN_A_ROW = 8;
 const FAILURE_WINDOW_MS = 5000;
 
