@@ -110,7 +110,8 @@ async function generateBatch(
     return rows.map(() => ({ tokenIds: [], text: "", finishReason: "length", stopReason: null }));
   const batch = padBatch(prompts, "left", tokenizer.padTokenId);
   const cache = new KVCache(model.config, batch.batch);
-  const lmHead = tf.keep(model.lmHeadWeight());
+  const lmHead = model.lmHead();
+  tf.keep(lmHead.weight);
   let active = rows.slice(); // rows in cache order
   try {
     let logits: tf.Tensor = await model.prefill(batch, cache);
@@ -147,7 +148,7 @@ async function generateBatch(
     }
   } finally {
     cache.dispose();
-    lmHead.dispose();
+    lmHead.weight.dispose();
   }
   return rows.map((r) => r.out!);
 }

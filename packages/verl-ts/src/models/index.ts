@@ -59,6 +59,7 @@ export {
 } from "./pretrained.js";
 export {
   type ForwardOptions,
+  type LmHead,
   type ParamSpec,
   parameterSpecs,
   Qwen2Model,

@@ -35,3 +35,30 @@ export function linear(x: tf.Tensor2D, w: tf.Tensor, b?: tf.Tensor): tf.Tensor2D
   const y = linearOp(x, w);
   return b ? tf.add(y, b) : y;
 }
+
+/**
+ * x [N, in] @ w^T for w [out, in], read transposed in place (OpenBLAS only: XNNPACK's transposed
+ * products are slow). The tied LM head uses it on the embedding [V, h], so no transposed copy of the
+ * largest matrix exists; the gradient of w comes out [out, in] as well.
+ */
+const linearTransposedOp = tf.customGrad(((...args: unknown[]) => {
+  const [x, w, save] = args as [tf.Tensor, tf.Tensor, tf.GradSaveFunc];
+  const weightIsVariable = w instanceof tf.Variable;
+  save(weightIsVariable ? [x] : [x, w]);
+  return {
+    value: tf.matMul(x as tf.Tensor2D, w as tf.Tensor2D, false, true),
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) =>
+      tf.tidy(() => {
+        const xs = saved[0] as tf.Tensor2D;
+        const ws = (weightIsVariable ? w : saved[1]) as tf.Tensor2D;
+        const d = dy as tf.Tensor2D;
+        return [tf.matMul(d, ws), tf.matMul(d, xs, true, false)];
+      }),
+  };
+}) as any) as unknown as (x: tf.Tensor, w: tf.Tensor) => tf.Tensor2D;
+
+export function linearTransposed(x: tf.Tensor2D, w: tf.Tensor): tf.Tensor2D {
+  if (!nativeMatmulActive(tf.getBackend()))
+    throw new Error("linearTransposed reads its weight transposed in place: OpenBLAS's matrix product only");
+  return linearTransposedOp(x, w);
+}

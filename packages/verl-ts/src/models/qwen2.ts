@@ -13,7 +13,7 @@ import { type BlockWeights, blockFinish, blockProjections, decoderBlock } from "
 import { ModelFormatError } from "./errors.js";
 import { HalfArray, type StoredValues, type WeightDtype } from "./half-precision.js";
 import type { KVCache } from "./kv-cache.js";
-import { linear } from "./linear.js";
+import { linear, linearTransposed } from "./linear.js";
 import { type DecodeStepTables, nativeDecodeAttention } from "./native-decode-attention.js";
 import { nativeMatmulActive } from "./native-matmul.js";
 import { rmsNorm } from "./rms-norm.js";
@@ -88,6 +88,13 @@ export interface ForwardOptions {
  * actor_rollout_ref.model.dtype), offload (fsdp_config.param_offload), layer-by-layer widening.
  */
 export type Qwen2ModelOptions = WeightStoreOptions;
+
+/** The LM head a decode loop holds (Qwen2Model.lmHead). */
+export interface LmHead {
+  /** [h, V]; or [V, h] when `transposed`: the tied embedding, read transposed in place. */
+  weight: tf.Tensor2D;
+  transposed: boolean;
+}
 
 export class Qwen2Model {
   readonly specs: ParamSpec[];
@@ -296,6 +303,28 @@ export class Qwen2Model {
   }
 
   /**
+   * Whether the LM head reads the tied embedding [V, h] transposed in place: with OpenBLAS, so that no
+   * transposed copy of the largest matrix (V x h floats) is made per forward or held per generation.
+   */
+  private headInPlace(): boolean {
+    return this.config.tieWordEmbeddings && nativeMatmulActive(tf.getBackend());
+  }
+
+  /**
+   * The LM head as a decode loop holds it (decodeStep): the weight [h, V], or the tied embedding [V, h]
+   * itself (`transposed`) where the backend reads it so. The caller owns `weight`: disposing it never
+   * disposes the model's own variable.
+   */
+  lmHead(): LmHead {
+    if (this.headInPlace())
+      return {
+        weight: tf.clone(this.weights.tensor("model.embed_tokens.weight")) as tf.Tensor2D,
+        transposed: true,
+      };
+    return { weight: this.lmHeadWeight() as tf.Tensor2D, transposed: false };
+  }
+
+  /**
    * Full-sequence forward (training, scoring, prefill). Positions count real tokens per row (left padding
    * shifts them). Returns logits [B, L, V], or [B, V] with lastOnly, or hidden states [B, L, h].
    * Call inside tf.tidy or dispose the result.
@@ -330,7 +359,9 @@ export class Qwen2Model {
       hfinal = rmsNorm(hfinal, this.weights.tensor("model.norm.weight"), c.rmsNormEps);
       if (options.hidden)
         return tf.reshape(hfinal, options.lastOnly ? [B, c.hiddenSize] : [B, L, c.hiddenSize]);
-      const logits = linear(hfinal, this.lmHeadWeight());
+      const logits = this.headInPlace()
+        ? linearTransposed(hfinal, this.weights.tensor("model.embed_tokens.weight"))
+        : linear(hfinal, this.lmHeadWeight());
       return options.lastOnly ? logits : tf.reshape(logits, [B, L, c.vocabSize]);
     });
   }
@@ -420,9 +451,9 @@ export class Qwen2Model {
 
   /**
    * One decode step for the whole batch: `tokens[b]` is appended to row b of the cache; returns logits
-   * [B, V]. `lmHead` is the LM head weight from lmHeadWeight(), computed once per generation.
+   * [B, V]. `head` is the LM head from lmHead(), taken once per generation.
    */
-  async decodeStep(tokens: Int32Array, cache: KVCache, lmHead: tf.Tensor): Promise<tf.Tensor2D> {
+  async decodeStep(tokens: Int32Array, cache: KVCache, head: LmHead): Promise<tf.Tensor2D> {
     cache.reserve(1);
     const x = tf.tidy(() =>
       tf.gather(this.weights.tensor("model.embed_tokens.weight"), tf.tensor1d(tokens, "int32")),
@@ -433,7 +464,7 @@ export class Qwen2Model {
       const c = this.config;
       const logits = tf.tidy(() => {
         const hfinal = rmsNorm(last, this.weights.tensor("model.norm.weight"), c.rmsNormEps);
-        return tf.matMul(hfinal, lmHead as tf.Tensor2D) as tf.Tensor2D;
+        return tf.matMul(hfinal, head.weight, false, head.transposed) as tf.Tensor2D;
       });
       cache.advance(tokens);
       return logits;

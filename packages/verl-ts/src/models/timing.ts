@@ -37,7 +37,8 @@ export async function decodeTiming(
 ): Promise<{ wallMs: number; cpuMs: number }> {
   const prompt = randomBatch(B, ctx, model.config.vocabSize, 7);
   const cache = new KVCache(model.config, B);
-  const lmHead = tf.keep(model.lmHeadWeight());
+  const lmHead = model.lmHead();
+  tf.keep(lmHead.weight);
   try {
     (await model.prefill(prompt, cache)).dispose();
     const tok = new Int32Array(B).fill(1);
@@ -52,7 +53,7 @@ export async function decodeTiming(
     return { wallMs: (performance.now() - t0) / steps / B, cpuMs: (cpuMs() - c0) / steps / B };
   } finally {
     cache.dispose();
-    lmHead.dispose();
+    lmHead.weight.dispose();
   }
 }
 

@@ -27,6 +27,7 @@
 import { TextDecoder } from "node:util";
 import * as tf from "@tensorflow/tfjs";
 import {
+  type LmHead,
   maskFromCharRanges,
   mulberry32,
   padBatch,
@@ -333,9 +334,8 @@ class TirEngine {
         leftover: "",
       };
     });
-    // Tied embeddings give a fresh transposed tensor (ours to dispose); untied ones the model's variable.
-    const lmHead = tf.keep(this.model.lmHeadWeight());
-    const ownHead = !(lmHead instanceof tf.Variable);
+    const lmHead = this.model.lmHead();
+    tf.keep(lmHead.weight);
     let queued = 0; // rows[0..queued) were admitted
     try {
       if (this.maxLen === 0) for (const r of this.rows) this.finish(r, "length", null);
@@ -371,7 +371,7 @@ class TirEngine {
           break;
         }
     } finally {
-      if (ownHead) lmHead.dispose();
+      lmHead.weight.dispose();
       this.cache?.dispose();
       if (this.tool)
         await Promise.all(
@@ -412,7 +412,7 @@ class TirEngine {
   }
 
   /** One decode step for every row with a token to feed. */
-  private async step(lmHead: tf.Tensor): Promise<void> {
+  private async step(lmHead: LmHead): Promise<void> {
     const t0 = performance.now();
     const cache = this.cache!;
     const n = this.inCache.length;

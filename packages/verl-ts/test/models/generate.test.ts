@@ -130,7 +130,7 @@ test("the host-mirror KV cache (backends without in-place writes) gives the same
   const batch = padBatch([tok.encode("mirror"), tok.encode("in place!")], "left");
   const run = async (mode: "auto" | "mirror") => {
     const cache = new KVCache(model.config, 2, 8, mode);
-    const head = model.lmHeadWeight();
+    const head = model.lmHead();
     const outs: Float32Array[] = [(await model.prefill(batch, cache)).dataSync() as Float32Array];
     for (let i = 0; i < 12; i++) {
       const l = await model.decodeStep(Int32Array.from([i + 3, i + 5]), cache, head);
@@ -139,7 +139,7 @@ test("the host-mirror KV cache (backends without in-place writes) gives the same
     }
     t.is(cache.inPlace, mode === "auto");
     cache.dispose();
-    head.dispose();
+    head.weight.dispose();
     return outs;
   };
   const a = await run("auto");
@@ -176,7 +176,7 @@ test("decode-step logits equal full-forward logits within 1e-4 at every step", a
   const rows = [tok.encode("abc"), tok.encode("longer row")];
   const batch = padBatch(rows, "left");
   const cache = new KVCache(model.config, 2, 4);
-  const head = model.lmHeadWeight();
+  const head = model.lmHead();
   const seqs = rows.map((r) => [...r]);
   let logits = await model.prefill(batch, cache);
   for (let step = 0; step < 6; step++) {
@@ -192,7 +192,7 @@ test("decode-step logits equal full-forward logits within 1e-4 at every step", a
   }
   logits.dispose();
   cache.dispose();
-  head.dispose();
+  head.weight.dispose();
 });
 
 test("generation leaves an untied model's lm_head usable (the head weight handed out is the caller's)", async (t) => {

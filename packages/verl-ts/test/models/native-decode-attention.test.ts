@@ -174,7 +174,7 @@ test.serial("decode steps on the native attention give the host path's logits an
   // "mirror" keeps a host copy and re-uploads it, so the step runs the op-by-op host path.
   const run = async (mode: "auto" | "mirror") => {
     const cache = new KVCache(model.config, 2, 4, mode);
-    const head = model.lmHeadWeight();
+    const head = model.lmHead();
     const outs: Float32Array[] = [];
     (await model.prefill(batch, cache)).dispose();
     for (let i = 0; i < 9; i++) {
@@ -184,7 +184,7 @@ test.serial("decode steps on the native attention give the host path's logits an
     }
     t.is(cache.inPlaceLayer(0) !== undefined, mode === "auto");
     cache.dispose();
-    head.dispose();
+    head.weight.dispose();
     return outs;
   };
   const before = tf.memory().numTensors;

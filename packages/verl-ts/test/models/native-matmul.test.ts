@@ -4,8 +4,9 @@ import * as tf from "@tensorflow/tfjs";
 import { coreChoice, loadNativeBlas } from "@torl-ts/blas";
 import test from "ava";
 import { installNativeMatmul, selectBackend } from "../../src/index.js";
+import { linear, linearTransposed } from "../../src/models/linear.js";
 import { matmulShape } from "../../src/models/native-matmul.js";
-import { seededUniform as random } from "./helpers.js";
+import { nativeAddon, seededUniform as random } from "./helpers.js";
 
 const ROOT = join(import.meta.dirname, "..", "..", "..", "..");
 
@@ -110,6 +111,46 @@ test("gradients through the native BatchMatMul match the plain-loop products", (
     y.reduce((m, v, i) => Math.max(m, Math.abs(v - x[i]!)), 0);
   t.true(maxDiff(da!.dataSync(), wantA) < 1e-5);
   t.true(maxDiff(db!.dataSync(), wantB) < 1e-5);
+});
+
+test("the tied LM head read transposed in place: logits and both gradients equal the transposed copy's, bit for bit", (t) => {
+  if (!nativeAddon(t)) return;
+  t.true(installNativeMatmul("wasm").native);
+  // sizes past OpenBLAS's blocking in every dimension, as a real head is
+  for (const [N, h, V] of [
+    [37, 64, 300],
+    [70, 300, 1030],
+  ] as const) {
+    const x = tf.tensor2d(random(N * h, 11), [N, h]);
+    const embedding = tf.variable(tf.tensor2d(random(V * h, 12), [V, h]));
+    const dy = tf.tensor2d(random(N * V, 13), [N, V]);
+    const loss = (y: tf.Tensor) => tf.sum(tf.mul(y, dy)) as tf.Scalar;
+    const copy = tf.variableGrads(() => loss(linear(x as tf.Tensor2D, tf.transpose(embedding))), [embedding]);
+    const inPlace = tf.variableGrads(() => loss(linearTransposed(x as tf.Tensor2D, embedding)), [embedding]);
+    const [dxCopy, dxInPlace] = [copy, inPlace].map((_, i) =>
+      tf.grad((xx: tf.Tensor) =>
+        loss(
+          i === 0
+            ? linear(xx as tf.Tensor2D, tf.transpose(embedding))
+            : linearTransposed(xx as tf.Tensor2D, embedding),
+        ),
+      )(x),
+    );
+    t.deepEqual(
+      linearTransposed(x as tf.Tensor2D, embedding).dataSync(),
+      linear(x as tf.Tensor2D, tf.transpose(embedding)).dataSync(),
+      `logits [${N}, ${V}]`,
+    );
+    t.deepEqual(
+      inPlace.grads[embedding.name]!.dataSync(),
+      copy.grads[embedding.name]!.dataSync(),
+      "embedding gradient",
+    );
+    t.deepEqual(dxInPlace!.dataSync(), dxCopy!.dataSync(), "hidden-state gradient");
+    tf.dispose([x, embedding, dy, copy.value, inPlace.value, dxCopy!, dxInPlace!]);
+    tf.dispose(Object.values(copy.grads));
+    tf.dispose(Object.values(inPlace.grads));
+  }
 });
 
 test("batches that neither match nor broadcast from 1 are refused with both shapes", (t) => {
