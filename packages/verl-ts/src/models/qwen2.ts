@@ -229,6 +229,12 @@ export class Qwen2Model {
    */
   setParameters(values: Map<string, Float32Array> | Record<string, Float32Array>): void {
     const entries = values instanceof Map ? [...values] : Object.entries(values);
+    this.checkSizes(entries);
+    for (const [name, v] of entries) this.weights.assign(name, v);
+  }
+
+  /** Throws before anything is assigned if a name is not a parameter or its values have the wrong size. */
+  private checkSizes(entries: [string, { length: number }][]): void {
     const specByName = new Map(this.specs.map((s) => [s.name, s]));
     for (const [name, v] of entries) {
       const s = specByName.get(name);
@@ -236,7 +242,15 @@ export class Qwen2Model {
       const n = s.shape.reduce((a, b) => a * b, 1);
       if (v.length !== n) throw new RangeError(`parameter ${name}: expected ${n} values, got ${v.length}`);
     }
-    for (const [name, v] of entries) this.weights.assign(name, v);
+  }
+
+  /**
+   * Assigns parameters by name (our layout) from values already in the storage dtype (half bits of
+   * model.dtype, or float32): evicted weights are held as the values themselves, nothing is rounded.
+   */
+  setStoredParameters(values: Map<string, StoredValues>): void {
+    this.checkSizes([...values]);
+    for (const [name, v] of values) this.weights.assignStored(name, v);
   }
 
   /** Parameters in HF layout, for saving (host-held weights in their stored dtype, not rounded again). */

@@ -183,6 +183,21 @@ export class WeightStore {
     if (c) tf.tidy(() => c.assign(tf.tensor(h instanceof HalfArray ? h.toFloat32() : h, shape, "float32")));
   }
 
+  /**
+   * Overwrites a weight from values already in the storage dtype (half bits of `dtype`, or float32): an
+   * evicted weight is held as the values themselves (no copy, nothing rounded), a held one is assigned.
+   */
+  assignStored(name: string, v: StoredValues): void {
+    const shape = this.shapeOf(name);
+    const n = shape.reduce((a, b) => a * b, 1);
+    if (v.length !== n) throw new RangeError(`parameter ${name}: expected ${n} values, got ${v.length}`);
+    const given = v instanceof HalfArray ? v.dtype : "float32";
+    if (given !== this.dtype)
+      throw new RangeError(`parameter ${name}: values in ${given}, the weights are stored in ${this.dtype}`);
+    if (!this.holds(name)) this.hold(name, v);
+    else this.assign(name, v instanceof HalfArray ? v.toFloat32() : v);
+  }
+
   /** Bytes the weights take between passes, in their storage dtype: the host arrays or resident tensors held. */
   atRestBytes(): number {
     let bytes = 0;

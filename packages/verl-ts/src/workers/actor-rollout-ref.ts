@@ -11,7 +11,8 @@
  * each layer being gathered for its own forward and backward (layer-sharding.ts). With
  * free_cache_engine=false the gathered copy stays between phases (one gather per optimizer step, none at
  * a phase's start: faster, the full weights on every rank). Either way the model computes with the
- * same values: the master shard rounded into model.dtype.
+ * same values: the master shard rounded into model.dtype. Over more than one rank the reference policy is
+ * sharded at rest too (frozen-shards.ts): its log-prob pass gathers it and frees it after.
  *
  * Sharding and the global loss aggregation: see fsdp.ts (shared with the critic).
  */
@@ -22,7 +23,7 @@ import { aggLossTf, asTfTensor, klLossTf } from "../algorithms/tf-ops.js";
 import type { RolloutConfig, TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
 import { computeLogProbs, tokenLogProbs } from "../models/logprobs.js";
-import { loadModel, loadModelValues } from "../models/pretrained.js";
+import { loadModelValues } from "../models/pretrained.js";
 import { Qwen2Model } from "../models/qwen2.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
@@ -35,6 +36,7 @@ import type { Tool } from "../rollout/tool.js";
 import { instantiateTool } from "../rollout/tool-config.js";
 import { Dispatch, type Registrations } from "../single-controller/registration.js";
 import { importExternalLib } from "./external-lib.js";
+import { FrozenShards } from "./frozen-shards.js";
 import {
   byMicroBatch,
   microBatches,
@@ -80,8 +82,11 @@ export interface WorkerMemory {
   actorWeightTensorBytes: number;
   /** The actor's FSDP state on this rank (host arrays): float32 parameter shard + AdamW moments. */
   actorShardBytes: number;
+  /** The reference's full weights held now, in model.dtype (0 between its passes when sharded at rest). */
   refWeightBytes: number;
   refWeightTensorBytes: number;
+  /** The reference's FSDP shard on this rank, in model.dtype (sharded at rest over more than one rank). */
+  refShardBytes: number;
   /** Peak resident set of the process so far. */
   peakRssBytes: number;
 }
@@ -102,6 +107,8 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   private readonly toolSpec: ToolSpec | null;
   private model?: Qwen2Model;
   private ref?: Qwen2Model;
+  /** The reference's FSDP shard when it is sharded at rest (more than one rank); its model holds no weights between passes. */
+  private refShards?: FrozenShards;
   private tokenizer?: Tokenizer;
   private tool?: Tool;
   private multiTurn?: ReturnType<typeof multiTurnSettings>;
@@ -146,8 +153,19 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       this.model.gradientCheckpointing = ar.model.enable_gradient_checkpointing;
       if (this.shardedAtRest) this.model.evictWeights();
     }
-    if (this.hasRef)
-      this.ref = loadModel(path, { trainable: false, dtype, offload: ar.ref.fsdp_config.param_offload });
+    if (this.hasRef) {
+      const { config, values } = loadModelValues(path);
+      this.ref = new Qwen2Model(config, values, {
+        trainable: false,
+        dtype,
+        offload: ar.ref.fsdp_config.param_offload,
+      });
+      // over several ranks the reference is sharded at rest too: each pass gathers it (computeRefLogProb)
+      if (this.worldSize > 1) {
+        this.refShards = new FrozenShards(values, this.ctx, dtype);
+        this.ref.evictWeights();
+      }
+    }
     return this.shardInfo();
   }
 
@@ -320,6 +338,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       actorShardBytes: (this.sharded?.params.byteLength ?? 0) + (this.sharded?.optim.stateBytes ?? 0),
       refWeightBytes: this.ref?.weightBytes() ?? 0,
       refWeightTensorBytes: this.ref?.weightTensorBytes() ?? 0,
+      refShardBytes: this.refShards?.bytes ?? 0,
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
     };
   }
@@ -344,8 +363,15 @@ export class ActorRolloutRefWorker extends ShardedWorker {
 
   /** Log-probs of the responses under the frozen reference policy: ref_log_prob [B, R]. */
   async computeRefLogProb(data: DataProto): Promise<DataProto> {
-    if (!this.ref) throw new WorkerStateError(`rank ${this.rank}: this worker holds no reference model`);
-    const [logProbs] = await this.responseLogProbs(this.ref, data, "ref", false);
+    const ref = this.ref;
+    if (!ref) throw new WorkerStateError(`rank ${this.rank}: this worker holds no reference model`);
+    let logProbs: Float32Array | undefined;
+    await this.refShards?.gatherInto(ref);
+    try {
+      [logProbs] = await this.responseLogProbs(ref, data, "ref", false);
+    } finally {
+      if (this.refShards) ref.evictWeights();
+    }
     return DataProto.fromDict({
       ref_log_prob: { data: logProbs!, shape: [data.length, data.tensor("responses").shape[1]!] },
     });

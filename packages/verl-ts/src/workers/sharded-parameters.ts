@@ -46,6 +46,31 @@ export function flatUnits(layout: FlatLayout, keyOf: (name: string) => string): 
   return units;
 }
 
+/**
+ * How a model's parameters are sharded: the flat layout of `values`, its units (by `unitKey`), and this
+ * rank's piece of every unit (shardRange of each), laid end to end in unit order (`length` in all).
+ */
+export function shardedLayout(
+  values: Map<string, { length: number }>,
+  ctx: RankContext,
+  unitKey: (name: string) => string = layerUnitKey,
+): { layout: FlatLayout; units: FlatUnit[]; pieces: ShardPiece[]; length: number } {
+  if (ctx.worldSize > 1 && !ctx.group)
+    throw new WorkerStateError(
+      `rank ${ctx.rank} of ${ctx.worldSize} has no collective group (create the WorkerGroup with collective: true)`,
+    );
+  const layout = new FlatLayout([...values].map(([name, v]) => ({ name, size: v.length })));
+  const units = flatUnits(layout, unitKey);
+  let length = 0;
+  const pieces = units.map((u) => {
+    const { start, end } = shardRange(u.end - u.start, ctx.worldSize, ctx.rank);
+    const piece = { start: u.start + start, end: u.start + end, local: length };
+    length += end - start;
+    return piece;
+  });
+  return { layout, units, pieces, length };
+}
+
 export class ShardedParameters {
   readonly layout: FlatLayout;
   readonly units: FlatUnit[];
@@ -75,19 +100,11 @@ export class ShardedParameters {
     optim: OptimSettings,
     unitKey: (name: string) => string = layerUnitKey,
   ) {
-    if (ctx.worldSize > 1 && !ctx.group)
-      throw new WorkerStateError(
-        `rank ${ctx.rank} of ${ctx.worldSize} has no collective group (create the WorkerGroup with collective: true)`,
-      );
-    this.layout = new FlatLayout([...values].map(([name, v]) => ({ name, size: v.length })));
-    this.units = flatUnits(this.layout, unitKey);
-    let local = 0;
-    this.pieces = this.units.map((u) => {
-      const { start, end } = shardRange(u.end - u.start, ctx.worldSize, ctx.rank);
-      const piece = { start: u.start + start, end: u.start + end, local };
-      local += end - start;
-      return piece;
-    });
+    const sharding = shardedLayout(values, ctx, unitKey);
+    this.layout = sharding.layout;
+    this.units = sharding.units;
+    this.pieces = sharding.pieces;
+    const local = sharding.length;
     this.params = new Float32Array(local);
     for (const p of this.pieces)
       copyFlatRange(values, this.layout, p.start, p.end, this.params.subarray(p.local));

@@ -84,11 +84,14 @@ test.serial(
     t.is(result.peak_rss_bytes_per_rank.length, 2);
     for (const rss of result.peak_rss_bytes_per_rank) t.true(rss > 10e6);
     // between phases the actor holds only its FSDP shard (sharded at rest: float32 parameters and the two
-    // AdamW moments, 12 bytes per parameter over 2 ranks) and the offloaded reference holds no tensor
+    // AdamW moments, 12 bytes per parameter over 2 ranks), the reference only its shard (bf16: 1 byte per
+    // parameter over 2 ranks)
     for (const m of result.memory.update_actor!) {
       t.is(m.actorWeightTensorBytes, 0);
       t.is(m.refWeightTensorBytes, 0);
       t.is(m.actorWeightBytes, 0);
+      t.is(m.refWeightBytes, 0);
+      t.true(Math.abs(m.refShardBytes - result.parameters) < 0.01 * result.parameters, `${m.refShardBytes}`);
       t.true(
         Math.abs(m.actorShardBytes - 6 * result.parameters) < 0.01 * 6 * result.parameters,
         `${m.actorShardBytes}`,

@@ -14,13 +14,24 @@ export const WORKER_MODULE = new URL("../../src/workers/actor-rollout-ref.ts", i
 export type ActorGroup = BoundGroup<typeof ActorRolloutRefWorker>;
 
 /** `ranks` actor workers (one process each, a collective group, the cpu backend) named `name`. */
-export async function actorGroup(name: string, ranks: number, config: TrainerConfig): Promise<ActorGroup> {
+export async function actorGroup(
+  name: string,
+  ranks: number,
+  config: TrainerConfig,
+): Promise<ActorGroup & { release(): Promise<void> }> {
   const pool = new ResourcePool({ processOnNodes: [ranks], useGpu: false, namePrefix: name });
-  return (await WorkerGroup.create(
+  const group = (await WorkerGroup.create(
     pool,
     workerRole(ActorRolloutRefWorker, { module: WORKER_MODULE }, { config }),
     { name, collective: true, env: { TORL_BACKEND: "cpu" } },
   )) as ActorGroup;
+  // shutdown ends the workers but, as in Ray, keeps the pool's reservation: release gives the CPUs back
+  return Object.assign(group, {
+    async release() {
+      await group.shutdown();
+      await pool.release();
+    },
+  });
 }
 
 /** A byte-level tokenizer (259 tokens) and a random 2-layer Qwen2 model with hidden size 32, saved. */

@@ -103,56 +103,101 @@ test.after.always(async () => {
   await shutdown();
 });
 
-test("sharded at rest: between phases a rank holds only its shard; tokens, log-probs and updates are bit-identical to keeping the weights", async (t) => {
-  const dir = tinyModelDir(5);
-  const variants = [
-    { name: "fp32", extra: [] },
-    {
-      name: "bf16-per-layer",
-      extra: [
-        "actor_rollout_ref.model.dtype=bfloat16",
-        "actor_rollout_ref.model.enable_gradient_checkpointing=true",
-      ],
-    },
-  ];
-  for (const v of variants) {
-    const [rest, kept] = await Promise.all([
-      group(`rest-${v.name}`, config(dir, v.extra)),
-      group(`kept-${v.name}`, config(dir, [...v.extra, "actor_rollout_ref.rollout.free_cache_engine=false"])),
-    ]);
-    const info = ((await rest.initModel()) as ShardInfo[])[0]!;
-    await kept.initModel();
-    const a = await run(rest);
-    const b = await run(kept);
-    t.deepEqual(a.responses, b.responses, `${v.name}: the same sampled tokens`);
-    t.deepEqual(a.oldLogProbs, b.oldLogProbs, `${v.name}: the same old log-probs`);
-    t.deepEqual(a.metrics, b.metrics, `${v.name}: the same update metrics`);
-    t.deepEqual(a.params[0], b.params[0], `${v.name}: the same parameters after two steps`);
-    t.deepEqual(a.params[1], a.params[0], "every rank gathers the same parameters");
-    t.true(a.metrics[1]!["actor/grad_norm"]! > 0);
+test.serial(
+  "sharded at rest: between phases a rank holds only its shard; tokens, log-probs and updates are bit-identical to keeping the weights",
+  async (t) => {
+    const dir = tinyModelDir(5);
+    const variants = [
+      { name: "fp32", extra: [] },
+      {
+        name: "bf16-per-layer",
+        extra: [
+          "actor_rollout_ref.model.dtype=bfloat16",
+          "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+        ],
+      },
+    ];
+    for (const v of variants) {
+      const [rest, kept] = await Promise.all([
+        group(`rest-${v.name}`, config(dir, v.extra)),
+        group(
+          `kept-${v.name}`,
+          config(dir, [...v.extra, "actor_rollout_ref.rollout.free_cache_engine=false"]),
+        ),
+      ]);
+      const info = ((await rest.initModel()) as ShardInfo[])[0]!;
+      await kept.initModel();
+      const a = await run(rest);
+      const b = await run(kept);
+      t.deepEqual(a.responses, b.responses, `${v.name}: the same sampled tokens`);
+      t.deepEqual(a.oldLogProbs, b.oldLogProbs, `${v.name}: the same old log-probs`);
+      t.deepEqual(a.metrics, b.metrics, `${v.name}: the same update metrics`);
+      t.deepEqual(a.params[0], b.params[0], `${v.name}: the same parameters after two steps`);
+      t.deepEqual(a.params[1], a.params[0], "every rank gathers the same parameters");
+      t.true(a.metrics[1]!["actor/grad_norm"]! > 0);
 
-    const weightBytes = info.gatheredParamBytes;
-    t.is(weightBytes, info.numParameters * (v.name === "fp32" ? 4 : 2));
-    for (const [k, ranks] of a.between.entries()) {
-      for (const m of ranks) {
-        t.is(m.actorWeightBytes, 0, `${v.name} rest ${k} rank ${m.rank}: no full weights held`);
-        t.is(m.actorWeightTensorBytes, 0);
-        // float32 parameter shard + two AdamW moments: 12 bytes per parameter, over 2 ranks (per unit)
-        t.true(Math.abs(m.actorShardBytes - (12 * info.numParameters) / RANKS) <= 12 * 4 * 4);
+      const weightBytes = info.gatheredParamBytes;
+      t.is(weightBytes, info.numParameters * (v.name === "fp32" ? 4 : 2));
+      for (const [k, ranks] of a.between.entries()) {
+        for (const m of ranks) {
+          t.is(m.actorWeightBytes, 0, `${v.name} rest ${k} rank ${m.rank}: no full weights held`);
+          t.is(m.actorWeightTensorBytes, 0);
+          // float32 parameter shard + two AdamW moments: 12 bytes per parameter, over 2 ranks (per unit)
+          t.true(Math.abs(m.actorShardBytes - (12 * info.numParameters) / RANKS) <= 12 * 4 * 4);
+        }
+        for (const [r, m] of b.between[k]!.entries()) {
+          t.is(m.actorWeightBytes, weightBytes, `${v.name} kept ${k} rank ${r}: the full weights`);
+          t.is(m.actorShardBytes, ranks[r]!.actorShardBytes);
+          // the float32 actor keeps them in tensors: exactly that many more tensor bytes
+          t.is(m.tensorBytes - ranks[r]!.tensorBytes, m.actorWeightTensorBytes);
+        }
       }
-      for (const [r, m] of b.between[k]!.entries()) {
-        t.is(m.actorWeightBytes, weightBytes, `${v.name} kept ${k} rank ${r}: the full weights`);
-        t.is(m.actorShardBytes, ranks[r]!.actorShardBytes);
-        // the float32 actor keeps them in tensors: exactly that many more tensor bytes
-        t.is(m.tensorBytes - ranks[r]!.tensorBytes, m.actorWeightTensorBytes);
-      }
+      if (v.name === "fp32") t.true(b.between[0]![0]!.actorWeightTensorBytes === weightBytes);
+      t.log(
+        `${v.name}: ${info.numParameters} parameters; between phases a rank holds ${a.between[1]![0]!.actorShardBytes} bytes of FSDP state ` +
+          `and ${a.between[1]![0]!.tensorBytes} tensor bytes sharded at rest, ${b.between[1]![0]!.actorWeightBytes} more bytes of weights (${b.between[1]![0]!.tensorBytes} tensor bytes) kept`,
+      );
+      await rest.release();
+      await kept.release();
     }
-    if (v.name === "fp32") t.true(b.between[0]![0]!.actorWeightTensorBytes === weightBytes);
-    t.log(
-      `${v.name}: ${info.numParameters} parameters; between phases a rank holds ${a.between[1]![0]!.actorShardBytes} bytes of FSDP state ` +
-        `and ${a.between[1]![0]!.tensorBytes} tensor bytes sharded at rest, ${b.between[1]![0]!.actorWeightBytes} more bytes of weights (${b.between[1]![0]!.tensorBytes} tensor bytes) kept`,
-    );
-    await rest.shutdown();
-    await kept.shutdown();
-  }
-});
+  },
+);
+
+test.serial(
+  "the reference sharded at rest: a rank holds its shard in model.dtype; each pass gathers the same weights the actor computes with",
+  async (t) => {
+    const dir = tinyModelDir(6);
+    for (const dtype of ["float32", "bfloat16"]) {
+      const wg = await group(`ref-${dtype}`, config(dir, [`actor_rollout_ref.model.dtype=${dtype}`]));
+      const info = ((await wg.initModel()) as ShardInfo[])[0]!;
+      const bytesPerValue = dtype === "float32" ? 4 : 2;
+      const atRest = (await wg.memoryInfo()) as WorkerMemory[];
+      for (const m of atRest) {
+        t.is(m.refWeightBytes, 0, `${dtype} rank ${m.rank}: no full reference weights at rest`);
+        t.is(m.refWeightTensorBytes, 0);
+      }
+      t.is(
+        atRest.reduce((n, m) => n + m.refShardBytes, 0),
+        info.numParameters * bytesPerValue,
+        `${dtype}: the ranks' shards add up to the reference once, in its dtype`,
+      );
+      t.true(Math.abs(atRest[0]!.refShardBytes - atRest[1]!.refShardBytes) <= 4 * bytesPerValue * 16);
+
+      // before any update the reference equals the actor: the gathered weights give the actor's log-probs, bit for bit
+      const batch = await wg.generateSequences(prompts(0));
+      const old = (await wg.computeLogProb(batch)).tensor("old_log_probs").data as Float32Array;
+      const ref = (await wg.computeRefLogProb(batch)).tensor("ref_log_prob").data as Float32Array;
+      t.deepEqual(ref, old, `${dtype}: reference log-probs are the actor's`);
+      t.true(ref.some((v) => v < 0));
+      for (const m of (await wg.memoryInfo()) as WorkerMemory[]) {
+        t.is(m.refWeightBytes, 0, `${dtype} rank ${m.rank}: the pass's gathered weights are freed`);
+        t.is(m.refWeightTensorBytes, 0);
+        t.is(m.refShardBytes, atRest[m.rank]!.refShardBytes);
+      }
+      t.log(
+        `${dtype}: ${info.numParameters} parameters; the reference takes ${atRest[0]!.refShardBytes} + ${atRest[1]!.refShardBytes} bytes at rest over 2 ranks (unsharded: ${info.numParameters * bytesPerValue} on each)`,
+      );
+      await wg.release();
+    }
+  },
+);

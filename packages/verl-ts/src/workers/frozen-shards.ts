@@ -1,0 +1,100 @@
+/**
+ * A frozen model sharded at rest, FSDP style: the reference policy. Rank r of W keeps its piece of every
+ * unit (one per decoder layer, and the runs of parameters around the layers: the same cut as the actor's
+ * ShardedParameters) in the storage dtype (model.dtype: 16-bit patterns for bfloat16 / float16), and a
+ * pass all-gathers the units into the model when it begins, its owner evicting them when it ends, as
+ * veRL's FSDP-wrapped reference does. Frozen: no master copy, no optimizer state, no gradient.
+ */
+import { collective } from "@torl-ts/actors";
+import { HalfArray, type HalfDtype, type StoredValues, type WeightDtype } from "../models/half-precision.js";
+import type { Qwen2Model } from "../models/qwen2.js";
+import type { FlatLayout } from "./flat-params.js";
+import type { RankContext } from "./rank-context.js";
+import { type FlatUnit, type ShardPiece, shardedLayout } from "./sharded-parameters.js";
+
+export class FrozenShards {
+  readonly layout: FlatLayout;
+  readonly units: FlatUnit[];
+  readonly pieces: ShardPiece[];
+  /** This rank's pieces end to end, in the storage dtype (half dtypes: their bit patterns). */
+  readonly shard: Float32Array | Uint16Array;
+
+  /**
+   * `values`: every parameter, in the layout the model computes in and any dtype (the file's); only this
+   * rank's pieces are kept, converted into `dtype` as the model's own store would hold them.
+   */
+  constructor(
+    values: Map<string, StoredValues>,
+    private readonly ctx: RankContext,
+    readonly dtype: WeightDtype,
+  ) {
+    const { layout, units, pieces, length } = shardedLayout(values, ctx);
+    this.layout = layout;
+    this.units = units;
+    this.pieces = pieces;
+    this.shard = dtype === "float32" ? new Float32Array(length) : new Uint16Array(length);
+    for (const p of this.pieces)
+      for (const e of this.layout.entries) {
+        const from = Math.max(p.start, e.offset);
+        const to = Math.min(p.end, e.offset + e.size);
+        if (from < to)
+          this.shard.set(
+            storedRange(values.get(e.name)!, from - e.offset, to - e.offset, dtype),
+            p.local + from - p.start,
+          );
+      }
+  }
+
+  /** Bytes of the shard this rank holds. */
+  get bytes(): number {
+    return this.shard.byteLength;
+  }
+
+  /**
+   * All-gathers every unit, one at a time, into `model`, whose evicted weights are held again as the
+   * gathered values (already in its storage dtype: nothing is rounded). Every rank calls it at the same
+   * point.
+   */
+  async gatherInto(model: Qwen2Model): Promise<void> {
+    for (const [u, unit] of this.units.entries()) {
+      const piece = this.pieces[u]!;
+      const mine = this.shard.subarray(piece.local, piece.local + piece.end - piece.start);
+      const size = unit.end - unit.start;
+      const full =
+        this.ctx.worldSize === 1
+          ? mine.slice()
+          : await collective.allGather(
+              mine,
+              this.ctx.group!,
+              mine instanceof Float32Array ? new Float32Array(size) : new Uint16Array(size),
+            );
+      model.setStoredParameters(
+        new Map(
+          unit.entries.map((e) => {
+            const at = e.offset - unit.start;
+            const part = full.subarray(at, at + e.size);
+            return [
+              e.name,
+              part instanceof Uint16Array ? new HalfArray(this.dtype as HalfDtype, part) : part,
+            ];
+          }),
+        ),
+      );
+    }
+  }
+}
+
+/** Elements [from, to) of one parameter's values in `dtype` (half: bit patterns), as WeightStore holds them. */
+function storedRange(
+  v: StoredValues,
+  from: number,
+  to: number,
+  dtype: WeightDtype,
+): Float32Array | Uint16Array {
+  if (v instanceof HalfArray && v.dtype === dtype) return v.bits.subarray(from, to);
+  const f =
+    v instanceof HalfArray
+      ? new HalfArray(v.dtype, v.bits.subarray(from, to)).toFloat32()
+      : v.subarray(from, to);
+  return dtype === "float32" ? f : HalfArray.fromFloat32(f, dtype).bits;
+}
