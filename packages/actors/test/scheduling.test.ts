@@ -131,3 +131,42 @@ test.serial(
     });
   },
 );
+
+test.serial(
+  "a placement group waiting for resources that are taken says so, naming itself and what is free",
+  async (t) => {
+    const holder = placementGroup([{ CPU: (await availableResources()).CPU! }]);
+    await holder.ready();
+    const lines: string[] = [];
+    const write = process.stderr.write;
+    process.stderr.write = ((chunk: string | Uint8Array, ...rest: never[]) => {
+      lines.push(String(chunk));
+      return write.call(process.stderr, chunk, ...rest);
+    }) as typeof process.stderr.write;
+    process.env.TORL_PENDING_WARN_MS = "200";
+    const warnings = () => lines.filter((l) => l.includes('placement group "late"'));
+    try {
+      const late = placementGroup([{ CPU: 1 }], { name: "late" });
+      const ready = late.ready();
+      await new Promise((r) => setTimeout(r, 900));
+      t.true(warnings().length >= 2, `a warning every 200 ms: ${warnings().length}`);
+      t.regex(warnings()[0]!, /has waited \d+\.\d s for resources; free now: \{[^}]*"CPU":0/);
+      t.regex(warnings()[0]!, /removePlacementGroup/);
+      await removePlacementGroup(holder);
+      t.is((await ready).state, "CREATED");
+      const after = warnings().length;
+      await new Promise((r) => setTimeout(r, 500));
+      t.is(warnings().length, after, "silent once placed");
+      await removePlacementGroup(late);
+      process.env.TORL_PENDING_WARN_MS = "soon";
+      const refused = placementGroup([{ CPU: 1 }]);
+      await t.throwsAsync(refused.ready(), {
+        message: /TORL_PENDING_WARN_MS must be a positive number of milliseconds, got "soon"/,
+      });
+      await removePlacementGroup(refused);
+    } finally {
+      process.stderr.write = write;
+      delete process.env.TORL_PENDING_WARN_MS;
+    }
+  },
+);

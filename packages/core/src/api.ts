@@ -409,7 +409,7 @@ export class PlacementGroup {
     readonly id: string,
     readonly bundles: Record<string, number>[],
     readonly strategy: PlacementStrategy,
-    name?: string,
+    readonly name?: string,
   ) {
     const rt = currentRuntime();
     this.created = rt.head.request("createPg", { pgId: id, bundles, strategy, name, clientId: rt.clientId });
@@ -420,10 +420,49 @@ export class PlacementGroup {
     return this.bundles.length;
   }
 
-  /** Resolves when every bundle is reserved; rejects at once if the group can never be placed. */
+  /**
+   * Resolves when every bundle is reserved; rejects at once if the group can never be placed. A group
+   * that could be placed but finds the resources taken waits, as in Ray, and says so: a warning every
+   * TORL_PENDING_WARN_MS (default 30 s) names the group and what the cluster has free.
+   */
   async ready(): Promise<PlacementGroupInfo> {
     await this.created;
-    return currentRuntime().head.request("waitPg", { pgId: this.id });
+    const warnEveryMs = pendingWarnMs(); // a bad setting is refused before anything waits
+    const placed = currentRuntime().head.request("waitPg", { pgId: this.id });
+    const what = `placement group ${this.name ? `"${this.name}" ` : ""}(${this.id}: ${this.strategy}, bundles ${JSON.stringify(this.bundles)})`;
+    return warnWhilePending(placed, what, warnEveryMs);
+  }
+}
+
+/** How often a wait for resources that are taken says so (TORL_PENDING_WARN_MS, default 30 s). */
+function pendingWarnMs(): number {
+  const raw = process.env.TORL_PENDING_WARN_MS;
+  if (raw === undefined || raw === "") return 30_000;
+  const ms = Number(raw);
+  if (!Number.isFinite(ms) || ms <= 0)
+    throw new RangeError(`TORL_PENDING_WARN_MS must be a positive number of milliseconds, got "${raw}"`);
+  return ms;
+}
+
+/** Awaits `pending`, warning every `everyMs` that `what` still waits, with the resources free now. */
+async function warnWhilePending<T>(pending: Promise<T>, what: string, everyMs: number): Promise<T> {
+  const t0 = Date.now();
+  const timer = setInterval(() => {
+    availableResources()
+      .then((free) =>
+        logWarn(
+          `${what} has waited ${((Date.now() - t0) / 1000).toFixed(1)} s for resources; free now: ${JSON.stringify(free)}. ` +
+            "It is placed when actors or placement groups holding them end (kill them; removePlacementGroup; " +
+            "a WorkerGroup's ResourcePool.release() after its shutdown()) or a node with them joins",
+        ),
+      )
+      .catch(() => {});
+  }, everyMs);
+  timer.unref();
+  try {
+    return await pending;
+  } finally {
+    clearInterval(timer);
   }
 }
 
