@@ -5,7 +5,7 @@
  * results do not depend on batch composition. Stop strings are matched on the decoded text across token
  * boundaries and reported like vLLM.
  */
-import * as tf from "@tensorflow/tfjs";
+import type * as tf from "@tensorflow/tfjs";
 import { mulberry32 } from "../random.js";
 import { KVCache } from "./kv-cache.js";
 import type { Qwen2Model } from "./qwen2.js";
@@ -111,7 +111,6 @@ async function generateBatch(
   const batch = padBatch(prompts, "left", tokenizer.padTokenId);
   const cache = new KVCache(model.config, batch.batch);
   const lmHead = model.lmHead();
-  tf.keep(lmHead.weight);
   let active = rows.slice(); // rows in cache order
   try {
     let logits: tf.Tensor = await model.prefill(batch, cache);

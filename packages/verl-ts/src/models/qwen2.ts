@@ -326,16 +326,14 @@ export class Qwen2Model {
 
   /**
    * The LM head as a decode loop holds it (decodeStep): the weight [h, V], or the tied embedding [V, h]
-   * itself (`transposed`) where the backend reads it so. The caller owns `weight`: disposing it never
-   * disposes the model's own variable.
+   * itself (`transposed`) where the backend reads it so. The caller owns `weight` (kept: no tidy frees
+   * it) and disposes it after the generation; that never disposes the model's own variable.
    */
   lmHead(): LmHead {
-    if (this.headInPlace())
-      return {
-        weight: tf.clone(this.weights.tensor("model.embed_tokens.weight")) as tf.Tensor2D,
-        transposed: true,
-      };
-    return { weight: this.lmHeadWeight() as tf.Tensor2D, transposed: false };
+    const weight = this.headInPlace()
+      ? tf.clone(this.weights.tensor("model.embed_tokens.weight"))
+      : this.lmHeadWeight();
+    return { weight: tf.keep(weight) as tf.Tensor2D, transposed: this.headInPlace() };
   }
 
   /**

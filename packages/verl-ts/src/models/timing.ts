@@ -3,7 +3,6 @@
  * recipe's `bench peer`). Reached through `@torl-ts/verl/timing`, not the package's root: they measure,
  * they are not part of training.
  */
-import * as tf from "@tensorflow/tfjs";
 import { KVCache } from "./kv-cache.js";
 import type { Qwen2Model } from "./qwen2.js";
 import type { TokenBatch } from "./token-batch.js";
@@ -38,7 +37,6 @@ export async function decodeTiming(
   const prompt = randomBatch(B, ctx, model.config.vocabSize, 7);
   const cache = new KVCache(model.config, B);
   const lmHead = model.lmHead();
-  tf.keep(lmHead.weight);
   try {
     (await model.prefill(prompt, cache)).dispose();
     const tok = new Int32Array(B).fill(1);

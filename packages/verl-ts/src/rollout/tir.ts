@@ -25,7 +25,6 @@
  * read num_tool_calls to tell "no code" from "code that passed" (the reward manager does).
  */
 import { TextDecoder } from "node:util";
-import * as tf from "@tensorflow/tfjs";
 import {
   type LmHead,
   maskFromCharRanges,
@@ -335,7 +334,6 @@ class TirEngine {
       };
     });
     const lmHead = this.model.lmHead();
-    tf.keep(lmHead.weight);
     let queued = 0; // rows[0..queued) were admitted
     try {
       if (this.maxLen === 0) for (const r of this.rows) this.finish(r, "length", null);
