@@ -1,19 +1,8 @@
 #!/usr/bin/env bash
-# Native matrix products (packages/blas): Debian's OpenBLAS and a C++ toolchain, so that `pnpm install`
-# builds the addon (node-gyp against the Node headers of the nodejs package; nothing is downloaded).
-# Idempotent: installs only what is missing. Without them the install still succeeds and the tensor
-# backend keeps its own matmul kernels, naming the reason on its backend line.
+# Native matrix products (packages/blas): Debian's OpenBLAS, a C++ toolchain and the addon built against
+# them, by the same script as the README's `pnpm setup:native`: it installs only what is missing, and
+# rebuilds an addon that an earlier install left unbuilt or older than its sources (where the
+# dependencies are installed already; on a fresh clone `pnpm install` builds it). --strict: CI fails
+# here when the native kernels cannot be had, instead of in the tests that need them.
 set -eu
-
-missing=()
-[ -e /usr/include/x86_64-linux-gnu/cblas.h ] || [ -e /usr/include/cblas.h ] || missing+=(libopenblas-dev)
-command -v c++ >/dev/null 2>&1 || missing+=(g++)
-command -v make >/dev/null 2>&1 || missing+=(make)
-if [ "${#missing[@]}" -eq 0 ]; then
-  echo "openblas setup: $(dpkg-query -W -f='${Package} ${Version}' libopenblas-dev 2>/dev/null || echo 'cblas.h present'), c++ and make present"
-  exit 0
-fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "openblas setup: installed ${missing[*]}"
+exec node "$(dirname "$0")/../../packages/blas/scripts/setup-native.mjs" --strict

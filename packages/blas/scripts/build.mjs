@@ -8,6 +8,7 @@ import { existsSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { setupCommand } from "./setup-command.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const statusFile = join(root, "build-status.json");
@@ -18,7 +19,9 @@ function finish(built, reason) {
   // A failed build leaves no earlier addon behind: what loads must be what this machine built.
   if (!built) rmSync(join(root, "build"), { recursive: true, force: true });
   writeFileSync(statusFile, `${JSON.stringify({ built, reason, node: process.version }, null, 2)}\n`);
-  console.log(`@torl-ts/blas: ${built ? "built build/Release/torl_blas.node" : `not built: ${reason}`}`);
+  console.log(
+    `@torl-ts/blas: ${built ? "built build/Release/torl_blas.node" : `not built: ${reason}; training runs on the slower wasm kernels until ${setupCommand(root)} builds it`}`,
+  );
   process.exit(!built && strict ? 1 : 0);
 }
 
@@ -39,9 +42,8 @@ if (!existsSync(join(nodedir, "include", "node", "node_api.h")))
 
 const cxx = process.env.CXX || "c++";
 const probe = run(cxx, ["-x", "c++", "-E", "-"], "#include <cblas.h>\n");
-if (probe.missing) finish(false, `no C++ compiler '${cxx}' (apt-get install g++ make)`);
-if (!probe.ok)
-  finish(false, "cblas.h not found (apt-get install libopenblas-dev, or run .ci/setup.d/openblas.sh)");
+if (probe.missing) finish(false, `no C++ compiler '${cxx}' (g++ is not installed)`);
+if (!probe.ok) finish(false, "cblas.h not found (libopenblas-dev is not installed)");
 
 let gyp;
 try {

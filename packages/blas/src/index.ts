@@ -135,18 +135,36 @@ export type BlasLoad =
 
 const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 export const ADDON_PATH = join(packageRoot, "build", "Release", "torl_blas.node");
-const STATUS_PATH = join(packageRoot, "build-status.json");
 
-function notBuiltReason(): string {
-  const rebuild = "pnpm --filter @torl-ts/blas build:addon";
-  if (!existsSync(STATUS_PATH)) return `the OpenBLAS addon was never built (run ${rebuild})`;
+/**
+ * The one command that installs what the build needs (where it can) and builds the addon: the
+ * repository's `pnpm setup:native`, or this package's script by path where it is installed as a dependency.
+ */
+export function setupCommand(root: string = packageRoot): string {
+  const workspace = resolve(root, "..", "..");
+  if (existsSync(join(workspace, "pnpm-workspace.yaml")) && root === join(workspace, "packages", "blas"))
+    return "pnpm setup:native";
+  return `node ${join(root, "scripts", "setup-native.mjs")}`;
+}
+
+/**
+ * Why there is no addon at `root`'s build/Release/torl_blas.node, from the build-status.json its install
+ * script wrote, with the command that gets it: a status written before libopenblas-dev was installed
+ * stays as it was (the package manager does not run the install script again), so the reason always
+ * names the way back.
+ */
+export function addonMissingReason(root: string = packageRoot): string {
+  const fix = `run ${setupCommand(root)}`;
+  const statusPath = join(root, "build-status.json");
+  if (!existsSync(statusPath)) return `the OpenBLAS addon was never built (${fix})`;
   try {
-    const status = JSON.parse(readFileSync(STATUS_PATH, "utf8")) as { built?: boolean; reason?: string };
-    if (status.built === false && status.reason) return `the OpenBLAS addon did not build: ${status.reason}`;
+    const status = JSON.parse(readFileSync(statusPath, "utf8")) as { built?: boolean; reason?: string };
+    if (status.built === false && status.reason)
+      return `the OpenBLAS addon did not build: ${status.reason}; ${fix} to install what it needs and build it`;
   } catch {
     // An unreadable status file says no more than a missing one.
   }
-  return `the OpenBLAS addon is missing at ${ADDON_PATH} (run ${rebuild})`;
+  return `the OpenBLAS addon is missing at ${join(root, "build", "Release", "torl_blas.node")} (${fix})`;
 }
 
 /**
@@ -178,14 +196,14 @@ export function loadNativeBlas(threads = 1): BlasLoad {
     return loaded;
   }
   if (!existsSync(ADDON_PATH)) {
-    loaded = { ok: false, reason: notBuiltReason() };
+    loaded = { ok: false, reason: addonMissingReason() };
     return loaded;
   }
   const newer = sourcesNewerThan(ADDON_PATH);
   if (newer.length) {
     loaded = {
       ok: false,
-      reason: `the OpenBLAS addon at ${ADDON_PATH} is older than its sources (${newer.slice(0, 3).join(", ")}${newer.length > 3 ? ", ..." : ""} changed since it was built; run pnpm --filter @torl-ts/blas build:addon)`,
+      reason: `the OpenBLAS addon at ${ADDON_PATH} is older than its sources (${newer.slice(0, 3).join(", ")}${newer.length > 3 ? ", ..." : ""} changed since it was built; run ${setupCommand()})`,
     };
     return loaded;
   }
@@ -195,7 +213,7 @@ export function loadNativeBlas(threads = 1): BlasLoad {
     if (missing.length) {
       loaded = {
         ok: false,
-        reason: `the OpenBLAS addon at ${ADDON_PATH} was built from older source (no ${missing.join(", ")}; run pnpm --filter @torl-ts/blas build:addon)`,
+        reason: `the OpenBLAS addon at ${ADDON_PATH} was built from older source (no ${missing.join(", ")}; run ${setupCommand()})`,
       };
       return loaded;
     }
