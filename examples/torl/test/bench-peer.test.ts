@@ -25,7 +25,7 @@ test("bench peer without an importable torch says how to get it and reports the 
     t.regex(r.stdout, /PyTorch side skipped: python3 cannot import torch; to compare with PyTorch, install/);
     const last = JSON.parse(r.stdout.trim().split("\n").at(-1)!) as Record<string, number | string>;
     t.regex(String(last.torch), /^not run: /);
-    t.regex(String(last.backend), /^wasm .*; matmul: /);
+    t.regex(String(last.backend), /^wasm .*; native kernels (on|off): /);
     for (const model of ["tiny", "mid"])
       for (const figure of ["train", "decode_b1", "decode_b64"]) {
         const key = `${model}_${figure}_tokens_per_s_torl`;

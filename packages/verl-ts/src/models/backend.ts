@@ -205,7 +205,7 @@ async function start(requested: BackendName | "auto", options: BackendOptions): 
           ? ` (asked for ${wasmThreads} threads, XNNPACK uses ${threads}: Node has no wasm threads in tfjs; scale with processes)`
           : "";
       const on = device ? ` on ${device}` : "";
-      const line = `[torl] tensor backend: ${name}${on}${extra}${requested === "auto" ? "" : " (requested)"}${matmul ? `; ${matmul.line}` : ""}`;
+      const line = `[torl] tensor backend: ${name}${on}${extra}${requested === "auto" ? "" : " (requested)"}; ${matmul?.line ?? `native kernels: not used on ${name} (the OpenBLAS kernels run on wasm)`}`;
       const info: BackendInfo = {
         name,
         tfName,

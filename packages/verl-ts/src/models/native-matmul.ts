@@ -131,6 +131,39 @@ export function nativeMatmulWanted(): boolean {
 }
 
 /**
+ * The backend line's words for the native kernels: on, with OpenBLAS's version and CPU kernel, or off
+ * with the reason (the loader's reasons name the command that gets the addon).
+ */
+export function nativeKernelsState(
+  load: { config: string; coreName: string } | { off: string },
+): NativeMatmulState {
+  if ("off" in load)
+    return { native: false, line: `native kernels off: ${load.off}; matmul on wasm XNNPACK` };
+  const version = load.config.split(" ").slice(0, 2).join(" ");
+  return {
+    native: true,
+    line: `native kernels on: ${version} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW, log-prob pick, RMSNorm, SwiGLU and decode attention`,
+  };
+}
+
+/** OpenBLAS's sgemm as `backendName`'s BatchMatMul, and the addon's fused kernels. */
+function registerNativeKernels(backendName: NativeMatmulBackend, blas: NativeBlas): void {
+  tf.unregisterKernel("BatchMatMul", backendName);
+  tf.registerKernel({ kernelName: "BatchMatMul", backendName, kernelFunc: wasmKernel(blas) });
+  // Our own kernel names: nothing else registers them, and a second install never runs (states).
+  tf.registerKernel({ kernelName: ADAMW_KERNEL, backendName, kernelFunc: wasmAdamWKernel(blas) });
+  tf.registerKernel({ kernelName: PICK_KERNEL, backendName, kernelFunc: wasmPickKernel(blas) });
+  tf.registerKernel({ kernelName: PICK_GRAD_KERNEL, backendName, kernelFunc: wasmPickGradKernel(blas) });
+  tf.registerKernel({
+    kernelName: DECODE_ATTENTION_KERNEL,
+    backendName,
+    kernelFunc: wasmDecodeAttentionKernel(blas),
+  });
+  for (const [kernelName, kernelFunc] of wasmLayerKernels(blas))
+    tf.registerKernel({ kernelName, backendName, kernelFunc });
+}
+
+/**
  * Replaces `backendName`'s BatchMatMul with OpenBLAS's sgemm (one thread) and registers the fused kernels
  * when the addon loads; otherwise leaves the backend's own kernels and says why. Either way wasm's Identity
  * becomes the zero-copy one (wasm-identity.ts). Idempotent per backend.
@@ -140,42 +173,12 @@ export function installNativeMatmul(backendName: NativeMatmulBackend): NativeMat
   if (known) return known;
   // Not a native kernel, but wasm's other saving: clones for the backward pass share their data.
   installSharedIdentity();
-  const own = "wasm XNNPACK";
   let state: NativeMatmulState;
-  if (!nativeMatmulWanted()) {
-    state = { native: false, line: `matmul: ${own} (TORL_NATIVE_MATMUL=off)` };
-  } else {
+  if (!nativeMatmulWanted()) state = nativeKernelsState({ off: "TORL_NATIVE_MATMUL=off" });
+  else {
     const load = loadNativeBlas(1);
-    if (!load.ok) {
-      state = { native: false, line: `matmul: ${own}, not OpenBLAS: ${load.reason}` };
-    } else {
-      tf.unregisterKernel("BatchMatMul", backendName);
-      tf.registerKernel({
-        kernelName: "BatchMatMul",
-        backendName,
-        kernelFunc: wasmKernel(load.blas),
-      });
-      // Our own kernel names: nothing else registers them, and a second install never runs (states).
-      tf.registerKernel({ kernelName: ADAMW_KERNEL, backendName, kernelFunc: wasmAdamWKernel(load.blas) });
-      tf.registerKernel({ kernelName: PICK_KERNEL, backendName, kernelFunc: wasmPickKernel(load.blas) });
-      tf.registerKernel({
-        kernelName: PICK_GRAD_KERNEL,
-        backendName,
-        kernelFunc: wasmPickGradKernel(load.blas),
-      });
-      tf.registerKernel({
-        kernelName: DECODE_ATTENTION_KERNEL,
-        backendName,
-        kernelFunc: wasmDecodeAttentionKernel(load.blas),
-      });
-      for (const [kernelName, kernelFunc] of wasmLayerKernels(load.blas))
-        tf.registerKernel({ kernelName, backendName, kernelFunc });
-      const version = load.config.split(" ").slice(0, 2).join(" ");
-      state = {
-        native: true,
-        line: `matmul: ${version} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW, log-prob pick, RMSNorm, SwiGLU and decode attention native`,
-      };
-    }
+    if (load.ok) registerNativeKernels(backendName, load.blas);
+    state = nativeKernelsState(load.ok ? load : { off: load.reason });
   }
   states.set(backendName, state);
   return state;

@@ -41,6 +41,7 @@ import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/w
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
 import { CriticWorker } from "../workers/critic.js";
 import { externalLibSpecifier, importExternalLib } from "../workers/external-lib.js";
+import type { ShardInfo } from "../workers/sharded-worker.js";
 import { balanceBatch } from "./balance.js";
 import { CheckpointManager, DriverRng, type TrainerState } from "./checkpoint.js";
 import { DynamicSamplingError, filterInformativeGroups, filterMetricValues } from "./dynamic-sampling.js";
@@ -421,8 +422,10 @@ export class RayPPOTrainer {
     }
     this.workerPids = (await this.actor.workerInfo()).map((i) => i.pid);
     this.currentStage = "initModel";
-    await this.actor.initModel();
+    const shards = (await this.actor.initModel()) as ShardInfo[];
     if (this.critic) await this.critic.initModel();
+    // the backend the ranks compute on, first thing: whether the native kernels are on, and why not
+    for (const line of new Set(shards.map((s) => s.backendLine))) this.print(line);
   }
 
   /** Loads the checkpoint resume_mode asks for; returns its step (undefined: fresh start). */

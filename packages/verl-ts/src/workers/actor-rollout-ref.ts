@@ -137,6 +137,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     if (this.isActor) getPolicyLoss(this.cfg.actor_rollout_ref.actor.policy_loss.loss_mode);
     const backend = await selectBackend({ log: null });
     this.backendName = backend.name;
+    this.backendLine = backend.line;
     const path = this.cfg.actor_rollout_ref.model.path;
     if (!path)
       throw new WorkerStateError("actor_rollout_ref.model.path is not set (an HF model directory is needed)");

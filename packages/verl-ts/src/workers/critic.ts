@@ -125,7 +125,9 @@ export class CriticWorker extends ShardedWorker {
 
   /** Loads the backbone, adds the value head, shards the parameters and sets up AdamW. */
   async initModel(): Promise<ShardInfo> {
-    this.backendName = (await selectBackend({ log: null })).name;
+    const backend = await selectBackend({ log: null });
+    this.backendName = backend.name;
+    this.backendLine = backend.line;
     const s = criticSettings(this.cfg, this.worldSize);
     this.settings = s;
     this.model = loadModel(s.path, { trainable: true });

@@ -38,6 +38,8 @@ export interface ShardInfo {
    */
   gatheredParamBytes: number;
   backend: string;
+  /** The backend's line: its name and whether the native kernels are on (the reason when not). */
+  backendLine: string;
   pid: number;
 }
 
@@ -75,8 +77,9 @@ export abstract class ShardedWorker extends Worker {
   } satisfies Registrations<ShardedWorker>;
 
   protected sharded?: ShardedParameters;
-  /** The tensor backend initModel selected. */
+  /** The tensor backend initModel selected, and its line. */
   protected backendName = "";
+  protected backendLine = "";
   private readonly faults = new FaultInjector(() => this.rank);
 
   protected get ctx(): RankContext {
@@ -123,6 +126,7 @@ export abstract class ShardedWorker extends Worker {
       optimizerBytes: s?.optim.stateBytes ?? 0,
       gatheredParamBytes: total * bytesPerValue(this.storageDtype()),
       backend: this.backendName,
+      backendLine: this.backendLine,
       pid: process.pid,
     };
   }

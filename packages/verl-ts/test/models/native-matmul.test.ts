@@ -1,11 +1,13 @@
 import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
-import { coreChoice, loadNativeBlas } from "@torl-ts/blas";
+import { addonMissingReason, coreChoice, loadNativeBlas } from "@torl-ts/blas";
 import test from "ava";
 import { installNativeMatmul, selectBackend } from "../../src/index.js";
 import { linear, linearTransposed } from "../../src/models/linear.js";
-import { matmulShape } from "../../src/models/native-matmul.js";
+import { matmulShape, nativeKernelsState } from "../../src/models/native-matmul.js";
 import { nativeAddon, seededUniform as random } from "./helpers.js";
 
 const ROOT = join(import.meta.dirname, "..", "..", "..", "..");
@@ -67,13 +69,13 @@ test("BatchMatMul on wasm matches a plain-loop product for transposes, batches a
     // A machine without libopenblas-dev keeps the wasm kernel and the line says why; CI installs it
     // (.ci/setup.d/openblas.sh), so there the addon must be present.
     t.false(state.native);
-    t.regex(state.line, /^matmul: wasm XNNPACK, not OpenBLAS: the OpenBLAS addon/);
+    t.regex(state.line, /^native kernels off: the OpenBLAS addon .*; matmul on wasm XNNPACK$/);
     if (process.env.CI) t.fail(`CI must build the OpenBLAS addon: ${load.reason}`);
   } else {
     t.true(state.native);
     t.is(
       state.line,
-      `matmul: ${load.config.split(" ").slice(0, 2).join(" ")} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW, log-prob pick, RMSNorm, SwiGLU and decode attention native`,
+      `native kernels on: ${load.config.split(" ").slice(0, 2).join(" ")} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW, log-prob pick, RMSNorm, SwiGLU and decode attention`,
     );
   }
   for (const [i, c] of CASES.entries()) {
@@ -211,10 +213,28 @@ test("TORL_NATIVE_MATMUL=off keeps the wasm kernel and the backend line says so;
   t.is(off.status, 0, off.stderr);
   const info = JSON.parse(off.stdout.trim().split("\n").at(-1)!);
   t.false(info.native);
-  t.regex(info.line, /; matmul: wasm XNNPACK \(TORL_NATIVE_MATMUL=off\)$/);
+  t.regex(info.line, /; native kernels off: TORL_NATIVE_MATMUL=off; matmul on wasm XNNPACK$/);
   const bad = run("maybe");
   t.not(bad.status, 0);
   t.regex(bad.stderr, /TORL_NATIVE_MATMUL must be on or off, got 'maybe'/);
+});
+
+test("without the addon the backend line says the native kernels are off, why, and the command that gets them", (t) => {
+  // a package whose install ran before libopenblas-dev was there: the status its install script wrote
+  const root = mkdtempSync(join(tmpdir(), "torl-no-addon-"));
+  t.teardown(() => rmSync(root, { recursive: true, force: true }));
+  writeFileSync(
+    join(root, "build-status.json"),
+    JSON.stringify({ built: false, reason: "cblas.h not found" }),
+  );
+  const state = nativeKernelsState({ off: addonMissingReason(root) });
+  t.false(state.native);
+  t.is(
+    state.line,
+    `native kernels off: the OpenBLAS addon did not build: cblas.h not found; run node ${join(root, "scripts", "setup-native.mjs")} to install what it needs and build it; matmul on wasm XNNPACK`,
+  );
+  // in this repository the command is the README's
+  t.regex(nativeKernelsState({ off: addonMissingReason() }).line, /run pnpm setup:native/);
 });
 
 test("the kernel choice names OPENBLAS_CORETYPE when it forces one", (t) => {

@@ -106,6 +106,13 @@ test.serial(
       6,
     );
     t.true(lines.includes("[validation] step 2: 2 generations"), lines.join("\n"));
+    // the backend the ranks compute on comes before any step, with whether the native kernels are on
+    const backendAt = lines.findIndex((l) => l.startsWith("[torl] tensor backend: "));
+    t.is(
+      lines[backendAt],
+      "[torl] tensor backend: cpu (requested); native kernels: not used on cpu (the OpenBLAS kernels run on wasm)",
+    );
+    t.true(backendAt < lines.findIndex((l) => /step 1/.test(l)), lines.join("\n"));
 
     // val@N metrics with veRL's names, throughput and per-token timing
     const s2 = metrics.find((m) => m.step === 2)!;
