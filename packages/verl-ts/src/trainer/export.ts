@@ -9,8 +9,17 @@
  * from actor_rollout_ref.model.path at every checkpoint (veRL keeps the same folder), or from a model
  * directory given explicitly (the one the run started from).
  */
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
+import { InputError } from "@torl-ts/core";
 import { toHfConfig } from "../models/config.js";
 import type { WeightDtype } from "../models/half-precision.js";
 import { loadModelConfig, transpose2d } from "../models/pretrained.js";
@@ -50,8 +59,11 @@ const TORCH_DTYPE: Record<ExportDtype, string> = { bf16: "bfloat16", fp16: "floa
 /** Hugging Face's default largest shard (save_pretrained's max_shard_size="5GB"). */
 export const DEFAULT_MAX_SHARD_BYTES = 5e9;
 
-/** A checkpoint that cannot be exported, or an output that cannot be written; names the path. */
-export class ExportError extends Error {
+/**
+ * A checkpoint that cannot be exported, or an output directory that cannot be used; names the path.
+ * Bad input: the CLI exits 2.
+ */
+export class ExportError extends InputError {
   override name = "ExportError";
 }
 
@@ -74,6 +86,8 @@ export function saveHfMetadata(modelDir: string, actorDir: string): string[] {
  */
 export function resolveActorDir(path: string): string {
   if (!existsSync(path)) throw new ExportError(`checkpoint ${path} does not exist`);
+  if (!statSync(path).isDirectory())
+    throw new ExportError(`checkpoint ${path} is a file; give the checkpoint's directory`);
   const isShardDir = (d: string) => existsSync(d) && readdirSync(d).some((f) => /^rank_\d+\.json$/.test(f));
   if (isShardDir(path)) return path;
   if (isShardDir(join(path, "actor"))) return join(path, "actor");
@@ -157,6 +171,8 @@ export function exportCheckpoint(checkpoint: string, options: ExportOptions): Ex
     throw new ExportError(`${actorDir}: parameters ${extra.join(", ")} are not in the model's config.json`);
   }
 
+  if (existsSync(options.out) && !statSync(options.out).isDirectory())
+    throw new ExportError(`--out ${options.out} is a file; give a new directory`);
   if (existsSync(options.out) && readdirSync(options.out).length > 0)
     throw new ExportError(
       `${options.out} is not empty; export into a new directory (old weight shards would mix with new ones)`,
