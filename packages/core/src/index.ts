@@ -7,7 +7,7 @@ export {
   runProgram,
   torlVersion,
 } from "./cli/dispatch.js";
-export { type FlagSpec, type FlagValues, parseFlags } from "./cli/flags.js";
+export { checkAddress, type FlagSpec, type FlagValues, parseFlags } from "./cli/flags.js";
 export { debugFromEnv, exitCodeFor, formatCliError, runCommand, runScript } from "./cli/run-command.js";
 export { startCommand } from "./cli/start.js";
 export { statusCommand } from "./cli/status.js";

@@ -8,6 +8,8 @@ import { UsageError } from "../cli-command.js";
 export type FlagSpec =
   | { type: "boolean" }
   | { type: "string"; choices?: readonly string[] }
+  /** HOST:PORT, a head's address (checkAddress). */
+  | { type: "address" }
   | { type: "strings" }
   | { type: "integer"; min?: number; max?: number }
   | { type: "number"; min?: number; max?: number }
@@ -19,7 +21,7 @@ type FlagValue<S extends FlagSpec> = S extends { type: "boolean" }
   ? boolean
   : S extends { type: "string"; choices: readonly (infer C)[] }
     ? C
-    : S extends { type: "string" }
+    : S extends { type: "string" | "address" }
       ? string
       : S extends { type: "strings" }
         ? string[]
@@ -68,6 +70,17 @@ function toNumber(flag: string, raw: string, spec: { min?: number; max?: number 
   )
     throw new UsageError(`--${flag} must be ${kind}${range}, got '${raw}'`);
   return n;
+}
+
+/**
+ * A head's address, HOST:PORT with a port in [1, 65535], or a UsageError naming `what` (the flag or
+ * environment variable it came from). Every command that takes an address checks it here.
+ */
+export function checkAddress(what: string, raw: string): string {
+  const port = /^[^:\s]+:(\d+)$/.exec(raw)?.[1];
+  if (port === undefined || Number(port) < 1 || Number(port) > 65535)
+    throw new UsageError(`${what} must be HOST:PORT (a port in [1, 65535]), got '${raw}'`);
+  return raw;
 }
 
 function toResources(flag: string, raw: string): Record<string, number> {
@@ -131,7 +144,8 @@ export function parseFlags<const T extends Record<string, FlagSpec>>(
         if (s.choices && !s.choices.includes(text))
           throw new UsageError(`--${name} must be one of ${s.choices.join(", ")}; got '${text}'`);
         flags[name] = text;
-      } else if (s.type === "integer" || s.type === "number")
+      } else if (s.type === "address") flags[name] = checkAddress(`--${name}`, text);
+      else if (s.type === "integer" || s.type === "number")
         flags[name] = toNumber(name, text, s, s.type === "integer");
       else if (s.type === "integers")
         flags[name] = text.split(",").map((part) => toNumber(name, part, s, true));

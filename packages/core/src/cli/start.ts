@@ -82,7 +82,7 @@ export const startCommand: CliCommand = {
       head: { type: "boolean" },
       port: { type: "integer", min: 0, max: 65535 },
       host: { type: "string" },
-      address: { type: "string" },
+      address: { type: "address" },
       "num-cpus": { type: "number", min: 0 },
       "num-gpus": { type: "integer", min: 0 },
       resources: { type: "resources" },
@@ -93,8 +93,6 @@ export const startCommand: CliCommand = {
     });
     if (!f.head && !f.address) throw new UsageError("give --head or --address HOST:PORT");
     if (f.head && f.address) throw new UsageError("--head and --address exclude each other");
-    if (f.address && !/^[^:\s]+:\d+$/.test(f.address))
-      throw new UsageError(`--address must be HOST:PORT, got '${f.address}'`);
     if (f.secure && !f.head) throw new UsageError("--secure is a head's flag; a node agent takes --keys");
     const role = f.head ? "head" : "node";
     const host: string = f.host ?? "127.0.0.1";

@@ -1,12 +1,12 @@
 /** `torl status`: nodes, resources used/free, actors and their state, asked of the head. */
 import { type CliCommand, UsageError } from "../cli-command.js";
-import { resolveJoinKeys } from "../cluster/key-file.js";
+import { defaultKeyFile, resolveJoinKeys } from "../cluster/key-file.js";
 import type { ClusterStatus } from "../cluster/messages.js";
-import { HeadError } from "../errors.js";
+import { ClusterAuthError, HeadError } from "../errors.js";
 import { HeadClient } from "../runtime/head-client.js";
 import { setClusterKeys } from "../wire/security.js";
-import { parseFlags } from "./flags.js";
-import { lastHeadAddress } from "./state.js";
+import { checkAddress, parseFlags } from "./flags.js";
+import { lastHeadAddress, listDaemons } from "./state.js";
 
 const usage = `usage: pnpm torl status [--address HOST:PORT] [--keys PATH] [--json]
 
@@ -64,23 +64,42 @@ export function formatStatus(s: ClusterStatus): string {
   return lines.join("\n");
 }
 
+/**
+ * Why a secure head refused `torl status`, naming the keys this process used and where the head's
+ * are: the file a head started on this machine was given, or where a head keeps them by default.
+ */
+function refusedKeys(address: string, e: ClusterAuthError, given: string | undefined): string {
+  const used = given
+    ? `the keys in ${given} (--keys)`
+    : process.env.TORL_CLUSTER_KEYS
+      ? `the keys in ${process.env.TORL_CLUSTER_KEYS} (TORL_CLUSTER_KEYS)`
+      : null;
+  const started = listDaemons().find((d) => d.role === "head" && d.address === address && d.keys);
+  const theirs = started
+    ? `the head was started here with its keys in ${started.keys}: add --keys ${started.keys}`
+    : `give the key file the head was started with (--keys PATH or TORL_CLUSTER_KEYS=PATH; a head started without --keys keeps it in cluster-keys.json in its state directory, here ${defaultKeyFile()})`;
+  return `it refused ${used ?? "a connection without keys"} (${e.reason}); ${theirs}`;
+}
+
 export const statusCommand: CliCommand = {
   summary: "show the cluster's nodes, resources and actors",
   usage,
   async run(args) {
     const { flags: f } = parseFlags(args, {
-      address: { type: "string" },
+      address: { type: "address" },
       json: { type: "boolean" },
       keys: { type: "string" },
     });
-    const address = f.address ?? process.env.TORL_ADDRESS ?? lastHeadAddress();
+    const fromEnv = process.env.TORL_ADDRESS?.trim();
+    const address = f.address ?? (fromEnv ? checkAddress("TORL_ADDRESS", fromEnv) : lastHeadAddress());
     if (!address)
       throw new UsageError("no head address: give --address HOST:PORT (no head was started here)");
     let s: any;
     try {
       s = await fetchStatus(address, 5000, f.keys);
     } catch (e) {
-      throw new HeadError(`cannot reach the head at ${address}: ${(e as Error).message}`, { cause: e });
+      const why = e instanceof ClusterAuthError ? refusedKeys(address, e, f.keys) : (e as Error).message;
+      throw new HeadError(`cannot reach the head at ${address}: ${why}`, { cause: e });
     }
     console.log(f.json ? JSON.stringify(s) : formatStatus(s));
     return 0;
