@@ -177,7 +177,7 @@ export class ClusterAuthError extends TorlError {
   ) {
     super(
       `authentication with ${endpoint} failed: ${reason}. A cluster reachable beyond loopback admits only processes holding its keys: ` +
-        "give them with --keys PATH, TORL_CLUSTER_KEYS=PATH or init({ keys }) (the head writes them to cluster-keys.json in its state directory)",
+        "give them with --keys PATH, TORL_CLUSTER_KEYS=PATH or init({ keys }) (a head keeps them in the file its --keys or TORL_CLUSTER_KEYS named, else in cluster-keys.json in its state directory)",
     );
   }
 }

@@ -76,6 +76,7 @@ export async function runDaemon(o: DaemonOptions): Promise<void> {
     address,
     nodeId: node.nodeId,
     log: o.log,
+    ...(o.keysFile ? { keys: o.keysFile } : {}),
   });
   let stopping = false;
   const stop = async (why: string) => {

@@ -9,6 +9,8 @@ export interface DaemonRecord {
   address: string;
   nodeId?: string;
   log: string;
+  /** The cluster's key file the daemon was started with (a secure cluster). */
+  keys?: string;
 }
 
 export function stateDir(): string {

@@ -46,10 +46,15 @@ export class HeadClient {
     };
   }
 
-  /** The head refused this process's keys: every request fails with the error, now and later. */
-  private failAll(err: Error): void {
+  /**
+   * The head refused this process's keys: every request fails with the error, now and later. True
+   * when a request was waiting (its caller reports the error, so the link need not log it too).
+   */
+  private failAll(err: Error): boolean {
+    const waiting = this.pending.size > 0;
     for (const p of this.pending.values()) p.reject(err);
     this.pending.clear();
+    return waiting;
   }
 
   request<K extends keyof HeadReplies>(t: K, body: MessageBody<K>, timeoutMs = 0): Promise<HeadReplies[K]> {

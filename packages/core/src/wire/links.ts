@@ -131,13 +131,14 @@ export class DealerLink extends BatchingSocket<zmq.Dealer> {
 
   /**
    * `onAuthFailure` runs once if the peer refuses this process's keys (or the lack of them): the link
-   * closes, and whoever waits on it must fail with the error instead of waiting forever.
+   * closes, and whoever waits on it must fail with the error instead of waiting forever. The error is
+   * also logged, unless `onAuthFailure` returns true: it reached a caller, who reports it.
    */
   constructor(
     readonly endpoint: string,
     onMessage: (msg: any) => void,
     label = endpoint,
-    onAuthFailure?: (err: ClusterAuthError) => void,
+    onAuthFailure?: (err: ClusterAuthError) => unknown,
   ) {
     super(new zmq.Dealer(), label);
     // one identity across reconnections: the server's replies find this link again (handover)
@@ -157,9 +158,8 @@ export class DealerLink extends BatchingSocket<zmq.Dealer> {
       (reason) => {
         if (this.closed) return;
         this.authError = new ClusterAuthError(endpoint, reason);
-        logWarn(`${this.label}: ${this.authError.message}`);
         this.close();
-        onAuthFailure?.(this.authError);
+        if (onAuthFailure?.(this.authError) !== true) logWarn(`${this.label}: ${this.authError.message}`);
       },
       () => {
         if (this.closed) return;
