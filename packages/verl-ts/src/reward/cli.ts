@@ -5,7 +5,7 @@
  * output line k always answers input line k; the exit code is then 1. A UTF-8 byte order mark is ignored.
  */
 import { createInterface } from "node:readline";
-import { type CliCommand, parseFlags } from "@torl-ts/core";
+import { type CliCommand, InputError, parseFlags } from "@torl-ts/core";
 import { CHECKED_DIGITS, MIN_SIGNIFICANT_DIGITS } from "./decimal-precision.js";
 import { checkRewardType, computeMathScore, MATH_REWARD_TYPES, type MathScoreOptions } from "./score.js";
 
@@ -102,6 +102,10 @@ export const verifyCommand: CliCommand = {
       if (out.length >= 256) await flush();
     }
     await flush();
+    if (lineNo === 0)
+      throw new InputError(
+        'stdin was empty: nothing to grade (give JSON lines {"solution": ..., "ground_truth": ...}, one per answer)',
+      );
     if (bad > 0) process.stderr.write(`verify: ${bad} line(s) of ${lineNo} could not be graded\n`);
     return bad > 0 ? 1 : 0;
   },
