@@ -43,6 +43,8 @@ export function readRunMetrics(runDir: string): Row[] {
   const file = join(runDir, "metrics.jsonl");
   if (!existsSync(file)) throw new ReportInputError(file, "not found (is this a run directory?)");
   const rows = readJsonl<Row>(file);
+  if (rows.length === 0)
+    throw new ReportInputError(file, "is empty: the run recorded no step, so there is nothing to report");
   rows.forEach((r, i) => {
     if (typeof r?.step !== "number") throw new ReportInputError(file, `line has no numeric "step"`, i + 1);
   });

@@ -1,0 +1,129 @@
+/**
+ * Bad input at the command line, as a user meets it: every case exits 2 with one `error:` line in the
+ * user's terms that names the path, flag or variable at fault (no raw errno message, nothing printed
+ * twice), and an empty input says what was empty instead of printing nothing.
+ */
+import { spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import test from "ava";
+
+const ROOT = new URL("../../../", import.meta.url).pathname;
+const work = mkdtempSync(join(tmpdir(), "torl-cli-edges-"));
+const stateDir = join(work, "state");
+test.after.always(() => rmSync(work, { recursive: true, force: true }));
+
+interface Ran {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** `pnpm torl ARGS` with `input` on stdin (closed at once when absent). */
+function torl(args: string[], options: { input?: string; env?: Record<string, string> } = {}): Promise<Ran> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ["--import=tsx", "examples/torl/src/cli.ts", ...args], {
+      cwd: ROOT,
+      env: { ...process.env, TORL_STATE_DIR: stateDir, TORL_DEBUG: "", ...options.env },
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => {
+      stdout += d;
+    });
+    child.stderr.on("data", (d) => {
+      stderr += d;
+    });
+    const timer = setTimeout(() => child.kill("SIGKILL"), 120_000);
+    child.on("error", reject);
+    child.on("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+    child.stdin.end(options.input ?? "");
+  });
+}
+
+/** Exit 2 and exactly one line on stderr, `error: ...`, matching `message`. */
+async function badInput(t: import("ava").ExecutionContext, args: string[], message: RegExp, input?: string) {
+  const r = await torl(args, { input });
+  t.is(r.code, 2, `${args.join(" ")}: ${r.stderr}`);
+  const lines = r.stderr.trim().split("\n");
+  t.is(lines.length, 1, r.stderr);
+  t.regex(lines[0]!, /^error: /);
+  t.regex(lines[0]!, message);
+  return r;
+}
+
+test("export of a missing path, a folder that is no checkpoint, or a file: exit 2 naming the path", async (t) => {
+  const notCheckpoint = join(work, "not-a-checkpoint");
+  mkdirSync(notCheckpoint);
+  const file = join(work, "a-file");
+  writeFileSync(file, "x");
+  const out = join(work, "export-out");
+  await badInput(t, ["export", join(work, "missing"), "--out", out], /checkpoint \S+missing does not exist/);
+  await badInput(t, ["export", notCheckpoint, "--out", out], /not-a-checkpoint is not a checkpoint/);
+  await badInput(
+    t,
+    ["export", file, "--out", out],
+    /checkpoint \S+a-file is a file; give the checkpoint's directory/,
+  );
+});
+
+test("status and start check --address alike (exit 2); so does status for TORL_ADDRESS", async (t) => {
+  const message = "--address must be HOST:PORT (a port in [1, 65535]), got 'garbage'";
+  const status = await badInput(t, ["status", "--address", "garbage"], /HOST:PORT/);
+  const start = await badInput(t, ["start", "--address", "garbage"], /HOST:PORT/);
+  t.true(
+    status.stderr.includes(message) && start.stderr.includes(message),
+    `${status.stderr}${start.stderr}`,
+  );
+  const r = await torl(["status"], { env: { TORL_ADDRESS: "h:0" } });
+  t.is(r.code, 2);
+  t.regex(r.stderr, /^error: TORL_ADDRESS must be HOST:PORT \(a port in \[1, 65535\]\), got 'h:0'/);
+});
+
+test("verify with nothing on stdin says so (exit 2) instead of printing nothing", async (t) => {
+  const r = await badInput(t, ["verify"], /stdin was empty: nothing to grade/, "");
+  t.is(r.stdout, "");
+});
+
+test("report of a run whose metrics.jsonl is empty: exit 2 naming the file", async (t) => {
+  const run = join(work, "empty-run");
+  mkdirSync(run);
+  writeFileSync(join(run, "metrics.jsonl"), "\n");
+  await badInput(t, ["report", run], /empty-run\/metrics\.jsonl: is empty: the run recorded no step/);
+});
+
+test.serial(
+  "status against a keyed head: the refusal once, naming the key file the head was started with",
+  async (t) => {
+    const keys = join(work, "my-keys.json");
+    const start = await torl(["start", "--head", "--secure", "--port", "0", "--keys", keys]);
+    t.is(start.code, 0, start.stderr);
+    t.teardown(async () => {
+      await torl(["stop", "--force"]);
+    });
+    const address = /head started at (\S+)/.exec(start.stdout)![1]!;
+    const r = await torl(["status"]);
+    t.is(r.code, 1, r.stderr);
+    t.is(r.stderr.trim().split("\n").length, 1, r.stderr);
+    t.is(r.stderr.split("requires CURVE keys").length, 2, "the refusal is printed once");
+    t.true(
+      r.stderr.includes(`the head was started here with its keys in ${keys}: add --keys ${keys}`),
+      r.stderr,
+    );
+    // from elsewhere (no record of the head): both places the keys may be
+    const other = await torl(["status", "--address", address], {
+      env: { TORL_STATE_DIR: join(work, "other-state") },
+    });
+    t.is(other.code, 1);
+    t.regex(
+      other.stderr,
+      /give the key file the head was started with \(--keys PATH or TORL_CLUSTER_KEYS=PATH; a head started without --keys keeps it in cluster-keys\.json in its state directory/,
+    );
+    const ok = await torl(["status", "--keys", keys]);
+    t.is(ok.code, 0, ok.stderr);
+  },
+);
