@@ -3,7 +3,7 @@
  * the main job trains and validates on (tiny.yaml's counts and split seed unless flags say otherwise),
  * so `pnpm torl eval --data DIR/test.parquet` measures a model on the held-out split.
  */
-import { mkdirSync } from "node:fs";
+import { existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
 import { tinyDataset, writeParquetRows } from "@torl-ts/verl";
@@ -29,6 +29,8 @@ export const dataTinyCommand: CliCommand = {
       "split-seed": { type: "integer", min: 0 },
     });
     if (!flags.out) throw new UsageError("--out DIR is required");
+    if (existsSync(flags.out) && !statSync(flags.out).isDirectory())
+      throw new UsageError(`--out ${flags.out} is a file; give a directory (it is created if missing)`);
     const recipe = recipeSettings(loadRecipeConfig([TINY_CONFIG]));
     const { train, val } = tinyDataset({
       trainCount: flags.train ?? recipe.train_problems,

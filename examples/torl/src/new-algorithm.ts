@@ -4,10 +4,10 @@
  * packages: `workspace:*` for a new folder `examples/<name>` of this repository, `link:` paths for a
  * project anywhere else. Nothing is installed: the command prints what to run next.
  */
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { basename, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
-import { type CliCommand, UsageError } from "@torl-ts/core";
+import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
 
 const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const TEMPLATE = fileURLToPath(new URL("./templates/algorithm.ts", import.meta.url));
@@ -43,6 +43,10 @@ function versionOf(pkg: string, from: string, field: "dependencies" | "devDepend
 /** Writes the skeleton into `target` (created if missing; refused if it holds files, unless `force`). */
 export function scaffoldAlgorithm(target: string, options: { force?: boolean } = {}): ScaffoldResult {
   const dir = resolve(target);
+  if (existsSync(dir) && !statSync(dir).isDirectory())
+    throw new UsageError(
+      `${dir} is a file; give a directory for the new project (a new one, or an empty one)`,
+    );
   if (existsSync(dir) && readdirSync(dir).length > 0 && !options.force)
     throw new UsageError(`${dir} exists and is not empty (pass --force to write into it anyway)`);
   const inRepo = !relative(REPO_ROOT, dir).startsWith("..");
@@ -113,12 +117,15 @@ directory pnpm was started in.
   DIR anywhere else: a project that links this checkout's packages (link: paths); then pnpm install there.
   --force   write into a DIR that already holds files`,
   async run(args) {
-    const force = args.includes("--force");
-    const rest = args.filter((a) => a !== "--force");
-    if (rest.length !== 1 || rest[0]!.startsWith("-"))
+    const { flags, positionals: rest } = parseFlags(
+      args,
+      { force: { type: "boolean" } },
+      { positionals: true },
+    );
+    if (rest.length !== 1)
       throw new UsageError(`expected one directory, got: ${rest.join(" ") || "nothing"}`);
     const base = process.env.INIT_CWD ?? process.cwd();
-    const result = scaffoldAlgorithm(resolve(base, rest[0]!), { force });
+    const result = scaffoldAlgorithm(resolve(base, rest[0]!), { force: !!flags.force });
     console.log(`wrote ${result.files.join(", ")} to ${result.dir} (${result.kind}); next:`);
     for (const line of result.next) console.log(`  ${line}`);
     return 0;

@@ -8,7 +8,14 @@ export {
   torlVersion,
 } from "./cli/dispatch.js";
 export { checkAddress, type FlagSpec, type FlagValues, parseFlags } from "./cli/flags.js";
-export { debugFromEnv, exitCodeFor, formatCliError, runCommand, runScript } from "./cli/run-command.js";
+export {
+  debugFromEnv,
+  describeSystemError,
+  exitCodeFor,
+  formatCliError,
+  runCommand,
+  runScript,
+} from "./cli/run-command.js";
 export { startCommand } from "./cli/start.js";
 export { statusCommand } from "./cli/status.js";
 export { stopCommand } from "./cli/stop.js";

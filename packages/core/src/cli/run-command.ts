@@ -11,9 +11,50 @@ export function exitCodeFor(error: unknown): 1 | 2 {
   return error instanceof InputError ? 2 : 1;
 }
 
+const SYSCALL_WORDS: Record<string, string> = {
+  scandir: "read the directory",
+  opendir: "read the directory",
+  mkdir: "create the directory",
+  open: "open",
+  read: "read",
+  write: "write",
+  stat: "read",
+  lstat: "read",
+  unlink: "remove",
+  rmdir: "remove",
+  rename: "rename",
+  copyfile: "copy to",
+};
+
+const ERRNO_WORDS: Record<string, string> = {
+  ENOENT: "it does not exist",
+  ENOTDIR: "it, or a folder on its path, is a file, not a directory",
+  EEXIST: "it already exists",
+  EISDIR: "it is a directory, not a file",
+  EACCES: "permission denied",
+  EPERM: "operation not permitted",
+  ENOSPC: "no space left on its device",
+  EROFS: "its file system is read-only",
+  ENOTEMPTY: "the directory is not empty",
+};
+
+/**
+ * A file-system error from Node (code, syscall, path) in the user's terms, naming the path, e.g.
+ * "cannot create the directory /x/y: it, or a folder on its path, is a file, not a directory (ENOTDIR)";
+ * undefined for any other error.
+ */
+export function describeSystemError(error: unknown): string | undefined {
+  const e = error as { code?: unknown; syscall?: unknown; path?: unknown };
+  if (typeof e?.code !== "string" || typeof e.path !== "string" || !ERRNO_WORDS[e.code]) return undefined;
+  const what = (typeof e.syscall === "string" && SYSCALL_WORDS[e.syscall]) || "use";
+  const why =
+    e.code === "EEXIST" && e.syscall === "mkdir" ? "a file of that name is in the way" : ERRNO_WORDS[e.code];
+  return `cannot ${what} ${e.path}: ${why} (${e.code})`;
+}
+
 /** The lines printed for a failure: `error: <message>` and, when verbose, the stack (with causes). */
 export function formatCliError(error: unknown, verbose: boolean, helpHint?: string): string {
-  const message = error instanceof Error ? error.message : String(error);
+  const message = describeSystemError(error) ?? (error instanceof Error ? error.message : String(error));
   const lines = [`error: ${message}${helpHint && error instanceof InputError ? ` (${helpHint})` : ""}`];
   if (verbose) {
     let e: unknown = error;
