@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as tf from "@tensorflow/tfjs";
 import type { CliCommand } from "@torl-ts/core";
-import { UsageError } from "@torl-ts/core";
+import { parseFlags } from "@torl-ts/core";
 import {
   adamOptimizer,
   applyGradients,
@@ -279,23 +279,13 @@ export const benchPeerCommand: CliCommand = {
     "The last line is one JSON object with these figures.",
   ].join("\n"),
   async run(args) {
-    let json = false;
-    let quick = false;
-    let python: string | undefined;
-    let repeats = 1;
-    for (let i = 0; i < args.length; i++) {
-      const a = args[i]!;
-      if (a === "--json") json = true;
-      else if (a === "--quick") quick = true;
-      else if (a === "--python") {
-        python = args[++i];
-        if (!python) throw new UsageError("--python needs a path");
-      } else if (a === "--repeats") {
-        repeats = Number(args[++i]);
-        if (!Number.isInteger(repeats) || repeats < 1)
-          throw new UsageError(`--repeats needs a whole number >= 1, got '${args[i]}'`);
-      } else throw new UsageError(`unknown argument '${a}'`);
-    }
+    const { flags } = parseFlags(args, {
+      json: { type: "boolean" },
+      quick: { type: "boolean" },
+      python: { type: "string" },
+      repeats: { type: "integer", min: 1 },
+    });
+    const { json, quick, python, repeats = 1 } = flags;
     const result = await runPeerBench({ quick, python, repeats, log: (s) => console.log(s) });
     if (json) console.log(JSON.stringify(result));
     else console.table(result);

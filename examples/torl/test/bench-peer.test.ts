@@ -46,8 +46,8 @@ test("bench peer refuses a bad --repeats and an unknown flag with its usage", (t
     });
   const bad = run("--repeats", "0");
   t.is(bad.status, 2);
-  t.regex(bad.stderr, /--repeats needs a whole number >= 1, got '0'/);
+  t.regex(bad.stderr, /--repeats must be an integer >= 1, got '0'/);
   const unknown = run("--fast");
   t.is(unknown.status, 2);
-  t.regex(unknown.stderr, /unknown argument '--fast' \(see pnpm torl bench peer --help\)/);
+  t.regex(unknown.stderr, /unknown flag --fast \(see pnpm torl bench peer --help\)/);
 });

@@ -7,6 +7,7 @@ import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { describeSystemError, formatCliError } from "@torl-ts/core";
 import test from "ava";
 
 const ROOT = new URL("../../../", import.meta.url).pathname;
@@ -127,3 +128,68 @@ test.serial(
     t.is(ok.code, 0, ok.stderr);
   },
 );
+
+test("new algorithm and data tiny on a path that is a file: exit 2 in the user's terms, no errno", async (t) => {
+  const file = join(work, "taken");
+  writeFileSync(file, "x");
+  const scaffold = await badInput(
+    t,
+    ["new", "algorithm", file],
+    /taken is a file; give a directory for the new project/,
+  );
+  const data = await badInput(
+    t,
+    ["data", "tiny", "--out", file],
+    /--out \S+taken is a file; give a directory/,
+  );
+  for (const r of [scaffold, data]) t.notRegex(r.stderr, /ENOTDIR|EEXIST|scandir|mkdir/);
+  // below a file: the error printer words Node's file-system errors, naming the path (a runtime failure)
+  const below = await torl(["data", "tiny", "--out", join(file, "sub")]);
+  t.is(below.code, 1);
+  t.is(
+    below.stderr.trim(),
+    `error: cannot create the directory ${join(file, "sub")}: it, or a folder on its path, is a file, not a directory (ENOTDIR)`,
+  );
+});
+
+test("an unknown flag is named as such after a positional too (new algorithm, export)", async (t) => {
+  await badInput(
+    t,
+    ["new", "algorithm", join(work, "scaffold"), "--bogus"],
+    /^error: unknown flag --bogus \(/,
+  );
+  await badInput(
+    t,
+    ["export", join(work, "ckpt"), "--out", join(work, "o"), "--bogus"],
+    /^error: unknown flag --bogus \(/,
+  );
+  // export takes --flag=value like every command
+  await badInput(
+    t,
+    ["export", join(work, "ckpt"), `--out=${join(work, "o")}`, "--dtype=int8"],
+    /--dtype must be one of bf16, fp16, fp32; got 'int8'/,
+  );
+});
+
+test("Node's file-system errors in the user's words, naming the path", (t) => {
+  const error = (code: string, syscall: string, path: string) =>
+    Object.assign(new Error(`${code}: raw`), { code, syscall, path });
+  t.is(
+    describeSystemError(error("ENOTDIR", "scandir", "/a/f")),
+    "cannot read the directory /a/f: it, or a folder on its path, is a file, not a directory (ENOTDIR)",
+  );
+  t.is(
+    describeSystemError(error("EEXIST", "mkdir", "/a/f")),
+    "cannot create the directory /a/f: a file of that name is in the way (EEXIST)",
+  );
+  t.is(
+    describeSystemError(error("EACCES", "open", "/etc/x")),
+    "cannot open /etc/x: permission denied (EACCES)",
+  );
+  t.is(describeSystemError(new Error("plain")), undefined);
+  t.is(describeSystemError(Object.assign(new Error("x"), { code: "ECONNREFUSED" })), undefined);
+  t.regex(
+    formatCliError(error("ENOENT", "open", "/nope"), false),
+    /^error: cannot open \/nope: it does not exist \(ENOENT\)$/,
+  );
+});

@@ -2,8 +2,8 @@
  * `pnpm torl export <checkpoint-dir> --out DIR [--dtype bf16|fp16|fp32] [--max-shard-size SIZE]
  * [--model DIR]`: writes the Hugging Face model directory of a trainer checkpoint (see export.ts).
  */
-import { type CliCommand, UsageError } from "@torl-ts/core";
-import { DEFAULT_MAX_SHARD_BYTES, EXPORT_DTYPES, type ExportDtype, exportCheckpoint } from "./export.js";
+import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
+import { DEFAULT_MAX_SHARD_BYTES, EXPORT_DTYPES, exportCheckpoint } from "./export.js";
 
 const USAGE = `usage: pnpm torl export <checkpoint-dir> --out DIR [--dtype bf16|fp16|fp32] [--max-shard-size SIZE] [--model DIR]
 
@@ -32,32 +32,22 @@ export const exportCommand: CliCommand = {
   summary: "write a Hugging Face model directory from a trainer checkpoint",
   usage: USAGE,
   async run(args: string[]): Promise<number> {
-    const positional: string[] = [];
-    const flags: Record<string, string> = {};
-    for (let i = 0; i < args.length; i++) {
-      const a = args[i]!;
-      if (a === "--help" || a === "-h") {
-        console.log(USAGE);
-        return 0;
-      }
-      if (a.startsWith("--")) {
-        const name = a.slice(2);
-        if (!["out", "dtype", "max-shard-size", "model"].includes(name))
-          throw new UsageError(`unknown flag ${a}`);
-        const v = args[++i];
-        if (v === undefined || v.startsWith("--")) throw new UsageError(`${a} needs a value`);
-        flags[name] = v;
-      } else positional.push(a);
-    }
+    const { flags, positionals: positional } = parseFlags(
+      args,
+      {
+        out: { type: "string" },
+        dtype: { type: "string", choices: EXPORT_DTYPES },
+        "max-shard-size": { type: "string" },
+        model: { type: "string" },
+      },
+      { positionals: true },
+    );
     if (positional.length !== 1)
       throw new UsageError(`give exactly one checkpoint directory, got ${positional.length}`);
     if (!flags.out) throw new UsageError("--out DIR is required");
-    const dtype = flags.dtype as ExportDtype | undefined;
-    if (dtype !== undefined && !EXPORT_DTYPES.includes(dtype))
-      throw new UsageError(`--dtype must be one of ${EXPORT_DTYPES.join(", ")}, got ${flags.dtype}`);
     const result = exportCheckpoint(positional[0]!, {
       out: flags.out,
-      dtype,
+      dtype: flags.dtype,
       maxShardBytes: flags["max-shard-size"]
         ? parseByteSize(flags["max-shard-size"])
         : DEFAULT_MAX_SHARD_BYTES,
