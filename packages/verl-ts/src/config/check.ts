@@ -6,7 +6,7 @@ import {
   type ConfigIssue,
   type ConfigNode,
   type ConfigSchema,
-  editDistance,
+  didYouMean,
   getPath,
   TrainerConfigError,
 } from "./schema.js";
@@ -52,19 +52,6 @@ export function checkUnsupportedKeys(cfg: TrainerConfig | ConfigNode, schema: Co
   return issues;
 }
 
-function closest(name: string, known: string[]): string {
-  let best = "";
-  let score = Infinity;
-  for (const k of known) {
-    const d = k.startsWith(name) || name.startsWith(k) ? 1 : editDistance(name, k);
-    if (d < score) {
-      score = d;
-      best = k;
-    }
-  }
-  return score <= Math.max(2, Math.floor(name.length / 3)) ? ` (did you mean "${best}"?)` : "";
-}
-
 export interface CheckTrainerConfigOptions {
   /** Workers (GPUs / worker processes): enables the batch-divisibility checks. */
   worldSize?: number;
@@ -86,14 +73,14 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
   if (!est.includes(adv))
     add(
       "algorithm.adv_estimator",
-      `"${adv}" is not a registered estimator (known: ${est.join(", ")})${closest(adv, est)}`,
+      `"${adv}" is not a registered estimator (known: ${est.join(", ")})${didYouMean(adv, est)}`,
     );
   const tpl = listPromptTemplates();
   const template = cfg.data.template_type;
   if (!tpl.includes(template))
     add(
       "data.template_type",
-      `"${template}" is not a registered template (known: ${tpl.join(", ")})${closest(template, tpl)}`,
+      `"${template}" is not a registered template (known: ${tpl.join(", ")})${didYouMean(template, tpl)}`,
     );
   const positive: [string, number][] = [
     ["data.train_batch_size", cfg.data.train_batch_size],

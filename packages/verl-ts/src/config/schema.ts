@@ -233,7 +233,11 @@ export class ConfigSchema {
     return out;
   }
 
-  /** The closest known key to `key`, for "did you mean" hints. */
+  /**
+   * The known key `key` most likely stands for, for "did you mean" hints: the same key under another
+   * section (rollout.n: actor_rollout_ref.rollout.n), a typo of its last part or of the whole key
+   * (within typoLimit edits); undefined when none is that close.
+   */
   suggest(key: string): string | undefined {
     const leaf = key.slice(key.lastIndexOf(".") + 1);
     const all = [...this.specs.keys(), ...this.sections];
@@ -241,15 +245,21 @@ export class ConfigSchema {
     let bestScore = Infinity;
     for (const k of all) {
       const kLeaf = k.slice(k.lastIndexOf(".") + 1);
-      const score = k.endsWith(`.${key}`)
-        ? 0
-        : Math.min(editDistance(key, k), editDistance(leaf, kLeaf) + (kLeaf === leaf ? 0 : 1) + 1);
+      const leafEdits = editDistance(leaf, kLeaf);
+      const keyEdits = editDistance(key, k);
+      const scores = [
+        k.endsWith(`.${key}`) ? 0 : Infinity,
+        // the leaf elsewhere, or a typo of it: ranked after a typo of the whole key of as many edits
+        leafEdits <= typoLimit(leaf) ? leafEdits + (kLeaf === leaf ? 1 : 2) : Infinity,
+        keyEdits <= typoLimit(key) ? keyEdits : Infinity,
+      ];
+      const score = Math.min(...scores);
       if (score < bestScore) {
         bestScore = score;
         best = k;
       }
     }
-    return best !== undefined && bestScore <= Math.max(3, Math.floor(leaf.length / 3)) ? best : undefined;
+    return best;
   }
 
   /**
@@ -381,6 +391,37 @@ export function setPath(node: ConfigNode, key: string, value: unknown): void {
     cur = cur[part] as ConfigNode;
   }
   cur[parts[parts.length - 1]!] = value;
+}
+
+/** The edits a typo of `name` may hold: one per three letters, at least one. */
+export function typoLimit(name: string): number {
+  return Math.max(1, Math.floor(name.length / 3));
+}
+
+/**
+ * The known name that `name` is most likely a typo of: within typoLimit(name) edits (a swap of two
+ * letters is one), or a prefix of it, or it of `name`, of three letters or more (tir_base of
+ * tir_base_0309); undefined when none is that close, for a hint to a name that is no typo misleads
+ * ("nope" is two edits from "opo").
+ */
+export function closestName(name: string, known: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestScore = Infinity;
+  for (const k of known) {
+    const prefix = Math.min(k.length, name.length) >= 3 && (k.startsWith(name) || name.startsWith(k));
+    const edits = prefix ? 1 : editDistance(name, k);
+    if (edits <= typoLimit(name) && edits < bestScore) {
+      bestScore = edits;
+      best = k;
+    }
+  }
+  return best;
+}
+
+/** ` (did you mean "<closest>"?)` after a message that lists the choices, or "" when none is close. */
+export function didYouMean(name: string, known: readonly string[]): string {
+  const c = closestName(name, known);
+  return c === undefined ? "" : ` (did you mean "${c}"?)`;
 }
 
 export function editDistance(a: string, b: string): number {

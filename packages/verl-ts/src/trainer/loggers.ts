@@ -5,7 +5,7 @@
  */
 import { InputError } from "@torl-ts/core";
 import type { ConfigIssue } from "../config/schema.js";
-import { editDistance } from "../config/schema.js";
+import { didYouMean } from "../config/schema.js";
 import { TensorBoardWriter } from "./tensorboard.js";
 
 export const LOGGER_NAMES = ["console", "file", "tensorboard", "wandb", "mlflow"] as const;
@@ -33,8 +33,7 @@ export function checkLoggerNames(names: readonly string[]): ConfigIssue[] {
   const issues: ConfigIssue[] = [];
   for (const name of names) {
     if ((LOGGER_NAMES as readonly string[]).includes(name)) continue;
-    const best = [...LOGGER_NAMES].sort((a, b) => editDistance(name, a) - editDistance(name, b))[0]!;
-    const hint = editDistance(name, best) <= 3 ? ` (did you mean "${best}"?)` : "";
+    const hint = didYouMean(name, LOGGER_NAMES);
     issues.push({
       key: "trainer.logger",
       message: `trainer.logger "${name}" is not a logger (known: ${LOGGER_NAMES.join(", ")})${hint}`,

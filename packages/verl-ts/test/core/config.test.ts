@@ -14,6 +14,8 @@ import {
   TrainerConfigError,
   trainerConfigSchema,
 } from "../../src/config/index.js";
+import { closestName } from "../../src/config/schema.js";
+import { checkLoggerNames } from "../../src/trainer/loggers.js";
 
 const dir = mkdtempSync(join(tmpdir(), "verl-config-"));
 const file = (name: string, text: string) => {
@@ -311,4 +313,27 @@ test("veRL keys this trainer does not have are refused by the checker, each nami
     "reward_model.reward_manager",
   ])
     t.truthy(schema.get(key)!.unsupported, key);
+});
+
+test("did-you-mean names only a close name (a typo); otherwise the choices alone are listed", (t) => {
+  const far = checkTrainerConfig(loadTrainerConfig({ overrides: ["algorithm.adv_estimator=nope"] }))
+    .map((i) => i.message)
+    .join("\n");
+  t.regex(far, /algorithm\.adv_estimator "nope" is not a registered estimator \(known: [^)]*\bgrpo\b[^)]*\)/);
+  t.notRegex(far, /did you mean/);
+  t.notRegex(checkLoggerNames(["xyz"])[0]!.message, /did you mean/);
+  t.regex(checkLoggerNames(["xyz"])[0]!.message, /known: console, /);
+  // one edit per three letters, at least one; a swap is one edit; a prefix of three letters or more
+  const names = ["grpo", "opo", "gae", "tir_base_0309", "tensorboard"];
+  t.is(closestName("gpro", names), "grpo");
+  t.is(closestName("nope", names), undefined);
+  t.is(closestName("zz", names), undefined);
+  t.is(closestName("tir_base", names), "tir_base_0309");
+  t.is(closestName("tensrboad", names), "tensorboard");
+  t.is(closestName("tnsrbrd", names), undefined);
+  // config keys: a typo of the leaf or the key elsewhere, not any key a few edits away
+  const schema = trainerConfigSchema();
+  t.is(schema.suggest("data.max_prompt_lenght"), "data.max_prompt_length");
+  t.is(schema.suggest("rollout.n"), "actor_rollout_ref.rollout.n");
+  t.is(schema.suggest("trainer.zzz"), undefined);
 });
