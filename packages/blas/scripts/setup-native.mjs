@@ -71,7 +71,7 @@ function addonState() {
   if (!existsSync(addon)) {
     try {
       const status = JSON.parse(readFileSync(join(root, "build-status.json"), "utf8"));
-      if (status.built === false && status.reason) return `not built (${status.reason})`;
+      if (status.built === false && status.reason) return `not built (the last attempt: ${status.reason})`;
     } catch {
       // no status: never built
     }
@@ -132,7 +132,7 @@ else {
     on = true;
   } else if (!gyp) {
     say(
-      `the OpenBLAS addon is ${state}, and node-gyp is not installed: install the dependencies, then run ${setupCommand(root)}`,
+      `the OpenBLAS addon is ${state}; node-gyp is not installed: install the dependencies, then run ${setupCommand(root)}`,
     );
   } else if (dryRun) say(`would build the OpenBLAS addon: it is ${state}`);
   else {

@@ -84,7 +84,7 @@ test("an addon left unbuilt by an earlier install, or older than its sources, is
     const stale = setup(["--dry-run"], present, script);
     t.regex(
       stale.out,
-      /the OpenBLAS addon is not built \(cblas\.h not found\), and node-gyp is not installed/,
+      /the OpenBLAS addon is not built \(the last attempt: cblas\.h not found\); node-gyp is not installed/,
     );
     t.regex(stale.out, new RegExp(`then run node ${script.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}$`, "m"));
     // built, then a source changed
