@@ -5,6 +5,7 @@ import errno
 import os
 import platform
 import shutil
+import stat
 import sys
 
 from torl_sandbox.linux import (
@@ -73,6 +74,7 @@ def python_dirs():
     return [d for d in out if not (d == "/usr" or d.startswith("/usr/"))]
 
 
+DEVICES = ("null", "zero", "full", "random", "urandom")  # the runs' /dev (character devices)
 LAYERS = "/tmp/layers"  # in the server's private /tmp, which the pivot detaches with the old root
 
 
@@ -149,16 +151,21 @@ def build_root(uid, gid, tmpfs_mb):
         f.write(f"root:x:0:\nsandbox:x:{gid}:\n")
     with open(root + "/etc/hosts", "w") as f:
         f.write("127.0.0.1 localhost\n")
-    # /dev: a few harmless devices bound from the host
+    # /dev: a few harmless devices, as nodes of our own (not binds of the host's: a bind is the host's
+    # inode, so a run's flock or POSIX lock on it would block the host's, and a run's utime would
+    # change the host's timestamps), on a tmpfs made read-only once filled (no utime, chmod or new
+    # names; locks stay possible but are on this worker's inodes and die with the run)
     os.makedirs(root + "/dev")
     mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
-    for dev in ("null", "zero", "full", "random", "urandom"):
-        open(f"{root}/dev/{dev}", "w").close()
-        mount(f"/dev/{dev}", f"{root}/dev/{dev}", None, MS_BIND)
+    for dev in DEVICES:
+        info = os.stat(f"/dev/{dev}")
+        os.mknod(f"{root}/dev/{dev}", stat.S_IFCHR | 0o666, info.st_rdev)
+        os.chmod(f"{root}/dev/{dev}", 0o666)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"{root}/dev/{name}")
     os.makedirs(root + "/dev/shm")
+    mount(None, root + "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
     os.makedirs(root + "/tmp")
     os.makedirs(root + "/proc")
     # hidepid=2: a run sees only its own processes, not the server's or the template's (their command

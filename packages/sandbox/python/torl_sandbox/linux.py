@@ -33,6 +33,7 @@ libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 libc.unshare.argtypes = [ctypes.c_int]
 libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+libc.setdomainname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
