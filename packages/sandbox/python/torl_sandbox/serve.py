@@ -77,6 +77,8 @@ def run_one(z, req, state, template):
                 d = os.path.dirname(d)
             os.chown(dest, state["uid"], state["gid"])
     mem_mb, timeout, max_processes = run_limits(req)
+    trace = state["trace"]
+    t_limits = time.perf_counter_ns()
     cg = state["cgroups"]
     if cg is not None:
         # pids: the run's own limit; memory: what the run allocates beyond the pages it shares
@@ -91,8 +93,9 @@ def run_one(z, req, state, template):
                 raise OSError(errno.EBUSY, f"cannot write the run's limits into {cg.dirs} for 5 s "
                               f"({max_processes} processes, {mem_mb} MB): the cgroup still holds more")
             time.sleep(0.005)
+    if trace is not None:
+        trace["server_set_limits_us"] = (time.perf_counter_ns() - t_limits) / 1000
     started = time.monotonic()
-    trace = state["trace"]
     keys = ("code", "stdin", "run_timeout", "memory_limit_MB", "max_processes")
     body = json.dumps({k: req[k] for k in keys if req.get(k) is not None})
     body = body.encode()
@@ -157,7 +160,10 @@ def run_one(z, req, state, template):
     else:
         # the exit status as the kernel gives it to the run's parent (the template), never what the
         # run could write: it ends the run (kills what is left of it) and reaps the run's process
+        t_end = time.perf_counter_ns()
         ended = template.end_run()
+        if trace is not None:
+            trace["server_end_run_us"] = (time.perf_counter_ns() - t_end) / 1000
         st = ended["status"]
         if st is None:
             raise RuntimeError(f"run child {z.pid} ended but its parent holds no wait status for it")
@@ -263,3 +269,4 @@ def serve(state):
         if state["trace"] is not None:
             state["trace"] = {"prev_zygote_cpu_ms": ended["cpu_ms"], "prev_zygote_faults": ended["faults"],
                               "prev_cycle_ms": ended["cycle_ms"], "prev_next_ms": (time.monotonic() - t) * 1000}
+            state["trace"].update({f"template_{k}": v for k, v in ended.items() if k.endswith("_us")})
