@@ -91,12 +91,21 @@ def prepare_template(state):
     capabilities; each child loses them with its uid), the runs' signal dispositions and environment.
     Returns the state the template forks its children with. Random generators: the template reseeds
     them before each fork (reseed_before_fork), when no child shares their pages any more, so no
-    page is copied for it. (The cgroups are not among these: a template inside a run's memory cgroup
+    page is copied for it. IPC namespace: the template enters a new one here and again as soon as it
+    has handed a child over (fresh_ipc_namespace), so each child is born in one no run used before
+    and the template never stays in a run's. (The cgroups are not among these: a template inside a run's memory cgroup
     could be the one its OOM killer picks, and this needs no CAP_SYS_RESOURCE to prevent.)"""
     if state["drop_uid"]:
         drop_capability_bounding_set()
     run_signals_and_env(state)
+    if state["ipc_per_run"]:
+        fresh_ipc_namespace()
     return dict(state, template_prepared=True)
+
+
+def fresh_ipc_namespace():
+    """SysV shared memory, queues and semaphores and POSIX queues die with the run."""
+    check(libc.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
 
 
 def reseed_before_fork(state):
@@ -163,9 +172,8 @@ def zygote_main(state, ctrl_r, out_w, err_w, status_w):
         if not prepared:
             reseed_generators(state.get("generators", ()))
         mark("reseed")
-        if state["ipc_per_run"]:
-            # SysV shared memory, queues and semaphores and POSIX queues die with the run
-            check(libc.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
+        if state["ipc_per_run"] and not prepared:
+            fresh_ipc_namespace()
         mark("ipc_namespace")
         if state["drop_uid"]:
             if not prepared:

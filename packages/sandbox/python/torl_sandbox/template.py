@@ -9,7 +9,7 @@ import traceback
 
 from torl_sandbox.isolation import fresh_scratch, unmount_parked
 from torl_sandbox.linux import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, fork_bare, libc
-from torl_sandbox.run_child import Zygote, fork_zygote, prepare_template, reseed_before_fork
+from torl_sandbox.run_child import Zygote, fork_zygote, fresh_ipc_namespace, prepare_template, reseed_before_fork
 
 
 # the template: the only process that forks runs. It is forked from the server before the first
@@ -21,7 +21,8 @@ from torl_sandbox.run_child import Zygote, fork_zygote, prepare_template, reseed
 #        of the last run child (status: its wait status, null if there was none)
 #   b"N" end the run as above, then fresh /tmp and /dev/shm, and fork the next run child:
 #        answer as above plus "pid" and "cycle_ms", with fds [ctrl_w, out_r, err_r, status_r];
-#        after answering, unmount the last run's /tmp and /dev/shm (parked by fresh_scratch)
+#        after answering, enter a new IPC namespace (the next child's) and unmount the last run's
+#        /tmp and /dev/shm (parked by fresh_scratch)
 
 
 class Template:
@@ -97,7 +98,10 @@ def template_main(sock, state):
         socket.send_fds(sock, [json.dumps(ended).encode()], fds)
         for fd in fds:
             os.close(fd)
-        # the last run's /tmp and /dev/shm, unmounted while the new run works (see fresh_scratch)
+        # while the new run works: leave its IPC namespace for the next one, and unmount the last
+        # run's /tmp and /dev/shm (see fresh_scratch)
+        if state["ipc_per_run"]:
+            fresh_ipc_namespace()
         unmount_parked(parked)
 
 
