@@ -23,9 +23,12 @@ Each run: a fresh fork of the template, in its own session, moved into the run c
 entropy in every random generator, its own IPC namespace, rlimits (address space, processes, file
 size, open files, CPU), an empty capability bounding set, dropped to the worker's unprivileged uid
 (not the server's), no_new_privs, seccomp, an empty environment, stdin from a memfd and a scratch
-working directory. After the run the template SIGKILLs every process left in the pid namespace
-(kill(-1) spares only pid 1 and itself) and replaces /tmp and /dev/shm by fresh tmpfs mounts, so
-nothing carries over.
+working directory. What does not differ between runs (the bounding set, signals, environment) the
+template sets once; the generators' entropy and the IPC namespace it renews before each fork (see
+run_child.prepare_template). After the run the template SIGKILLs every process left in the pid
+namespace (kill(-1) spares only pid 1 and itself) and replaces /tmp and /dev/shm by fresh tmpfs
+mounts, so nothing carries over. The run's exit status is the one the template reaps (wait4),
+never anything the run writes.
 """
 
 import json

@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { performance } from "node:perf_hooks";
 import { createInterface } from "node:readline";
@@ -49,6 +50,47 @@ for i in range(0, n * 4096, 4096):
 print((time.perf_counter() - t) / n * 1e6)
 `;
 
+/** Linux reports process CPU times in clock ticks of 1/100 s (USER_HZ on every architecture it runs on). */
+const USER_HZ = 100;
+
+/**
+ * CPU seconds used so far by the live process trees under `roots`: each process's own user and
+ * system time plus what its reaped children used (the kernel adds a child's times to its parent's
+ * when it is reaped). Process CPU time, unlike throughput, barely moves with the machine's load, so
+ * the pool's cost per run can be compared with the bare loop's on a busy machine.
+ */
+function treeCpuSeconds(roots: number[]): number {
+  const procs = new Map<number, { ppid: number; ticks: number }>();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      // after "pid (comm) ": state ppid ... utime(14) stime(15) cutime(16) cstime(17)
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      const ticks = Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
+      procs.set(Number(entry), { ppid: Number(f[1]), ticks });
+    } catch {
+      // gone meanwhile: what it used is in its parent's cutime once reaped
+    }
+  }
+  const inTree = (pid: number): boolean => {
+    for (let p = pid, hops = 0; p > 1 && hops < 64; hops++) {
+      if (roots.includes(p)) return true;
+      p = procs.get(p)?.ppid ?? 0;
+    }
+    return false;
+  };
+  let ticks = 0;
+  for (const [pid, p] of procs) if (inTree(pid)) ticks += p.ticks;
+  return ticks / USER_HZ;
+}
+
+/** CPU seconds of the trees under `pids`, plus this process's own when `withSelf`. */
+function cpuSeconds(pids: number[], withSelf: boolean): number {
+  const usage = process.cpuUsage();
+  return (withSelf ? (usage.user + usage.system) / 1e6 : 0) + treeCpuSeconds(pids);
+}
+
 /** Microseconds per first-touch page fault on this machine (~0.1-1 us on bare metal, 20-40 us under shadow paging). */
 function pageFaultMicros(python: string): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -87,7 +129,7 @@ async function bareForkLoop(
   python: string,
   processes: number,
   runs: number,
-): Promise<{ exit: number; code: number }> {
+): Promise<{ exit: number; code: number; codeCpuMsPerRun: number }> {
   const config = JSON.stringify({ huge_pages: true, code: BENCH_CODE });
   const procs = Array.from({ length: processes }, () => {
     const proc = spawn(python, [BENCH_FORK_LOOP_PATH, config], {
@@ -106,14 +148,20 @@ async function bareForkLoop(
     await Promise.all(
       procs.map(async (p) => (await p.next()) === "ready" || Promise.reject(new Error("no ready line"))),
     );
+    const pids = procs.map((p) => p.proc.pid!);
+    let cpuMsPerRun = 0;
     const rate = async (mode: "exit" | "code") => {
+      const cpu0 = cpuSeconds(pids, false);
       for (const p of procs) p.proc.stdin.write(`go ${mode} ${runs}\n`);
       const answers = await Promise.all(
         procs.map(async (p) => JSON.parse(await p.next()) as { seconds: number }),
       );
+      cpuMsPerRun = ((cpuSeconds(pids, false) - cpu0) * 1000) / (processes * runs);
       return (processes * runs) / Math.max(...answers.map((a) => a.seconds));
     };
-    return { exit: await rate("exit"), code: await rate("code") };
+    const exit = await rate("exit");
+    const code = await rate("code");
+    return { exit, code, codeCpuMsPerRun: cpuMsPerRun };
   } finally {
     for (const p of procs) p.proc.kill("SIGKILL");
   }
@@ -134,6 +182,16 @@ export interface SandboxBenchResult {
   bare_fork_code_speedup_vs_naive: number;
   /** pool_per_s / bare_fork_code_per_s, same run: the share of the ceiling the isolated pool reaches. */
   pool_vs_bare_fork: number;
+  /** CPU per run (ms) of the bare loop running the code: its processes and their children. */
+  bare_fork_code_cpu_ms_per_run: number;
+  /** CPU per run (ms) of the pool: every worker's processes and runs, and this Node process. */
+  pool_cpu_ms_per_run: number;
+  /**
+   * bare_fork_code_cpu_ms_per_run / pool_cpu_ms_per_run: the same comparison in CPU time, which a
+   * loaded machine barely moves (throughput ratios on a busy machine favour the pool, whose more
+   * processes get more of the CPU shares).
+   */
+  pool_vs_bare_fork_cpu: number;
   pool_p50_ms: number;
   pool_p99_ms: number;
   http_per_s: number;
@@ -181,8 +239,12 @@ export async function benchSandbox(
     for (let i = 0; i < 2 * workers; i++) await check();
 
     log(`pool: ${runs} runs, ${workers} in flight`);
+    const poolCpu0 = cpuSeconds(ex.workerPids(), true);
     const pool = await throughput(runs, workers, check);
-    log(`  pool_per_s ${round(pool)}`);
+    const poolCpuMsPerRun = ((cpuSeconds(ex.workerPids(), true) - poolCpu0) * 1000) / runs;
+    log(
+      `  pool_per_s ${round(pool)}  CPU per run ${round(poolCpuMsPerRun)} ms (bare loop: ${round(bare.codeCpuMsPerRun)} ms)`,
+    );
 
     // latency: one request at a time to an idle pool (each finds a prepared child waiting)
     const latencyRuns = opts.latencyRuns ?? 100;
@@ -228,6 +290,9 @@ export async function benchSandbox(
       bare_fork_code_per_s: round(bare.code),
       bare_fork_code_speedup_vs_naive: round(bare.code / naive, 1),
       pool_vs_bare_fork: round(pool / bare.code, 3),
+      bare_fork_code_cpu_ms_per_run: round(bare.codeCpuMsPerRun),
+      pool_cpu_ms_per_run: round(poolCpuMsPerRun),
+      pool_vs_bare_fork_cpu: round(bare.codeCpuMsPerRun / poolCpuMsPerRun, 3),
       pool_p50_ms: round(p50),
       pool_p99_ms: round(p99),
       http_per_s: round(http),
@@ -312,6 +377,7 @@ export const benchSandboxCommand: CliCommand = {
     "  pool_p50_ms / pool_p99_ms  latency of one request at a time to an idle pool",
     "  http_per_s         through POST /run_code with 16 concurrent clients",
     "  pool_vs_bare_fork  pool_per_s / bare_fork_code_per_s: what the isolation and the IPC cost",
+    "  pool_vs_bare_fork_cpu  the same in CPU per run (bare loop / pool), steadier on a loaded machine",
     "Targets: pool_per_s >= 50 x naive_spawn_per_s; pool_p50_ms <= 10; pool_vs_bare_fork >= 0.85.",
     "",
     "--steps: instead, the median cost of each isolation step per run (microseconds), busy workers",
@@ -349,6 +415,11 @@ export const benchSandboxCommand: CliCommand = {
     );
     row("bare_fork_exit_per_s", result.bare_fork_exit_per_s, "fork and exit alone");
     row("pool_vs_bare_fork", result.pool_vs_bare_fork, "pool_per_s / bare_fork_code_per_s (target >= 0.85)");
+    row(
+      "pool_vs_bare_fork_cpu",
+      result.pool_vs_bare_fork_cpu,
+      `CPU per run: bare loop ${result.bare_fork_code_cpu_ms_per_run} ms / pool ${result.pool_cpu_ms_per_run} ms`,
+    );
     row("pool_p50_ms", result.pool_p50_ms, "target <= 10");
     row("pool_p99_ms", result.pool_p99_ms);
     row("http_per_s", result.http_per_s, `${round(result.http_per_s / result.naive_spawn_per_s, 1)}x naive`);
