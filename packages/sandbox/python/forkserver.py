@@ -23,9 +23,12 @@ Each run: a fresh fork of the template, in its own session, moved into the run c
 entropy in every random generator, its own IPC namespace, rlimits (address space, processes, file
 size, open files, CPU), an empty capability bounding set, dropped to the worker's unprivileged uid
 (not the server's), no_new_privs, seccomp, an empty environment, stdin from a memfd and a scratch
-working directory. After the run the template SIGKILLs every process left in the pid namespace
-(kill(-1) spares only pid 1 and itself) and replaces /tmp and /dev/shm by fresh tmpfs mounts, so
-nothing carries over.
+working directory. What does not differ between runs (the bounding set, signals, environment) the
+template sets once; the generators' entropy and the IPC namespace it renews before each fork (see
+run_child.prepare_template). After the run the template SIGKILLs every process left in the pid
+namespace (kill(-1) spares only pid 1 and itself) and replaces /tmp and /dev/shm by fresh tmpfs
+mounts, so nothing carries over. The run's exit status is the one the template reaps (wait4),
+never anything the run writes.
 """
 
 import json
@@ -59,7 +62,7 @@ from torl_sandbox.linux import (
 from torl_sandbox.run_child import vm_size_bytes
 from torl_sandbox.seccomp import seccomp_program, verify_seccomp
 from torl_sandbox.serve import serve
-from torl_sandbox.warm import warm_up
+from torl_sandbox.warm import forget_host, warm_up
 
 CONFIG = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
 
@@ -167,7 +170,9 @@ def main():
         ok = protect("mount_ipc_uts_namespaces", "private mount, IPC and UTS namespaces",
                      lambda: check(libc.unshare(flags), "unshare(NEWNS|NEWIPC|NEWUTS)") or True)
         if ok:
+            # the new UTS namespace starts as a copy of the host's names: replace both
             libc.sethostname(b"sandbox", 7)
+            libc.setdomainname(b"(none)", 6)
             shown = protect("filesystem", "pivot_root into a tmpfs root with read-only /usr and Python dirs, "
                             "private /tmp per run", lambda: build_root(uid, gid, tmpfs_mb))
             if shown == []:
@@ -203,7 +208,8 @@ def main():
         PROTECTIONS["seccomp"] = {"active": False, "reason": "disabled by configuration"}
     else:
         state["seccomp"] = protect("seccomp", "BPF filter: no namespaces, mounts, ptrace, bpf, userfaultfd, perf, "
-                                   "keyrings, kernel modules, kexec, huge pages, io_uring, inotify or fanotify", lambda: verify_seccomp(seccomp_program()))
+                                   "keyrings, kernel modules, kexec, huge pages, io_uring, legacy AIO, inotify or "
+                                   "fanotify; sockets of AF_UNIX, AF_INET and AF_INET6 only (no AF_VSOCK, netlink...)", lambda: verify_seccomp(seccomp_program()))
     PROTECTIONS["rlimits"] = {"active": True, "how": "RLIMIT_AS (memory), FSIZE, NOFILE, CPU, CORE per run"}
     state["vm_base"] = vm_size_bytes()
     state["req_fd"], state["resp_fd"] = req_fd, resp_fd
@@ -216,6 +222,9 @@ def main():
         WARNINGS.append(f"filesystem isolation off: runs see the host's files; scratch in {base}")
         use_host_scratch(base)
         state["scratch"] = base + "/run"
+    forget_host()
+    PROTECTIONS["host_state_forgotten"] = {
+        "active": True, "how": "the warm interpreter's caches of host paths, directory listings and names are dropped"}
     try:
         serve(state)
     finally:

@@ -1,11 +1,14 @@
 import { spawn } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { performance } from "node:perf_hooks";
 import { createInterface } from "node:readline";
 import { type CliCommand, parseFlags } from "@torl-ts/core";
 import { SandboxExecutor } from "./executor.js";
 import { BENCH_FORK_LOOP_PATH, forkServerEnv, resolvePython } from "./python.js";
+import { normalizeRequest } from "./request.js";
 import { serveSandbox } from "./server.js";
+import { SandboxWorker } from "./worker.js";
 
 export const BENCH_CODE = "import sympy\nx = sympy.symbols('x')\nprint(sympy.factor(x**2-1))";
 const EXPECTED = "(x - 1)*(x + 1)\n";
@@ -47,6 +50,47 @@ for i in range(0, n * 4096, 4096):
 print((time.perf_counter() - t) / n * 1e6)
 `;
 
+/** Linux reports process CPU times in clock ticks of 1/100 s (USER_HZ on every architecture it runs on). */
+const USER_HZ = 100;
+
+/**
+ * CPU seconds used so far by the live process trees under `roots`: each process's own user and
+ * system time plus what its reaped children used (the kernel adds a child's times to its parent's
+ * when it is reaped). Process CPU time, unlike throughput, barely moves with the machine's load, so
+ * the pool's cost per run can be compared with the bare loop's on a busy machine.
+ */
+function treeCpuSeconds(roots: number[]): number {
+  const procs = new Map<number, { ppid: number; ticks: number }>();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      // after "pid (comm) ": state ppid ... utime(14) stime(15) cutime(16) cstime(17)
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      const ticks = Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
+      procs.set(Number(entry), { ppid: Number(f[1]), ticks });
+    } catch {
+      // gone meanwhile: what it used is in its parent's cutime once reaped
+    }
+  }
+  const inTree = (pid: number): boolean => {
+    for (let p = pid, hops = 0; p > 1 && hops < 64; hops++) {
+      if (roots.includes(p)) return true;
+      p = procs.get(p)?.ppid ?? 0;
+    }
+    return false;
+  };
+  let ticks = 0;
+  for (const [pid, p] of procs) if (inTree(pid)) ticks += p.ticks;
+  return ticks / USER_HZ;
+}
+
+/** CPU seconds of the trees under `pids`, plus this process's own when `withSelf`. */
+function cpuSeconds(pids: number[], withSelf: boolean): number {
+  const usage = process.cpuUsage();
+  return (withSelf ? (usage.user + usage.system) / 1e6 : 0) + treeCpuSeconds(pids);
+}
+
 /** Microseconds per first-touch page fault on this machine (~0.1-1 us on bare metal, 20-40 us under shadow paging). */
 function pageFaultMicros(python: string): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -85,7 +129,7 @@ async function bareForkLoop(
   python: string,
   processes: number,
   runs: number,
-): Promise<{ exit: number; code: number }> {
+): Promise<{ exit: number; code: number; codeCpuMsPerRun: number }> {
   const config = JSON.stringify({ huge_pages: true, code: BENCH_CODE });
   const procs = Array.from({ length: processes }, () => {
     const proc = spawn(python, [BENCH_FORK_LOOP_PATH, config], {
@@ -104,14 +148,20 @@ async function bareForkLoop(
     await Promise.all(
       procs.map(async (p) => (await p.next()) === "ready" || Promise.reject(new Error("no ready line"))),
     );
+    const pids = procs.map((p) => p.proc.pid!);
+    let cpuMsPerRun = 0;
     const rate = async (mode: "exit" | "code") => {
+      const cpu0 = cpuSeconds(pids, false);
       for (const p of procs) p.proc.stdin.write(`go ${mode} ${runs}\n`);
       const answers = await Promise.all(
         procs.map(async (p) => JSON.parse(await p.next()) as { seconds: number }),
       );
+      cpuMsPerRun = ((cpuSeconds(pids, false) - cpu0) * 1000) / (processes * runs);
       return (processes * runs) / Math.max(...answers.map((a) => a.seconds));
     };
-    return { exit: await rate("exit"), code: await rate("code") };
+    const exit = await rate("exit");
+    const code = await rate("code");
+    return { exit, code, codeCpuMsPerRun: cpuMsPerRun };
   } finally {
     for (const p of procs) p.proc.kill("SIGKILL");
   }
@@ -130,6 +180,18 @@ export interface SandboxBenchResult {
   /** The same bare loop running the benchmark code in each child: no fork-per-run pool can beat it. */
   bare_fork_code_per_s: number;
   bare_fork_code_speedup_vs_naive: number;
+  /** pool_per_s / bare_fork_code_per_s, same run: the share of the ceiling the isolated pool reaches. */
+  pool_vs_bare_fork: number;
+  /** CPU per run (ms) of the bare loop running the code: its processes and their children. */
+  bare_fork_code_cpu_ms_per_run: number;
+  /** CPU per run (ms) of the pool: every worker's processes and runs, and this Node process. */
+  pool_cpu_ms_per_run: number;
+  /**
+   * bare_fork_code_cpu_ms_per_run / pool_cpu_ms_per_run: the same comparison in CPU time, which a
+   * loaded machine barely moves (throughput ratios on a busy machine favour the pool, whose more
+   * processes get more of the CPU shares).
+   */
+  pool_vs_bare_fork_cpu: number;
   pool_p50_ms: number;
   pool_p99_ms: number;
   http_per_s: number;
@@ -177,8 +239,12 @@ export async function benchSandbox(
     for (let i = 0; i < 2 * workers; i++) await check();
 
     log(`pool: ${runs} runs, ${workers} in flight`);
+    const poolCpu0 = cpuSeconds(ex.workerPids(), true);
     const pool = await throughput(runs, workers, check);
-    log(`  pool_per_s ${round(pool)}`);
+    const poolCpuMsPerRun = ((cpuSeconds(ex.workerPids(), true) - poolCpu0) * 1000) / runs;
+    log(
+      `  pool_per_s ${round(pool)}  CPU per run ${round(poolCpuMsPerRun)} ms (bare loop: ${round(bare.codeCpuMsPerRun)} ms)`,
+    );
 
     // latency: one request at a time to an idle pool (each finds a prepared child waiting)
     const latencyRuns = opts.latencyRuns ?? 100;
@@ -223,6 +289,10 @@ export async function benchSandbox(
       bare_fork_exit_per_s: round(bare.exit),
       bare_fork_code_per_s: round(bare.code),
       bare_fork_code_speedup_vs_naive: round(bare.code / naive, 1),
+      pool_vs_bare_fork: round(pool / bare.code, 3),
+      bare_fork_code_cpu_ms_per_run: round(bare.codeCpuMsPerRun),
+      pool_cpu_ms_per_run: round(poolCpuMsPerRun),
+      pool_vs_bare_fork_cpu: round(bare.codeCpuMsPerRun / poolCpuMsPerRun, 3),
       pool_p50_ms: round(p50),
       pool_p99_ms: round(p99),
       http_per_s: round(http),
@@ -235,10 +305,69 @@ export async function benchSandbox(
   }
 }
 
+/** Median of each per-run timing (TORL_SANDBOX_TRACE) over the runs that reported it. */
+function medians(traces: Record<string, number>[]): Record<string, number> {
+  const keys = new Set(traces.flatMap((t) => Object.keys(t)));
+  const out: Record<string, number> = {};
+  for (const k of [...keys].sort()) {
+    const values = traces
+      .map((t) => t[k])
+      .filter((v): v is number => typeof v === "number")
+      .sort((a, b) => a - b);
+    out[k] = round(quantile(values, 0.5), 1);
+  }
+  return out;
+}
+
+/**
+ * What each isolation step costs per run: `workers` fork servers with per-step timings on
+ * (TORL_SANDBOX_TRACE=1) run the benchmark code `runs` times each, all at once (a busy pool, as
+ * `pool_per_s` measures). The medians of every timing: `step_*_us` in the run child before its
+ * request (setsid, cgroup join, prefault, rlimits, reseed, IPC namespace, capability and uid drop,
+ * seccomp...), `template_*_us` between runs (kill and reap, fresh /tmp and /dev/shm, fork),
+ * `server_*_us` (cgroup limits, ending the run and reading its exit status).
+ */
+export async function benchSandboxSteps(
+  opts: { workers?: number; runs?: number } = {},
+  log: (line: string) => void = () => {},
+): Promise<Record<string, number>> {
+  const workers = opts.workers ?? Math.max(1, cpus().length);
+  const runs = opts.runs ?? 100;
+  const before = process.env.TORL_SANDBOX_TRACE;
+  process.env.TORL_SANDBOX_TRACE = "1";
+  const pool = Array.from(
+    { length: workers },
+    (_, i) => new SandboxWorker({ name: `torl-${process.pid}-steps-${i}` }),
+  );
+  try {
+    await Promise.all(pool.map((w) => w.start()));
+  } finally {
+    if (before === undefined) delete process.env.TORL_SANDBOX_TRACE;
+    else process.env.TORL_SANDBOX_TRACE = before;
+  }
+  try {
+    const request = normalizeRequest({ code: BENCH_CODE });
+    const traces: Record<string, number>[] = [];
+    log(`steps: ${workers} workers with per-step timings, ${runs} runs each, all busy`);
+    await Promise.all(
+      pool.map(async (w) => {
+        for (let i = 0; i < runs + 2; i++) {
+          const r = await w.run(request);
+          if (r.stdout !== EXPECTED) throw new Error(`traced run failed: ${JSON.stringify(r)}`);
+          if (i >= 2 && r.trace) traces.push(r.trace); // the first two warm the worker up
+        }
+      }),
+    );
+    return medians(traces);
+  } finally {
+    await Promise.all(pool.map((w) => w.close()));
+  }
+}
+
 export const benchSandboxCommand: CliCommand = {
   summary: "benchmark the sandbox: naive spawn vs warm pool vs HTTP API",
   usage: [
-    "usage: pnpm torl bench sandbox [--json] [--workers N] [--runs 300]",
+    "usage: pnpm torl bench sandbox [--json] [--workers N] [--runs 300] [--steps]",
     "",
     "Runs print(sympy.factor(x**2-1)) with isolation on and reports:",
     "  naive_spawn_per_s  a fresh python3 process per run that imports sympy (N at a time): the baseline",
@@ -247,16 +376,30 @@ export const benchSandboxCommand: CliCommand = {
     "                     loop (no isolation, no IPC); bare_fork_exit_per_s: fork and exit alone",
     "  pool_p50_ms / pool_p99_ms  latency of one request at a time to an idle pool",
     "  http_per_s         through POST /run_code with 16 concurrent clients",
-    "Targets: pool_per_s >= 50 x naive_spawn_per_s; pool_p50_ms <= 10.",
+    "  pool_vs_bare_fork  pool_per_s / bare_fork_code_per_s: what the isolation and the IPC cost",
+    "  pool_vs_bare_fork_cpu  the same in CPU per run (bare loop / pool), steadier on a loaded machine",
+    "Targets: pool_per_s >= 50 x naive_spawn_per_s; pool_p50_ms <= 10; pool_vs_bare_fork >= 0.85.",
+    "",
+    "--steps: instead, the median cost of each isolation step per run (microseconds), busy workers",
+    "with per-step timings on (TORL_SANDBOX_TRACE=1); --runs is then the runs per worker (default 100).",
   ].join("\n"),
   async run(args) {
     const { flags } = parseFlags(args, {
       json: { type: "boolean" },
       workers: { type: "integer", min: 1 },
       runs: { type: "integer", min: 1 },
+      steps: { type: "boolean" },
     });
     const json = flags.json ?? false;
     const workers = flags.workers ?? Math.max(1, cpus().length);
+    if (flags.steps) {
+      const steps = await benchSandboxSteps({ workers, runs: flags.runs ?? 100 }, (line) =>
+        console.log(line),
+      );
+      for (const [k, v] of Object.entries(steps)) console.log(`${k.padEnd(36)}${v}`);
+      if (json) console.log(JSON.stringify(steps));
+      return 0;
+    }
     const runs = flags.runs ?? 300;
     const result = await benchSandbox({ workers, runs }, (line) => console.log(line));
     const row = (figure: string, value: string | number, note = "") =>
@@ -271,6 +414,12 @@ export const benchSandboxCommand: CliCommand = {
       `${result.bare_fork_code_speedup_vs_naive}x naive: the ceiling of any fork-per-run pool here`,
     );
     row("bare_fork_exit_per_s", result.bare_fork_exit_per_s, "fork and exit alone");
+    row("pool_vs_bare_fork", result.pool_vs_bare_fork, "pool_per_s / bare_fork_code_per_s (target >= 0.85)");
+    row(
+      "pool_vs_bare_fork_cpu",
+      result.pool_vs_bare_fork_cpu,
+      `CPU per run: bare loop ${result.bare_fork_code_cpu_ms_per_run} ms / pool ${result.pool_cpu_ms_per_run} ms`,
+    );
     row("pool_p50_ms", result.pool_p50_ms, "target <= 10");
     row("pool_p99_ms", result.pool_p99_ms);
     row("http_per_s", result.http_per_s, `${round(result.http_per_s / result.naive_spawn_per_s, 1)}x naive`);

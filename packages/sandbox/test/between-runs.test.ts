@@ -121,6 +121,31 @@ test.serial(
   },
 );
 
+test.serial(
+  "the last run's /tmp and /dev/shm, until they are unmounted, are out of the next run's reach",
+  async (t) => {
+    const plant = await ex.run(
+      "open('/tmp/left.txt', 'w').write('x' * 1000)\nopen('/dev/shm/left', 'w').write('y')\nprint('ok')",
+    );
+    t.is(plant.run_result?.stdout, "ok\n", JSON.stringify(plant));
+    const look = await ex.run(`
+import os
+print(sorted(os.listdir("/tmp")), os.listdir("/dev/shm"))
+for path in ("/.parked", "/.parked/tmp", "/.parked/tmp/left.txt"):
+    try:
+        os.listdir(path) if not path.endswith(".txt") else open(path).read()
+        print(path, "readable")
+    except OSError as e:
+        print(path, e.strerror)
+`);
+    t.is(
+      look.run_result?.stdout,
+      "['run'] []\n/.parked Permission denied\n/.parked/tmp Permission denied\n/.parked/tmp/left.txt Permission denied\n",
+      JSON.stringify(look),
+    );
+  },
+);
+
 test.serial("a run that uses up every SysV shared memory id leaves the next run its own", async (t) => {
   const exhaust = await ex.run({
     code: `

@@ -2,7 +2,7 @@ import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { promisify } from "node:util";
 import { UsageError } from "@torl-ts/core";
 import test from "ava";
-import { benchSandbox } from "../src/bench.js";
+import { benchSandbox, benchSandboxSteps } from "../src/bench.js";
 import { sandboxCommand } from "../src/index.js";
 
 const run = promisify(execFile);
@@ -100,8 +100,28 @@ test("the benchmark reports every figure with isolation on (tiny run)", async (t
     "http_per_s",
     "bare_fork_exit_per_s",
     "bare_fork_code_per_s",
+    "pool_vs_bare_fork",
+    "bare_fork_code_cpu_ms_per_run",
+    "pool_cpu_ms_per_run",
+    "pool_vs_bare_fork_cpu",
   ] as const;
   for (const k of figures) t.true(Number.isFinite(r[k]) && r[k] > 0, `${k} = ${r[k]}`);
   // (which loop is faster is a speed figure for the benchmark, not for a test on a loaded machine)
   t.is(r.http_clients, 16);
+});
+
+test("the benchmark's --steps mode reports what each isolation step costs per run (tiny run)", async (t) => {
+  const before = process.env.TORL_SANDBOX_TRACE;
+  const steps = await benchSandboxSteps({ workers: 1, runs: 3 });
+  for (const k of [
+    "step_cgroup_join_us",
+    "step_seccomp_cpu_us",
+    "step_uid_drop_faults",
+    "template_fresh_scratch_us",
+    "template_reseed_cpu_us",
+    "template_fork_us",
+    "server_end_run_us",
+  ])
+    t.true(Number.isFinite(steps[k]) && steps[k]! >= 0, `${k} = ${steps[k]}`);
+  t.is(process.env.TORL_SANDBOX_TRACE, before, "the mode leaves the environment as it found it");
 });

@@ -5,12 +5,14 @@ import errno
 import os
 import platform
 import shutil
+import stat
 import sys
 
 from torl_sandbox.linux import (
     CLONE_NEWIPC,
     MNT_DETACH,
     MS_BIND,
+    MS_MOVE,
     MS_NODEV,
     MS_NOEXEC,
     MS_NOSUID,
@@ -73,6 +75,7 @@ def python_dirs():
     return [d for d in out if not (d == "/usr" or d.startswith("/usr/"))]
 
 
+DEVICES = ("null", "zero", "full", "random", "urandom")  # the runs' /dev (character devices)
 LAYERS = "/tmp/layers"  # in the server's private /tmp, which the pivot detaches with the old root
 
 
@@ -149,21 +152,29 @@ def build_root(uid, gid, tmpfs_mb):
         f.write(f"root:x:0:\nsandbox:x:{gid}:\n")
     with open(root + "/etc/hosts", "w") as f:
         f.write("127.0.0.1 localhost\n")
-    # /dev: a few harmless devices bound from the host
+    # /dev: a few harmless devices, as nodes of our own (not binds of the host's: a bind is the host's
+    # inode, so a run's flock or POSIX lock on it would block the host's, and a run's utime would
+    # change the host's timestamps), on a tmpfs made read-only once filled (no utime, chmod or new
+    # names; locks stay possible but are on this worker's inodes and die with the run)
     os.makedirs(root + "/dev")
     mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
-    for dev in ("null", "zero", "full", "random", "urandom"):
-        open(f"{root}/dev/{dev}", "w").close()
-        mount(f"/dev/{dev}", f"{root}/dev/{dev}", None, MS_BIND)
+    for dev in DEVICES:
+        info = os.stat(f"/dev/{dev}")
+        os.mknod(f"{root}/dev/{dev}", stat.S_IFCHR | 0o666, info.st_rdev)
+        os.chmod(f"{root}/dev/{dev}", 0o666)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"{root}/dev/{name}")
     os.makedirs(root + "/dev/shm")
+    mount(None, root + "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
     os.makedirs(root + "/tmp")
     os.makedirs(root + "/proc")
     # hidepid=2: a run sees only its own processes, not the server's or the template's (their command
     # lines, status, maps)
     mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+    for _, name in SCRATCH_MOUNTS:
+        os.makedirs(f"{root}{PARKED}/{name}")
+    os.chmod(root + PARKED, 0o700)
     os.makedirs(root + "/.old")
     os.chdir(root)
     if SYS_PIVOT_ROOT is None:
@@ -189,16 +200,38 @@ def use_host_scratch(base):
     fresh_scratch(0)
 
 
-def fresh_scratch(tmpfs_mb):
+PARKED = "/.parked"  # root-only (0700): where the last run's /tmp and /dev/shm wait to be unmounted
+SCRATCH_MOUNTS = (("/tmp", "tmp"), ("/dev/shm", "shm"))
+
+
+def fresh_scratch(tmpfs_mb, parked=None):
     """Replaces /tmp and /dev/shm by empty tmpfs mounts (the previous ones vanish with their files);
-    with a host scratch directory instead, empties that."""
+    with a host scratch directory instead, empties that.
+
+    With a list as `parked`, the old mounts are moved under PARKED instead of unmounted, and their
+    paths appended, for unmount_parked: unmounting waits for an RCU grace period (0.2-2.6 ms
+    measured, against ~20 us for a move or a mount), which the caller then spends while the next run
+    works instead of before it. No run can enter PARKED (root's, mode 0700) and no process of the run
+    that used the mounts is left, so nothing reaches their files meanwhile."""
     if _host_scratch is not None:
         shutil.rmtree(_host_scratch, ignore_errors=True)
         os.makedirs(_host_scratch, exist_ok=True)
         return
-    for path, size in (("/tmp", tmpfs_mb), ("/dev/shm", 16)):
-        libc.umount2(path.encode(), MNT_DETACH)
-        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size}m,mode=1777")
+    sizes = {"/tmp": tmpfs_mb, "/dev/shm": 16}
+    for path, name in SCRATCH_MOUNTS:
+        if parked is None:
+            libc.umount2(path.encode(), MNT_DETACH)
+        else:
+            mount(path, f"{PARKED}/{name}", None, MS_MOVE)
+            parked.append(f"{PARKED}/{name}")
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={sizes[path]}m,mode=1777")
+
+
+def unmount_parked(parked):
+    """Unmounts what fresh_scratch parked, freeing the last run's files; empties `parked`."""
+    while parked:
+        path = parked.pop()
+        check(libc.umount2(path.encode(), MNT_DETACH), f"umount {path}")
 
 
 def verify_ipc_unshare():

@@ -17,6 +17,7 @@ MS_NODEV = 4
 MS_NOEXEC = 8
 MS_REMOUNT = 32
 MS_BIND = 4096
+MS_MOVE = 8192
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
@@ -33,6 +34,7 @@ libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 libc.unshare.argtypes = [ctypes.c_int]
 libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+libc.setdomainname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -1,8 +1,14 @@
 """The seccomp filter every run installs: a small deny-list on top of the namespaces and the uid drop.
 It keeps the run from creating namespaces (user namespaces would hand it capabilities inside them),
 mounting, tracing, loading kernel code or using
-bpf/userfaultfd/perf/keyrings/io_uring/inotify/fanotify, and from taking huge pages (the warm heap's
-pool; the run's own memory stays in ordinary pages, counted by its memory cgroup).
+bpf/userfaultfd/perf/keyrings/io_uring/legacy AIO/inotify/fanotify, and from taking huge pages (the
+warm heap's pool; the run's own memory stays in ordinary pages, counted by its memory cgroup).
+
+Sockets: only the address families a run has use for, AF_UNIX, AF_INET and AF_INET6 (the latter two
+in an empty network namespace); every other family (AF_VSOCK, which no network namespace covers and
+whose ports are the host's; AF_NETLINK, AF_PACKET, AF_ALG, AF_KEY, Bluetooth...) answers EAFNOSUPPORT,
+as on a kernel built without it, so the kernel never even loads the family's module for a run.
+glibc's getaddrinfo, which asks netlink which address families are configured, falls back to "both".
 """
 
 import ctypes
@@ -35,8 +41,17 @@ SYSCALL_NUMBERS = {
     "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
     "inotify_init": (253, None), "inotify_init1": (294, 26), "inotify_add_watch": (254, 27),
     "fanotify_init": (300, 262), "fanotify_mark": (301, 263),
+    # legacy AIO: contexts come from one kernel-wide budget (fs.aio-max-nr) that a run could use up;
+    # without a context no other io_* call does anything
+    "io_setup": (206, 0),
+    # checked by their first argument (the address family), see SOCKET_FAMILIES
+    "socket": (41, 198), "socketpair": (53, 199),
 }
-DENIED_SYSCALLS = [n for n in SYSCALL_NUMBERS if n not in ("mmap", "memfd_create", "shmget", "clone", "clone3")]
+# the only address families a run may create sockets of (socket, socketpair); others: EAFNOSUPPORT
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+SOCKET_FAMILIES = (AF_UNIX, AF_INET, AF_INET6)
+FILTERED = ("mmap", "memfd_create", "shmget", "clone", "clone3", "socket", "socketpair")
+DENIED_SYSCALLS = [n for n in SYSCALL_NUMBERS if n not in FILTERED]
 # machine: (column in SYSCALL_NUMBERS, AUDIT_ARCH value, bit marking x32 calls)
 SECCOMP_ARCH = {"x86_64": (0, 0xC000003E, 0x40000000), "aarch64": (1, 0xC00000B7, None)}
 
@@ -95,6 +110,15 @@ def seccomp_program():
     op(JEQ_K, nr["mmap"], "mmap", None)
     op(JEQ_K, nr["memfd_create"], "memfd", None)
     op(JEQ_K, nr["shmget"], "shmget", None)
+    op(JEQ_K, nr["socket"], "socket", None)
+    op(JEQ_K, nr["socketpair"], "socket", None)
+    op(RET_K, RET_ALLOW)
+    label("socket")
+    op(LD_ABS_W, arg_low(0))
+    for family in SOCKET_FAMILIES:
+        op(JEQ_K, family, "allow", None)
+    op(RET_K, RET_ERRNO | errno.EAFNOSUPPORT)
+    label("allow")
     op(RET_K, RET_ALLOW)
     for name, arg, bit, err in (("clone", 0, CLONE_NEW_ANY, errno.EPERM), ("mmap", 3, MAP_HUGETLB, errno.ENOMEM),
                                 ("memfd", 1, MFD_HUGETLB, errno.EINVAL), ("shmget", 2, SHM_HUGETLB, errno.EPERM)):

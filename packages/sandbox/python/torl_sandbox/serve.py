@@ -7,7 +7,6 @@ import json
 import os
 import select
 import stat
-import struct
 import time
 
 from torl_sandbox.framing import read_frame, write_all, write_frame
@@ -78,6 +77,8 @@ def run_one(z, req, state, template):
                 d = os.path.dirname(d)
             os.chown(dest, state["uid"], state["gid"])
     mem_mb, timeout, max_processes = run_limits(req)
+    trace = state["trace"]
+    t_limits = time.perf_counter_ns()
     cg = state["cgroups"]
     if cg is not None:
         # pids: the run's own limit; memory: what the run allocates beyond the pages it shares
@@ -92,8 +93,9 @@ def run_one(z, req, state, template):
                 raise OSError(errno.EBUSY, f"cannot write the run's limits into {cg.dirs} for 5 s "
                               f"({max_processes} processes, {mem_mb} MB): the cgroup still holds more")
             time.sleep(0.005)
+    if trace is not None:
+        trace["server_set_limits_us"] = (time.perf_counter_ns() - t_limits) / 1000
     started = time.monotonic()
-    trace = state["trace"]
     keys = ("code", "stdin", "run_timeout", "memory_limit_MB", "max_processes")
     body = json.dumps({k: req[k] for k in keys if req.get(k) is not None})
     body = body.encode()
@@ -111,7 +113,6 @@ def run_one(z, req, state, template):
     deadline = started + timeout
     timed_out = False
     exited = False
-    reported = None
     while True:
         now = time.monotonic()
         if now >= deadline:
@@ -125,11 +126,14 @@ def run_one(z, req, state, template):
                 continue
             chunk = os.read(fd, 1 << 16)
             if fd == z.status_r:
-                if len(chunk) >= 4:
-                    (reported,) = struct.unpack(">i", chunk[:4])
-                    if trace is not None and len(chunk) > 4:
-                        trace.update(json.loads(chunk[4:]))
+                # the run child's timings (profiling only): written by the run's own process, so
+                # never trusted for anything else; the exit status comes from the kernel below
+                if trace is not None and chunk:
+                    try:
+                        trace.update({k: float(v) for k, v in json.loads(chunk).items()})
                         trace["status_ms"] = (time.monotonic() - started) * 1000
+                    except (ValueError, TypeError, AttributeError):
+                        pass
                 poller.unregister(fd)
                 continue
             if chunk:
@@ -140,9 +144,9 @@ def run_one(z, req, state, template):
             else:
                 poller.unregister(fd)
                 open_fds.discard(fd)
-        if (exited or reported is not None) and not open_fds:
+        if exited and not open_fds:
             break
-        if exited or reported is not None:
+        if exited:
             # the run is over, but a descendant may still hold the pipes: drain what is there, then
             # stop waiting (descendants are killed below).
             ready = {fd for fd, _ in poller.poll(0)}
@@ -150,14 +154,17 @@ def run_one(z, req, state, template):
                 break
     wall = time.monotonic() - started
     signum = None
+    ended = None
     if timed_out:
         return_code = None
-    elif reported is not None:
-        return_code = reported
     else:
-        # the child died without reporting (a signal: SIGKILL by the memory cgroup, SIGXCPU, ...):
-        # its wait status is with the template, its parent
-        st = template.end_run()["status"]
+        # the exit status as the kernel gives it to the run's parent (the template), never what the
+        # run could write: it ends the run (kills what is left of it) and reaps the run's process
+        t_end = time.perf_counter_ns()
+        ended = template.end_run()
+        if trace is not None:
+            trace["server_end_run_us"] = (time.perf_counter_ns() - t_end) / 1000
+        st = ended["status"]
         if st is None:
             raise RuntimeError(f"run child {z.pid} ended but its parent holds no wait status for it")
         if os.WIFSIGNALED(st):
@@ -168,7 +175,8 @@ def run_one(z, req, state, template):
     fetched, unfetched = {}, {}
     if req.get("fetch_files"):
         # nothing of the run may still be running while root reads its files (no link swapping)
-        template.end_run()
+        if ended is None:
+            template.end_run()
         for name in req["fetch_files"]:
             try:
                 fetched[name] = base64.b64encode(read_run_file(scratch, name, state["max_fetch_bytes"])).decode()
@@ -261,3 +269,4 @@ def serve(state):
         if state["trace"] is not None:
             state["trace"] = {"prev_zygote_cpu_ms": ended["cpu_ms"], "prev_zygote_faults": ended["faults"],
                               "prev_cycle_ms": ended["cycle_ms"], "prev_next_ms": (time.monotonic() - t) * 1000}
+            state["trace"].update({f"template_{k}": v for k, v in ended.items() if k.endswith("_us")})

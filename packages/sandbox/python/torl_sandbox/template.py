@@ -5,10 +5,11 @@ import os
 import signal
 import socket
 import time
+import traceback
 
-from torl_sandbox.isolation import fresh_scratch
+from torl_sandbox.isolation import fresh_scratch, unmount_parked
 from torl_sandbox.linux import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, fork_bare, libc
-from torl_sandbox.run_child import Zygote, fork_zygote
+from torl_sandbox.run_child import Zygote, fork_zygote, fresh_ipc_namespace, prepare_template, reseed_before_fork
 
 
 # the template: the only process that forks runs. It is forked from the server before the first
@@ -19,7 +20,9 @@ from torl_sandbox.run_child import Zygote, fork_zygote
 #   b"E" end the run: SIGKILL every run process, reap them; answer {"status", "cpu_ms", "faults"}
 #        of the last run child (status: its wait status, null if there was none)
 #   b"N" end the run as above, then fresh /tmp and /dev/shm, and fork the next run child:
-#        answer as above plus "pid" and "cycle_ms", with fds [ctrl_w, out_r, err_r, status_r]
+#        answer as above plus "pid" and "cycle_ms", with fds [ctrl_w, out_r, err_r, status_r];
+#        after answering, enter a new IPC namespace (the next child's) and unmount the last run's
+#        /tmp and /dev/shm (parked by fresh_scratch)
 
 
 class Template:
@@ -35,6 +38,8 @@ class Template:
             state = dict(state, parent_fds=(theirs.fileno(),))
             try:
                 template_main(theirs, state)
+            except BaseException:  # noqa: BLE001 - said on the worker's stderr, which Node keeps
+                traceback.print_exc()
             finally:
                 os._exit(70)
         theirs.close()
@@ -66,23 +71,38 @@ def template_main(sock, state):
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     # the run's orphaned descendants come to us (not to the server), so we can reap them
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    state = prepare_template(state)
     child = None
+    parked = []
     while True:
         command = sock.recv(16)
         if not command:
             os._exit(0)
+        t0 = time.perf_counter_ns(), time.thread_time_ns()
         ended = end_runs(state, child)
         child = None
         if command == b"E":
             sock.send(json.dumps(ended).encode())
             continue
-        t = time.monotonic()
-        fresh_scratch(state["tmpfs_mb"])
+        t1 = time.perf_counter_ns(), time.thread_time_ns()
+        fresh_scratch(state["tmpfs_mb"], parked)
+        t2 = time.perf_counter_ns(), time.thread_time_ns()
+        reseed_before_fork(state)
+        t2r = time.perf_counter_ns(), time.thread_time_ns()
         child, *fds = fork_zygote(state)
-        ended.update(pid=child, cycle_ms=(time.monotonic() - t) * 1000)
+        t3 = time.perf_counter_ns(), time.thread_time_ns()
+        ended.update(pid=child, cycle_ms=(t3[0] - t1[0]) / 1e6)
+        if state["trace"] is not None:
+            for name, a, b in (("kill_reap", t0, t1), ("fresh_scratch", t1, t2), ("reseed", t2, t2r), ("fork", t2r, t3)):
+                ended[f"{name}_us"], ended[f"{name}_cpu_us"] = (b[0] - a[0]) / 1000, (b[1] - a[1]) / 1000
         socket.send_fds(sock, [json.dumps(ended).encode()], fds)
         for fd in fds:
             os.close(fd)
+        # while the new run works: leave its IPC namespace for the next one, and unmount the last
+        # run's /tmp and /dev/shm (see fresh_scratch)
+        if state["ipc_per_run"]:
+            fresh_ipc_namespace()
+        unmount_parked(parked)
 
 
 def end_runs(state, child):

@@ -5,6 +5,7 @@ each run child reseeds."""
 import io
 import os
 import random
+import sys
 
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
@@ -60,3 +61,26 @@ def reseed_generators(generators):
             gen.bit_generator.state = type(gen.bit_generator)().state
         else:
             gen.seed()
+
+
+def forget_host():
+    """Drops what the warm interpreter learnt about the host before it moved into its namespaces,
+    so that no run (a fork of it) can read it: the relative entry of sys.path, the import system's finder for the directory the
+    server was started in (its path and a listing of it, under sys.path_importer_cache) and for any
+    other directory not on or below sys.path, the cached uname (the host's hostname: platform's cache), the
+    platform strings built from it, os-release, and the source lines linecache kept. Called after the
+    UTS namespace exists, so what platform learns again is the sandbox's own name."""
+    import linecache
+    import platform
+
+    # '' (the current directory, first on the path of `python -c`) would resolve to wherever the
+    # process stands at the next import; each run puts its own working directory first instead
+    sys.path[:] = [p for p in sys.path if p and os.path.isabs(p)]
+    for key in list(sys.path_importer_cache):
+        # kept: the directories on the path and packages' directories below them, which runs see
+        if not any(key == p or key.startswith(p + "/") for p in sys.path):
+            del sys.path_importer_cache[key]
+    platform._uname_cache = None
+    platform._platform_cache = {}
+    platform._os_release_cache = None
+    linecache.clearcache()
