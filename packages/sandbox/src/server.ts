@@ -18,7 +18,7 @@ export interface ServerOptions {
   headersTimeoutMs?: number;
   /** ms a client may take to send a whole request, body included (default 60 s); then 408 and close. */
   requestTimeoutMs?: number;
-  /** ms an idle keep-alive connection is kept open between requests (default 5 s). */
+  /** ms an idle keep-alive connection is kept open between requests (default 15 s). */
   keepAliveTimeoutMs?: number;
 }
 
@@ -38,7 +38,7 @@ export const DEFAULT_CONNECTION_LIMITS: Readonly<ConnectionLimits> = {
   maxConnections: 256,
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 60_000,
-  keepAliveTimeoutMs: 5_000,
+  keepAliveTimeoutMs: 15_000,
 };
 
 /** How often the header and request timeouts are checked, at most (ms): a stalled client is cut within its timeout plus this. */
