@@ -44,7 +44,8 @@ test.serial(
   "files over the count, size or path bounds are answered 400 naming the limit, at once",
   async (t) => {
     const restarts = ex.health().restarts;
-    const big = Buffer.alloc(DEFAULT_LIMITS.maxFilesBytes / 2 + 1).toString("base64");
+    const maxFilesBytes = 16 << 20;
+    const big = Buffer.alloc(maxFilesBytes / 2 + 1).toString("base64");
     const cases: [unknown, RegExp][] = [
       // 200,000 empty files in a ~4 MB body: once written before the run, until the watchdog killed the worker
       [
@@ -55,7 +56,7 @@ test.serial(
       [
         { code: "print(1)", files: { "a.bin": big, "b.bin": big } },
         new RegExp(
-          `files: ${DEFAULT_LIMITS.maxFilesBytes + 2} bytes in all \\(decoded\\), over this server's limit of ${DEFAULT_LIMITS.maxFilesBytes} bytes`,
+          `files: ${maxFilesBytes + 2} bytes in all \\(decoded\\), over this server's limit of ${maxFilesBytes} bytes`,
         ),
       ],
       [
@@ -84,6 +85,7 @@ test.serial(
     t.is(json.status, "Success", JSON.stringify(json));
     t.is((json.run_result as { stdout: string }).stdout, "1000\n");
     t.is(ex.health().restarts, restarts, "no worker was restarted");
+    t.is(DEFAULT_LIMITS.maxFilesBytes, maxFilesBytes);
   },
 );
 
