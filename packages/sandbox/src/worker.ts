@@ -265,8 +265,9 @@ export class SandboxWorker {
       const setupMs = (request.setup_timeout ?? DEFAULT_LIMITS.setupTimeout) * 1000;
       const watch = (ms: number): NodeJS.Timeout =>
         setTimeout(() => {
+          if (this.pending?.timer !== timer) return; // settled meanwhile
           const quietFor = performance.now() - this.lastDataAt;
-          if (this.pending?.timer === timer && quietFor < graceMs) {
+          if (quietFor < graceMs) {
             // the answer is arriving: wait until it has been quiet for graceMs
             timer = watch(graceMs - quietFor);
             this.pending.timer = timer;

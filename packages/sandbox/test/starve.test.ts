@@ -5,7 +5,14 @@ import { createHash } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import { request } from "node:http";
 import test from "ava";
-import { DEFAULT_LIMITS, SandboxExecutor, type SandboxServer, serveSandbox } from "../src/index.js";
+import {
+  DEFAULT_LIMITS,
+  SandboxExecutor,
+  type SandboxServer,
+  SandboxWorker,
+  SandboxWorkerDiedError,
+  serveSandbox,
+} from "../src/index.js";
 
 let ex: SandboxExecutor;
 let srv: SandboxServer;
@@ -204,3 +211,32 @@ for (const [name, code] of Object.entries(FLOODS)) {
     },
   );
 }
+
+test.serial(
+  "a worker that stops answering is still ended by its watchdog after the setup deadline, run_timeout and grace",
+  async (t) => {
+    const worker = new SandboxWorker({ name: `torl-${process.pid}-watchdog`, watchdogGraceMs: 500 });
+    await worker.start();
+    // the process that answers: the outer process's child (pid 1 of the worker's pid namespace), or itself
+    const children = readFileSync(`/proc/${worker.pid}/task/${worker.pid}/children`, "utf8").trim();
+    const server = Number(children.split(" ")[0] || worker.pid);
+    process.kill(server, "SIGSTOP");
+    const started = performance.now();
+    const error = await t.throwsAsync(
+      worker.run({
+        code: "print(1)",
+        run_timeout: 0.5,
+        memory_limit_MB: 256,
+        stdin: "",
+        files: {},
+        fetch_files: [],
+        setup_timeout: 0.5,
+      }),
+      { instanceOf: SandboxWorkerDiedError },
+    );
+    const waited = performance.now() - started;
+    t.regex(error?.message ?? "", /watchdog: no answer 500 ms after the run's timeout/);
+    t.true(waited >= 1400, `not before setup_timeout + run_timeout + grace (${Math.round(waited)} ms)`);
+    t.false(worker.alive);
+  },
+);
