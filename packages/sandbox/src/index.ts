@@ -7,6 +7,7 @@ export { type ExecutorOptions, SandboxExecutor, sandboxError } from "./executor.
 export {
   checkRunLimits,
   DEFAULT_LIMITS,
+  MAX_FILE_PATH_BYTES,
   type NormalizedRequest,
   normalizeRequest,
   type RequestLimits,
@@ -14,6 +15,8 @@ export {
 } from "./request.js";
 export { SandboxActor, SandboxActorClass, type SandboxActorOptions } from "./sandbox-actor.js";
 export {
+  type ConnectionLimits,
+  DEFAULT_CONNECTION_LIMITS,
   DEFAULT_MAX_BODY_BYTES,
   SandboxListenError,
   type SandboxServer,
@@ -21,4 +24,11 @@ export {
   serveSandbox,
 } from "./server.js";
 export type * from "./types.js";
-export { type IsolationStep, type RawRunResult, SandboxWorker, type WorkerOptions } from "./worker.js";
+export {
+  FrameReader,
+  type IsolationStep,
+  MAX_FRAME_BYTES,
+  type RawRunResult,
+  SandboxWorker,
+  type WorkerOptions,
+} from "./worker.js";

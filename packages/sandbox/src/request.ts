@@ -9,6 +9,8 @@ export interface NormalizedRequest {
   stdin: string;
   files: Record<string, string>;
   fetch_files: string[];
+  /** Seconds the worker may spend writing `files` before the run; over it the request fails, the worker lives. */
+  setup_timeout?: number;
 }
 
 /** The service's own maxima: a request asking for more is refused (HTTP 400), never run. */
@@ -19,13 +21,34 @@ export interface RequestLimits {
   maxMemoryMB: number;
   /** Largest code + stdin + files, bytes. */
   maxRequestBytes: number;
+  /** Most entries in `files`. */
+  maxFiles: number;
+  /** Largest total of `files` once decoded, bytes. */
+  maxFilesBytes: number;
+  /** Most entries in `fetch_files` (each file read back is at most 32 MiB). */
+  maxFetchFiles: number;
+  /**
+   * Longest the worker may spend writing a request's `files` before its run starts, seconds. A
+   * request over it is answered SandboxError without running; the worker goes on serving.
+   */
+  setupTimeout: number;
 }
 
 export const DEFAULT_LIMITS: RequestLimits = {
   maxRunTimeout: 300,
   maxMemoryMB: 8192,
   maxRequestBytes: 32 << 20,
+  maxFiles: 1000,
+  maxFilesBytes: 16 << 20,
+  maxFetchFiles: 8,
+  setupTimeout: 10,
 };
+
+/** Longest path accepted in `files` and `fetch_files`, bytes (a name within it at most 255). */
+export const MAX_FILE_PATH_BYTES = 1024;
+
+/** Limits that count things: they must be whole numbers. */
+const COUNT_LIMITS = new Set<string>(["maxFiles", "maxFetchFiles", "maxFilesBytes", "maxRequestBytes"]);
 
 /** The defaults with `overrides` applied; throws SandboxConfigError for a maximum that is not a positive number. */
 export function resolveLimits(overrides: Partial<RequestLimits> = {}): RequestLimits {
@@ -33,6 +56,9 @@ export function resolveLimits(overrides: Partial<RequestLimits> = {}): RequestLi
   for (const [key, value] of Object.entries(limits)) {
     if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
       throw new SandboxConfigError(`limits.${key}`, `must be a positive number, got ${String(value)}`);
+    }
+    if (COUNT_LIMITS.has(key) && !Number.isInteger(value)) {
+      throw new SandboxConfigError(`limits.${key}`, `must be a whole number, got ${String(value)}`);
     }
   }
   return limits;
@@ -60,9 +86,27 @@ export function checkRunLimits(
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 
 function checkRelativePath(field: string, path: string): void {
-  if (path === "" || path.startsWith("/") || path.split("/").some((part) => part === "..")) {
+  const parts = path.split("/");
+  if (
+    path.startsWith("/") ||
+    parts.some((part) => part === "..") ||
+    parts.every((p) => p === "" || p === ".")
+  ) {
     throw new RunRequestError(field, `path '${path}' must be relative and stay inside the working directory`);
   }
+  const bytes = Buffer.byteLength(path);
+  if (bytes > MAX_FILE_PATH_BYTES) {
+    throw new RunRequestError(field, `path of ${bytes} bytes is over the limit of ${MAX_FILE_PATH_BYTES}`);
+  }
+  if (parts.some((part) => Buffer.byteLength(part) > 255)) {
+    throw new RunRequestError(field, "a name in the path is over 255 bytes");
+  }
+}
+
+/** Bytes a base64 string decodes to. */
+function decodedLength(b64: string): number {
+  const pad = b64.endsWith("==") ? 2 : b64.endsWith("=") ? 1 : 0;
+  return Math.floor((b64.length * 3) / 4) - pad;
 }
 
 /**
@@ -99,18 +143,39 @@ export function normalizeRequest(body: unknown, limits: RequestLimits = DEFAULT_
     if (typeof r.files !== "object" || Array.isArray(r.files)) {
       throw new RunRequestError("files", "must be an object mapping relative paths to base64 content");
     }
-    for (const [path, content] of Object.entries(r.files as Record<string, unknown>)) {
+    const entries = Object.entries(r.files as Record<string, unknown>);
+    if (entries.length > limits.maxFiles) {
+      throw new RunRequestError(
+        "files",
+        `${entries.length} files, over this server's limit of ${limits.maxFiles} files per request`,
+      );
+    }
+    let decoded = 0;
+    for (const [path, content] of entries) {
       checkRelativePath(`files['${path}']`, path);
       if (typeof content !== "string" || !BASE64.test(content)) {
         throw new RunRequestError(`files['${path}']`, "content must be a base64 string");
       }
+      decoded += decodedLength(content);
       files[path] = content;
+    }
+    if (decoded > limits.maxFilesBytes) {
+      throw new RunRequestError(
+        "files",
+        `${decoded} bytes in all (decoded), over this server's limit of ${limits.maxFilesBytes} bytes per request`,
+      );
     }
   }
   const fetch_files: string[] = [];
   if (r.fetch_files !== undefined && r.fetch_files !== null) {
     if (!Array.isArray(r.fetch_files))
       throw new RunRequestError("fetch_files", "must be an array of relative paths");
+    if (r.fetch_files.length > limits.maxFetchFiles) {
+      throw new RunRequestError(
+        "fetch_files",
+        `${r.fetch_files.length} paths, over this server's limit of ${limits.maxFetchFiles} per request`,
+      );
+    }
     for (const p of r.fetch_files) {
       if (typeof p !== "string") throw new RunRequestError("fetch_files", "must contain only strings");
       checkRelativePath("fetch_files", p);
@@ -125,7 +190,15 @@ export function normalizeRequest(body: unknown, limits: RequestLimits = DEFAULT_
       `code, stdin and files total ${size} bytes, over the limit of ${limits.maxRequestBytes}`,
     );
   }
-  return { code: r.code, run_timeout, memory_limit_MB, stdin, files, fetch_files };
+  return {
+    code: r.code,
+    run_timeout,
+    memory_limit_MB,
+    stdin,
+    files,
+    fetch_files,
+    setup_timeout: limits.setupTimeout,
+  };
 }
 
 /** Builds a request object from plain arguments (the programmatic API). */

@@ -1,6 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
-import { RunRequestError } from "./errors.js";
+import type { AddressInfo, Socket } from "node:net";
+import { RunRequestError, SandboxConfigError } from "./errors.js";
 import type { SandboxExecutor } from "./executor.js";
 import { DEFAULT_LIMITS, normalizeRequest, type RequestLimits } from "./request.js";
 
@@ -12,10 +12,40 @@ export interface ServerOptions {
   /** Largest request body accepted, bytes (default DEFAULT_MAX_BODY_BYTES); a larger one gets 413. */
   maxBodyBytes?: number;
   limits?: Partial<RequestLimits>;
+  /** Most connections open at once (default 256); one more is answered 503 and closed. */
+  maxConnections?: number;
+  /** ms a client may take to send a request's headers (default 10 s); then 408 and the connection closes. */
+  headersTimeoutMs?: number;
+  /** ms a client may take to send a whole request, body included (default 60 s); then 408 and close. */
+  requestTimeoutMs?: number;
+  /** ms an idle keep-alive connection is kept open between requests (default 15 s). */
+  keepAliveTimeoutMs?: number;
 }
 
 /** Default request body limit: 64 MiB, room for `files` of a few tens of MB in base64. */
 export const DEFAULT_MAX_BODY_BYTES = 64 << 20;
+
+/** How many connections a server holds at once and how long a client may take (ms). */
+export interface ConnectionLimits {
+  maxConnections: number;
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+  keepAliveTimeoutMs: number;
+}
+
+/** Default connection limits; a run's own time (up to run_timeout) is not bounded by them. */
+export const DEFAULT_CONNECTION_LIMITS: Readonly<ConnectionLimits> = {
+  maxConnections: 256,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 60_000,
+  keepAliveTimeoutMs: 15_000,
+};
+
+/** How often the header and request timeouts are checked, at most (ms): a stalled client is cut within its timeout plus this. */
+const TIMEOUT_CHECK_MS = 1_000;
+
+/** How long a connection refused for the connection limit may linger after its 503, ms. */
+const REFUSED_LINGER_MS = 1_000;
 
 /** How long a refused (413) upload may keep sending before its connection is closed. */
 const REFUSED_UPLOAD_DRAIN_MS = 5_000;
@@ -95,11 +125,47 @@ function refuseBody(req: IncomingMessage, res: ServerResponse, error: BodyTooLar
   req.once("close", () => clearTimeout(timer));
 }
 
+/** The connection limits of `options` with defaults; throws SandboxConfigError naming a bad one. */
+function connectionLimits(options: ServerOptions): ConnectionLimits {
+  const limits = { ...DEFAULT_CONNECTION_LIMITS };
+  for (const key of Object.keys(limits) as (keyof ConnectionLimits)[]) {
+    const value = options[key] ?? DEFAULT_CONNECTION_LIMITS[key];
+    if (!Number.isInteger(value) || value < 1) {
+      throw new SandboxConfigError(key, `must be a whole number >= 1, got ${String(value)}`);
+    }
+    limits[key] = value;
+  }
+  if (limits.headersTimeoutMs > limits.requestTimeoutMs) {
+    throw new SandboxConfigError(
+      "headersTimeoutMs",
+      `${limits.headersTimeoutMs} ms is over requestTimeoutMs (${limits.requestTimeoutMs} ms), which includes the headers`,
+    );
+  }
+  return limits;
+}
+
+/** Answers a connection over the limit with 503 and closes it (it is not counted). */
+function refuseConnection(socket: Socket, max: number): void {
+  const body = JSON.stringify({
+    status: "SandboxError",
+    message: `this server has ${max} connections open, its limit (sandbox serve --max-connections); try again later`,
+  });
+  socket.end(
+    "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n" +
+      `connection: close\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
+  setTimeout(() => socket.destroy(), REFUSED_LINGER_MS).unref();
+}
+
 /**
  * Serves `POST /run_code` (SandboxFusion request and response fields) and `GET /health` over the
  * executor. Requests beyond the executor's workers wait in its queue; none is dropped. A bad request
  * gets 400 with `{status: "SandboxError", message: <reason>}`, a body over `maxBodyBytes` 413 with the
- * same shape. Rejects with SandboxListenError when the port is taken or the address unusable.
+ * same shape. Slow clients are cut off: headers not sent within `headersTimeoutMs` or a request not
+ * sent within `requestTimeoutMs` get 408 and the connection is closed (within the timeout plus 1 s); a
+ * connection beyond `maxConnections` is answered 503 and closed. The time a run takes is not bounded
+ * by these (it is bounded by its run_timeout). Rejects with SandboxListenError when the port is taken
+ * or the address unusable, SandboxConfigError for a bad limit.
  */
 export async function serveSandbox(
   executor: SandboxExecutor,
@@ -110,7 +176,13 @@ export async function serveSandbox(
     throw new RangeError(`maxBodyBytes must be a positive integer, got ${maxBody}`);
   }
   const limits = { ...DEFAULT_LIMITS, ...options.limits };
-  const server = createServer(async (req, res) => {
+  const conn = connectionLimits(options);
+  const refused = new WeakSet<Socket>();
+  // how often stalled connections are looked for (read when it starts listening)
+  const checkMs = Math.min(TIMEOUT_CHECK_MS, conn.headersTimeoutMs);
+  const server = createServer({ connectionsCheckingInterval: checkMs }, async (req, res) => {
+    // a connection refused for the limit has had its 503 already
+    if (refused.has(req.socket)) return;
     const path = (req.url ?? "/").split("?")[0];
     try {
       if (path === "/health" || path === "/v1/ping") {
@@ -142,8 +214,18 @@ export async function serveSandbox(
       return send(res, 500, { status: "SandboxError", message: (error as Error).message });
     }
   });
-  server.keepAliveTimeout = 30_000;
-  server.requestTimeout = 0;
+  server.headersTimeout = conn.headersTimeoutMs;
+  server.requestTimeout = conn.requestTimeoutMs;
+  server.keepAliveTimeout = conn.keepAliveTimeoutMs;
+  let open = 0;
+  server.on("connection", (socket: Socket) => {
+    if (open >= conn.maxConnections) {
+      refused.add(socket);
+      return refuseConnection(socket, conn.maxConnections);
+    }
+    open++;
+    socket.once("close", () => open--);
+  });
   const host = options.host ?? "127.0.0.1";
   const wanted = options.port ?? 0;
   await new Promise<void>((resolve, reject) => {

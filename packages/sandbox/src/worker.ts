@@ -3,7 +3,7 @@ import { existsSync, readdirSync, rmdirSync } from "node:fs";
 import type { Writable } from "node:stream";
 import { SandboxInternalError, SandboxStartError, SandboxWorkerDiedError } from "./errors.js";
 import { forkServerArgs, forkServerBundle, forkServerEnv, resolvePython } from "./python.js";
-import type { NormalizedRequest } from "./request.js";
+import { DEFAULT_LIMITS, type NormalizedRequest } from "./request.js";
 import type { Protection } from "./types.js";
 
 /** What the fork server reports for one run. */
@@ -59,6 +59,81 @@ interface Pending {
   timer: NodeJS.Timeout;
 }
 
+/** Largest frame a worker may send, bytes (1 GiB); a larger one is skipped and fails its request. */
+export const MAX_FRAME_BYTES = 1 << 30;
+
+/**
+ * Splits a byte stream into length-prefixed frames (4-byte big-endian length, then the body). A body
+ * that arrives in pieces is copied into one buffer sized from its header as the pieces come, so a
+ * frame costs time linear in its size; a body that lies whole inside one chunk is handed on as a view
+ * of it, not copied. A frame over `maxFrameBytes` is read past without being kept (`onOversize`).
+ */
+export class FrameReader {
+  /** Body bytes copied so far (each byte of a frame at most once). */
+  copiedBytes = 0;
+  private readonly head = Buffer.alloc(4);
+  private headFill = 0;
+  private body: Buffer | undefined;
+  private bodyFill = 0;
+  private skipLeft = 0;
+
+  constructor(
+    private readonly onFrame: (body: Buffer) => void,
+    private readonly onOversize: (length: number) => void,
+    readonly maxFrameBytes = MAX_FRAME_BYTES,
+  ) {}
+
+  push(chunk: Buffer): void {
+    let at = 0;
+    while (at < chunk.length) {
+      if (this.skipLeft > 0) {
+        const n = Math.min(this.skipLeft, chunk.length - at);
+        this.skipLeft -= n;
+        at += n;
+        continue;
+      }
+      if (this.body === undefined) {
+        let length: number;
+        if (this.headFill === 0 && chunk.length - at >= 4) {
+          length = chunk.readUInt32BE(at);
+          at += 4;
+        } else {
+          const n = Math.min(4 - this.headFill, chunk.length - at);
+          chunk.copy(this.head, this.headFill, at, at + n);
+          this.headFill += n;
+          at += n;
+          if (this.headFill < 4) return;
+          this.headFill = 0;
+          length = this.head.readUInt32BE(0);
+        }
+        if (length > this.maxFrameBytes) {
+          this.skipLeft = length;
+          this.onOversize(length);
+          continue;
+        }
+        if (chunk.length - at >= length) {
+          const whole = chunk.subarray(at, at + length);
+          at += length;
+          this.onFrame(whole);
+          continue;
+        }
+        this.body = Buffer.allocUnsafe(length);
+        this.bodyFill = 0;
+      }
+      const n = Math.min(this.body.length - this.bodyFill, chunk.length - at);
+      chunk.copy(this.body, this.bodyFill, at, at + n);
+      this.bodyFill += n;
+      this.copiedBytes += n;
+      at += n;
+      if (this.bodyFill === this.body.length) {
+        const done = this.body;
+        this.body = undefined;
+        this.onFrame(done);
+      }
+    }
+  }
+}
+
 /**
  * One warm fork server (python/forkserver.py) in its own namespaces. Runs one request at a time;
  * `run` must not be called again before the previous call settled.
@@ -73,7 +148,13 @@ export class SandboxWorker {
   /** Pid of the outer process (in the host's pid namespace). */
   pid: number | undefined;
   private proc: ChildProcess | undefined;
-  private buf: Buffer = Buffer.alloc(0);
+  private readonly frames = new FrameReader(
+    (body) => this.onFrameBytes(body),
+    (length) =>
+      this.failPending(`its answer of ${length} bytes is over the limit of ${MAX_FRAME_BYTES} bytes`),
+  );
+  /** When the worker last sent anything (ms, monotonic): a worker that is sending is answering. */
+  private lastDataAt = 0;
   private pending: Pending | undefined;
   private nextId = 1;
   private exited = false;
@@ -178,15 +259,24 @@ export class SandboxWorker {
     const head = Buffer.alloc(4);
     head.writeUInt32BE(body.length);
     return new Promise<RawRunResult>((resolve, reject) => {
-      // the fork server enforces run_timeout itself; this watchdog only fires if it stops answering
+      // the fork server bounds writing the files (setup_timeout) and the run (run_timeout) itself;
+      // this watchdog only fires if it stops answering: nothing received for graceMs past both
       const graceMs = this.options.watchdogGraceMs ?? 10_000;
-      const timer = setTimeout(
-        () => {
+      const setupMs = (request.setup_timeout ?? DEFAULT_LIMITS.setupTimeout) * 1000;
+      const watch = (ms: number): NodeJS.Timeout =>
+        setTimeout(() => {
+          if (this.pending?.timer !== timer) return; // settled meanwhile
+          const quietFor = performance.now() - this.lastDataAt;
+          if (quietFor < graceMs) {
+            // the answer is arriving: wait until it has been quiet for graceMs
+            timer = watch(graceMs - quietFor);
+            this.pending.timer = timer;
+            return;
+          }
           this.stderrTail += `\nwatchdog: no answer ${graceMs} ms after the run's timeout`;
           this.kill();
-        },
-        request.run_timeout * 1000 + graceMs,
-      );
+        }, ms);
+      let timer = watch(setupMs + request.run_timeout * 1000 + graceMs);
       this.pending = { resolve, reject, timer };
       this.proc!.stdin!.write(Buffer.concat([head, body]));
     });
@@ -214,14 +304,31 @@ export class SandboxWorker {
   }
 
   private onData(chunk: Buffer): void {
-    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
-    while (this.buf.length >= 4) {
-      const len = this.buf.readUInt32BE(0);
-      if (this.buf.length < 4 + len) return;
-      const frame = JSON.parse(this.buf.subarray(4, 4 + len).toString("utf8"));
-      this.buf = this.buf.subarray(4 + len);
-      this.onFrame(frame);
+    this.lastDataAt = performance.now();
+    this.frames.push(chunk);
+  }
+
+  /** A frame that cannot be read fails the request it answers; the stream stays in step, the worker lives. */
+  private onFrameBytes(body: Buffer): void {
+    let frame: Record<string, unknown>;
+    try {
+      frame = JSON.parse(body.toString("utf8"));
+    } catch (error) {
+      this.failPending(`its answer of ${body.length} bytes could not be read (${(error as Error).message})`);
+      return;
     }
+    this.onFrame(frame);
+  }
+
+  private failPending(detail: string): void {
+    const p = this.pending;
+    if (!p) {
+      this.stderrTail += `\n${detail} (no request waiting)`;
+      return;
+    }
+    this.pending = undefined;
+    clearTimeout(p.timer);
+    p.reject(new SandboxInternalError(this.name, detail));
   }
 
   private onFrame(frame: Record<string, unknown>): void {

@@ -65,7 +65,13 @@ def run_one(z, req, state, template):
     """Hands the request to the waiting run child and collects its result."""
     max_out = int(req.get("max_output_bytes", state["max_output_bytes"]))
     scratch = state["scratch"]
-    for name, b64 in (req.get("files") or {}).items():
+    files = req.get("files") or {}
+    setup_timeout = float(req.get("setup_timeout") or 10)
+    setup_deadline = time.monotonic() + setup_timeout
+    for i, (name, b64) in enumerate(files.items()):
+        if time.monotonic() > setup_deadline:
+            raise TimeoutError(f"writing the request's files took over {setup_timeout:g} s ({i} of {len(files)} "
+                               "written); the code was not run")
         dest = os.path.join(scratch, safe_relpath(name))
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         with open(dest, "wb") as f:
@@ -153,6 +159,9 @@ def run_one(z, req, state, template):
             if not (ready & open_fds):
                 break
     wall = time.monotonic() - started
+    if timed_out:
+        # killed now, before its output is encoded and sent, so the kill does not wait for the answer
+        template.end_run()
     signum = None
     ended = None
     if timed_out:
