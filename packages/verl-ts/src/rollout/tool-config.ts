@@ -64,19 +64,13 @@ export function readToolConfig(file: string): ToolConfigEntry[] {
   if (!isObject(doc) || !Array.isArray(doc.tools))
     throw new ToolConfigError(file, "needs a top-level `tools:` list");
   const names = new Set<string>();
-  return doc.tools.map((raw: unknown, i: number) => {
+  const entries: ToolConfigEntry[] = doc.tools.map((raw: unknown, i: number) => {
     const fail = (message: string) => new ToolConfigError(file, message, i);
     if (!isObject(raw)) throw fail("each tool is a map with class_name, config and tool_schema");
     const cls = raw.class_name;
     const dot = typeof cls === "string" ? cls.lastIndexOf(".") : -1;
     if (typeof cls !== "string" || dot <= 0 || dot === cls.length - 1)
       throw fail(`class_name must be "<module>.<export>", got ${JSON.stringify(cls)}`);
-    let module: string;
-    try {
-      module = resolveToolModule(cls.slice(0, dot), dirname(file));
-    } catch (e) {
-      throw fail(`class_name ${JSON.stringify(cls)}: ${(e as Error).message}`);
-    }
     const { type = "native", ...config } = isObject(raw.config) ? raw.config : {};
     if (raw.config !== undefined && !isObject(raw.config)) throw fail("config must be a map");
     if (type !== "native") throw fail(`config.type ${JSON.stringify(type)} is not supported (only native)`);
@@ -94,7 +88,7 @@ export function readToolConfig(file: string): ToolConfigEntry[] {
     if (!isObject(parameters) || parameters.type !== "object")
       throw fail("tool_schema.function.parameters must be a JSON schema of type object");
     return {
-      module,
+      module: cls.slice(0, dot),
       exportName: cls.slice(dot + 1),
       config,
       schema: {
@@ -107,6 +101,15 @@ export function readToolConfig(file: string): ToolConfigEntry[] {
       },
     };
   });
+  // the modules last, once every entry is well formed: a file that is not there, a package not installed
+  for (const [i, e] of entries.entries()) {
+    try {
+      e.module = resolveToolModule(e.module, dirname(file));
+    } catch (err) {
+      throw new ToolConfigError(file, `class_name ${e.module}.${e.exportName}: ${(err as Error).message}`, i);
+    }
+  }
+  return entries;
 }
 
 /**

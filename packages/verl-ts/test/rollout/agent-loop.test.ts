@@ -375,6 +375,14 @@ test("the tool config file in veRL's shape: class or factory, config to the cons
     `tools:\n  - class_name: ./m.ts.X\n${schema("x", "")}  - class_name: ./m.ts.Y\n${schema("x", "")}`,
     /tools\[1\]\): two tools are named x/,
   );
+  bad(
+    `tools:\n  - class_name: ./m.ts.X\n${schema("x", "")}`,
+    /tools\[0\]\): class_name \.\/m\.ts\.X: \.\/m\.ts does not exist \(resolved to .*m\.ts\)/,
+  );
+  bad(
+    `tools:\n  - class_name: no-such-tools-package.X\n${schema("x", "")}`,
+    /tools\[0\]\): class_name no-such-tools-package\.X: cannot find the package no-such-tools-package/,
+  );
   writeFileSync(file, `tools:\n  - class_name: ${module}.Missing\n${schema("x", "")}`);
   await t.throwsAsync(loadToolConfig(file), {
     instanceOf: ToolConfigError,
@@ -417,6 +425,7 @@ test("the trainer refuses a half-configured multi-turn run before starting anyth
 test("template_type=model renders the prompt with the model's chat template and the tool config's schemas", (t) => {
   const dir = mkdtempSync(join(tmpdir(), "model-template-"));
   const file = join(dir, "tools.yaml");
+  writeFileSync(join(dir, "x.ts"), "export class X {}\n"); // the schemas are read; the module is not imported
   writeFileSync(
     file,
     "tools:\n  - class_name: ./x.ts.X\n    tool_schema:\n      type: function\n      function: {name: lookup, description: finds things}\n",
