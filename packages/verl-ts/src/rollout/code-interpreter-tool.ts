@@ -88,16 +88,10 @@ function refuse(key: string, message: string): InputError {
   return new InputError(`actor_rollout_ref.rollout.tool.${key} ${message}`);
 }
 
-function integer(
-  tool: CodeInterpreterToolConfig,
-  key: keyof CodeInterpreterToolConfig,
-  min: number,
-  fallback: number,
-) {
-  const v = tool[key] ?? fallback;
-  if (typeof v !== "number" || !Number.isInteger(v) || v < min)
-    throw refuse(key, `must be an integer >= ${min}, got ${JSON.stringify(v)}`);
-  return v;
+function integer(key: string, value: unknown, min: number): number {
+  if (typeof value !== "number" || !Number.isInteger(value) || value < min)
+    throw refuse(key, `must be an integer >= ${min}, got ${JSON.stringify(value)}`);
+  return value;
 }
 
 /**
@@ -122,13 +116,17 @@ export function codeInterpreterSettings(tool: CodeInterpreterToolConfig = {}): C
     throw refuse("sandbox_url", `must be null or an http(s) URL, got ${JSON.stringify(url)}`);
   const s: CodeInterpreterSettings = {
     sandboxUrl: url,
-    sandboxActors: integer(tool, "sandbox_actors", 0, DEFAULTS.sandboxActors),
-    sandboxWorkers: integer(tool, "sandbox_workers", 1, DEFAULTS.sandboxWorkers),
+    sandboxActors: integer("sandbox_actors", tool.sandbox_actors ?? DEFAULTS.sandboxActors, 0),
+    sandboxWorkers: integer("sandbox_workers", tool.sandbox_workers ?? DEFAULTS.sandboxWorkers, 1),
     runTimeout: tool.run_timeout ?? DEFAULTS.runTimeout,
     memoryLimitMb: tool.memory_limit_mb ?? DEFAULTS.memoryLimitMb,
-    maxConcurrency: integer(tool, "max_concurrency", 1, DEFAULTS.maxConcurrency),
+    maxConcurrency: integer("max_concurrency", tool.max_concurrency ?? DEFAULTS.maxConcurrency, 1),
     stop: tool.stop ?? DEFAULTS.stop,
-    maxObservationChars: integer(tool, "max_observation_chars", 1, DEFAULTS.maxObservationChars),
+    maxObservationChars: integer(
+      "max_observation_chars",
+      tool.max_observation_chars ?? DEFAULTS.maxObservationChars,
+      1,
+    ),
   };
   if (typeof s.stop !== "string" || s.stop === "") throw refuse("stop", "must be a non-empty string");
   // the built-in sandbox's maxima; a run over one would be refused at every call
