@@ -10,8 +10,10 @@ import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { promisify } from "node:util";
 import test from "ava";
-import { createCodeInterpreterTool, importToolExport } from "../../src/rollout/index.js";
+import { loadTrainerConfig, TrainerConfigError } from "../../src/config/index.js";
+import { createCodeInterpreterTool, importToolExport, rolloutToolSpec } from "../../src/rollout/index.js";
 import { parseToolFlag } from "../../src/trainer/cli.js";
+import { RayPPOTrainer } from "../../src/trainer/index.js";
 
 const PACKAGE_DIR = fileURLToPath(new URL("../../", import.meta.url));
 const TORL_BIN = fileURLToPath(new URL("../../../core/src/cli/torl.ts", import.meta.url));
@@ -90,4 +92,24 @@ test("a --tool module that is missing, or lacks the export, stops train before a
     // nothing started: the trainer makes the run directory before the runtime and its workers
     t.deepEqual(readdirSync(dir).includes(`runs${i}`) ? readdirSync(runsDir) : [], [], e.stdout);
   }
+});
+
+test("tool: null while calls are available is refused; with num_llm_calls_available=0 no tool is the control", (t) => {
+  const cfg = (calls: number) =>
+    loadTrainerConfig({
+      overrides: [
+        `actor_rollout_ref.model.path=${TINY_BASE}`,
+        `actor_rollout_ref.rollout.num_llm_calls_available=${calls}`,
+      ],
+    });
+  const e = t.throws(() => new RayPPOTrainer(cfg(1), { tool: null, trainRows: [], valRows: [] }), {
+    instanceOf: TrainerConfigError,
+  });
+  t.deepEqual(
+    e!.issues.map((i) => i.key),
+    ["tool"],
+  );
+  t.regex(e!.message, /tool is null while actor_rollout_ref\.rollout\.num_llm_calls_available is 1/);
+  t.notThrows(() => new RayPPOTrainer(cfg(0), { tool: null, trainRows: [], valRows: [] }));
+  t.is(rolloutToolSpec(cfg(0)), null);
 });
