@@ -62,6 +62,11 @@ trainer:
     }
     t.log(lines.join("\n"));
     t.is(code, 0);
+    t.true(
+      lines.includes(
+        "[trainer] rollout tool: the Python code interpreter (1 sandbox actor(s) x 2 interpreters per rollout worker; run_timeout 5 s, memory_limit_mb 512)",
+      ),
+    );
     const metrics = readMetrics(join(dir, "runs", "installed", "metrics.jsonl"));
     t.deepEqual(
       metrics.map((m) => m.step),

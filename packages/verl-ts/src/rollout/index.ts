@@ -59,7 +59,7 @@ export {
 } from "./multi-turn.js";
 export { QWEN2_5_CHAT_TEMPLATE } from "./qwen-chat-template.js";
 export { RaggedKVCache } from "./ragged-cache.js";
-export { checkToolSpec, rolloutToolSpec } from "./rollout-tool.js";
+export { checkToolSpec, describeRolloutTool, rolloutToolSpec } from "./rollout-tool.js";
 export {
   generateSequences,
   type PromptBatchRollout,

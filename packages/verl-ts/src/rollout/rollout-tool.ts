@@ -40,3 +40,19 @@ export async function checkToolSpec(spec: ToolSpec): Promise<void> {
     checkCodeInterpreterHost(settings);
   }
 }
+
+/** The run's tool in words, for the trainer's first lines (what runs is never left to guess). */
+export function describeRolloutTool(cfg: TrainerConfig, spec: ToolSpec | null): string {
+  const mt = multiTurnConfig(cfg);
+  if (mt?.enable) return `the multi-turn agent loop's tools (${mt.tool_config_path ?? "none"})`;
+  if (!spec) return "none (actor_rollout_ref.rollout.num_llm_calls_available=0)";
+  if (spec.module !== CODE_INTERPRETER_TOOL_MODULE || spec.exportName !== "createCodeInterpreterTool")
+    return `${spec.module}#${spec.exportName ?? "default"}`;
+  const s = codeInterpreterSettings((spec.args?.[0] ?? {}) as CodeInterpreterToolConfig);
+  const where = s.sandboxUrl
+    ? s.sandboxUrl
+    : s.sandboxActors > 0
+      ? `${s.sandboxActors} sandbox actor(s) x ${s.sandboxWorkers} interpreters per rollout worker`
+      : `${s.sandboxWorkers} interpreters in each rollout worker`;
+  return `the Python code interpreter (${where}; run_timeout ${s.runTimeout} s, memory_limit_mb ${s.memoryLimitMb})`;
+}

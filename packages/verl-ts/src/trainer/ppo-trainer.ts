@@ -36,7 +36,7 @@ import {
   modelPromptRenderer,
   multiTurnConfig,
 } from "../rollout/multi-turn.js";
-import { checkToolSpec, rolloutToolSpec } from "../rollout/rollout-tool.js";
+import { checkToolSpec, describeRolloutTool, rolloutToolSpec } from "../rollout/rollout-tool.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
@@ -343,6 +343,7 @@ export class RayPPOTrainer {
     const spec = rolloutToolSpec(this.config, this.opts.tool);
     if (spec) await checkToolSpec(spec);
     this.toolSpec = spec;
+    this.print(`[trainer] rollout tool: ${describeRolloutTool(this.config, spec)}`);
   }
 
   /** Data, tokenizer, reward, then the runtime and the workers (veRL's init_workers). */
