@@ -113,3 +113,15 @@ test("tool: null while calls are available is refused; with num_llm_calls_availa
   t.notThrows(() => new RayPPOTrainer(cfg(0), { tool: null, trainRows: [], valRows: [] }));
   t.is(rolloutToolSpec(cfg(0)), null);
 });
+
+test("a --tool tool gets the rollout.tool section (its own settings under config); args it names are kept", (t) => {
+  const cfg = loadTrainerConfig({
+    overrides: [
+      "actor_rollout_ref.rollout.tool.config.width=3",
+      "actor_rollout_ref.rollout.tool.run_timeout=4",
+    ],
+  });
+  const spec = rolloutToolSpec(cfg, { module: "file:///t.js", exportName: "T" });
+  t.like(spec!.args![0], { config: { width: 3 }, run_timeout: 4, stop: "```output" });
+  t.deepEqual(rolloutToolSpec(cfg, { module: "file:///t.js", exportName: "T", args: [] })!.args, []);
+});
