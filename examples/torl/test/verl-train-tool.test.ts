@@ -11,6 +11,7 @@ import { fileURLToPath } from "node:url";
 import { readMetrics, tinyDataset, writeParquetRows } from "@torl-ts/verl";
 import { cliCommands } from "@torl-ts/verl/cli";
 import test from "ava";
+import { capturingConsole } from "./console-lines.js";
 
 const TINY_BASE = fileURLToPath(new URL("../assets/tiny-base", import.meta.url));
 
@@ -50,16 +51,7 @@ trainer:
     );
     const train = await cliCommands.train!();
     const lines: string[] = [];
-    const log = console.log;
-    console.log = (...a: unknown[]) => {
-      lines.push(a.map(String).join(" "));
-    };
-    let code: number | undefined;
-    try {
-      code = await train.run([config, "--runs-dir", join(dir, "runs")]);
-    } finally {
-      console.log = log;
-    }
+    const code = await capturingConsole(lines, () => train.run([config, "--runs-dir", join(dir, "runs")]));
     t.log(lines.join("\n"));
     t.is(code, 0);
     t.true(
