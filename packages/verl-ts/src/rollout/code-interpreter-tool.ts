@@ -30,7 +30,6 @@ import {
   SandboxExecutor,
   SandboxFusionClient,
 } from "@torl-ts/sandbox";
-import type { TrainerConfig } from "../config/types.js";
 import { OBSERVATION_LIMIT, OUTPUT_STOP, PythonCodeInterpreter } from "./code-interpreter.js";
 
 /** The keys of `actor_rollout_ref.rollout.tool` the code interpreter reads (snake_case, as in the config). */
@@ -129,19 +128,23 @@ export function codeInterpreterSettings(tool: CodeInterpreterToolConfig = {}): C
     ),
   };
   if (typeof s.stop !== "string" || s.stop === "") throw refuse("stop", "must be a non-empty string");
-  // the built-in sandbox's maxima; a run over one would be refused at every call
-  try {
-    checkRunLimits({ run_timeout: s.runTimeout, memory_limit_MB: s.memoryLimitMb }, DEFAULT_LIMITS);
-  } catch (e) {
-    const key = (e as { field?: string }).field === "run_timeout" ? "run_timeout" : "memory_limit_mb";
-    throw refuse(key, `${(e as Error).message.replace(/^\w+: /, "")}`);
+  const limits: [string, unknown][] = [
+    ["run_timeout", s.runTimeout],
+    ["memory_limit_mb", s.memoryLimitMb],
+  ];
+  for (const [key, v] of limits)
+    if (typeof v !== "number" || !(v > 0))
+      throw refuse(key, `must be a number > 0, got ${JSON.stringify(v)}`);
+  // the built-in sandbox's maxima: a run over one would be refused at every call
+  if (!s.sandboxUrl) {
+    try {
+      checkRunLimits({ run_timeout: s.runTimeout, memory_limit_MB: s.memoryLimitMb }, DEFAULT_LIMITS);
+    } catch (e) {
+      const key = (e as { field?: string }).field === "run_timeout" ? "run_timeout" : "memory_limit_mb";
+      throw refuse(key, `${(e as Error).message.replace(/^\w+: /, "")}`);
+    }
   }
   return s;
-}
-
-/** The code interpreter's settings of a trainer config (actor_rollout_ref.rollout.tool). */
-export function rolloutToolSection(cfg: TrainerConfig): CodeInterpreterToolConfig {
-  return cfg.actor_rollout_ref.rollout.tool as CodeInterpreterToolConfig;
 }
 
 /**

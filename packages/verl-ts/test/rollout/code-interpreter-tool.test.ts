@@ -252,6 +252,15 @@ test("the factory refuses what it does not read, naming the key", async (t) => {
   await t.throwsAsync(createCodeInterpreterTool({ run_timeout: 301 }), {
     message: /actor_rollout_ref\.rollout\.tool\.run_timeout 301 s is over this server's limit of 300 s/,
   });
+  await t.throwsAsync(createCodeInterpreterTool({ memory_limit_mb: 0 }), {
+    message: /actor_rollout_ref\.rollout\.tool\.memory_limit_mb must be a number > 0, got 0/,
+  });
+  // a server of one's own has its own maxima: only the built-in sandbox's are checked here
+  t.is(
+    (await createCodeInterpreterTool({ run_timeout: 600, sandbox_url: "http://127.0.0.1:9" })).options
+      .runTimeout,
+    600,
+  );
   await t.throwsAsync(createCodeInterpreterTool({ sandbox_workers: 0 }), {
     message: /actor_rollout_ref\.rollout\.tool\.sandbox_workers must be an integer >= 1, got 0/,
   });
