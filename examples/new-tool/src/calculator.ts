@@ -162,7 +162,6 @@ export class CalculatorTool implements Tool {
   private readonly open: string;
   private readonly close: string;
   private readonly maxChars: number;
-  private readonly instances = new Map<string, { calls: number; passes: number }>();
 
   /** `options` may come straight from a YAML config (the trainer passes ToolSpec.args). */
   constructor(options: CalculatorOptions = {}) {
@@ -180,12 +179,11 @@ export class CalculatorTool implements Tool {
   }
 
   async create(instanceId?: string): Promise<string> {
-    const id = instanceId ?? newInstanceId(this.name);
-    this.instances.set(id, { calls: 0, passes: 0 });
-    return id;
+    // an evaluation needs no state: an instance is only an id
+    return instanceId ?? newInstanceId(this.name);
   }
 
-  async execute(instanceId: string, call: ToolCall): Promise<ToolResult> {
+  async execute(_instanceId: string, call: ToolCall): Promise<ToolResult> {
     const expression = String(call.arguments.expression ?? "");
     const started = performance.now();
     let observation: string;
@@ -198,11 +196,6 @@ export class CalculatorTool implements Tool {
     } catch (e) {
       observation = e instanceof CalculatorError ? `Error: ${e.message}` : `Error: ${String(e)}`;
     }
-    const state = this.instances.get(instanceId);
-    if (state) {
-      state.calls++;
-      if (success) state.passes++;
-    }
     return {
       observation,
       text: `${this.close}<output>${observation}</output>`,
@@ -211,13 +204,5 @@ export class CalculatorTool implements Tool {
     };
   }
 
-  /** The share of the trajectory's calls that evaluated; 1 without calls. */
-  async calcReward(instanceId: string): Promise<number> {
-    const s = this.instances.get(instanceId);
-    return !s || s.calls === 0 ? 1 : s.passes / s.calls;
-  }
-
-  async release(instanceId: string): Promise<void> {
-    this.instances.delete(instanceId);
-  }
+  async release(_instanceId: string): Promise<void> {}
 }

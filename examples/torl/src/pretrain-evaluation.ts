@@ -2,12 +2,11 @@
  * Measuring the base model the way the recipe will use it: the TIR rollout with at most one call
  * (ToRL's C=1) of the sandboxed Python interpreter, on held-out problems, greedy and at temperature 1.
  */
-import { SandboxExecutor } from "@torl-ts/sandbox";
 import {
+  createCodeInterpreterTool,
   heldOutProblems,
   loadPretrained,
   type Problem,
-  PythonCodeInterpreter,
   type Qwen2Model,
   RECIPE_SPLIT_SEED,
   type Tokenizer,
@@ -60,11 +59,15 @@ const RUN_TIMEOUT_S = 5;
 
 /** Runs `use` with the sandboxed Python interpreter, closing the sandbox after. */
 async function withSandboxedPython<T>(use: (tool: Tool) => Promise<T>): Promise<T> {
-  const executor = await new SandboxExecutor({ workers: 2 }).start();
+  const tool = await createCodeInterpreterTool({
+    sandbox_actors: 0,
+    sandbox_workers: 2,
+    run_timeout: RUN_TIMEOUT_S,
+  });
   try {
-    return await use(new PythonCodeInterpreter(executor, { runTimeout: RUN_TIMEOUT_S }));
+    return await use(tool);
   } finally {
-    await executor.close();
+    await tool.close();
   }
 }
 

@@ -43,7 +43,6 @@ import {
   readMetrics,
   readRlDataset,
   type StepMetrics,
-  type ToolSpec,
   type TrainerConfig,
   TrainerConfigError,
   type TrainingSummary,
@@ -51,7 +50,6 @@ import {
   trainerConfigSchema,
 } from "@torl-ts/verl";
 
-import { SANDBOX_TOOL_MODULE, type SandboxToolOptions } from "./sandbox-tool.js";
 import { TINY_BASE_DIR } from "./tiny-model.js";
 
 /** The tiny recipe's config (the main job). */
@@ -74,10 +72,6 @@ torl:
   hard_fraction: 0.5
   # ToRL recipe, tiny data: seed of the split
   split_seed: 1
-  # ToRL recipe: sandbox actors started by each actor rank
-  sandbox_actors: 1
-  # ToRL recipe: warm Python interpreters per sandbox actor
-  sandbox_workers: 2
   # ToRL recipe: training rollouts per step written to samples.jsonl
   samples_per_step: 4
   # ToRL recipe: the first N generations of each validation written to samples.jsonl
@@ -99,8 +93,6 @@ export interface RecipeSettings {
   val_problems: number;
   hard_fraction: number;
   split_seed: number;
-  sandbox_actors: number;
-  sandbox_workers: number;
   samples_per_step: number;
   val_samples: number;
   max_val_rows: number | null;
@@ -419,25 +411,6 @@ export async function recipeRows(
   return { train: withSplit(train, "train"), val: withSplit(val, "val") };
 }
 
-/** The rollout's tool for a recipe config: the code interpreter in each rank (none when C = 0). */
-export function recipeTool(cfg: TrainerConfig): ToolSpec | null {
-  const s = recipeSettings(cfg);
-  const ro = cfg.actor_rollout_ref.rollout;
-  const options: SandboxToolOptions = {
-    actors: s.sandbox_actors,
-    workersPerActor: s.sandbox_workers,
-    runTimeout: ro.tool.run_timeout,
-    memoryLimitMb: ro.tool.memory_limit_mb,
-    sandboxUrl: ro.tool.sandbox_url,
-    maxConcurrency: ro.tool.max_concurrency,
-    stop: ro.tool.stop,
-    maxObservationChars: ro.tool.max_observation_chars,
-  };
-  return ro.num_llm_calls_available > 0
-    ? { module: SANDBOX_TOOL_MODULE, exportName: "createSandboxTool", args: [options] }
-    : null;
-}
-
 function timestamp(d = new Date()): string {
   const p = (n: number) => String(n).padStart(2, "0");
   return `${d.getUTCFullYear()}${p(d.getUTCMonth() + 1)}${p(d.getUTCDate())}-${p(d.getUTCHours())}${p(d.getUTCMinutes())}${p(d.getUTCSeconds())}`;
@@ -568,10 +541,10 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
       s.val_samples,
       ro.tool.stop,
     );
-    const tool = recipeTool(cfg);
     const threads = Math.max(1, Math.floor(availableParallelism() / Math.max(1, W)));
+    // the rollout's tool is the trainer's own: the Python code interpreter of actor_rollout_ref.rollout.tool
+    // (none with num_llm_calls_available=0)
     const trainer = new RayPPOTrainer(cfg, {
-      tool,
       reward: recorder,
       trainRows: train,
       valRows: val,

@@ -11,6 +11,8 @@ const ALLOWED: Record<string, string> = {
   "packages/sandbox/src/python.ts": "asks python3 for its sys.executable, the interpreter the sandbox runs",
   "packages/sandbox/src/bench.ts":
     "the sandbox benchmark: fixed bench code and the bare fork-server baseline",
+  "packages/verl-ts/src/rollout/code-interpreter-tool.ts":
+    "the trainer's check, before any worker starts, that Python 3 runs here: a fixed version assert",
   "packages/verl-ts/src/reward/alternatives.ts":
     "the sympy scorer: our server script, fed expressions we print from parsed answers",
   "examples/torl/src/bench-peer.ts": "the PyTorch peer benchmark: our script scripts/bench_peer.py",

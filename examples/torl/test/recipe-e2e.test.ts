@@ -11,6 +11,7 @@ import { isInitialized } from "@torl-ts/actors";
 import { readMetrics } from "@torl-ts/verl";
 import test from "ava";
 import { mainCommand } from "../src/recipe.js";
+import { capturingConsole } from "./console-lines.js";
 
 const FRACTIONS = [
   "val_acc_initial",
@@ -24,13 +25,8 @@ test.serial("pnpm torl: a two-step main job writes metrics, summary, samples and
   const runsDir = mkdtempSync(join(tmpdir(), "torl-recipe-runs-"));
   const model = process.env.TORL_RECIPE_TEST_MODEL;
   const lines: string[] = [];
-  const log = console.log;
-  console.log = (...a: unknown[]) => {
-    lines.push(a.map(String).join(" "));
-  };
-  let code: number | undefined;
-  try {
-    code = await mainCommand.run([
+  const code = await capturingConsole(lines, () =>
+    mainCommand.run([
       ...(model ? [`actor_rollout_ref.model.path=${model}`] : []),
       "trainer.total_training_steps=2",
       "trainer.test_freq=2",
@@ -43,10 +39,8 @@ test.serial("pnpm torl: a two-step main job writes metrics, summary, samples and
       "torl.val_problems=20",
       `torl.runs_dir=${runsDir}`,
       "torl.run_name=ci",
-    ]);
-  } finally {
-    console.log = log;
-  }
+    ]),
+  );
   t.log(lines.join("\n"));
   t.is(code, 0);
   t.false(isInitialized(), "the runtime the job started is shut down");

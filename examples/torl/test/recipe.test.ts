@@ -5,10 +5,14 @@ import { isInitialized } from "@torl-ts/actors";
 import { exitCodeFor, UsageError } from "@torl-ts/core";
 import {
   buildByteBpeTokenizer,
+  CODE_INTERPRETER_TOOL_MODULE,
+  type CodeInterpreterToolConfig,
   checkTrainerConfig,
+  createCodeInterpreterTool,
   createRandomPretrained,
   DataProto,
   type DataProtoWire,
+  rolloutToolSpec,
   TrainerConfigError,
 } from "@torl-ts/verl";
 import test from "ava";
@@ -18,14 +22,12 @@ import {
   RecordingScorer,
   recipeRows,
   recipeSettings,
-  recipeTool,
   runRecipe,
   TINY_CONFIG,
   TinyBaseMissingError,
   toolCallsOf,
   trainCommand,
 } from "../src/recipe.js";
-import { createSandboxTool, type SandboxToolOptions } from "../src/sandbox-tool.js";
 import { TINY_BASE_DIR } from "../src/tiny-model.js";
 
 test("tiny.yaml loads: tiny data, the committed base, 2 actor ranks, GRPO with C=1", (t) => {
@@ -88,20 +90,30 @@ test("data.train_files / val_files on the command line win over the tiny recipe'
   t.regex(e!.message, /sets both torl\.data=tiny and data\.train_files: choose one/);
 });
 
-test("rollout.tool.stop and max_observation_chars reach the code interpreter built in each rank", async (t) => {
+test("the recipe's tool is the trainer's: the code interpreter of every rollout.tool key, none with C = 0", async (t) => {
   const cfg = loadRecipeConfig(
     [TINY_CONFIG],
     ["actor_rollout_ref.rollout.tool.stop=<run>", "actor_rollout_ref.rollout.tool.max_observation_chars=20"],
   );
-  const spec = recipeTool(cfg)!;
-  const options = spec.args![0] as SandboxToolOptions;
-  t.like(options, { stop: "<run>", maxObservationChars: 20 });
-  // the same options build the tool (an external server URL, so nothing starts)
-  const tool = await createSandboxTool({ ...options, sandboxUrl: "http://127.0.0.1:9" });
+  const spec = rolloutToolSpec(cfg)!;
+  t.is(spec.module, CODE_INTERPRETER_TOOL_MODULE);
+  t.like(spec.args![0], {
+    stop: "<run>",
+    max_observation_chars: 20,
+    run_timeout: 5,
+    memory_limit_mb: 512,
+    sandbox_actors: 1,
+    sandbox_workers: 2,
+  });
+  // the same settings build the tool (an external server URL, so nothing starts)
+  const tool = await createCodeInterpreterTool({
+    ...(spec.args![0] as CodeInterpreterToolConfig),
+    sandbox_url: "http://127.0.0.1:9",
+  });
   t.deepEqual(tool.stop, ["<run>"]);
-  t.is(tool.options.maxObservationChars, 20);
+  t.like(tool.options, { maxObservationChars: 20, runTimeout: 5, memoryLimitMb: 512 });
   t.is(
-    recipeTool(loadRecipeConfig([TINY_CONFIG], ["actor_rollout_ref.rollout.num_llm_calls_available=0"])),
+    rolloutToolSpec(loadRecipeConfig([TINY_CONFIG], ["actor_rollout_ref.rollout.num_llm_calls_available=0"])),
     null,
   );
 });

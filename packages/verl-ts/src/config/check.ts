@@ -112,6 +112,7 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
     ["trainer.total_epochs", t.total_epochs],
     ["actor_rollout_ref.rollout.val_kwargs.n", ro.val_kwargs.n],
     ["actor_rollout_ref.rollout.max_num_seqs", ro.max_num_seqs as number],
+    ["actor_rollout_ref.rollout.tool.sandbox_workers", ro.tool.sandbox_workers],
     ["actor_rollout_ref.rollout.tool.run_timeout", ro.tool.run_timeout],
     ["actor_rollout_ref.rollout.tool.memory_limit_mb", ro.tool.memory_limit_mb],
     ["actor_rollout_ref.rollout.tool.max_concurrency", ro.tool.max_concurrency],
@@ -128,6 +129,7 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
     ["actor_rollout_ref.actor.optim.weight_decay", a.optim.weight_decay],
     ["critic.optim.weight_decay", cfg.critic.optim.weight_decay],
     ["critic.optim.lr", cfg.critic.optim.lr],
+    ["actor_rollout_ref.rollout.tool.sandbox_actors", ro.tool.sandbox_actors],
   ];
   for (const [k, v] of nonNegative) if (!(v >= 0)) add(k, `must be >= 0, got ${v}`);
   // probabilities and fractions

@@ -88,6 +88,8 @@ export interface RolloutConfig extends Open, LogProbConfig {
     name: string;
     stop: string;
     sandbox_url: string | null;
+    sandbox_actors: number;
+    sandbox_workers: number;
     run_timeout: number;
     memory_limit_mb: number;
     max_concurrency: number;

@@ -16,13 +16,13 @@
  */
 import { writeFileSync } from "node:fs";
 import { type CliCommand, InputError, parseFlags, UsageError } from "@torl-ts/core";
-import { SandboxExecutor } from "@torl-ts/sandbox";
 import { type RlDatasetRow, readRlDataset } from "../data/rows.js";
 import { renderPrompt } from "../data/templates.js";
 import { BACKEND_NAMES, type BackendName, selectBackend } from "../models/backend.js";
 import { loadPretrained } from "../models/pretrained.js";
 import { computeMathScore } from "../reward/score.js";
-import { PythonCodeInterpreter } from "../rollout/code-interpreter.js";
+import type { PythonCodeInterpreter } from "../rollout/code-interpreter.js";
+import { createCodeInterpreterTool } from "../rollout/code-interpreter-tool.js";
 import { type TirSample, tirRollout } from "../rollout/tir.js";
 import type { Tool } from "../rollout/tool.js";
 import { type TrajectorySample, trajectoryFromTir } from "./trajectory.js";
@@ -219,7 +219,7 @@ export async function evaluate(options: EvalOptions): Promise<EvalResult> {
   const backend = await selectBackend({ backend: options.backend, log: (l: string) => log(l) });
   void backend;
   const { model, tokenizer } = loadPretrained(options.model, { trainable: false });
-  let executor: SandboxExecutor | undefined;
+  let ownTool: PythonCodeInterpreter | undefined;
   try {
     const texts = rows.map((r) => renderPrompt(template, r.prompt));
     let ids = texts.map((t) => tokenizer.encode(t));
@@ -241,8 +241,12 @@ export async function evaluate(options: EvalOptions): Promise<EvalResult> {
 
     let tool = options.tool;
     if (!tool && maxCalls > 0) {
-      executor = await new SandboxExecutor({ workers: options.workers ?? 2, log: (l) => log(l) }).start();
-      tool = new PythonCodeInterpreter(executor, { runTimeout: options.runTimeout ?? 10 });
+      // the trainer's code interpreter, its interpreters in this process
+      ownTool = await createCodeInterpreterTool(
+        { sandbox_actors: 0, sandbox_workers: options.workers ?? 2, run_timeout: options.runTimeout ?? 10 },
+        { log: (l) => log(l) },
+      );
+      tool = ownTool;
     }
     const prompts = ids.flatMap((p) => Array.from({ length: n }, () => p));
     log(
@@ -285,7 +289,7 @@ export async function evaluate(options: EvalOptions): Promise<EvalResult> {
       samples: records,
     };
   } finally {
-    await executor?.close();
+    await ownTool?.close();
     model.dispose();
   }
 }

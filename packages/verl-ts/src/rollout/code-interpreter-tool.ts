@@ -1,45 +1,217 @@
 /**
- * The sandbox code interpreter as an entry of a multi-turn tool config file:
+ * The Python code interpreter of a run, built from the keys of `actor_rollout_ref.rollout.tool` (see
+ * docs/configuration.md): the one factory behind every path that runs Python for the model: the
+ * trainer's default tool, `torl train --tool @torl-ts/verl#createCodeInterpreterTool`, the ToRL recipe,
+ * `torl eval`, and an entry of a multi-turn tool config file:
  *
  *   - class_name: "@torl-ts/verl.createCodeInterpreterTool"
- *     config: { type: native, num_workers: 2, default_timeout: 10, memory_limit_mb: 1024 }
- *     tool_schema: { type: function, function: { name: code_interpreter, parameters: {code: string} } }
+ *     config: { type: native, run_timeout: 10, memory_limit_mb: 1024, sandbox_actors: 1, sandbox_workers: 2 }
  *
- * The config keys are those of veRL's SandboxFusionTool: `sandbox_fusion_url` (null or absent: warm
- * Python interpreters of @torl-ts/sandbox in this process; else a SandboxFusion-compatible server),
- * `num_workers` (interpreters, or requests in flight to the server), `default_timeout` (seconds per run)
- * and `memory_limit_mb`. Any other key is refused. The observation follows ToRL's rules
- * (`formatObservation`): stdout, or the last line of the error.
+ * Keys (each optional; the defaults are ppo-trainer.yaml's):
+ *   - sandbox_url: null: the built-in sandbox of @torl-ts/sandbox; else a SandboxFusion-compatible server;
+ *   - sandbox_actors: sandbox actors started on the runtime (0: the interpreters run in this process);
+ *   - sandbox_workers: warm Python interpreters per sandbox actor (or in this process);
+ *   - run_timeout (seconds per run), memory_limit_mb (per run);
+ *   - max_concurrency: runs in flight at once (over the sandbox actors, or against sandbox_url);
+ *   - stop: the string generation pauses at to run the round's code (it opens the appended output);
+ *   - max_observation_chars: observations this long or longer keep their first and last half;
+ *   - name (only code_interpreter) and config (must be empty): the rest of the rollout.tool section,
+ *     so the section itself is a valid argument.
+ * Any other key, or a value out of range, is refused with an InputError naming the key.
  */
+import { execFileSync } from "node:child_process";
+import { isInitialized } from "@torl-ts/actors";
 import { InputError } from "@torl-ts/core";
-import { SandboxExecutor, SandboxFusionClient } from "@torl-ts/sandbox";
-import { PythonCodeInterpreter } from "./code-interpreter.js";
+import {
+  type BatchCodeRunner,
+  checkRunLimits,
+  DEFAULT_LIMITS,
+  SandboxActorPool,
+  SandboxExecutor,
+  SandboxFusionClient,
+} from "@torl-ts/sandbox";
+import { OBSERVATION_LIMIT, OUTPUT_STOP, PythonCodeInterpreter } from "./code-interpreter.js";
 
+/** The keys of `actor_rollout_ref.rollout.tool` the code interpreter reads (snake_case, as in the config). */
 export interface CodeInterpreterToolConfig {
-  sandbox_fusion_url?: string | null;
-  num_workers?: number;
-  default_timeout?: number;
+  name?: string;
+  stop?: string;
+  sandbox_url?: string | null;
+  sandbox_actors?: number;
+  sandbox_workers?: number;
+  run_timeout?: number;
   memory_limit_mb?: number;
+  max_concurrency?: number;
+  max_observation_chars?: number;
+  config?: Record<string, unknown>;
 }
 
-const KEYS = ["sandbox_fusion_url", "num_workers", "default_timeout", "memory_limit_mb"];
+/** Every setting of the code interpreter, defaults filled in and checked. */
+export interface CodeInterpreterSettings {
+  sandboxUrl: string | null;
+  sandboxActors: number;
+  sandboxWorkers: number;
+  runTimeout: number;
+  memoryLimitMb: number;
+  maxConcurrency: number;
+  stop: string;
+  maxObservationChars: number;
+}
 
-export async function createCodeInterpreterTool(
-  config: CodeInterpreterToolConfig = {},
-): Promise<PythonCodeInterpreter> {
-  const unknown = Object.keys(config).filter((k) => !KEYS.includes(k));
+const DEFAULTS: CodeInterpreterSettings = {
+  sandboxUrl: null,
+  sandboxActors: 1,
+  sandboxWorkers: 2,
+  runTimeout: 10,
+  memoryLimitMb: 1024,
+  maxConcurrency: 32,
+  stop: OUTPUT_STOP,
+  maxObservationChars: OBSERVATION_LIMIT,
+};
+
+const KEYS = [
+  "name",
+  "stop",
+  "sandbox_url",
+  "sandbox_actors",
+  "sandbox_workers",
+  "run_timeout",
+  "memory_limit_mb",
+  "max_concurrency",
+  "max_observation_chars",
+  "config",
+];
+
+/** The error of a code interpreter setting; the key is `actor_rollout_ref.rollout.tool.<key>`. */
+function refuse(key: string, message: string): InputError {
+  return new InputError(`actor_rollout_ref.rollout.tool.${key} ${message}`);
+}
+
+function integer(key: string, value: unknown, min: number): number {
+  if (typeof value !== "number" || !Number.isInteger(value) || value < min)
+    throw refuse(key, `must be an integer >= ${min}, got ${JSON.stringify(value)}`);
+  return value;
+}
+
+/**
+ * The settings of `tool` (the rollout.tool section, or part of it), checked: what the factory builds
+ * from, and what the trainer checks before any worker starts.
+ */
+export function codeInterpreterSettings(tool: CodeInterpreterToolConfig = {}): CodeInterpreterSettings {
+  const unknown = Object.keys(tool).filter((k) => !KEYS.includes(k));
   if (unknown.length)
     throw new InputError(
-      `createCodeInterpreterTool: unknown config key(s) ${unknown.join(", ")} (known: ${KEYS.join(", ")})`,
+      `the code interpreter has no setting ${unknown.join(", ")} (its keys: ${KEYS.slice(1).join(", ")})`,
     );
-  const workers = config.num_workers ?? 2;
-  if (!Number.isInteger(workers) || workers < 1)
-    throw new InputError(`createCodeInterpreterTool: num_workers must be an integer >= 1, got ${workers}`);
-  const runner = config.sandbox_fusion_url
-    ? new SandboxFusionClient(config.sandbox_fusion_url, { concurrency: workers })
-    : await new SandboxExecutor({ workers }).start();
-  return new PythonCodeInterpreter(runner, {
-    runTimeout: config.default_timeout ?? 10,
-    ...(config.memory_limit_mb !== undefined ? { memoryLimitMb: config.memory_limit_mb } : {}),
+  if (tool.name !== undefined && tool.name !== "code_interpreter")
+    throw refuse("name", `is ${JSON.stringify(tool.name)}; the code interpreter is code_interpreter`);
+  if (tool.config !== undefined && Object.keys(tool.config).length)
+    throw refuse(
+      "config",
+      `has ${Object.keys(tool.config).join(", ")}, which the code interpreter does not read (it is for another tool's settings)`,
+    );
+  const url = tool.sandbox_url ?? null;
+  if (url !== null && (typeof url !== "string" || !/^https?:\/\/./.test(url)))
+    throw refuse("sandbox_url", `must be null or an http(s) URL, got ${JSON.stringify(url)}`);
+  const s: CodeInterpreterSettings = {
+    sandboxUrl: url,
+    sandboxActors: integer("sandbox_actors", tool.sandbox_actors ?? DEFAULTS.sandboxActors, 0),
+    sandboxWorkers: integer("sandbox_workers", tool.sandbox_workers ?? DEFAULTS.sandboxWorkers, 1),
+    runTimeout: tool.run_timeout ?? DEFAULTS.runTimeout,
+    memoryLimitMb: tool.memory_limit_mb ?? DEFAULTS.memoryLimitMb,
+    maxConcurrency: integer("max_concurrency", tool.max_concurrency ?? DEFAULTS.maxConcurrency, 1),
+    stop: tool.stop ?? DEFAULTS.stop,
+    maxObservationChars: integer(
+      "max_observation_chars",
+      tool.max_observation_chars ?? DEFAULTS.maxObservationChars,
+      1,
+    ),
+  };
+  if (typeof s.stop !== "string" || s.stop === "") throw refuse("stop", "must be a non-empty string");
+  const limits: [string, unknown][] = [
+    ["run_timeout", s.runTimeout],
+    ["memory_limit_mb", s.memoryLimitMb],
+  ];
+  for (const [key, v] of limits)
+    if (typeof v !== "number" || !(v > 0))
+      throw refuse(key, `must be a number > 0, got ${JSON.stringify(v)}`);
+  // the built-in sandbox's maxima: a run over one would be refused at every call
+  if (!s.sandboxUrl) {
+    try {
+      checkRunLimits({ run_timeout: s.runTimeout, memory_limit_MB: s.memoryLimitMb }, DEFAULT_LIMITS);
+    } catch (e) {
+      const key = (e as { field?: string }).field === "run_timeout" ? "run_timeout" : "memory_limit_mb";
+      throw refuse(key, `${(e as Error).message.replace(/^\w+: /, "")}`);
+    }
+  }
+  return s;
+}
+
+/**
+ * Refuses, naming what is missing, a host whose built-in sandbox could not run: the code runs with
+ * `$TORL_SANDBOX_PYTHON`, else `python3` on PATH. Nothing to check when the code runs on sandbox_url.
+ */
+export function checkCodeInterpreterHost(s: CodeInterpreterSettings): void {
+  if (s.sandboxUrl) return;
+  const python = process.env.TORL_SANDBOX_PYTHON || "python3";
+  try {
+    execFileSync(python, ["-c", "import sys; assert sys.version_info >= (3, 8)"], {
+      stdio: "ignore",
+      timeout: 60_000,
+    });
+  } catch (e) {
+    const why = (e as { code?: string }).code === "ENOENT" ? "is not installed (not found)" : "does not run";
+    throw new InputError(
+      `the Python code interpreter (the rollout's tool while actor_rollout_ref.rollout.num_llm_calls_available > 0) ` +
+        `needs Python 3, and ${python} ${why}: install python3, set TORL_SANDBOX_PYTHON to one, point ` +
+        "actor_rollout_ref.rollout.tool.sandbox_url at a SandboxFusion server, or set num_llm_calls_available=0 for no tool",
+    );
+  }
+}
+
+/** Where the code runs: an external server, sandbox actors on the runtime, or this process. */
+async function startRunner(
+  s: CodeInterpreterSettings,
+  o: CodeInterpreterStartOptions,
+): Promise<BatchCodeRunner> {
+  if (s.sandboxUrl) return new SandboxFusionClient(s.sandboxUrl, { concurrency: s.maxConcurrency });
+  if (s.sandboxActors === 0)
+    return new SandboxExecutor({ workers: s.sandboxWorkers, ...(o.log ? { log: o.log } : {}) }).start();
+  if (!isInitialized())
+    throw refuse(
+      "sandbox_actors",
+      `is ${s.sandboxActors}: sandbox actors need the actor runtime (init()); set it to 0 to run the interpreters in this process`,
+    );
+  return SandboxActorPool.create({
+    actors: s.sandboxActors,
+    workersPerActor: s.sandboxWorkers,
+    maxInFlightPerActor: Math.max(1, Math.ceil(s.maxConcurrency / s.sandboxActors)),
   });
 }
+
+/** How the factory starts the sandbox (for direct callers; a worker gives none). */
+export interface CodeInterpreterStartOptions {
+  /** The in-process sandbox's lines (sandbox_actors: 0). */
+  log?: (line: string) => void;
+}
+
+/**
+ * ToRL's Python code interpreter with the settings of `tool` (the keys of actor_rollout_ref.rollout.tool,
+ * see the file comment), its sandbox started. The trainer builds its tool with this in each rollout
+ * worker; the tool's `close()` frees the sandbox.
+ */
+export async function createCodeInterpreterTool(
+  tool: CodeInterpreterToolConfig = {},
+  options: CodeInterpreterStartOptions = {},
+): Promise<PythonCodeInterpreter> {
+  const s = codeInterpreterSettings(tool);
+  return new PythonCodeInterpreter(await startRunner(s, options), {
+    runTimeout: s.runTimeout,
+    memoryLimitMb: s.memoryLimitMb,
+    stop: s.stop,
+    maxObservationChars: s.maxObservationChars,
+  });
+}
+
+/** The module a worker process imports for `createCodeInterpreterTool` (this file, .ts or .js). */
+export const CODE_INTERPRETER_TOOL_MODULE = import.meta.url;

@@ -112,7 +112,6 @@ export class PythonCodeInterpreter implements Tool {
       },
     },
   };
-  private readonly instances = new Map<string, { calls: number; passes: number }>();
 
   constructor(
     readonly runner: BatchCodeRunner,
@@ -127,9 +126,8 @@ export class PythonCodeInterpreter implements Tool {
   }
 
   async create(instanceId?: string): Promise<string> {
-    const id = instanceId ?? newInstanceId(this.name);
-    this.instances.set(id, { calls: 0, passes: 0 });
-    return id;
+    // every run is a fresh process: an instance holds no state
+    return instanceId ?? newInstanceId(this.name);
   }
 
   async execute(instanceId: string, call: ToolCall): Promise<ToolResult> {
@@ -150,14 +148,9 @@ export class PythonCodeInterpreter implements Tool {
     } else {
       responses = await Promise.all(requests.map((r) => this.runner.run(r).catch(() => undefined)));
     }
-    return items.map(({ instanceId }, i) => {
+    return items.map((_, i) => {
       const response = responses[i];
       const { observation, pass } = formatObservation(response, this.options.maxObservationChars);
-      const state = this.instances.get(instanceId);
-      if (state) {
-        state.calls++;
-        if (pass) state.passes++;
-      }
       return {
         observation,
         text: wrapObservation(observation, this.stop[0]),
@@ -167,13 +160,10 @@ export class PythonCodeInterpreter implements Tool {
     });
   }
 
-  /** ToRL's execution_passes for the trajectory: the share of its calls that passed, 1 without calls. */
-  async calcReward(instanceId: string): Promise<number> {
-    const s = this.instances.get(instanceId);
-    return !s || s.calls === 0 ? 1 : s.passes / s.calls;
-  }
+  async release(_instanceId: string): Promise<void> {}
 
-  async release(instanceId: string): Promise<void> {
-    this.instances.delete(instanceId);
+  /** Frees the sandbox (its runner's `close()`, when it has one: the sandbox executor or actor pool). */
+  async close(): Promise<void> {
+    await (this.runner as { close?: () => Promise<void> }).close?.();
   }
 }

@@ -32,7 +32,15 @@ export {
   PythonCodeInterpreter,
   wrapObservation,
 } from "./code-interpreter.js";
-export { type CodeInterpreterToolConfig, createCodeInterpreterTool } from "./code-interpreter-tool.js";
+export {
+  CODE_INTERPRETER_TOOL_MODULE,
+  type CodeInterpreterSettings,
+  type CodeInterpreterStartOptions,
+  type CodeInterpreterToolConfig,
+  checkCodeInterpreterHost,
+  codeInterpreterSettings,
+  createCodeInterpreterTool,
+} from "./code-interpreter-tool.js";
 export {
   type ParsedToolCall,
   parseHermesToolCalls,
@@ -51,6 +59,7 @@ export {
 } from "./multi-turn.js";
 export { QWEN2_5_CHAT_TEMPLATE } from "./qwen-chat-template.js";
 export { RaggedKVCache } from "./ragged-cache.js";
+export { checkToolSpec, describeRolloutTool, rolloutToolSpec } from "./rollout-tool.js";
 export {
   generateSequences,
   type PromptBatchRollout,
@@ -76,9 +85,12 @@ export {
 } from "./tool.js";
 export {
   type ConfiguredTool,
+  importToolExport,
   instantiateTool,
   loadToolConfig,
   readToolConfig,
+  resolveToolModule,
   type ToolConfigEntry,
   ToolConfigError,
+  type ToolSpec,
 } from "./tool-config.js";

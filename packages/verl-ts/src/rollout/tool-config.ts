@@ -10,13 +10,14 @@
  *
  * `class_name` is a module and an export joined by the last dot, as veRL writes `pkg.module.Class`. The
  * module is a path relative to this file (starting with ./ or ../), an absolute path, or a package name
- * (`@torl-ts/verl`). The export is a Tool class (`new Cls(config)`) or a function returning a Tool (`await
+ * (`@torl-ts/verl`, found from this file's folder as Node finds packages). The export is a Tool class (`new Cls(config)`) or a function returning a Tool (`await
  * fn(config)`). `config.type` must be `native` (veRL's MCP tools are not supported). The schema's
  * function name is the name the model calls; it is required here, as veRL's own tools require it.
  */
-import { readFileSync } from "node:fs";
-import { dirname, isAbsolute, resolve } from "node:path";
-import { pathToFileURL } from "node:url";
+import { existsSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, isAbsolute, join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { InputError } from "@torl-ts/core";
 import { parse as parseYaml } from "yaml";
 import type { OpenAIFunctionSchema, Tool } from "./tool.js";
@@ -63,20 +64,13 @@ export function readToolConfig(file: string): ToolConfigEntry[] {
   if (!isObject(doc) || !Array.isArray(doc.tools))
     throw new ToolConfigError(file, "needs a top-level `tools:` list");
   const names = new Set<string>();
-  return doc.tools.map((raw: unknown, i: number) => {
+  const entries: ToolConfigEntry[] = doc.tools.map((raw: unknown, i: number) => {
     const fail = (message: string) => new ToolConfigError(file, message, i);
     if (!isObject(raw)) throw fail("each tool is a map with class_name, config and tool_schema");
     const cls = raw.class_name;
     const dot = typeof cls === "string" ? cls.lastIndexOf(".") : -1;
     if (typeof cls !== "string" || dot <= 0 || dot === cls.length - 1)
       throw fail(`class_name must be "<module>.<export>", got ${JSON.stringify(cls)}`);
-    const spec = cls.slice(0, dot);
-    const module =
-      spec.startsWith("./") || spec.startsWith("../")
-        ? pathToFileURL(resolve(dirname(file), spec)).href
-        : isAbsolute(spec)
-          ? pathToFileURL(spec).href
-          : spec;
     const { type = "native", ...config } = isObject(raw.config) ? raw.config : {};
     if (raw.config !== undefined && !isObject(raw.config)) throw fail("config must be a map");
     if (type !== "native") throw fail(`config.type ${JSON.stringify(type)} is not supported (only native)`);
@@ -94,7 +88,7 @@ export function readToolConfig(file: string): ToolConfigEntry[] {
     if (!isObject(parameters) || parameters.type !== "object")
       throw fail("tool_schema.function.parameters must be a JSON schema of type object");
     return {
-      module,
+      module: cls.slice(0, dot),
       exportName: cls.slice(dot + 1),
       config,
       schema: {
@@ -107,6 +101,76 @@ export function readToolConfig(file: string): ToolConfigEntry[] {
       },
     };
   });
+  // the modules last, once every entry is well formed: a file that is not there, a package not installed
+  for (const [i, e] of entries.entries()) {
+    try {
+      e.module = resolveToolModule(e.module, dirname(file));
+    } catch (err) {
+      throw new ToolConfigError(file, `class_name ${e.module}.${e.exportName}: ${(err as Error).message}`, i);
+    }
+  }
+  return entries;
+}
+
+/**
+ * Where a worker process finds the rollout's tool: a module URL and an export that is either a class
+ * (constructed with `args`) or a function (called with `args`, may be async) returning a Tool.
+ */
+export interface ToolSpec {
+  module: string;
+  exportName?: string;
+  args?: unknown[];
+}
+
+/**
+ * The module URL of a tool module named as a user writes it: a path relative to `baseDir` (starting with
+ * ./ or ../), an absolute path, a URL (`file:...`), or a package specifier (`@torl-ts/verl`,
+ * `my-tools/calculator`), found from `baseDir` as Node finds packages (then from this package, so
+ * @torl-ts/verl itself is always found). A file that does not exist or a package that is not installed is
+ * an InputError saying so.
+ */
+export function resolveToolModule(spec: string, baseDir: string = process.cwd()): string {
+  if (/^[a-z][a-z0-9+.-]+:/i.test(spec)) return spec;
+  if (spec === "." || spec === ".." || spec.startsWith("./") || spec.startsWith("../") || isAbsolute(spec)) {
+    const path = resolve(baseDir, spec);
+    if (!existsSync(path)) throw new InputError(`${spec} does not exist (resolved to ${path})`);
+    return pathToFileURL(path).href;
+  }
+  for (const from of [join(baseDir, "package.json"), fileURLToPath(import.meta.url)]) {
+    try {
+      return pathToFileURL(createRequire(from).resolve(spec)).href;
+    } catch {
+      // not installed there; try the next place
+    }
+  }
+  const file = resolve(baseDir, spec);
+  throw new InputError(
+    `cannot find the package ${spec} from ${baseDir}` +
+      (existsSync(file)
+        ? ` (for the file ${file}, write ./${spec})`
+        : " (install it, or give a path: ./file.js)"),
+  );
+}
+
+const firstLine = (message: string) => message.split("\n")[0]!.trim();
+
+/** The export `exportName` of `module`, which must be a class or a function; an InputError says what is wrong. */
+export async function importToolExport(module: string, exportName: string): Promise<unknown> {
+  let mod: Record<string, unknown>;
+  try {
+    mod = (await import(module)) as Record<string, unknown>;
+  } catch (e) {
+    throw new InputError(`cannot import the tool module ${module}: ${firstLine((e as Error).message)}`);
+  }
+  const exp = mod[exportName];
+  if (typeof exp !== "function") {
+    const fns = Object.keys(mod).filter((k) => typeof mod[k] === "function");
+    throw new InputError(
+      `the tool module ${module} has no ${exp === undefined ? "" : "class or function "}export "${exportName}"` +
+        ` (its functions and classes: ${fns.length ? fns.join(", ") : "none"})`,
+    );
+  }
+  return exp;
 }
 
 /**
@@ -114,9 +178,7 @@ export function readToolConfig(file: string): ToolConfigEntry[] {
  * (called with `args`, may be async).
  */
 export async function instantiateTool(module: string, exportName: string, args: unknown[]): Promise<Tool> {
-  const mod = (await import(module)) as Record<string, unknown>;
-  const exp = mod[exportName];
-  if (typeof exp !== "function") throw new InputError(`tool module ${module} has no export "${exportName}"`);
+  const exp = await importToolExport(module, exportName);
   const isClass = /^class[\s{]/.test(Function.prototype.toString.call(exp));
   return isClass
     ? (new (exp as new (...a: unknown[]) => Tool)(...args) as Tool)

@@ -1,6 +1,7 @@
 /**
- * The tool interface, in the spirit of veRL's BaseTool (create / execute / calcReward / release plus
- * an OpenAI function schema), extended with what a text-based TIR rollout needs to stay generic: the
+ * The tool interface, in the spirit of veRL's BaseTool (create / execute / release plus an OpenAI
+ * function schema; veRL's step and trajectory rewards are not part of it: a run's reward comes from the
+ * reward manager, which reads each response's execution_passes and num_tool_calls), extended with what a text-based TIR rollout needs to stay generic: the
  * tool's own stop strings (its trigger), a parser that finds the call in the text of the current
  * round, and the exact text to append. The rollout knows nothing else about any tool.
  */
@@ -35,10 +36,8 @@ export interface ToolResult {
   observation: string;
   /** The exact text to append to the sequence (observation wrapped in the tool's markers). */
   text: string;
-  /** The call ran without error (ToRL's execution_pass). */
+  /** The call ran without error (ToRL's execution_pass; a response's execution_passes is 1 when all its calls had it). */
   success: boolean;
-  /** Optional per-step reward (veRL's tool reward). */
-  reward?: number;
   /** Numbers for logging, e.g. `{execution_time: 0.01}`. */
   metrics?: Record<string, number>;
 }
@@ -57,8 +56,6 @@ export interface Tool {
   execute(instanceId: string, call: ToolCall): Promise<ToolResult>;
   /** Runs many calls at once (one per instance); the rollout uses this for a whole batch. */
   executeBatch?(items: { instanceId: string; call: ToolCall }[]): Promise<ToolResult[]>;
-  /** Reward for the instance's trajectory so far (optional). */
-  calcReward?(instanceId: string): Promise<number>;
   /** Frees the instance. */
   release(instanceId: string): Promise<void>;
 }

@@ -6,11 +6,10 @@
  * line.
  */
 import { existsSync } from "node:fs";
-import { pathToFileURL } from "node:url";
 import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
 import { loadTrainerConfig, splitConfigArgs } from "../config/load.js";
 import type { TrainerConfig } from "../config/types.js";
-import type { ToolSpec } from "../workers/actor-rollout-ref.js";
+import { resolveToolModule, type ToolSpec } from "../rollout/tool-config.js";
 import { importExternalLib } from "../workers/external-lib.js";
 import { RayPPOTrainer } from "./ppo-trainer.js";
 
@@ -33,11 +32,21 @@ export interface TrainCommandSpec {
   train(config: TrainerConfig, flags: TrainRunFlags): Promise<unknown>;
 }
 
-/** `--tool MODULE#EXPORT`: a module path (made a file URL) or URL, and the export naming the tool. */
-function parseToolFlag(value: string): ToolSpec {
-  const [mod, exp] = value.split("#");
+/**
+ * `--tool MODULE#EXPORT`: MODULE is a package specifier (`@torl-ts/verl`, found from the current
+ * directory's project), a path (./file.js, ../file.js or absolute) or a URL; EXPORT names the tool's class
+ * or factory. A module that cannot be found is refused here, before anything starts.
+ */
+export function parseToolFlag(value: string, cwd = process.cwd()): ToolSpec {
+  const at = value.lastIndexOf("#");
+  const mod = at < 0 ? "" : value.slice(0, at);
+  const exp = at < 0 ? "" : value.slice(at + 1);
   if (!mod || !exp) throw new UsageError(`--tool wants MODULE#EXPORT, got ${value}`);
-  return { module: /^[a-z]+:/.test(mod) ? mod : pathToFileURL(mod).href, exportName: exp };
+  try {
+    return { module: resolveToolModule(mod, cwd), exportName: exp };
+  } catch (e) {
+    throw new UsageError(`--tool ${value}: ${(e as Error).message}`);
+  }
 }
 
 /** The train command of `spec`: one command line for the trainer and for every recipe. */
@@ -73,7 +82,10 @@ export const trainCommand: CliCommand = defineTrainCommand({
 Runs PPO/GRPO training with veRL's trainer keys (see packages/verl-ts/src/config/ppo-trainer.yaml).
   config.yaml         YAML files merged over the defaults, in order
   key.path=value      overrides, e.g. data.train_batch_size=8 trainer.total_training_steps=2
-  --tool M#E          the rollout tool: module path or URL M, export E (a Tool class or factory)
+  --tool M#E          the rollout tool instead of the Python code interpreter: module M (a package,
+                      e.g. @torl-ts/verl, or a path ./file.js), export E (a Tool class or factory,
+                      given actor_rollout_ref.rollout.tool); no tool runs with
+                      actor_rollout_ref.rollout.num_llm_calls_available=0
   --runs-dir DIR      where runs/<trainer.experiment_name> goes (default runs)
 Metrics go to <runs-dir>/<name>/metrics.jsonl and summary.json; the run directory is printed last.
 A rerun with trainer.resume_mode=auto (the default) continues from the latest checkpoint.`,

@@ -36,6 +36,7 @@ import {
   modelPromptRenderer,
   multiTurnConfig,
 } from "../rollout/multi-turn.js";
+import { checkToolSpec, describeRolloutTool, rolloutToolSpec } from "../rollout/rollout-tool.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
@@ -75,7 +76,11 @@ export interface RewardScorerLike {
 }
 
 export interface TrainerOptions {
-  /** The rollout tool (imported in every worker process); none = plain generation. */
+  /**
+   * The rollout tool (imported in every worker process; called with actor_rollout_ref.rollout.tool when
+   * it names no `args`). Default: the Python code interpreter built from actor_rollout_ref.rollout.tool.
+   * No tool runs when num_llm_calls_available is 0; null while it is above 0 is refused.
+   */
   tool?: ToolSpec | null;
   /**
    * The reward; default a RewardManager in the driver with data.execution_error_penalty and
@@ -238,6 +243,16 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {})
       add("trainer.resume_from_path", `${cfg.trainer.resume_from_path} is not a complete checkpoint`);
   }
   if (opts.tool && !opts.tool.module) add("tool", "spec needs a module URL");
+  if (
+    opts.tool === null &&
+    cfg.actor_rollout_ref.rollout.num_llm_calls_available > 0 &&
+    !multiTurnConfig(cfg)?.enable
+  )
+    add(
+      "tool",
+      `is null while actor_rollout_ref.rollout.num_llm_calls_available is ${cfg.actor_rollout_ref.rollout.num_llm_calls_available}: ` +
+        "leave tool out for the Python code interpreter, or set num_llm_calls_available=0 for no tool",
+    );
   const custom = cfg.custom_reward_function;
   if (custom.path && !customRewardModuleExists(custom.path))
     add("custom_reward_function.path", `names ${custom.path}, which does not exist`);
@@ -282,6 +297,8 @@ export class RayPPOTrainer {
   private summaryAcc: Record<string, number | null> = {};
   private wallBefore = 0;
   private currentStage = "setup";
+  /** The rollout workers' tool (rolloutToolSpec), once checked (before the run directory or any worker). */
+  private toolSpec?: ToolSpec | null;
 
   /** Checks the config at once (TrainerConfigError listing every problem); nothing is started here. */
   constructor(config: TrainerConfig, options: TrainerOptions = {}) {
@@ -316,6 +333,18 @@ export class RayPPOTrainer {
 
   private get needRef(): boolean {
     return this.config.actor_rollout_ref.actor.use_kl_loss || this.config.algorithm.use_kl_in_reward;
+  }
+
+  /**
+   * The rollout's tool: a module that does not import, a missing export, or a host without the Python the
+   * code interpreter needs stops the run here, before its run directory, the runtime or any worker.
+   */
+  private async checkTool(): Promise<void> {
+    if (this.toolSpec !== undefined) return;
+    const spec = rolloutToolSpec(this.config, this.opts.tool);
+    if (spec) await checkToolSpec(spec);
+    this.toolSpec = spec;
+    this.print(`[trainer] rollout tool: ${describeRolloutTool(this.config, spec)}`);
   }
 
   /** Data, tokenizer, reward, then the runtime and the workers (veRL's init_workers). */
@@ -376,6 +405,7 @@ export class RayPPOTrainer {
       cfg.actor_rollout_ref.model.external_lib = externalLibSpecifier(lib);
       await importExternalLib(lib);
     }
+    await this.checkTool();
     if (!isInitialized()) {
       await init();
       this.startedRuntime = true;
@@ -395,7 +425,7 @@ export class RayPPOTrainer {
       {
         config: cfg,
         role: this.needRef ? "actor_rollout_ref" : "actor_rollout",
-        tool: this.opts.tool ?? null,
+        tool: this.toolSpec ?? null,
       },
     );
     const groupOptions = {
@@ -471,6 +501,7 @@ export class RayPPOTrainer {
     const t0 = performance.now();
     const cfg = this.config;
     try {
+      await this.checkTool();
       // the run's log and metric sinks first: a logger whose client is missing stops the run here
       this.runLog = new RunLog(
         this.opts.runsDir ?? "runs",

@@ -33,7 +33,7 @@ import { OUTPUT_STOP } from "../rollout/code-interpreter.js";
 import { agentTrainingBatch, multiTurnConfig, multiTurnSettings } from "../rollout/multi-turn.js";
 import { rolloutPromptBatch, type TirRolloutOptions } from "../rollout/tir.js";
 import type { Tool } from "../rollout/tool.js";
-import { instantiateTool } from "../rollout/tool-config.js";
+import { instantiateTool, type ToolSpec } from "../rollout/tool-config.js";
 import { Dispatch, type Registrations } from "../single-controller/registration.js";
 import { importExternalLib } from "./external-lib.js";
 import { FrozenShards } from "./frozen-shards.js";
@@ -53,22 +53,14 @@ import { isLayerUnit } from "./layer-sharding.js";
 import type { OptimSettings } from "./optim.js";
 import type { FlatUnit } from "./sharded-parameters.js";
 
-/**
- * Where a worker process finds the rollout's tool: a module URL and an export that is either a class
- * (constructed with `args`) or a function (called with `args`, may be async) returning a Tool.
- */
-export interface ToolSpec {
-  module: string;
-  exportName?: string;
-  args?: unknown[];
-}
+export type { ToolSpec };
 
 export interface ActorRolloutRefOptions {
   /** The trainer config (plain object, as loaded). */
   config: TrainerConfig;
   /** Which parts this worker holds: actor + rollout + ref (default), actor + rollout, or ref only. */
   role?: "actor_rollout_ref" | "actor_rollout" | "ref";
-  /** The rollout's tool; null or absent for plain generation. */
+  /** The rollout's tool (the trainer gives rolloutToolSpec's); null or absent for plain generation. */
   tool?: ToolSpec | null;
 }
 

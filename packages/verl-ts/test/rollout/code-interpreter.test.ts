@@ -136,7 +136,7 @@ test("appended text is ```output, the observation, and a closing fence", (t) => 
 
 // --- the tool over a backend --------------------------------------------------------------------
 
-test("execute runs the code through the backend and reports execution_pass; calcReward is the pass share", async (t) => {
+test("execute runs the code through the backend and reports execution_pass (ToolResult.success)", async (t) => {
   const seen: string[] = [];
   const tool = new PythonCodeInterpreter({
     run: async (req) => {
@@ -155,9 +155,9 @@ test("execute runs the code through the backend and reports execution_pass; calc
     arguments: { code: "raise RuntimeError('boom')" },
   });
   t.like(bad, { observation: "RuntimeError: boom", success: false });
-  t.is(await tool.calcReward(id), 0.5);
+  t.false("reward" in bad, "a call's result carries no step reward (the reward manager scores responses)");
+  t.false("calcReward" in tool, "no trajectory reward either: execution_passes is the rollout's");
   await tool.release(id);
-  t.is(await tool.calcReward(id), 1);
   t.deepEqual(seen, ["print('ok')", "raise RuntimeError('boom')"]);
 });
 
