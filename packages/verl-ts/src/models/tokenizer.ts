@@ -339,7 +339,9 @@ export function buildByteBpeTokenizer(options: ByteBpeOptions = {}): Tokenizer {
     },
   };
   const config = {
-    tokenizer_class: "Qwen2Tokenizer",
+    // transformers' class that tokenizes by tokenizer.json as it is (Qwen2Tokenizer would put its own
+    // pre-tokenizer in place of a changed one, e.g. examples/torl's digit groups)
+    tokenizer_class: "PreTrainedTokenizerFast",
     eos_token: specials[0],
     pad_token: specials[0],
     bos_token: null,

@@ -5,6 +5,9 @@
  * shards with model.safetensors.index.json above the shard size), generation_config.json and the
  * tokenizer files.
  *
+ * The tokenizer_config.json written makes transformers tokenize by the tokenizer.json exactly as
+ * torl-ts does (see HF_TOKENIZER_CLASS).
+ *
  * The architecture and the tokenizer come from `<step>/actor/huggingface/`, which the trainer fills
  * from actor_rollout_ref.model.path at every checkpoint (veRL keeps the same folder), or from a model
  * directory given explicitly (the one the run started from).
@@ -55,17 +58,65 @@ export class ExportError extends Error {
   override name = "ExportError";
 }
 
+/**
+ * How an exported tokenizer_config.json makes transformers tokenize by tokenizer.json as it is, as
+ * torl-ts does. transformers 5 rebuilds the tokenizer of a `qwen2` model from Qwen2's defaults whatever
+ * class the file names (its pre-tokenizer takes one digit at a time, so the tiny base's digit groups,
+ * "37" one token, came out as two) unless the file has an `auto_map`; then, without trust_remote_code,
+ * it takes `tokenizer_class` (PreTrainedTokenizerFast: tokenizer.json alone), and with it the class in
+ * HF_TOKENIZER_MODULE (the same, by inheritance). transformers 4 reads tokenizer.json either way.
+ */
+export const HF_TOKENIZER_CLASS = "PreTrainedTokenizerFast";
+export const HF_TOKENIZER_MODULE = "tokenization_torl.py";
+const HF_TOKENIZER_MODULE_SOURCE = `"""Tokenizes by tokenizer.json exactly as it is (normalizer, pre-tokenizer, decoder, added tokens),
+as torl-ts does; written by \`torl export\`. transformers 5 would otherwise rebuild a qwen2 model's
+tokenizer from Qwen2's defaults. Used with trust_remote_code=True; without it, tokenizer_config.json's
+PreTrainedTokenizerFast reads tokenizer.json the same way."""
+
+try:  # transformers >= 5
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend as _Base
+except ImportError:  # transformers 4
+    from transformers import PreTrainedTokenizerFast as _Base
+
+
+class TorlTokenizer(_Base):
+    pass
+`;
+
+/**
+ * Copies the files of HF_METADATA_FILES that `src` has into `dest` (except those in `skip`). Beside a
+ * tokenizer.json, tokenizer_config.json (its keys kept) names HF_TOKENIZER_CLASS with an auto_map to
+ * HF_TOKENIZER_MODULE, which is written too. Returns the files written.
+ */
+function copyHfMetadata(src: string, dest: string, skip: readonly string[] = []): string[] {
+  const copied: string[] = [];
+  for (const f of HF_METADATA_FILES) {
+    if (skip.includes(f) || f === "tokenizer_config.json" || !existsSync(join(src, f))) continue;
+    copyFileSync(join(src, f), join(dest, f));
+    copied.push(f);
+  }
+  const configFile = join(src, "tokenizer_config.json");
+  if (existsSync(join(src, "tokenizer.json"))) {
+    const config = {
+      ...(existsSync(configFile) ? readJson(configFile) : {}),
+      tokenizer_class: HF_TOKENIZER_CLASS,
+      auto_map: { AutoTokenizer: [null, `${HF_TOKENIZER_MODULE.replace(/\.py$/, "")}.TorlTokenizer`] },
+    };
+    writeFileSync(join(dest, "tokenizer_config.json"), `${JSON.stringify(config, null, 2)}\n`);
+    writeFileSync(join(dest, HF_TOKENIZER_MODULE), HF_TOKENIZER_MODULE_SOURCE);
+    copied.push("tokenizer_config.json", HF_TOKENIZER_MODULE);
+  } else if (existsSync(configFile)) {
+    copyFileSync(configFile, join(dest, "tokenizer_config.json"));
+    copied.push("tokenizer_config.json");
+  }
+  return copied;
+}
+
 /** Copies the model directory's config and tokenizer files into `<actorDir>/huggingface/`. */
 export function saveHfMetadata(modelDir: string, actorDir: string): string[] {
   const dest = join(actorDir, HF_METADATA_DIR);
   mkdirSync(dest, { recursive: true });
-  const copied: string[] = [];
-  for (const f of HF_METADATA_FILES) {
-    if (!existsSync(join(modelDir, f))) continue;
-    copyFileSync(join(modelDir, f), join(dest, f));
-    copied.push(f);
-  }
-  return copied;
+  return copyHfMetadata(modelDir, dest);
 }
 
 /**
@@ -175,11 +226,7 @@ export function exportCheckpoint(checkpoint: string, options: ExportOptions): Ex
       options.maxShardBytes ?? DEFAULT_MAX_SHARD_BYTES,
     ),
   ];
-  for (const f of HF_METADATA_FILES) {
-    if (f === "config.json" || !existsSync(join(metaDir, f))) continue;
-    copyFileSync(join(metaDir, f), join(options.out, f));
-    files.push(f);
-  }
+  files.push(...copyHfMetadata(metaDir, options.out, ["config.json"]));
   if (!files.includes("generation_config.json")) {
     const tok = loadTokenizer(metaDir);
     const gen = { eos_token_id: tok.eosTokenId, pad_token_id: tok.padTokenId };
