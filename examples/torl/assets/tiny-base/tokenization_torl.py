@@ -1,5 +1,5 @@
 """Tokenizes by tokenizer.json exactly as it is (normalizer, pre-tokenizer, decoder, added tokens),
-as torl-ts does; written by `torl export`. transformers 5 would otherwise rebuild a qwen2 model's
+as torl-ts does; written by torl-ts. transformers 5 would otherwise rebuild a qwen2 model's
 tokenizer from Qwen2's defaults. Used with trust_remote_code=True; without it, tokenizer_config.json's
 PreTrainedTokenizerFast reads tokenizer.json the same way."""
 

@@ -6,7 +6,7 @@
  * tokenizer files.
  *
  * The tokenizer_config.json written makes transformers tokenize by the tokenizer.json exactly as
- * torl-ts does (see HF_TOKENIZER_CLASS).
+ * torl-ts does (see writeHfTokenizerConfig).
  *
  * The architecture and the tokenizer come from `<step>/actor/huggingface/`, which the trainer fills
  * from actor_rollout_ref.model.path at every checkpoint (veRL keeps the same folder), or from a model
@@ -19,7 +19,7 @@ import type { WeightDtype } from "../models/half-precision.js";
 import { loadModelConfig, transpose2d } from "../models/pretrained.js";
 import { parameterSpecs } from "../models/qwen2.js";
 import { type NamedTensor, type SafetensorsDtype, writeCheckpointDir } from "../models/safetensors.js";
-import { loadTokenizer } from "../models/tokenizer.js";
+import { loadTokenizer, writeHfTokenizerConfig } from "../models/tokenizer.js";
 import { readAllShards } from "../workers/checkpoint-files.js";
 import { LATEST_FILE } from "./checkpoint.js";
 
@@ -59,34 +59,9 @@ export class ExportError extends Error {
 }
 
 /**
- * How an exported tokenizer_config.json makes transformers tokenize by tokenizer.json as it is, as
- * torl-ts does. transformers 5 rebuilds the tokenizer of a `qwen2` model from Qwen2's defaults whatever
- * class the file names (its pre-tokenizer takes one digit at a time, so the tiny base's digit groups,
- * "37" one token, came out as two) unless the file has an `auto_map`; then, without trust_remote_code,
- * it takes `tokenizer_class` (PreTrainedTokenizerFast: tokenizer.json alone), and with it the class in
- * HF_TOKENIZER_MODULE (the same, by inheritance). transformers 4 reads tokenizer.json either way.
- */
-export const HF_TOKENIZER_CLASS = "PreTrainedTokenizerFast";
-export const HF_TOKENIZER_MODULE = "tokenization_torl.py";
-const HF_TOKENIZER_MODULE_SOURCE = `"""Tokenizes by tokenizer.json exactly as it is (normalizer, pre-tokenizer, decoder, added tokens),
-as torl-ts does; written by \`torl export\`. transformers 5 would otherwise rebuild a qwen2 model's
-tokenizer from Qwen2's defaults. Used with trust_remote_code=True; without it, tokenizer_config.json's
-PreTrainedTokenizerFast reads tokenizer.json the same way."""
-
-try:  # transformers >= 5
-    from transformers.tokenization_utils_tokenizers import TokenizersBackend as _Base
-except ImportError:  # transformers 4
-    from transformers import PreTrainedTokenizerFast as _Base
-
-
-class TorlTokenizer(_Base):
-    pass
-`;
-
-/**
  * Copies the files of HF_METADATA_FILES that `src` has into `dest` (except those in `skip`). Beside a
- * tokenizer.json, tokenizer_config.json (its keys kept) names HF_TOKENIZER_CLASS with an auto_map to
- * HF_TOKENIZER_MODULE, which is written too. Returns the files written.
+ * tokenizer.json, tokenizer_config.json (its keys kept) is written by writeHfTokenizerConfig, so that
+ * transformers tokenizes by tokenizer.json as torl-ts does. Returns the files written.
  */
 function copyHfMetadata(src: string, dest: string, skip: readonly string[] = []): string[] {
   const copied: string[] = [];
@@ -97,14 +72,7 @@ function copyHfMetadata(src: string, dest: string, skip: readonly string[] = [])
   }
   const configFile = join(src, "tokenizer_config.json");
   if (existsSync(join(src, "tokenizer.json"))) {
-    const config = {
-      ...(existsSync(configFile) ? readJson(configFile) : {}),
-      tokenizer_class: HF_TOKENIZER_CLASS,
-      auto_map: { AutoTokenizer: [null, `${HF_TOKENIZER_MODULE.replace(/\.py$/, "")}.TorlTokenizer`] },
-    };
-    writeFileSync(join(dest, "tokenizer_config.json"), `${JSON.stringify(config, null, 2)}\n`);
-    writeFileSync(join(dest, HF_TOKENIZER_MODULE), HF_TOKENIZER_MODULE_SOURCE);
-    copied.push("tokenizer_config.json", HF_TOKENIZER_MODULE);
+    copied.push(...writeHfTokenizerConfig(dest, existsSync(configFile) ? readJson(configFile) : {}));
   } else if (existsSync(configFile)) {
     copyFileSync(configFile, join(dest, "tokenizer_config.json"));
     copied.push("tokenizer_config.json");

@@ -354,8 +354,14 @@ test("an exported checkpoint and the tiny base tokenize in transformers exactly 
   });
   const ours = loadTokenizer(out);
   t.deepEqual(ours.encode("37 1234567"), [580, 32, 766, 1099, 55], "torl-ts groups digits by three");
-  // where transformers is installed: the same ids from it, for the export and for the tiny base itself
-  for (const dir of [out, TINY_BASE]) {
+  // a tokenizer torl-ts saves (Tokenizer.save, as pretraining writes the tiny base) gets the same files
+  const saved = mkdtempSync(join(tmpdir(), "torl-export-saved-"));
+  copyFileSync(join(TINY_BASE, "config.json"), join(saved, "config.json"));
+  loadTokenizer(TINY_BASE).save(saved);
+  for (const f of ["tokenizer_config.json", "tokenization_torl.py"])
+    t.is(readFileSync(join(saved, f), "utf8"), readFileSync(join(TINY_BASE, f), "utf8"), f);
+  // where transformers is installed: the same ids from it, for the export, the tiny base and the saved copy
+  for (const dir of [out, TINY_BASE, saved]) {
     const theirs = transformersIds(dir, TOKENIZER_TEXTS);
     if ("reason" in theirs) {
       t.log(`not compared with transformers: ${theirs.reason}`);
