@@ -115,6 +115,7 @@ test("export of a 3-rank checkpoint: our loader gives identical logits; weights 
   t.is(JSON.parse(readFileSync(join(out, "config.json"), "utf8")).torch_dtype, "float32");
 
   const exported = loadModel(out);
+  // the same weights through the same forward: the same kernel calls, so the same bits on any CPU
   t.deepEqual(logits(exported), logits(model), "identical logits through our loader");
   // the weights the PyTorch reference computed with, bit for bit, and its logits
   const torchWeights = readSafetensors(join(GOLDEN, "model.safetensors"));
