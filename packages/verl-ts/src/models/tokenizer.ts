@@ -186,12 +186,55 @@ export class Tokenizer {
     return { ids, offsets: out };
   }
 
-  /** Saves tokenizer.json (and tokenizer_config.json) into dir. */
+  /**
+   * Saves tokenizer.json, tokenizer_config.json and the module that makes transformers read the first
+   * as it is (writeHfTokenizerConfig) into dir.
+   */
   save(dir: string): void {
     mkdirSync(dir, { recursive: true });
     writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(this.json));
-    writeFileSync(join(dir, "tokenizer_config.json"), `${JSON.stringify(this.config, null, 2)}\n`);
+    writeHfTokenizerConfig(dir, this.config);
   }
+}
+
+/**
+ * How a tokenizer_config.json torl-ts writes (Tokenizer.save, exports) makes transformers tokenize by
+ * tokenizer.json as it is, as torl-ts does. transformers 5 rebuilds the tokenizer of a `qwen2` model from Qwen2's defaults whatever
+ * class the file names (its pre-tokenizer takes one digit at a time, so the tiny base's digit groups,
+ * "37" one token, came out as two) unless the file has an `auto_map`; then, without trust_remote_code,
+ * it takes `tokenizer_class` (PreTrainedTokenizerFast: tokenizer.json alone), and with it the class in
+ * HF_TOKENIZER_MODULE (the same, by inheritance). transformers 4 reads tokenizer.json either way.
+ */
+export const HF_TOKENIZER_CLASS = "PreTrainedTokenizerFast";
+export const HF_TOKENIZER_MODULE = "tokenization_torl.py";
+const HF_TOKENIZER_MODULE_SOURCE = `"""Tokenizes by tokenizer.json exactly as it is (normalizer, pre-tokenizer, decoder, added tokens),
+as torl-ts does; written by torl-ts. transformers 5 would otherwise rebuild a qwen2 model's
+tokenizer from Qwen2's defaults. Used with trust_remote_code=True; without it, tokenizer_config.json's
+PreTrainedTokenizerFast reads tokenizer.json the same way."""
+
+try:  # transformers >= 5
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend as _Base
+except ImportError:  # transformers 4
+    from transformers import PreTrainedTokenizerFast as _Base
+
+
+class TorlTokenizer(_Base):
+    pass
+`;
+
+/**
+ * Writes `config` as dir/tokenizer_config.json with tokenizer_class HF_TOKENIZER_CLASS and an auto_map
+ * to HF_TOKENIZER_MODULE, and that module; returns the two file names.
+ */
+export function writeHfTokenizerConfig(dir: string, config: Record<string, unknown>): string[] {
+  const hf = {
+    ...config,
+    tokenizer_class: HF_TOKENIZER_CLASS,
+    auto_map: { AutoTokenizer: [null, `${HF_TOKENIZER_MODULE.replace(/\.py$/, "")}.TorlTokenizer`] },
+  };
+  writeFileSync(join(dir, "tokenizer_config.json"), `${JSON.stringify(hf, null, 2)}\n`);
+  writeFileSync(join(dir, HF_TOKENIZER_MODULE), HF_TOKENIZER_MODULE_SOURCE);
+  return ["tokenizer_config.json", HF_TOKENIZER_MODULE];
 }
 
 /**
@@ -339,7 +382,9 @@ export function buildByteBpeTokenizer(options: ByteBpeOptions = {}): Tokenizer {
     },
   };
   const config = {
-    tokenizer_class: "Qwen2Tokenizer",
+    // transformers' class that tokenizes by tokenizer.json as it is (Qwen2Tokenizer would put its own
+    // pre-tokenizer in place of a changed one, e.g. examples/torl's digit groups)
+    tokenizer_class: "PreTrainedTokenizerFast",
     eos_token: specials[0],
     pad_token: specials[0],
     bos_token: null,

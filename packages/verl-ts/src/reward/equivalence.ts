@@ -256,6 +256,17 @@ function assignedValue(n: MathNode): MathNode | null {
   return isUnknownName(n.parts[1]!) ? n.parts[0]! : null;
 }
 
+/** The items of a collection and how they compare. */
+interface Elements {
+  items: MathNode[];
+  unordered: boolean;
+  set: boolean;
+  /** A matrix's row lengths joined by commas ("2,2", "1,1,1"); null when not a matrix. */
+  matrixShape: string | null;
+  /** A matrix of one row or one column. */
+  vector: boolean;
+}
+
 interface IntervalShape {
   lo: MathNode;
   hi: MathNode;
@@ -590,10 +601,13 @@ class Comparator {
         return single.items.length === 1 && this.equal(single.items[0]!, ea ? b : a);
       }
       if (ea.items.length !== eb.items.length) return false;
-      if (ea.matrixShape || eb.matrixShape) {
+      // Two matrices need the same shape: a row vector is not the column vector with the same entries.
+      // A tuple names no orientation, so it compares with a vector either way; with no other matrix.
+      if (ea.matrixShape !== null && eb.matrixShape !== null) {
         if (ea.matrixShape !== eb.matrixShape) return false;
         return this.orderedEqual(ea.items, eb.items);
       }
+      if ((ea.matrixShape !== null && !ea.vector) || (eb.matrixShape !== null && !eb.vector)) return false;
       const unordered =
         (ea.unordered && eb.unordered) || (ea.set && eb.unordered) || (eb.set && ea.unordered);
       if (ea.set !== eb.set && !(ea.unordered && eb.unordered)) return false;
@@ -603,28 +617,27 @@ class Comparator {
   }
 
   /** The items of a collection node and how to compare them; null for scalars. */
-  private elements(
-    n: MathNode,
-  ): { items: MathNode[]; unordered: boolean; set: boolean; matrixShape: string | null } | null {
+  private elements(n: MathNode): Elements | null {
     if (n.k === "matrix") {
-      const cols = n.rows[0]?.length ?? 0;
-      const vector = n.rows.length === 1 || cols === 1;
       return {
         items: n.rows.flat(),
         unordered: false,
         set: false,
-        matrixShape: vector ? null : `${n.rows.length}x${cols}`,
+        // the length of every row: "2,2" is 2x2, "3" a row of three, "1,1,1" a column of three
+        matrixShape: n.rows.map((r) => r.length).join(","),
+        vector: n.rows.length === 1 || n.rows.every((r) => r.length === 1),
       };
     }
     if (n.k === "list") {
       const items = n.items.flatMap((x) => (containsPm(x) ? expandPm(x) : [assignedValue(x) ?? x]));
-      return { items, unordered: true, set: false, matrixShape: null };
+      return { items, unordered: true, set: false, matrixShape: null, vector: false };
     }
     if (n.k === "group" && n.open === "\\{") {
       const items = n.items.flatMap((x) => (containsPm(x) ? expandPm(x) : [x]));
-      return { items, unordered: true, set: true, matrixShape: null };
+      return { items, unordered: true, set: true, matrixShape: null, vector: false };
     }
-    if (n.k === "group") return { items: n.items, unordered: false, set: false, matrixShape: null };
+    if (n.k === "group")
+      return { items: n.items, unordered: false, set: false, matrixShape: null, vector: false };
     return null;
   }
 

@@ -211,8 +211,11 @@ export function normalizeAnswerText(raw: string): NormalizedAnswer {
   // Thousands separators, only when the whole answer is one such number ("32,348"; "10 080").
   if (/^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$/.test(s)) s = s.replace(/,/g, "");
   else if (/^[-+]?\d{1,3}(?: \d{3})+(?:\.\d+)?$/.test(s)) s = s.replace(/ /g, "");
+  // An array's column spec ({ccc}) is no prose either.
   const isText = (
-    s.replace(/\\(?:begin|end)\s*\{[^{}]*\}|\\[a-zA-Z]+/g, " ").match(/[a-zA-Z]{3,}/g) ?? []
+    s
+      .replace(/\\begin\s*\{array\}\s*\{[^{}]*\}|\\(?:begin|end)\s*\{[^{}]*\}|\\[a-zA-Z]+/g, " ")
+      .match(/[a-zA-Z]{3,}/g) ?? []
   ).some(isProse);
   return { text: s, percent, isText };
 }
@@ -557,7 +560,8 @@ class Parser {
     const base = this.parsePostfix();
     if (this.isOp("^")) {
       this.pos++;
-      return { k: "pow", a: base, b: this.parseScript() };
+      const power = this.parseScript();
+      return transposed(base, power) ?? { k: "pow", a: base, b: power };
     }
     return base;
   }
@@ -790,6 +794,23 @@ class Parser {
     }
     this.fail("unexpected end");
   }
+}
+
+/** What ^T, ^{T}, ^\\top and ^\\intercal mean after a matrix or a tuple: its transpose. */
+const TRANSPOSE = new Set(["T", "\\top", "\\intercal"]);
+
+/**
+ * base^power as a transpose: a rectangular matrix's rows become its columns, and a tuple written across,
+ * (1, 2)^T, is the column vector. Null when power is not a transpose sign or base is neither.
+ */
+function transposed(base: MathNode, power: MathNode): MathNode | null {
+  if (power.k !== "sym" || !TRANSPOSE.has(power.name)) return null;
+  if (base.k === "group" && (base.open === "(" || base.open === "[") && base.items.length >= 2)
+    return { k: "matrix", rows: base.items.map((x) => [x]) };
+  if (base.k !== "matrix" || base.rows.length === 0) return null;
+  const cols = base.rows[0]!.length;
+  if (!base.rows.every((r) => r.length === cols)) return null;
+  return { k: "matrix", rows: Array.from({ length: cols }, (_, j) => base.rows.map((r) => r[j]!)) };
 }
 
 /** Step 2: parse a normalised answer text into a MathNode (throws AnswerParseError). */

@@ -5,6 +5,9 @@
  * shards with model.safetensors.index.json above the shard size), generation_config.json and the
  * tokenizer files.
  *
+ * The tokenizer_config.json written makes transformers tokenize by the tokenizer.json exactly as
+ * torl-ts does (see writeHfTokenizerConfig).
+ *
  * The architecture and the tokenizer come from `<step>/actor/huggingface/`, which the trainer fills
  * from actor_rollout_ref.model.path at every checkpoint (veRL keeps the same folder), or from a model
  * directory given explicitly (the one the run started from).
@@ -25,7 +28,7 @@ import type { WeightDtype } from "../models/half-precision.js";
 import { loadModelConfig, transpose2d } from "../models/pretrained.js";
 import { parameterSpecs } from "../models/qwen2.js";
 import { type NamedTensor, type SafetensorsDtype, writeCheckpointDir } from "../models/safetensors.js";
-import { loadTokenizer } from "../models/tokenizer.js";
+import { loadTokenizer, writeHfTokenizerConfig } from "../models/tokenizer.js";
 import { readAllShards } from "../workers/checkpoint-files.js";
 import { LATEST_FILE } from "./checkpoint.js";
 
@@ -67,17 +70,33 @@ export class ExportError extends InputError {
   override name = "ExportError";
 }
 
+/**
+ * Copies the files of HF_METADATA_FILES that `src` has into `dest` (except those in `skip`). Beside a
+ * tokenizer.json, tokenizer_config.json (its keys kept) is written by writeHfTokenizerConfig, so that
+ * transformers tokenizes by tokenizer.json as torl-ts does. Returns the files written.
+ */
+function copyHfMetadata(src: string, dest: string, skip: readonly string[] = []): string[] {
+  const copied: string[] = [];
+  for (const f of HF_METADATA_FILES) {
+    if (skip.includes(f) || f === "tokenizer_config.json" || !existsSync(join(src, f))) continue;
+    copyFileSync(join(src, f), join(dest, f));
+    copied.push(f);
+  }
+  const configFile = join(src, "tokenizer_config.json");
+  if (existsSync(join(src, "tokenizer.json"))) {
+    copied.push(...writeHfTokenizerConfig(dest, existsSync(configFile) ? readJson(configFile) : {}));
+  } else if (existsSync(configFile)) {
+    copyFileSync(configFile, join(dest, "tokenizer_config.json"));
+    copied.push("tokenizer_config.json");
+  }
+  return copied;
+}
+
 /** Copies the model directory's config and tokenizer files into `<actorDir>/huggingface/`. */
 export function saveHfMetadata(modelDir: string, actorDir: string): string[] {
   const dest = join(actorDir, HF_METADATA_DIR);
   mkdirSync(dest, { recursive: true });
-  const copied: string[] = [];
-  for (const f of HF_METADATA_FILES) {
-    if (!existsSync(join(modelDir, f))) continue;
-    copyFileSync(join(modelDir, f), join(dest, f));
-    copied.push(f);
-  }
-  return copied;
+  return copyHfMetadata(modelDir, dest);
 }
 
 /**
@@ -191,11 +210,7 @@ export function exportCheckpoint(checkpoint: string, options: ExportOptions): Ex
       options.maxShardBytes ?? DEFAULT_MAX_SHARD_BYTES,
     ),
   ];
-  for (const f of HF_METADATA_FILES) {
-    if (f === "config.json" || !existsSync(join(metaDir, f))) continue;
-    copyFileSync(join(metaDir, f), join(options.out, f));
-    files.push(f);
-  }
+  files.push(...copyHfMetadata(metaDir, options.out, ["config.json"]));
   if (!files.includes("generation_config.json")) {
     const tok = loadTokenizer(metaDir);
     const gen = { eos_token_id: tok.eosTokenId, pad_token_id: tok.padTokenId };

@@ -205,6 +205,9 @@ test.serial("the sharded optimizer's native AdamW update gives the JS loop's bit
     blas.adamw(native.p, g, native.m, native.v, native.p, 1e-3, 0.9, 0.999, 1e-8, 0.01, step);
     adamwLoop(js.p, g, js.m, js.v, js.p, 1e-3, 0.9, 0.999, 1e-8, 0.01, step);
   }
+  // element-wise IEEE operations in the same order (the addon is built with -ffp-contract=off, so no
+  // fused multiply-add on any CPU): the same bits, not a tolerance (only the bias corrections' powers come
+  // from two libraries, glibc's pow and V8's **, which agree on these steps)
   t.deepEqual(native.p, js.p);
   t.deepEqual(native.m, js.m);
   t.deepEqual(native.v, js.v);

@@ -35,6 +35,77 @@ test("wrong answers stay wrong: interval ends, order of tuples, near-miss decima
   t.false(isEquivalentAnswer("", "5"));
 });
 
+test("a row vector is not the column vector with its entries, in any bracket and length; a tuple matches either", (t) => {
+  const matrix = (env: string, rows: string[][]) =>
+    `\\begin{${env}}${env === "array" ? `{${"c".repeat(rows[0]!.length)}}` : ""} ${rows.map((r) => r.join(" & ")).join(" \\\\ ")} \\end{${env}}`;
+  const wrong: string[] = [];
+  const check = (a: string, b: string, want: boolean) => {
+    for (const [x, y] of [
+      [a, b],
+      [b, a],
+    ] as const)
+      if (isEquivalentAnswer(x, y) !== want) wrong.push(`${x} vs ${y}: want ${want}`);
+  };
+  const envs = ["pmatrix", "bmatrix", "vmatrix", "Bmatrix", "matrix", "smallmatrix", "array"];
+  for (let n = 2; n <= 6; n++) {
+    const entries = Array.from({ length: n }, (_, i) => String(i * 3 - 4));
+    const halves = entries.map((e) => `\\frac{${2 * Number(e)}}{2}`);
+    for (const [i, env] of envs.entries()) {
+      const other = envs[(i + 1) % envs.length]!;
+      const row = matrix(env, [entries]);
+      const column = matrix(
+        env,
+        entries.map((e) => [e]),
+      );
+      check(row, column, false);
+      check(row, matrix(other, [halves]), true);
+      check(
+        column,
+        matrix(
+          other,
+          halves.map((e) => [e]),
+        ),
+        true,
+      );
+      check(
+        row,
+        matrix(
+          other,
+          halves.map((e) => [e]),
+        ),
+        false,
+      );
+      check(`${row}^T`, column, true);
+      check(`${column}^{\\top}`, row, true);
+      check(`${row}^{T}`, row, false);
+      // a tuple names no orientation (as before): either vector, in order
+      check(`(${entries.join(", ")})`, row, true);
+      check(`(${entries.join(", ")})`, column, true);
+      check(`(${[...entries].reverse().join(", ")})`, column, false);
+      check(`(${entries.join(", ")})^T`, column, true);
+      check(`(${entries.join(", ")})^T`, row, false);
+    }
+  }
+  // other shapes: told apart as before; a transpose is read as one
+  const m23 = matrix("pmatrix", [
+    ["1", "2", "3"],
+    ["4", "5", "6"],
+  ]);
+  const m32 = matrix("bmatrix", [
+    ["1", "4"],
+    ["2", "5"],
+    ["3", "6"],
+  ]);
+  check(m23, m32, false);
+  check(`${m23}^T`, m32, true);
+  check(`${m32}^\\intercal`, m23, true);
+  check(m23, "(1, 2, 3, 4, 5, 6)", false);
+  check(matrix("pmatrix", [["1", "2"], ["3"]]), matrix("pmatrix", [["1"], ["2", "3"]]), false);
+  check(matrix("pmatrix", [["5"]]), "5", true);
+  check("x^T", "x^T", true);
+  t.deepEqual(wrong, []);
+});
+
 test("pathological answers return a verdict instead of stalling", (t) => {
   const tower = "9^{9^{9^{9^{9}}}}";
   t.false(isEquivalentAnswer(tower, "1"));
@@ -122,6 +193,7 @@ test("random LaTeX fragments never throw and the verdict is symmetric", (t) => {
     ":",
     "\\langle",
     "\\rangle",
+    "^T",
   ];
   const answers = corpus.map((p) => extractBoxedAnswer(p.solution) ?? "1");
   let seed = 12345;

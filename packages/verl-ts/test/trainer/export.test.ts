@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -12,6 +13,7 @@ import {
   FlatLayout,
   LATEST_FILE,
   loadModel,
+  loadTokenizer,
   parseByteSize,
   type Qwen2Model,
   readSafetensors,
@@ -113,6 +115,7 @@ test("export of a 3-rank checkpoint: our loader gives identical logits; weights 
   t.is(JSON.parse(readFileSync(join(out, "config.json"), "utf8")).torch_dtype, "float32");
 
   const exported = loadModel(out);
+  // the same weights through the same forward: the same kernel calls, so the same bits on any CPU
   t.deepEqual(logits(exported), logits(model), "identical logits through our loader");
   // the weights the PyTorch reference computed with, bit for bit, and its logits
   const torchWeights = readSafetensors(join(GOLDEN, "model.safetensors"));
@@ -249,4 +252,134 @@ test("`torl export` flags: sizes with units, dtype checked, output directory pri
   t.is(lines.at(-1), out);
   t.is(JSON.parse(readFileSync(join(out, "config.json"), "utf8")).torch_dtype, "float16");
   model.dispose();
+});
+
+// The tiny base's tokenizer: byte-level BPE whose pre-tokenizer keeps up to three digits together.
+const TINY_BASE = join(
+  import.meta.dirname,
+  "..",
+  "..",
+  "..",
+  "..",
+  "examples",
+  "torl",
+  "assets",
+  "tiny-base",
+);
+
+/** Texts where tokenizers part ways: digit runs, whitespace runs, unicode, contractions, special tokens. */
+const TOKENIZER_TEXTS = [
+  "37",
+  "1234567",
+  "x = 37 + 1234567.0 - 0.001 * 10**12",
+  "What is 12+7? The answer is \\boxed{19}.",
+  "a  b\t\tc\n\n\n  d   ",
+  "   leading and trailing   ",
+  "\n",
+  "def f(x):\n    return x ** 2\n\n\nprint(f(3))\n",
+  "```python\nprint(2**10)\n```\n```output\n1024\n```\n",
+  "It's we'll THEY'RE you'd I'M",
+  "héllo wörld — naïve café, e\u0301 (combining), 数学 ½ ✓ 😀",
+  "full-width １２３４, Arabic-Indic ٣٤٥٦, superscript x² and Ⅻ",
+  "<|im_start|>user\nWhat is 37*3?<|im_end|>\n<|im_start|>assistant\n111<|im_end|><|endoftext|>",
+  "",
+];
+
+/**
+ * Token ids transformers' AutoTokenizer gives for `texts` from `dir`, without and with trust_remote_code
+ * (the two ways it picks the class), or the reason it cannot run here (no python3, or transformers not
+ * installed: CI has neither, so there the comparison is not made).
+ */
+function transformersIds(dir: string, texts: string[]): { ids: number[][][] } | { reason: string } {
+  const script = [
+    "import json, sys",
+    "from transformers import AutoTokenizer",
+    "texts = json.load(sys.stdin)",
+    "ids = []",
+    "for trust in (False, True):",
+    "    tok = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=trust)",
+    "    ids.append([tok(s)['input_ids'] for s in texts])",
+    "print(json.dumps({'ids': ids}))",
+  ].join("\n");
+  const r = spawnSync("python3", ["-c", script, dir], {
+    input: JSON.stringify(texts),
+    encoding: "utf8",
+    timeout: 300_000,
+    env: { ...process.env, HF_HUB_OFFLINE: "1", TRANSFORMERS_VERBOSITY: "error" },
+  });
+  if (r.error) return { reason: `python3 did not run (${r.error.message})` };
+  if (r.status !== 0) {
+    const last = r.stderr.trim().split("\n").at(-1) ?? "";
+    if (/No module named '(transformers|tokenizers)'/.test(last)) return { reason: `python3: ${last}` };
+    throw new Error(`transformers failed on ${dir} (exit ${r.status}):\n${r.stderr}`);
+  }
+  return JSON.parse(r.stdout.trim().split("\n").at(-1)!);
+}
+
+test("an exported checkpoint and the tiny base tokenize in transformers exactly as in torl-ts: tokenizer_config.json makes transformers read tokenizer.json as it is", async (t) => {
+  const modelDir = goldenModelDir();
+  // the tiny base's tokenizer, with the class a Qwen2 directory names (transformers' Qwen2Tokenizer puts
+  // Qwen2's one-digit pre-tokenizer in place of the file's own)
+  copyFileSync(join(TINY_BASE, "tokenizer.json"), join(modelDir, "tokenizer.json"));
+  const { auto_map: _, ...config } = JSON.parse(
+    readFileSync(join(TINY_BASE, "tokenizer_config.json"), "utf8"),
+  );
+  writeFileSync(
+    join(modelDir, "tokenizer_config.json"),
+    JSON.stringify({ ...config, tokenizer_class: "Qwen2Tokenizer", chat_template: "{{ messages }}" }),
+  );
+  const model = loadModel(modelDir);
+  const ckpt = await checkpointOf(model, modelDir, 2);
+  model.dispose();
+  const out = join(mkdtempSync(join(tmpdir(), "torl-export-out-")), "hf");
+  exportCheckpoint(ckpt, { out });
+  // checked everywhere: the class and auto_map are those that read tokenizer.json, every other key as it was
+  for (const dir of [out, join(ckpt, "global_step_3", "actor", "huggingface")]) {
+    const written = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8"));
+    t.deepEqual(written, {
+      ...config,
+      tokenizer_class: "PreTrainedTokenizerFast",
+      auto_map: { AutoTokenizer: [null, "tokenization_torl.TorlTokenizer"] },
+      chat_template: "{{ messages }}",
+    });
+    // the committed tiny base carries the same module
+    t.is(
+      readFileSync(join(dir, "tokenization_torl.py"), "utf8"),
+      readFileSync(join(TINY_BASE, "tokenization_torl.py"), "utf8"),
+    );
+  }
+  t.deepEqual(JSON.parse(readFileSync(join(TINY_BASE, "tokenizer_config.json"), "utf8")), {
+    ...config,
+    tokenizer_class: "PreTrainedTokenizerFast",
+    auto_map: { AutoTokenizer: [null, "tokenization_torl.TorlTokenizer"] },
+  });
+  const ours = loadTokenizer(out);
+  t.deepEqual(ours.encode("37 1234567"), [580, 32, 766, 1099, 55], "torl-ts groups digits by three");
+  // a tokenizer torl-ts saves (Tokenizer.save, as pretraining writes the tiny base) gets the same files
+  const saved = mkdtempSync(join(tmpdir(), "torl-export-saved-"));
+  copyFileSync(join(TINY_BASE, "config.json"), join(saved, "config.json"));
+  loadTokenizer(TINY_BASE).save(saved);
+  for (const f of ["tokenizer_config.json", "tokenization_torl.py"])
+    t.is(readFileSync(join(saved, f), "utf8"), readFileSync(join(TINY_BASE, f), "utf8"), f);
+  // where transformers is installed: the same ids from it, for the export, the tiny base and the saved copy
+  for (const dir of [out, TINY_BASE, saved]) {
+    const theirs = transformersIds(dir, TOKENIZER_TEXTS);
+    if ("reason" in theirs) {
+      t.log(`not compared with transformers: ${theirs.reason}`);
+      break;
+    }
+    const mine = loadTokenizer(dir);
+    const differ = theirs.ids.flatMap((ids, trust) =>
+      TOKENIZER_TEXTS.flatMap((s, i) => {
+        const want = mine.encode(s);
+        const got = ids[i]!;
+        return got.length === want.length && got.every((x, j) => x === want[j])
+          ? []
+          : [
+              `${JSON.stringify(s)} (trust_remote_code=${!!trust}): transformers ${JSON.stringify(got)}, torl-ts ${JSON.stringify(want)}`,
+            ];
+      }),
+    );
+    t.deepEqual(differ, [], dir);
+  }
 });

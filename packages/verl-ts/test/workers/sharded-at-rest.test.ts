@@ -184,6 +184,7 @@ test.serial(
       t.true(Math.abs(atRest[0]!.refShardBytes - atRest[1]!.refShardBytes) <= 4 * bytesPerValue * 16);
 
       // before any update the reference equals the actor: the gathered weights give the actor's log-probs, bit for bit
+      // (both passes make the same kernel calls, micro-batch for micro-batch, on the same values)
       const batch = await wg.generateSequences(prompts(0));
       const old = (await wg.computeLogProb(batch)).tensor("old_log_probs").data as Float32Array;
       const ref = (await wg.computeRefLogProb(batch)).tensor("ref_log_prob").data as Float32Array;
