@@ -4,7 +4,7 @@
  * TypeScript alone (the calculator example) needs nothing from the sandbox.
  */
 import { readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import test from "ava";
 
@@ -40,6 +40,37 @@ for (const [pkg, allowed] of Object.entries(ALLOWED))
       workspaceImports(file)
         .filter((name) => name !== own && !allowed.includes(name))
         .map((name) => `${file.slice(ROOT.length)} imports ${name}`),
+    );
+    t.deepEqual(wrong, []);
+  });
+
+/**
+ * Inside @torl-ts/verl: the folders a folder's sources must not import, the layers above it. The
+ * config is read by everything and owns every check of it, so it imports nothing of the trainer or
+ * of the workers that run it.
+ */
+const VERL_SRC = "packages/verl-ts/src";
+const FORBIDDEN_FOLDERS: Record<string, string[]> = {
+  config: ["trainer", "workers", "single-controller"],
+};
+
+/** The folders of packages/verl-ts/src a file imports by relative path. */
+function verlFolderImports(file: string): string[] {
+  const text = readFileSync(file, "utf8");
+  const found = new Set<string>();
+  for (const m of text.matchAll(/(?:from|import\()\s*["'](\.\.?\/[^"']+)["']/g)) {
+    const target = relative(join(ROOT, VERL_SRC), resolve(dirname(file), m[1]!));
+    if (!target.startsWith("..")) found.add(target.split(/[\\/]/)[0]!);
+  }
+  return [...found];
+}
+
+for (const [folder, forbidden] of Object.entries(FORBIDDEN_FOLDERS))
+  test(`${VERL_SRC}/${folder} imports none of ${forbidden.join(", ")}`, (t) => {
+    const wrong = sources(join(ROOT, VERL_SRC, folder)).flatMap((file) =>
+      verlFolderImports(file)
+        .filter((f) => forbidden.includes(f))
+        .map((f) => `${file.slice(ROOT.length)} imports ${VERL_SRC}/${f}`),
     );
     t.deepEqual(wrong, []);
   });

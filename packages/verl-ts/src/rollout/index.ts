@@ -42,7 +42,6 @@ export {
 } from "./hermes.js";
 export {
   agentTrainingBatch,
-  checkMultiTurnConfig,
   computeMultiTurnMetrics,
   type MultiTurnConfig,
   modelPromptRenderer,
