@@ -531,7 +531,6 @@ export class Qwen2Model {
     const G = H / KV;
     const D = c.headDim;
     const rope = this.rotary.hostStep(cache.nextPositions());
-    const slot = cache.length;
     const maskArr = cache.stepMask(H); // [B, H, 1, cap] for the slot being written
     const cap = cache.capacity;
     const shape = { heads: H, kvHeads: KV, headDim: D };
@@ -550,7 +549,6 @@ export class Qwen2Model {
         // [B, KV*D] rows are [B, KV, 1, D] in memory.
         const [K, V] = cache.writeStep(
           i,
-          slot,
           { data: kh, shape: [B, KV, 1, D] },
           { data: host[2]!, shape: [B, KV, 1, D] },
         );
