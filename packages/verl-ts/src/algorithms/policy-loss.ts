@@ -10,7 +10,7 @@ export interface PolicyLossOptions {
   clipRatioHigh?: number;
   /** Dual-clip bound for negative advantages (actor.clip_ratio_c). Default 3. */
   clipRatioC?: number;
-  lossAggMode?: LossAggMode | string;
+  lossAggMode?: LossAggMode;
   /** clip_cov: fraction of loss tokens whose gradient may be cut (policy_loss.clip_cov_ratio). Default 0.0002. */
   clipCovRatio?: number;
   /** clip_cov: covariance window (lb, ub) of the tokens that may be cut. Defaults 1 and 5. */
@@ -107,7 +107,7 @@ export function computeValueLoss(
   values: ScoreMatrix,
   responseMask: MaskMatrix,
   cliprangeValue: number,
-  lossAggMode: LossAggMode | string = "token-mean",
+  lossAggMode: LossAggMode = "token-mean",
 ): { vfLoss: number; vfClipfrac: number } {
   sameShape(vpreds, returns, "vpreds", "returns");
   sameShape(vpreds, values, "vpreds", "values");

@@ -17,6 +17,7 @@
  * share one process and collective group per bundle; the trainer does that when adv_estimator is gae.
  */
 import * as tf from "@tensorflow/tfjs";
+import type { LossAggMode } from "../algorithms/loss-aggregation.js";
 import { computeValueLoss } from "../algorithms/policy-loss.js";
 import { valueLossTf } from "../algorithms/tf-ops.js";
 import { miniBatchRows } from "../config/derived.js";
@@ -80,7 +81,7 @@ interface CriticSettings {
   epochs: number;
   gradClip: number;
   cliprange: number;
-  lossAggMode: string;
+  lossAggMode: LossAggMode;
 }
 
 export function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSettings {
