@@ -54,13 +54,20 @@ const FORBIDDEN_FOLDERS: Record<string, string[]> = {
   config: ["trainer", "workers", "single-controller"],
 };
 
+/** The files a file imports by relative path (static and dynamic imports, re-exports), resolved. */
+function relativeImports(file: string): string[] {
+  const text = readFileSync(file, "utf8");
+  return [...text.matchAll(/(?:from|import\()\s*["'](\.\.?\/[^"']+)["']/g)].map((m) =>
+    resolve(dirname(file), m[1]!),
+  );
+}
+
 /** The folders of packages/verl-ts/src a file imports by relative path. */
 function verlFolderImports(file: string): string[] {
-  const text = readFileSync(file, "utf8");
   const found = new Set<string>();
-  for (const m of text.matchAll(/(?:from|import\()\s*["'](\.\.?\/[^"']+)["']/g)) {
-    const target = relative(join(ROOT, VERL_SRC), resolve(dirname(file), m[1]!));
-    if (!target.startsWith("..")) found.add(target.split(/[\\/]/)[0]!);
+  for (const target of relativeImports(file)) {
+    const path = relative(join(ROOT, VERL_SRC), target);
+    if (!path.startsWith("..")) found.add(path.split(/[\\/]/)[0]!);
   }
   return [...found];
 }
@@ -74,6 +81,24 @@ for (const [folder, forbidden] of Object.entries(FORBIDDEN_FOLDERS))
     );
     t.deepEqual(wrong, []);
   });
+
+/** Process entries (run as a child's main module, never imported): they may load the whole package. */
+const PROCESS_ENTRIES = ["packages/core/src/runtime/worker-main.ts"];
+
+test("no source imports its own package's entry (src/index.ts), so no import runs in a circle through it", (t) => {
+  const wrong = Object.keys(ALLOWED).flatMap((pkg) => {
+    const entry = join(ROOT, pkg, "src", "index");
+    const modules = sources(join(ROOT, pkg, "src")).filter(
+      (file) => !PROCESS_ENTRIES.includes(relative(ROOT, file)),
+    );
+    return modules.flatMap((file) =>
+      relativeImports(file)
+        .filter((target) => target.replace(/\.(ts|js|mjs)$/, "") === entry)
+        .map(() => `${file.slice(ROOT.length)} imports ${pkg}/src/index`),
+    );
+  });
+  t.deepEqual(wrong, []);
+});
 
 test("the calculator tool is written against @torl-ts/verl alone, with nothing from the sandbox", (t) => {
   const file = join(ROOT, "examples/new-tool/src/calculator.ts");
