@@ -100,6 +100,37 @@ test("no source imports its own package's entry (src/index.ts), so no import run
   t.deepEqual(wrong, []);
 });
 
+/** The files a file loads when it is loaded: static imports and re-exports by relative path, not type-only. */
+function staticImports(file: string): string[] {
+  const text = readFileSync(file, "utf8");
+  return [...text.matchAll(/^(?:import|export)\s+(?!type\b)[^;]*?from\s*["'](\.\.?\/[^"']+)["']/gms)].map(
+    (m) => resolve(dirname(file), m[1]!).replace(/\.js$/, ".ts"),
+  );
+}
+
+test("no package's modules import each other in a circle (a module sees the other half-loaded)", (t) => {
+  const circles: string[] = [];
+  for (const pkg of Object.keys(ALLOWED)) {
+    const files = sources(join(ROOT, pkg, "src"));
+    const graph = new Map(files.map((f) => [f, staticImports(f).filter((d) => files.includes(d))]));
+    const state = new Map<string, "open" | "done">();
+    const path: string[] = [];
+    const visit = (file: string): void => {
+      state.set(file, "open");
+      path.push(file);
+      for (const next of graph.get(file)!) {
+        if (state.get(next) === "open")
+          circles.push([...path.slice(path.indexOf(next)), next].map((f) => relative(ROOT, f)).join(" -> "));
+        else if (!state.has(next)) visit(next);
+      }
+      path.pop();
+      state.set(file, "done");
+    };
+    for (const file of files) if (!state.has(file)) visit(file);
+  }
+  t.deepEqual(circles, []);
+});
+
 test("the calculator tool is written against @torl-ts/verl alone, with nothing from the sandbox", (t) => {
   const file = join(ROOT, "examples/new-tool/src/calculator.ts");
   t.deepEqual(workspaceImports(file), ["@torl-ts/verl"]);

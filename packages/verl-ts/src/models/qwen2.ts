@@ -15,7 +15,7 @@ import { HalfArray, type StoredValues, type WeightDtype } from "./half-precision
 import type { KVCache } from "./kv-cache.js";
 import { linear, linearTransposed } from "./linear.js";
 import { type DecodeStepTables, nativeDecodeAttention } from "./native-decode-attention.js";
-import { nativeMatmulActive } from "./native-matmul.js";
+import { nativeMatmulActive } from "./native-state.js";
 import { rmsNorm } from "./rms-norm.js";
 import { Rotary } from "./rotary.js";
 import { type TokenBatch, tokenPositions } from "./token-batch.js";
