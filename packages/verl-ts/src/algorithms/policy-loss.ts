@@ -50,6 +50,8 @@ export interface PolicyLossResult {
  *   L3 = -A clip_ratio_c;  L = A < 0 ? min(L3, Lc) : Lc
  *   pg_loss = agg(L, mask); clipfrac = mean_mask[L2 > L1]; ppo_kl = mean_mask(old_logp - logp)
  *   clipfrac_lower = mean_mask[Lc > L3 and A < 0]
+ * The trainer runs the tensor twin (the registered "vanilla" loss, policy-losses-tf.ts); this host one
+ * is the plain reference a test holds the tensor one to, in every aggregation mode.
  */
 export function computePolicyLoss(
   oldLogProb: ScoreMatrix,

@@ -14,6 +14,7 @@ import {
   entropyFromLogitsTf,
   FixedKlController,
   getPolicyLoss,
+  KL_PENALTY_TYPES,
   klLossTf,
   klPenalty,
   klPenaltyTf,
@@ -400,4 +401,46 @@ test("remax: returns are the reverse sums of the masked rewards, advantages subt
       }),
     { message: /remax needs rewardBaselines, one per row \(2\), got none/ },
   );
+});
+
+test("the host (typed-array) twins equal the tensor losses the trainer runs: every KL estimator, the PPO loss and the value loss, in every aggregation mode", (t) => {
+  // seeded inputs with both signs of advantage and ratios far enough from 1 to hit every clip
+  let state = 7;
+  const rand = () => {
+    state = (state * 1103515245 + 12345) % 2 ** 31;
+    return state / 2 ** 31;
+  };
+  const [R, C] = [5, 7];
+  const matrix = (f: () => number): ScoreMatrix => ({
+    data: Float32Array.from({ length: R * C }, f),
+    shape: [R, C],
+  });
+  const old = matrix(() => -3 * rand());
+  const logp = matrix(() => -3 * rand());
+  const adv = matrix(() => 4 * rand() - 2);
+  const returns = matrix(() => 2 * rand() - 1);
+  const values = matrix(() => 2 * rand() - 1);
+  const vpreds = matrix(() => 2 * rand() - 1);
+  const msk = matrix(() => (rand() < 0.8 ? 1 : 0));
+  for (const kind of KL_PENALTY_TYPES) {
+    const lp = tf.tensor2d(logp.data, [R, C]);
+    const tv = klPenaltyTf(lp, old, kind);
+    close(t, tv.dataSync(), klPenalty(logp, old, kind).data);
+    tf.dispose([lp, tv]);
+  }
+  for (const lossAggMode of LOSS_AGG_MODES) {
+    const options = { clipRatioLow: 0.2, clipRatioHigh: 0.28, clipRatioC: 2, lossAggMode };
+    const host = computePolicyLoss(old, logp, adv, msk, options);
+    const lp = tf.tensor2d(logp.data, [R, C]);
+    const out = runPolicyLoss("vanilla", policyLossInput(old, lp, adv, msk, options));
+    close(t, out.pgLoss.dataSync(), [host.pgLoss]);
+    close(t, out.metrics.pg_clipfrac!.dataSync(), [host.pgClipfrac]);
+    close(t, out.metrics.ppo_kl!.dataSync(), [host.ppoKl]);
+    close(t, out.metrics.pg_clipfrac_lower!.dataSync(), [host.pgClipfracLower]);
+    t.true(host.pgClipfrac > 0 && host.pgClipfracLower > 0, "the inputs hit both clips");
+    const vp = tf.tensor2d(vpreds.data, [R, C]);
+    const vf = valueLossTf(vp, values, returns, msk, 0.3, lossAggMode);
+    close(t, vf.dataSync(), [computeValueLoss(vpreds, returns, values, msk, 0.3, lossAggMode).vfLoss]);
+    tf.dispose([lp, vp, vf, out.pgLoss, ...Object.values(out.metrics)]);
+  }
 });
