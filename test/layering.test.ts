@@ -4,7 +4,7 @@
  * TypeScript alone (the calculator example) needs nothing from the sandbox.
  */
 import { readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import test from "ava";
 
@@ -43,6 +43,93 @@ for (const [pkg, allowed] of Object.entries(ALLOWED))
     );
     t.deepEqual(wrong, []);
   });
+
+/**
+ * Inside @torl-ts/verl: the folders a folder's sources must not import, the layers above it. The
+ * config is read by everything and owns every check of it, so it imports nothing of the trainer or
+ * of the workers that run it.
+ */
+const VERL_SRC = "packages/verl-ts/src";
+const FORBIDDEN_FOLDERS: Record<string, string[]> = {
+  config: ["trainer", "workers", "single-controller"],
+};
+
+/** The files a file imports by relative path (static and dynamic imports, re-exports), resolved. */
+function relativeImports(file: string): string[] {
+  const text = readFileSync(file, "utf8");
+  return [...text.matchAll(/(?:from|import\()\s*["'](\.\.?\/[^"']+)["']/g)].map((m) =>
+    resolve(dirname(file), m[1]!),
+  );
+}
+
+/** The folders of packages/verl-ts/src a file imports by relative path. */
+function verlFolderImports(file: string): string[] {
+  const found = new Set<string>();
+  for (const target of relativeImports(file)) {
+    const path = relative(join(ROOT, VERL_SRC), target);
+    if (!path.startsWith("..")) found.add(path.split(/[\\/]/)[0]!);
+  }
+  return [...found];
+}
+
+for (const [folder, forbidden] of Object.entries(FORBIDDEN_FOLDERS))
+  test(`${VERL_SRC}/${folder} imports none of ${forbidden.join(", ")}`, (t) => {
+    const wrong = sources(join(ROOT, VERL_SRC, folder)).flatMap((file) =>
+      verlFolderImports(file)
+        .filter((f) => forbidden.includes(f))
+        .map((f) => `${file.slice(ROOT.length)} imports ${VERL_SRC}/${f}`),
+    );
+    t.deepEqual(wrong, []);
+  });
+
+/** Process entries (run as a child's main module, never imported): they may load the whole package. */
+const PROCESS_ENTRIES = ["packages/core/src/runtime/worker-main.ts"];
+
+test("no source imports its own package's entry (src/index.ts), so no import runs in a circle through it", (t) => {
+  const wrong = Object.keys(ALLOWED).flatMap((pkg) => {
+    const entry = join(ROOT, pkg, "src", "index");
+    const modules = sources(join(ROOT, pkg, "src")).filter(
+      (file) => !PROCESS_ENTRIES.includes(relative(ROOT, file)),
+    );
+    return modules.flatMap((file) =>
+      relativeImports(file)
+        .filter((target) => target.replace(/\.(ts|js|mjs)$/, "") === entry)
+        .map(() => `${file.slice(ROOT.length)} imports ${pkg}/src/index`),
+    );
+  });
+  t.deepEqual(wrong, []);
+});
+
+/** The files a file loads when it is loaded: static imports and re-exports by relative path, not type-only. */
+function staticImports(file: string): string[] {
+  const text = readFileSync(file, "utf8");
+  return [...text.matchAll(/^(?:import|export)\s+(?!type\b)[^;]*?from\s*["'](\.\.?\/[^"']+)["']/gms)].map(
+    (m) => resolve(dirname(file), m[1]!).replace(/\.js$/, ".ts"),
+  );
+}
+
+test("no package's modules import each other in a circle (a module sees the other half-loaded)", (t) => {
+  const circles: string[] = [];
+  for (const pkg of Object.keys(ALLOWED)) {
+    const files = sources(join(ROOT, pkg, "src"));
+    const graph = new Map(files.map((f) => [f, staticImports(f).filter((d) => files.includes(d))]));
+    const state = new Map<string, "open" | "done">();
+    const path: string[] = [];
+    const visit = (file: string): void => {
+      state.set(file, "open");
+      path.push(file);
+      for (const next of graph.get(file)!) {
+        if (state.get(next) === "open")
+          circles.push([...path.slice(path.indexOf(next)), next].map((f) => relative(ROOT, f)).join(" -> "));
+        else if (!state.has(next)) visit(next);
+      }
+      path.pop();
+      state.set(file, "done");
+    };
+    for (const file of files) if (!state.has(file)) visit(file);
+  }
+  t.deepEqual(circles, []);
+});
 
 test("the calculator tool is written against @torl-ts/verl alone, with nothing from the sandbox", (t) => {
   const file = join(ROOT, "examples/new-tool/src/calculator.ts");

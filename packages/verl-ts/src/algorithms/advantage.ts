@@ -6,6 +6,7 @@ import {
   type ScoreMatrix,
   sameShape,
 } from "./masked.js";
+import type { AlgorithmRequirements } from "./requirements.js";
 
 /** What every advantage estimator receives. Matrices are [batch, responseLength]. */
 export interface AdvantageInput {
@@ -36,22 +37,41 @@ export interface AdvantageOutput {
 
 export type AdvantageEstimator = (input: AdvantageInput) => AdvantageOutput;
 
-const estimators = new Map<string, AdvantageEstimator>();
+interface EstimatorEntry {
+  fn: AdvantageEstimator;
+  requires: AlgorithmRequirements;
+}
 
-/** Registers an estimator under `algorithm.adv_estimator` name `name` (replacing one of that name). */
-export function registerAdvantageEstimator(name: string, fn: AdvantageEstimator): void {
-  estimators.set(name, fn);
+const estimators = new Map<string, EstimatorEntry>();
+
+/**
+ * Registers an estimator under `algorithm.adv_estimator` name `name` (replacing one of that name).
+ * `requires` declares what it needs of the run (responses per prompt, a critic, a greedy baseline):
+ * the config checker refuses a run without it and the trainer provides it.
+ */
+export function registerAdvantageEstimator(
+  name: string,
+  fn: AdvantageEstimator,
+  requires: AlgorithmRequirements = {},
+): void {
+  estimators.set(name, { fn, requires: { ...requires } });
 }
 
 /** The estimator registered as `name`; an unknown name is an error listing the known ones. */
 export function getAdvantageEstimator(name: string): AdvantageEstimator {
-  const fn = estimators.get(name);
-  if (!fn) {
+  const entry = estimators.get(name);
+  if (!entry) {
     throw new AlgorithmInputError(
       `unknown advantage estimator "${name}" (known: ${[...estimators.keys()].sort().join(", ")})`,
     );
   }
-  return fn;
+  return entry.fn;
+}
+
+/** What the estimator registered as `name` needs of the run; undefined when no estimator has that name. */
+export function advantageEstimatorRequirements(name: string): AlgorithmRequirements | undefined {
+  const entry = estimators.get(name);
+  return entry && { ...entry.requires };
 }
 
 export function listAdvantageEstimators(): string[] {
@@ -299,9 +319,9 @@ export function tokenLevelScoresFromFinal(scores: ArrayLike<number>, responseMas
   return { data: out, shape: [B, T] };
 }
 
-registerAdvantageEstimator("gae", computeGaeAdvantageReturn);
-registerAdvantageEstimator("grpo", computeGrpoOutcomeAdvantage);
-registerAdvantageEstimator("rloo", computeRlooOutcomeAdvantage);
+registerAdvantageEstimator("gae", computeGaeAdvantageReturn, { critic: true });
+registerAdvantageEstimator("grpo", computeGrpoOutcomeAdvantage, { minGroupSize: 2 });
+registerAdvantageEstimator("rloo", computeRlooOutcomeAdvantage, { minGroupSize: 2 });
 registerAdvantageEstimator("reinforce_plus_plus", computeReinforcePlusPlusOutcomeAdvantage);
 registerAdvantageEstimator("reinforce_plus_plus_baseline", computeReinforcePlusPlusBaselineOutcomeAdvantage);
 
@@ -382,7 +402,7 @@ export function computeGpgOutcomeAdvantage(input: AdvantageInput): AdvantageOutp
   });
 }
 
-registerAdvantageEstimator("grpo_passk", computeGrpoPassKOutcomeAdvantage);
+registerAdvantageEstimator("grpo_passk", computeGrpoPassKOutcomeAdvantage, { minGroupSize: 2 });
 registerAdvantageEstimator("opo", computeOpoOutcomeAdvantage);
 registerAdvantageEstimator("gpg", computeGpgOutcomeAdvantage);
-registerAdvantageEstimator("remax", computeRemaxOutcomeAdvantage);
+registerAdvantageEstimator("remax", computeRemaxOutcomeAdvantage, { greedyBaseline: true });

@@ -2,6 +2,7 @@ export {
   type AdvantageEstimator,
   type AdvantageInput,
   type AdvantageOutput,
+  advantageEstimatorRequirements,
   computeAdvantage,
   computeGaeAdvantageReturn,
   computeGpgOutcomeAdvantage,
@@ -65,6 +66,7 @@ export {
   type PolicyLossInputTf,
   type PolicyLossOutputTf,
   policyLossInput,
+  policyLossRequirements,
   registerPolicyLoss,
   runPolicyLoss,
 } from "./policy-loss-registry.js";
@@ -79,6 +81,7 @@ export {
   ppoTokenLossTf,
   vanillaPolicyLossTf,
 } from "./policy-losses-tf.js";
+export { type AlgorithmRequirements, mergeRequirements } from "./requirements.js";
 export {
   aggLossTf,
   asTfTensor,

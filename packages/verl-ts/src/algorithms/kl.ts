@@ -45,11 +45,7 @@ export function klPenaltyValue(logp: number, ref: number, type: KlPenaltyType): 
 }
 
 /** klPenaltyValue over [batch, seq] matrices. */
-export function klPenalty(
-  logProb: ScoreMatrix,
-  refLogProb: ScoreMatrix,
-  type: KlPenaltyType | string,
-): ScoreMatrix {
+export function klPenalty(logProb: ScoreMatrix, refLogProb: ScoreMatrix, type: KlPenaltyType): ScoreMatrix {
   checkKlPenaltyType(type);
   sameShape(logProb, refLogProb, "logProb", "refLogProb");
   const out = new Float32Array(logProb.data.length);
@@ -91,7 +87,7 @@ export class AdaptiveKlController implements KlController {
 
 /** Builds a controller from `algorithm.kl_ctrl` ({type: fixed|adaptive, kl_coef, target_kl, horizon}). */
 export function createKlController(cfg: {
-  type: string;
+  type: "fixed" | "adaptive";
   kl_coef: number;
   target_kl?: number;
   horizon?: number;
@@ -114,7 +110,7 @@ export function applyKlPenalty(
   refLogProb: ScoreMatrix,
   responseMask: MaskMatrix,
   controller: KlController,
-  type: KlPenaltyType | string = "kl",
+  type: KlPenaltyType = "kl",
 ): { tokenLevelRewards: ScoreMatrix; metrics: Record<string, number> } {
   sameShape(tokenLevelScores, responseMask, "tokenLevelScores", "responseMask");
   const [B, T] = dims2(responseMask, "responseMask");

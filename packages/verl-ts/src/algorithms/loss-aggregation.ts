@@ -60,11 +60,7 @@ export function lossAggDivisor(
 }
 
 /** Aggregates loss L [B, T] under mask M with `mode` (see the file comment). */
-export function aggLoss(
-  loss: ScoreMatrix | Float64Array,
-  mask: MaskMatrix,
-  mode: LossAggMode | string,
-): number {
+export function aggLoss(loss: ScoreMatrix | Float64Array, mask: MaskMatrix, mode: LossAggMode): number {
   checkLossAggMode(mode);
   const { perRowTokens, divisor } = LOSS_AGGREGATION[mode];
   const [B, T] = dims2(mask, "mask");
@@ -94,7 +90,7 @@ export function aggLoss(
  */
 export function lossAggWeights(
   mask: BatchTensor,
-  mode: LossAggMode | string,
+  mode: LossAggMode,
   global?: { tokens: number; rows: number },
 ): Float32Array {
   checkLossAggMode(mode);

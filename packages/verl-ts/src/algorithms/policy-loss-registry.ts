@@ -8,6 +8,7 @@ import {
   klCovPolicyLossTf,
   vanillaPolicyLossTf,
 } from "./policy-losses-tf.js";
+import type { AlgorithmRequirements } from "./requirements.js";
 import { aggLossTf, type TensorLike } from "./tf-ops.js";
 
 /** What a policy loss (actor.policy_loss.loss_mode) receives. Matrices are [batch, responseLength]. */
@@ -40,6 +41,8 @@ export interface PolicyLossDefinition {
   fn: PolicyLossFnTf;
   /** The metric names the loss reports, in order ("pg_clipfrac" becomes actor/pg_clipfrac). */
   metrics: readonly string[];
+  /** What the loss needs of the run (responses per prompt, a critic, a greedy baseline). */
+  requires: AlgorithmRequirements;
 }
 
 /** The input a standalone call gets: aggregation over the mask with options.lossAggMode (token-mean). */
@@ -66,10 +69,17 @@ const policyLosses = new Map<string, PolicyLossDefinition>();
 /**
  * Registers a policy loss under `name` (actor.policy_loss.loss_mode), replacing one of that name.
  * `metrics` names what the loss reports; the trainer sums exactly these over micro-batches and ranks.
- * A loss defined in a user's module reaches the worker processes through actor_rollout_ref.model.external_lib.
+ * `requires` declares what it needs of the run: the config checker refuses a run without it and the
+ * trainer provides it. A loss defined in a user's module reaches the worker processes through
+ * actor_rollout_ref.model.external_lib.
  */
-export function registerPolicyLoss(name: string, fn: PolicyLossFnTf, metrics: readonly string[] = []): void {
-  policyLosses.set(name, { fn, metrics: [...metrics] });
+export function registerPolicyLoss(
+  name: string,
+  fn: PolicyLossFnTf,
+  metrics: readonly string[] = [],
+  requires: AlgorithmRequirements = {},
+): void {
+  policyLosses.set(name, { fn, metrics: [...metrics], requires: { ...requires } });
 }
 
 /** The policy loss registered as `name`; an unknown name is an error listing the known ones. */
@@ -81,6 +91,12 @@ export function getPolicyLoss(name: string): PolicyLossDefinition {
     );
   }
   return def;
+}
+
+/** What the loss registered as `name` needs of the run; undefined when no loss has that name (yet). */
+export function policyLossRequirements(name: string): AlgorithmRequirements | undefined {
+  const def = policyLosses.get(name);
+  return def && { ...def.requires };
 }
 
 export function listPolicyLosses(): string[] {

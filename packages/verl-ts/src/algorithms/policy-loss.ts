@@ -10,7 +10,7 @@ export interface PolicyLossOptions {
   clipRatioHigh?: number;
   /** Dual-clip bound for negative advantages (actor.clip_ratio_c). Default 3. */
   clipRatioC?: number;
-  lossAggMode?: LossAggMode | string;
+  lossAggMode?: LossAggMode;
   /** clip_cov: fraction of loss tokens whose gradient may be cut (policy_loss.clip_cov_ratio). Default 0.0002. */
   clipCovRatio?: number;
   /** clip_cov: covariance window (lb, ub) of the tokens that may be cut. Defaults 1 and 5. */
@@ -50,6 +50,8 @@ export interface PolicyLossResult {
  *   L3 = -A clip_ratio_c;  L = A < 0 ? min(L3, Lc) : Lc
  *   pg_loss = agg(L, mask); clipfrac = mean_mask[L2 > L1]; ppo_kl = mean_mask(old_logp - logp)
  *   clipfrac_lower = mean_mask[Lc > L3 and A < 0]
+ * The trainer runs the tensor twin (the registered "vanilla" loss, policy-losses-tf.ts); this host one
+ * is the plain reference a test holds the tensor one to, in every aggregation mode.
  */
 export function computePolicyLoss(
   oldLogProb: ScoreMatrix,
@@ -107,7 +109,7 @@ export function computeValueLoss(
   values: ScoreMatrix,
   responseMask: MaskMatrix,
   cliprangeValue: number,
-  lossAggMode: LossAggMode | string = "token-mean",
+  lossAggMode: LossAggMode = "token-mean",
 ): { vfLoss: number; vfClipfrac: number } {
   sameShape(vpreds, returns, "vpreds", "returns");
   sameShape(vpreds, values, "vpreds", "values");

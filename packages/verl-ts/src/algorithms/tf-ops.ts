@@ -27,7 +27,7 @@ export function maskedMeanTf(values: tf.Tensor, mask: TensorLike): tf.Scalar {
 }
 
 /** aggLoss as tfjs ops: the same LOSS_AGGREGATION table, differentiable with respect to `loss`. */
-export function aggLossTf(loss: tf.Tensor, mask: TensorLike, mode: LossAggMode | string): tf.Scalar {
+export function aggLossTf(loss: tf.Tensor, mask: TensorLike, mode: LossAggMode): tf.Scalar {
   checkLossAggMode(mode);
   const { perRowTokens, divisor } = LOSS_AGGREGATION[mode];
   return tf.tidy(() => {
@@ -45,11 +45,7 @@ export function aggLossTf(loss: tf.Tensor, mask: TensorLike, mode: LossAggMode |
 }
 
 /** Per-token KL estimate (k1/abs/k2/k3, formulas in klPenaltyValue) as tfjs ops. */
-export function klPenaltyTf(
-  logProb: tf.Tensor,
-  refLogProb: TensorLike,
-  type: KlPenaltyType | string,
-): tf.Tensor {
+export function klPenaltyTf(logProb: tf.Tensor, refLogProb: TensorLike, type: KlPenaltyType): tf.Tensor {
   checkKlPenaltyType(type);
   return tf.tidy(() => {
     const ref = asTfTensor(refLogProb);
@@ -82,7 +78,7 @@ export function valueLossTf(
   returns: TensorLike,
   responseMask: TensorLike,
   cliprangeValue: number,
-  lossAggMode: LossAggMode | string = "token-mean",
+  lossAggMode: LossAggMode = "token-mean",
 ): tf.Scalar {
   return tf.tidy(() => {
     const v = asTfTensor(values);
@@ -98,8 +94,8 @@ export function klLossTf(
   logProb: tf.Tensor,
   refLogProb: TensorLike,
   responseMask: TensorLike,
-  type: KlPenaltyType | string,
-  mode: LossAggMode | string = "token-mean",
+  type: KlPenaltyType,
+  mode: LossAggMode = "token-mean",
 ): tf.Scalar {
   return tf.tidy(() => aggLossTf(klPenaltyTf(logProb, refLogProb, type), responseMask, mode));
 }

@@ -1,6 +1,5 @@
-import { listAdvantageEstimators } from "../algorithms/advantage.js";
+import { advantageEstimatorRequirements, listAdvantageEstimators } from "../algorithms/advantage.js";
 import { listPromptTemplates } from "../data/templates.js";
-import { checkLoggerNames } from "../trainer/loggers.js";
 import { trainerConfigSchema } from "./load.js";
 import {
   type ConfigIssue,
@@ -47,6 +46,24 @@ export function checkUnsupportedKeys(cfg: TrainerConfig | ConfigNode, schema: Co
       message:
         `${key}=${JSON.stringify(value)} is not supported here (only its default ${JSON.stringify(expected)} is): ` +
         spec.unsupported,
+    });
+  }
+  return issues;
+}
+
+/** The destinations trainer.logger may name. */
+export const LOGGER_NAMES = ["console", "file", "tensorboard", "wandb", "mlflow"] as const;
+export type LoggerName = (typeof LOGGER_NAMES)[number];
+
+/** Unknown names in trainer.logger, each with a did-you-mean hint. */
+export function checkLoggerNames(names: readonly string[]): ConfigIssue[] {
+  const issues: ConfigIssue[] = [];
+  for (const name of names) {
+    if ((LOGGER_NAMES as readonly string[]).includes(name)) continue;
+    const hint = didYouMean(name, LOGGER_NAMES);
+    issues.push({
+      key: "trainer.logger",
+      message: `trainer.logger "${name}" is not a logger (known: ${LOGGER_NAMES.join(", ")})${hint}`,
     });
   }
   return issues;
@@ -167,10 +184,11 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
     add("actor_rollout_ref.rollout.top_p", `must be in (0, 1], got ${ro.top_p}`);
   if (!(ro.temperature >= 0))
     add("actor_rollout_ref.rollout.temperature", `must be >= 0, got ${ro.temperature}`);
-  if ((adv === "grpo" || adv === "rloo") && ro.n < 2) {
+  const minGroup = advantageEstimatorRequirements(adv)?.minGroupSize ?? 1;
+  if (ro.n < minGroup) {
     add(
       "actor_rollout_ref.rollout.n",
-      `is ${ro.n}: ${adv} compares responses to the same prompt and needs n >= 2`,
+      `is ${ro.n}: ${adv} compares responses to the same prompt and needs n >= ${minGroup}`,
     );
   }
   if (!(t.test_freq > 0 || t.test_freq === -1))

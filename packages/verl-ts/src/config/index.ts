@@ -1,9 +1,13 @@
 export {
   assertTrainerConfig,
   type CheckTrainerConfigOptions,
+  checkLoggerNames,
   checkTrainerConfig,
   checkUnsupportedKeys,
+  LOGGER_NAMES,
+  type LoggerName,
 } from "./check.js";
+export { miniBatchRows, trainerWorldSize } from "./derived.js";
 export {
   type ConfigOverride,
   configToYaml,
@@ -27,4 +31,11 @@ export {
   parseConfigType,
   TrainerConfigError,
 } from "./schema.js";
+export {
+  checkMultiTurnConfig,
+  checkPolicyLossRequirements,
+  checkTrainerSetup,
+  runRequirements,
+  type TrainerSetupOptions,
+} from "./setup.js";
 export type { ActorConfig, OptimConfig, RolloutConfig, TrainerConfig } from "./types.js";

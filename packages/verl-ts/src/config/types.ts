@@ -1,6 +1,7 @@
 // TypeScript view of the trainer config (the keys of ppo-trainer.yaml most code reads). Every section
 // also takes keys added by extensions (recipes), hence the index signatures.
 
+import type { KlPenaltyType } from "../algorithms/kl.js";
 import type { LossAggMode } from "../algorithms/loss-aggregation.js";
 
 type Open = { [key: string]: unknown };
@@ -33,7 +34,7 @@ export interface ActorConfig extends Open {
   entropy_coeff: number;
   use_kl_loss: boolean;
   kl_loss_coef: number;
-  kl_loss_type: string;
+  kl_loss_type: KlPenaltyType;
   ppo_epochs: number;
   shuffle: boolean;
   mask_tool_output: boolean;
@@ -168,7 +169,7 @@ export interface TrainerConfig extends Open {
     adv_estimator: string;
     norm_adv_by_std_in_grpo: boolean;
     use_kl_in_reward: boolean;
-    kl_penalty: string;
+    kl_penalty: KlPenaltyType;
     kl_ctrl: { type: "fixed" | "adaptive"; kl_coef: number; horizon: number; target_kl: number } & Open;
     filter_groups: { enable: boolean; metric: "acc" | "score"; max_num_gen_batches: number } & Open;
   } & Open;

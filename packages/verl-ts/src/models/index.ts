@@ -44,7 +44,8 @@ export {
   tokenLogProbs,
 } from "./logprobs.js";
 export { adamOptimizer, FusedAdamOptimizer } from "./native-adam.js";
-export { installNativeMatmul, type NativeMatmulState } from "./native-matmul.js";
+export { installNativeMatmul } from "./native-matmul.js";
+export type { NativeMatmulState } from "./native-state.js";
 export {
   bundledQwenTokenizerDir,
   configDtype,

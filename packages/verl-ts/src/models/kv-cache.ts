@@ -4,6 +4,9 @@
  * the new position is written in place into the tensor's memory (no O(context) copy per step; tfjs has no
  * in-place update op and concat on wasm copies at ~60 ms per 16 MB); elsewhere a host mirror is kept and
  * re-uploaded each step.
+ *
+ * The storage (the tensors, the host mirrors, growth, compaction and the k/v writes) lives here alone;
+ * a subclass lays rows out differently (the rollout's RaggedKVCache) through the protected methods.
  */
 import * as tf from "@tensorflow/tfjs";
 import type { Qwen2Config } from "./config.js";
@@ -15,6 +18,12 @@ const NEG = -1e9;
 export interface HostTensor {
   data: Float32Array;
   shape: readonly number[];
+}
+
+/** Rows of a cache that a relayout copies, in order: their first `length` slots. */
+interface SourceRows {
+  from: KVCache;
+  rows: readonly number[];
 }
 
 export class KVCache {
@@ -30,9 +39,9 @@ export class KVCache {
   /** Next rotary position per row (count of real tokens so far). */
   private nextPos: Int32Array;
   readonly inPlace: boolean;
-  private readonly layers: number;
-  private readonly kvHeads: number;
-  private readonly headDim: number;
+  protected readonly layers: number;
+  protected readonly kvHeads: number;
+  protected readonly headDim: number;
 
   constructor(
     config: Qwen2Config,
@@ -57,66 +66,88 @@ export class KVCache {
     return backend.data.get(t.dataId).values as Float32Array;
   }
 
-  private storage(layer: number, which: 0 | 1): Float32Array {
+  /** The layer's keys (0) or values (1), [B, KV, capacity, D] in memory: write it, then call `stored`. */
+  protected storage(layer: number, which: 0 | 1): Float32Array {
     if (!this.inPlace) return this.mirrors[layer]![which]!;
     return this.view(which === 0 ? this.keys[layer]! : this.values[layer]!);
   }
 
-  private publish(layer: number, which: 0 | 1, data: Float32Array | undefined): void {
-    // In-place mode writes straight into the tensor; mirror mode re-uploads.
-    if (this.inPlace && data === undefined) return;
+  /** After a write into `storage`: in place there is nothing to do; the host mirror is re-uploaded. */
+  protected stored(layer: number, which: 0 | 1): void {
+    if (!this.inPlace) this.install(layer, which, this.mirrors[layer]![which]!);
+  }
+
+  /** Makes `data` (shape [batch, KV, capacity, D]) the layer's keys or values tensor (and its mirror). */
+  private install(layer: number, which: 0 | 1, data: Float32Array): void {
+    if (!this.inPlace) {
+      this.mirrors[layer] ??= [];
+      this.mirrors[layer]![which] = data;
+    }
     const shape: [number, number, number, number] = [this.batch, this.kvHeads, this.capacity, this.headDim];
-    const t = tf.keep(tf.tensor4d(data ?? this.mirrors[layer]![which]!, shape));
+    const t = tf.keep(tf.tensor4d(data, shape));
     const list = which === 0 ? this.keys : this.values;
     list[layer]?.dispose();
     list[layer] = t;
+  }
+
+  /** The capacity that holds `need` slots: the next multiple of the chunk. */
+  protected capacityFor(need: number): number {
+    return Math.ceil(need / this.chunk) * this.chunk;
+  }
+
+  /**
+   * Rebuilds the storage with capacity `cap` from the given rows of caches, in order: each row keeps its
+   * first min(its cache's length, capacity, cap) slots, the rest is zero. Sets batch and capacity.
+   */
+  protected relayout(cap: number, sources: readonly SourceRows[]): void {
+    const D = this.headDim;
+    const KV = this.kvHeads;
+    const from = sources.map(({ from, rows }) => ({
+      from,
+      rows,
+      cap: from.capacity,
+      copy: Math.min(from.capacity, cap, from.length) * D,
+    }));
+    this.batch = sources.reduce((n, s) => n + s.rows.length, 0);
+    this.capacity = cap;
+    for (let l = 0; l < this.layers; l++) {
+      for (const which of [0, 1] as const) {
+        const next = new Float32Array(this.batch * KV * cap * D);
+        let i = 0;
+        for (const src of from) {
+          const old = src.copy > 0 ? src.from.storage(l, which) : undefined;
+          for (const r of src.rows) {
+            if (old)
+              for (let h = 0; h < KV; h++) {
+                const at = (r * KV + h) * src.cap * D;
+                next.set(old.subarray(at, at + src.copy), (i * KV + h) * cap * D);
+              }
+            i++;
+          }
+        }
+        this.install(l, which, next);
+      }
+    }
   }
 
   /** Makes room for `n` more slots, growing capacity to the next multiple of the chunk. */
   reserve(n: number): void {
     const need = this.length + n;
     if (need <= this.capacity) return;
-    const cap = Math.ceil(need / this.chunk) * this.chunk;
-    this.resize(cap, [...Array(this.batch).keys()]);
+    this.resize(this.capacityFor(need), [...Array(this.batch).keys()]);
   }
 
   /** Rebuilds storage with a new capacity and a subset of rows (compaction when rows finish). */
   private resize(cap: number, rows: number[]): void {
-    const D = this.headDim;
-    const KV = this.kvHeads;
     const oldCap = this.capacity;
-    const copy = Math.min(oldCap, cap, this.length) * D;
-    const nb = rows.length;
-    for (let l = 0; l < this.layers; l++) {
-      for (const which of [0, 1] as const) {
-        const next = new Float32Array(nb * KV * cap * D);
-        if (oldCap > 0 && copy > 0) {
-          const old = this.storage(l, which);
-          rows.forEach((r, i) => {
-            for (let h = 0; h < KV; h++) {
-              const src = (r * KV + h) * oldCap * D;
-              next.set(old.subarray(src, src + copy), (i * KV + h) * cap * D);
-            }
-          });
-        }
-        if (!this.inPlace) {
-          this.mirrors[l] ??= [];
-          this.mirrors[l]![which] = next;
-        }
-        this.batch = nb;
-        this.capacity = cap;
-        this.publish(l, which, next);
-      }
-    }
-    const valid = new Uint8Array(nb * cap);
     const keepLen = Math.min(oldCap, cap, this.length);
+    this.relayout(cap, [{ from: this, rows }]);
+    const valid = new Uint8Array(rows.length * cap);
     rows.forEach((r, i) => {
       valid.set(this.valid.subarray(r * oldCap, r * oldCap + keepLen), i * cap);
     });
     this.valid = valid;
     this.nextPos = Int32Array.from(rows, (r) => this.nextPos[r]!);
-    this.batch = nb;
-    this.capacity = cap;
   }
 
   /** Keeps only the given rows (in this order). */
@@ -134,31 +165,35 @@ export class KVCache {
   writePrefill(layer: number, k: HostTensor, v: HostTensor, rowOffset = 0): void {
     const rows = k.shape[0]!;
     const L = k.shape[2]!;
-    this.writeRows(layer, k, v, rowOffset * this.kvHeads, rows * this.kvHeads, 0, L * this.headDim);
+    this.writeRuns(layer, k, v, rowOffset * this.kvHeads, rows * this.kvHeads, L * this.headDim, () => 0);
   }
 
   /**
-   * Copies k and v, `count` (row, kv head) runs of `span` floats each, into the layer's storage from
-   * slot `slot` of cache run `first` on.
+   * Copies k and v, `count` (row, kv head) runs of `span` floats each, into the layer's storage: run r
+   * goes to cache run `first + r`, from the slot `slotOf` gives for its row on.
    */
-  private writeRows(
+  private writeRuns(
     layer: number,
     k: HostTensor,
     v: HostTensor,
     first: number,
     count: number,
-    slot: number,
     span: number,
+    slotOf: (row: number) => number,
   ): void {
+    const KV = this.kvHeads;
     for (const [which, t] of [
       [0, k],
       [1, v],
     ] as const) {
       const src = t.data;
       const dst = this.storage(layer, which);
-      for (let r = 0; r < count; r++)
-        dst.set(src.subarray(r * span, (r + 1) * span), ((first + r) * this.capacity + slot) * this.headDim);
-      if (!this.inPlace) this.publish(layer, which, undefined);
+      for (let r = 0; r < count; r++) {
+        const run = first + r;
+        const slot = slotOf(Math.floor(run / KV));
+        dst.set(src.subarray(r * span, (r + 1) * span), (run * this.capacity + slot) * this.headDim);
+      }
+      this.stored(layer, which);
     }
   }
 
@@ -195,9 +230,13 @@ export class KVCache {
     return out;
   }
 
-  /** Writes one step's k, v (memory order [B, KV, 1, D]) at `slot`; returns the layer's K and V tensors. */
-  writeStep(layer: number, slot: number, k: HostTensor, v: HostTensor): [tf.Tensor4D, tf.Tensor4D] {
-    this.writeRows(layer, k, v, 0, this.batch * this.kvHeads, slot, this.headDim);
+  /**
+   * Writes one step's k, v (memory order [B, KV, 1, D]), each row at its slot of stepSlots(); returns
+   * the layer's K and V tensors.
+   */
+  writeStep(layer: number, k: HostTensor, v: HostTensor): [tf.Tensor4D, tf.Tensor4D] {
+    const slots = this.stepSlots();
+    this.writeRuns(layer, k, v, 0, this.batch * this.kvHeads, this.headDim, (row) => slots[row]!);
     return [this.keys[layer]!, this.values[layer]!];
   }
 

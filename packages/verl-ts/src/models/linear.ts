@@ -4,7 +4,7 @@
  * gradient is written out for the same reason.
  */
 import * as tf from "@tensorflow/tfjs";
-import { nativeMatmulActive } from "./native-matmul.js";
+import { nativeMatmulActive } from "./native-state.js";
 
 /**
  * x [N, in] @ w [in, out]. The gradient transposes explicitly for XNNPACK (faster on untransposed

@@ -4,7 +4,7 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import { nativeLogSoftmaxPick } from "./native-log-prob.js";
-import { nativeMatmulActive } from "./native-matmul.js";
+import { nativeMatmulActive } from "./native-state.js";
 import type { Qwen2Model } from "./qwen2.js";
 import type { TokenBatch } from "./token-batch.js";
 

@@ -2,7 +2,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { linear } from "./linear.js";
 import { nativeSwiglu } from "./native-layers.js";
-import { nativeMatmulActive } from "./native-matmul.js";
+import { nativeMatmulActive } from "./native-state.js";
 
 /** A layer's MLP weights, [in, out] each. */
 export interface MlpWeights {

@@ -5,7 +5,7 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import type { NativeBlas } from "@torl-ts/blas";
-import { nativeMatmulActive } from "./native-matmul.js";
+import { nativeMatmulActive } from "./native-state.js";
 import type { WasmHeap } from "./wasm-heap.js";
 
 /** The kernel's name in the tfjs registry (registered on wasm by installNativeMatmul). */

@@ -13,13 +13,14 @@ import { ADAMW_KERNEL, wasmAdamWKernel } from "./native-adam.js";
 import { DECODE_ATTENTION_KERNEL, wasmDecodeAttentionKernel } from "./native-decode-attention.js";
 import { wasmLayerKernels } from "./native-layers.js";
 import { PICK_GRAD_KERNEL, PICK_KERNEL, wasmPickGradKernel, wasmPickKernel } from "./native-log-prob.js";
+import {
+  type NativeMatmulBackend,
+  type NativeMatmulState,
+  nativeMatmulState,
+  setNativeMatmulState,
+} from "./native-state.js";
 import type { WasmHeap } from "./wasm-heap.js";
 import { installSharedIdentity } from "./wasm-identity.js";
-
-export type NativeMatmulBackend = "wasm";
-
-/** The outcome for one backend: which kernel its BatchMatMul runs, in words for the backend line. */
-export type NativeMatmulState = { native: true; line: string } | { native: false; line: string };
 
 interface MatmulShape {
   batch: number;
@@ -102,13 +103,6 @@ function wasmKernel(blas: NativeBlas): tf.KernelFunc {
   };
 }
 
-const states = new Map<NativeMatmulBackend, NativeMatmulState>();
-
-/** Whether `backendName` (a tfjs backend name) runs BatchMatMul on OpenBLAS in this process. */
-export function nativeMatmulActive(backendName: string): boolean {
-  return states.get(backendName as NativeMatmulBackend)?.native === true;
-}
-
 /**
  * The loaded addon when native kernels are wanted (TORL_NATIVE_MATMUL) and it loads, for host-side users
  * (the sharded optimizer); undefined otherwise.
@@ -169,7 +163,7 @@ function registerNativeKernels(backendName: NativeMatmulBackend, blas: NativeBla
  * becomes the zero-copy one (wasm-identity.ts). Idempotent per backend.
  */
 export function installNativeMatmul(backendName: NativeMatmulBackend): NativeMatmulState {
-  const known = states.get(backendName);
+  const known = nativeMatmulState(backendName);
   if (known) return known;
   // Not a native kernel, but wasm's other saving: clones for the backward pass share their data.
   installSharedIdentity();
@@ -180,6 +174,6 @@ export function installNativeMatmul(backendName: NativeMatmulBackend): NativeMat
     if (load.ok) registerNativeKernels(backendName, load.blas);
     state = nativeKernelsState(load.ok ? load : { off: load.reason });
   }
-  states.set(backendName, state);
+  setNativeMatmulState(backendName, state);
   return state;
 }

@@ -15,7 +15,7 @@ import { HalfArray, type StoredValues, type WeightDtype } from "./half-precision
 import type { KVCache } from "./kv-cache.js";
 import { linear, linearTransposed } from "./linear.js";
 import { type DecodeStepTables, nativeDecodeAttention } from "./native-decode-attention.js";
-import { nativeMatmulActive } from "./native-matmul.js";
+import { nativeMatmulActive } from "./native-state.js";
 import { rmsNorm } from "./rms-norm.js";
 import { Rotary } from "./rotary.js";
 import { type TokenBatch, tokenPositions } from "./token-batch.js";
@@ -531,7 +531,6 @@ export class Qwen2Model {
     const G = H / KV;
     const D = c.headDim;
     const rope = this.rotary.hostStep(cache.nextPositions());
-    const slot = cache.length;
     const maskArr = cache.stepMask(H); // [B, H, 1, cap] for the slot being written
     const cap = cache.capacity;
     const shape = { heads: H, kvHeads: KV, headDim: D };
@@ -550,7 +549,6 @@ export class Qwen2Model {
         // [B, KV*D] rows are [B, KV, 1, D] in memory.
         const [K, V] = cache.writeStep(
           i,
-          slot,
           { data: kh, shape: [B, KV, 1, D] },
           { data: host[2]!, shape: [B, KV, 1, D] },
         );

@@ -503,12 +503,17 @@ class Parser {
   }
 
   private parseSignedFactor(): MathNode {
+    return this.parseSigned(() => this.parsePow());
+  }
+
+  /** Unary signs before what `rest` parses: each "-" a negation, then at most one "+". */
+  private parseSigned(rest: () => MathNode): MathNode {
     if (this.isOp("-")) {
       this.pos++;
-      return { k: "neg", a: this.parseSignedFactor() };
+      return { k: "neg", a: this.parseSigned(rest) };
     }
     if (this.isOp("+")) this.pos++;
-    return this.parsePow();
+    return rest();
   }
 
   private startsPrimary(): boolean {
@@ -568,13 +573,7 @@ class Parser {
 
   /** The argument of ^ or _: a {group}, a whole number, a signed atom, or one primary. */
   private parseScript(): MathNode {
-    if (this.isOp("-")) {
-      this.pos++;
-      return { k: "neg", a: this.parseScript() };
-    }
-    if (this.isOp("+")) this.pos++;
-    if (this.isOp("{")) return this.parseBraceGroup();
-    return this.parsePostfix();
+    return this.parseSigned(() => (this.isOp("{") ? this.parseBraceGroup() : this.parsePostfix()));
   }
 
   private parsePostfix(): MathNode {

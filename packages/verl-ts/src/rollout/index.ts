@@ -50,7 +50,6 @@ export {
 } from "./hermes.js";
 export {
   agentTrainingBatch,
-  checkMultiTurnConfig,
   computeMultiTurnMetrics,
   type MultiTurnConfig,
   modelPromptRenderer,

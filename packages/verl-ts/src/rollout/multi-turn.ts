@@ -1,11 +1,9 @@
 /**
  * The trainer's side of the multi-turn agent loop: `actor_rollout_ref.rollout.multi_turn.*` read into
- * agent-loop options, the checks that keep the mode from running half-configured, the prompt renderer
- * for `data.template_type=model` (the model's chat template, with the tools' schemas when the agent loop
- * is on), and the training batch with the loop's extra columns.
+ * agent-loop options (config/ checks those settings), the prompt renderer for `data.template_type=model`
+ * (the model's chat template, with the tools' schemas when the agent loop is on), and the training
+ * batch with the loop's extra columns.
  */
-import { existsSync } from "node:fs";
-import type { ConfigIssue } from "../config/schema.js";
 import type { MultiTurnConfig, TrainerConfig } from "../config/types.js";
 import type { PromptTemplate } from "../data/templates.js";
 import type { Tokenizer } from "../models/tokenizer.js";
@@ -15,37 +13,10 @@ import { type RolloutBatchOptions, rolloutTrainingBatch } from "./batch.js";
 import { ChatTemplate } from "./chat-template.js";
 import { loadToolConfig, readToolConfig } from "./tool-config.js";
 
-const KEY = "actor_rollout_ref.rollout.multi_turn";
-
 export type { MultiTurnConfig };
 
 export function multiTurnConfig(cfg: TrainerConfig): MultiTurnConfig {
   return cfg.actor_rollout_ref.rollout.multi_turn;
-}
-
-/** Problems of the multi-turn settings, each naming its key (empty when the mode is off). */
-export function checkMultiTurnConfig(cfg: TrainerConfig): ConfigIssue[] {
-  const mt = multiTurnConfig(cfg);
-  const issues: ConfigIssue[] = [];
-  const add = (key: string, message: string) => issues.push({ key, message: `${key} ${message}` });
-  if (!mt?.enable) return issues;
-  if (cfg.data.template_type !== "model")
-    add(
-      "data.template_type",
-      `is "${cfg.data.template_type}": the multi-turn agent loop renders prompts with the model's chat template and the tools' schemas; set data.template_type=model`,
-    );
-  if (mt.tool_config_path !== null && !existsSync(mt.tool_config_path))
-    add(`${KEY}.tool_config_path`, `names ${mt.tool_config_path}, which does not exist`);
-  if (
-    mt.max_assistant_turns !== null &&
-    !(Number.isInteger(mt.max_assistant_turns) && mt.max_assistant_turns >= 1)
-  )
-    add(`${KEY}.max_assistant_turns`, `must be an integer >= 1 or null, got ${mt.max_assistant_turns}`);
-  if (!(Number.isInteger(mt.max_parallel_calls) && mt.max_parallel_calls >= 1))
-    add(`${KEY}.max_parallel_calls`, `must be an integer >= 1, got ${mt.max_parallel_calls}`);
-  if (!(Number.isInteger(mt.max_tool_response_length) && mt.max_tool_response_length >= 1))
-    add(`${KEY}.max_tool_response_length`, `must be an integer >= 1, got ${mt.max_tool_response_length}`);
-  return issues;
 }
 
 /**

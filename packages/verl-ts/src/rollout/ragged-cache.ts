@@ -11,10 +11,10 @@
  * - `absorb(other)` appends the rows of another cache (new prompts prefilled while this one decodes).
  *
  * A row's slot layout depends only on its own tokens, never on when other rows stopped, resumed or
- * joined, so seeded rollouts do not depend on tool latency.
+ * joined, so seeded rollouts do not depend on tool latency. The storage (tensors, host mirrors, the
+ * k/v writes, growth and relayout) is KVCache's; this class only places the rows.
  */
-import * as tf from "@tensorflow/tfjs";
-import { type HostTensor, KVCache, type Qwen2Config, type TokenBatch } from "../models/index.js";
+import { KVCache, type Qwen2Config, type TokenBatch } from "../models/index.js";
 
 const NEG = -1e9;
 
@@ -23,27 +23,11 @@ export class RaggedKVCache extends KVCache {
   private rowEnd: Int32Array;
   /** Rows taking part in the next decode step. */
   private active: Uint8Array;
-  private kTensors: tf.Tensor4D[] = [];
-  private vTensors: tf.Tensor4D[] = [];
-  private hostCopies: Float32Array[][] = [];
-  private readonly nLayers: number;
-  private readonly nKv: number;
-  private readonly dHead: number;
-  private readonly direct: boolean;
 
-  constructor(
-    config: Qwen2Config,
-    batch: number,
-    private readonly growBy = 64,
-  ) {
+  constructor(config: Qwen2Config, batch: number, growBy = 64) {
     super(config, batch, growBy);
-    this.nLayers = config.numHiddenLayers;
-    this.nKv = config.numKeyValueHeads;
-    this.dHead = config.headDim;
     this.rowEnd = new Int32Array(batch);
     this.active = new Uint8Array(batch).fill(1);
-    const name = tf.getBackend();
-    this.direct = name === "wasm" || name === "cpu";
   }
 
   /** Tokens held for a row. */
@@ -66,63 +50,22 @@ export class RaggedKVCache extends KVCache {
     this.length = Math.max(0, ...this.rowEnd);
   }
 
-  private memory(t: tf.Tensor): Float32Array {
-    const backend = tf.backend() as any;
-    if (tf.getBackend() === "wasm") return backend.typedArrayFromHeap(t) as Float32Array;
-    return backend.data.get(t.dataId).values as Float32Array;
-  }
-
-  private store(layer: number, which: 0 | 1): Float32Array {
-    if (!this.direct) return this.hostCopies[layer]![which]!;
-    return this.memory(which === 0 ? this.kTensors[layer]! : this.vTensors[layer]!);
-  }
-
-  private upload(layer: number, which: 0 | 1, data: Float32Array): void {
-    const t = tf.keep(tf.tensor4d(data, [this.batch, this.nKv, this.capacity, this.dHead]));
-    const list = which === 0 ? this.kTensors : this.vTensors;
-    list[layer]?.dispose();
-    list[layer] = t;
-  }
-
   /** Re-lays storage out with `rows` (in this order) and capacity `cap`. */
-  private relayout(cap: number, rows: number[]): void {
-    const D = this.dHead;
-    const KV = this.nKv;
-    const oldCap = this.capacity;
-    const keep = Math.min(oldCap, cap);
-    const stores: Float32Array[][] = [];
-    for (let l = 0; l < this.nLayers; l++) {
-      stores[l] = [];
-      for (const which of [0, 1] as const) {
-        const next = new Float32Array(rows.length * KV * cap * D);
-        if (oldCap > 0) {
-          const old = this.store(l, which);
-          rows.forEach((r, i) => {
-            for (let h = 0; h < KV; h++) {
-              const src = (r * KV + h) * oldCap * D;
-              next.set(old.subarray(src, src + keep * D), (i * KV + h) * cap * D);
-            }
-          });
-        }
-        stores[l]![which] = next;
-      }
-    }
-    this.batch = rows.length;
-    this.capacity = cap;
+  private relayoutRows(cap: number, rows: number[]): void {
+    this.relayout(cap, [{ from: this, rows }]);
     this.rowEnd = Int32Array.from(rows, (r) => this.rowEnd[r]!);
     this.active = Uint8Array.from(rows, (r) => this.active[r]!);
-    this.install(stores);
+    this.length = Math.max(0, ...this.rowEnd);
   }
 
   override reserve(n: number): void {
     const need = Math.max(0, ...this.rowEnd) + n;
     if (need <= this.capacity) return;
-    this.relayout(Math.ceil(need / this.growBy) * this.growBy, [...Array(this.batch).keys()]);
+    this.relayoutRows(this.capacityFor(need), [...Array(this.batch).keys()]);
   }
 
   override keepRows(rows: number[]): void {
-    this.relayout(this.capacity, rows);
-    this.length = Math.max(0, ...this.rowEnd);
+    this.relayoutRows(this.capacity, rows);
   }
 
   override startPrefill(L: number): void {
@@ -131,26 +74,9 @@ export class RaggedKVCache extends KVCache {
     this.reserve(L);
   }
 
-  override writePrefill(layer: number, k: HostTensor, v: HostTensor, rowOffset = 0): void {
-    const rows = k.shape[0]!;
-    const L = k.shape[2]!;
-    const D = this.dHead;
-    for (const [which, t] of [
-      [0, k],
-      [1, v],
-    ] as const) {
-      const src = t.data;
-      const dst = this.store(layer, which);
-      const base = rowOffset * this.nKv;
-      for (let r = 0; r < rows * this.nKv; r++)
-        dst.set(src.subarray(r * L * D, (r + 1) * L * D), (base + r) * this.capacity * D);
-      if (!this.direct) this.upload(layer, which, dst);
-    }
-  }
-
   override finishPrefill(batch: TokenBatch): void {
     const L = batch.length;
-    const D = this.dHead;
+    const D = this.headDim;
     for (let b = 0; b < this.batch; b++) {
       let first = L;
       for (let t = 0; t < L; t++)
@@ -161,14 +87,14 @@ export class RaggedKVCache extends KVCache {
       for (let t = first; t < L; t++)
         if (!batch.mask[b * L + t]) throw new RangeError(`RaggedKVCache: prompt row ${b} is not left-padded`);
       if (first > 0)
-        for (let l = 0; l < this.nLayers; l++)
+        for (let l = 0; l < this.layers; l++)
           for (const which of [0, 1] as const) {
-            const st = this.store(l, which);
-            for (let h = 0; h < this.nKv; h++) {
-              const base = (b * this.nKv + h) * this.capacity * D;
+            const st = this.storage(l, which);
+            for (let h = 0; h < this.kvHeads; h++) {
+              const base = (b * this.kvHeads + h) * this.capacity * D;
               st.copyWithin(base, base + first * D, base + L * D);
             }
-            if (!this.direct) this.upload(l, which, st);
+            this.stored(l, which);
           }
       this.rowEnd[b] = L - first;
     }
@@ -177,51 +103,18 @@ export class RaggedKVCache extends KVCache {
 
   /** Appends the rows of another cache of the same model after this one's; `other` is left empty. */
   absorb(other: RaggedKVCache): void {
-    const D = this.dHead;
-    const KV = this.nKv;
-    const cap = Math.max(this.capacity, other.capacity);
-    const nb = this.batch + other.batch;
-    const stores: Float32Array[][] = [];
-    for (let l = 0; l < this.nLayers; l++) {
-      stores[l] = [];
-      for (const which of [0, 1] as const) {
-        const next = new Float32Array(nb * KV * cap * D);
-        for (const [src, offset] of [
-          [this, 0],
-          [other, this.batch],
-        ] as const) {
-          if (src.capacity === 0) continue;
-          const old = src.store(l, which);
-          for (let r = 0; r < src.batch * KV; r++)
-            next.set(
-              old.subarray(r * src.capacity * D, (r + 1) * src.capacity * D),
-              (offset * KV + r) * cap * D,
-            );
-        }
-        stores[l]![which] = next;
-      }
-    }
+    const all = (c: RaggedKVCache) => [...Array(c.batch).keys()];
+    this.relayout(Math.max(this.capacity, other.capacity), [
+      { from: this, rows: all(this) },
+      { from: other, rows: all(other) },
+    ]);
     this.rowEnd = Int32Array.from([...this.rowEnd, ...other.rowEnd]);
     this.active = Uint8Array.from([...this.active, ...other.active]);
-    this.batch = nb;
-    this.capacity = cap;
-    this.install(stores);
     this.length = Math.max(0, ...this.rowEnd);
     other.dispose();
     other.batch = 0;
     other.rowEnd = new Int32Array(0);
     other.active = new Uint8Array(0);
-  }
-
-  private install(stores: Float32Array[][]): void {
-    for (let l = 0; l < this.nLayers; l++)
-      for (const which of [0, 1] as const) {
-        if (!this.direct) {
-          this.hostCopies[l] ??= [];
-          this.hostCopies[l]![which] = stores[l]![which]!;
-        }
-        this.upload(l, which, stores[l]![which]!);
-      }
   }
 
   override nextPositions(): Int32Array {
@@ -238,47 +131,13 @@ export class RaggedKVCache extends KVCache {
     return out;
   }
 
-  override writeStep(layer: number, _slot: number, k: HostTensor, v: HostTensor): [tf.Tensor4D, tf.Tensor4D] {
-    const D = this.dHead;
-    const KV = this.nKv;
-    for (const [which, t] of [
-      [0, k],
-      [1, v],
-    ] as const) {
-      const src = t.data;
-      const dst = this.store(layer, which);
-      // Inactive rows write at their next slot too (harmless: it is not theirs until they advance).
-      for (let b = 0; b < this.batch; b++) {
-        const slot = this.rowEnd[b]!;
-        for (let h = 0; h < KV; h++) {
-          const r = b * KV + h;
-          dst.set(src.subarray(r * D, (r + 1) * D), (r * this.capacity + slot) * D);
-        }
-      }
-      if (!this.direct) this.upload(layer, which, dst);
-    }
-    return [this.kTensors[layer]!, this.vTensors[layer]!];
-  }
-
   override stepSlots(): Int32Array {
-    // Inactive rows write at their next slot too, as in writeStep.
+    // Inactive rows write at their next slot too (harmless: it is not theirs until they advance).
     return this.rowEnd.slice();
-  }
-
-  override inPlaceLayer(layer: number): [tf.Tensor4D, tf.Tensor4D] | undefined {
-    return this.direct ? [this.kTensors[layer]!, this.vTensors[layer]!] : undefined;
   }
 
   override advance(_tokens: Int32Array): void {
     for (let b = 0; b < this.batch; b++) if (this.active[b]) this.rowEnd[b]! += 1;
     this.length = Math.max(0, ...this.rowEnd);
-  }
-
-  override dispose(): void {
-    for (const t of [...this.kTensors, ...this.vTensors]) t?.dispose();
-    this.kTensors = [];
-    this.vTensors = [];
-    this.hostCopies = [];
-    super.dispose();
   }
 }

@@ -39,10 +39,7 @@ export {
   pickGenerationsToLog,
 } from "./generation-dump.js";
 export {
-  checkLoggerNames,
   createMetricSinks,
-  LOGGER_NAMES,
-  type LoggerName,
   LoggerUnavailableError,
   type MetricSinkOptions,
   type MetricsSink,
@@ -56,7 +53,6 @@ export {
   tokenCounts,
 } from "./metrics.js";
 export {
-  checkTrainerSetup,
   RayPPOTrainer,
   type RewardScorerLike,
   type TrainerOptions,

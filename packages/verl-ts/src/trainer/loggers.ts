@@ -4,12 +4,8 @@
  * files in the run directory), wandb and mlflow (their Node clients, loaded only when installed).
  */
 import { InputError } from "@torl-ts/core";
-import type { ConfigIssue } from "../config/schema.js";
-import { didYouMean } from "../config/schema.js";
+import type { LoggerName } from "../config/check.js";
 import { TensorBoardWriter } from "./tensorboard.js";
-
-export const LOGGER_NAMES = ["console", "file", "tensorboard", "wandb", "mlflow"] as const;
-export type LoggerName = (typeof LOGGER_NAMES)[number];
 
 /** A destination of step metrics beyond metrics.jsonl and the console. */
 export interface MetricsSink {
@@ -26,20 +22,6 @@ export class LoggerUnavailableError extends InputError {
   ) {
     super(`trainer.logger: ${logger} is not available: ${hint}`);
   }
-}
-
-/** Unknown names in trainer.logger, each with a did-you-mean hint. */
-export function checkLoggerNames(names: readonly string[]): ConfigIssue[] {
-  const issues: ConfigIssue[] = [];
-  for (const name of names) {
-    if ((LOGGER_NAMES as readonly string[]).includes(name)) continue;
-    const hint = didYouMean(name, LOGGER_NAMES);
-    issues.push({
-      key: "trainer.logger",
-      message: `trainer.logger "${name}" is not a logger (known: ${LOGGER_NAMES.join(", ")})${hint}`,
-    });
-  }
-  return issues;
 }
 
 /** Imports an optional client package; absent, stops with the install hint. */

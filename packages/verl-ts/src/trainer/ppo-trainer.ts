@@ -1,7 +1,7 @@
 /**
  * veRL's RayPPOTrainer for the hybrid engine: a single driver that owns the data, the reward and the
  * advantage computation, and one colocated worker group (actor + rollout + ref per process, FSDP-style;
- * with adv_estimator=gae the critic joins the same processes).
+ * with an advantage estimator that requires a critic, gae, the critic joins the same processes).
  *
  *   const trainer = new RayPPOTrainer(config, { tool, reward, trainRows, valRows });
  *   const summary = await trainer.fit();
@@ -10,32 +10,26 @@
  * metrics in runs/<name>/metrics.jsonl, a checkpoint every trainer.save_freq steps, and resume from the
  * latest checkpoint (trainer.resume_mode=auto) that continues exactly where the run stopped.
  */
-import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { clusterResources, init, isInitialized, shutdown } from "@torl-ts/actors";
 import { computeAdvantage } from "../algorithms/advantage.js";
 import { applyKlPenalty, createKlController, type KlController } from "../algorithms/kl.js";
 import { aggLoss } from "../algorithms/loss-aggregation.js";
 import type { MaskMatrix, ScoreMatrix } from "../algorithms/masked.js";
-import { listPolicyLosses } from "../algorithms/policy-loss-registry.js";
-import { assertTrainerConfig } from "../config/check.js";
+import { miniBatchRows, trainerWorldSize } from "../config/derived.js";
 import { configToYaml } from "../config/load.js";
-import { type ConfigIssue, TrainerConfigError } from "../config/schema.js";
+import { TrainerConfigError } from "../config/schema.js";
+import { checkPolicyLossRequirements, checkTrainerSetup, runRequirements } from "../config/setup.js";
 import type { TrainerConfig } from "../config/types.js";
 import { collatePrompts, filterOverlongPrompts, PromptLoader } from "../data/loader.js";
 import { type RlDatasetRow, readRlDataset } from "../data/rows.js";
 import type { PromptTemplate } from "../data/templates.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto, type DataProtoWire, isDataProtoWire } from "../protocol/data-proto.js";
-import { customRewardModuleExists, loadCustomRewardFunction } from "../reward/custom-function.js";
+import { loadCustomRewardFunction } from "../reward/custom-function.js";
 import { RewardManager } from "../reward/manager.js";
-import { applyOverlongPenalty, checkOverlongBuffer, OverlongBufferError } from "../reward/overlong.js";
-import {
-  checkMultiTurnConfig,
-  computeMultiTurnMetrics,
-  modelPromptRenderer,
-  multiTurnConfig,
-} from "../rollout/multi-turn.js";
+import { applyOverlongPenalty } from "../reward/overlong.js";
+import { computeMultiTurnMetrics, modelPromptRenderer } from "../rollout/multi-turn.js";
 import { checkToolSpec, describeRolloutTool, rolloutToolSpec } from "../rollout/rollout-tool.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
@@ -136,139 +130,7 @@ const workerModule = (name: string) =>
 const WORKER_MODULE = workerModule("actor-rollout-ref");
 const CRITIC_MODULE = workerModule("critic");
 
-/** veRL runs a critic exactly when the advantage estimator is GAE. */
-export function usesCritic(cfg: TrainerConfig): boolean {
-  return cfg.algorithm.adv_estimator === "gae";
-}
-
 const PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"];
-
-/**
- * Checks that need more than the schema (ranges, names, divisibility, files), so a bad setup stops
- * before any worker starts. Returns every problem found.
- */
-export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerOptions = {}): ConfigIssue[] {
-  const issues: ConfigIssue[] = [];
-  const add = (key: string, message: string) => issues.push({ key, message: `${key} ${message}` });
-  // a token budget of a dynamic micro-batch (use_dynamic_bsz); a row longer than it still runs alone
-  const budget = (key: string, v: number | undefined) => {
-    if (!(Number.isInteger(v) && v! > 0))
-      add(key, `must be a positive number of tokens with use_dynamic_bsz, got ${v}`);
-  };
-  const W = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node;
-  const a = cfg.actor_rollout_ref.actor;
-  const n = cfg.actor_rollout_ref.rollout.n;
-  // the mini-batches of an update (actor, critic) must split the batch and the workers evenly
-  const batchSizes = (section: string, mini: number, micro: number | null) => {
-    if (mini > 0 && cfg.data.train_batch_size % mini !== 0)
-      add(
-        `${section}.ppo_mini_batch_size`,
-        `(${mini}) must divide data.train_batch_size (${cfg.data.train_batch_size})`,
-      );
-    if (W > 0 && (mini * n) % W !== 0)
-      add(
-        `${section}.ppo_mini_batch_size`,
-        `x rollout.n = ${mini * n} rows must split evenly over ${W} workers`,
-      );
-    if (micro !== null && !(micro > 0))
-      add(`${section}.ppo_micro_batch_size_per_gpu`, `must be > 0, got ${micro}`);
-  };
-  try {
-    assertTrainerConfig(cfg, { worldSize: W });
-  } catch (e) {
-    if (e instanceof TrainerConfigError) issues.push(...e.issues);
-    else throw e;
-  }
-  const path = cfg.actor_rollout_ref.model.path;
-  if (!path) add("actor_rollout_ref.model.path", "must name an HF model directory");
-  else if (!existsSync(join(path, "config.json")))
-    add("actor_rollout_ref.model.path", `${path} holds no config.json`);
-  const ob = cfg.reward_model.overlong_buffer;
-  if (ob.enable) {
-    try {
-      checkOverlongBuffer({
-        len: ob.len,
-        penaltyFactor: ob.penalty_factor,
-        maxResponseLength: cfg.data.max_response_length,
-      });
-    } catch (e) {
-      if (!(e instanceof OverlongBufferError)) throw e;
-      issues.push({ key: "reward_model.overlong_buffer", message: e.message });
-    }
-  }
-  const fg = cfg.algorithm.filter_groups;
-  if (!(Number.isInteger(fg.max_num_gen_batches) && fg.max_num_gen_batches >= 0))
-    add(
-      "algorithm.filter_groups.max_num_gen_batches",
-      `must be an integer >= 0, got ${fg.max_num_gen_batches}`,
-    );
-  const lossMode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode;
-  // a loss from external_lib is registered when the workers import it (they check the name then)
-  if (!cfg.actor_rollout_ref.model.external_lib && !listPolicyLosses().includes(lossMode))
-    add(
-      "actor_rollout_ref.actor.policy_loss.loss_mode",
-      `"${lossMode}" is not a registered policy loss (have: ${listPolicyLosses().join(", ")}); register your own in a module named by actor_rollout_ref.model.external_lib`,
-    );
-  if (usesCritic(cfg)) {
-    const c = cfg.critic;
-    if (c.model.path && !existsSync(join(c.model.path, "config.json")))
-      add("critic.model.path", `${c.model.path} holds no config.json`);
-    batchSizes("critic", c.ppo_mini_batch_size, c.ppo_micro_batch_size_per_gpu);
-    if (c.use_dynamic_bsz) {
-      budget("critic.ppo_max_token_len_per_gpu", c.ppo_max_token_len_per_gpu);
-      budget("critic.forward_max_token_len_per_gpu", c.forward_max_token_len_per_gpu);
-    }
-  }
-  if (a.use_dynamic_bsz)
-    budget("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", a.ppo_max_token_len_per_gpu);
-  for (const role of ["ref", "rollout"] as const) {
-    const section = cfg.actor_rollout_ref[role];
-    if (section.log_prob_use_dynamic_bsz)
-      budget(
-        `actor_rollout_ref.${role}.log_prob_max_token_len_per_gpu`,
-        section.log_prob_max_token_len_per_gpu,
-      );
-  }
-  batchSizes("actor_rollout_ref.actor", a.ppo_mini_batch_size, a.ppo_micro_batch_size_per_gpu);
-  if (!opts.trainRows) {
-    const files = [cfg.data.train_files].flat();
-    for (const f of files) if (!existsSync(f)) add("data.train_files", `names ${f}, which does not exist`);
-  }
-  if (!opts.valRows && cfg.data.val_files) {
-    for (const f of [cfg.data.val_files].flat())
-      if (!existsSync(f)) add("data.val_files", `names ${f}, which does not exist`);
-  }
-  if (cfg.trainer.resume_mode === "resume_path" && cfg.trainer.resume_from_path) {
-    if (!existsSync(join(cfg.trainer.resume_from_path, "trainer_state.json")))
-      add("trainer.resume_from_path", `${cfg.trainer.resume_from_path} is not a complete checkpoint`);
-  }
-  if (opts.tool && !opts.tool.module) add("tool", "spec needs a module URL");
-  if (
-    opts.tool === null &&
-    cfg.actor_rollout_ref.rollout.num_llm_calls_available > 0 &&
-    !multiTurnConfig(cfg)?.enable
-  )
-    add(
-      "tool",
-      `is null while actor_rollout_ref.rollout.num_llm_calls_available is ${cfg.actor_rollout_ref.rollout.num_llm_calls_available}: ` +
-        "leave tool out for the Python code interpreter, or set num_llm_calls_available=0 for no tool",
-    );
-  const custom = cfg.custom_reward_function;
-  if (custom.path && !customRewardModuleExists(custom.path))
-    add("custom_reward_function.path", `names ${custom.path}, which does not exist`);
-  issues.push(...checkMultiTurnConfig(cfg));
-  if (opts.tool && multiTurnConfig(cfg)?.enable)
-    add(
-      "tool",
-      "is the text-trigger tool; with multi_turn.enable the tools come from multi_turn.tool_config_path",
-    );
-  if (cfg.actor_rollout_ref.rollout.ignore_eos && multiTurnConfig(cfg)?.enable)
-    add(
-      "actor_rollout_ref.rollout.ignore_eos",
-      "is not supported with multi_turn.enable: each assistant turn ends at its end-of-turn token",
-    );
-  return issues;
-}
 
 export class RayPPOTrainer {
   readonly config: TrainerConfig;
@@ -312,7 +174,7 @@ export class RayPPOTrainer {
   }
 
   get worldSize(): number {
-    return this.config.trainer.nnodes * this.config.trainer.n_gpus_per_node;
+    return trainerWorldSize(this.config);
   }
 
   get runDir(): string | undefined {
@@ -325,7 +187,7 @@ export class RayPPOTrainer {
     return this.actor;
   }
 
-  /** The critic's worker group (after init, with adv_estimator=gae). */
+  /** The critic's worker group (after init, with an estimator that requires a critic: gae). */
   get criticWg(): CriticGroup {
     if (!this.critic) throw new Error("no critic: call init() first, with algorithm.adv_estimator=gae");
     return this.critic;
@@ -404,6 +266,9 @@ export class RayPPOTrainer {
     if (lib) {
       cfg.actor_rollout_ref.model.external_lib = externalLibSpecifier(lib);
       await importExternalLib(lib);
+      // a policy loss the module registers declares its needs only now
+      const issues = checkPolicyLossRequirements(cfg);
+      if (issues.length) throw new TrainerConfigError(issues);
     }
     await this.checkTool();
     if (!isInitialized()) {
@@ -434,7 +299,7 @@ export class RayPPOTrainer {
       env: this.opts.workerEnv,
       readyTimeoutMs: cfg.trainer.ray_wait_register_center_timeout * 1000,
     };
-    if (usesCritic(cfg)) {
+    if (runRequirements(cfg).critic) {
       // the critic shares each process (and its collective group) with the actor, as veRL colocates them
       const colocated = await WorkerGroup.createColocated(
         pool,
@@ -628,7 +493,7 @@ export class RayPPOTrainer {
     // 8. Update the critic on the returns (global mini-batches laid out over the ranks).
     let criticOut: StepMetrics = {};
     if (critic) {
-      const rows = cfg.critic.ppo_mini_batch_size * ar.rollout.n;
+      const rows = miniBatchRows(cfg, "critic");
       const out = await timed("update_critic", () =>
         critic.updateCritic(layoutForMiniBatches(batch, critic.worldSize, rows)),
       );
@@ -639,7 +504,7 @@ export class RayPPOTrainer {
     // shares the actor's process and weights, so the new weights are in the rollout already.
     let actorOut: StepMetrics = {};
     if (!critic || cfg.trainer.critic_warmup <= this.globalStep) {
-      const miniRows = ar.actor.ppo_mini_batch_size * ar.rollout.n;
+      const miniRows = miniBatchRows(cfg, "actor");
       const out = await timed("update_actor", () =>
         actor.updateActor(layoutForMiniBatches(batch, actor.worldSize, miniRows)),
       );
@@ -679,9 +544,10 @@ export class RayPPOTrainer {
     genBatch.metaInfo.seed = this.rng.nextUint32();
     // each prompt repeated n times (interleaved), generated on the actor's own weights
     const gen = await timed("gen", () => this.actorRolloutWg.generateSequences(genBatch.repeat(n)));
-    // ReMax: the baseline of each prompt is the score of its greedy response (veRL's gen_max)
+    // an estimator requiring a greedy baseline (ReMax): the baseline of each prompt is the score of its
+    // greedy response (veRL's gen_max)
     let baselines: Float32Array | undefined;
-    if (this.config.algorithm.adv_estimator === "remax") {
+    if (runRequirements(this.config).greedyBaseline) {
       const greedy = DataProto.fromWire(genBatch.toWire());
       greedy.metaInfo.do_sample = false;
       const base = await timed("gen_max", () => this.actorRolloutWg.generateSequences(greedy));

@@ -20,6 +20,7 @@ import * as tf from "@tensorflow/tfjs";
 import type { PolicyLossOptions } from "../algorithms/policy-loss.js";
 import { getPolicyLoss, runPolicyLoss } from "../algorithms/policy-loss-registry.js";
 import { aggLossTf, asTfTensor, klLossTf } from "../algorithms/tf-ops.js";
+import { miniBatchRows } from "../config/derived.js";
 import type { RolloutConfig, TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
 import { computeLogProbs, tokenLogProbs } from "../models/logprobs.js";
@@ -423,7 +424,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       data,
       {
         what: "actor.ppo_mini_batch_size x rollout.n",
-        globalMiniRows: a.ppo_mini_batch_size * ar.rollout.n,
+        globalMiniRows: miniBatchRows(this.cfg, "actor"),
         micro: perWorkerRows(a.ppo_micro_batch_size_per_gpu, a.ppo_micro_batch_size, W),
         maxTokens: a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : null,
         epochs: a.ppo_epochs,

@@ -17,8 +17,10 @@
  * share one process and collective group per bundle; the trainer does that when adv_estimator is gae.
  */
 import * as tf from "@tensorflow/tfjs";
+import type { LossAggMode } from "../algorithms/loss-aggregation.js";
 import { computeValueLoss } from "../algorithms/policy-loss.js";
 import { valueLossTf } from "../algorithms/tf-ops.js";
+import { miniBatchRows } from "../config/derived.js";
 import type { TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
 import { loadModel } from "../models/pretrained.js";
@@ -79,7 +81,7 @@ interface CriticSettings {
   epochs: number;
   gradClip: number;
   cliprange: number;
-  lossAggMode: string;
+  lossAggMode: LossAggMode;
 }
 
 export function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSettings {
@@ -91,7 +93,7 @@ export function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSet
     path,
     gradientCheckpointing: c.model.enable_gradient_checkpointing,
     optim: c.optim as OptimSettings,
-    miniRows: c.ppo_mini_batch_size * c.rollout_n,
+    miniRows: miniBatchRows(cfg, "critic"),
     micro,
     forwardMicro:
       perWorkerRows(c.forward_micro_batch_size_per_gpu, c.forward_micro_batch_size, worldSize) ?? micro ?? 8,

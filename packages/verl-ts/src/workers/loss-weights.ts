@@ -4,14 +4,14 @@
  * (`lossAggWeights`: e.g. token-mean 1 / global loss tokens) and the rank's loss is the weighted sum of its tokens'
  * losses, so the summed gradients are exactly those of the global loss, whatever the number of ranks.
  */
-import { lossAggWeights } from "../algorithms/loss-aggregation.js";
+import { type LossAggMode, lossAggWeights } from "../algorithms/loss-aggregation.js";
 import type { BatchTensor } from "../protocol/tensor.js";
 import { allReduceSum, type RankContext } from "./rank-context.js";
 
 /** Weight of every token of a local mini-batch in the global loss (see the file comment). */
 export function lossTokenWeights(
   mask: BatchTensor,
-  mode: string,
+  mode: LossAggMode,
   globalTokens: number,
   globalRows: number,
 ): Float32Array {

@@ -4,6 +4,7 @@
  * methods every such worker has (shard info, gathered parameters, checkpoint save and load).
  */
 import * as tf from "@tensorflow/tfjs";
+import type { LossAggMode } from "../algorithms/loss-aggregation.js";
 import { bytesPerValue, type WeightDtype } from "../models/half-precision.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
@@ -148,7 +149,7 @@ export abstract class ShardedWorker extends Worker {
       micro: number | null;
       maxTokens: number | null;
       epochs: number;
-      lossAggMode: string;
+      lossAggMode: LossAggMode;
       optim: OptimSettings;
       gradClip: number;
       /** Metric sums per mini-batch. */

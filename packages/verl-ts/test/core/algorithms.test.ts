@@ -14,6 +14,7 @@ import {
   entropyFromLogitsTf,
   FixedKlController,
   getPolicyLoss,
+  KL_PENALTY_TYPES,
   klLossTf,
   klPenalty,
   klPenaltyTf,
@@ -105,7 +106,7 @@ test("aggLoss by hand for all four modes", (t) => {
   close(t, aggLoss(L, M, "seq-mean-token-sum"), 3.5);
   close(t, aggLoss(L, M, "seq-mean-token-mean"), 2.75);
   close(t, aggLoss(L, M, "seq-mean-token-sum-norm"), 7 / 3);
-  t.throws(() => aggLoss(L, M, "token-sum"), {
+  t.throws(() => aggLoss(L, M, "token-sum" as never), {
     instanceOf: AlgorithmInputError,
     message: /unknown loss_agg_mode/,
   });
@@ -134,7 +135,7 @@ test("KL estimators by hand: k1, abs, k2 and k3 (clamped to +-10)", (t) => {
   close(t, klPenalty(lp, ref, "k2").data, [0.5 * Math.log(2) ** 2]);
   close(t, klPenalty(lp, ref, "k3").data, [2 - Math.log(2) - 1]);
   close(t, klPenalty(one([[0]]), one([[30]]), "low_var_kl").data, [10]);
-  t.throws(() => klPenalty(lp, ref, "k4"), { message: /unknown KL penalty "k4"/ });
+  t.throws(() => klPenalty(lp, ref, "k4" as never), { message: /unknown KL penalty "k4"/ });
 });
 
 test("entropy by hand: a uniform distribution over V gives ln V; a one-hot-ish one gives ~0", (t) => {
@@ -296,7 +297,7 @@ test("policy losses are registered by name: vanilla is the clipped PPO loss, wit
 });
 
 test("torch: KL penalties (typed arrays and tfjs) and the KL loss gradient", (t) => {
-  for (const kind of ["kl", "abs", "mse", "low_var_kl"]) {
+  for (const kind of ["kl", "abs", "mse", "low_var_kl"] as const) {
     const want = fx.kl[kind];
     close(t, klPenalty(m("log_prob"), m("ref_log_prob"), kind).data, want.values);
     const lp = tf.tensor2d(fx.inputs.log_prob, [B, T]);
@@ -350,7 +351,7 @@ test("torch: entropy from logits (typed arrays and tfjs, with its gradient)", (t
 });
 
 test("torch: clipped value loss", (t) => {
-  for (const mode of ["token-mean", "seq-mean-token-mean"]) {
+  for (const mode of ["token-mean", "seq-mean-token-mean"] as const) {
     const r = computeValueLoss(m("vpreds"), m("returns"), m("values"), mask, 0.5, mode);
     close(t, r.vfLoss, fx.value_loss[mode].vf_loss);
     close(t, r.vfClipfrac, fx.value_loss[mode].vf_clipfrac);
@@ -358,7 +359,7 @@ test("torch: clipped value loss", (t) => {
 });
 
 test("torch: tfjs value loss matches the value, and its gradient matches finite differences", (t) => {
-  for (const mode of ["token-mean", "seq-mean-token-mean"]) {
+  for (const mode of ["token-mean", "seq-mean-token-mean"] as const) {
     const vp = tf.tensor2d(fx.inputs.vpreds, [B, T]);
     const f = (x: tf.Tensor) => valueLossTf(x, m("values"), m("returns"), mask, 0.5, mode);
     const { value, grad } = tf.valueAndGrad(f)(vp);
@@ -400,4 +401,46 @@ test("remax: returns are the reverse sums of the masked rewards, advantages subt
       }),
     { message: /remax needs rewardBaselines, one per row \(2\), got none/ },
   );
+});
+
+test("the host (typed-array) twins equal the tensor losses the trainer runs: every KL estimator, the PPO loss and the value loss, in every aggregation mode", (t) => {
+  // seeded inputs with both signs of advantage and ratios far enough from 1 to hit every clip
+  let state = 7;
+  const rand = () => {
+    state = (state * 1103515245 + 12345) % 2 ** 31;
+    return state / 2 ** 31;
+  };
+  const [R, C] = [5, 7];
+  const matrix = (f: () => number): ScoreMatrix => ({
+    data: Float32Array.from({ length: R * C }, f),
+    shape: [R, C],
+  });
+  const old = matrix(() => -3 * rand());
+  const logp = matrix(() => -3 * rand());
+  const adv = matrix(() => 4 * rand() - 2);
+  const returns = matrix(() => 2 * rand() - 1);
+  const values = matrix(() => 2 * rand() - 1);
+  const vpreds = matrix(() => 2 * rand() - 1);
+  const msk = matrix(() => (rand() < 0.8 ? 1 : 0));
+  for (const kind of KL_PENALTY_TYPES) {
+    const lp = tf.tensor2d(logp.data, [R, C]);
+    const tv = klPenaltyTf(lp, old, kind);
+    close(t, tv.dataSync(), klPenalty(logp, old, kind).data);
+    tf.dispose([lp, tv]);
+  }
+  for (const lossAggMode of LOSS_AGG_MODES) {
+    const options = { clipRatioLow: 0.2, clipRatioHigh: 0.28, clipRatioC: 2, lossAggMode };
+    const host = computePolicyLoss(old, logp, adv, msk, options);
+    const lp = tf.tensor2d(logp.data, [R, C]);
+    const out = runPolicyLoss("vanilla", policyLossInput(old, lp, adv, msk, options));
+    close(t, out.pgLoss.dataSync(), [host.pgLoss]);
+    close(t, out.metrics.pg_clipfrac!.dataSync(), [host.pgClipfrac]);
+    close(t, out.metrics.ppo_kl!.dataSync(), [host.ppoKl]);
+    close(t, out.metrics.pg_clipfrac_lower!.dataSync(), [host.pgClipfracLower]);
+    t.true(host.pgClipfrac > 0 && host.pgClipfracLower > 0, "the inputs hit both clips");
+    const vp = tf.tensor2d(vpreds.data, [R, C]);
+    const vf = valueLossTf(vp, values, returns, msk, 0.3, lossAggMode);
+    close(t, vf.dataSync(), [computeValueLoss(vpreds, returns, values, msk, 0.3, lossAggMode).vfLoss]);
+    tf.dispose([lp, vp, vf, out.pgLoss, ...Object.values(out.metrics)]);
+  }
 });

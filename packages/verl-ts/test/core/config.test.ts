@@ -3,19 +3,28 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
 import {
+  computeGrpoOutcomeAdvantage,
+  registerAdvantageEstimator,
+  registerPolicyLoss,
+  vanillaPolicyLossTf,
+} from "../../src/algorithms/index.js";
+import {
   assertTrainerConfig,
   ConfigSchema,
+  checkLoggerNames,
   checkTrainerConfig,
+  checkTrainerSetup,
   checkUnsupportedKeys,
   configValue,
   loadTrainerConfig,
+  miniBatchRows,
   parseConfigOverrides,
+  runRequirements,
   splitConfigArgs,
   TrainerConfigError,
   trainerConfigSchema,
 } from "../../src/config/index.js";
 import { closestName } from "../../src/config/schema.js";
-import { checkLoggerNames } from "../../src/trainer/loggers.js";
 
 const dir = mkdtempSync(join(tmpdir(), "verl-config-"));
 const file = (name: string, text: string) => {
@@ -336,4 +345,54 @@ test("did-you-mean names only a close name (a typo); otherwise the choices alone
   t.is(schema.suggest("data.max_prompt_lenght"), "data.max_prompt_length");
   t.is(schema.suggest("rollout.n"), "actor_rollout_ref.rollout.n");
   t.is(schema.suggest("trainer.zzz"), undefined);
+});
+
+test("what an estimator or a loss needs is declared at its registration, and the checker and the trainer ask for it", (t) => {
+  const cfg = (over: string[]) => loadTrainerConfig({ overrides: over });
+  // the built-ins: a critic for gae, a greedy baseline pass for remax, n >= 2 for the group estimators
+  t.deepEqual(runRequirements(cfg(["algorithm.adv_estimator=gae"])), {
+    minGroupSize: 1,
+    critic: true,
+    greedyBaseline: false,
+  });
+  t.true(runRequirements(cfg(["algorithm.adv_estimator=remax"])).greedyBaseline);
+  for (const name of ["grpo", "rloo", "grpo_passk"])
+    t.regex(
+      checkTrainerConfig(cfg([`algorithm.adv_estimator=${name}`]))[0]!.message,
+      new RegExp(`^actor_rollout_ref\\.rollout\\.n is 1: ${name} compares .* needs n >= 2$`),
+    );
+  // an estimator of one's own: its declared needs are checked and provided, with no name tested anywhere
+  registerAdvantageEstimator("test_trios", computeGrpoOutcomeAdvantage, { minGroupSize: 3, critic: true });
+  const trios = cfg(["algorithm.adv_estimator=test_trios", "actor_rollout_ref.rollout.n=2"]);
+  t.deepEqual(
+    checkTrainerConfig(trios).map((i) => i.message),
+    ["actor_rollout_ref.rollout.n is 2: test_trios compares responses to the same prompt and needs n >= 3"],
+  );
+  t.true(runRequirements(trios).critic);
+  // and a policy loss of one's own: the setup check refuses n below its group size
+  registerPolicyLoss("test_pairs_loss", vanillaPolicyLossTf, ["pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"], {
+    minGroupSize: 2,
+    greedyBaseline: true,
+  });
+  const pairs = cfg(["actor_rollout_ref.actor.policy_loss.loss_mode=test_pairs_loss"]);
+  t.true(runRequirements(pairs).greedyBaseline);
+  t.true(
+    checkTrainerSetup(pairs, { trainRows: [] })
+      .map((i) => i.message)
+      .includes(
+        'actor_rollout_ref.rollout.n is 1: the policy loss "test_pairs_loss" compares responses to the same prompt and needs n >= 2',
+      ),
+  );
+});
+
+test("one global mini-batch holds ppo_mini_batch_size prompts x their responses, for the checker and the workers alike", (t) => {
+  const c = loadTrainerConfig({
+    overrides: [
+      "actor_rollout_ref.rollout.n=4",
+      "actor_rollout_ref.actor.ppo_mini_batch_size=3",
+      "critic.ppo_mini_batch_size=5",
+    ],
+  });
+  t.is(miniBatchRows(c, "actor"), 12);
+  t.is(miniBatchRows(c, "critic"), 20, "critic.rollout_n follows rollout.n");
 });

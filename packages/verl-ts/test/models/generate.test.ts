@@ -8,6 +8,7 @@ import {
   KVCache,
   padBatch,
   Qwen2Model,
+  RaggedKVCache,
   selectBackend,
 } from "../../src/index.js";
 import { TINY_TEST_ARCH, tinyTestConfig } from "./tiny-config.js";
@@ -148,6 +149,29 @@ test("the host-mirror KV cache (backends without in-place writes) gives the same
   // the op-by-op one: equal up to float summation order (as decode against full forwards).
   for (let i = 0; i < a.length; i++)
     for (let j = 0; j < a[i]!.length; j++) t.true(Math.abs(a[i]![j]! - b[i]![j]!) < 1e-4);
+});
+
+test("the rollout's ragged cache stores as the batch cache does: rows of one length decode to the same logits, bit for bit, through growth and compaction", async (t) => {
+  const batch = padBatch([tok.encode("same"), tok.encode("size"), tok.encode("rows")], "left");
+  const run = async (cache: KVCache) => {
+    const head = model.lmHead();
+    const outs: number[] = [...(await model.prefill(batch, cache)).dataSync()];
+    for (let i = 0; i < 10; i++) {
+      if (i === 6) cache.keepRows([2, 0]);
+      const l = await model.decodeStep(
+        Int32Array.from([i + 3, i + 5, i + 7].slice(0, cache.batch)),
+        cache,
+        head,
+      );
+      outs.push(...l.dataSync());
+      l.dispose();
+    }
+    t.true(cache.capacity > 4, "grown past its first chunk");
+    cache.dispose();
+    head.weight.dispose();
+    return outs;
+  };
+  t.deepEqual(await run(new RaggedKVCache(model.config, 3, 4)), await run(new KVCache(model.config, 3, 4)));
 });
 
 test("the cpu backend's in-place cache generates what wasm generates", async (t) => {

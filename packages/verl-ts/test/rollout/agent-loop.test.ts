@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
-import { loadTrainerConfig } from "../../src/config/index.js";
+import { checkMultiTurnConfig, checkTrainerSetup, loadTrainerConfig } from "../../src/config/index.js";
 import { renderPrompt } from "../../src/data/index.js";
 import { buildByteBpeTokenizer, Qwen2Model, selectBackend, Tokenizer } from "../../src/models/index.js";
 import type { OpenAIFunctionSchema } from "../../src/rollout/index.js";
@@ -13,7 +13,6 @@ import {
   ChatTemplate,
   ChatTemplateError,
   type ConfiguredTool,
-  checkMultiTurnConfig,
   computeMultiTurnMetrics,
   createCodeInterpreterTool,
   loadToolConfig,
@@ -25,7 +24,6 @@ import {
   ToolExecutionError,
   truncateToolResponse,
 } from "../../src/rollout/index.js";
-import { checkTrainerSetup } from "../../src/trainer/ppo-trainer.js";
 import { tinyTestConfig } from "../models/tiny-config.js";
 import { AddTool, BrokenTool, createEchoTool } from "./agent-tools.js";
 

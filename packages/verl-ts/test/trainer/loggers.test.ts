@@ -2,9 +2,8 @@ import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
-import { checkTrainerConfig, loadTrainerConfig } from "../../src/config/index.js";
+import { checkLoggerNames, checkTrainerConfig, loadTrainerConfig } from "../../src/config/index.js";
 import {
-  checkLoggerNames,
   crc32c,
   createMetricSinks,
   LoggerUnavailableError,
