@@ -11,7 +11,7 @@ import { MessageDecodeError, ObjectLostError, OwnerDiedError, RemoteError } from
 import { logWarn } from "../log.js";
 import { siblingModule, threadEntry } from "../module-files.js";
 import { UndecodableMessage } from "../wire/batch.js";
-import { decode, encode, errorToWire, registerClass } from "../wire/codec.js";
+import { decode, encode, encodeError, errorToWire, registerClass } from "../wire/codec.js";
 import { DealerLink, RouterServer } from "../wire/links.js";
 import { clusterKeys, requireKeysToListen } from "../wire/security.js";
 import { prepareValue } from "../wire/sendable.js";
@@ -452,9 +452,16 @@ export class Runtime {
               const value = prepareValue(this.store.handOut(s), "value", "cannot be sent");
               this.server.sendEncoded(peer, encode([FETCH_REPLY, seq, FETCH_OK, value]));
             } catch (err) {
-              this.server.send(peer, [FETCH_REPLY, seq, FETCH_ERROR, errorToWire(err)]);
+              this.server.sendEncoded(
+                peer,
+                encodeError(err, (w) => [FETCH_REPLY, seq, FETCH_ERROR, w]),
+              );
             }
-          } else this.server.send(peer, [FETCH_REPLY, seq, FETCH_ERROR, errorToWire(s.value)]);
+          } else
+            this.server.sendEncoded(
+              peer,
+              encodeError(s.value, (w) => [FETCH_REPLY, seq, FETCH_ERROR, w]),
+            );
         });
         return;
       }
