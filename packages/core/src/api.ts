@@ -304,10 +304,7 @@ export function get<T extends readonly unknown[]>(
   opts?: GetOptions,
 ): Promise<{ [K in keyof T]: Awaited<T[K]> }>;
 export function get(refs: unknown, opts: GetOptions = {}): Promise<unknown> {
-  const ms = opts.timeoutMs;
-  if (ms !== undefined && !(ms >= 0)) {
-    throw new RangeError(`get(): timeoutMs must be a number >= 0 (0 = only if ready now), got ${ms}`);
-  }
+  const ms = checkTimeoutMs("get", opts.timeoutMs, "0 = only if ready now");
   const p = Array.isArray(refs) ? Promise.all(refs.map((r) => resolveOne(r))) : resolveOne(refs);
   if (ms === undefined || ms === Number.POSITIVE_INFINITY) return p;
   // a timer of 0 fires after the microtasks that deliver values already here: 0 means "if ready now"
@@ -322,24 +319,48 @@ function resolveOne(r: any): Promise<unknown> {
 
 function withTimeout<T>(p: Promise<T>, ms: number, message: string): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const t = setTimeout(() => reject(new GetTimeoutError(message)), ms);
+    const cancel = after(ms, () => reject(new GetTimeoutError(message)));
     p.then(
       (v) => {
-        clearTimeout(t);
+        cancel();
         resolve(v);
       },
       (e) => {
-        clearTimeout(t);
+        cancel();
         reject(e);
       },
     );
   });
 }
 
+/** A timeout option checked at the call site: undefined (no limit) or a number >= 0 (Infinity: no limit). */
+function checkTimeoutMs(fn: string, ms: unknown, zero: string): number | undefined {
+  if (ms === undefined) return undefined;
+  if (typeof ms !== "number" || !(ms >= 0))
+    throw new RangeError(`${fn}(): timeoutMs must be a number >= 0 (${zero}), got ${String(ms)}`);
+  return ms;
+}
+
+/** Node fires a timer longer than this at once; longer waits are made of several. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** Runs `f` after `ms` (any length; Infinity: never); returns the cancel function. */
+function after(ms: number, f: () => void): () => void {
+  if (ms === Number.POSITIVE_INFINITY) return () => {};
+  const due = Date.now() + ms;
+  let timer: NodeJS.Timeout;
+  const arm = () => {
+    const left = due - Date.now();
+    timer = left > MAX_TIMER_MS ? setTimeout(arm, MAX_TIMER_MS) : setTimeout(f, Math.max(0, left));
+  };
+  arm();
+  return () => clearTimeout(timer);
+}
+
 export interface WaitOptions {
-  /** How many refs must be ready (default 1). */
+  /** How many refs must be ready: a whole number from 1 to refs.length (default 1); others throw RangeError. */
   numReturns?: number;
-  /** Give up waiting after this long and return what is ready (default: no limit). */
+  /** Give up waiting after this long and return what is ready (default: no limit); a number >= 0. */
   timeoutMs?: number;
 }
 
@@ -351,15 +372,30 @@ export function wait<R extends PromiseLike<unknown>>(
   refs: R[],
   opts: WaitOptions = {},
 ): Promise<{ ready: R[]; notReady: R[] }> {
-  const want = Math.min(opts.numReturns ?? 1, refs.length);
+  if (!Array.isArray(refs)) throw new TypeError(`wait(): refs must be an array of refs, got ${typeof refs}`);
+  const timeoutMs = checkTimeoutMs("wait", opts.timeoutMs, "0 = only what is ready now");
+  const numReturns = opts.numReturns ?? 1;
+  // Ray's rule: 1 <= num_returns <= len(refs); an empty list is answered at once
+  if (
+    refs.length > 0 &&
+    (typeof numReturns !== "number" ||
+      !Number.isInteger(numReturns) ||
+      numReturns < 1 ||
+      numReturns > refs.length)
+  ) {
+    throw new RangeError(
+      `wait(): numReturns must be a whole number from 1 to the number of refs (${refs.length}), got ${String(numReturns)}`,
+    );
+  }
+  const want = Math.min(numReturns, refs.length);
   const done = new Set<number>();
   return new Promise((resolve) => {
     let finished = false;
-    let timer: NodeJS.Timeout | null = null;
+    let cancel = () => {};
     const finish = () => {
       if (finished) return;
       finished = true;
-      if (timer) clearTimeout(timer);
+      cancel();
       const ready: R[] = [];
       const notReady: R[] = [];
       for (let i = 0; i < refs.length; i++) {
@@ -368,7 +404,7 @@ export function wait<R extends PromiseLike<unknown>>(
       resolve({ ready, notReady });
     };
     if (want === 0) return finish();
-    if (opts.timeoutMs !== undefined) timer = setTimeout(finish, opts.timeoutMs);
+    if (timeoutMs !== undefined) cancel = after(timeoutMs, finish);
     refs.forEach((r, i) => {
       const mark = () => {
         done.add(i);
