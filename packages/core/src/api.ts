@@ -7,7 +7,8 @@ import { Head } from "./cluster/head.js";
 import { readKeyFile, resolveJoinKeys } from "./cluster/key-file.js";
 import type { ClusterStatus, PlacementGroupStatus } from "./cluster/messages.js";
 import { NodeAgent } from "./cluster/node-agent.js";
-import { GetTimeoutError } from "./errors.js";
+import { validateRequest } from "./cluster/resources.js";
+import { GetTimeoutError, ResourceRequestError } from "./errors.js";
 import type { ActorHandle } from "./handle-types.js";
 import { logWarn } from "./log.js";
 import { type ActorHandleBase, handleFor } from "./runtime/actor-handle.js";
@@ -23,7 +24,7 @@ import {
   ThreadActorUnsupportedError,
 } from "./runtime/thread-actor.js";
 import { affinityOf, type SchedulingStrategy } from "./scheduling-strategy.js";
-import { encode } from "./wire/codec.js";
+import { encode, errorToWire } from "./wire/codec.js";
 import { type ClusterKeys, checkKeyShape, setClusterKeys } from "./wire/security.js";
 import { prepareValue } from "./wire/sendable.js";
 
@@ -110,8 +111,10 @@ export function isInitialized(): boolean {
 /** Kills the actors this process created (not detached ones), and stops an embedded cluster. */
 export async function shutdown(): Promise<void> {
   const rt = maybeRuntime();
-  if (rt) await rt.shutdown();
+  // queued tasks fail now; nothing starts an executor once the runtime is going
+  for (const pool of pools.values()) pool.close();
   pools.clear();
+  if (rt) await rt.shutdown();
   if (embedded) {
     const e = embedded;
     embedded = null;
@@ -149,14 +152,28 @@ export interface ActorOptions {
   thread?: boolean;
 }
 
+/**
+ * The resources an actor or task asks for, checked at the call site (the head checks again): a
+ * malformed request throws ResourceRequestError naming `where` and the option.
+ */
 function resourcesOf(
   o: { numCpus?: number; numGpus?: number; resources?: Record<string, number> },
   defaultCpus: number,
+  where: string,
 ) {
-  const r: Record<string, number> = { ...(o.resources ?? {}) };
+  const given = o.resources ?? {};
+  if (given === null || typeof given !== "object" || Array.isArray(given))
+    throw new ResourceRequestError(`${where}: resources must be an object of amounts, got ${String(given)}`);
+  const r: Record<string, number> = { ...given };
   r.CPU = o.numCpus ?? defaultCpus;
-  if (o.numGpus) r.GPU = o.numGpus;
+  if (o.numGpus !== undefined && o.numGpus !== 0) r.GPU = o.numGpus;
+  validateRequest(r, where, optionName);
   return r;
+}
+
+/** The option a resource key is given by. */
+function optionName(key: string): string {
+  return key === "CPU" ? "numCpus" : key === "GPU" ? "numGpus" : `resources.${key}`;
 }
 
 /**
@@ -174,6 +191,7 @@ export function createActor<T = unknown>(
   const rt = currentRuntime();
   const actorId = `${className ? className.slice(0, 16) : "exec"}-${randomId(5)}`;
   const site = className ? `constructor of ${className}` : "task executor";
+  const resources = resourcesOf(opts, 0, className ? `actor ${className}` : "task executor");
   const enc = encode(prepareValue(args, "args", `cannot be sent to an actor (${site})`));
   const pg = opts.placementGroup;
   const spec: ActorSpec = {
@@ -182,7 +200,7 @@ export function createActor<T = unknown>(
     className,
     args: { h: enc.head, f: enc.frames },
     name: opts.name,
-    resources: resourcesOf(opts, 0),
+    resources,
     maxRestarts: opts.maxRestarts ?? 0,
     maxConcurrency: opts.maxConcurrency ?? 1,
     placementGroup: typeof pg === "string" ? pg : pg?.id,
@@ -195,12 +213,17 @@ export function createActor<T = unknown>(
   const rec = rt.actors.record(actorId, opts.name);
   rec.maxTaskRetries = opts.maxTaskRetries ?? 0;
   rt.head.request("createActor", { spec }).catch((e: Error) => {
+    // ready() and every call reject with the refusal's own class (ActorNameTakenError ...)
     rt.actors.onUpdate({
       t: "actor",
       actorId,
       state: "DEAD",
       incarnation: 1e9,
-      cause: { kind: "rejected", message: `the head refused to create it: ${e.name}: ${e.message}` },
+      cause: {
+        kind: "rejected",
+        message: `the head refused to create it: ${e.name}: ${e.message}`,
+        creationError: errorToWire(e),
+      },
     });
   });
   return handleFor(rt, actorId, opts.name);
@@ -262,7 +285,7 @@ export function submitTask<R = unknown>(
   opts: TaskOptions = {},
 ): ObjectRef<R> {
   const rt = currentRuntime();
-  const resources = resourcesOf(opts, 1);
+  const resources = resourcesOf(opts, 1, `task ${exportName}`);
   const strategy = opts.schedulingStrategy;
   affinityOf(strategy, undefined, `task ${exportName}`);
   // executors are leased per resource shape and per target node
@@ -483,14 +506,18 @@ function pendingWarnMs(): number {
 /** Awaits `pending`, warning every `everyMs` that `what` still waits, with the resources free now. */
 async function warnWhilePending<T>(pending: Promise<T>, what: string, everyMs: number): Promise<T> {
   const t0 = Date.now();
+  let settled = false;
   const timer = setInterval(() => {
     availableResources()
       .then((free) =>
-        logWarn(
-          `${what} has waited ${((Date.now() - t0) / 1000).toFixed(1)} s for resources; free now: ${JSON.stringify(free)}. ` +
-            "It is placed when actors or placement groups holding them end (kill them; removePlacementGroup; " +
-            "a WorkerGroup's ResourcePool.release() after its shutdown()) or a node with them joins",
-        ),
+        // an answer that comes after the wait ended says nothing any more
+        settled
+          ? undefined
+          : logWarn(
+              `${what} has waited ${((Date.now() - t0) / 1000).toFixed(1)} s for resources; free now: ${JSON.stringify(free)}. ` +
+                "It is placed when actors or placement groups holding them end (kill them; removePlacementGroup; " +
+                "a WorkerGroup's ResourcePool.release() after its shutdown()) or a node with them joins",
+            ),
       )
       .catch(() => {});
   }, everyMs);
@@ -498,6 +525,7 @@ async function warnWhilePending<T>(pending: Promise<T>, what: string, everyMs: n
   try {
     return await pending;
   } finally {
+    settled = true;
     clearInterval(timer);
   }
 }
@@ -507,12 +535,13 @@ export function placementGroup(
   bundles: Record<string, number>[],
   opts: PlacementGroupOptions = {},
 ): PlacementGroup {
-  return new PlacementGroup(
-    `pg-${randomId(5)}`,
-    bundles.map(normalizeBundle),
-    opts.strategy ?? "PACK",
-    opts.name,
-  );
+  if (!Array.isArray(bundles) || bundles.length === 0)
+    throw new ResourceRequestError("placementGroup(): bundles must be a non-empty array of resource amounts");
+  const normalized = bundles.map((b, i) => {
+    validateRequest(b, `placement group bundle ${i}`);
+    return normalizeBundle(b);
+  });
+  return new PlacementGroup(`pg-${randomId(5)}`, normalized, opts.strategy ?? "PACK", opts.name);
 }
 
 function normalizeBundle(b: Record<string, number>): Record<string, number> {

@@ -554,6 +554,11 @@ export class Runtime {
     this.peers.clear();
     this.head.close();
     this.server.close();
+    // a get() still waiting on a result of this process settles now instead of never
+    this.store.failPending(
+      (seq) =>
+        new ObjectLostError(`${this.clientId}:${seq}`, "shutdown() ended its owner before it was ready"),
+    );
     this.store.clear();
     if (this.address?.ipc) rmSync(this.address.ipc.slice("ipc://".length), { force: true });
     setRuntime(null);
