@@ -9,7 +9,7 @@
  */
 import { addExtension, Packr } from "msgpackr";
 import { SerializationError, UnknownClassError } from "../errors.js";
-import { BoxedMap, isSendable, markLeafClass, prepareValue } from "./sendable.js";
+import { BoxedMap, hasUserSerializer, isSendable, markLeafClass, prepareValue } from "./sendable.js";
 
 /** A value split into a msgpack body and the raw frames its typed arrays point into. */
 export interface Encoded {
@@ -231,7 +231,9 @@ function sendableCopy(v: unknown, seen: Set<object>, depth: number): unknown {
       seen.delete(v);
     }
     if (!isSendable(v)) return `(${printable(v)}: cannot be sent)`;
-    encode(v); // a registered serializer (or an encoder) may still refuse it
+    // a user's serializer may still refuse it (the runtime's own classes are not tried: encoding a
+    // ref counts a copy of it)
+    if (hasUserSerializer(v)) encode(v);
     return v;
   } catch (err) {
     return `(cannot be encoded: ${thrownMessage(err)})`;
