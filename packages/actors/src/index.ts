@@ -46,6 +46,7 @@ export {
   SerializationError,
   type SerializerOptions,
   shutdown,
+  TaskFailedError,
   type TaskOptions,
   ThreadActorOptionError,
   ThreadActorUnsupportedError,

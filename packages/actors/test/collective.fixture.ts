@@ -233,3 +233,26 @@ export async function barrierOutcome(group: string): Promise<string> {
 export function hasEnteredBarrier(group: string): boolean {
   return enteredBarrier.has(group);
 }
+
+/** One collective call described as data, so a test can give each rank a different one. */
+export interface CallSpec {
+  op: "allReduce" | "broadcast" | "allGather" | "reduceScatter" | "barrier";
+  dtype?: DtypeName;
+  n?: number;
+  src?: number;
+}
+
+/** Makes the call `spec` describes; returns "ok" or the error's name and message. */
+export async function doSpec(group: string, spec: CallSpec) {
+  const a = makeData(spec.dtype ?? "Float32Array", spec.n ?? 8, collective.getRank(group));
+  try {
+    if (spec.op === "allReduce") await collective.allReduce(a, "sum", group);
+    else if (spec.op === "broadcast") await collective.broadcast(a, spec.src ?? 0, group);
+    else if (spec.op === "allGather") await collective.allGather(a, group);
+    else if (spec.op === "reduceScatter") await collective.reduceScatter(a, "sum", group);
+    else await collective.barrier(group);
+    return "ok";
+  } catch (err) {
+    return `${(err as Error).name}: ${(err as Error).message}`;
+  }
+}

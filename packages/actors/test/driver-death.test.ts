@@ -77,7 +77,7 @@ test.serial(
         rerun = CounterActor.options({ name: "dd-orphan" }).remote(7);
         await rerun.ready();
       } catch (e) {
-        t.is((e as Error).name, "ActorDiedError", String(e));
+        t.is((e as Error).name, "ActorNameTakenError", String(e));
         t.regex((e as Error).message, /already exists/);
         rerun = null;
         await new Promise((r) => setTimeout(r, 200));

@@ -7,7 +7,8 @@ import { Head } from "./cluster/head.js";
 import { readKeyFile, resolveJoinKeys } from "./cluster/key-file.js";
 import type { ClusterStatus, PlacementGroupStatus } from "./cluster/messages.js";
 import { NodeAgent } from "./cluster/node-agent.js";
-import { GetTimeoutError } from "./errors.js";
+import { validateRequest } from "./cluster/resources.js";
+import { GetTimeoutError, ResourceRequestError } from "./errors.js";
 import type { ActorHandle } from "./handle-types.js";
 import { logWarn } from "./log.js";
 import { type ActorHandleBase, handleFor } from "./runtime/actor-handle.js";
@@ -23,7 +24,7 @@ import {
   ThreadActorUnsupportedError,
 } from "./runtime/thread-actor.js";
 import { affinityOf, type SchedulingStrategy } from "./scheduling-strategy.js";
-import { encode } from "./wire/codec.js";
+import { encode, errorToWire } from "./wire/codec.js";
 import { type ClusterKeys, checkKeyShape, setClusterKeys } from "./wire/security.js";
 import { prepareValue } from "./wire/sendable.js";
 
@@ -110,8 +111,10 @@ export function isInitialized(): boolean {
 /** Kills the actors this process created (not detached ones), and stops an embedded cluster. */
 export async function shutdown(): Promise<void> {
   const rt = maybeRuntime();
-  if (rt) await rt.shutdown();
+  // queued tasks fail now; nothing starts an executor once the runtime is going
+  for (const pool of pools.values()) pool.close();
   pools.clear();
+  if (rt) await rt.shutdown();
   if (embedded) {
     const e = embedded;
     embedded = null;
@@ -149,14 +152,28 @@ export interface ActorOptions {
   thread?: boolean;
 }
 
+/**
+ * The resources an actor or task asks for, checked at the call site (the head checks again): a
+ * malformed request throws ResourceRequestError naming `where` and the option.
+ */
 function resourcesOf(
   o: { numCpus?: number; numGpus?: number; resources?: Record<string, number> },
   defaultCpus: number,
+  where: string,
 ) {
-  const r: Record<string, number> = { ...(o.resources ?? {}) };
+  const given = o.resources ?? {};
+  if (given === null || typeof given !== "object" || Array.isArray(given))
+    throw new ResourceRequestError(`${where}: resources must be an object of amounts, got ${String(given)}`);
+  const r: Record<string, number> = { ...given };
   r.CPU = o.numCpus ?? defaultCpus;
-  if (o.numGpus) r.GPU = o.numGpus;
+  if (o.numGpus !== undefined && o.numGpus !== 0) r.GPU = o.numGpus;
+  validateRequest(r, where, optionName);
   return r;
+}
+
+/** The option a resource key is given by. */
+function optionName(key: string): string {
+  return key === "CPU" ? "numCpus" : key === "GPU" ? "numGpus" : `resources.${key}`;
 }
 
 /**
@@ -174,6 +191,7 @@ export function createActor<T = unknown>(
   const rt = currentRuntime();
   const actorId = `${className ? className.slice(0, 16) : "exec"}-${randomId(5)}`;
   const site = className ? `constructor of ${className}` : "task executor";
+  const resources = resourcesOf(opts, 0, className ? `actor ${className}` : "task executor");
   const enc = encode(prepareValue(args, "args", `cannot be sent to an actor (${site})`));
   const pg = opts.placementGroup;
   const spec: ActorSpec = {
@@ -182,7 +200,7 @@ export function createActor<T = unknown>(
     className,
     args: { h: enc.head, f: enc.frames },
     name: opts.name,
-    resources: resourcesOf(opts, 0),
+    resources,
     maxRestarts: opts.maxRestarts ?? 0,
     maxConcurrency: opts.maxConcurrency ?? 1,
     placementGroup: typeof pg === "string" ? pg : pg?.id,
@@ -195,12 +213,17 @@ export function createActor<T = unknown>(
   const rec = rt.actors.record(actorId, opts.name);
   rec.maxTaskRetries = opts.maxTaskRetries ?? 0;
   rt.head.request("createActor", { spec }).catch((e: Error) => {
+    // ready() and every call reject with the refusal's own class (ActorNameTakenError ...)
     rt.actors.onUpdate({
       t: "actor",
       actorId,
       state: "DEAD",
       incarnation: 1e9,
-      cause: { kind: "rejected", message: `the head refused to create it: ${e.name}: ${e.message}` },
+      cause: {
+        kind: "rejected",
+        message: `the head refused to create it: ${e.name}: ${e.message}`,
+        creationError: errorToWire(e),
+      },
     });
   });
   return handleFor(rt, actorId, opts.name);
@@ -262,7 +285,7 @@ export function submitTask<R = unknown>(
   opts: TaskOptions = {},
 ): ObjectRef<R> {
   const rt = currentRuntime();
-  const resources = resourcesOf(opts, 1);
+  const resources = resourcesOf(opts, 1, `task ${exportName}`);
   const strategy = opts.schedulingStrategy;
   affinityOf(strategy, undefined, `task ${exportName}`);
   // executors are leased per resource shape and per target node
@@ -304,10 +327,7 @@ export function get<T extends readonly unknown[]>(
   opts?: GetOptions,
 ): Promise<{ [K in keyof T]: Awaited<T[K]> }>;
 export function get(refs: unknown, opts: GetOptions = {}): Promise<unknown> {
-  const ms = opts.timeoutMs;
-  if (ms !== undefined && !(ms >= 0)) {
-    throw new RangeError(`get(): timeoutMs must be a number >= 0 (0 = only if ready now), got ${ms}`);
-  }
+  const ms = checkTimeoutMs("get", opts.timeoutMs, "0 = only if ready now");
   const p = Array.isArray(refs) ? Promise.all(refs.map((r) => resolveOne(r))) : resolveOne(refs);
   if (ms === undefined || ms === Number.POSITIVE_INFINITY) return p;
   // a timer of 0 fires after the microtasks that deliver values already here: 0 means "if ready now"
@@ -322,24 +342,48 @@ function resolveOne(r: any): Promise<unknown> {
 
 function withTimeout<T>(p: Promise<T>, ms: number, message: string): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const t = setTimeout(() => reject(new GetTimeoutError(message)), ms);
+    const cancel = after(ms, () => reject(new GetTimeoutError(message)));
     p.then(
       (v) => {
-        clearTimeout(t);
+        cancel();
         resolve(v);
       },
       (e) => {
-        clearTimeout(t);
+        cancel();
         reject(e);
       },
     );
   });
 }
 
+/** A timeout option checked at the call site: undefined (no limit) or a number >= 0 (Infinity: no limit). */
+function checkTimeoutMs(fn: string, ms: unknown, zero: string): number | undefined {
+  if (ms === undefined) return undefined;
+  if (typeof ms !== "number" || !(ms >= 0))
+    throw new RangeError(`${fn}(): timeoutMs must be a number >= 0 (${zero}), got ${String(ms)}`);
+  return ms;
+}
+
+/** Node fires a timer longer than this at once; longer waits are made of several. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** Runs `f` after `ms` (any length; Infinity: never); returns the cancel function. */
+function after(ms: number, f: () => void): () => void {
+  if (ms === Number.POSITIVE_INFINITY) return () => {};
+  const due = Date.now() + ms;
+  let timer: NodeJS.Timeout;
+  const arm = () => {
+    const left = due - Date.now();
+    timer = left > MAX_TIMER_MS ? setTimeout(arm, MAX_TIMER_MS) : setTimeout(f, Math.max(0, left));
+  };
+  arm();
+  return () => clearTimeout(timer);
+}
+
 export interface WaitOptions {
-  /** How many refs must be ready (default 1). */
+  /** How many refs must be ready: a whole number from 1 to refs.length (default 1); others throw RangeError. */
   numReturns?: number;
-  /** Give up waiting after this long and return what is ready (default: no limit). */
+  /** Give up waiting after this long and return what is ready (default: no limit); a number >= 0. */
   timeoutMs?: number;
 }
 
@@ -351,15 +395,30 @@ export function wait<R extends PromiseLike<unknown>>(
   refs: R[],
   opts: WaitOptions = {},
 ): Promise<{ ready: R[]; notReady: R[] }> {
-  const want = Math.min(opts.numReturns ?? 1, refs.length);
+  if (!Array.isArray(refs)) throw new TypeError(`wait(): refs must be an array of refs, got ${typeof refs}`);
+  const timeoutMs = checkTimeoutMs("wait", opts.timeoutMs, "0 = only what is ready now");
+  const numReturns = opts.numReturns ?? 1;
+  // Ray's rule: 1 <= num_returns <= len(refs); an empty list is answered at once
+  if (
+    refs.length > 0 &&
+    (typeof numReturns !== "number" ||
+      !Number.isInteger(numReturns) ||
+      numReturns < 1 ||
+      numReturns > refs.length)
+  ) {
+    throw new RangeError(
+      `wait(): numReturns must be a whole number from 1 to the number of refs (${refs.length}), got ${String(numReturns)}`,
+    );
+  }
+  const want = Math.min(numReturns, refs.length);
   const done = new Set<number>();
   return new Promise((resolve) => {
     let finished = false;
-    let timer: NodeJS.Timeout | null = null;
+    let cancel = () => {};
     const finish = () => {
       if (finished) return;
       finished = true;
-      if (timer) clearTimeout(timer);
+      cancel();
       const ready: R[] = [];
       const notReady: R[] = [];
       for (let i = 0; i < refs.length; i++) {
@@ -368,7 +427,7 @@ export function wait<R extends PromiseLike<unknown>>(
       resolve({ ready, notReady });
     };
     if (want === 0) return finish();
-    if (opts.timeoutMs !== undefined) timer = setTimeout(finish, opts.timeoutMs);
+    if (timeoutMs !== undefined) cancel = after(timeoutMs, finish);
     refs.forEach((r, i) => {
       const mark = () => {
         done.add(i);
@@ -447,14 +506,18 @@ function pendingWarnMs(): number {
 /** Awaits `pending`, warning every `everyMs` that `what` still waits, with the resources free now. */
 async function warnWhilePending<T>(pending: Promise<T>, what: string, everyMs: number): Promise<T> {
   const t0 = Date.now();
+  let settled = false;
   const timer = setInterval(() => {
     availableResources()
       .then((free) =>
-        logWarn(
-          `${what} has waited ${((Date.now() - t0) / 1000).toFixed(1)} s for resources; free now: ${JSON.stringify(free)}. ` +
-            "It is placed when actors or placement groups holding them end (kill them; removePlacementGroup; " +
-            "a WorkerGroup's ResourcePool.release() after its shutdown()) or a node with them joins",
-        ),
+        // an answer that comes after the wait ended says nothing any more
+        settled
+          ? undefined
+          : logWarn(
+              `${what} has waited ${((Date.now() - t0) / 1000).toFixed(1)} s for resources; free now: ${JSON.stringify(free)}. ` +
+                "It is placed when actors or placement groups holding them end (kill them; removePlacementGroup; " +
+                "a WorkerGroup's ResourcePool.release() after its shutdown()) or a node with them joins",
+            ),
       )
       .catch(() => {});
   }, everyMs);
@@ -462,6 +525,7 @@ async function warnWhilePending<T>(pending: Promise<T>, what: string, everyMs: n
   try {
     return await pending;
   } finally {
+    settled = true;
     clearInterval(timer);
   }
 }
@@ -471,12 +535,13 @@ export function placementGroup(
   bundles: Record<string, number>[],
   opts: PlacementGroupOptions = {},
 ): PlacementGroup {
-  return new PlacementGroup(
-    `pg-${randomId(5)}`,
-    bundles.map(normalizeBundle),
-    opts.strategy ?? "PACK",
-    opts.name,
-  );
+  if (!Array.isArray(bundles) || bundles.length === 0)
+    throw new ResourceRequestError("placementGroup(): bundles must be a non-empty array of resource amounts");
+  const normalized = bundles.map((b, i) => {
+    validateRequest(b, `placement group bundle ${i}`);
+    return normalizeBundle(b);
+  });
+  return new PlacementGroup(`pg-${randomId(5)}`, normalized, opts.strategy ?? "PACK", opts.name);
 }
 
 function normalizeBundle(b: Record<string, number>): Record<string, number> {

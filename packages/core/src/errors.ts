@@ -150,7 +150,7 @@ export class NotInitializedError extends TorlError {
   }
 }
 
-/** A task whose worker died more often than `maxRetries` allows. */
+/** A task whose worker died more often than `maxRetries` allows, or that had not started when `shutdown()` ran. */
 export class TaskFailedError extends TorlError {}
 
 /** A value of a class this process has no serializer for arrived (see registerSerializer). */

@@ -9,6 +9,7 @@
  *      hello, so the call returns only once the whole ring carries messages.
  * Data never passes through the driver.
  */
+import { MAX_FRAME_BYTES } from "@torl-ts/core";
 import { CollectiveArgumentError, CollectiveError } from "./errors.js";
 import { DEFAULT_GROUP, MEMBER_MODULE_URL, type MemberJoinSpec } from "./member.js";
 import type { CollectiveTransport, MemberAddress } from "./ring.js";
@@ -91,8 +92,11 @@ export async function createCollectiveGroupOn(
     throw new CollectiveArgumentError(`unknown transport "${transport}" (auto, tcp or ipc)`, name);
   }
   const sliceBytes = options.sliceBytes ?? DEFAULT_SLICE_BYTES;
-  if (!Number.isInteger(sliceBytes) || sliceBytes < 8) {
-    throw new CollectiveArgumentError(`sliceBytes must be an integer >= 8, got ${sliceBytes}`, name);
+  if (!Number.isInteger(sliceBytes) || sliceBytes < 8 || sliceBytes > MAX_FRAME_BYTES) {
+    throw new CollectiveArgumentError(
+      `sliceBytes must be an integer from 8 to ${MAX_FRAME_BYTES} (the largest frame a member accepts), got ${sliceBytes}`,
+      name,
+    );
   }
   const W = members.length;
   const group = new CollectiveGroup(name, members);

@@ -13,6 +13,12 @@
  *   4 offset       offset of the slice in its chunk (elements)
  *   5 sliceLen     elements in this slice
  *
+ * Abort = [header with op ABORT and a = the rank that found the mismatch, its message as UTF-8]. A
+ * rank that finds the ranks disagree (another call, type or length) sends one to its successor; a
+ * rank that receives one fails the collective it is in (or its next) with CollectiveMismatchError
+ * and passes it on until it reaches the rank before the origin, so every rank of the ring fails
+ * promptly, not only the ones whose predecessor happened to send them something unexpected.
+ *
  * Buffers: received slices are reduced in place in the receive buffer and forwarded as they are,
  * so a ring step costs no copies beyond the one into the caller's array. Data read from the
  * caller's arrays is sent zero-copy only where the algorithm guarantees the successor has consumed
@@ -22,7 +28,7 @@ import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
-import { requireKeysToListen, secureClientSocket, secureServerSocket } from "@torl-ts/core";
+import { MAX_FRAME_BYTES, requireKeysToListen, secureClientSocket, secureServerSocket } from "@torl-ts/core";
 import { Pull, Push } from "zeromq";
 import {
   accumulate,
@@ -50,9 +56,12 @@ const OP_BROADCAST = 3;
 const OP_ALLGATHER = 4;
 const OP_REDUCESCATTER = 5;
 const OP_BARRIER = 6;
-const OP_NAMES = ["?", "hello", "allReduce", "broadcast", "allGather", "reduceScatter", "barrier"];
+const OP_ABORT = 7;
+const OP_NAMES = ["?", "hello", "allReduce", "broadcast", "allGather", "reduceScatter", "barrier", "abort"];
 
 const HEADER_BYTES = 24;
+/** The step of a broadcast's announcement ([n, src] in a, chunkLen), sent by every rank but the source. */
+const ANNOUNCE_STEP = 2;
 /** Larger staged copies are not kept for reuse. */
 const MAX_STAGING_BYTES = 64 << 20;
 
@@ -160,6 +169,8 @@ export class RingMember {
   private readonly staging: { buf: Uint8Array; seq: number }[] = [];
   /** Seq of the last completed collective whose completion implies every rank entered it. */
   private lastFullSeq = 0;
+  /** Mismatch errors that came from a peer's abort (passed on already, not announced again). */
+  private readonly fromPeer = new WeakSet<object>();
 
   constructor(
     readonly group: string,
@@ -180,6 +191,8 @@ export class RingMember {
     const pull = new Pull({
       receiveTimeout: this.options.timeoutMs > 0 ? this.options.timeoutMs : -1,
       linger: 0,
+      // slices are at most MAX_FRAME_BYTES (checked at group creation): a peer cannot make it buffer more
+      maxMessageSize: MAX_FRAME_BYTES,
     });
     this.pull = pull;
     // the ring carries tensors from and to actor code: as guarded as every other cluster socket
@@ -303,6 +316,7 @@ export class RingMember {
     const word = h.readUInt32LE(4);
     const hop = word >>> 24;
     const hstep = word & 0xffff;
+    if (hop === OP_ABORT) throw this.onAbort(frames, op, seq);
     if (hseq !== seq || hop !== op || hstep !== step) {
       throw new CollectiveMismatchError(
         `rank ${this.rank} is in ${OP_NAMES[op]} #${seq} step ${step} of group "${this.group}" but rank ${this.prevRank} sent ${OP_NAMES[hop] ?? hop} #${hseq} step ${hstep}: ranks must call the same collectives in the same order`,
@@ -319,6 +333,26 @@ export class RingMember {
       sliceLen: h.readUInt32LE(20),
       data: frames[1],
     };
+  }
+
+  /** A peer's abort: passed on to the successor unless it is the origin; the error this rank fails with. */
+  private onAbort(frames: Buffer[], op: number, seq: number): CollectiveMismatchError {
+    const origin = frames[0]!.readUInt32LE(8);
+    const why = frames[1]?.toString("utf8") ?? "(no reason given)";
+    if ((this.rank + 1) % this.worldSize !== origin) this.send(frames);
+    const err = new CollectiveMismatchError(
+      `rank ${this.rank} in ${OP_NAMES[op]} #${seq} of group "${this.group}": rank ${origin} found that the ranks disagree: ${why}`,
+      this.group,
+      this.rank,
+    );
+    this.fromPeer.add(err);
+    return err;
+  }
+
+  /** Tells the rest of the ring that this rank found a mismatch (see the header comment). */
+  private announceMismatch(err: CollectiveMismatchError): void {
+    if (this.fromPeer.has(err) || this.closed || !this.push) return;
+    this.send([header(0, OP_ABORT, 0, 0, this.rank, 0, 0, 0), Buffer.from(err.message, "utf8")]);
   }
 
   private destroyedError(op: number, seq: number): CollectiveGroupDestroyedError {
@@ -512,7 +546,10 @@ export class RingMember {
       try {
         return await body(seq);
       } catch (err) {
-        if (this.worldSize > 1) this.broken = err;
+        if (this.worldSize > 1) {
+          this.broken = err;
+          if (err instanceof CollectiveMismatchError) this.announceMismatch(err);
+        }
         throw err;
       }
     };
@@ -596,9 +633,13 @@ export class RingMember {
       if (W === 1) return arr;
       const n = arr.length;
       const d = mod(this.rank - src, W);
+      // A rank that only receives announces its call first, so a rank that disagrees (another call,
+      // source, type or length) always gets something to check, and no two ranks wait on each other.
+      if (d !== 0) this.send([header(seq, OP_BROADCAST, dtype, ANNOUNCE_STEP, n, src, 0, 0)]);
       if (d === 0) {
         // Zero-copy: the call waits for the last rank's acknowledgement, so all data was consumed.
         this.sendSlices(seq, OP_BROADCAST, dtype, 0, n, arr, false);
+        await this.checkAnnounce(seq, dtype, n, src);
         const ack = await this.recv(seq, OP_BROADCAST, 1);
         if (ack.a !== n) {
           throw new CollectiveMismatchError(
@@ -611,6 +652,7 @@ export class RingMember {
         this.lastFullSeq = seq;
         return arr;
       }
+      if (this.prevRank !== src) await this.checkAnnounce(seq, dtype, n, src);
       for (const [off, sl] of slices(n, this.sliceElems(dtype))) {
         const m = await this.recv(seq, OP_BROADCAST, 0);
         const got = this.sliceOf(m, OP_BROADCAST, dtype, n, n, off, sl);
@@ -620,6 +662,18 @@ export class RingMember {
       if (d === W - 1) this.send([header(seq, OP_BROADCAST, dtype, 1, n, 0, 0, 0)]);
       return arr;
     });
+  }
+
+  /** Receives the predecessor's broadcast announcement and checks it agrees with this rank's call. */
+  private async checkAnnounce(seq: number, dtype: number, n: number, src: number): Promise<void> {
+    const m = await this.recv(seq, OP_BROADCAST, ANNOUNCE_STEP);
+    if (m.dtype !== dtype || m.a !== n || m.chunkLen !== src) {
+      throw new CollectiveMismatchError(
+        `rank ${this.rank} is in broadcast of ${dtypeName(dtype)}[${n}] from rank ${src}, rank ${this.prevRank} in broadcast of ${dtypeName(m.dtype)}[${m.a}] from rank ${m.chunkLen}: ranks must agree on the source, type and length`,
+        this.group,
+        this.rank,
+      );
+    }
   }
 
   /**

@@ -29,16 +29,37 @@ export function makePool(total: Resources, gpuIds: number[]): Pool {
   return { total: { ...total, GPU: gpuIds.length }, avail: { ...total, GPU: gpuIds.length }, gpuFree };
 }
 
-/** Checks a request's shape: non-negative numbers, whole GPUs when more than one. */
-export function validateRequest(req: Resources): void {
+/**
+ * The one check of a resource request's shape, for actors, tasks and placement-group bundles alike:
+ * each amount a finite number >= 0, whole GPUs when more than one. Throws ResourceRequestError
+ * naming `where` (e.g. "actor Counter") and the option (`label` turns a resource key into its name).
+ */
+export function validateRequest(
+  req: Resources,
+  where = "resource request",
+  label = (key: string) => key,
+): void {
+  if (req === null || typeof req !== "object" || Array.isArray(req))
+    throw new ResourceRequestError(`${where}: resources must be an object of amounts, got ${shown(req)}`);
   for (const [k, v] of Object.entries(req)) {
     if (typeof v !== "number" || !Number.isFinite(v) || v < 0) {
-      throw new ResourceRequestError(`resource '${k}' must be a non-negative number, got ${v}`);
+      throw new ResourceRequestError(`${where}: ${label(k)} must be a finite number >= 0, got ${shown(v)}`);
     }
   }
   const g = req.GPU ?? 0;
   if (g > 1 && !Number.isInteger(g)) {
-    throw new ResourceRequestError(`numGpus above 1 must be a whole number, got ${g}`);
+    throw new ResourceRequestError(
+      `${where}: ${label("GPU")} above 1 must be a whole number (fractions share one GPU), got ${g}`,
+    );
+  }
+}
+
+function shown(v: unknown): string {
+  if (typeof v === "string") return JSON.stringify(v);
+  try {
+    return Array.isArray(v) ? JSON.stringify(v) : String(v);
+  } catch {
+    return typeof v;
   }
 }
 

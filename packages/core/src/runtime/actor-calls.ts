@@ -15,6 +15,7 @@ import { UndecodableMessage } from "../wire/batch.js";
 import { type Encoded, encode } from "../wire/codec.js";
 import { DealerLink } from "../wire/links.js";
 import { prepareValue } from "../wire/sendable.js";
+import { headErrorFromWire } from "./head-client.js";
 import type { ObjectRef } from "./object-ref.js";
 import { FAILED, READY } from "./object-store.js";
 import {
@@ -292,10 +293,20 @@ function describe(rec: ActorRecord, target: string | [string, string]): string {
   return typeof target === "string" ? `${rec.name ?? rec.actorId}.${target}` : `${target[1]}`;
 }
 
+/**
+ * The error calls on a dead actor fail with. An actor that could never be created fails with the
+ * class that says why (InfeasibleResourceError; a refusal by the head with its own class, such as
+ * ActorNameTakenError or ResourceRequestError); one that existed and died, with ActorDiedError.
+ */
 export function makeDeathError(rec: ActorRecord, cause: DeathCause): Error {
   if (cause.kind === "infeasible") {
     const e = new InfeasibleResourceError(cause.message);
     return e;
+  }
+  if (cause.kind === "rejected" && cause.creationError) {
+    const who = rec.name ? `'${rec.name}' (${rec.actorId})` : rec.actorId;
+    const w = cause.creationError;
+    return headErrorFromWire({ ...w, message: `actor ${who} was not created: ${w.message}` });
   }
   return new ActorDiedError(rec.actorId, rec.name, cause);
 }

@@ -3,7 +3,8 @@
  * and invokeInActor) in arrival order, at most `maxConcurrency` at a time, and replies to the caller.
  */
 import { SerializationError } from "../errors.js";
-import { type Encoded, encode, errorToWire } from "../wire/codec.js";
+import { logWarn } from "../log.js";
+import { type Encoded, encode, encodeError, errorToWire, printable, thrownMessage } from "../wire/codec.js";
 import { prepareValue } from "../wire/sendable.js";
 import { ObjectRef } from "./object-ref.js";
 import { FLAG_IMMEDIATE, RESULT, RESULT_OK, RESULT_THREW, RESULT_UNSENDABLE } from "./protocol.js";
@@ -92,11 +93,12 @@ export class Executor {
           enc = encode([RESULT, job.seq, RESULT_UNSENDABLE, [e.path, e.found, e.message]]);
         } else
           value = new ExecutorError(
-            `the result of ${describe(job.target)} cannot be serialized: ${(e as Error).message}`,
+            `the result of ${describe(job.target)} cannot be serialized: ${thrownMessage(e)}`,
           );
       }
     }
-    enc ??= encode([RESULT, job.seq, RESULT_THREW, errorToWire(value)]);
+    // any thrown value, whatever it holds, is encoded as far as it can be: every call gets its answer
+    enc ??= encodeError(value, (w) => [RESULT, job.seq, RESULT_THREW, w]);
     const key = keyOf(job);
     if (this.seen.get(key) === RUNNING) {
       const bytes = enc.head.byteLength + enc.frames.reduce((n, f) => n + f.byteLength, 0);
@@ -120,34 +122,35 @@ export class Executor {
 
   private run(job: Job, counted: boolean): void {
     if (counted) this.running++;
-    let result: any;
+    let settled = false;
+    const finish = (ok: boolean, value: unknown): void => {
+      if (settled) return;
+      settled = true;
+      try {
+        this.reply(job, ok, value);
+      } catch (e) {
+        logWarn(`the reply to ${describe(job.target)} could not be sent: ${printable(e)}`);
+      } finally {
+        if (counted) this.done();
+      }
+    };
     try {
       const needsAsync = job.args.some((a) => a instanceof ObjectRef) || this.needsImport(job.target);
-      result = needsAsync ? this.invokeAsync(job) : this.invoke(job);
+      const result: any = needsAsync ? this.invokeAsync(job) : this.invoke(job);
+      // a returned object's `then` may be a getter that throws: that too ends the call with its error
+      const then =
+        result !== null && typeof result === "object" && !(result instanceof ObjectRef)
+          ? result.then
+          : undefined;
+      if (typeof then === "function") {
+        then.call(
+          result,
+          (v: unknown) => finish(true, v),
+          (e: unknown) => finish(false, e),
+        );
+      } else finish(true, result);
     } catch (e) {
-      this.reply(job, false, e);
-      if (counted) this.done();
-      return;
-    }
-    if (
-      result !== null &&
-      typeof result === "object" &&
-      typeof result.then === "function" &&
-      !(result instanceof ObjectRef)
-    ) {
-      result.then(
-        (v: unknown) => {
-          this.reply(job, true, v);
-          if (counted) this.done();
-        },
-        (e: unknown) => {
-          this.reply(job, false, e);
-          if (counted) this.done();
-        },
-      );
-    } else {
-      this.reply(job, true, result);
-      if (counted) this.done();
+      finish(false, e);
     }
   }
 

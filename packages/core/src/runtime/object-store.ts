@@ -112,6 +112,11 @@ export class ObjectStore {
     for (const b of bufs) this.pool.release(b);
   }
 
+  /** Fails every object still pending with the error `why(seq)` makes (shutdown). */
+  failPending(why: (seq: number) => Error): void {
+    for (const [seq, e] of [...this.entries]) if (e.state === PENDING) this.settle(seq, FAILED, why(seq));
+  }
+
   /** Drops everything (shutdown). */
   clear(): void {
     this.entries.clear();

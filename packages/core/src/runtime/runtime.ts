@@ -11,7 +11,7 @@ import { MessageDecodeError, ObjectLostError, OwnerDiedError, RemoteError } from
 import { logWarn } from "../log.js";
 import { siblingModule, threadEntry } from "../module-files.js";
 import { UndecodableMessage } from "../wire/batch.js";
-import { decode, encode, errorToWire, registerClass } from "../wire/codec.js";
+import { decode, encode, encodeError, errorToWire, registerClass } from "../wire/codec.js";
 import { DealerLink, RouterServer } from "../wire/links.js";
 import { clusterKeys, requireKeysToListen } from "../wire/security.js";
 import { prepareValue } from "../wire/sendable.js";
@@ -452,9 +452,16 @@ export class Runtime {
               const value = prepareValue(this.store.handOut(s), "value", "cannot be sent");
               this.server.sendEncoded(peer, encode([FETCH_REPLY, seq, FETCH_OK, value]));
             } catch (err) {
-              this.server.send(peer, [FETCH_REPLY, seq, FETCH_ERROR, errorToWire(err)]);
+              this.server.sendEncoded(
+                peer,
+                encodeError(err, (w) => [FETCH_REPLY, seq, FETCH_ERROR, w]),
+              );
             }
-          } else this.server.send(peer, [FETCH_REPLY, seq, FETCH_ERROR, errorToWire(s.value)]);
+          } else
+            this.server.sendEncoded(
+              peer,
+              encodeError(s.value, (w) => [FETCH_REPLY, seq, FETCH_ERROR, w]),
+            );
         });
         return;
       }
@@ -547,6 +554,11 @@ export class Runtime {
     this.peers.clear();
     this.head.close();
     this.server.close();
+    // a get() still waiting on a result of this process settles now instead of never
+    this.store.failPending(
+      (seq) =>
+        new ObjectLostError(`${this.clientId}:${seq}`, "shutdown() ended its owner before it was ready"),
+    );
     this.store.clear();
     if (this.address?.ipc) rmSync(this.address.ipc.slice("ipc://".length), { force: true });
     setRuntime(null);

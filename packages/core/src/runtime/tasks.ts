@@ -3,7 +3,7 @@
  * to the least busy executor; new executors start while work queues up (up to what the cluster's
  * CPUs allow); a task whose executor dies is retried elsewhere up to `maxRetries` times.
  */
-import { type ActorDiedError, InfeasibleResourceError } from "../errors.js";
+import { type ActorDiedError, InfeasibleResourceError, TaskFailedError } from "../errors.js";
 import { prepareValue } from "../wire/sendable.js";
 import type { ActorRecord, CallInfo } from "./actor-calls.js";
 import type { ObjectRef } from "./object-ref.js";
@@ -24,6 +24,7 @@ export class TaskPool {
   private execs: ActorRecord[] = [];
   private queue: QueuedTask[] = [];
   private idleTimer: NodeJS.Timeout | null = null;
+  private closed = false;
 
   constructor(
     private rt: Runtime,
@@ -42,7 +43,25 @@ export class TaskPool {
     return ref;
   }
 
+  /**
+   * Ends the pool (shutdown): queued tasks fail with TaskFailedError, and nothing is dispatched or
+   * started from now on (the runtime that would run it is going away).
+   */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer = null;
+    for (const t of this.queue.splice(0)) {
+      const err = new TaskFailedError(
+        `task ${t.target[1]} had not started when shutdown() ended the runtime that would run it`,
+      );
+      this.rt.store.settle(t.seq, FAILED, err);
+    }
+  }
+
   private pump(): void {
+    if (this.closed) return;
     while (this.queue.length > 0) {
       let best: ActorRecord | null = null;
       for (const e of this.execs) {
@@ -69,7 +88,7 @@ export class TaskPool {
     const extra: Partial<CallInfo> = {
       done: () => this.pump(),
       onDied: (info: CallInfo, err: Error) => {
-        if (t.retriesLeft > 0) {
+        if (t.retriesLeft > 0 && !this.closed) {
           t.retriesLeft--;
           this.queue.unshift(t);
           setImmediate(() => this.pump());

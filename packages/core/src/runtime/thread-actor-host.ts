@@ -7,7 +7,8 @@ import { parentPort } from "node:worker_threads";
 import { expose } from "comlink";
 import nodeEndpoint from "comlink/dist/umd/node-adapter.js";
 import { SerializationError } from "../errors.js";
-import { errorToWire } from "../wire/codec.js";
+import { errorToWire, thrownMessage } from "../wire/codec.js";
+import { ExecutorError } from "./executor.js";
 import {
   CodecPacket,
   READY_METHOD,
@@ -94,7 +95,10 @@ const host: ThreadActorHost = {
     } catch (e) {
       if (e instanceof SerializationError)
         throw { kind: "unsendable", serialization: [e.path, e.found, e.message] } satisfies ThreadCallFailure;
-      throw threw(e);
+      // what a process actor's executor answers for the same result
+      throw threw(
+        new ExecutorError(`the result of method '${method}' cannot be serialized: ${thrownMessage(e)}`),
+      );
     }
   },
 };

@@ -1,11 +1,23 @@
 /**
  * Batch framing on the wire: many encoded messages travel in one ZeroMQ multipart message.
- * Frame 0: msgpack [MAGIC, [headLength, frameCount, ...]]; frame 1: the heads concatenated;
+ * Frame 0: msgpack [MAGIC, [headLength, frameCount, ...], pieces?]; frame 1: the heads concatenated;
  * frames 2..: the raw frames of every message in order.
+ *
+ * No ZeroMQ frame is larger than MAX_FRAME_BYTES (every socket of the cluster refuses larger ones,
+ * see links.ts): a larger logical frame (the heads, or a raw frame) travels as consecutive pieces of
+ * at most that size, and `pieces` lists [logical frame number (0 = the heads), piece count] for each
+ * one cut, flattened. The receiver joins the pieces (one copy) before decoding.
  */
 import { decode, type Encoded, packPlain, unpackPlain } from "./codec.js";
 
 export const MAGIC = "torl/1";
+
+/**
+ * The largest ZeroMQ frame a socket of the cluster accepts (ZMQ_MAXMSGSIZE): what a peer can make a
+ * listener buffer for one frame, before it has authenticated too (a CURVE handshake's own frames
+ * are a few hundred bytes). A larger frame ends the peer's connection. Larger values travel in pieces.
+ */
+export const MAX_FRAME_BYTES = 1 << 20;
 
 export class MalformedMessageError extends Error {
   override name = "MalformedMessageError";
@@ -70,7 +82,42 @@ export function buildBatch(messages: Encoded[]): Uint8Array[] {
     for (const f of m.frames) frames.push(f);
   }
   const headBuf = heads.length === 1 ? heads[0]! : Buffer.concat(heads, total);
-  return [packPlain([MAGIC, index]), headBuf, ...frames];
+  const logical = [headBuf, ...frames];
+  if (!logical.some((f) => f.byteLength > MAX_FRAME_BYTES)) return [packPlain([MAGIC, index]), ...logical];
+  const pieces: number[] = [];
+  const out: Uint8Array[] = [];
+  logical.forEach((f, i) => {
+    if (f.byteLength <= MAX_FRAME_BYTES) {
+      out.push(f);
+      return;
+    }
+    const n = Math.ceil(f.byteLength / MAX_FRAME_BYTES);
+    pieces.push(i, n);
+    // views, not copies: the send reads them where they are
+    for (let k = 0; k < n; k++) out.push(f.subarray(k * MAX_FRAME_BYTES, (k + 1) * MAX_FRAME_BYTES));
+  });
+  return [packPlain([MAGIC, index, pieces]), ...out];
+}
+
+/** The logical frames after the header: pieces joined as `pieces` ([frame, count, ...]) says. */
+function joinPieces(parts: Uint8Array[], from: number, pieces: unknown): Uint8Array[] {
+  if (!Array.isArray(pieces) || pieces.length % 2 !== 0)
+    throw new MalformedMessageError("batch piece list is malformed");
+  const counts = new Map<number, number>();
+  for (let i = 0; i < pieces.length; i += 2) {
+    const [at, n] = [pieces[i], pieces[i + 1]];
+    if (!Number.isInteger(at) || !Number.isInteger(n) || n < 1)
+      throw new MalformedMessageError("batch piece list is malformed");
+    counts.set(at, n);
+  }
+  const out: Uint8Array[] = [];
+  for (let p = from; p < parts.length; ) {
+    const n = counts.get(out.length) ?? 1;
+    if (p + n > parts.length) throw new MalformedMessageError("batch refers to missing pieces");
+    out.push(n === 1 ? parts[p]! : Buffer.concat(parts.slice(p, p + n)));
+    p += n;
+  }
+  return out;
 }
 
 /**
@@ -86,7 +133,9 @@ export function parseBatch(parts: Uint8Array[], offset: number): any[] {
   }
 }
 
-function parseFrames(parts: Uint8Array[], offset: number): any[] {
+function parseFrames(received: Uint8Array[], at: number): any[] {
+  let parts = received;
+  let offset = at;
   if (parts.length < offset + 2)
     throw new MalformedMessageError(`expected at least 2 frames, got ${parts.length - offset}`);
   let header: any;
@@ -102,6 +151,10 @@ function parseFrames(parts: Uint8Array[], offset: number): any[] {
     header[1].length % 2 !== 0
   ) {
     throw new MalformedMessageError("header frame lacks the torl/1 magic");
+  }
+  if (header[2] !== undefined) {
+    parts = [parts[offset]!, ...joinPieces(parts, offset + 1, header[2])];
+    offset = 0;
   }
   const index = header[1] as number[];
   const heads = parts[offset + 1]!;

@@ -9,7 +9,7 @@
  */
 import { addExtension, Packr } from "msgpackr";
 import { SerializationError, UnknownClassError } from "../errors.js";
-import { BoxedMap, isSendable, markLeafClass, prepareValue } from "./sendable.js";
+import { BoxedMap, hasUserSerializer, isSendable, markLeafClass, prepareValue } from "./sendable.js";
 
 /** A value split into a msgpack body and the raw frames its typed arrays point into. */
 export interface Encoded {
@@ -98,21 +98,146 @@ export interface WireError {
   data?: Record<string, unknown>;
 }
 
-/** An error as data; own fields that cannot travel are sent as their string form. */
+/**
+ * Any thrown value as data that can always be encoded; never throws. An Error keeps its name, message,
+ * stack and own enumerable fields; a field that cannot travel (a function is left out; a symbol, a
+ * BigInt beyond 64 bits, an unregistered class, a getter that throws, a value whose serializer throws)
+ * is sent as a note of what it was; an Error met again inside itself (a cycle) as "[circular ...]";
+ * Errors inside fields travel as Errors. Any other thrown value arrives as "NonErrorThrown" with its
+ * string form as the message and, where it can travel, the value itself.
+ */
 export function errorToWire(error: unknown): WireError {
-  if (error instanceof Error) {
-    const data: Record<string, unknown> = {};
-    for (const key of Object.keys(error)) {
-      const value = (error as any)[key];
-      if (typeof value !== "function") data[key] = safe(value);
-    }
-    return { name: error.name, message: error.message, stack: error.stack, data };
-  }
-  return { name: "NonErrorThrown", message: String(error), data: { value: safe(error) } };
+  return describeThrown(error, new Set());
 }
 
-function safe(v: unknown): unknown {
-  return isSendable(v) ? v : String(v);
+/** Longest string form of a field that cannot travel (the rest is cut with a note). */
+const MAX_NOTE_CHARS = 4096;
+/** Fields of an error are copied this deep at most. */
+const MAX_ERROR_DEPTH = 32;
+
+function describeThrown(error: unknown, seen: Set<object>): WireError {
+  if (!attempt(() => error instanceof Error, false)) {
+    const data: Record<string, unknown> = {};
+    const value = sendableCopy(error, seen, 0);
+    if (typeof value !== "string" || typeof error === "string") data.value = value;
+    return { name: "NonErrorThrown", message: printable(error), data };
+  }
+  const e = error as Error;
+  seen.add(e);
+  const data: Record<string, unknown> = {};
+  const keys = attempt(() => Object.keys(e), null);
+  if (keys === null) data["(fields)"] = "(listing its fields threw)";
+  for (const key of keys ?? []) {
+    let value: unknown;
+    try {
+      value = (e as unknown as Record<string, unknown>)[key];
+    } catch (err) {
+      data[key] = `(reading it threw: ${printable(err)})`;
+      continue;
+    }
+    if (typeof value !== "function") data[key] = sendableCopy(value, seen, 1);
+  }
+  return {
+    name: stringField(() => e.name, "Error"),
+    message: stringField(() => e.message, "(its message could not be read)"),
+    stack: attempt(() => (typeof e.stack === "string" ? e.stack : undefined), undefined),
+    data,
+  };
+}
+
+function attempt<T>(f: () => T, fallback: T): T {
+  try {
+    return f();
+  } catch {
+    return fallback;
+  }
+}
+
+function stringField(read: () => unknown, fallback: string): string {
+  return attempt(() => {
+    const v = read();
+    return typeof v === "string" ? v : v === undefined ? fallback : printable(v);
+  }, fallback);
+}
+
+/** A value's string form for a message or a note; never throws. */
+export function printable(v: unknown): string {
+  let s: string;
+  try {
+    s = String(v);
+  } catch {
+    s = attempt(
+      () => Object.prototype.toString.call(v),
+      `(a value of type ${typeof v} without a string form)`,
+    );
+  }
+  return s.length > MAX_NOTE_CHARS
+    ? `${s.slice(0, MAX_NOTE_CHARS)}... (${s.length - MAX_NOTE_CHARS} more characters)`
+    : s;
+}
+
+/** What a caught value says: an Error's message, else its string form; never throws. */
+export function thrownMessage(e: unknown): string {
+  return printable(attempt(() => (e instanceof Error ? e.message : e), e));
+}
+
+/**
+ * `v` in a form the encoder surely takes: containers are copied with each Error inside rebuilt from
+ * its own wire form (so a cycle through an Error is cut where it closes); a leaf that fails a trial
+ * encoding is replaced by a note saying why.
+ */
+function sendableCopy(v: unknown, seen: Set<object>, depth: number): unknown {
+  try {
+    switch (typeof v) {
+      case "function":
+        return `(a function${(v as { name?: string }).name ? ` ${(v as { name: string }).name}` : ""})`;
+      case "symbol":
+      case "bigint":
+        return isSendable(v) ? v : printable(v);
+      case "object":
+        break;
+      default:
+        return v;
+    }
+    if (v === null) return v;
+    if (seen.has(v))
+      return v instanceof Error ? `[circular or repeated ${v.name}: ${v.message}]` : "[circular reference]";
+    if (depth > MAX_ERROR_DEPTH) return `(nested deeper than ${MAX_ERROR_DEPTH} levels)`;
+    if (v instanceof Error) return errorFromWire(describeThrown(v, seen));
+    const proto = Object.getPrototypeOf(v);
+    seen.add(v);
+    try {
+      if (Array.isArray(v)) return v.map((x) => sendableCopy(x, seen, depth + 1));
+      if (proto === Object.prototype || proto === null) {
+        const out: Record<string, unknown> = {};
+        for (const k of Object.keys(v)) {
+          try {
+            out[k] = sendableCopy((v as Record<string, unknown>)[k], seen, depth + 1);
+          } catch (err) {
+            out[k] = `(reading it threw: ${printable(err)})`;
+          }
+        }
+        return out;
+      }
+      if (proto === Map.prototype) {
+        const out = new Map<unknown, unknown>();
+        for (const [k, x] of v as Map<unknown, unknown>)
+          out.set(sendableCopy(k, seen, depth + 1), sendableCopy(x, seen, depth + 1));
+        return out;
+      }
+      if (proto === Set.prototype)
+        return new Set([...(v as Set<unknown>)].map((x) => sendableCopy(x, seen, depth + 1)));
+    } finally {
+      seen.delete(v);
+    }
+    if (!isSendable(v)) return `(${printable(v)}: cannot be sent)`;
+    // a user's serializer may still refuse it (the runtime's own classes are not tried: encoding a
+    // ref counts a copy of it)
+    if (hasUserSerializer(v)) encode(v);
+    return v;
+  } catch (err) {
+    return `(cannot be encoded: ${thrownMessage(err)})`;
+  }
 }
 
 const BUILTIN_ERRORS: Record<string, ErrorConstructor> = {
@@ -249,6 +374,28 @@ const packr = new Packr({
     throw new SerializationError("(unknown)", "a function", "a function cannot be encoded");
   },
 } as ConstructorParameters<typeof Packr>[0]);
+
+/**
+ * The message `build(wire)` makes of a thrown value, encoded; if its fields cannot be (too large for
+ * the encoder), the same message with the error's name, message and stack alone (cut to 64 KiB each)
+ * and a note of why: a reply carrying an error is always sent.
+ */
+export function encodeError(error: unknown, build: (wire: WireError) => unknown): Encoded {
+  const wire = errorToWire(error);
+  try {
+    return encode(build(wire));
+  } catch (e) {
+    const cut = (s: string) => (s.length > 65536 ? `${s.slice(0, 65536)}... (cut)` : s);
+    return encode(
+      build({
+        name: cut(wire.name),
+        message: cut(wire.message),
+        stack: wire.stack === undefined ? undefined : cut(wire.stack),
+        data: { unsent: `its fields could not be encoded: ${thrownMessage(e)}` },
+      }),
+    );
+  }
+}
 
 export function encode(value: unknown): Encoded {
   const saved = encFrames;

@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import * as zmq from "zeromq";
 import { ClusterAuthError } from "../errors.js";
 import { logDebug, logWarn } from "../log.js";
-import { buildBatch, parseBatch } from "./batch.js";
+import { buildBatch, MAX_FRAME_BYTES, parseBatch } from "./batch.js";
 import { type Encoded, encode } from "./codec.js";
 import { secureClientSocket, secureServerSocket, watchHandshake } from "./security.js";
 
@@ -19,13 +19,16 @@ export function viaSocksProxy(sock: zmq.Socket, endpoint: string): void {
 }
 
 /**
- * The transport's socket settings: nothing lingers after close, and no high-water mark drops or
- * blocks messages (the runtime bounds its own queues). The benchmark's raw floor uses them too.
+ * The transport's socket settings: nothing lingers after close, no high-water mark drops or blocks
+ * messages (the runtime bounds its own queues), and no frame over MAX_FRAME_BYTES is accepted (so a
+ * peer, authenticated or not, cannot make the socket buffer more for one frame; batch.ts cuts
+ * larger ones into pieces). The benchmark's raw floor uses them too.
  */
 export function tuneSocket(sock: zmq.Dealer | zmq.Router): void {
   sock.linger = 0;
   sock.sendHighWaterMark = 0;
   sock.receiveHighWaterMark = 0;
+  sock.maxMessageSize = MAX_FRAME_BYTES;
 }
 
 /** Connects a client socket to a server of the cluster: its keys (if any), the proxy (if set), the endpoint. */

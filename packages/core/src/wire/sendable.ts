@@ -25,6 +25,11 @@ const leafPrototypes = new Set<object>([
 /** Prototypes of classes registered with a serializer (entered only by the serializer). */
 const registeredPrototypes = new Set<object>();
 
+/** Whether `v` is an instance of a class registered with registerSerializer (its serializer may throw). */
+export function hasUserSerializer(v: object): boolean {
+  return registeredPrototypes.has(Object.getPrototypeOf(v));
+}
+
 /** Called by the codec for each class it encodes as a whole. */
 export function markLeafClass(Class: { prototype: object }, registeredByUser = false): void {
   (registeredByUser ? registeredPrototypes : leafPrototypes).add(Class.prototype);
