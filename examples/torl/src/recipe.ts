@@ -50,9 +50,8 @@ import {
   tinyDataset,
   trainerConfigSchema,
 } from "@torl-ts/verl";
-
+import { TINY_BASE_DIR } from "@torl-ts/verl/tiny";
 import { SANDBOX_TOOL_MODULE, type SandboxToolOptions } from "./sandbox-tool.js";
-import { TINY_BASE_DIR } from "./tiny-model.js";
 
 /** The tiny recipe's config (the main job). */
 export const TINY_CONFIG = fileURLToPath(new URL("../configs/tiny.yaml", import.meta.url));
@@ -127,7 +126,7 @@ export class TinyBaseMissingError extends InputError {
   constructor(readonly path: string) {
     super(
       `the tiny base model is missing: ${path} holds no config.json. Make it with ` +
-        "`pnpm torl pretrain --out examples/torl/assets/tiny-base` (or point actor_rollout_ref.model.path at an HF model directory)",
+        "`pnpm torl pretrain --out packages/verl-ts/assets/tiny-base` (or point actor_rollout_ref.model.path at an HF model directory)",
     );
   }
 }
@@ -617,7 +616,7 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
     writeSummary();
     if (s.report) {
       try {
-        const { writeReport } = await import("./report.js");
+        const { writeReport } = await import("@torl-ts/verl/report");
         const written = await writeReport(runDir);
         print(`[torl] report: ${written.html}${written.png ? ` and ${written.png}` : ""}`);
       } catch (e) {

@@ -11,6 +11,7 @@ import {
   type DataProtoWire,
   TrainerConfigError,
 } from "@torl-ts/verl";
+import { TINY_BASE_DIR } from "@torl-ts/verl/tiny";
 import test from "ava";
 import {
   loadRecipeConfig,
@@ -26,7 +27,6 @@ import {
   trainCommand,
 } from "../src/recipe.js";
 import { createSandboxTool, type SandboxToolOptions } from "../src/sandbox-tool.js";
-import { TINY_BASE_DIR } from "../src/tiny-model.js";
 
 test("tiny.yaml loads: tiny data, the committed base, 2 actor ranks, GRPO with C=1", (t) => {
   const cfg = loadRecipeConfig([TINY_CONFIG]);

@@ -8,6 +8,7 @@ export {
   torlVersion,
 } from "./cli/dispatch.js";
 export { type FlagSpec, type FlagValues, parseFlags } from "./cli/flags.js";
+export { forProgram, programName, USAGE_PROGRAM } from "./cli/program-name.js";
 export { debugFromEnv, exitCodeFor, formatCliError, runCommand, runScript } from "./cli/run-command.js";
 export { startCommand } from "./cli/start.js";
 export { statusCommand } from "./cli/status.js";

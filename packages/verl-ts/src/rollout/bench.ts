@@ -4,7 +4,7 @@
  * 100 ms to every call over the time with one that adds none (the same seeded trajectories, so the
  * only difference is waiting; 1.0 = latency fully hidden behind generation, target <= 1.3).
  *
- * Model: the tiny ToRL base model (examples/torl/assets/tiny-base, or --model DIR) on math prompts in
+ * Model: the tiny ToRL base model (packages/verl-ts/assets/tiny-base, or --model DIR) on math prompts in
  * the tir_base_0309 template. Without one, a random tiny Qwen2 model whose rows are made (by a logits
  * processor) to write a short Python block after a row-dependent number of free tokens, so the calls
  * are spread over the rollout as a real model's are.
@@ -31,7 +31,7 @@ import {
 import { PythonCodeInterpreter } from "./code-interpreter.js";
 import { type TirRolloutOptions, type TirRolloutResult, tirRollout } from "./tir.js";
 
-const DEFAULT_MODEL_DIR = "examples/torl/assets/tiny-base";
+const DEFAULT_MODEL_DIR = "packages/verl-ts/assets/tiny-base";
 
 /** A code runner that answers `delayMs` later than its backend, per call (a slow or remote sandbox). */
 export class DelayedRunner implements BatchCodeRunner {
