@@ -6,8 +6,9 @@
  * - "workspace": DIR is a new folder examples/<name> of a torl-ts checkout: `workspace:*`;
  * - "linked": DIR is elsewhere and the command runs from a checkout: `link:` paths to its packages
  *   (pnpm, TypeScript sources run with tsx; a pnpm-workspace.yaml allows esbuild's install script);
- * - "installed": the packages are installed in a project (npm): the same dependency specs that
- *   project's package.json gives them (tarball paths made relative to DIR), installed with npm.
+ * - "installed": the packages are installed in a project (npm): inside that project, the skeleton uses
+ *   its packages (no dependency of its own but tsx); elsewhere, the same dependency specs that project's
+ *   package.json gives them (tarball paths made relative to DIR). Installed with npm.
  * Nothing is installed: the command prints what to run next.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
@@ -79,7 +80,12 @@ function respec(spec: string, projectDir: string, to: string): string {
   return `file:${rel.startsWith(".") ? rel : `./${rel}`}`;
 }
 
-/** The dependencies of an installed skeleton: the four packages as the enclosing project has them. */
+/**
+ * The dependencies of an installed skeleton. Inside the project that installed the packages: none of
+ * them (Node finds the project's node_modules from a folder inside it, so the skeleton uses the very
+ * packages the project has and its install fetches tsx alone). Elsewhere: the four packages (and blas)
+ * with the project's own specs, tarball paths made relative to the skeleton.
+ */
 function installedDependencies(from: string, dir: string): Record<string, string> {
   const project = enclosingProject(from);
   if (!project)
@@ -87,6 +93,7 @@ function installedDependencies(from: string, dir: string): Record<string, string
       `no package.json at or above ${from} depends on @torl-ts/verl: run ${programName()} new algorithm ` +
         "from the project the torl-ts packages are installed in",
     );
+  if (!relative(project.dir, dir).startsWith("..")) return {};
   const deps: Record<string, string> = {};
   // blas too where the project lists it: a tarball install needs every package's tarball
   for (const pkg of [...PACKAGES.map(([p]) => p), "@torl-ts/blas"]) {
@@ -141,7 +148,9 @@ export function scaffoldAlgorithm(target: string, options: ScaffoldOptions = {})
   const how = {
     workspace: "`pnpm install` adds this folder to pnpm-lock.yaml: commit the lockfile with the folder.",
     linked: "The torl-ts packages are linked from the checkout and run from TypeScript source (tsx).",
-    installed: "The torl-ts packages are the ones your project installed; tsx runs the TypeScript.",
+    installed: Object.keys(dependencies).length
+      ? "The torl-ts packages are installed here as your project has them; tsx runs the TypeScript."
+      : "It uses the torl-ts packages of the project it sits in (keep it inside); tsx runs the TypeScript.",
   }[kind];
   const readme = [
     `# ${name}`,
@@ -180,7 +189,8 @@ Writes DIR/algorithm.ts (REINFORCE with a per-prompt baseline on two replicas, t
 Python tool, the verifier as reward), DIR/package.json and DIR/README.md, and prints what to run next.
 DIR is relative to the directory the command was started in. The skeleton depends on the torl-ts
 packages as you have them (tensorflow comes through @torl-ts/verl, so one copy loads):
-  installed in a project (npm):  the specs that project's package.json gives them; then npm install in DIR
+  installed in a project (npm):  DIR inside it uses the project's packages; DIR elsewhere depends on
+        them with the specs the project's package.json gives; then npm install in DIR
   DIR = examples/<name> of a torl-ts checkout: a workspace package (workspace:*); then pnpm install at
         the repository root, which records it in pnpm-lock.yaml
   DIR elsewhere, run from a checkout: link: paths to its packages; then pnpm install in DIR
