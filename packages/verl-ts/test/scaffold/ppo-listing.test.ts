@@ -12,6 +12,7 @@ import {
   type Qwen2Model,
   renderPrompt,
   rolloutTrainingBatch,
+  selectBackend,
   tf,
   tirRollout,
 } from "@torl-ts/verl";
@@ -48,6 +49,10 @@ async function load(name: string, lang: string, file: string): Promise<PpoUpdate
   }
 }
 
+test.before(async () => {
+  await selectBackend({ log: null });
+});
+
 const sum = async (m: Qwen2Model) => {
   let s = 0;
   for (const v of (await m.getParameters()).values()) for (const x of v) s += x;
@@ -62,7 +67,7 @@ test("the guide's PPO-clip listings (TypeScript and JavaScript) train the tiny b
   const ids = tokenizer.encode(renderPrompt("tir_base_0309", [{ role: "user", content: "What is 12 * 7?" }]));
   const { samples } = await tirRollout(sampler, tokenizer, [ids, ids, ids, ids], {
     numLlmCallsAvailable: 0,
-    maxResponseLength: 24,
+    maxResponseLength: 16,
     temperature: 1,
     seed: 3,
   });
