@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian's headless-capable `chromium`, for two things:
-# - the report rendering check (examples/torl/test/report.test.ts); the report itself (report.html and
+# - the report rendering check (packages/verl-ts/test/report/report.test.ts); the report itself (report.html and
 #   report.png) needs nothing outside node_modules, only the render check screenshots the page;
 # - the WebGPU tests (packages/verl-ts/test/models/webgpu.test.ts): chromium ships SwiftShader, a Vulkan
 #   implementation on the CPU (vk_swiftshader_icd.json and its own libvulkan.so.1, in chromium-common),

@@ -20,6 +20,7 @@ import { fileURLToPath } from "node:url";
 import { createCollectiveGroup, get, init, isInitialized, shutdown } from "@torl-ts/actors";
 import { type CliCommand, type FlagSpec, InputError, parseFlags, runScript } from "@torl-ts/core";
 import { DataProto, executionInfoFromRollout } from "@torl-ts/verl";
+import { TINY_BASE_DIR } from "@torl-ts/verl/tiny";
 import { PolicyActor, type ToolChoice, type UpdateStats } from "./policy.js";
 import {
   extractAnswer,
@@ -70,7 +71,7 @@ const TOOLS: readonly ToolChoice[] = ["none", "python"];
 /** The collective group of the replicas. */
 const GROUP = "rloo";
 
-const TINY_BASE = fileURLToPath(new URL("../../torl/assets/tiny-base", import.meta.url));
+const TINY_BASE = TINY_BASE_DIR;
 
 export const DEFAULT_ARGS: Args = {
   modelDir: TINY_BASE,

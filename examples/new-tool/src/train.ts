@@ -5,7 +5,7 @@
  *
  *   pnpm tsx examples/new-tool/src/train.ts [configs/calculator.yaml] [k=v ...]
  *
- * The default model is the tiny ToRL base (examples/torl/assets/tiny-base); pass
+ * The default model is the tiny ToRL base (packages/verl-ts/assets/tiny-base); pass
  * actor_rollout_ref.model.path=<dir> for another HF-format directory.
  */
 import { existsSync } from "node:fs";
@@ -24,9 +24,10 @@ import {
   TrainerConfigError,
   type TrainingSummary,
 } from "@torl-ts/verl";
+import { TINY_BASE_DIR } from "@torl-ts/verl/tiny";
 
 export const DEFAULT_CONFIG = fileURLToPath(new URL("../configs/calculator.yaml", import.meta.url));
-export const TINY_BASE = fileURLToPath(new URL("../../torl/assets/tiny-base", import.meta.url));
+export const TINY_BASE = TINY_BASE_DIR;
 
 /** The prompt: tells the model how to call the calculator. Registered as data.template_type=calculator. */
 export function calculatorTemplate(messages: readonly ChatMessage[]): string {

@@ -23,7 +23,7 @@ import {
   selectBackend,
 } from "@torl-ts/verl";
 import { cpuMs, decodeTiming, randomBatch } from "@torl-ts/verl/timing";
-import { TINY_BASE_DIR } from "./tiny-model.js";
+import { TINY_BASE_DIR } from "@torl-ts/verl/tiny";
 
 /** The larger peer model: Qwen2 with hidden 512, 8 layers, 8/2 heads, vocab 8192, untied (~30.9M). */
 export const PEER_MID_CONFIG: Qwen2Config = makeQwen2Config({
@@ -263,7 +263,7 @@ export const benchPeerCommand: CliCommand = {
   usage: [
     "usage: pnpm torl bench peer [--json] [--quick] [--repeats N] [--python PATH]",
     "",
-    "Two models, identical weights on both sides: tiny (the committed tiny base, examples/torl/assets/tiny-base)",
+    "Two models, identical weights on both sides: tiny (the committed tiny base, packages/verl-ts/assets/tiny-base)",
     "and mid (Qwen2 hidden 512, 8 layers, 8/2 heads, intermediate 1408, vocab 8192, untied, ~30.9M, random",
     "weights written once under .cache/bench-peer). For each, float32, one thread on each side:",
     "  {tiny,mid}_train_tokens_per_s_{torl,torch}       forward+backward+Adam (tiny 16x128, mid 4x128)",

@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 import { cliCommands as actorsCommands } from "@torl-ts/actors/cli";
 /**
- * `pnpm torl <command>`: the `torl` dispatcher of @torl-ts/core with every package's commands and the
- * ToRL recipe's own (train, eval, pretrain, report, ...) registered, and the tiny recipe as the main
- * job. Each command is imported lazily, so `pnpm torl status` never loads tensorflow.
+ * `pnpm torl <command>`: the `torl` dispatcher of @torl-ts/core with every package's commands (the same
+ * ones the installed `torl` offers), the ToRL recipe's `train` (the trainer with the recipe's `torl.`
+ * keys, samples and report), the tiny recipe as the main job, and `bench peer` (needs Python with torch,
+ * so it stays in the repository). Each command is imported lazily, so `pnpm torl status` never loads
+ * tensorflow.
  */
 import { type CommandLoader, type CommandRegistry, runProgram, torlVersion } from "@torl-ts/core";
 import { cliCommands as coreCommands } from "@torl-ts/core/cli";
@@ -16,10 +18,6 @@ const commands: CommandRegistry = {
   ...sandboxCommands,
   ...verlCommands,
   train: async () => (await import("./commands.js")).trainCommand,
-  pretrain: async () => (await import("./commands.js")).pretrainCommand,
-  report: async () => (await import("./commands.js")).reportCommand,
-  "new algorithm": async () => (await import("./commands.js")).newAlgorithmCommand,
-  "data tiny": async () => (await import("./commands.js")).dataTinyCommand,
   "bench peer": async () => (await import("./bench-peer.js")).benchPeerCommand,
 };
 

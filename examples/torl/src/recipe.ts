@@ -50,7 +50,7 @@ import {
   trainerConfigSchema,
 } from "@torl-ts/verl";
 
-import { TINY_BASE_DIR } from "./tiny-model.js";
+import { TINY_BASE_DIR } from "@torl-ts/verl/tiny";
 
 /** The tiny recipe's config (the main job). */
 export const TINY_CONFIG = fileURLToPath(new URL("../configs/tiny.yaml", import.meta.url));
@@ -119,7 +119,7 @@ export class TinyBaseMissingError extends InputError {
   constructor(readonly path: string) {
     super(
       `the tiny base model is missing: ${path} holds no config.json. Make it with ` +
-        "`pnpm torl pretrain --out examples/torl/assets/tiny-base` (or point actor_rollout_ref.model.path at an HF model directory)",
+        "`pnpm torl pretrain --out packages/verl-ts/assets/tiny-base` (or point actor_rollout_ref.model.path at an HF model directory)",
     );
   }
 }
@@ -590,7 +590,7 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
     writeSummary();
     if (s.report) {
       try {
-        const { writeReport } = await import("./report.js");
+        const { writeReport } = await import("@torl-ts/verl/report");
         const written = await writeReport(runDir);
         print(`[torl] report: ${written.html}${written.png ? ` and ${written.png}` : ""}`);
       } catch (e) {

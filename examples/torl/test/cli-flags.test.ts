@@ -8,14 +8,7 @@ import { cliCommands as coreCommands } from "@torl-ts/core/cli";
 import { cliCommands as sandboxCommands } from "@torl-ts/sandbox/cli";
 import { cliCommands as verlCommands } from "@torl-ts/verl/cli";
 import test from "ava";
-import {
-  dataTinyCommand,
-  evalCommand,
-  mainCommand,
-  pretrainCommand,
-  reportCommand,
-  trainCommand,
-} from "../src/commands.js";
+import { mainCommand, trainCommand } from "../src/commands.js";
 
 /** The benchmarks are reached only through the CLI registries (they are no package's public API). */
 const bench = { ...coreCommands, ...actorsCommands, ...sandboxCommands, ...verlCommands };
@@ -26,10 +19,11 @@ const COMMANDS: Record<string, CliCommand> = {
   status: statusCommand,
   stop: stopCommand,
   train: trainCommand,
-  eval: evalCommand,
-  pretrain: pretrainCommand,
-  report: reportCommand,
-  "data tiny": dataTinyCommand,
+  eval: await verlCommands.eval!(),
+  pretrain: await verlCommands.pretrain!(),
+  report: await verlCommands.report!(),
+  "data tiny": await verlCommands["data tiny"]!(),
+  "model tiny": await verlCommands["model tiny"]!(),
   "(main job)": mainCommand,
   "bench actors": await bench["bench actors"]!(),
   "bench collectives": await bench["bench collectives"]!(),

@@ -3,10 +3,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { UsageError } from "@torl-ts/core";
 import { evaluate, readRlDataset, tinyDataset } from "@torl-ts/verl";
+import { cliCommands } from "@torl-ts/verl/cli";
+import { TINY_BASE_DIR } from "@torl-ts/verl/tiny";
 import test from "ava";
-import { dataTinyCommand } from "../src/data-command.js";
 import { loadRecipeConfig, recipeRows, TINY_CONFIG } from "../src/recipe.js";
-import { TINY_BASE_DIR } from "../src/tiny-model.js";
+
+const dataTinyCommand = await cliCommands["data tiny"]!();
 
 function tmp(t: { teardown: (f: () => void) => void }): string {
   const dir = mkdtempSync(join(tmpdir(), "torl-data-"));

@@ -15,9 +15,9 @@ import {
   selectBackend,
   type Tokenizer,
 } from "@torl-ts/verl";
+import { writeReport } from "@torl-ts/verl/report";
+import { TINY_BASE_DIR } from "@torl-ts/verl/tiny";
 import test from "ava";
-import { writeReport } from "../src/report.js";
-import { TINY_BASE_DIR } from "../src/tiny-model.js";
 
 const PARQUET = fileURLToPath(
   new URL("../../../packages/verl-ts/test/fixtures/core/torl-test.parquet", import.meta.url),
@@ -248,7 +248,7 @@ test("`pnpm torl eval` on rows of the paper's test.parquet: greedy table, JSON a
   t.like(result.overall, evalFigures(result.samples, 1));
 });
 
-// The committed tiny base model (examples/torl/assets/tiny-base), once it exists: the real path with
+// The committed tiny base model (packages/verl-ts/assets/tiny-base), once it exists: the real path with
 // a model that writes code, on held-out problems of the recipe.
 (existsSync(join(TINY_BASE_DIR, "config.json")) ? test : test.skip)(
   "greedy eval of the tiny base model on held-out problems: figures match the records",

@@ -15,6 +15,7 @@ import {
   rolloutToolSpec,
   TrainerConfigError,
 } from "@torl-ts/verl";
+import { TINY_BASE_DIR } from "@torl-ts/verl/tiny";
 import test from "ava";
 import {
   loadRecipeConfig,
@@ -28,7 +29,7 @@ import {
   toolCallsOf,
   trainCommand,
 } from "../src/recipe.js";
-import { TINY_BASE_DIR } from "../src/tiny-model.js";
+import { TINY_BASE_DIR } from "@torl-ts/verl/tiny";
 
 test("tiny.yaml loads: tiny data, the committed base, 2 actor ranks, GRPO with C=1", (t) => {
   const cfg = loadRecipeConfig([TINY_CONFIG]);

@@ -13,7 +13,7 @@ import { cliCommands } from "@torl-ts/verl/cli";
 import test from "ava";
 import { capturingConsole } from "./console-lines.js";
 
-const TINY_BASE = fileURLToPath(new URL("../assets/tiny-base", import.meta.url));
+const TINY_BASE = fileURLToPath(new URL("../../../packages/verl-ts/assets/tiny-base", import.meta.url));
 
 test.serial(
   "the package's own train command trains with the Python tool by default: tool metrics above 0",

@@ -8,6 +8,7 @@ export {
   torlVersion,
 } from "./cli/dispatch.js";
 export { checkAddress, type FlagSpec, type FlagValues, parseFlags } from "./cli/flags.js";
+export { forProgram, programName, USAGE_PROGRAM } from "./cli/program-name.js";
 export {
   debugFromEnv,
   describeSystemError,

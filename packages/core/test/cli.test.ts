@@ -75,7 +75,7 @@ test("eval and report on a missing file: one error line naming the file, exit 2,
   const e = await fails(t, [
     "eval",
     "--model",
-    "examples/torl/assets/tiny-base",
+    "packages/verl-ts/assets/tiny-base",
     "--data",
     "/nonexistent/x.parquet",
   ]);

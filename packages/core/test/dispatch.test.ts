@@ -1,6 +1,6 @@
 import test from "ava";
 import { type CliProgram, dispatch } from "../src/cli/dispatch.js";
-import type { CliCommand } from "../src/cli-command.js";
+import { type CliCommand, UsageError } from "../src/cli-command.js";
 
 function command(summary: string, ran: string[][]): CliCommand {
   return {
@@ -82,3 +82,29 @@ test("an unknown sub-command names the group's choices", async (t) => {
   t.is(r.code, 2);
   t.regex(r.err, /unknown bench command 'gpu'; one of: actors, sandbox \(see torl bench --help\)/);
 });
+
+// serial: capture() swaps console.log for the whole process
+test.serial(
+  "usage, summaries and errors name the program as it was invoked (torl installed, pnpm torl in the repository)",
+  async (t) => {
+    const written: CliCommand = {
+      summary: "see pnpm torl data tiny",
+      usage: "usage: pnpm torl make --out DIR\n  pnpm torl make --out x   # an example",
+      async run() {
+        throw new UsageError("--out is required (pnpm torl make --help)");
+      },
+    };
+    const as = (name: string): CliProgram => ({
+      name,
+      version: "1",
+      commands: { make: async () => written },
+    });
+    const installed = await capture(as("torl"), ["make", "--help"]);
+    t.is(installed.out, "usage: torl make --out DIR\n  torl make --out x   # an example");
+    t.regex((await capture(as("torl"), ["--help"])).out, /^ {2}make +see torl data tiny$/m);
+    const failed = await capture(as("torl"), ["make"]);
+    t.is(failed.code, 2);
+    t.is(failed.err, "error: --out is required (torl make --help) (see torl make --help)");
+    t.is((await capture(as("pnpm torl"), ["make", "--help"])).out, written.usage);
+  },
+);

@@ -7,6 +7,7 @@
  */
 import { readFileSync } from "node:fs";
 import type { CliCommand } from "../cli-command.js";
+import { forProgram, setProgramName } from "./program-name.js";
 import { formatCliError, runCommand } from "./run-command.js";
 
 /** Imports a command's module on first use. */
@@ -52,13 +53,13 @@ async function helpText(program: CliProgram, prefix?: string): Promise<string> {
   const names = Object.keys(commands).filter((n) => !prefix || n.startsWith(`${prefix} `));
   const loaded = await Promise.all(names.map(async (n) => [n, (await commands[n]!()).summary] as const));
   const width = Math.max(0, ...names.map((n) => n.length)) + 2;
-  const rows = loaded.map(([n, summary]) => `  ${n.padEnd(width)}${summary}`);
+  const rows = loaded.map(([n, summary]) => `  ${n.padEnd(width)}${forProgram(summary)}`);
   if (prefix) {
     const choices = groups(commands).get(prefix) ?? [];
     return [`usage: ${program.name} ${prefix} <${choices.join("|")}> [--help]`, "", ...rows].join("\n");
   }
   const usage = program.main
-    ? [`usage: ${program.main.usage}`, `       ${program.name} <command> [--help]`]
+    ? [`usage: ${forProgram(program.main.usage)}`, `       ${program.name} <command> [--help]`]
     : [`usage: ${program.name} <command> [--help]`];
   return [
     ...usage,
@@ -76,6 +77,7 @@ async function helpText(program: CliProgram, prefix?: string): Promise<string> {
 /** Runs the command `argv` names; resolves to the exit code. */
 export async function dispatch(program: CliProgram, argv: string[]): Promise<number> {
   const { commands } = program;
+  setProgramName(program.name);
   // --verbose may come anywhere (before `--`); it goes to the command's runner.
   const end = argv.indexOf("--");
   const verbose = (end < 0 ? argv : argv.slice(0, end)).includes("--verbose");

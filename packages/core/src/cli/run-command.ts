@@ -5,6 +5,7 @@
  * only with `--verbose` or TORL_DEBUG=1.
  */
 import { type CliCommand, InputError } from "../cli-command.js";
+import { forProgram } from "./program-name.js";
 
 /** 2 for bad input (usage, config, a file that cannot be used), 1 for anything else. */
 export function exitCodeFor(error: unknown): 1 | 2 {
@@ -55,7 +56,9 @@ export function describeSystemError(error: unknown): string | undefined {
 /** The lines printed for a failure: `error: <message>` and, when verbose, the stack (with causes). */
 export function formatCliError(error: unknown, verbose: boolean, helpHint?: string): string {
   const message = describeSystemError(error) ?? (error instanceof Error ? error.message : String(error));
-  const lines = [`error: ${message}${helpHint && error instanceof InputError ? ` (${helpHint})` : ""}`];
+  const lines = [
+    forProgram(`error: ${message}${helpHint && error instanceof InputError ? ` (${helpHint})` : ""}`),
+  ];
   if (verbose) {
     let e: unknown = error;
     while (e instanceof Error) {
@@ -80,7 +83,7 @@ export async function runCommand(command: CliCommand, args: string[], invokedAs:
   const end = args.indexOf("--");
   const flagsPart = end < 0 ? args : args.slice(0, end);
   if (flagsPart.includes("--help") || flagsPart.includes("-h")) {
-    console.log(command.usage);
+    console.log(forProgram(command.usage));
     return 0;
   }
   const verbose = flagsPart.includes("--verbose") || debugFromEnv();

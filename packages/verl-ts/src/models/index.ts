@@ -1,5 +1,9 @@
 // Models, tokenizers and tensor backends: the Qwen2-architecture causal LM in tfjs.
 
+// The tensorflow.js this package computes with: a program that writes its own losses imports `tf` from
+// here, so exactly one copy of tfjs loads (two copies register every kernel twice and warn on each).
+export * as tf from "@tensorflow/tfjs";
+
 // The seeded generator the models' random initialisation uses, for callers that want the same draws.
 export { mulberry32 } from "../random.js";
 export {

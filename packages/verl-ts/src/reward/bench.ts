@@ -17,7 +17,7 @@ import { MathScorePool, RewardPoolError } from "./score-pool.js";
 
 const USAGE = `usage: pnpm torl bench reward [--json] [--alternatives] [--seconds S]
 
-Grades the labeled corpus (packages/verl-ts/src/reward/corpus.jsonl) repeatedly for S seconds (default 2)
+Grades the labeled corpus this package ships (reward/corpus.jsonl) repeatedly for S seconds (default 2)
 per grader and reports verifications per second and accuracy against the labels, next to the
 string-normalisation baseline (the released ToRL grader's approach), the reward manager on a 4096-row
 batch, and its scoring pool under each pool library (tinypool, piscina; medians of 3 alternating rounds,

@@ -4,7 +4,7 @@
  * 100 ms to every call over the time with one that adds none (the same seeded trajectories, so the
  * only difference is waiting; 1.0 = latency fully hidden behind generation, target <= 1.3).
  *
- * Model: the tiny ToRL base model (examples/torl/assets/tiny-base, or --model DIR) on math prompts in
+ * Model: the tiny ToRL base model this package ships (or --model DIR) on math prompts in
  * the tir_base_0309 template. Without one, a random tiny Qwen2 model whose rows are made (by a logits
  * processor) to write a short Python block after a row-dependent number of free tokens, so the calls
  * are spread over the rollout as a real model's are.
@@ -28,10 +28,12 @@ import {
   selectBackend,
   type Tokenizer,
 } from "../models/index.js";
+import { TINY_BASE_DIR } from "../tiny/tiny-model.js";
 import { PythonCodeInterpreter } from "./code-interpreter.js";
 import { type TirRolloutOptions, type TirRolloutResult, tirRollout } from "./tir.js";
 
-const DEFAULT_MODEL_DIR = "examples/torl/assets/tiny-base";
+/** The tiny base model this package ships. */
+const DEFAULT_MODEL_DIR = TINY_BASE_DIR;
 
 /** A code runner that answers `delayMs` later than its backend, per call (a slow or remote sandbox). */
 export class DelayedRunner implements BatchCodeRunner {
@@ -159,7 +161,7 @@ Measures, on one model and one batch of prompts:
   rollout_tokens_per_s_tools      the same with the Python code interpreter (C = 1, warm sandbox)
   tool_overlap_ratio              time with a sandbox that adds --delay-ms (100) per call over time
                                   with one that adds none; same seeded trajectories; target <= 1.3
-Model: --model DIR (HF directory), else ${DEFAULT_MODEL_DIR} when present, else (or with --random) a
+Model: --model DIR (HF directory), else the tiny base model (pnpm torl model tiny) when present, else (or with --random) a
 random tiny model made to write code. Defaults: --batch 16 --max-response 192 --repeats 3 (best of
 N interleaved runs per variant).`,
   async run(args) {

@@ -79,7 +79,7 @@ export const trainCommand: CliCommand = defineTrainCommand({
   summary: "train a policy with PPO/GRPO (veRL's trainer config)",
   usage: `usage: pnpm torl train <config.yaml ...> [key.path=value ...] [--tool MODULE#EXPORT] [--runs-dir DIR]
 
-Runs PPO/GRPO training with veRL's trainer keys (see packages/verl-ts/src/config/ppo-trainer.yaml).
+Runs PPO/GRPO training with veRL's trainer keys (every key and its default: pnpm torl config print).
   config.yaml         YAML files merged over the defaults, in order
   key.path=value      overrides, e.g. data.train_batch_size=8 trainer.total_training_steps=2
   --tool M#E          the rollout tool instead of the Python code interpreter: module M (a package,

@@ -255,17 +255,7 @@ test("`torl export` flags: sizes with units, dtype checked, output directory pri
 });
 
 // The tiny base's tokenizer: byte-level BPE whose pre-tokenizer keeps up to three digits together.
-const TINY_BASE = join(
-  import.meta.dirname,
-  "..",
-  "..",
-  "..",
-  "..",
-  "examples",
-  "torl",
-  "assets",
-  "tiny-base",
-);
+const TINY_BASE = join(import.meta.dirname, "..", "..", "assets", "tiny-base");
 
 /** Texts where tokenizers part ways: digit runs, whitespace runs, unicode, contractions, special tokens. */
 const TOKENIZER_TEXTS = [

@@ -17,7 +17,7 @@ import { RayPPOTrainer } from "../../src/trainer/index.js";
 
 const PACKAGE_DIR = fileURLToPath(new URL("../../", import.meta.url));
 const TORL_BIN = fileURLToPath(new URL("../../../core/src/cli/torl.ts", import.meta.url));
-const TINY_BASE = fileURLToPath(new URL("../../../../examples/torl/assets/tiny-base", import.meta.url));
+const TINY_BASE = fileURLToPath(new URL("../../assets/tiny-base", import.meta.url));
 const PARQUET = fileURLToPath(new URL("../fixtures/core/torl-test.parquet", import.meta.url));
 
 test("--tool takes a package specifier (found from the project), a ./relative or absolute path, or a URL", async (t) => {

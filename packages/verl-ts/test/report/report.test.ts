@@ -15,7 +15,7 @@ import {
   screenshotHtml,
   smoothSeries,
   writeReport,
-} from "../src/report.js";
+} from "../../src/report/report.js";
 
 /** A run directory in the trainer's real format: veRL metric names, val/* only every 2nd step. */
 function fakeRun(

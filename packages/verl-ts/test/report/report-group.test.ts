@@ -3,8 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createCanvas, loadImage } from "@napi-rs/canvas";
 import test from "ava";
-import { findChromium, reportCommand, writeReport } from "../src/report.js";
-import { acrossRuns, parseGroupFlag, spreadOf, writeGroupReport } from "../src/report-group.js";
+import { findChromium, reportCommand, writeReport } from "../../src/report/report.js";
+import { acrossRuns, parseGroupFlag, spreadOf, writeGroupReport } from "../../src/report/report-group.js";
 
 interface FakeRun {
   seed: number;

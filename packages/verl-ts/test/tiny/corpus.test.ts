@@ -1,6 +1,6 @@
 import { generateProblems } from "@torl-ts/verl";
 import test from "ava";
-import { buildCorpus } from "../src/corpus.js";
+import { buildCorpus } from "../../src/tiny/corpus.js";
 
 test("the corpus has about 40% code solutions, some of them failing, each ending in a boxed answer", (t) => {
   const problems = generateProblems({ count: 1000, seed: 11 });

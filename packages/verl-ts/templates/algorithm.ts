@@ -4,12 +4,11 @@
  * tool in a sandbox; the project's verifier scores the answers; the replicas average their gradients
  * over a collective group, so they stay identical.
  *
- *   node --import tsx algorithm.ts <model-dir> [steps]
+ *   npm start <model-dir> [steps]      (node --import tsx algorithm.ts <model-dir> [steps])
  *
  * <model-dir>: any HF-format Qwen2 directory (config.json, model.safetensors, tokenizer.json).
  */
 import { fileURLToPath } from "node:url";
-import * as tf from "@tensorflow/tfjs";
 import { actor, createCollectiveGroup, get, init, shutdown } from "@torl-ts/actors";
 import { SandboxExecutor } from "@torl-ts/sandbox";
 import {
@@ -29,6 +28,7 @@ import {
   rolloutTrainingBatch,
   selectBackend,
   type Tokenizer,
+  tf,
   tirRollout,
 } from "@torl-ts/verl";
 

@@ -12,8 +12,8 @@ import {
   type Tokenizer,
   type Tool,
   tirRollout,
-} from "@torl-ts/verl";
-import { extractBoxedAnswer } from "@torl-ts/verl/reward";
+} from "../index.js";
+import { extractBoxedAnswer } from "../reward/index.js";
 import { tinyPrompt } from "./tiny-model.js";
 
 export interface RolloutRecord {

@@ -1,13 +1,21 @@
 /**
  * `pnpm torl data tiny --out DIR`: the tiny recipe's splits as veRL-schema parquet files, the same rows
- * the main job trains and validates on (tiny.yaml's counts and split seed unless flags say otherwise),
- * so `pnpm torl eval --data DIR/test.parquet` measures a model on the held-out split.
+ * the recipe's main job trains and validates on (its counts and split seed unless flags say otherwise),
+ * so `pnpm torl eval --data DIR/test.parquet` measures a model on the held-out split and
+ * `pnpm torl train` trains on DIR/train.parquet.
  */
 import { existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
-import { tinyDataset, writeParquetRows } from "@torl-ts/verl";
-import { loadRecipeConfig, recipeSettings, TINY_CONFIG } from "./recipe.js";
+import { RECIPE_SPLIT_SEED, tinyDataset, writeParquetRows } from "../data/index.js";
+
+/** The tiny recipe's splits (the main job's torl.train_problems, val_problems, hard_fraction, split_seed). */
+export const TINY_DATA_DEFAULTS = {
+  trainProblems: 4000,
+  valProblems: 200,
+  hardFraction: 0.5,
+  splitSeed: RECIPE_SPLIT_SEED,
+} as const;
 
 export const dataTinyCommand: CliCommand = {
   summary: "write the tiny recipe's train and held-out splits as parquet (for eval and other trainers)",
@@ -16,9 +24,11 @@ export const dataTinyCommand: CliCommand = {
     "",
     "Writes DIR/train.parquet and DIR/test.parquet (the held-out split) in veRL's dataset schema:",
     "data_source, prompt [{role, content}], ability, reward_model {ground_truth, style}, extra_info.",
-    "Defaults are the main job's (examples/torl/configs/tiny.yaml: torl.train_problems, torl.val_problems,",
-    "torl.hard_fraction, torl.split_seed), so test.parquet holds the rows the recipe validates on:",
-    "  pnpm torl eval --model examples/torl/assets/tiny-base --data DIR/test.parquet",
+    `Defaults are the tiny recipe's (${TINY_DATA_DEFAULTS.trainProblems} train and ${TINY_DATA_DEFAULTS.valProblems} held-out problems, ` +
+      `hard fraction ${TINY_DATA_DEFAULTS.hardFraction}, split seed ${TINY_DATA_DEFAULTS.splitSeed}),`,
+    "so test.parquet holds the rows the recipe validates on. With the tiny base model (pnpm torl model tiny):",
+    "  pnpm torl model tiny --out tiny-base",
+    "  pnpm torl eval --model tiny-base --data DIR/test.parquet",
   ].join("\n"),
   async run(args) {
     const { flags } = parseFlags(args, {
@@ -31,12 +41,12 @@ export const dataTinyCommand: CliCommand = {
     if (!flags.out) throw new UsageError("--out DIR is required");
     if (existsSync(flags.out) && !statSync(flags.out).isDirectory())
       throw new UsageError(`--out ${flags.out} is a file; give a directory (it is created if missing)`);
-    const recipe = recipeSettings(loadRecipeConfig([TINY_CONFIG]));
+    const d = TINY_DATA_DEFAULTS;
     const { train, val } = tinyDataset({
-      trainCount: flags.train ?? recipe.train_problems,
-      valCount: flags.val ?? recipe.val_problems,
-      hardFraction: flags["hard-fraction"] ?? recipe.hard_fraction,
-      splitSeed: flags["split-seed"] ?? recipe.split_seed,
+      trainCount: flags.train ?? d.trainProblems,
+      valCount: flags.val ?? d.valProblems,
+      hardFraction: flags["hard-fraction"] ?? d.hardFraction,
+      splitSeed: flags["split-seed"] ?? d.splitSeed,
     });
     mkdirSync(flags.out, { recursive: true });
     for (const [name, rows] of [

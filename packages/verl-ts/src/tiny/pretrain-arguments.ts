@@ -1,6 +1,6 @@
 /** The `pnpm torl pretrain` flags: their help text and their reading into PretrainOptions. */
 import { parseFlags, UsageError } from "@torl-ts/core";
-import { BACKEND_NAMES, HELD_OUT_RESERVE, RECIPE_SPLIT_SEED } from "@torl-ts/verl";
+import { BACKEND_NAMES, HELD_OUT_RESERVE, RECIPE_SPLIT_SEED } from "../index.js";
 import { DEFAULT_PRETRAIN, type PretrainOptions } from "./pretrain-training.js";
 import { TINY_ARCHITECTURE } from "./tiny-model.js";
 
@@ -10,8 +10,9 @@ Pretrains the tiny Qwen2-architecture base model of the CPU recipe on a syntheti
 (about 40% of solutions reason with a Python block and its output), saves it in HF format
 (config.json, model.safetensors, tokenizer.json) every --save-every steps, then measures it on
 held-out problems (greedy and temperature 1, one sandboxed Python call) into pretrain_eval.json.
-The committed base model is examples/torl/assets/tiny-base (these defaults, run in resumed legs;
-see examples/torl/README-pretrain.md for how, and for its measured figures).
+The tiny base model this package ships (pnpm torl model tiny writes it) was made with these defaults,
+run in resumed legs; README-pretrain.md of the torl-ts repository's ToRL example says how, with its
+measured figures.
 
 options:
   --out DIR            output directory (default ${DEFAULT_PRETRAIN.out})

@@ -20,7 +20,7 @@ import {
   seededRandom,
   selectBackend,
   type Tokenizer,
-} from "@torl-ts/verl";
+} from "../index.js";
 import { batchOrder, type PretrainCorpusOptions, pretrainCorpus } from "./pretrain-corpus.js";
 import { buildTinyTokenizer, TINY_ARCHITECTURE, type TinyArchitecture, trainingRow } from "./tiny-model.js";
 

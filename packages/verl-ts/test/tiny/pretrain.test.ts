@@ -10,16 +10,16 @@ import {
 } from "@torl-ts/verl";
 import { extractBoxedAnswer } from "@torl-ts/verl/reward";
 import test from "ava";
-import { buildCorpus } from "../src/corpus.js";
-import { pretrainCommand } from "../src/pretrain.js";
-import { pretrainCorpus } from "../src/pretrain-corpus.js";
-import { type RolloutRecord, tirFigures, tirRollouts } from "../src/pretrain-evaluation.js";
+import { buildCorpus } from "../../src/tiny/corpus.js";
+import { pretrainCommand } from "../../src/tiny/pretrain.js";
+import { pretrainCorpus } from "../../src/tiny/pretrain-corpus.js";
+import { type RolloutRecord, tirFigures, tirRollouts } from "../../src/tiny/pretrain-evaluation.js";
 import {
   DEFAULT_PRETRAIN,
   type PretrainProgress,
   warmupCosineLearningRate,
-} from "../src/pretrain-training.js";
-import { buildTinyTokenizer, TINY_BASE_DIR, trainingRow } from "../src/tiny-model.js";
+} from "../../src/tiny/pretrain-training.js";
+import { buildTinyTokenizer, TINY_BASE_DIR, trainingRow } from "../../src/tiny/tiny-model.js";
 
 test.before(async () => {
   await selectBackend({ backend: "wasm", log: null });

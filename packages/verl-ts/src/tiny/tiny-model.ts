@@ -8,11 +8,11 @@
  * train it (observation tokens are masked there too).
  */
 import { fileURLToPath } from "node:url";
-import { buildByteBpeTokenizer, maskFromCharRanges, renderPrompt, Tokenizer } from "@torl-ts/verl";
+import { buildByteBpeTokenizer, maskFromCharRanges, renderPrompt, Tokenizer } from "../index.js";
 import type { CorpusDocument } from "./corpus.js";
 
-/** The committed pretrained base model (HF format: config.json, model.safetensors, tokenizer.json). */
-export const TINY_BASE_DIR = fileURLToPath(new URL("../assets/tiny-base", import.meta.url));
+/** The pretrained tiny base model this package ships (HF format: config.json, model.safetensors, tokenizer.json), at assets/tiny-base of the package. */
+export const TINY_BASE_DIR = fileURLToPath(new URL("../../assets/tiny-base", import.meta.url));
 
 /** Architecture of the tiny base: Qwen2 (GQA, q/k/v biases, tied embeddings), ~0.2M parameters with the 1646-token vocabulary. */
 export interface TinyArchitecture {
