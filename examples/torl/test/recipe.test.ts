@@ -29,7 +29,6 @@ import {
   toolCallsOf,
   trainCommand,
 } from "../src/recipe.js";
-import { TINY_BASE_DIR } from "@torl-ts/verl/tiny";
 
 test("tiny.yaml loads: tiny data, the committed base, 2 actor ranks, GRPO with C=1", (t) => {
   const cfg = loadRecipeConfig([TINY_CONFIG]);

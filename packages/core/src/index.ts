@@ -44,7 +44,7 @@ export {
   ThreadActorUnsupportedError,
 } from "./runtime/thread-actor.js";
 export { NodeAffinitySchedulingStrategy, type SchedulingStrategy } from "./scheduling-strategy.js";
-export { MAX_FRAME_BYTES } from "./wire/batch.js";
+export { MAX_FRAME_BYTES, MAX_WIRE_FRAME_BYTES } from "./wire/batch.js";
 export { registerSerializer, type SerializerOptions } from "./wire/codec.js";
 export {
   type ClusterKeys,

@@ -1,5 +1,5 @@
 /** Functions the collective benchmark runs inside its member processes. */
-import { MAX_FRAME_BYTES } from "@torl-ts/core";
+import { MAX_WIRE_FRAME_BYTES } from "@torl-ts/core";
 import { Pull, Push } from "zeromq";
 import { collective } from "./member.js";
 
@@ -42,7 +42,7 @@ let rawPull: Pull | undefined;
 
 /** Baseline, receiving side: binds a PULL socket; returns its endpoint. */
 export async function rawBind(endpoint: string): Promise<string> {
-  rawPull = new Pull({ linger: 0, maxMessageSize: MAX_FRAME_BYTES });
+  rawPull = new Pull({ linger: 0, maxMessageSize: MAX_WIRE_FRAME_BYTES });
   await rawPull.bind(endpoint);
   return rawPull.lastEndpoint!;
 }

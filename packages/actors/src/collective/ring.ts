@@ -28,7 +28,12 @@ import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
-import { MAX_FRAME_BYTES, requireKeysToListen, secureClientSocket, secureServerSocket } from "@torl-ts/core";
+import {
+  MAX_WIRE_FRAME_BYTES,
+  requireKeysToListen,
+  secureClientSocket,
+  secureServerSocket,
+} from "@torl-ts/core";
 import { Pull, Push } from "zeromq";
 import {
   accumulate,
@@ -191,8 +196,8 @@ export class RingMember {
     const pull = new Pull({
       receiveTimeout: this.options.timeoutMs > 0 ? this.options.timeoutMs : -1,
       linger: 0,
-      // slices are at most MAX_FRAME_BYTES (checked at group creation): a peer cannot make it buffer more
-      maxMessageSize: MAX_FRAME_BYTES,
+      // slices are at most MAX_FRAME_BYTES (checked at group creation), plus CURVE's wrapping
+      maxMessageSize: MAX_WIRE_FRAME_BYTES,
     });
     this.pull = pull;
     // the ring carries tensors from and to actor code: as guarded as every other cluster socket

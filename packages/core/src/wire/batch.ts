@@ -19,6 +19,14 @@ export const MAGIC = "torl/1";
  */
 export const MAX_FRAME_BYTES = 1 << 20;
 
+/**
+ * What a socket is told to accept (ZMQ_MAXMSGSIZE): MAX_FRAME_BYTES plus room for CURVE's wrapping.
+ * ZeroMQ checks the size of a frame as it arrives, before decrypting it, and a CURVE MESSAGE command
+ * adds its name, nonce and box (33 bytes) to each frame, so a frame of exactly MAX_FRAME_BYTES
+ * would otherwise end an authenticated peer's connection.
+ */
+export const MAX_WIRE_FRAME_BYTES = MAX_FRAME_BYTES + 4096;
+
 export class MalformedMessageError extends Error {
   override name = "MalformedMessageError";
 }

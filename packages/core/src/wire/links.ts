@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import * as zmq from "zeromq";
 import { ClusterAuthError } from "../errors.js";
 import { logDebug, logWarn } from "../log.js";
-import { buildBatch, MAX_FRAME_BYTES, parseBatch } from "./batch.js";
+import { buildBatch, MAX_WIRE_FRAME_BYTES, parseBatch } from "./batch.js";
 import { type Encoded, encode } from "./codec.js";
 import { secureClientSocket, secureServerSocket, watchHandshake } from "./security.js";
 
@@ -28,7 +28,7 @@ export function tuneSocket(sock: zmq.Dealer | zmq.Router): void {
   sock.linger = 0;
   sock.sendHighWaterMark = 0;
   sock.receiveHighWaterMark = 0;
-  sock.maxMessageSize = MAX_FRAME_BYTES;
+  sock.maxMessageSize = MAX_WIRE_FRAME_BYTES;
 }
 
 /** Connects a client socket to a server of the cluster: its keys (if any), the proxy (if set), the endpoint. */

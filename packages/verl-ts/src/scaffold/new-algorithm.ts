@@ -107,7 +107,9 @@ function installedDependencies(from: string, dir: string): Record<string, string
 export function scaffoldAlgorithm(target: string, options: ScaffoldOptions = {}): ScaffoldResult {
   const dir = resolve(target);
   if (existsSync(dir) && !statSync(dir).isDirectory())
-    throw new UsageError(`${dir} is a file; give a directory for the new project (a new one, or an empty one)`);
+    throw new UsageError(
+      `${dir} is a file; give a directory for the new project (a new one, or an empty one)`,
+    );
   if (existsSync(dir) && readdirSync(dir).length > 0 && !options.force)
     throw new UsageError(`${dir} exists and is not empty (pass --force to write into it anyway)`);
   const inRepo = CHECKOUT !== undefined && !relative(CHECKOUT, dir).startsWith("..");
