@@ -18,6 +18,10 @@ const ALLOWED: Record<string, string> = {
   "examples/torl/src/bench-peer.ts": "the PyTorch peer benchmark: our script scripts/bench_peer.py",
   "packages/verl-ts/test/core/parquet-writer.test.ts": "pyarrow reads a parquet file our writer made",
   "packages/verl-ts/test/core/tiny-data.test.ts": "the task generator's own answer programs, as a fixture",
+  "packages/sandbox/test/host-resources.test.ts":
+    "the host's side of the isolation checks: a fixed probe that locks devices and binds vsock on the host",
+  "packages/verl-ts/test/trainer/export.test.ts":
+    "transformers' AutoTokenizer on an exported directory: the cross-check of token ids",
 };
 
 const SPAWNERS = ["spawn", "spawnSync", "execFile", "execFileSync", "exec", "execSync", "fork"];
