@@ -189,7 +189,9 @@ test("each tarball ships its built JavaScript and types, and no sources, tests o
         // the OpenBLAS addon is compiled where it is installed, from its C++ source
         !(
           name === "@torl-ts/blas" &&
-          /^package\/(src\/[\w-]+\.(cc|h)|binding\.gyp|scripts\/build\.mjs)$/.test(f)
+          /^package\/(src\/[\w-]+\.(cc|h)|binding\.gyp|scripts\/(build|setup-native|setup-command)\.mjs)$/.test(
+            f,
+          )
         ),
     );
     t.deepEqual(

@@ -5,7 +5,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 import { InputError } from "@torl-ts/core";
-import type { TrajectorySample } from "../index.js";
+import type { TrajectorySample } from "../evaluation/index.js";
 
 /** A report input that cannot be read: names the file and, where it applies, the line. */
 export class ReportInputError extends InputError {

@@ -3,7 +3,7 @@
  * observations highlighted; a few picked from the first and the last step.
  */
 
-import type { TrajectorySample } from "../index.js";
+import type { TrajectorySample } from "../evaluation/index.js";
 import { escapeHtml, fmtNum } from "./report-charts.js";
 
 type Span = 0 | 1 | 2; // plain, code, observation

@@ -5,7 +5,7 @@
  * and the answer that follows is a guess: the base model starts out writing code that sometimes fails,
  * which gives RL a pass ratio to improve.
  */
-import { type Problem, seededRandom } from "../index.js";
+import { type Problem, seededRandom } from "../data/index.js";
 
 export type SolutionStyle = "code" | "code_error" | "plain";
 

@@ -1,6 +1,7 @@
 /** The `pnpm torl pretrain` flags: their help text and their reading into PretrainOptions. */
 import { parseFlags, UsageError } from "@torl-ts/core";
-import { BACKEND_NAMES, HELD_OUT_RESERVE, RECIPE_SPLIT_SEED } from "../index.js";
+import { HELD_OUT_RESERVE, RECIPE_SPLIT_SEED } from "../data/index.js";
+import { BACKEND_NAMES } from "../models/index.js";
 import { DEFAULT_PRETRAIN, type PretrainOptions } from "./pretrain-training.js";
 import { TINY_ARCHITECTURE } from "./tiny-model.js";
 

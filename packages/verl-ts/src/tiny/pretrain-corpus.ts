@@ -2,7 +2,7 @@
  * What pretraining reads: the two-style corpus (the recipe's held-out hard questions left out) and the
  * order its rows are batched in.
  */
-import { generateProblems, pretrainExclusions, seededRandom } from "../index.js";
+import { generateProblems, pretrainExclusions, seededRandom } from "../data/index.js";
 import { buildCorpus, type CorpusDocument } from "./corpus.js";
 import type { TrainingRow } from "./tiny-model.js";
 

@@ -2,18 +2,10 @@
  * Measuring the base model the way the recipe will use it: the TIR rollout with at most one call
  * (ToRL's C=1) of the sandboxed Python interpreter, on held-out problems, greedy and at temperature 1.
  */
-import {
-  createCodeInterpreterTool,
-  heldOutProblems,
-  loadPretrained,
-  type Problem,
-  type Qwen2Model,
-  RECIPE_SPLIT_SEED,
-  type Tokenizer,
-  type Tool,
-  tirRollout,
-} from "../index.js";
+import { heldOutProblems, type Problem, RECIPE_SPLIT_SEED } from "../data/index.js";
+import { loadPretrained, type Qwen2Model, type Tokenizer } from "../models/index.js";
 import { extractBoxedAnswer } from "../reward/index.js";
+import { createCodeInterpreterTool, type Tool, tirRollout } from "../rollout/index.js";
 import { tinyPrompt } from "./tiny-model.js";
 
 export interface RolloutRecord {

@@ -6,6 +6,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import * as tf from "@tensorflow/tfjs";
+import { RECIPE_SPLIT_SEED, seededRandom } from "../data/index.js";
 import {
   applyGradients,
   type BackendName,
@@ -15,12 +16,10 @@ import {
   padBatch,
   type Qwen2Config,
   Qwen2Model,
-  RECIPE_SPLIT_SEED,
   saveModel,
-  seededRandom,
   selectBackend,
   type Tokenizer,
-} from "../index.js";
+} from "../models/index.js";
 import { batchOrder, type PretrainCorpusOptions, pretrainCorpus } from "./pretrain-corpus.js";
 import { buildTinyTokenizer, TINY_ARCHITECTURE, type TinyArchitecture, trainingRow } from "./tiny-model.js";
 

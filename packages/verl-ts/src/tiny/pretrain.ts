@@ -15,7 +15,7 @@
 import { writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { CliCommand } from "@torl-ts/core";
-import { selectBackend } from "../index.js";
+import { selectBackend } from "../models/index.js";
 import { PRETRAIN_USAGE, parsePretrainArgs } from "./pretrain-arguments.js";
 import { describeFigures, evaluateBase } from "./pretrain-evaluation.js";
 import { formatSeconds, pretrain } from "./pretrain-training.js";

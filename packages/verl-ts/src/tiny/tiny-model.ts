@@ -8,7 +8,8 @@
  * train it (observation tokens are masked there too).
  */
 import { fileURLToPath } from "node:url";
-import { buildByteBpeTokenizer, maskFromCharRanges, renderPrompt, Tokenizer } from "../index.js";
+import { renderPrompt } from "../data/index.js";
+import { buildByteBpeTokenizer, maskFromCharRanges, Tokenizer } from "../models/index.js";
 import type { CorpusDocument } from "./corpus.js";
 
 /** The pretrained tiny base model this package ships (HF format: config.json, model.safetensors, tokenizer.json), at assets/tiny-base of the package. */
