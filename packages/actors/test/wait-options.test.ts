@@ -1,6 +1,8 @@
 // wait() and get() refuse options they cannot honour at the call site, with a named error, and never
 // give a wrong answer (Ray's rule for wait: 1 <= numReturns <= refs.length; timeouts are numbers >= 0).
-import { GetTimeoutError, get, wait } from "@torl-ts/actors";
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { get, wait } from "@torl-ts/actors";
 import test from "ava";
 
 const never = () => new Promise<never>(() => {});
@@ -32,17 +34,24 @@ test("wait answers right at the edges: every ref, an empty list, a timeout of 0"
   t.deepEqual(await wait([slow, a], { numReturns: 2, timeoutMs: 0 }), { ready: [a], notReady: [slow] });
 });
 
-test("a timeout beyond Node's longest timer (2^31 - 1 ms) does not fire at once", async (t) => {
-  const slow = never();
-  let waited = false;
-  void wait([slow], { timeoutMs: 2 ** 32 }).then(() => {
-    waited = true;
+// In a child process: the pending wait and get keep their (long) timers, so the process ends itself.
+test("a timeout beyond Node's longest timer (2^31 - 1 ms) does not fire at once", (t) => {
+  const code = `
+import { GetTimeoutError, get, wait } from "@torl-ts/actors";
+const slow = new Promise(() => {});
+let waited = false;
+let timedOut = false;
+void wait([slow], { timeoutMs: 2 ** 32 }).then(() => { waited = true; });
+get(slow, { timeoutMs: 2 ** 32 }).catch((e) => { timedOut = e instanceof GetTimeoutError; });
+setTimeout(() => { console.log(JSON.stringify({ waited, timedOut })); process.exit(0); }, 200);
+`;
+  const r = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", code], {
+    cwd: fileURLToPath(new URL("..", import.meta.url)),
+    encoding: "utf8",
+    timeout: 60_000,
   });
-  let timedOut = false;
-  get(slow, { timeoutMs: 2 ** 32 }).catch((e: unknown) => {
-    timedOut = e instanceof GetTimeoutError;
-  });
-  await new Promise((r) => setTimeout(r, 200));
+  t.is(r.status, 0, r.stderr);
+  const { waited, timedOut } = JSON.parse(r.stdout.trim().split("\n").pop()!);
   t.false(waited, "wait() returned long before its timeout");
   t.false(timedOut, "get() timed out long before its timeout");
 });
