@@ -184,7 +184,7 @@ test("each tarball ships its built JavaScript and types, and no sources, tests o
         // the tiny base model (torl model tiny) and the scaffold's template (torl new algorithm)
         !(
           name === "@torl-ts/verl" &&
-          /^package\/(assets\/tiny-base\/[a-z_]+\.(json|safetensors)|templates\/algorithm\.ts)$/.test(f)
+          /^package\/(assets\/tiny-base\/[a-z_]+\.(json|safetensors|py)|templates\/algorithm\.ts)$/.test(f)
         ) &&
         // the OpenBLAS addon is compiled where it is installed, from its C++ source
         !(
