@@ -3,9 +3,12 @@
 
 import {
   type ActorHandle,
+  type CollectiveMember,
   createCollectiveGroup,
+  createCollectiveGroupOn,
   destroyCollectiveGroup,
   init,
+  invokeInActor,
   kill,
   type ReduceOp,
   shardRange,
@@ -119,12 +122,37 @@ test.serial("actors: two groups over overlapping actors work side by side", asyn
   }
 });
 
+test.serial(
+  "actors: a member that dies between join and connect fails the group at once; the others stop waiting in hello",
+  async (t) => {
+    const doomed = CollectiveWorkerActor.remote();
+    await doomed.ready();
+    // Killed exactly between the two steps: the survivor has already sent its hello and waits for
+    // the dead rank's, which will never come. Without the creator's cancel it waits out timeoutMs.
+    const dying: CollectiveMember = {
+      invoke: (url, fn, args) => {
+        if (fn === "connectCollectiveGroup") kill(doomed);
+        return invokeInActor(doomed, url, fn, args);
+      },
+    };
+    const survivor: CollectiveMember = {
+      invoke: (url, fn, args) => invokeInActor(workers[0]!, url, fn, args),
+    };
+    const err = await t.throwsAsync(
+      createCollectiveGroupOn([survivor, dying], { name: "half-formed", timeoutMs: 120_000 }),
+    );
+    t.regex(err!.message, /rank 1 could not connect collective group "half-formed": ActorDiedError/);
+    t.false(await workers[0]!.isMember("half-formed"));
+  },
+);
+
 test.serial("actors: a group with a dead member fails to form with a clear error", async (t) => {
   const doomed = CollectiveWorkerActor.remote();
   await doomed.ready();
   kill(doomed);
   const err = await t.throwsAsync(createCollectiveGroup([workers[0]!, doomed], { name: "doomed" }));
-  t.regex(err!.message, /rank 1 could not join collective group "doomed": ActorDiedError/);
+  // kill() takes effect a moment later, so the member fails in the join or in the connect step.
+  t.regex(err!.message, /rank 1 could not (join|connect) collective group "doomed": ActorDiedError/);
   // The survivor was cleaned up: the name can be used again.
   t.false(await workers[0]!.isMember("doomed"));
   const g = await createCollectiveGroup([workers[0]!, workers[1]!], { name: "doomed" });

@@ -12,7 +12,7 @@
 import { MAX_FRAME_BYTES } from "@torl-ts/core";
 import { CollectiveArgumentError, CollectiveError } from "./errors.js";
 import { DEFAULT_GROUP, MEMBER_MODULE_URL, type MemberJoinSpec } from "./member.js";
-import type { CollectiveTransport, MemberAddress } from "./ring.js";
+import { type CollectiveTransport, cancelFormation, localHostId, type MemberAddress } from "./ring.js";
 
 /** Anything that can run an exported function in a member process (an actor, a child process). */
 export interface CollectiveMember {
@@ -142,18 +142,35 @@ export async function createCollectiveGroupOn(
     await group.destroy();
     throw err;
   }
-  const connected = await Promise.allSettled(
+  // A member that fails to connect (it died, say) leaves the others waiting in hello for a
+  // predecessor that will never come: the first failure cancels their wait at once.
+  const failures: { rank: number; reason: unknown }[] = [];
+  await Promise.allSettled(
     members.map((m, rank) =>
-      Promise.resolve(m.invoke(MEMBER_MODULE_URL, "connectCollectiveGroup", [name, endpoints[rank]])),
+      Promise.resolve(m.invoke(MEMBER_MODULE_URL, "connectCollectiveGroup", [name, endpoints[rank]])).catch(
+        (reason: unknown) => {
+          failures.push({ rank, reason });
+          if (failures.length === 1) {
+            const why = `rank ${rank} could not connect: ${describe(reason)}`;
+            addresses.forEach((address, other) => {
+              if (other === rank) return;
+              const own = address.ipc && address.hostId === localHostId() ? address.ipc : address.tcp;
+              if (own) cancelFormation(own, why).catch(() => undefined);
+            });
+          }
+          throw reason;
+        },
+      ),
     ),
   );
-  const bad = connected.findIndex((c) => c.status === "rejected");
-  if (bad >= 0) {
+  const first = failures[0];
+  if (first) {
     await group.destroy();
+    const { rank, reason } = first;
     throw new CollectiveError(
-      `rank ${bad} could not connect collective group "${name}": ${describe((connected[bad] as PromiseRejectedResult).reason)}`,
+      `rank ${rank} could not connect collective group "${name}": ${describe(reason)}`,
       name,
-      bad,
+      rank,
     );
   }
   return group;

@@ -62,7 +62,19 @@ const OP_ALLGATHER = 4;
 const OP_REDUCESCATTER = 5;
 const OP_BARRIER = 6;
 const OP_ABORT = 7;
-const OP_NAMES = ["?", "hello", "allReduce", "broadcast", "allGather", "reduceScatter", "barrier", "abort"];
+/** From the group's creator, not a rank: forming the group failed elsewhere; stop waiting in hello. */
+const OP_CANCEL = 8;
+const OP_NAMES = [
+  "?",
+  "hello",
+  "allReduce",
+  "broadcast",
+  "allGather",
+  "reduceScatter",
+  "barrier",
+  "abort",
+  "cancel",
+];
 
 const HEADER_BYTES = 24;
 /** The step of a broadcast's announcement ([n, src] in a, chunkLen), sent by every rank but the source. */
@@ -322,6 +334,13 @@ export class RingMember {
     const hop = word >>> 24;
     const hstep = word & 0xffff;
     if (hop === OP_ABORT) throw this.onAbort(frames, op, seq);
+    if (hop === OP_CANCEL) {
+      throw new CollectiveError(
+        `rank ${this.rank} in ${OP_NAMES[op]} #${seq} of group "${this.group}": the group's creator gave up forming it: ${frames[1]?.toString("utf8") ?? "(no reason given)"}`,
+        this.group,
+        this.rank,
+      );
+    }
     if (hseq !== seq || hop !== op || hstep !== step) {
       throw new CollectiveMismatchError(
         `rank ${this.rank} is in ${OP_NAMES[op]} #${seq} step ${step} of group "${this.group}" but rank ${this.prevRank} sent ${OP_NAMES[hop] ?? hop} #${hseq} step ${hstep}: ranks must call the same collectives in the same order`,
@@ -811,5 +830,21 @@ export class RingMember {
       }
       this.lastFullSeq = seq;
     });
+  }
+}
+
+/**
+ * Tells the member listening at `endpoint` (a rank's own receiving address) that forming its group
+ * failed elsewhere, so a rank waiting in hello for a predecessor that will never come fails now
+ * rather than after the group's whole timeout. Sent by the group's creator; best effort.
+ */
+export async function cancelFormation(endpoint: string, reason: string): Promise<void> {
+  const push = new Push({ linger: 1000, sendTimeout: 1000 });
+  secureClientSocket(push);
+  try {
+    push.connect(endpoint);
+    await push.send([header(0, OP_CANCEL, 0, 0, 0, 0, 0, 0), Buffer.from(reason, "utf8")]);
+  } finally {
+    push.close();
   }
 }
