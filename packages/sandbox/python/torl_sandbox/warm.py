@@ -54,11 +54,16 @@ def random_generators():
 def reseed_generators(generators):
     """Fresh entropy for each generator, in each run child: forked runs would otherwise all continue
     the warm interpreter's sequences, identically."""
+    import numpy
     import numpy.random
 
     for gen in generators:
         if isinstance(gen, numpy.random.Generator):
             gen.bit_generator.state = type(gen.bit_generator)().state
+        elif isinstance(gen, numpy.random.RandomState):
+            # 256 bits through MT19937's init_by_array (what random.seed() does with its urandom key):
+            # a tenth of the CPU of seed(), which hashes a SeedSequence into the whole state, ~1 ms a run
+            gen.seed(numpy.frombuffer(os.urandom(32), dtype=numpy.uint32))
         else:
             gen.seed()
 
