@@ -5,5 +5,6 @@ export const cliCommands: CommandRegistry = {
   start: async () => (await import("./start.js")).startCommand,
   status: async () => (await import("./status.js")).statusCommand,
   stop: async () => (await import("./stop.js")).stopCommand,
+  dashboard: async () => (await import("./dashboard.js")).dashboardCommand,
   "bench actors": async () => (await import("../bench/actors.js")).benchActorsCommand,
 };

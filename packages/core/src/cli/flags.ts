@@ -4,6 +4,7 @@
  */
 import { parseArgs } from "node:util";
 import { UsageError } from "../cli-command.js";
+import { lastHeadAddress } from "./state.js";
 
 export type FlagSpec =
   | { type: "boolean" }
@@ -153,4 +154,15 @@ export function parseFlags<const T extends Record<string, FlagSpec>>(
     }
   }
   return { flags: flags as FlagValues<T>, positionals: parsed.positionals };
+}
+
+/**
+ * The head a command talks to: --address, else TORL_ADDRESS, else the head last started on this
+ * machine; none of them is a UsageError.
+ */
+export function headAddressFrom(flag: string | undefined): string {
+  const fromEnv = process.env.TORL_ADDRESS?.trim();
+  const address = flag ?? (fromEnv ? checkAddress("TORL_ADDRESS", fromEnv) : lastHeadAddress());
+  if (!address) throw new UsageError("no head address: give --address HOST:PORT (no head was started here)");
+  return address;
 }

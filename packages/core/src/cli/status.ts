@@ -1,12 +1,12 @@
 /** `torl status`: nodes, resources used/free, actors and their state, asked of the head. */
-import { type CliCommand, UsageError } from "../cli-command.js";
+import type { CliCommand } from "../cli-command.js";
 import { defaultKeyFile, resolveJoinKeys } from "../cluster/key-file.js";
 import type { ClusterStatus } from "../cluster/messages.js";
 import { ClusterAuthError, HeadError } from "../errors.js";
 import { HeadClient } from "../runtime/head-client.js";
 import { setClusterKeys } from "../wire/security.js";
-import { checkAddress, parseFlags } from "./flags.js";
-import { lastHeadAddress, listDaemons } from "./state.js";
+import { headAddressFrom, parseFlags } from "./flags.js";
+import { listDaemons } from "./state.js";
 
 const usage = `usage: pnpm torl status [--address HOST:PORT] [--keys PATH] [--json]
 
@@ -90,10 +90,7 @@ export const statusCommand: CliCommand = {
       json: { type: "boolean" },
       keys: { type: "string" },
     });
-    const fromEnv = process.env.TORL_ADDRESS?.trim();
-    const address = f.address ?? (fromEnv ? checkAddress("TORL_ADDRESS", fromEnv) : lastHeadAddress());
-    if (!address)
-      throw new UsageError("no head address: give --address HOST:PORT (no head was started here)");
+    const address = headAddressFrom(f.address);
     let s: any;
     try {
       s = await fetchStatus(address, 5000, f.keys);
