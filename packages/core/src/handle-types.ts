@@ -14,14 +14,13 @@ interface HandleOwn {
 }
 
 /**
- * Names a handle never sends as calls: its own members, and those that would make it look like a
- * promise or confuse inspection (the handle's Proxy answers `undefined` for them).
+ * Names a handle never sends as calls: its own members (the handle answers them itself), `constructor`
+ * (the handle's class), and those that would make it look like a promise or confuse inspection (the
+ * handle's Proxy answers `undefined` for them).
  */
 type Unforwarded = keyof HandleOwn | "then" | "catch" | "finally" | "toJSON" | "constructor" | "inspect";
 
-type MethodKeys<T> = {
-  [K in keyof T]: T[K] extends (...args: never[]) => unknown ? K : never;
-}[keyof T];
+type MethodKeys<T> = { [K in keyof T]: T[K] extends (...args: never[]) => unknown ? K : never }[keyof T];
 
 /** A handle to an actor of class T: every method returns an awaitable ObjectRef of its (awaited) result. */
 export type ActorHandle<T> = {
