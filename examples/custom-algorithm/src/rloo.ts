@@ -19,9 +19,14 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createCollectiveGroup, get, init, isInitialized, shutdown } from "@torl-ts/actors";
 import { type CliCommand, type FlagSpec, InputError, parseFlags, runScript } from "@torl-ts/core";
-import { DataProto, executionInfoFromRollout } from "@torl-ts/verl";
+import {
+  type CodeInterpreterToolConfig,
+  DataProto,
+  executionInfoFromRollout,
+  PolicyReplicaActor,
+  type PolicyUpdateStats,
+} from "@torl-ts/verl";
 import { TINY_BASE_DIR } from "@torl-ts/verl/tiny";
-import { PolicyActor, type ToolChoice, type UpdateStats } from "./policy.js";
 import {
   extractAnswer,
   makeQuestions,
@@ -35,6 +40,10 @@ import {
 // ---------------------------------------------------------------------------------------------------
 // Hyperparameters: every knob of the run, named in one place.
 // ---------------------------------------------------------------------------------------------------
+
+/** The tool the policy may call while it writes a response. */
+export type ToolChoice = "none" | "python";
+
 export interface Args {
   /** HF-format model directory (config.json, model.safetensors, tokenizer.json). */
   modelDir: string;
@@ -68,6 +77,8 @@ export interface Args {
 }
 
 const TOOLS: readonly ToolChoice[] = ["none", "python"];
+/** ToRL's Python tool (createCodeInterpreterTool's keys): two warm interpreters in each replica's process. */
+const PYTHON_TOOL: CodeInterpreterToolConfig = { sandbox_actors: 0, sandbox_workers: 2, run_timeout: 10 };
 /** The collective group of the replicas. */
 const GROUP = "rloo";
 
@@ -153,7 +164,10 @@ export async function train(
   if (startedRuntime) await init({ numCpus: args.replicas });
   const env: Record<string, string> = args.backend === "auto" ? {} : { TORL_BACKEND: args.backend };
   const replicas = Array.from({ length: args.replicas }, () =>
-    PolicyActor.options({ env }).remote(args.modelDir, args.learningRate, args.tool),
+    PolicyReplicaActor.options({ env }).remote(args.modelDir, {
+      learningRate: args.learningRate,
+      tool: args.tool === "python" ? PYTHON_TOOL : null,
+    }),
   );
   let group: Awaited<ReturnType<typeof createCollectiveGroup>> | undefined;
   try {
@@ -223,7 +237,7 @@ export async function train(
           GROUP,
         );
       });
-      const stats: UpdateStats[] = await get(updates);
+      const stats: PolicyUpdateStats[] = await get(updates);
       const t2 = performance.now();
 
       // 5. Metrics, grouped by kind as in CleanRL.

@@ -4,8 +4,7 @@ import { join } from "node:path";
 import { UsageError } from "@torl-ts/core";
 import { buildByteBpeTokenizer, createRandomPretrained } from "@torl-ts/verl";
 import test from "ava";
-import type { ToolChoice } from "../src/policy.js";
-import { ArgsError, parseArgs, rlooAdvantages, train } from "../src/rloo.js";
+import { ArgsError, parseArgs, rlooAdvantages, type ToolChoice, train } from "../src/rloo.js";
 import { extractAnswer, REWARDS, type RewardName, type TaskName, UnknownRewardError } from "../src/task.js";
 
 function tinyRandomModel(): string {

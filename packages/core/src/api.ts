@@ -187,7 +187,7 @@ export function createActor<T = unknown>(
   args: unknown[],
   opts: ActorOptions = {},
 ): ActorHandle<T> {
-  if (opts.thread && className) return createThreadActor(module, className, args, opts) as ActorHandle<T>;
+  if (opts.thread && className) return createThreadActor<T>(module, className, args, opts);
   const rt = currentRuntime();
   const actorId = `${className ? className.slice(0, 16) : "exec"}-${randomId(5)}`;
   const site = className ? `constructor of ${className}` : "task executor";
@@ -226,14 +226,14 @@ export function createActor<T = unknown>(
       },
     });
   });
-  return handleFor(rt, actorId, opts.name);
+  return handleFor<T>(rt, actorId, opts.name);
 }
 
 /** Looks up a live named actor (of class T). */
 export async function getActor<T = unknown>(name: string): Promise<ActorHandle<T>> {
   const rt = currentRuntime();
   const info = await rt.head.request("getActor", { name });
-  return handleFor(rt, info.actorId, name);
+  return handleFor<T>(rt, info.actorId, name);
 }
 
 /** Kills an actor's worker at once; with `noRestart: false` it may restart (if maxRestarts allows). */

@@ -2,6 +2,7 @@
  * Actor handles: a Proxy whose every property is a remote method. `handle.m(...args)` sends a call
  * and returns an ObjectRef at once. Handles can be passed to other actors and tasks.
  */
+import type { ActorHandle } from "../handle-types.js";
 import { registerClass } from "../wire/codec.js";
 import type { ActorRecord } from "./actor-calls.js";
 import { currentRuntime, maybeRuntime } from "./current.js";
@@ -34,18 +35,22 @@ export class ActorHandleBase {
   }
 }
 
+/** Names a handle never treats as remote methods (ActorHandle<T> leaves them out of its type too). */
 const NOT_METHODS = new Set(["then", "toJSON", "constructor", "inspect", "catch", "finally"]);
 
-export function makeHandle(rt: Runtime, rec: ActorRecord): any {
-  return methodProxy(new ActorHandleBase(rt, rec), (method, args) => rt.actors.call(rec, method, args));
+export function makeHandle<T>(rt: Runtime, rec: ActorRecord): ActorHandle<T> {
+  return methodProxy<T>(new ActorHandleBase(rt, rec), (method, args) => rt.actors.call(rec, method, args));
 }
 
-/** A Proxy over `base` whose every other property is a remote method sending calls through `call`. */
-export function methodProxy<B extends { _methods: Map<string, (...args: unknown[]) => ObjectRef> }>(
-  base: B,
+/**
+ * The one constructor of typed handles (process and thread actors alike): a Proxy over `base` whose
+ * every other property is a remote method of T sending calls through `call`.
+ */
+export function methodProxy<T>(
+  base: { _methods: Map<string, (...args: unknown[]) => ObjectRef> },
   call: (method: string, args: unknown[]) => ObjectRef,
-): any {
-  return new Proxy(base, {
+): ActorHandle<T> {
+  const proxy = new Proxy(base, {
     get(target, prop, receiver) {
       if (typeof prop === "symbol" || prop in target) return Reflect.get(target, prop, receiver);
       if (NOT_METHODS.has(prop)) return undefined;
@@ -57,14 +62,17 @@ export function methodProxy<B extends { _methods: Map<string, (...args: unknown[
       return f;
     },
   });
+  // The Proxy's type is its target's: T's methods exist only at run time (made on first read above),
+  // so this is the one place the handle's type is asserted rather than inferred.
+  return proxy as unknown as ActorHandle<T>;
 }
 
 /** A handle for a known actor id in this process (subscribing to its state at the head). */
-export function handleFor(rt: Runtime, actorId: string, name?: string): any {
+export function handleFor<T>(rt: Runtime, actorId: string, name?: string): ActorHandle<T> {
   const known = rt.actors.records.has(actorId);
   const rec = rt.actors.record(actorId, name);
   if (!known) rt.head.notify("subscribe", { actorId });
-  return makeHandle(rt, rec);
+  return makeHandle<T>(rt, rec);
 }
 
 registerClass(

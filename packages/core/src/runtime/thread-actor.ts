@@ -22,6 +22,7 @@ import {
   RemoteError,
   SerializationError,
 } from "../errors.js";
+import type { ActorHandle } from "../handle-types.js";
 import { siblingModule, threadEntry } from "../module-files.js";
 import { prepareValue } from "../wire/sendable.js";
 import { methodProxy } from "./actor-handle.js";
@@ -389,14 +390,19 @@ export class ThreadActorHandle {
 }
 
 /** Starts a thread actor; returns its handle at once (calls wait in the thread until it is constructed). */
-export function createThreadActor(module: string, className: string, args: unknown[], opts: object): any {
+export function createThreadActor<T>(
+  module: string,
+  className: string,
+  args: unknown[],
+  opts: object,
+): ActorHandle<T> {
   const options = checkThreadActorOptions(opts);
   const rt = currentRuntime();
   const sendable = prepareValue(args, "args", `cannot be sent to an actor (constructor of ${className})`);
   // refused at the call site, as for a process actor: a ref nested inside a constructor argument
   if (!sendable.some(isRef)) CodecPacket.forThread(sendable);
   const actor = new ThreadActor(rt, module, className, sendable, options);
-  return methodProxy(new ThreadActorHandle(actor), (method, callArgs) => actor.call(method, callArgs));
+  return methodProxy<T>(new ThreadActorHandle(actor), (method, callArgs) => actor.call(method, callArgs));
 }
 
 export function isThreadActorHandle(handle: unknown): handle is ThreadActorHandle {

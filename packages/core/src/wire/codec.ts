@@ -299,12 +299,15 @@ addExtension({
   read: (bytes: Uint8Array) => new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength),
 });
 
-/** Hooks for classes defined elsewhere in core (ObjectRef, actor handles), to avoid import cycles. */
+/**
+ * Hooks for classes defined elsewhere in core (ObjectRef, actor handles), to avoid import cycles.
+ * `read` may give another shape than T (a handle decoded outside a runtime is its bare ids).
+ */
 export function registerClass<T>(
   type: number,
   Class: new (...args: any[]) => T,
   write: (v: T) => unknown,
-  read: (d: any) => T,
+  read: (d: any) => unknown,
 ) {
   markLeafClass(Class);
   addExtension({ Class, type, write, read });

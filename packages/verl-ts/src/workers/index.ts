@@ -56,6 +56,14 @@ export {
   warmupSteps,
 } from "./optim.js";
 export {
+  PolicyNotReadyError,
+  PolicyReplica,
+  PolicyReplicaActor,
+  type PolicyReplicaOptions,
+  type PolicySamplingSettings,
+  type PolicyUpdateStats,
+} from "./policy-replica.js";
+export {
   type AllReduceGradientsOptions,
   allReduceGradients,
   broadcastParameters,

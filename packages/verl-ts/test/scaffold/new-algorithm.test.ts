@@ -28,7 +28,7 @@ test("the guide's listing is the scaffold's template, and it imports only public
     "docs/writing-an-algorithm.md shows templates/algorithm.ts verbatim",
   );
   const specifiers = [...listing!.matchAll(/^import [^;]*? from "([^"]+)";/gm)].map((m) => m[1]!);
-  t.true(specifiers.length >= 4);
+  t.true(specifiers.length >= 3, `the listing's imports were found: ${specifiers.join(", ")}`);
   t.deepEqual(
     specifiers.filter((s) => !PUBLIC.test(s)),
     [],
@@ -86,7 +86,7 @@ test("a project outside the repository made by `torl new algorithm` trains: tool
   const step = lines.find((l) => l.step === 1)!;
   t.true((step.tool_calls as number) > 0, "the tiny base model called the Python tool");
   t.true(Number.isFinite(step.reward_mean) && Number.isFinite(step.loss));
-  const end = lines.at(-1)! as { fingerprint_before: number; fingerprints_after: number[] };
-  t.is(end.fingerprints_after[0], end.fingerprints_after[1], "the replicas hold the same weights");
-  t.not(end.fingerprints_after[0], end.fingerprint_before, "the update changed the weights");
+  const end = lines.at(-1)! as { fingerprint_before: number[]; fingerprints_after: number[][] };
+  t.deepEqual(end.fingerprints_after[0], end.fingerprints_after[1], "the replicas hold the same weights");
+  t.notDeepEqual(end.fingerprints_after[0], end.fingerprint_before, "the update changed the weights");
 });

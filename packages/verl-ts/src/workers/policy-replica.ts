@@ -1,44 +1,56 @@
 /**
- * One replica of the policy, living in its own actor process. The driver (rloo.ts) asks every replica
- * to sample, then to take a gradient step on its share of the batch; the replicas average their
- * gradients with a collective all-reduce, so after every step they hold the same weights (plain data
- * parallelism, no parameter server).
+ * One data-parallel replica of a policy for an algorithm written on the actor API: the model in its own
+ * actor process, which samples with the TIR rollout and takes policy-gradient steps with advantages the
+ * driver computed. The replicas average their gradients with a collective all-reduce, so after every
+ * step they hold the same weights (plain data parallelism, no parameter server). The driver owns the
+ * algorithm: rewards, advantages, metrics.
  *
- * Sampling is the project's TIR rollout (`tirRollout`): with the Python tool, a round that ends in
- * "```output" has its last ```python block run in a sandbox (a pool of warm interpreters inside this
- * process) and the observation appended; without a tool it is plain generation. `rolloutTrainingBatch`
- * turns the samples into the training batch, the same one the stock trainer's workers build, with the
- * tool's output masked out of the loss.
+ *   const replicas = [0, 1].map(() => PolicyReplicaActor.remote(modelDir, { learningRate: 1e-5, tool: {...} }));
+ *   await get(replicas.map((r) => r.setup()));
+ *   await createCollectiveGroup(replicas, { name: "pg" });
+ *   await get(replicas.map((r) => r.broadcastWeights(0, "pg")));
+ *   const shards = await get(replicas.map((r, i) => r.rollout(promptsOf(i), sampling)));
+ *   // ... rewards and advantages on the driver, an `advantages` column added to each shard ...
+ *   await get(replicas.map((r, i) => r.update(withAdvantages[i], "pg")));
  *
- * Everything crossing the process boundary is a DataProto in wire form (typed arrays travel as raw
- * frames) or plain numbers.
+ * Sampling is `tirRollout`: with the Python tool, a round that ends in the tool's stop string has its last
+ * ```python block run in a sandbox and the observation appended; without one it is plain generation.
+ * `rolloutTrainingBatch` turns the samples into the training batch (the stock trainer's workers build
+ * the same one), the tool's output masked out of the loss. Everything crossing the process boundary is
+ * a DataProto in wire form (typed arrays travel as raw frames) or plain numbers.
  */
-
 import * as tf from "@tensorflow/tfjs";
 import { actor } from "@torl-ts/actors";
-import { SandboxExecutor } from "@torl-ts/sandbox";
 import {
-  allReduceGradients,
   applyGradients,
-  broadcastParameters,
-  DataProto,
-  type DataProtoWire,
   forwardBackward,
   loadPretrained,
-  PythonCodeInterpreter,
   type Qwen2Model,
-  responseOffset,
-  rolloutTrainingBatch,
   selectBackend,
   type Tokenizer,
-  type Tool,
-  tirRollout,
-} from "@torl-ts/verl";
+} from "../models/index.js";
+import { DataProto, type DataProtoWire } from "../protocol/data-proto.js";
+import { responseOffset, rolloutTrainingBatch } from "../rollout/batch.js";
+import type { PythonCodeInterpreter } from "../rollout/code-interpreter.js";
+import {
+  type CodeInterpreterToolConfig,
+  createCodeInterpreterTool,
+} from "../rollout/code-interpreter-tool.js";
+import { tirRollout } from "../rollout/tir.js";
+import { allReduceGradients, broadcastParameters } from "./replica-sync.js";
 
-/** The tool the policy may call while it writes a response. */
-export type ToolChoice = "none" | "python";
+export interface PolicyReplicaOptions {
+  /** Adam's learning rate. */
+  learningRate: number;
+  /**
+   * ToRL's Python tool, with the keys of `actor_rollout_ref.rollout.tool` (`createCodeInterpreterTool`;
+   * `sandbox_actors: 0` runs the interpreters in the replica's own process). Omitted or null: no tool,
+   * plain generation.
+   */
+  tool?: CodeInterpreterToolConfig | null;
+}
 
-export interface SamplingSettings {
+export interface PolicySamplingSettings {
   samplesPerPrompt: number;
   /** Most response tokens, generated and tool-appended together. */
   maxNewTokens: number;
@@ -48,8 +60,8 @@ export interface SamplingSettings {
   maxToolCalls: number;
 }
 
-/** What one replica's update step reports; the driver averages these over replicas. */
-export interface UpdateStats {
+/** What one replica's update step reports; a driver averages these over replicas. */
+export interface PolicyUpdateStats {
   policy_loss: number;
   grad_norm: number;
   /** Tokens the loss covered (generated response tokens, tool output excluded). */
@@ -65,26 +77,24 @@ export class PolicyReplica {
   private model?: Qwen2Model;
   private tokenizer?: Tokenizer;
   private optimizer?: tf.Optimizer;
-  private sandbox?: SandboxExecutor;
-  private tool?: Tool;
+  private tool?: PythonCodeInterpreter;
 
   constructor(
     private readonly modelDir: string,
-    private readonly learningRate: number,
-    private readonly toolChoice: ToolChoice = "none",
+    private readonly options: PolicyReplicaOptions,
   ) {}
 
-  /** Picks the tensor backend (TORL_BACKEND or the best available), loads the model, makes Adam, starts the sandbox. */
+  /**
+   * Picks the tensor backend (TORL_BACKEND or the best available), loads the model, makes Adam, starts
+   * the tool's sandbox; returns the backend's name.
+   */
   async setup(): Promise<string> {
     const backend = await selectBackend({ log: null });
     const { model, tokenizer } = loadPretrained(this.modelDir, { trainable: true });
     this.model = model;
     this.tokenizer = tokenizer;
-    this.optimizer = tf.train.adam(this.learningRate);
-    if (this.toolChoice === "python") {
-      this.sandbox = await new SandboxExecutor({ workers: 2 }).start();
-      this.tool = new PythonCodeInterpreter(this.sandbox, { runTimeout: 10 });
-    }
+    this.optimizer = tf.train.adam(this.options.learningRate);
+    if (this.options.tool) this.tool = await createCodeInterpreterTool(this.options.tool);
     return backend.name;
   }
 
@@ -98,7 +108,7 @@ export class PolicyReplica {
    * adjacent). Returns the rollout's training batch (`rolloutTrainingBatch`: input_ids, attention_mask,
    * responses, loss_mask, execution_passes, num_tool_calls, response_text, ...) plus `prompt_index`.
    */
-  async rollout(prompts: string[], s: SamplingSettings): Promise<DataProtoWire> {
+  async rollout(prompts: string[], s: PolicySamplingSettings): Promise<DataProtoWire> {
     const model = this.ready();
     const tokenizer = this.tokenizer!;
     const promptIds = prompts.map((p) => tokenizer.encode(p));
@@ -116,12 +126,12 @@ export class PolicyReplica {
   }
 
   /**
-   * One REINFORCE step on this replica's rows with the advantages the driver computed:
+   * One REINFORCE step on this replica's rows (a rollout's batch with an `advantages` column, one per row):
    *   loss = -sum_i sum_t A_i * log pi(y_it | y_i<t) * m_it / sum_i sum_t m_it
    * (token mean over this replica's loss-mask tokens: generated ones, not tool output), gradients
    * averaged across the group, then Adam.
    */
-  async update(wire: DataProtoWire, group: string): Promise<UpdateStats> {
+  async update(wire: DataProtoWire, group: string): Promise<PolicyUpdateStats> {
     const model = this.ready();
     const data = DataProto.fromWire(wire);
     const ids = data.tensor<Int32Array>("input_ids");
@@ -129,7 +139,7 @@ export class PolicyReplica {
     const P = responseOffset(data); // the response occupies columns [P, W) of input_ids
     const R = W - P;
     const lossMask = Float32Array.from(data.tensor<Uint8Array>("loss_mask").data);
-    const advantages = data.tensor("advantages").data as Float32Array;
+    const advantages = Float32Array.from(data.tensor("advantages").data as ArrayLike<number>);
     const tokens = lossMask.reduce((a, b) => a + b, 0);
     const batch = {
       ids: ids.data,
@@ -164,11 +174,11 @@ export class PolicyReplica {
     return [sum, sq];
   }
 
-  /** Stops the sandbox's interpreters (the driver calls it before shutting the runtime down). */
+  /** Stops the tool's sandbox (call it before shutting the runtime down). */
   async close(): Promise<void> {
-    await this.sandbox?.close();
-    this.sandbox = undefined;
+    const tool = this.tool;
     this.tool = undefined;
+    await tool?.close();
   }
 
   private ready(): Qwen2Model {
@@ -177,4 +187,5 @@ export class PolicyReplica {
   }
 }
 
-export const PolicyActor = actor(PolicyReplica, { module: import.meta.url, numCpus: 1 });
+/** `PolicyReplicaActor.remote(modelDir, options)` starts a replica in its own actor process (1 CPU). */
+export const PolicyReplicaActor = actor(PolicyReplica, { module: import.meta.url, numCpus: 1 });
