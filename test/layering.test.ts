@@ -137,3 +137,29 @@ test("the calculator tool is written against @torl-ts/verl alone, with nothing f
   const manifest = JSON.parse(readFileSync(join(ROOT, "examples/new-tool/package.json"), "utf8"));
   t.false("@torl-ts/sandbox" in manifest.dependencies, "examples/new-tool does not depend on the sandbox");
 });
+
+/**
+ * The head's parts hold its state and rules and work without a socket (their unit tests drive them
+ * directly): head.ts alone holds the socket and hands messages to them, so no part imports head.ts
+ * or the socket links.
+ */
+const HEAD_PARTS = [
+  "node-table",
+  "clients",
+  "actor-directory",
+  "scheduler",
+  "placement-groups",
+  "status",
+  "outbox",
+];
+
+test("the head's parts import neither head.ts nor the socket links", (t) => {
+  const cluster = join(ROOT, "packages/core/src/cluster");
+  const forbidden = [join(cluster, "head.js"), join(ROOT, "packages/core/src/wire/links.js")];
+  const wrong = HEAD_PARTS.flatMap((part) =>
+    relativeImports(join(cluster, `${part}.ts`))
+      .filter((target) => forbidden.includes(target))
+      .map((target) => `cluster/${part}.ts imports ${relative(join(ROOT, "packages/core/src"), target)}`),
+  );
+  t.deepEqual(wrong, []);
+});

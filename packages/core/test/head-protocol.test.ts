@@ -2,6 +2,7 @@ import test from "ava";
 import { Head } from "../src/cluster/head.js";
 import type { ClusterStatus, ToHead } from "../src/cluster/messages.js";
 import { DealerLink } from "../src/wire/links.js";
+import { hello, spec } from "./head-parts.fixture.js";
 
 /** A raw link to a head: sends messages as a peer of the same version would, collects what comes back. */
 async function withHead(run: (send: (m: ToHead) => void, next: () => Promise<unknown>) => Promise<void>) {
@@ -32,17 +33,8 @@ async function withHead(run: (send: (m: ToHead) => void, next: () => Promise<unk
 test("the head answers requests by their type; heartbeats are notifications with clear names", async (t) => {
   await withHead(async (send, next) => {
     // a driver says hello, beats, and is then listed as a connected client
-    send({
-      t: "hello",
-      rid: 1,
-      clientId: "c1",
-      address: { tcp: "tcp://127.0.0.1:1" },
-      nodeIp: "127.0.0.1",
-      pid: 1,
-      heartbeats: true,
-    });
-    const hello = (await next()) as { rid: number; ok: boolean; v: { nodes: number } };
-    t.like(hello, { rid: 1, ok: true, v: { nodes: 0 } });
+    send({ ...hello("c1"), rid: 1 });
+    t.like(await next(), { rid: 1, ok: true, v: { nodes: 0 } });
     send({ t: "clientHeartbeat", clientId: "c1" });
     send({ t: "nodeHeartbeat", nodeId: "no-such-node" });
     send({ t: "status", rid: 2 });
@@ -67,5 +59,47 @@ test("a message type the head does not know is refused by name, the old heartbea
       t.false(reply.ok);
       t.is(reply.e.message, `unknown message type '${type}'`);
     }
+  });
+});
+
+test("a driver that says bye takes its actors and placement groups with it; the node is told to stop the worker", async (t) => {
+  await withHead(async (send, next) => {
+    // this link is both a node agent (2 CPUs) and the driver c1
+    send({
+      t: "registerNode",
+      rid: 1,
+      nodeId: "n1",
+      ip: "127.0.0.1",
+      resources: { CPU: 2 },
+      gpuIds: [],
+      pid: 1,
+    });
+    t.like(await next(), { rid: 1, ok: true, v: { nodeId: "n1" } });
+    send({ ...hello("c1", { pid: 5, heartbeats: false }), rid: 2 });
+    t.like(await next(), { rid: 2, ok: true, v: { nodes: 1, nodeId: "n1" } });
+    send({ t: "createPg", rid: 3, pgId: "g", bundles: [{ CPU: 1 }], clientId: "c1" });
+    t.like(await next(), { rid: 3, ok: true, v: { pgId: "g", state: "CREATED", bundleNodes: ["n1"] } });
+    send({ t: "createActor", rid: 4, spec: spec("A1", { maxRestarts: 3, ownerClientId: "c1" }) });
+    t.like(await next(), {
+      t: "startWorker",
+      spec: { actorId: "A1" },
+      incarnation: 0,
+      resources: { CPU: 1 },
+    });
+    t.like(await next(), { rid: 4, ok: true, v: { actorId: "A1" } });
+    send({ t: "bye", rid: 5, clientId: "c1" });
+    t.like(await next(), { t: "killWorker", actorId: "A1", incarnation: 0 });
+    t.like(await next(), { rid: 5, ok: true, v: null });
+    send({ t: "workerExit", actorId: "A1", incarnation: 0, code: null, signal: "SIGTERM", pid: 9 });
+    send({ t: "status", rid: 6 });
+    // the creator subscribed: the actor's death arrives before the status
+    const news = (await next()) as { t: string; state: string; cause: { kind: string; message: string } };
+    t.like(news, { t: "actor", actorId: "A1", state: "DEAD", cause: { kind: "owner_died" } });
+    t.is(news.cause.message, "its owner (pid 5) is gone: it called shutdown()");
+    const status = (await next()) as { rid: number; v: ClusterStatus };
+    t.is(status.rid, 6);
+    t.like(status.v.placementGroups, [{ pgId: "g", state: "REMOVED", error: "it was removed" }]);
+    t.like(status.v.nodes, [{ nodeId: "n1", available: { CPU: 2 } }]);
+    t.is(status.v.clients, 0);
   });
 });

@@ -128,8 +128,16 @@ export type HeadToNode =
   | { t: "killWorker"; actorId: string; incarnation: number }
   | { t: "shutdown"; reason?: string };
 
-/** What the head sends a client runtime: replies, and the news of the actors it subscribed to. */
-export type HeadToClient = Reply | Refused | Undecodable | ActorUpdate;
+/**
+ * What the head sends a client runtime: replies, the news of the actors it subscribed to, and that
+ * another client is gone (the objects it owned can never be fetched).
+ */
+export type HeadToClient =
+  | Reply
+  | Refused
+  | Undecodable
+  | ActorUpdate
+  | { t: "clientGone"; clientId: string };
 
 /** The registration reply a node agent reads (`re` of its registerNode). */
 export interface NodeRegistered {

@@ -105,17 +105,22 @@ export function release(pool: Pool, a: Allocation): void {
   }
 }
 
+/** A copy of the pool with nothing allocated (a bundle pool holds the GPU shares it reserved). */
+export function emptyPool(pool: Pool): Pool {
+  const empty: Pool = {
+    total: { ...pool.total },
+    avail: { ...pool.total },
+    gpuFree: pool.bundleGpuShares
+      ? new Map(pool.bundleGpuShares)
+      : new Map([...pool.gpuFree.keys()].map((id) => [id, 1])),
+  };
+  if (pool.bundleGpuShares) empty.bundleGpuShares = new Map(pool.bundleGpuShares);
+  return empty;
+}
+
 /** Could the request fit this pool if it were empty? */
 export function couldEverFit(pool: Pool, req: Resources): boolean {
-  const empty: Pool = {
-    total: pool.total,
-    avail: { ...pool.total },
-    gpuFree: new Map([...pool.gpuFree.keys()].map((id) => [id, 1])),
-  };
-  if (pool.bundleGpuShares) {
-    empty.gpuFree = new Map(pool.bundleGpuShares);
-  }
-  return tryAllocate(empty, req) !== null;
+  return tryAllocate(emptyPool(pool), req) !== null;
 }
 
 /** A pool for a bundle, made from its allocation on a node. */
@@ -133,10 +138,4 @@ export function formatResources(r: Resources): string {
     .filter(([, v]) => v !== 0)
     .map(([k, v]) => `${k}: ${Math.round(v * 1000) / 1000}`)
     .join(", ");
-}
-
-export function clonePool(p: Pool): Pool {
-  const c: Pool = { total: { ...p.total }, avail: { ...p.avail }, gpuFree: new Map(p.gpuFree) };
-  if (p.bundleGpuShares) c.bundleGpuShares = new Map(p.bundleGpuShares);
-  return c;
 }
