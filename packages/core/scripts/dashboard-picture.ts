@@ -7,13 +7,23 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { clusterStatus, createActor, init, kill, placementGroup, shutdown, startDashboard } from "../src/index.js";
+import {
+  clusterStatus,
+  createActor,
+  init,
+  kill,
+  placementGroup,
+  shutdown,
+  startDashboard,
+} from "../src/index.js";
 
 const [runDir, out = "docs/pictures/dashboard.png"] = process.argv.slice(2);
 if (!runDir) throw new Error("usage: dashboard-picture.ts RUN_DIR [OUT.png]");
 const fixture = new URL("../test/fixtures/counter.ts", import.meta.url).href;
 await init({ numCpus: 4 });
-const actors = ["rollout-0", "rollout-1", "reward"].map((name) => createActor(fixture, "Counter", [0], { name }));
+const actors = ["rollout-0", "rollout-1", "reward"].map((name) =>
+  createActor(fixture, "Counter", [0], { name }),
+);
 await Promise.all(actors.map((a) => (a as unknown as { inc(): Promise<number> }).inc()));
 kill(actors[2]!);
 const pg = placementGroup([{ CPU: 1 }, { CPU: 1 }], { strategy: "SPREAD", name: "actor-ranks" });

@@ -5,7 +5,7 @@
 import os from "node:os";
 import { Head } from "./cluster/head.js";
 import { readKeyFile, resolveJoinKeys } from "./cluster/key-file.js";
-import type { ClusterStatus, PlacementGroupStatus } from "./cluster/messages.js";
+import type { ClusterStatus, LogsRead, PlacementGroupStatus } from "./cluster/messages.js";
 import { NodeAgent } from "./cluster/node-agent.js";
 import { validateRequest } from "./cluster/resources.js";
 import { GetTimeoutError, ResourceRequestError } from "./errors.js";
@@ -45,6 +45,12 @@ export interface InitOptions {
    * keys make the embedded cluster authenticated and encrypted too.
    */
   keys?: ClusterKeys | string;
+  /**
+   * Print what this driver's actors and tasks print, each line after `(Class pid=N)` (Ray's
+   * log_to_driver). Default true, or TORL_LOG_TO_DRIVER=0. Either way every line is kept in the
+   * worker's log file on its node (`torl logs`).
+   */
+  logToDriver?: boolean;
 }
 
 export interface ClusterInfo {
@@ -61,6 +67,7 @@ let clusterCpus = 1;
 /** Starts an embedded head and node (default) or joins the cluster at `address`. */
 export async function init(opts: InitOptions = {}): Promise<ClusterInfo> {
   if (maybeRuntime()) throw new Error("init() was already called in this process; call shutdown() first");
+  const logs = logToDriver(opts.logToDriver);
   const ip = opts.nodeIp ?? process.env.TORL_NODE_IP ?? "127.0.0.1";
   let address = opts.address ?? process.env.TORL_ADDRESS;
   let nodeId: string | undefined;
@@ -81,7 +88,7 @@ export async function init(opts: InitOptions = {}): Promise<ClusterInfo> {
   }
   const rt = new Runtime();
   try {
-    await rt.start(address, ip, { nodeId });
+    await rt.start(address, ip, { nodeId }, logs);
   } catch (e) {
     if (embedded) {
       await embedded.node.stop();
@@ -95,6 +102,22 @@ export async function init(opts: InitOptions = {}): Promise<ClusterInfo> {
   const res = await rt.head.request("clusterResources", {}, 10000);
   clusterCpus = res.total.CPU ?? 1;
   return { address, clientId: rt.clientId, nodeId: rt.context.nodeId, embedded: embedded !== null };
+}
+
+/** `init({ logToDriver })`, else TORL_LOG_TO_DRIVER (0 or false turns it off), else on. */
+function logToDriver(given: boolean | undefined): boolean {
+  if (given !== undefined) {
+    if (typeof given !== "boolean")
+      throw new TypeError(`init({ logToDriver }) must be true or false, got ${JSON.stringify(given)}`);
+    return given;
+  }
+  const env = process.env.TORL_LOG_TO_DRIVER?.trim().toLowerCase();
+  if (env === undefined || env === "") return true;
+  if (["0", "false", "no", "off"].includes(env)) return false;
+  if (["1", "true", "yes", "on"].includes(env)) return true;
+  throw new TypeError(
+    `TORL_LOG_TO_DRIVER must be 1 or 0 (true or false), got '${process.env.TORL_LOG_TO_DRIVER}'`,
+  );
 }
 
 function embeddedKeys(given: ClusterKeys | string | undefined): ClusterKeys | null {
@@ -575,4 +598,23 @@ export async function availableResources(): Promise<Record<string, number>> {
 /** The head's view: nodes, actors, placement groups. */
 export async function clusterStatus(): Promise<ClusterStatus> {
   return currentRuntime().head.request("status", {});
+}
+
+/** Default and largest tail of each log file `workerLogs` returns. */
+export const DEFAULT_LOG_TAIL_BYTES = 64 << 10;
+export const MAX_LOG_TAIL_BYTES = 8 << 20;
+
+/**
+ * What workers printed, read from the log files on the node that ran them (any machine of the
+ * cluster can ask): `target` is an actor id or name (its files) or a node id (all its workers').
+ */
+export async function workerLogs(target: string, opts: { tailBytes?: number } = {}): Promise<LogsRead> {
+  const tailBytes = opts.tailBytes ?? DEFAULT_LOG_TAIL_BYTES;
+  if (typeof target !== "string" || target === "")
+    throw new TypeError("workerLogs(target): an actor id or name, or a node id");
+  if (!Number.isInteger(tailBytes) || tailBytes < 1 || tailBytes > MAX_LOG_TAIL_BYTES)
+    throw new RangeError(
+      `workerLogs({ tailBytes }) must be an integer from 1 to ${MAX_LOG_TAIL_BYTES}, got ${tailBytes}`,
+    );
+  return currentRuntime().head.request("readLogs", { target, tailBytes }, 15_000);
 }

@@ -22,7 +22,7 @@ export { statusCommand } from "./cli/status.js";
 export { stopCommand } from "./cli/stop.js";
 export type { CliCommand } from "./cli-command.js";
 export { InputError, UsageError } from "./cli-command.js";
-export type { ClusterStatus, PlacementGroupStatus } from "./cluster/messages.js";
+export type { ClusterStatus, LogsRead, PlacementGroupStatus } from "./cluster/messages.js";
 export { type Dashboard, type DashboardOptions, startDashboard } from "./dashboard/server.js";
 export * from "./errors.js";
 export type { ActorHandle, RemoteArgs } from "./handle-types.js";

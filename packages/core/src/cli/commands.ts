@@ -6,5 +6,6 @@ export const cliCommands: CommandRegistry = {
   status: async () => (await import("./status.js")).statusCommand,
   stop: async () => (await import("./stop.js")).stopCommand,
   dashboard: async () => (await import("./dashboard.js")).dashboardCommand,
+  logs: async () => (await import("./logs.js")).logsCommand,
   "bench actors": async () => (await import("../bench/actors.js")).benchActorsCommand,
 };

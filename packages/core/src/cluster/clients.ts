@@ -15,6 +15,8 @@ export interface ClientEntry {
   actorId?: string;
   /** The last heartbeat (Infinity for a runtime that does not beat). */
   lastSeen: number;
+  /** A driver that asked for its actors' and tasks' output. */
+  logs: boolean;
 }
 
 export class ClientTable {
@@ -31,6 +33,7 @@ export class ClientTable {
       peerKey,
       actorId: m.actorId,
       lastSeen: m.heartbeats ? now : Number.POSITIVE_INFINITY,
+      logs: m.logs === true,
     });
     if (m.actorId) this.clientOfActor.set(m.actorId, m.clientId);
   }
@@ -43,6 +46,15 @@ export class ClientTable {
   /** Every live process said hello before it could own an object; gone ones were removed. */
   has(clientId: string): boolean {
     return this.clients.has(clientId);
+  }
+
+  get(clientId: string): ClientEntry | undefined {
+    return this.clients.get(clientId);
+  }
+
+  /** The drivers that asked for worker output. */
+  wantingLogs(): ClientEntry[] {
+    return [...this.clients.values()].filter((c) => c.logs);
   }
 
   get size(): number {

@@ -6,7 +6,8 @@
  * - actor-directory.ts: actors, names, subscriptions, restarts and deaths;
  * - scheduler.ts: placing actors on nodes and in bundles;
  * - placement-groups.ts: reserving bundles by strategy;
- * - status.ts: resource totals and the cluster status.
+ * - status.ts: resource totals and the cluster status;
+ * - log-router.ts: worker output to the drivers, and log files read on their nodes.
  * What crosses parts is wired here: a client that is gone takes the actors and groups it owns with
  * it; a dead node takes its actors and the groups holding bundles on it.
  */
@@ -17,6 +18,7 @@ import { RouterServer } from "../wire/links.js";
 import { requireKeysToListen } from "../wire/security.js";
 import { ActorDirectory } from "./actor-directory.js";
 import { ClientTable } from "./clients.js";
+import { LogRouter } from "./log-router.js";
 import type { Reply, ToHead } from "./messages.js";
 import { NodeTable } from "./node-table.js";
 import type { Outbox } from "./outbox.js";
@@ -48,6 +50,7 @@ export class Head {
   private readonly actors: ActorDirectory;
   private readonly pgs: PlacementGroups;
   private readonly scheduler: Scheduler;
+  private readonly logs: LogRouter;
   private timer: NodeJS.Timeout | null = null;
   address = "";
   readonly startedAt = Date.now();
@@ -69,6 +72,7 @@ export class Head {
       killActorsIn: (pgId) => this.actors.killInGroup(pgId),
     });
     this.scheduler = new Scheduler(this.nodes, this.pgs, this.actors, this.out);
+    this.logs = new LogRouter(this.nodes, this.actors, this.clients, this.out);
   }
 
   async start(): Promise<string> {
@@ -175,6 +179,13 @@ export class Head {
         });
       case "clusterResources":
         return resourceTotals(this.nodes);
+      case "readLogs": {
+        const rid = m.rid;
+        this.logs.read(m.target, m.tailBytes, (ok, v) => {
+          if (rid !== undefined) this.reply(peer, rid, ok, v);
+        });
+        return NO_REPLY;
+      }
       // node agents
       case "registerNode": {
         const registered = this.nodes.register(peer, m);
@@ -194,6 +205,12 @@ export class Head {
         return NO_REPLY;
       case "workerExit":
         this.actors.workerExit(m);
+        return NO_REPLY;
+      case "workerLog":
+        this.logs.forward(m.batches);
+        return NO_REPLY;
+      case "logsRead":
+        this.logs.answered(m);
         return NO_REPLY;
       case "undecodable":
         logWarn(`head: a peer could not decode a message from the head: ${m.reason}`);

@@ -8,6 +8,7 @@ import type { OwnerAddress } from "../runtime/object-ref.js";
 import type { ActorSpec, ActorState, ActorUpdate, PlacementStrategy } from "../runtime/protocol.js";
 import type { WireError } from "../wire/codec.js";
 import type { Resources } from "./resources.js";
+import type { LogBatch } from "./worker-logs.js";
 
 // ---- to the head -----------------------------------------------------------------------------
 
@@ -23,6 +24,8 @@ export type ClientToHead =
       actorId?: string;
       /** Drivers send clientHeartbeat and are taken for dead without it; workers live with their process. */
       heartbeats: boolean;
+      /** A driver that wants its actors' and tasks' output (`init({ logToDriver })`, default true). */
+      logs?: boolean;
     }
   | { t: "clientHeartbeat"; clientId: string }
   | { t: "bye"; clientId: string }
@@ -42,7 +45,9 @@ export type ClientToHead =
   | { t: "waitPg"; pgId: string }
   | { t: "removePg"; pgId: string }
   | { t: "status" }
-  | { t: "clusterResources" };
+  | { t: "clusterResources" }
+  /** A worker's log files: `target` is an actor id or name, or a node id (then all its workers). */
+  | { t: "readLogs"; target: string; tailBytes: number };
 
 /** What the head answers each client request with (the others are notifications: no answer). */
 export interface HeadReplies {
@@ -57,6 +62,14 @@ export interface HeadReplies {
   removePg: null;
   status: ClusterStatus;
   clusterResources: { total: Resources; available: Resources; nodes: number };
+  readLogs: LogsRead;
+}
+
+/** A node's answer to readLogs: the last `tailBytes` of each matching file (oldest first). */
+export interface LogsRead {
+  nodeId: string;
+  dir: string;
+  files: { name: string; bytes: number; text: string }[];
 }
 
 /** From a node agent. */
@@ -86,7 +99,12 @@ export type NodeToHead =
       code: number | null;
       signal: string | null;
       pid: number | undefined;
-    };
+    }
+  /** Lines worker processes printed (notification, sent in batches). */
+  | { t: "workerLog"; batches: LogBatch[] }
+  /** The answer to the head's readLogs of `qid`. */
+  | { t: "logsRead"; qid: number; ok: true; v: LogsRead }
+  | { t: "logsRead"; qid: number; ok: false; e: WireError };
 
 /** Either side may say that a message it received could not be decoded. */
 export interface Undecodable {
@@ -126,6 +144,8 @@ export type HeadToNode =
       bundleIndex: number | undefined;
     }
   | { t: "killWorker"; actorId: string; incarnation: number }
+  /** Reads this node's log files of `actorId` (all its workers' when undefined); answered by logsRead. */
+  | { t: "readLogs"; qid: number; actorId: string | undefined; tailBytes: number }
   | { t: "shutdown"; reason?: string };
 
 /**
@@ -137,7 +157,9 @@ export type HeadToClient =
   | Refused
   | Undecodable
   | ActorUpdate
-  | { t: "clientGone"; clientId: string };
+  | { t: "clientGone"; clientId: string }
+  /** Lines the client's actors and tasks printed (a driver that asked for them in its hello). */
+  | { t: "workerLog"; batches: LogBatch[] };
 
 /** The registration reply a node agent reads (`re` of its registerNode). */
 export interface NodeRegistered {

@@ -1,9 +1,12 @@
 /**
  * A node agent: registers the node's resources with the head, sends heartbeats, forks one worker
  * process per actor (CUDA_VISIBLE_DEVICES set to the assigned GPU ids) and reports how each exits.
+ * What the workers print goes to their log files on this node and, through the head, to the drivers.
  */
 import { type ChildProcess, fork } from "node:child_process";
+import { closeSync, openSync, readdirSync, readSync, statSync } from "node:fs";
 import os from "node:os";
+import { join } from "node:path";
 import { HeadError } from "../errors.js";
 import { logWarn } from "../log.js";
 import { childExecArgv, siblingModulePath } from "../module-files.js";
@@ -13,7 +16,8 @@ import { UndecodableMessage } from "../wire/batch.js";
 import { DealerLink } from "../wire/links.js";
 import { clusterKeys, requireKeysToListen } from "../wire/security.js";
 import { detectGpuIds } from "./detect-gpus.js";
-import type { HeadToNode, NodeRegistered, NodeToHead, WorkerToNode } from "./messages.js";
+import type { HeadToNode, LogsRead, NodeRegistered, NodeToHead, WorkerToNode } from "./messages.js";
+import { type LogSource, logFileName, WorkerLogs } from "./worker-logs.js";
 
 export interface NodeAgentOptions {
   headAddress: string;
@@ -25,6 +29,8 @@ export interface NodeAgentOptions {
   resources?: Record<string, number>;
   nodeId?: string;
   heartbeatMs?: number;
+  /** Where the workers' log files go (default: <TORL_LOG_DIR, else the temporary directory's torl/logs>/<node id>). */
+  logDir?: string;
 }
 
 interface Worker {
@@ -47,6 +53,9 @@ export class NodeAgent {
   private stopped = false;
   readonly resources: Record<string, number>;
   readonly gpuIds: number[];
+  readonly logs: WorkerLogs;
+  /** Who each worker process is, for its log lines: a spare is nobody until it gets an actor. */
+  private logSources = new WeakMap<ChildProcess, LogSource>();
   onShutdownRequest: (() => void) | null = null;
 
   constructor(private opts: NodeAgentOptions) {
@@ -55,6 +64,10 @@ export class NodeAgent {
       opts.gpuIds ??
       (opts.numGpus !== undefined ? Array.from({ length: opts.numGpus }, (_, i) => i) : detectGpuIds());
     this.resources = { CPU: opts.numCpus ?? os.cpus().length, ...(opts.resources ?? {}) };
+    const logRoot = process.env.TORL_LOG_DIR || join(os.tmpdir(), "torl", "logs");
+    this.logs = new WorkerLogs(opts.logDir ?? join(logRoot, this.nodeId), (batches) =>
+      this.link?.send({ t: "workerLog", batches }),
+    );
   }
 
   /** Registers with the head; rejects with HeadError if the head does not answer within `registerTimeoutMs`. */
@@ -167,6 +180,9 @@ export class NodeAgent {
       case "startWorker":
         this.startWorker(m.spec, m.incarnation, m.gpuIds, m.resources, m.bundleIndex);
         return;
+      case "readLogs":
+        this.readLogs(m.qid, m.actorId, m.tailBytes);
+        return;
       case "killWorker": {
         const w = this.workers.get(m.actorId);
         if (w && w.incarnation === m.incarnation && !w.exited) w.child.kill("SIGKILL");
@@ -192,12 +208,49 @@ export class NodeAgent {
   }
 
   private forkWorker(extraEnv: Record<string, string | undefined>): ChildProcess {
-    return fork(WORKER_MAIN, [], {
+    const child = fork(WORKER_MAIN, [], {
       execArgv: childExecArgv(WORKER_MAIN),
       env: { ...process.env, ...extraEnv, TORL_WORKER: "1", TORL_NODE_ID: this.nodeId },
       serialization: "advanced",
-      stdio: ["ignore", "inherit", "inherit", "ipc"],
+      stdio: ["ignore", "pipe", "pipe", "ipc"],
     });
+    const pid = child.pid ?? 0;
+    const unassigned: LogSource = {
+      actorId: "worker",
+      className: null,
+      name: undefined,
+      pid,
+      nodeId: this.nodeId,
+    };
+    this.logs.attach(child.stdout, child.stderr, () => this.logSources.get(child) ?? unassigned);
+    return child;
+  }
+
+  /** The last `tailBytes` of each of this node's log files of `actorId` (all of them when undefined). */
+  private readLogs(qid: number, actorId: string | undefined, tailBytes: number): void {
+    try {
+      const prefix = actorId === undefined ? "" : logFileName(actorId, 0, "out").replace(/0\.out$/, "");
+      const names = readdirSync(this.logs.dir).filter(
+        (n) => n.startsWith(prefix) && (n.endsWith(".out") || n.endsWith(".err")),
+      );
+      const files = names
+        .map((name) => ({ name, st: statSync(join(this.logs.dir, name)) }))
+        .sort((a, b) => a.st.mtimeMs - b.st.mtimeMs)
+        .map(({ name, st }) => ({
+          name,
+          bytes: st.size,
+          text: tail(join(this.logs.dir, name), st.size, tailBytes),
+        }));
+      const v: LogsRead = { nodeId: this.nodeId, dir: this.logs.dir, files };
+      this.link.send({ t: "logsRead", qid, ok: true, v });
+    } catch (e) {
+      this.link.send({
+        t: "logsRead",
+        qid,
+        ok: false,
+        e: { name: (e as Error).name, message: (e as Error).message },
+      });
+    }
   }
 
   /** A booted, idle worker process kept ready so that new actors start fast (TORL_PREWARM=0 disables). */
@@ -234,6 +287,13 @@ export class NodeAgent {
     }
     const hasOwnEnv = spec.env && Object.keys(spec.env).length > 0;
     const child = (!hasOwnEnv && this.takeSpare()) || this.forkWorker(env);
+    this.logSources.set(child, {
+      actorId: spec.actorId,
+      className: spec.className,
+      name: spec.name,
+      pid: child.pid ?? 0,
+      nodeId: this.nodeId,
+    });
     const w: Worker = { child, incarnation, exited: false };
     this.workers.set(spec.actorId, w);
     child.on("message", (raw) => {
@@ -297,8 +357,23 @@ export class NodeAgent {
           }),
       ),
     );
+    this.logs.close();
     // let the exit reports go out before closing
     await new Promise((r) => setTimeout(r, 20));
     this.link.close();
   }
+}
+
+/** The last `max` bytes of a file of `size` bytes (from the first whole line when cut). */
+function tail(path: string, size: number, max: number): string {
+  const start = Math.max(0, size - max);
+  const buf = Buffer.alloc(size - start);
+  const fd = openSync(path, "r");
+  try {
+    readSync(fd, buf, 0, buf.length, start);
+  } finally {
+    closeSync(fd);
+  }
+  const text = buf.toString("utf8");
+  return start > 0 ? text.slice(text.indexOf("\n") + 1) : text;
 }

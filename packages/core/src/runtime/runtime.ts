@@ -7,6 +7,7 @@ import { mkdirSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { Worker } from "node:worker_threads";
+import { type LogBatch, prefixOf } from "../cluster/worker-logs.js";
 import { MessageDecodeError, ObjectLostError, OwnerDiedError, RemoteError } from "../errors.js";
 import { logWarn } from "../log.js";
 import { siblingModule, threadEntry } from "../module-files.js";
@@ -110,7 +111,13 @@ export class Runtime {
   }
 
   /** Binds the object server and connects to the head. */
-  async start(headAddress: string, ip: string, context: Partial<RuntimeContext>): Promise<void> {
+  /** `logs`: a driver that wants its actors' and tasks' output printed here (worker runtimes never do). */
+  async start(
+    headAddress: string,
+    ip: string,
+    context: Partial<RuntimeContext>,
+    logs = false,
+  ): Promise<void> {
     requireKeysToListen(ip, "this process's object server");
     this.sessionDir = path.join(os.tmpdir(), "torl", "sockets");
     mkdirSync(this.sessionDir, { recursive: true });
@@ -156,6 +163,7 @@ export class Runtime {
         pid: process.pid,
         actorId: this.context.actorId,
         heartbeats,
+        logs: logs && !this.context.isWorker,
       },
       15000,
     );
@@ -208,6 +216,7 @@ export class Runtime {
   private onPush(m: any): void {
     if (m.t === "actor") this.actors.onUpdate(m);
     else if (m.t === "clientGone") this.onOwnerGone(m.clientId);
+    else if (m.t === "workerLog") printWorkerLog(m.batches);
     for (const f of this.pushHandlers) f(m);
   }
 
@@ -584,3 +593,12 @@ registerClass(
 import { maybeRuntime as currentOrNull } from "./current.js";
 
 export { PENDING };
+
+/** Prints what workers printed, each line after Ray's prefix: `(Counter pid=123) ...`. */
+function printWorkerLog(batches: LogBatch[]): void {
+  for (const b of batches) {
+    const prefix = prefixOf(b);
+    const text = b.lines.map((l) => `${prefix} ${l}\n`).join("");
+    (b.stream === "err" ? process.stderr : process.stdout).write(text);
+  }
+}
