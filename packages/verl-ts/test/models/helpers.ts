@@ -1,4 +1,8 @@
-/** Set-ups the model tests share: seeded values, the native addon or a reason, temp dirs removed after. */
+/**
+ * Set-ups the model tests share: seeded values, the native addon or a reason, temp dirs removed after,
+ * fixture scripts run in a process of their own.
+ */
+import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -40,4 +44,35 @@ export function tempDirs(prefix: string): () => string {
     made.push(d);
     return d;
   };
+}
+
+/**
+ * Runs a TypeScript fixture script in a node process of its own (a backend per process: the Vulkan loader
+ * reads its environment at process start; TORL_BACKEND cleared) and parses the last line it prints.
+ */
+export function runJsonScript<T>(
+  script: string,
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ["--import=tsx", script, ...args], {
+      env: { ...process.env, ...env, TORL_BACKEND: "" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    let err = "";
+    child.stdout.on("data", (d) => {
+      out += d;
+    });
+    child.stderr.on("data", (d) => {
+      err += d;
+    });
+    child.on("error", reject);
+    child.on("close", (code) => {
+      if (code !== 0)
+        reject(new Error(`${script} ${args.join(" ")} exited with ${code}:\n${err.slice(-3000)}`));
+      else resolve(JSON.parse(out.trim().split("\n").at(-1)!) as T);
+    });
+  });
 }
