@@ -2,7 +2,7 @@
  * Set-ups the model tests share: seeded values, the native addon or a reason, temp dirs removed after,
  * fixture scripts run in a process of their own.
  */
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -75,4 +75,29 @@ export function runJsonScript<T>(
       else resolve(JSON.parse(out.trim().split("\n").at(-1)!) as T);
     });
   });
+}
+
+/**
+ * Runs a python script that uses transformers (offline, quiet) with `input` as JSON on stdin and parses
+ * the last line it prints; or gives the reason it cannot run here (no python3, or no torch / transformers
+ * / tokenizers: CI has none of them, so there the comparison is not made). Any other failure throws.
+ */
+export function runTransformers<T>(
+  lines: string[],
+  args: string[],
+  input: unknown,
+): { value: T } | { reason: string } {
+  const r = spawnSync("python3", ["-c", lines.join("\n"), ...args], {
+    input: JSON.stringify(input),
+    encoding: "utf8",
+    timeout: 600_000,
+    env: { ...process.env, HF_HUB_OFFLINE: "1", TRANSFORMERS_VERBOSITY: "error" },
+  });
+  if (r.error) return { reason: `python3 did not run (${r.error.message})` };
+  if (r.status !== 0) {
+    const last = r.stderr.trim().split("\n").at(-1) ?? "";
+    if (/No module named '(torch|transformers|tokenizers)'/.test(last)) return { reason: `python3: ${last}` };
+    throw new Error(`python3 ${args.join(" ")} failed (exit ${r.status}):\n${r.stderr}`);
+  }
+  return { value: JSON.parse(r.stdout.trim().split("\n").at(-1)!) as T };
 }
