@@ -83,7 +83,15 @@ export {
   writeSafetensors,
   writeSafetensorsFrom,
 } from "./safetensors.js";
-export { QWEN2_5_0_5B_SHAPES, type RandomModelOptions, writeRandomModelDir } from "./scale-fixture.js";
+export {
+  LLAMA_3_2_1B_SHAPES,
+  QWEN2_5_0_5B_SHAPES,
+  QWEN3_0_6B_SHAPES,
+  type RandomModelOptions,
+  SCALE_SHAPES,
+  scaleTokenizer,
+  writeRandomModelDir,
+} from "./scale-fixture.js";
 export { padBatch, type TokenBatch } from "./token-batch.js";
 export {
   type ByteBpeOptions,

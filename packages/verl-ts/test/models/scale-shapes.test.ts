@@ -1,0 +1,80 @@
+/**
+ * The shapes `bench scale --arch` offers: each parameter count is the published one, each config.json
+ * round-trips, and a probe of Llama-3.2-1B's vocabulary (128256, smaller than the Qwen tokenizer's) reads
+ * only ids of its own. The real-size runs are benchmarks, not tests.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { UsageError } from "@torl-ts/core";
+import test from "ava";
+import {
+  bundledQwenTokenizerDir,
+  countParameters,
+  generate,
+  LLAMA_3_2_1B_SHAPES,
+  loadModel,
+  loadTokenizer,
+  makeQwen2Config,
+  parseHfConfig,
+  SCALE_SHAPES,
+  scaleTokenizer,
+  selectBackend,
+  toHfConfig,
+  writeRandomModelDir,
+} from "../../src/index.js";
+import { benchScaleCommand } from "../../src/trainer/bench-scale.js";
+
+test.before(async () => {
+  await selectBackend({ backend: "wasm", log: null });
+});
+
+test("Qwen2.5-0.5B, Qwen3-0.6B and Llama-3.2-1B shapes: the published parameter counts; config.json round-trips", (t) => {
+  t.is(countParameters(SCALE_SHAPES["qwen2.5-0.5b"]), 494_032_768);
+  t.is(countParameters(SCALE_SHAPES["qwen3-0.6b"]), 596_049_920);
+  t.is(countParameters(SCALE_SHAPES["llama-3.2-1b"]), 1_235_814_400);
+  for (const c of Object.values(SCALE_SHAPES)) t.deepEqual(parseHfConfig(toHfConfig(c)), c);
+});
+
+test("a Llama-3.2-1B-vocabulary probe pads and generates with ids inside the model's vocabulary", async (t) => {
+  const qwen = loadTokenizer(bundledQwenTokenizerDir());
+  t.true(qwen.padTokenId >= LLAMA_3_2_1B_SHAPES.vocabSize, "Qwen's pad id lies past Llama's vocabulary");
+  t.is(scaleTokenizer(SCALE_SHAPES["qwen3-0.6b"], qwen), qwen);
+  const tokenizer = scaleTokenizer(LLAMA_3_2_1B_SHAPES, qwen);
+  t.is(tokenizer.padTokenId, 0);
+  // Llama-3.2-1B's vocabulary and rotary scaling on a tiny width and depth
+  const config = makeQwen2Config({
+    ...LLAMA_3_2_1B_SHAPES,
+    hiddenSize: 16,
+    numHiddenLayers: 1,
+    numAttentionHeads: 4,
+    numKeyValueHeads: 2,
+    headDim: 4,
+    intermediateSize: 32,
+  });
+  const dir = mkdtempSync(join(tmpdir(), "torl-scale-llama-"));
+  try {
+    writeRandomModelDir(dir, config, tokenizer);
+    const model = loadModel(dir, { dtype: "auto" });
+    const reloaded = loadTokenizer(dir);
+    t.is(reloaded.padTokenId, 0, "the saved tokenizer_config.json keeps the padding");
+    const prompts = ["Sum 1..100?", "Solve x^2 - 5x + 6 = 0."].map((s) => reloaded.encode(s));
+    t.true(prompts.flat().every((id) => id < config.vocabSize));
+    const out = await generate(model, reloaded, prompts, {
+      maxNewTokens: 4,
+      temperature: 0,
+      ignoreEos: true,
+    });
+    t.true(out.every((o) => o.tokenIds.length === 4 && o.tokenIds.every((id) => id < config.vocabSize)));
+    model.dispose();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("bench scale --arch names the shapes it offers", async (t) => {
+  await t.throwsAsync(() => Promise.resolve(benchScaleCommand.run(["--arch", "gpt2"])), {
+    instanceOf: UsageError,
+    message: /--arch must be one of qwen2\.5-0\.5b, qwen3-0\.6b, llama-3\.2-1b; got 'gpt2'/,
+  });
+});
