@@ -1,7 +1,8 @@
 /**
  * The shapes `bench scale --arch` offers: each parameter count is the published one, each config.json
  * round-trips, and a probe of Llama-3.2-1B's vocabulary (128256, smaller than the Qwen tokenizer's) reads
- * only ids of its own. The real-size runs are benchmarks, not tests.
+ * only ids of its own; the probe itself (2 FSDP ranks: load, generate, one GRPO step updated layer by
+ * layer) runs on each architecture at a tiny width. The real-size runs are benchmarks, not tests.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -23,7 +24,7 @@ import {
   toHfConfig,
   writeRandomModelDir,
 } from "../../src/index.js";
-import { benchScaleCommand } from "../../src/trainer/bench-scale.js";
+import { benchScaleCommand, runScaleProbe } from "../../src/trainer/bench-scale.js";
 
 test.before(async () => {
   await selectBackend({ backend: "wasm", log: null });
@@ -78,3 +79,28 @@ test("bench scale --arch names the shapes it offers", async (t) => {
     message: /--arch must be one of qwen2\.5-0\.5b, qwen3-0\.6b, llama-3\.2-1b; got 'gpt2'/,
   });
 });
+
+test.serial(
+  "the probe runs Qwen3 and Llama 3 (tiny widths of their shapes) on 2 FSDP ranks: generation and a GRPO step that trains",
+  async (t) => {
+    t.timeout(600_000);
+    const qwen = loadTokenizer(bundledQwenTokenizerDir());
+    for (const name of ["qwen3-0.6b", "llama-3.2-1b"] as const) {
+      const config = makeQwen2Config({
+        ...SCALE_SHAPES[name],
+        hiddenSize: 16,
+        numHiddenLayers: 2,
+        numAttentionHeads: 4,
+        numKeyValueHeads: 2,
+        headDim: 8,
+        intermediateSize: 32,
+      });
+      const result = await runScaleProbe({ config, tokenizer: scaleTokenizer(config, qwen), ranks: 2 });
+      t.is(result.failed, undefined, `${name}: ${JSON.stringify(result.failed)}`);
+      t.true(
+        result.update_metrics!["actor/grad_norm"]! > 0,
+        `${name}: ${JSON.stringify(result.update_metrics)}`,
+      );
+    }
+  },
+);
