@@ -1,4 +1,4 @@
-// Models, tokenizers and tensor backends: the Qwen2-architecture causal LM in tfjs.
+// Models, tokenizers and tensor backends: the Qwen2 / Qwen3 / Llama 3 causal LM in tfjs.
 
 // The tensorflow.js this package computes with: a program that writes its own losses imports `tf` from
 // here, so exactly one copy of tfjs loads (two copies register every kernel twice and warn on each).
