@@ -203,3 +203,16 @@ test("toHfConfig writes each architecture so that it parses back to the same con
     t.deepEqual(parseHfConfig({ ...json, ...back }), c);
   }
 });
+
+test("a weight file with a tensor config.json does not ask for is refused naming the tensor", (t) => {
+  // Qwen3's q_norm weights under a config.json that names Qwen2: loaded, they would be dropped
+  const dir = mkdtempSync(join(tmpdir(), "extra-tensor-"));
+  cpSync(join(FIX, "qwen3-tiny"), dir, { recursive: true });
+  const cfg = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"));
+  writeFileSync(
+    join(dir, "config.json"),
+    JSON.stringify({ ...cfg, architectures: ["LlamaForCausalLM"], model_type: "llama" }),
+  );
+  const err = t.throws(() => loadModel(dir), { instanceOf: ModelFormatError });
+  t.regex(err!.key!, /self_attn\.[qk]_norm\.weight$/);
+});
