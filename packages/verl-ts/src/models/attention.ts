@@ -5,10 +5,14 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import { linear } from "./linear.js";
+import { rmsNorm } from "./rms-norm.js";
 import type { Rotary } from "./rotary.js";
 import type { TokenBatch } from "./token-batch.js";
 
-/** A layer's attention weights ([in, out]); the biases exist when the config has attention_bias. */
+/**
+ * A layer's attention weights ([in, out]); the biases exist when the config has them (Qwen2), the
+ * per-head norms of q and k when it has them (Qwen3).
+ */
 export interface AttentionWeights {
   q: tf.Tensor;
   k: tf.Tensor;
@@ -17,6 +21,21 @@ export interface AttentionWeights {
   qBias?: tf.Tensor;
   kBias?: tf.Tensor;
   vBias?: tf.Tensor;
+  qkNorm?: QkNorm;
+}
+
+/** Qwen3's RMSNorm of each head of q and of k ([D] weights), after the projection, before the rotation. */
+export interface QkNorm {
+  q: tf.Tensor;
+  k: tf.Tensor;
+  eps: number;
+}
+
+/** RMSNorm over each head of projections [N, heads*D], with a [D] weight. */
+export function headNorm(x: tf.Tensor2D, w: tf.Tensor, eps: number): tf.Tensor2D {
+  const [N, width] = x.shape;
+  const D = w.shape[0]!;
+  return tf.reshape(rmsNorm(tf.reshape(x, [N * (width / D), D]), w, eps), [N, width]);
 }
 
 export interface AttentionShape {
@@ -64,7 +83,11 @@ export function qkvProjections(
   hn: tf.Tensor2D,
   w: AttentionWeights,
 ): [tf.Tensor2D, tf.Tensor2D, tf.Tensor2D] {
-  return [linear(hn, w.q, w.qBias), linear(hn, w.k, w.kBias), linear(hn, w.v, w.vBias)];
+  const q = linear(hn, w.q, w.qBias);
+  const k = linear(hn, w.k, w.kBias);
+  const v = linear(hn, w.v, w.vBias);
+  if (!w.qkNorm) return [q, k, v];
+  return [headNorm(q, w.qkNorm.q, w.qkNorm.eps), headNorm(k, w.qkNorm.k, w.qkNorm.eps), v];
 }
 
 /**

@@ -15,11 +15,13 @@ function weightList(w: BlockWeights): tf.Tensor[] {
   const a = w.attention;
   const list = [w.inputNorm, a.q, a.k, a.v, a.o, w.postNorm, w.mlp.gate, w.mlp.up, w.mlp.down];
   if (a.qBias && a.kBias && a.vBias) list.push(a.qBias, a.kBias, a.vBias);
+  if (a.qkNorm) list.push(a.qkNorm.q, a.qkNorm.k);
   return list;
 }
 
-function blockWeightsOf(list: tf.Tensor[]): BlockWeights {
-  const [inputNorm, q, k, v, o, postNorm, gate, up, down, qBias, kBias, vBias] = list as [
+/** The weights of `like` rebuilt from a list in weightList's order. */
+function blockWeightsOf(list: tf.Tensor[], like: BlockWeights): BlockWeights {
+  const [inputNorm, q, k, v, o, postNorm, gate, up, down, ...rest] = list as [
     tf.Tensor,
     tf.Tensor,
     tf.Tensor,
@@ -29,11 +31,12 @@ function blockWeightsOf(list: tf.Tensor[]): BlockWeights {
     tf.Tensor,
     tf.Tensor,
     tf.Tensor,
-    tf.Tensor?,
-    tf.Tensor?,
-    tf.Tensor?,
+    ...tf.Tensor[],
   ];
-  return { inputNorm, attention: { q, k, v, o, qBias, kBias, vBias }, postNorm, mlp: { gate, up, down } };
+  const a = like.attention;
+  const biases = a.qBias ? { qBias: rest.shift(), kBias: rest.shift(), vBias: rest.shift() } : {};
+  const qkNorm = a.qkNorm ? { q: rest[0]!, k: rest[1]!, eps: a.qkNorm.eps } : undefined;
+  return { inputNorm, attention: { q, k, v, o, ...biases, qkNorm }, postNorm, mlp: { gate, up, down } };
 }
 
 /** The engine's tape, as far as recomputing needs it (tfjs keeps one active tape per engine). */
@@ -105,7 +108,7 @@ export function checkpointedBlock(
       gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
         try {
           return gradsInsideBackward(
-            (xi, ...ws) => decoderBlock(xi as tf.Tensor2D, blockWeightsOf(ws), again, eps),
+            (xi, ...ws) => decoderBlock(xi as tf.Tensor2D, blockWeightsOf(ws, w), again, eps),
             [saved[0]!, ...weights],
             dy,
           );

@@ -1,4 +1,4 @@
-// Models, tokenizers and tensor backends: the Qwen2-architecture causal LM in tfjs.
+// Models, tokenizers and tensor backends: the Qwen2 / Qwen3 / Llama 3 causal LM in tfjs.
 
 // The tensorflow.js this package computes with: a program that writes its own losses imports `tf` from
 // here, so exactly one copy of tfjs loads (two copies register every kernel twice and warn on each).
@@ -83,7 +83,15 @@ export {
   writeSafetensors,
   writeSafetensorsFrom,
 } from "./safetensors.js";
-export { QWEN2_5_0_5B_SHAPES, type RandomModelOptions, writeRandomModelDir } from "./scale-fixture.js";
+export {
+  LLAMA_3_2_1B_SHAPES,
+  QWEN2_5_0_5B_SHAPES,
+  QWEN3_0_6B_SHAPES,
+  type RandomModelOptions,
+  SCALE_SHAPES,
+  scaleTokenizer,
+  writeRandomModelDir,
+} from "./scale-fixture.js";
 export { padBatch, type TokenBatch } from "./token-batch.js";
 export {
   type ByteBpeOptions,

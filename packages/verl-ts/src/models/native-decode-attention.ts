@@ -7,7 +7,7 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import type { NativeBlas } from "@torl-ts/blas";
-import type { AttentionShape, AttentionWeights } from "./attention.js";
+import { type AttentionShape, type AttentionWeights, qkvProjections } from "./attention.js";
 import type { WasmHeap } from "./wasm-heap.js";
 
 /** The kernel's name in the tfjs registry (registered on wasm by installNativeMatmul). */
@@ -86,19 +86,30 @@ export function nativeDecodeAttention(
   tables: DecodeStepTables,
   shape: AttentionShape,
 ): tf.Tensor2D {
+  // With per-head norms of q and k (Qwen3), the projections are finished here, biases and norms
+  // included, and the kernel only rotates; otherwise it adds the biases itself.
+  const [q, k, v] = w.qkNorm
+    ? qkvProjections(hn, w)
+    : [
+        tf.matMul(hn, w.q as tf.Tensor2D),
+        tf.matMul(hn, w.k as tf.Tensor2D),
+        tf.matMul(hn, w.v as tf.Tensor2D),
+      ];
   const inputs: tf.NamedTensorMap = {
-    q: tf.matMul(hn, w.q as tf.Tensor2D),
-    k: tf.matMul(hn, w.k as tf.Tensor2D),
-    v: tf.matMul(hn, w.v as tf.Tensor2D),
+    q,
+    k,
+    v,
     cos: tables.cos,
     sin: tables.sin,
     keys,
     values,
     mask: tables.mask,
   };
-  if (w.qBias) inputs.qBias = w.qBias;
-  if (w.kBias) inputs.kBias = w.kBias;
-  if (w.vBias) inputs.vBias = w.vBias;
+  if (!w.qkNorm) {
+    if (w.qBias) inputs.qBias = w.qBias;
+    if (w.kBias) inputs.kBias = w.kBias;
+    if (w.vBias) inputs.vBias = w.vBias;
+  }
   const attrs: DecodeAttentionAttrs = {
     heads: shape.heads,
     kvHeads: shape.kvHeads,

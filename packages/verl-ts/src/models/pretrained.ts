@@ -89,6 +89,16 @@ export function loadModelValues(dir: string): { config: Qwen2Config; values: Map
     );
     tensors.delete(spec.name); // the file's layout goes as soon as ours exists
   }
+  // A weight the config does not ask for (an o_proj bias, q_norm in a file whose config names Qwen2) would
+  // change what the model computes if it were used: the file and config.json disagree. Two kinds carry
+  // nothing: the rotary buffers older exports saved, and a tied model's copy of its embedding.
+  for (const [name, t] of tensors)
+    if (!name.endsWith(".rotary_emb.inv_freq") && !(name === "lm_head.weight" && config.tieWordEmbeddings))
+      throw new ModelFormatError(
+        "a tensor config.json does not ask for (the weights belong to another architecture or setting)",
+        t.file,
+        name,
+      );
   return { config, values };
 }
 

@@ -1,6 +1,7 @@
 /**
- * The Qwen2 / Llama causal LM in tfjs: embedding, N x decoder block (RMSNorm, GQA attention with rotary
- * embeddings, RMSNorm, SwiGLU MLP: decoder-block.ts), final RMSNorm, LM head (tied or not). Parameters
+ * The Qwen2 / Qwen3 / Llama causal LM in tfjs: embedding, N x decoder block (RMSNorm, GQA attention with
+ * rotary embeddings, Qwen3's per-head q/k norms, RMSNorm, SwiGLU MLP: decoder-block.ts), final RMSNorm, LM
+ * head (tied or not). Parameters
  * are tf.Variables named as in HF checkpoints (parameterSpecs is the name map); linear weights are held
  * transposed ([in, out], see linear.ts).
  */
@@ -8,7 +9,7 @@ import * as tf from "@tensorflow/tfjs";
 import { gaussian, mulberry32 } from "../random.js";
 import { cachedAttention, causalMask, type SequenceAttention } from "./attention.js";
 import { checkpointedBlock, tapeIsRecording } from "./checkpointed-block.js";
-import type { Qwen2Config } from "./config.js";
+import { hasQkNorm, type Qwen2Config } from "./config.js";
 import { type BlockWeights, blockFinish, blockProjections, decoderBlock } from "./decoder-block.js";
 import { ModelFormatError } from "./errors.js";
 import { HalfArray, type StoredValues, type WeightDtype } from "./half-precision.js";
@@ -61,6 +62,10 @@ export function parameterSpecs(c: Qwen2Config): ParamSpec[] {
       vec(`${p}self_attn.v_proj.bias`, kv, "zeros");
     }
     linear(`${p}self_attn.o_proj.weight`, h, q);
+    if (hasQkNorm(c)) {
+      vec(`${p}self_attn.q_norm.weight`, c.headDim, "ones");
+      vec(`${p}self_attn.k_norm.weight`, c.headDim, "ones");
+    }
     vec(`${p}post_attention_layernorm.weight`, h, "ones");
     linear(`${p}mlp.gate_proj.weight`, c.intermediateSize, h);
     linear(`${p}mlp.up_proj.weight`, c.intermediateSize, h);
@@ -124,7 +129,7 @@ export class Qwen2Model {
         throw new ModelFormatError(`expected ${n} values, got ${v.length}`, "<values>", s.name);
     }
     this.weights = new WeightStore(this.specs, values, { ...options, trainable: this.trainable });
-    this.rotary = new Rotary(config.headDim, config.ropeTheta);
+    this.rotary = new Rotary(config.headDim, config.ropeTheta, config.ropeScaling);
   }
 
   /** A model with random weights (normal(0, std) matrices, unit norms, zero biases), seeded. */
@@ -300,6 +305,9 @@ export class Qwen2Model {
         qBias: bias("self_attn.q_proj.bias"),
         kBias: bias("self_attn.k_proj.bias"),
         vBias: bias("self_attn.v_proj.bias"),
+        qkNorm: hasQkNorm(this.config)
+          ? { q: w("self_attn.q_norm.weight"), k: w("self_attn.k_norm.weight"), eps: this.config.rmsNormEps }
+          : undefined,
       },
       postNorm: w("post_attention_layernorm.weight"),
       mlp: { gate: w("mlp.gate_proj.weight"), up: w("mlp.up_proj.weight"), down: w("mlp.down_proj.weight") },

@@ -1,8 +1,35 @@
 /**
  * Rotary position embeddings (rotate_half form): x * cos + rotate_half(x) * sin, with angle
- * position * theta^(-2i / D) for the i-th of the D/2 frequencies, repeated over both halves.
+ * position * theta^(-2i / D) for the i-th of the D/2 frequencies, repeated over both halves; Llama 3's
+ * scaling rescales those frequencies (rotaryFrequencies).
  */
 import * as tf from "@tensorflow/tfjs";
+import type { Llama3RopeScaling } from "./config.js";
+
+/**
+ * The D/2 rotary frequencies theta^(-2i / D), rescaled as Llama 3 does where `scaling` is given
+ * (transformers' _compute_llama3_parameters): low frequencies divided by the factor, high ones kept, the
+ * band between interpolated smoothly.
+ */
+export function rotaryFrequencies(headDim: number, theta: number, scaling?: Llama3RopeScaling): Float64Array {
+  const half = headDim / 2;
+  const inv = new Float64Array(half);
+  for (let i = 0; i < half; i++) inv[i] = 1 / theta ** ((2 * i) / headDim);
+  if (!scaling) return inv;
+  const { factor, lowFreqFactor, highFreqFactor, originalMaxPositionEmbeddings: old } = scaling;
+  const lowFreqWavelen = old / lowFreqFactor;
+  const highFreqWavelen = old / highFreqFactor;
+  for (let i = 0; i < half; i++) {
+    const f = inv[i]!;
+    const wavelen = (2 * Math.PI) / f;
+    if (wavelen > lowFreqWavelen) inv[i] = f / factor;
+    else if (wavelen >= highFreqWavelen) {
+      const smooth = (old / wavelen - lowFreqFactor) / (highFreqFactor - lowFreqFactor);
+      inv[i] = (1 - smooth) * (f / factor) + smooth * f;
+    }
+  }
+  return inv;
+}
 
 export class Rotary {
   /** Signed permutation R with x @ R = rotate_half(x). */
@@ -12,6 +39,7 @@ export class Rotary {
   constructor(
     private readonly headDim: number,
     theta: number,
+    scaling?: Llama3RopeScaling,
   ) {
     const D = headDim;
     const half = D / 2;
@@ -19,8 +47,7 @@ export class Rotary {
     for (let j = 0; j < half; j++) r[(j + half) * D + j] = -1;
     for (let j = half; j < D; j++) r[(j - half) * D + j] = 1;
     this.rot = tf.keep(tf.tensor2d(r, [D, D]));
-    this.invFreq = new Float64Array(half);
-    for (let i = 0; i < half; i++) this.invFreq[i] = 1 / theta ** ((2 * i) / D);
+    this.invFreq = rotaryFrequencies(D, theta, scaling);
   }
 
   /** cos and sin tables for rows of positions, expanded to [B, L, heads, D]. */

@@ -1,6 +1,6 @@
 /**
- * A real-size model without downloads: Qwen2.5-0.5B's exact shapes (its config.json) with seeded random
- * weights, written as an HF model directory in bf16 one tensor at a time (only one tensor's values exist
+ * A real-size model without downloads: the exact shapes of Qwen2.5-0.5B, Qwen3-0.6B or Llama-3.2-1B (their
+ * config.json values) with seeded random weights, written as an HF model directory in bf16 one tensor at a time (only one tensor's values exist
  * at once, so writing ~1 GB of weights costs little memory). `pnpm torl bench scale` loads it.
  */
 import { statSync } from "node:fs";
@@ -11,7 +11,7 @@ import { HalfArray, type HalfDtype } from "./half-precision.js";
 import { writeModelMetadata } from "./pretrained.js";
 import { parameterSpecs } from "./qwen2.js";
 import { SAFETENSORS_DTYPE_OF, SAFETENSORS_FILE, writeSafetensorsFrom } from "./safetensors.js";
-import type { Tokenizer } from "./tokenizer.js";
+import { Tokenizer } from "./tokenizer.js";
 
 /** Qwen2.5-0.5B's config.json values (494M parameters, tied embeddings). */
 export const QWEN2_5_0_5B_SHAPES: Qwen2Config = makeQwen2Config({
@@ -28,6 +28,66 @@ export const QWEN2_5_0_5B_SHAPES: Qwen2Config = makeQwen2Config({
   attentionBias: true,
   torchDtype: "bfloat16",
 });
+
+/** Qwen3-0.6B's config.json values (596M parameters, tied embeddings, head_dim 128 with hidden 1024). */
+export const QWEN3_0_6B_SHAPES: Qwen2Config = makeQwen2Config({
+  architecture: "Qwen3ForCausalLM",
+  vocabSize: 151936,
+  hiddenSize: 1024,
+  numHiddenLayers: 28,
+  numAttentionHeads: 16,
+  numKeyValueHeads: 8,
+  headDim: 128,
+  intermediateSize: 3072,
+  tieWordEmbeddings: true,
+  ropeTheta: 1e6,
+  rmsNormEps: 1e-6,
+  maxPositionEmbeddings: 40960,
+  torchDtype: "bfloat16",
+});
+
+/** Llama-3.2-1B's config.json values (1.24B parameters, tied embeddings, llama3 rotary scaling). */
+export const LLAMA_3_2_1B_SHAPES: Qwen2Config = makeQwen2Config({
+  architecture: "LlamaForCausalLM",
+  vocabSize: 128256,
+  hiddenSize: 2048,
+  numHiddenLayers: 16,
+  numAttentionHeads: 32,
+  numKeyValueHeads: 8,
+  headDim: 64,
+  intermediateSize: 8192,
+  tieWordEmbeddings: true,
+  ropeTheta: 500000,
+  ropeScaling: {
+    type: "llama3",
+    factor: 32,
+    lowFreqFactor: 1,
+    highFreqFactor: 4,
+    originalMaxPositionEmbeddings: 8192,
+  },
+  rmsNormEps: 1e-5,
+  maxPositionEmbeddings: 131072,
+  bosTokenId: 128000,
+  eosTokenId: 128001,
+  torchDtype: "bfloat16",
+});
+
+/** The shapes `bench scale --arch` offers, by name. */
+export const SCALE_SHAPES = {
+  "qwen2.5-0.5b": QWEN2_5_0_5B_SHAPES,
+  "qwen3-0.6b": QWEN3_0_6B_SHAPES,
+  "llama-3.2-1b": LLAMA_3_2_1B_SHAPES,
+} as const;
+
+/**
+ * The tokenizer a probe of `config` runs with, from Qwen's (the one tokenizer shipped): as it is where the
+ * model's vocabulary holds all of Qwen's ids; else (Llama-3.2-1B's 128256) with padding on id 0, so that
+ * every id the model reads is one of its own (random weights: which text an id stands for is moot).
+ */
+export function scaleTokenizer(config: Qwen2Config, qwen: Tokenizer): Tokenizer {
+  if (qwen.padTokenId < config.vocabSize) return qwen;
+  return new Tokenizer(qwen.json, { ...qwen.config, pad_token: qwen.idToTokenString(0) }, qwen.source);
+}
 
 export interface RandomModelOptions {
   seed?: number;

@@ -23,7 +23,7 @@ import type { Qwen2Config } from "../models/config.js";
 import { bytesPerValue } from "../models/half-precision.js";
 import { bundledQwenTokenizerDir } from "../models/pretrained.js";
 import { parameterSpecs } from "../models/qwen2.js";
-import { QWEN2_5_0_5B_SHAPES, writeRandomModelDir } from "../models/scale-fixture.js";
+import { SCALE_SHAPES, scaleTokenizer, writeRandomModelDir } from "../models/scale-fixture.js";
 import { padBatch } from "../models/token-batch.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
@@ -209,23 +209,30 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
   return result;
 }
 
-const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N]
+const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}]
 
 The real-size probe (about 5 minutes on 2 idle cores; about 10 GB of memory per rank at the update's
-peak with 2 ranks, so give it an otherwise idle 24 GB machine): Qwen2.5-0.5B's shapes with random bf16 weights (written to a
+peak with 2 ranks, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
+qwen2.5-0.5b; qwen3-0.6b and llama-3.2-1b are larger) with random bf16 weights (written to a
 temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU backend, generate 16 tokens
 per row with the KV cache and run one GRPO step. Prints seconds per phase, peak resident set per rank,
 the largest tensor and the update's metrics; --json prints them as one JSON object last.`;
 
 export const benchScaleCommand: CliCommand = {
-  summary: "real-size probe: Qwen2.5-0.5B shapes, bf16, 2 FSDP ranks, one GRPO step",
+  summary:
+    "real-size probe: Qwen2.5-0.5B (or Qwen3-0.6B, Llama-3.2-1B) shapes, bf16, 2 FSDP ranks, one GRPO step",
   usage: USAGE,
   async run(args) {
-    const { flags } = parseFlags(args, { json: { type: "boolean" }, ranks: { type: "integer", min: 1 } });
+    const { flags } = parseFlags(args, {
+      json: { type: "boolean" },
+      ranks: { type: "integer", min: 1 },
+      arch: { type: "string", choices: Object.keys(SCALE_SHAPES) as (keyof typeof SCALE_SHAPES)[] },
+    });
     const ranks = flags.ranks ?? 2;
+    const config = SCALE_SHAPES[flags.arch ?? "qwen2.5-0.5b"];
     const result = await runScaleProbe({
-      config: QWEN2_5_0_5B_SHAPES,
-      tokenizer: loadTokenizer(bundledQwenTokenizerDir()),
+      config,
+      tokenizer: scaleTokenizer(config, loadTokenizer(bundledQwenTokenizerDir())),
       ranks,
       log: (l) => console.log(l),
     });

@@ -197,9 +197,15 @@ export function exportCheckpoint(checkpoint: string, options: ExportOptions): Ex
       `${options.out} is not empty; export into a new directory (old weight shards would mix with new ones)`,
     );
   mkdirSync(options.out, { recursive: true });
+  const source = readJson(join(metaDir, "config.json"));
+  // transformers 5 names the dtype `dtype`: a source that has it gets it set too, never left stale
+  const dtypeKeys = {
+    torch_dtype: TORCH_DTYPE[dtype],
+    ...("dtype" in source ? { dtype: TORCH_DTYPE[dtype] } : {}),
+  };
   writeFileSync(
     join(options.out, "config.json"),
-    `${JSON.stringify({ ...readJson(join(metaDir, "config.json")), ...toHfConfig(config), torch_dtype: TORCH_DTYPE[dtype] }, null, 2)}\n`,
+    `${JSON.stringify({ ...source, ...toHfConfig(config), ...dtypeKeys }, null, 2)}\n`,
   );
   const files = [
     "config.json",

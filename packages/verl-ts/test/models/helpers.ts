@@ -1,4 +1,8 @@
-/** Set-ups the model tests share: seeded values, the native addon or a reason, temp dirs removed after. */
+/**
+ * Set-ups the model tests share: seeded values, the native addon or a reason, temp dirs removed after,
+ * fixture scripts run in a process of their own.
+ */
+import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -40,4 +44,60 @@ export function tempDirs(prefix: string): () => string {
     made.push(d);
     return d;
   };
+}
+
+/**
+ * Runs a TypeScript fixture script in a node process of its own (a backend per process: the Vulkan loader
+ * reads its environment at process start; TORL_BACKEND cleared) and parses the last line it prints.
+ */
+export function runJsonScript<T>(
+  script: string,
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ["--import=tsx", script, ...args], {
+      env: { ...process.env, ...env, TORL_BACKEND: "" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    let err = "";
+    child.stdout.on("data", (d) => {
+      out += d;
+    });
+    child.stderr.on("data", (d) => {
+      err += d;
+    });
+    child.on("error", reject);
+    child.on("close", (code) => {
+      if (code !== 0)
+        reject(new Error(`${script} ${args.join(" ")} exited with ${code}:\n${err.slice(-3000)}`));
+      else resolve(JSON.parse(out.trim().split("\n").at(-1)!) as T);
+    });
+  });
+}
+
+/**
+ * Runs a python script that uses transformers (offline, quiet) with `input` as JSON on stdin and parses
+ * the last line it prints; or gives the reason it cannot run here (no python3, or no torch / transformers
+ * / tokenizers: CI has none of them, so there the comparison is not made). Any other failure throws.
+ */
+export function runTransformers<T>(
+  lines: string[],
+  args: string[],
+  input: unknown,
+): { value: T } | { reason: string } {
+  const r = spawnSync("python3", ["-c", lines.join("\n"), ...args], {
+    input: JSON.stringify(input),
+    encoding: "utf8",
+    timeout: 600_000,
+    env: { ...process.env, HF_HUB_OFFLINE: "1", TRANSFORMERS_VERBOSITY: "error" },
+  });
+  if (r.error) return { reason: `python3 did not run (${r.error.message})` };
+  if (r.status !== 0) {
+    const last = r.stderr.trim().split("\n").at(-1) ?? "";
+    if (/No module named '(torch|transformers|tokenizers)'/.test(last)) return { reason: `python3: ${last}` };
+    throw new Error(`python3 ${args.join(" ")} failed (exit ${r.status}):\n${r.stderr}`);
+  }
+  return { value: JSON.parse(r.stdout.trim().split("\n").at(-1)!) as T };
 }

@@ -6,10 +6,11 @@
  * SwiftShader is slow: the tiny test architecture, and 3 repeats for the memory checks (the bench
  * `pnpm torl bench model` is the place for long runs).
  */
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import test from "ava";
+import { runJsonScript } from "./helpers.js";
 import { softwareGpu } from "./software-gpu.js";
 
 const gpu = softwareGpu();
@@ -32,25 +33,7 @@ interface RunOutput {
 }
 
 function run(backend: "webgpu" | "wasm", env: Record<string, string>): Promise<RunOutput> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import=tsx", FIXTURE, backend, String(REPEATS)], {
-      env: { ...process.env, ...env, TORL_BACKEND: "" },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "";
-    let err = "";
-    child.stdout.on("data", (d) => {
-      out += d;
-    });
-    child.stderr.on("data", (d) => {
-      err += d;
-    });
-    child.on("error", reject);
-    child.on("close", (code) => {
-      if (code !== 0) reject(new Error(`parity-run ${backend} exited with ${code}:\n${err.slice(-3000)}`));
-      else resolve(JSON.parse(out.trim().split("\n").at(-1)!) as RunOutput);
-    });
-  });
+  return runJsonScript<RunOutput>(FIXTURE, [backend, String(REPEATS)], env);
 }
 
 const maxAbs = (a: number[], b: number[]) => a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i]!)), 0);

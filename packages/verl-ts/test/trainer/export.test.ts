@@ -1,4 +1,3 @@
-import { spawnSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -7,6 +6,7 @@ import { shardRange } from "@torl-ts/actors";
 import test from "ava";
 import {
   buildByteBpeTokenizer,
+  computeLogProbs,
   ExportError,
   exportCheckpoint,
   exportCommand,
@@ -21,6 +21,7 @@ import {
   selectBackend,
   writeShard,
 } from "../../src/index.js";
+import { runTransformers } from "../models/helpers.js";
 
 // The golden model of the PyTorch reference (scripts/make-model-fixtures.py): its weights, its logits.
 const GOLDEN = join(import.meta.dirname, "..", "fixtures", "models", "qwen2-tiny");
@@ -281,29 +282,21 @@ const TOKENIZER_TEXTS = [
  * installed: CI has neither, so there the comparison is not made).
  */
 function transformersIds(dir: string, texts: string[]): { ids: number[][][] } | { reason: string } {
-  const script = [
-    "import json, sys",
-    "from transformers import AutoTokenizer",
-    "texts = json.load(sys.stdin)",
-    "ids = []",
-    "for trust in (False, True):",
-    "    tok = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=trust)",
-    "    ids.append([tok(s)['input_ids'] for s in texts])",
-    "print(json.dumps({'ids': ids}))",
-  ].join("\n");
-  const r = spawnSync("python3", ["-c", script, dir], {
-    input: JSON.stringify(texts),
-    encoding: "utf8",
-    timeout: 300_000,
-    env: { ...process.env, HF_HUB_OFFLINE: "1", TRANSFORMERS_VERBOSITY: "error" },
-  });
-  if (r.error) return { reason: `python3 did not run (${r.error.message})` };
-  if (r.status !== 0) {
-    const last = r.stderr.trim().split("\n").at(-1) ?? "";
-    if (/No module named '(transformers|tokenizers)'/.test(last)) return { reason: `python3: ${last}` };
-    throw new Error(`transformers failed on ${dir} (exit ${r.status}):\n${r.stderr}`);
-  }
-  return JSON.parse(r.stdout.trim().split("\n").at(-1)!);
+  const r = runTransformers<{ ids: number[][][] }>(
+    [
+      "import json, sys",
+      "from transformers import AutoTokenizer",
+      "texts = json.load(sys.stdin)",
+      "ids = []",
+      "for trust in (False, True):",
+      "    tok = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=trust)",
+      "    ids.append([tok(s)['input_ids'] for s in texts])",
+      "print(json.dumps({'ids': ids}))",
+    ],
+    [dir],
+    texts,
+  );
+  return "reason" in r ? r : r.value;
 }
 
 test("an exported checkpoint and the tiny base tokenize in transformers exactly as in torl-ts: tokenizer_config.json makes transformers read tokenizer.json as it is", async (t) => {
@@ -371,5 +364,87 @@ test("an exported checkpoint and the tiny base tokenize in transformers exactly 
       }),
     );
     t.deepEqual(differ, [], dir);
+  }
+});
+
+/**
+ * Per-token log-probs [B][L-1] (token t + 1 given tokens up to t) of each directory's batch from
+ * transformers' AutoModelForCausalLM (float64, positions counting real tokens as torl-ts does), in one
+ * python process; or the reason it cannot run here (no python3, or no torch / transformers).
+ */
+function transformersLogProbs(
+  runs: { dir: string; ids: number[][]; mask: number[][] }[],
+): { logprobs: number[][][] } | { reason: string } {
+  const r = runTransformers<{ logprobs: number[][][] }>(
+    [
+      "import json, sys",
+      "import torch, transformers",
+      "out = []",
+      "for r in json.load(sys.stdin):",
+      "    ids, mask = torch.tensor(r['ids']), torch.tensor(r['mask'])",
+      "    model = transformers.AutoModelForCausalLM.from_pretrained(r['dir'], dtype=torch.float64).eval()",
+      "    pos = (mask.cumsum(-1) - 1).clamp(min=0)",
+      "    with torch.no_grad():",
+      "        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits",
+      "    out.append(torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0].tolist())",
+      "print(json.dumps({'logprobs': out}))",
+    ],
+    [],
+    runs,
+  );
+  return "reason" in r ? r : r.value;
+}
+
+test("export writes Qwen2, Qwen3 (untied, tied) and Llama 3 back: our loader gives the PyTorch reference's logits; transformers loads each and agrees on log-probs within 1e-4", async (t) => {
+  t.timeout(600_000);
+  const runs: { name: string; dir: string; ids: number[][]; mask: number[][]; ours: Float32Array }[] = [];
+  for (const name of ["qwen2-tiny", "qwen3-tiny", "qwen3-tiny-tied", "llama3-tiny"]) {
+    const fixture = join(import.meta.dirname, "..", "fixtures", "models", name);
+    const want = JSON.parse(readFileSync(join(fixture, "expected.json"), "utf8"));
+    const modelDir = mkdtempSync(join(tmpdir(), "torl-export-model-"));
+    copyFileSync(join(fixture, "config.json"), join(modelDir, "config.json"));
+    copyFileSync(join(fixture, "model.safetensors"), join(modelDir, "model.safetensors"));
+    buildByteBpeTokenizer().save(modelDir);
+    const model = loadModel(modelDir);
+    const ckpt = await checkpointOf(model, modelDir, 2);
+    const out = join(mkdtempSync(join(tmpdir(), "torl-export-out-")), "hf");
+    exportCheckpoint(ckpt, { out });
+    const exported = loadModel(out);
+    t.deepEqual(exported.config, model.config, `${name}: config.json written back parses to the same model`);
+    const ids = want.ids as number[][];
+    const mask = want.mask as number[][];
+    const b = {
+      ids: Int32Array.from(ids.flat()),
+      mask: Uint8Array.from(mask.flat()),
+      batch: ids.length,
+      length: ids[0]!.length,
+    };
+    const V = exported.config.vocabSize;
+    const got = tf.tidy(() => exported.forward(b)).dataSync();
+    let logitErr = 0;
+    for (let r = 0; r < b.batch; r++)
+      for (let i = 0; i < b.length; i++)
+        if (b.mask[r * b.length + i])
+          for (let v = 0; v < V; v++)
+            logitErr = Math.max(logitErr, Math.abs(got[(r * b.length + i) * V + v]! - want.logits[r][i][v]));
+    t.true(logitErr < 1e-4, `${name}: max |logit - PyTorch reference| ${logitErr}`);
+    runs.push({ name, dir: out, ids, mask, ours: (await computeLogProbs(exported, b)).logProbs });
+    model.dispose();
+    exported.dispose();
+  }
+  const theirs = transformersLogProbs(runs.map(({ dir, ids, mask }) => ({ dir, ids, mask })));
+  if ("reason" in theirs) {
+    t.log(`not compared with transformers: ${theirs.reason}`);
+    return;
+  }
+  for (const [k, { name, mask, ours }] of runs.entries()) {
+    const L = mask[0]!.length;
+    let max = 0;
+    for (let r = 0; r < mask.length; r++)
+      for (let i = 1; i < L; i++)
+        if (mask[r]![i] && mask[r]![i - 1])
+          max = Math.max(max, Math.abs(ours[r * L + i]! - theirs.logprobs[k]![r]![i - 1]!));
+    t.log(`${name}: max |log-prob - transformers| = ${max.toExponential(2)}`);
+    t.true(max < 1e-4, `${name}: max |diff| ${max}`);
   }
 });
