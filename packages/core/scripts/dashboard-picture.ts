@@ -29,9 +29,10 @@ kill(actors[2]!);
 const pg = placementGroup([{ CPU: 1 }, { CPU: 1 }], { strategy: "SPREAD", name: "actor-ranks" });
 await pg.ready();
 await new Promise((r) => setTimeout(r, 500));
-const dashboard = await startDashboard({ status: clusterStatus, runDirs: [runDir], port: 0 });
+const dashboard = await startDashboard({ status: clusterStatus, runDirs: [runDir], port: 0, refreshMs: 200 });
+console.log(`dashboard at ${dashboard.url}; screenshot...`);
 const profile = mkdtempSync(join(tmpdir(), "torl-pic-"));
-execFileSync("chromium", [
+execFileSync("timeout", ["120", "chromium", 
   "--headless",
   "--no-sandbox",
   "--disable-gpu",
