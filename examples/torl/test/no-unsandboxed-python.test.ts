@@ -13,7 +13,7 @@ const ALLOWED: Record<string, string> = {
     "the sandbox benchmark: fixed bench code and the bare fork-server baseline",
   "packages/verl-ts/src/rollout/code-interpreter-tool.ts":
     "the trainer's check, before any worker starts, that Python 3 runs here: a fixed version assert",
-  "packages/verl-ts/src/reward/alternatives.ts":
+  "packages/verl-ts/src/bench/reward-alternatives.ts":
     "the sympy scorer: our server script, fed expressions we print from parsed answers",
   "examples/torl/src/bench-peer.ts": "the PyTorch peer benchmark: our script scripts/bench_peer.py",
   "packages/verl-ts/test/core/parquet-writer.test.ts": "pyarrow reads a parquet file our writer made",

@@ -1,9 +1,9 @@
 /** `bench model`'s parity figures: the selected backend against a CPU reference in the same process. */
 import * as tf from "@tensorflow/tfjs";
 import test from "ava";
-import { backendParity } from "../../src/models/bench.js";
+import { backendParity } from "../../src/bench/model.js";
 import { selectBackend } from "../../src/models/index.js";
-import { tinyTestConfig } from "./tiny-config.js";
+import { tinyTestConfig } from "../models/tiny-config.js";
 
 test("on wasm the parity figures compare with cpu, are ~0, and the selected backend is restored", async (t) => {
   await selectBackend({ backend: "wasm", log: null });

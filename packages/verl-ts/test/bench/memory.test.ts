@@ -1,6 +1,6 @@
 import test from "ava";
+import { benchMemoryCommand, runMemoryBench } from "../../src/bench/memory.js";
 import { makeQwen2Config, selectBackend } from "../../src/index.js";
-import { benchMemoryCommand, runMemoryBench } from "../../src/workers/bench-memory.js";
 
 // The memory bench's figures on a tiny config: their names and how they relate (not their size).
 

@@ -8,8 +8,8 @@
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { isModuleNotFound, OptionalDependencyMissingError } from "@torl-ts/core";
-import type { ScalarStage } from "./equivalence.js";
-import type { MathNode } from "./latex.js";
+import type { ScalarStage } from "../reward/equivalence.js";
+import type { MathNode } from "../reward/latex.js";
 
 type Dialect = "mathjs" | "sympy";
 

@@ -28,9 +28,9 @@ import {
   selectBackend,
   type Tokenizer,
 } from "../models/index.js";
+import { PythonCodeInterpreter } from "../rollout/code-interpreter.js";
+import { type TirRolloutOptions, type TirRolloutResult, tirRollout } from "../rollout/tir.js";
 import { TINY_BASE_DIR } from "../tiny/tiny-model.js";
-import { PythonCodeInterpreter } from "./code-interpreter.js";
-import { type TirRolloutOptions, type TirRolloutResult, tirRollout } from "./tir.js";
 
 /** The tiny base model this package ships. */
 const DEFAULT_MODEL_DIR = TINY_BASE_DIR;

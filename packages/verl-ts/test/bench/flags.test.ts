@@ -1,9 +1,9 @@
 /** The bench commands' flags: parsed before any work starts, both spellings alike, bad values named. */
 import { UsageError } from "@torl-ts/core";
 import test from "ava";
-import { benchModelCommand } from "../../src/models/bench.js";
-import { benchRewardCommand } from "../../src/reward/bench.js";
-import { benchRolloutCommand } from "../../src/rollout/bench.js";
+import { benchModelCommand } from "../../src/bench/model.js";
+import { benchRewardCommand } from "../../src/bench/reward.js";
+import { benchRolloutCommand } from "../../src/bench/rollout.js";
 
 test("bench model/rollout/reward refuse bad flags before measuring, naming the flag and the choices", async (t) => {
   await t.throwsAsync(benchModelCommand.run(["--backend", "gpu"]), {

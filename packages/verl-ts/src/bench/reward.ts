@@ -7,13 +7,13 @@
  */
 import { compareThreadPoolLibraries, ThreadPoolLibraryMissingError } from "@torl-ts/actors";
 import { type CliCommand, parseFlags } from "@torl-ts/core";
-import { mathjsScalarStage, SympyOracle, withSympyStage } from "./alternatives.js";
-import { baselineEquivalent } from "./baseline.js";
-import { loadRewardCorpus, type RewardCorpusPair } from "./corpus.js";
-import { clearAnswerParseCache, isEquivalentAnswer, type ScalarStage } from "./equivalence.js";
-import { extractBoxedAnswer, groundTruthAnswer } from "./extract.js";
-import { RewardManager } from "./manager.js";
-import { MathScorePool, RewardPoolError } from "./score-pool.js";
+import { baselineEquivalent } from "../reward/baseline.js";
+import { loadRewardCorpus, type RewardCorpusPair } from "../reward/corpus.js";
+import { clearAnswerParseCache, isEquivalentAnswer, type ScalarStage } from "../reward/equivalence.js";
+import { extractBoxedAnswer, groundTruthAnswer } from "../reward/extract.js";
+import { RewardManager } from "../reward/manager.js";
+import { MathScorePool, RewardPoolError } from "../reward/score-pool.js";
+import { mathjsScalarStage, SympyOracle, withSympyStage } from "./reward-alternatives.js";
 
 const USAGE = `usage: pnpm torl bench reward [--json] [--alternatives] [--seconds S]
 

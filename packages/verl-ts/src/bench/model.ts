@@ -2,18 +2,18 @@
 
 import * as tf from "@tensorflow/tfjs";
 import { type CliCommand, parseFlags } from "@torl-ts/core";
-import { BACKEND_NAMES, type BackendName, registerWasmFallbacks, selectBackend } from "./backend.js";
-import { countParameters, makeQwen2Config, type Qwen2Config } from "./config.js";
+import { BACKEND_NAMES, type BackendName, registerWasmFallbacks, selectBackend } from "../models/backend.js";
+import { countParameters, makeQwen2Config, type Qwen2Config } from "../models/config.js";
 import {
   applyGradients,
   computeLogProbs,
   forwardBackward,
   gradientsToArrays,
   maskedMean,
-} from "./logprobs.js";
-import { Qwen2Model } from "./qwen2.js";
-import { decodeMsPerToken, randomBatch } from "./timing.js";
-import type { TokenBatch } from "./token-batch.js";
+} from "../models/logprobs.js";
+import { Qwen2Model } from "../models/qwen2.js";
+import { decodeMsPerToken, randomBatch } from "../models/timing.js";
+import type { TokenBatch } from "../models/token-batch.js";
 
 /** The tiny ToRL recipe's architecture (examples/torl TINY_ARCHITECTURE: ~0.12M parameters). */
 export const BENCH_TINY_CONFIG: Qwen2Config = makeQwen2Config({

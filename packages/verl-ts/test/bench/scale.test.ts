@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
+import { largestTensor, runScaleProbe } from "../../src/bench/scale.js";
 import {
   bundledQwenTokenizerDir,
   loadModel,
@@ -17,7 +18,6 @@ import {
   selectBackend,
   writeRandomModelDir,
 } from "../../src/index.js";
-import { largestTensor, runScaleProbe } from "../../src/trainer/bench-scale.js";
 
 const tokenizer = loadTokenizer(bundledQwenTokenizerDir());
 // Qwen2.5-0.5B's vocabulary, grouped-query heads, rope and norm settings on a tiny width and depth

@@ -22,8 +22,8 @@ import { forwardBackwardPeak } from "../models/peak-bytes.js";
 import { Qwen2Model } from "../models/qwen2.js";
 import { randomBatch } from "../models/timing.js";
 import { measureWeightBytes } from "../models/weight-bytes.js";
-import type { OptimSettings } from "./optim.js";
-import { ShardedParameters } from "./sharded-parameters.js";
+import type { OptimSettings } from "../workers/optim.js";
+import { ShardedParameters } from "../workers/sharded-parameters.js";
 
 /** ~25M parameters in 8 decoder layers (hidden 512, GQA 8/2 heads, vocab 6144, tied embeddings). */
 export const BENCH_MEMORY_CONFIG: Qwen2Config = makeQwen2Config({
