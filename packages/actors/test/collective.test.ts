@@ -1,7 +1,7 @@
 // Ring collectives between plain child processes (ProcessMember): the transport on its own,
 // without the actor runtime. collective-actors.test.ts runs the same operations in real actors.
 import test from "ava";
-import { benchCollectivesCommand, runCollectiveBench } from "../src/collective/bench.js";
+import { benchCollectivesCommand, runCollectiveBench } from "../src/bench/collectives.js";
 import {
   type CollectiveGroup,
   createCollectiveGroupOn,

@@ -1,7 +1,7 @@
 /** Functions the collective benchmark runs inside its member processes. */
 import { MAX_WIRE_FRAME_BYTES } from "@torl-ts/core";
 import { Pull, Push } from "zeromq";
-import { collective } from "./member.js";
+import { collective } from "../collective/member.js";
 
 export type BenchKind = "allReduce" | "reduceScatter" | "allGather" | "broadcast" | "barrier";
 

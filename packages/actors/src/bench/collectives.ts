@@ -9,13 +9,14 @@
  * rank, so at W=2 it cannot beat the one-way transfer of the whole array.
  */
 import { tmpdir } from "node:os";
-import { type CliCommand, parseFlags, siblingModule } from "@torl-ts/core";
-import type { BenchKind } from "./bench-member.js";
-import { createCollectiveGroupOn } from "./group.js";
-import { ProcessMember } from "./process-member.js";
-import type { CollectiveTransport } from "./ring.js";
+import { siblingModule } from "@torl-ts/core";
+import { defineBench } from "@torl-ts/core/cli";
+import { createCollectiveGroupOn } from "../collective/group.js";
+import { ProcessMember } from "../collective/process-member.js";
+import type { CollectiveTransport } from "../collective/ring.js";
+import type { BenchKind } from "./collectives-member.js";
 
-const BENCH_MEMBER = siblingModule(import.meta.url, "./bench-member").href;
+const BENCH_MEMBER = siblingModule(import.meta.url, "./collectives-member").href;
 
 export interface CollectiveBenchOptions {
   /** Array size in MiB (Float32Array). Default 16. */
@@ -111,26 +112,7 @@ export async function runCollectiveBench(opts: CollectiveBenchOptions = {}): Pro
   return out;
 }
 
-function parseBenchArgs(args: string[]): CollectiveBenchOptions & { json: boolean } {
-  const { flags } = parseFlags(args, {
-    json: { type: "boolean" },
-    mib: { type: "number", min: 1 / 1024 },
-    iters: { type: "integer", min: 1 },
-    "world-sizes": { type: "integers", min: 1, max: 16 },
-    transport: { type: "string", choices: ["auto", "tcp", "ipc"] },
-    "slice-bytes": { type: "integer", min: 4 },
-  });
-  return {
-    json: flags.json ?? false,
-    mib: flags.mib,
-    iters: flags.iters,
-    worldSizes: flags["world-sizes"],
-    transport: flags.transport,
-    sliceBytes: flags["slice-bytes"],
-  };
-}
-
-export const benchCollectivesCommand: CliCommand = {
+export const benchCollectivesCommand = defineBench({
   summary: "benchmark ring collectives (allReduce, reduceScatter, allGather, broadcast) between processes",
   usage: [
     "usage: pnpm torl bench collectives [--json] [--mib 16] [--iters 10] [--world-sizes 2,3,4]",
@@ -140,11 +122,20 @@ export const benchCollectivesCommand: CliCommand = {
     "second per call) next to the floor from the same run: memcpy_gbps (in-process copy) and",
     "zmq_oneway_gbps (one-way transfer of the array between two processes). --json prints one JSON object last.",
   ].join("\n"),
-  async run(args) {
-    const o = parseBenchArgs(args);
-    const res = await runCollectiveBench({ ...o, progress: (l) => console.log(l) });
-    if (o.json) console.log(JSON.stringify(res));
-    else console.table(res);
-    return 0;
+  flags: {
+    mib: { type: "number", min: 1 / 1024 },
+    iters: { type: "integer", min: 1 },
+    "world-sizes": { type: "integers", min: 1, max: 16 },
+    transport: { type: "string", choices: ["auto", "tcp", "ipc"] },
+    "slice-bytes": { type: "integer", min: 4 },
   },
-};
+  measure: (flags) =>
+    runCollectiveBench({
+      mib: flags.mib,
+      iters: flags.iters,
+      worldSizes: flags["world-sizes"],
+      transport: flags.transport,
+      sliceBytes: flags["slice-bytes"],
+      progress: (l) => console.log(l),
+    }),
+});

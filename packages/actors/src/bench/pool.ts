@@ -5,11 +5,12 @@
  * the process) on a 2-thread pool; the two libraries run back to back in each of 3 rounds, in
  * alternating order, and each ratio piscina/tinypool is the median of the rounds' ratios.
  */
-import { type CliCommand, parseFlags, siblingModule } from "@torl-ts/core";
-import { ThreadPool } from "./thread-pool.js";
-import { compareThreadPoolLibraries, type ThreadPoolLibrary } from "./thread-pool-library.js";
+import { siblingModule } from "@torl-ts/core";
+import { defineBench } from "@torl-ts/core/cli";
+import { ThreadPool } from "../thread-pool.js";
+import { compareThreadPoolLibraries, type ThreadPoolLibrary } from "../thread-pool-library.js";
 
-const TASK = siblingModule(import.meta.url, "./thread-pool-bench-task");
+const TASK = siblingModule(import.meta.url, "./pool-task");
 
 const USAGE = `usage: pnpm torl bench pool [--json] [--seconds S]
 
@@ -49,11 +50,11 @@ async function tasksRun(
   }
 }
 
-export const benchPoolCommand: CliCommand = {
+export const benchPoolCommand = defineBench({
   summary: "ThreadPool under tinypool vs piscina on the same work (tasks/s, 3 alternating rounds)",
   usage: USAGE,
-  async run(args) {
-    const { flags } = parseFlags(args, { json: { type: "boolean" }, seconds: { type: "number", min: 0.05 } });
+  flags: { seconds: { type: "number", min: 0.05 } },
+  async measure(flags) {
     const seconds = flags.seconds ?? 1;
     const figures: Record<string, number> = {};
     for (const job of ["tiny", "cpu"] as const) {
@@ -66,9 +67,10 @@ export const benchPoolCommand: CliCommand = {
       figures[`ratio_piscina_vs_tinypool_${job}`] = Math.round(c.ratio * 1000) / 1000;
       figures[`ratio_piscina_vs_tinypool_${job}_cpu`] = Math.round(c.cpuRatio * 1000) / 1000;
     }
+    return figures;
+  },
+  show(figures) {
     const rows = Object.entries(figures).map(([k, v]) => `  ${k.padEnd(36)} ${String(v).padStart(10)}`);
     console.log(["thread pool benchmark (tasks/s, medians of 3 rounds)", ...rows].join("\n"));
-    if (flags.json) console.log(JSON.stringify(figures));
-    return 0;
   },
-};
+});
