@@ -9,7 +9,7 @@ import { repositoryFiles } from "./repository-files.js";
 const ALLOWED: Record<string, string> = {
   "packages/sandbox/src/worker.ts": "the sandbox's own launcher: the fork server, inside its namespaces",
   "packages/sandbox/src/python.ts": "asks python3 for its sys.executable, the interpreter the sandbox runs",
-  "packages/sandbox/src/bench.ts":
+  "packages/sandbox/src/bench/sandbox.ts":
     "the sandbox benchmark: fixed bench code and the bare fork-server baseline",
   "packages/verl-ts/src/rollout/code-interpreter-tool.ts":
     "the trainer's check, before any worker starts, that Python 3 runs here: a fixed version assert",
