@@ -202,7 +202,7 @@ test.serial(
 );
 
 test.serial(
-  "defineBench: without show, a table of the figures unless --json, then the JSON alone",
+  "defineBench: without show, a table of the figures unless --json; toJson picks what --json prints",
   async (t) => {
     const bench = defineBench({ summary: "b", usage: "u", flags: {}, measure: async () => ({ a_per_s: 5 }) });
     const p = registry({ "bench b": async () => bench });
@@ -211,5 +211,20 @@ test.serial(
     t.regex(table.out, /a_per_s.*5/s);
     t.notRegex(table.out, /\{"a_per_s"/);
     t.is((await capture(p, ["bench", "b", "--json"])).out, '{"a_per_s":5}');
+    const some = defineBench({
+      summary: "b",
+      usage: "u",
+      flags: {},
+      measure: async () => ({ figures: { a_per_s: 5 }, rows: ["a table row"] }),
+      show: (result, flags) => flags.json || console.log(result.rows.join("\n")),
+      toJson: (result) => result.figures,
+    });
+    const q = registry({ "bench some": async () => some });
+    t.is((await capture(q, ["bench", "some"])).out, "a table row");
+    t.is(
+      (await capture(q, ["bench", "some", "--json"])).out,
+      '{"a_per_s":5}',
+      "toJson picks what --json prints",
+    );
   },
 );

@@ -59,6 +59,8 @@ export interface BenchSpec<F extends FlagSpecs, R> {
    * unless `--json` is given.
    */
   show?(result: R, flags: BenchFlags<F>): void;
+  /** What `--json` prints of the result (default: all of it), e.g. its figures without the tables. */
+  toJson?(result: R): unknown;
   /** The exit code for the figures (default 0), e.g. 1 when a probe failed. */
   exitCode?(result: R): number;
 }
@@ -77,7 +79,7 @@ export function defineBench<const F extends FlagSpecs, R>(spec: BenchSpec<F, R>)
       const result = await spec.measure(all);
       if (spec.show) spec.show(result, all);
       else if (!all.json) console.table(result);
-      if (all.json) console.log(JSON.stringify(result));
+      if (all.json) console.log(JSON.stringify(spec.toJson ? spec.toJson(result) : result));
       return spec.exitCode?.(result) ?? 0;
     },
   });

@@ -14,7 +14,7 @@
  *   existed before, the parameters, are not counted); the peak of their sum, once with every buffer
  *   (fwd_bwd_peak_bytes) and once without the parameters' gradients the pass returns (those are state).
  */
-import { type CliCommand, parseFlags } from "@torl-ts/core";
+import { defineBench } from "@torl-ts/core/cli";
 import { loadTrainerConfig } from "../config/index.js";
 import { selectBackend } from "../models/backend.js";
 import { countParameters, makeQwen2Config, type Qwen2Config } from "../models/config.js";
@@ -138,7 +138,7 @@ export async function runMemoryBench(options: {
   }
 }
 
-export const benchMemoryCommand: CliCommand = {
+export const benchMemoryCommand = defineBench({
   summary:
     "benchmark training memory: per-rank FSDP state for N ranks, activation peaks with and without checkpointing",
   usage: [
@@ -152,22 +152,21 @@ export const benchMemoryCommand: CliCommand = {
     "  fwd_bwd_peak_bytes(_checkpointed)   the raw peaks, the parameters' gradients included",
     "How each is measured is in the `method` field. The last line is one JSON object.",
   ].join("\n"),
-  async run(args) {
-    const { flags } = parseFlags(args, {
-      json: { type: "boolean" },
-      ranks: { type: "integers", min: 1 },
-      rows: { type: "integer", min: 1 },
-      length: { type: "integer", min: 2 },
-    });
+  flags: {
+    ranks: { type: "integers", min: 1 },
+    rows: { type: "integer", min: 1 },
+    length: { type: "integer", min: 2 },
+  },
+  async measure(flags) {
     await selectBackend({ log: null });
-    const result = await runMemoryBench({
+    return runMemoryBench({
       ranks: flags.ranks,
       rows: flags.rows,
       length: flags.length,
       log: (s) => console.log(s),
     });
-    if (flags.json) console.log(JSON.stringify(result));
-    else console.table(result.figures);
-    return 0;
   },
-};
+  show(result, flags) {
+    if (!flags.json) console.table(result.figures);
+  },
+});

@@ -1,7 +1,7 @@
 /** `pnpm torl bench model [--json]`: matmul floor, training throughput and decode speed of the tiny config. */
 
 import * as tf from "@tensorflow/tfjs";
-import { type CliCommand, parseFlags } from "@torl-ts/core";
+import { defineBench } from "@torl-ts/core/cli";
 import { BACKEND_NAMES, type BackendName, registerWasmFallbacks, selectBackend } from "../models/backend.js";
 import { countParameters, makeQwen2Config, type Qwen2Config } from "../models/config.js";
 import {
@@ -252,7 +252,7 @@ function round(x: number): number {
   return Number(x.toPrecision(4));
 }
 
-export const benchModelCommand: CliCommand = {
+export const benchModelCommand = defineBench({
   summary: "benchmark the tfjs Qwen2 model: matmul floor, training tokens/s, decode speed",
   usage: [
     "usage: pnpm torl bench model [--json] [--backend auto|node-gpu|node|webgpu|wasm|cpu] [--model tiny|small] [--quick]",
@@ -271,20 +271,16 @@ export const benchModelCommand: CliCommand = {
     "                             wasm is selected), same weights and batch (GPU targets: <= 1e-3, <= 1e-2)",
     "The last line is one JSON object with these figures. --quick: a smoke run (tiny batches), not comparable.",
   ].join("\n"),
-  async run(args) {
-    const { flags } = parseFlags(args, {
-      json: { type: "boolean" },
-      quick: { type: "boolean" },
-      model: { type: "string", choices: ["tiny", "small"] },
-      backend: { type: "string", choices: ["auto", ...BACKEND_NAMES] },
-    });
-    const json = flags.json ?? false;
-    const quick = flags.quick ?? false;
-    const backend = flags.backend;
-    const config = flags.model === "small" ? BENCH_SMALL_CONFIG : BENCH_TINY_CONFIG;
-    const result = await runModelBench({ backend, quick, config, log: (s) => console.log(s) });
-    if (json) console.log(JSON.stringify(result));
-    else console.table(result);
-    return 0;
+  flags: {
+    quick: { type: "boolean" },
+    model: { type: "string", choices: ["tiny", "small"] },
+    backend: { type: "string", choices: ["auto", ...BACKEND_NAMES] },
   },
-};
+  measure: (flags) =>
+    runModelBench({
+      backend: flags.backend,
+      quick: flags.quick ?? false,
+      config: flags.model === "small" ? BENCH_SMALL_CONFIG : BENCH_TINY_CONFIG,
+      log: (s) => console.log(s),
+    }),
+});

@@ -6,7 +6,7 @@
  * scalar stages in place of the numeric one.
  */
 import { compareThreadPoolLibraries, ThreadPoolLibraryMissingError } from "@torl-ts/actors";
-import { type CliCommand, parseFlags } from "@torl-ts/core";
+import { defineBench } from "@torl-ts/core/cli";
 import { baselineEquivalent } from "../reward/baseline.js";
 import { loadRewardCorpus, type RewardCorpusPair } from "../reward/corpus.js";
 import { clearAnswerParseCache, isEquivalentAnswer, type ScalarStage } from "../reward/equivalence.js";
@@ -126,16 +126,15 @@ async function comparePoolLibraries(rows: RewardCorpusPair[]): Promise<Record<st
   }
 }
 
-export const benchRewardCommand: CliCommand = {
+export const benchRewardCommand = defineBench({
   summary: "benchmark answer verification: speed and accuracy on the labeled corpus",
   usage: USAGE,
-  async run(args) {
-    const { flags } = parseFlags(args, {
-      json: { type: "boolean" },
-      alternatives: { type: "boolean" },
-      seconds: { type: "number", min: 0.01 },
-    });
-    const json = flags.json ?? false;
+  flags: {
+    alternatives: { type: "boolean" },
+    seconds: { type: "number", min: 0.01 },
+  },
+  /** The figures, and the tables a reader sees: speed and accuracy per grader, accuracy per category. */
+  async measure(flags) {
     const alternatives = flags.alternatives ?? false;
     const seconds = flags.seconds ?? 2;
     const corpus = loadRewardCorpus();
@@ -223,15 +222,20 @@ export const benchRewardCommand: CliCommand = {
       table.push(["sympy simplify (warm process)", figures.verify_per_s_sympy, figures.accuracy_sympy]);
     }
 
+    const categories = {
+      ours: perCategory(corpus, ourVerdicts),
+      baseline: perCategory(corpus, baseVerdicts),
+    };
+    return { figures, table, categories };
+  },
+  show({ figures, table, categories }) {
     console.log("\ngrader                              verify/s   accuracy");
     for (const [name, perS, acc] of table) {
       console.log(`${name.padEnd(34)} ${String(Math.round(perS)).padStart(9)}   ${acc.toFixed(3)}`);
     }
-    const ourCats = perCategory(corpus, ourVerdicts);
-    const baseCats = perCategory(corpus, baseVerdicts);
     console.log("\ncategory               pairs   ours   baseline");
-    for (const [cat, [ok, n]] of ourCats) {
-      const b = baseCats.get(cat)!;
+    for (const [cat, [ok, n]] of categories.ours) {
+      const b = categories.baseline.get(cat)!;
       console.log(
         `${cat.padEnd(22)} ${String(n).padStart(5)}  ${(ok / n).toFixed(3)}  ${(b[0] / n).toFixed(3)}`,
       );
@@ -243,7 +247,6 @@ export const benchRewardCommand: CliCommand = {
       console.log(
         `scoring pool, 2 threads: ${figures.pool_verify_per_s_tinypool}/s under tinypool, ${figures.pool_verify_per_s_piscina}/s under piscina (ratio ${figures.ratio_pool_piscina_vs_tinypool}; per CPU second ${figures.ratio_pool_piscina_vs_tinypool_cpu})`,
       );
-    if (json) console.log(JSON.stringify(figures));
-    return 0;
   },
-};
+  toJson: (result) => result.figures,
+});

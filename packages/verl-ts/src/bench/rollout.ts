@@ -11,7 +11,8 @@
  */
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
-import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
+import { type FlagValues, UsageError } from "@torl-ts/core";
+import { defineBench } from "@torl-ts/core/cli";
 import {
   type BatchCodeRunner,
   type RunCodeRequest,
@@ -125,21 +126,21 @@ function pretrainedSetup(dir: string, batch: number, maxResponse: number): Bench
   };
 }
 
-function parseBenchArgs(args: string[]) {
-  const { flags } = parseFlags(args, {
-    json: { type: "boolean" },
-    model: { type: "string" },
-    random: { type: "boolean" },
-    batch: { type: "integer", min: 1 },
-    "max-response": { type: "integer", min: 1 },
-    "delay-ms": { type: "integer", min: 0 },
-    repeats: { type: "integer", min: 1 },
-    backend: { type: "string", choices: BACKEND_NAMES },
-  });
+const ROLLOUT_BENCH_FLAGS = {
+  model: { type: "string" },
+  random: { type: "boolean" },
+  batch: { type: "integer", min: 1 },
+  "max-response": { type: "integer", min: 1 },
+  "delay-ms": { type: "integer", min: 0 },
+  repeats: { type: "integer", min: 1 },
+  backend: { type: "string", choices: BACKEND_NAMES },
+} as const;
+
+/** The run the flags ask for, with the defaults filled in. */
+function benchOptions(flags: FlagValues<typeof ROLLOUT_BENCH_FLAGS>) {
   if (flags.model !== undefined && flags.random)
     throw new UsageError("--model and --random exclude each other");
   return {
-    json: flags.json ?? false,
     repeats: flags.repeats ?? 3,
     model: flags.model,
     batch: flags.batch ?? 16,
@@ -152,7 +153,7 @@ function parseBenchArgs(args: string[]) {
 
 const responseTokens = (r: TirRolloutResult) => r.samples.reduce((a, s) => a + s.responseIds.length, 0);
 
-export const benchRolloutCommand: CliCommand = {
+export const benchRolloutCommand = defineBench({
   summary: "TIR rollout throughput with and without tools, and how well tool latency overlaps generation",
   usage: `pnpm torl bench rollout [--json] [--model DIR | --random] [--batch N] [--max-response N] [--delay-ms MS] [--repeats N] [--backend NAME]
 
@@ -164,8 +165,9 @@ Measures, on one model and one batch of prompts:
 Model: --model DIR (HF directory), else the tiny base model (pnpm torl model tiny) when present, else (or with --random) a
 random tiny model made to write code. Defaults: --batch 16 --max-response 192 --repeats 3 (best of
 N interleaved runs per variant).`,
-  async run(args) {
-    const o = parseBenchArgs(args);
+  flags: ROLLOUT_BENCH_FLAGS,
+  async measure(flags) {
+    const o = benchOptions(flags);
     const say = (line: string) => process.stderr.write(`[bench rollout] ${line}\n`);
     const backend = await selectBackend({ ...(o.backend ? { backend: o.backend } : {}), log: say });
     const dir = o.random
@@ -229,28 +231,30 @@ N interleaved runs per variant).`,
         model: setup.label,
         backend: backend.name,
       };
-      console.log("figure                            value      baseline");
-      console.log(
-        `rollout_tokens_per_s_tools        ${pad(result.rollout_tokens_per_s_tools)} ${pad(result.rollout_tokens_per_s_no_tools)} (no tools)`,
-      );
-      console.log(
-        `tool_overlap_ratio                ${pad(result.tool_overlap_ratio)} ${pad(1)} (latency fully hidden; target <= 1.3)`,
-      );
-      console.log(
-        `  rollout ${result.rollout_seconds_tools} s with tools, ${result.rollout_seconds_tools_delayed} s with +${o.delayMs} ms per call (${result.tool_calls} calls in ${result.tool_batches} batches: ${result.added_latency_if_serial_s} s if the batches waited in turn)`,
-      );
       if (tools.stats.toolCalls === 0) {
         const warning = "the model made no tool calls: tool_overlap_ratio measures nothing (try --random)";
         say(`WARNING: ${warning}`);
         Object.assign(result, { warning });
       }
-      if (o.json) console.log(JSON.stringify(result));
-      return 0;
+      return result;
     } finally {
       await executor.close();
     }
   },
-};
+  show(result, flags) {
+    const { delayMs } = benchOptions(flags);
+    console.log("figure                            value      baseline");
+    console.log(
+      `rollout_tokens_per_s_tools        ${pad(result.rollout_tokens_per_s_tools)} ${pad(result.rollout_tokens_per_s_no_tools)} (no tools)`,
+    );
+    console.log(
+      `tool_overlap_ratio                ${pad(result.tool_overlap_ratio)} ${pad(1)} (latency fully hidden; target <= 1.3)`,
+    );
+    console.log(
+      `  rollout ${result.rollout_seconds_tools} s with tools, ${result.rollout_seconds_tools_delayed} s with +${delayMs} ms per call (${result.tool_calls} calls in ${result.tool_batches} batches: ${result.added_latency_if_serial_s} s if the batches waited in turn)`,
+    );
+  },
+});
 
 function round(x: number, digits = 1): number {
   const f = 10 ** digits;

@@ -16,7 +16,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { init, isInitialized, shutdown } from "@torl-ts/actors";
-import { type CliCommand, parseFlags } from "@torl-ts/core";
+import { defineBench } from "@torl-ts/core/cli";
 import { computeAdvantage } from "../algorithms/advantage.js";
 import { loadTrainerConfig } from "../config/load.js";
 import type { Qwen2Config } from "../models/config.js";
@@ -217,20 +217,19 @@ temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU back
 per row with the KV cache and run one GRPO step. Prints seconds per phase, peak resident set per rank,
 the largest tensor and the update's metrics; --json prints them as one JSON object last.`;
 
-export const benchScaleCommand: CliCommand = {
+export const benchScaleCommand = defineBench({
   summary: "real-size probe: Qwen2.5-0.5B shapes, bf16, 2 FSDP ranks, one GRPO step",
   usage: USAGE,
-  async run(args) {
-    const { flags } = parseFlags(args, { json: { type: "boolean" }, ranks: { type: "integer", min: 1 } });
-    const ranks = flags.ranks ?? 2;
-    const result = await runScaleProbe({
+  flags: { ranks: { type: "integer", min: 1 } },
+  measure: (flags) =>
+    runScaleProbe({
       config: QWEN2_5_0_5B_SHAPES,
       tokenizer: loadTokenizer(bundledQwenTokenizerDir()),
-      ranks,
+      ranks: flags.ranks ?? 2,
       log: (l) => console.log(l),
-    });
-    if (flags.json) console.log(JSON.stringify(result));
-    else console.log(JSON.stringify(result, null, 2));
-    return result.failed ? 1 : 0;
+    }),
+  show(result, flags) {
+    if (!flags.json) console.log(JSON.stringify(result, null, 2));
   },
-};
+  exitCode: (result) => (result.failed ? 1 : 0),
+});

@@ -6,18 +6,11 @@
  */
 import { existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
-import { RECIPE_SPLIT_SEED, tinyDataset, writeParquetRows } from "../data/index.js";
+import { defineCommand, UsageError } from "@torl-ts/core";
+import { tinyDataset, writeParquetRows } from "../data/index.js";
+import { TINY_DATA_DEFAULTS } from "../tiny/data-defaults.js";
 
-/** The tiny recipe's splits (the main job's torl.train_problems, val_problems, hard_fraction, split_seed). */
-export const TINY_DATA_DEFAULTS = {
-  trainProblems: 4000,
-  valProblems: 200,
-  hardFraction: 0.5,
-  splitSeed: RECIPE_SPLIT_SEED,
-} as const;
-
-export const dataTinyCommand: CliCommand = {
+export const dataTinyCommand = defineCommand({
   summary: "write the tiny recipe's train and held-out splits as parquet (for eval and other trainers)",
   usage: [
     "usage: pnpm torl data tiny --out DIR [--train N] [--val N] [--hard-fraction F] [--split-seed S]",
@@ -30,14 +23,14 @@ export const dataTinyCommand: CliCommand = {
     "  pnpm torl model tiny --out tiny-base",
     "  pnpm torl eval --model tiny-base --data DIR/test.parquet",
   ].join("\n"),
-  async run(args) {
-    const { flags } = parseFlags(args, {
-      out: { type: "string" },
-      train: { type: "integer", min: 1 },
-      val: { type: "integer", min: 1 },
-      "hard-fraction": { type: "number", min: 0, max: 1 },
-      "split-seed": { type: "integer", min: 0 },
-    });
+  flags: {
+    out: { type: "string" },
+    train: { type: "integer", min: 1 },
+    val: { type: "integer", min: 1 },
+    "hard-fraction": { type: "number", min: 0, max: 1 },
+    "split-seed": { type: "integer", min: 0 },
+  },
+  run(flags) {
     if (!flags.out) throw new UsageError("--out DIR is required");
     if (existsSync(flags.out) && !statSync(flags.out).isDirectory())
       throw new UsageError(`--out ${flags.out} is a file; give a directory (it is created if missing)`);
@@ -57,6 +50,5 @@ export const dataTinyCommand: CliCommand = {
       writeParquetRows(file, rows);
       console.log(`wrote ${file} (${rows.length} rows)`);
     }
-    return 0;
   },
-};
+});

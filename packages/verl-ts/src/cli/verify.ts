@@ -5,9 +5,10 @@
  * output line k always answers input line k; the exit code is then 1. A UTF-8 byte order mark is ignored.
  */
 import { createInterface } from "node:readline";
-import { type CliCommand, InputError, parseFlags } from "@torl-ts/core";
-import { CHECKED_DIGITS, MIN_SIGNIFICANT_DIGITS } from "./decimal-precision.js";
-import { checkRewardType, computeMathScore, MATH_REWARD_TYPES, type MathScoreOptions } from "./score.js";
+import { defineCommand, InputError } from "@torl-ts/core";
+import { CHECKED_DIGITS, MIN_SIGNIFICANT_DIGITS } from "../reward/decimal-precision.js";
+import { checkRewardType, MATH_REWARD_TYPES, type MathScoreOptions } from "../reward/score.js";
+import { verifyLine } from "../reward/verify-line.js";
 
 const VERIFY_USAGE = `usage: pnpm torl verify [--reward-type default|v2.wformat|accuracy] < answers.jsonl
 
@@ -38,45 +39,17 @@ options:
   --reward-type T        default (+1/-1, the default), v2.wformat (-0.5 wrong boxed, -1 none), accuracy (1/0)
   --execution-penalty    subtract 0.5 when a line has "has_code": true and "execution_passed": false`;
 
-/** Flags of `verify`; throws UsageError naming an unknown flag or value. */
-function parseVerifyArgs(args: string[]): MathScoreOptions {
-  const { flags } = parseFlags(args, {
-    "reward-type": { type: "string", choices: MATH_REWARD_TYPES },
-    "execution-penalty": { type: "boolean" },
-  });
-  const options: MathScoreOptions = {};
-  if (flags["reward-type"] !== undefined) options.rewardType = checkRewardType(flags["reward-type"]);
-  if (flags["execution-penalty"]) options.executionErrorPenalty = true;
-  return options;
-}
-
-/** Verifies input line `lineNo`; returns the output line, or throws an Error naming the problem. */
-export function verifyLine(line: string, options: MathScoreOptions, lineNo = 1): string {
-  if (line.trim() === "") throw new Error("empty line; expected a JSON object");
-  let rec: unknown;
-  try {
-    rec = JSON.parse(line);
-  } catch (e) {
-    throw new Error(`not valid JSON (${(e as Error).message})`);
-  }
-  if (typeof rec !== "object" || rec === null || Array.isArray(rec))
-    throw new Error("expected a JSON object");
-  const { solution, ground_truth, has_code, execution_passed } = rec as Record<string, unknown>;
-  if (typeof solution !== "string") throw new Error('"solution" must be a string');
-  if (typeof ground_truth !== "string" && typeof ground_truth !== "number") {
-    throw new Error('"ground_truth" must be a string (or number)');
-  }
-  const execution =
-    typeof has_code === "boolean" ? { hadCode: has_code, passed: execution_passed === true } : undefined;
-  const r = computeMathScore(solution, String(ground_truth), options, execution);
-  return JSON.stringify({ line: lineNo, correct: r.correct, extracted: r.extracted, score: r.score });
-}
-
-export const verifyCommand: CliCommand = {
+export const verifyCommand = defineCommand({
   summary: "grade JSONL {solution, ground_truth} from stdin: one {line, correct, extracted, score} per line",
   usage: VERIFY_USAGE,
-  async run(args) {
-    const options = parseVerifyArgs(args);
+  flags: {
+    "reward-type": { type: "string", choices: MATH_REWARD_TYPES },
+    "execution-penalty": { type: "boolean" },
+  },
+  async run(flags) {
+    const options: MathScoreOptions = {};
+    if (flags["reward-type"] !== undefined) options.rewardType = checkRewardType(flags["reward-type"]);
+    if (flags["execution-penalty"]) options.executionErrorPenalty = true;
     const rl = createInterface({ input: process.stdin, crlfDelay: Number.POSITIVE_INFINITY });
     let lineNo = 0;
     let bad = 0;
@@ -109,4 +82,4 @@ export const verifyCommand: CliCommand = {
     if (bad > 0) process.stderr.write(`verify: ${bad} line(s) of ${lineNo} could not be graded\n`);
     return bad > 0 ? 1 : 0;
   },
-};
+});

@@ -2,8 +2,8 @@
  * `pnpm torl export <checkpoint-dir> --out DIR [--dtype bf16|fp16|fp32] [--max-shard-size SIZE]
  * [--model DIR]`: writes the Hugging Face model directory of a trainer checkpoint (see export.ts).
  */
-import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
-import { DEFAULT_MAX_SHARD_BYTES, EXPORT_DTYPES, exportCheckpoint } from "./export.js";
+import { defineCommand, UsageError } from "@torl-ts/core";
+import { DEFAULT_MAX_SHARD_BYTES, EXPORT_DTYPES, exportCheckpoint } from "../trainer/export.js";
 
 const USAGE = `usage: pnpm torl export <checkpoint-dir> --out DIR [--dtype bf16|fp16|fp32] [--max-shard-size SIZE] [--model DIR]
 
@@ -28,20 +28,17 @@ export function parseByteSize(text: string): number {
   return bytes;
 }
 
-export const exportCommand: CliCommand = {
+export const exportCommand = defineCommand({
   summary: "write a Hugging Face model directory from a trainer checkpoint",
   usage: USAGE,
-  async run(args: string[]): Promise<number> {
-    const { flags, positionals: positional } = parseFlags(
-      args,
-      {
-        out: { type: "string" },
-        dtype: { type: "string", choices: EXPORT_DTYPES },
-        "max-shard-size": { type: "string" },
-        model: { type: "string" },
-      },
-      { positionals: true },
-    );
+  flags: {
+    out: { type: "string" },
+    dtype: { type: "string", choices: EXPORT_DTYPES },
+    "max-shard-size": { type: "string" },
+    model: { type: "string" },
+  },
+  positionals: true,
+  run(flags, positional) {
     if (positional.length !== 1)
       throw new UsageError(`give exactly one checkpoint directory, got ${positional.length}`);
     if (!flags.out) throw new UsageError("--out DIR is required");
@@ -57,6 +54,5 @@ export const exportCommand: CliCommand = {
       `exported ${result.parameters} parameters (${result.dtype}, from ${result.worldSize} rank shard(s) in ${result.actorDir}): ${result.files.join(", ")}`,
     );
     console.log(result.out);
-    return 0;
   },
-};
+});

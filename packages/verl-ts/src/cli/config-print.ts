@@ -4,13 +4,13 @@
  * overrides, the merged config (checked the same way `train` checks it).
  */
 import { readFileSync } from "node:fs";
-import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
-import { configToYaml, loadTrainerConfig, splitConfigArgs } from "./load.js";
+import { defineCommand, UsageError } from "@torl-ts/core";
+import { configToYaml, loadTrainerConfig, splitConfigArgs } from "../config/load.js";
 
-/** The defaults file, beside this module in src/ and in dist/. */
-const DEFAULTS_FILE = new URL("./ppo-trainer.yaml", import.meta.url);
+/** The defaults file, in src/config/ and in dist/config/. */
+const DEFAULTS_FILE = new URL("../config/ppo-trainer.yaml", import.meta.url);
 
-export const configPrintCommand: CliCommand = {
+export const configPrintCommand = defineCommand({
   summary: "print the trainer's default config (every key, commented), or a config merged as train loads it",
   usage: `usage: pnpm torl config print [config.yaml ...] [key.path=value ...]
 
@@ -19,15 +19,15 @@ type), the file that every config is merged over. Save it as a starting point:
   pnpm torl config print > my.yaml
 With YAML files and key=value overrides: prints the config as \`pnpm torl train\` would load it (the
 defaults, the files in order, then the overrides), after the same checks.`,
-  async run(args) {
-    const { positionals } = parseFlags(args, {}, { positionals: true });
+  flags: {},
+  positionals: true,
+  run(_flags, positionals) {
     if (positionals.length === 0) {
       process.stdout.write(readFileSync(DEFAULTS_FILE, "utf8"));
-      return 0;
+      return;
     }
     const { files, overrides } = splitConfigArgs(positionals);
     for (const f of files) if (f.startsWith("-")) throw new UsageError(`unknown flag ${f}`);
     process.stdout.write(configToYaml(loadTrainerConfig({ files, overrides })));
-    return 0;
   },
-};
+});

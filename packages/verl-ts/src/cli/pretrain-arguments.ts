@@ -1,9 +1,9 @@
-/** The `pnpm torl pretrain` flags: their help text and their reading into PretrainOptions. */
-import { parseFlags, UsageError } from "@torl-ts/core";
+/** The `pnpm torl pretrain` flags: their help text, their specs and their reading into PretrainOptions. */
+import { type FlagValues, UsageError } from "@torl-ts/core";
 import { HELD_OUT_RESERVE, RECIPE_SPLIT_SEED } from "../data/index.js";
 import { BACKEND_NAMES } from "../models/index.js";
-import { DEFAULT_PRETRAIN, type PretrainOptions } from "./pretrain-training.js";
-import { TINY_ARCHITECTURE } from "./tiny-model.js";
+import { DEFAULT_PRETRAIN, type PretrainOptions } from "../tiny/pretrain-training.js";
+import { TINY_ARCHITECTURE } from "../tiny/tiny-model.js";
 
 export const PRETRAIN_USAGE = `usage: pnpm torl pretrain [--out DIR] [--steps N] [--seed S] [options]
 
@@ -40,37 +40,39 @@ options:
   --resume             continue from the checkpoint in --out
   --backend NAME       tensor backend (default wasm, the fast one on CPU)`;
 
-export function parsePretrainArgs(args: string[]): {
+export const PRETRAIN_FLAGS = {
+  out: { type: "string" },
+  steps: { type: "integer", min: 1 },
+  seed: { type: "integer", min: 0 },
+  "batch-size": { type: "integer", min: 1 },
+  lr: { type: "number", min: 0 },
+  warmup: { type: "integer", min: 1 },
+  "corpus-docs": { type: "integer", min: 1 },
+  "tokenizer-docs": { type: "integer", min: 1 },
+  "code-fraction": { type: "number", min: 0, max: 1 },
+  "init-std": { type: "number", min: 0 },
+  "template-fraction": { type: "number", min: 0, max: 1 },
+  hidden: { type: "integer", min: 8 },
+  layers: { type: "integer", min: 1 },
+  heads: { type: "integer", min: 1 },
+  "kv-heads": { type: "integer", min: 1 },
+  intermediate: { type: "integer", min: 1 },
+  vocab: { type: "integer", min: 257 },
+  "log-every": { type: "integer", min: 1 },
+  "save-every": { type: "integer", min: 1 },
+  eval: { type: "integer", min: 0 },
+  "split-seed": { type: "integer", min: 0 },
+  "eval-only": { type: "boolean" },
+  resume: { type: "boolean" },
+  backend: { type: "string", choices: ["auto", ...BACKEND_NAMES] },
+} as const;
+
+/** The pretraining options the flags give (the defaults for the rest); a UsageError for a bad architecture. */
+export function pretrainOptions(f: FlagValues<typeof PRETRAIN_FLAGS>): {
   options: Omit<PretrainOptions, "log">;
   evalOnly: boolean;
 } {
   const o: Omit<PretrainOptions, "log"> = { ...DEFAULT_PRETRAIN, architecture: { ...TINY_ARCHITECTURE } };
-  const { flags: f } = parseFlags(args, {
-    out: { type: "string" },
-    steps: { type: "integer", min: 1 },
-    seed: { type: "integer", min: 0 },
-    "batch-size": { type: "integer", min: 1 },
-    lr: { type: "number", min: 0 },
-    warmup: { type: "integer", min: 1 },
-    "corpus-docs": { type: "integer", min: 1 },
-    "tokenizer-docs": { type: "integer", min: 1 },
-    "code-fraction": { type: "number", min: 0, max: 1 },
-    "init-std": { type: "number", min: 0 },
-    "template-fraction": { type: "number", min: 0, max: 1 },
-    hidden: { type: "integer", min: 8 },
-    layers: { type: "integer", min: 1 },
-    heads: { type: "integer", min: 1 },
-    "kv-heads": { type: "integer", min: 1 },
-    intermediate: { type: "integer", min: 1 },
-    vocab: { type: "integer", min: 257 },
-    "log-every": { type: "integer", min: 1 },
-    "save-every": { type: "integer", min: 1 },
-    eval: { type: "integer", min: 0 },
-    "split-seed": { type: "integer", min: 0 },
-    "eval-only": { type: "boolean" },
-    resume: { type: "boolean" },
-    backend: { type: "string", choices: ["auto", ...BACKEND_NAMES] },
-  });
   if (f.out === "") throw new UsageError("--out needs a directory");
   if (f.out !== undefined) o.out = f.out;
   o.steps = f.steps ?? o.steps;

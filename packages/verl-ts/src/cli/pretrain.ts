@@ -9,22 +9,23 @@
  * and gradient clipping -> an HF directory (config.json, model.safetensors, tokenizer.json) saved every
  * `--save-every` steps with trainer_state.json -> pretrain_eval.json.
  *
- * The parts: pretrain-corpus.ts (what is read), pretrain-training.ts (the loop), pretrain-evaluation.ts
- * (the measurement), pretrain-arguments.ts (the flags).
+ * The parts, in ../tiny/: pretrain-corpus.ts (what is read), pretrain-training.ts (the loop),
+ * pretrain-evaluation.ts (the measurement); the flags are in pretrain-arguments.ts beside this file.
  */
 import { writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import type { CliCommand } from "@torl-ts/core";
+import { defineCommand } from "@torl-ts/core";
 import { selectBackend } from "../models/index.js";
-import { PRETRAIN_USAGE, parsePretrainArgs } from "./pretrain-arguments.js";
-import { describeFigures, evaluateBase } from "./pretrain-evaluation.js";
-import { formatSeconds, pretrain } from "./pretrain-training.js";
+import { describeFigures, evaluateBase } from "../tiny/pretrain-evaluation.js";
+import { formatSeconds, pretrain } from "../tiny/pretrain-training.js";
+import { PRETRAIN_FLAGS, PRETRAIN_USAGE, pretrainOptions } from "./pretrain-arguments.js";
 
-export const pretrainCommand: CliCommand = {
+export const pretrainCommand = defineCommand({
   summary: "pretrain the tiny Qwen2-architecture base model on the two-style math corpus",
   usage: PRETRAIN_USAGE,
-  async run(args) {
-    const { options, evalOnly } = parsePretrainArgs(args);
+  flags: PRETRAIN_FLAGS,
+  async run(flags) {
+    const { options, evalOnly } = pretrainOptions(flags);
     const log = (line: string) => console.log(line);
     const out = resolve(options.out);
     if (!evalOnly) {
@@ -45,6 +46,5 @@ export const pretrainCommand: CliCommand = {
       log(describeFigures(`  sampled T=1 x${evaluation.sampled.samples}`, evaluation.sampled));
     }
     log(out);
-    return 0;
   },
-};
+});

@@ -6,12 +6,12 @@
  * line.
  */
 import { existsSync } from "node:fs";
-import { type CliCommand, parseFlags, UsageError } from "@torl-ts/core";
+import { type CliCommand, defineCommand, UsageError } from "@torl-ts/core";
 import { loadTrainerConfig, splitConfigArgs } from "../config/load.js";
 import type { TrainerConfig } from "../config/types.js";
 import { resolveToolModule, type ToolSpec } from "../rollout/tool-config.js";
+import { RayPPOTrainer } from "../trainer/ppo-trainer.js";
 import { importExternalLib } from "../workers/external-lib.js";
-import { RayPPOTrainer } from "./ppo-trainer.js";
 
 /** What the command line adds to the config: the rollout tool and where runs go. */
 export interface TrainRunFlags {
@@ -51,15 +51,12 @@ export function parseToolFlag(value: string, cwd = process.cwd()): ToolSpec {
 
 /** The train command of `spec`: one command line for the trainer and for every recipe. */
 export function defineTrainCommand(spec: TrainCommandSpec): CliCommand {
-  return {
+  return defineCommand({
     summary: spec.summary,
     usage: spec.usage,
-    async run(args: string[]): Promise<number> {
-      const { flags, positionals } = parseFlags(
-        args,
-        { tool: { type: "string" }, "runs-dir": { type: "string" } },
-        { positionals: true },
-      );
+    flags: { tool: { type: "string" }, "runs-dir": { type: "string" } },
+    positionals: true,
+    async run(flags, positionals) {
       const tool = flags.tool === undefined ? undefined : parseToolFlag(flags.tool);
       const { files, overrides } = splitConfigArgs(positionals);
       if (spec.needsConfigFile && files.length === 0)
@@ -70,9 +67,8 @@ export function defineTrainCommand(spec: TrainCommandSpec): CliCommand {
       // before the checks: an estimator or loss the module registers must be known to them
       await importExternalLib(config.actor_rollout_ref.model.external_lib as string | null);
       await spec.train(config, runFlags);
-      return 0;
     },
-  };
+  });
 }
 
 export const trainCommand: CliCommand = defineTrainCommand({
