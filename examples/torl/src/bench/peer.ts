@@ -8,8 +8,7 @@ import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as tf from "@tensorflow/tfjs";
-import type { CliCommand } from "@torl-ts/core";
-import { parseFlags } from "@torl-ts/core";
+import { defineBench } from "@torl-ts/core/cli";
 import {
   adamOptimizer,
   applyGradients,
@@ -36,8 +35,8 @@ export const PEER_MID_CONFIG: Qwen2Config = makeQwen2Config({
   tieWordEmbeddings: false,
 });
 
-const PEER_SCRIPT = fileURLToPath(new URL("../scripts/bench_peer.py", import.meta.url));
-const CACHE_DIR = fileURLToPath(new URL("../../../.cache/bench-peer", import.meta.url));
+const PEER_SCRIPT = fileURLToPath(new URL("../../scripts/bench_peer.py", import.meta.url));
+const CACHE_DIR = fileURLToPath(new URL("../../../../.cache/bench-peer", import.meta.url));
 
 /** One side's workload for one model; both sides run exactly these counts. */
 interface Workload {
@@ -258,7 +257,7 @@ export async function runPeerBench(
   return result;
 }
 
-export const benchPeerCommand: CliCommand = {
+export const benchPeerCommand = defineBench({
   summary: "train and decode the same Qwen2 models on torl-ts and on PyTorch (1 thread each), with ratios",
   usage: [
     "usage: pnpm torl bench peer [--json] [--quick] [--repeats N] [--python PATH]",
@@ -278,17 +277,11 @@ export const benchPeerCommand: CliCommand = {
     "(default 1). --quick: tiny workloads (a smoke run, figures not comparable).",
     "The last line is one JSON object with these figures.",
   ].join("\n"),
-  async run(args) {
-    const { flags } = parseFlags(args, {
-      json: { type: "boolean" },
-      quick: { type: "boolean" },
-      python: { type: "string" },
-      repeats: { type: "integer", min: 1 },
-    });
-    const { json, quick, python, repeats = 1 } = flags;
-    const result = await runPeerBench({ quick, python, repeats, log: (s) => console.log(s) });
-    if (json) console.log(JSON.stringify(result));
-    else console.table(result);
-    return 0;
+  flags: {
+    quick: { type: "boolean" },
+    python: { type: "string" },
+    repeats: { type: "integer", min: 1 },
   },
-};
+  measure: ({ quick, python, repeats = 1 }) =>
+    runPeerBench({ quick, python, repeats, log: (s) => console.log(s) }),
+});
