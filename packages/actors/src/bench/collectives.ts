@@ -45,8 +45,9 @@ function median(xs: number[]): number {
 
 export async function runCollectiveBench(opts: CollectiveBenchOptions = {}): Promise<CollectiveBenchResult> {
   const mib = opts.mib ?? 16;
-  const bytes = Math.round(mib * 1024 * 1024);
-  const n = bytes / 4;
+  // whole float32 elements: --mib 0.01 is 2621 of them, not 2621.44
+  const n = Math.max(1, Math.round((mib * 1024 * 1024) / 4));
+  const bytes = n * 4;
   const worldSizes = opts.worldSizes ?? [2, 3, 4];
   const iters = opts.iters ?? 10;
   const sliceBytes = opts.sliceBytes ?? 1 << 20;
