@@ -151,6 +151,7 @@ const HEAD_PARTS = [
   "placement-groups",
   "status",
   "outbox",
+  "log-router",
 ];
 
 test("the head's parts import neither head.ts nor the socket links", (t) => {
@@ -162,4 +163,40 @@ test("the head's parts import neither head.ts nor the socket links", (t) => {
       .map((target) => `cluster/${part}.ts imports ${relative(join(ROOT, "packages/core/src"), target)}`),
   );
   t.deepEqual(wrong, []);
+});
+
+/**
+ * Commands (src/cli/) and benchmarks (src/bench/) are the top of each package: what they run lives in
+ * its concept's folder, and only other commands and benchmarks, and the package's entries (the files
+ * package.json exports, which re-export the public commands), import them.
+ */
+const TOP_FOLDERS = ["cli", "bench"];
+const TOP_IMPORT_EXCEPTIONS: Record<string, string> = {
+  "packages/core/src/cluster/key-file.ts":
+    "the cluster's key file is kept in the state directory of cli/state.ts",
+};
+
+test("only commands, benchmarks and the package's entries import src/cli/ and src/bench/", (t) => {
+  const wrong = Object.keys(ALLOWED).flatMap((pkg) => {
+    const src = join(ROOT, pkg, "src");
+    const exported = JSON.parse(readFileSync(join(ROOT, pkg, "package.json"), "utf8")).exports as Record<
+      string,
+      string
+    >;
+    const entries = new Set(Object.values(exported).map((path) => resolve(ROOT, pkg, path)));
+    const top = (file: string) => TOP_FOLDERS.includes(relative(src, file).split(/[\\/]/)[0]!);
+    return sources(src)
+      .filter((file) => !top(file) && !entries.has(file) && !TOP_IMPORT_EXCEPTIONS[relative(ROOT, file)])
+      .flatMap((file) =>
+        relativeImports(file)
+          .filter((target) => top(target))
+          .map((target) => `${relative(ROOT, file)} imports ${relative(ROOT, target)}`),
+      );
+  });
+  t.deepEqual(wrong, []);
+  t.true(
+    sources(join(ROOT, "packages/verl-ts/src/bench")).length >= 5 &&
+      sources(join(ROOT, "packages/verl-ts/src/cli")).length >= 10,
+    "the rule sees the folders",
+  );
 });

@@ -11,7 +11,7 @@
 import { existsSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { type CliCommand, parseFlags, runScript, UsageError } from "@torl-ts/core";
+import { type CliCommand, defineCommand, runScript, UsageError } from "@torl-ts/core";
 import {
   type ChatMessage,
   loadTrainerConfig,
@@ -136,19 +136,19 @@ export function exampleTrainCommand(
   usage: string,
   train: (o: ExampleTrainOptions) => Promise<TrainingSummary>,
 ): CliCommand {
-  return {
+  return defineCommand({
     summary,
     usage,
-    async run(args) {
-      const { positionals } = parseFlags(args, {}, { positionals: true });
+    flags: {},
+    positionals: true,
+    async run(_flags, positionals) {
       const file = positionals[0] && !positionals[0].includes("=") ? positionals.shift() : undefined;
       if (file !== undefined && !existsSync(file))
         throw new UsageError(`config file not found: ${file} (resolved to ${resolve(file)})`);
       const result = await train({ ...(file ? { configFile: resolve(file) } : {}), overrides: positionals });
       console.log(JSON.stringify(result));
-      return 0;
     },
-  };
+  });
 }
 
 export const trainCalculatorCommand: CliCommand = exampleTrainCommand(

@@ -18,7 +18,7 @@ const commands: CommandRegistry = {
   ...sandboxCommands,
   ...verlCommands,
   train: async () => (await import("./commands.js")).trainCommand,
-  "bench peer": async () => (await import("./bench-peer.js")).benchPeerCommand,
+  "bench peer": async () => (await import("./bench/peer.js")).benchPeerCommand,
 };
 
 const mainJob: CommandLoader = async () => (await import("./commands.js")).mainCommand;

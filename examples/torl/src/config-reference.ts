@@ -39,7 +39,7 @@ const MEANINGS: Record<string, string> = {
   "data.truncation": "what to do with a prompt over max_prompt_length when not filtered",
   "data.execution_error_penalty_value": "ToRL: the amount subtracted when execution_error_penalty is on",
   "actor_rollout_ref.model.path":
-    "HF-format model directory (config.json, model.safetensors, tokenizer.json)",
+    "HF-format model directory (config.json, model.safetensors, tokenizer.json) of a Qwen2/Qwen2.5, Qwen3 (dense) or Llama 3/3.1/3.2 model; other architectures (MoE, vision) and config.json settings that are not implemented (yarn/linear/dynamic rope scaling, sliding window, attention or MLP biases on Llama/Qwen3) are refused naming the key",
   "actor_rollout_ref.model.external_lib":
     "a module of yours (path, file: URL or package name) imported by the driver and every worker before the model is built, e.g. one that calls registerPolicyLoss",
   "actor_rollout_ref.actor.ppo_mini_batch_size":

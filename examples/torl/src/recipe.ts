@@ -18,7 +18,7 @@ import { availableParallelism } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { init, isInitialized, kill, shutdown } from "@torl-ts/actors";
-import { type CliCommand, InputError, parseFlags, UsageError } from "@torl-ts/core";
+import { type CliCommand, defineCommand, InputError, UsageError } from "@torl-ts/core";
 import {
   type ConfigSchema,
   checkTrainerSetup,
@@ -639,7 +639,7 @@ const OVERRIDE_HELP = `overrides: key.path=value (veRL's config keys), e.g.
 Every key is listed, with whether it acts or is refused, in docs/configuration.md.`;
 
 /** `pnpm torl [k=v ...]`: the main job, the tiny recipe. */
-export const mainCommand: CliCommand = {
+export const mainCommand = defineCommand({
   summary: "run the tiny ToRL recipe (GRPO with a Python tool on the tiny base model), with config overrides",
   usage: `usage: pnpm torl [k=v ...]
 
@@ -649,14 +649,14 @@ actor and sandbox actors; greedy validation on the held-out split. Writes runs/<
 summary.json, samples.jsonl, report.html, report.png) and prints the run directory last.
 
 ${OVERRIDE_HELP}`,
-  async run(args) {
-    const { positionals } = parseFlags(args, {}, { positionals: true });
+  flags: {},
+  positionals: true,
+  async run(_flags, positionals) {
     const bad = positionals.filter((a) => !a.includes("="));
     if (bad.length) throw new UsageError(`expected key=value overrides, got: ${bad.join(" ")}`);
     await runRecipe(loadNotedRecipeConfig([TINY_CONFIG], positionals));
-    return 0;
   },
-};
+});
 
 /** `pnpm torl train <config.yaml> [k=v ...]`: the trainer's train command with any recipe config. */
 export const trainCommand: CliCommand = defineTrainCommand({

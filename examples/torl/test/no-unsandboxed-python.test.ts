@@ -9,13 +9,13 @@ import { repositoryFiles } from "./repository-files.js";
 const ALLOWED: Record<string, string> = {
   "packages/sandbox/src/worker.ts": "the sandbox's own launcher: the fork server, inside its namespaces",
   "packages/sandbox/src/python.ts": "asks python3 for its sys.executable, the interpreter the sandbox runs",
-  "packages/sandbox/src/bench.ts":
+  "packages/sandbox/src/bench/sandbox.ts":
     "the sandbox benchmark: fixed bench code and the bare fork-server baseline",
   "packages/verl-ts/src/rollout/code-interpreter-tool.ts":
     "the trainer's check, before any worker starts, that Python 3 runs here: a fixed version assert",
-  "packages/verl-ts/src/reward/alternatives.ts":
+  "packages/verl-ts/src/bench/reward-alternatives.ts":
     "the sympy scorer: our server script, fed expressions we print from parsed answers",
-  "examples/torl/src/bench-peer.ts": "the PyTorch peer benchmark: our script scripts/bench_peer.py",
+  "examples/torl/src/bench/peer.ts": "the PyTorch peer benchmark: our script scripts/bench_peer.py",
   "packages/verl-ts/test/core/parquet-writer.test.ts": "pyarrow reads a parquet file our writer made",
   "packages/verl-ts/test/core/tiny-data.test.ts": "the task generator's own answer programs, as a fixture",
   "packages/sandbox/test/host-resources.test.ts":

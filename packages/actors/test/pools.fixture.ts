@@ -3,7 +3,7 @@
  * ActorPool tests.
  */
 import { threadId, workerData } from "node:worker_threads";
-import { countPrimes } from "../src/thread-pool-bench-task.js";
+import { countPrimes } from "../src/bench/pool-task.js";
 
 /** Counts primes below `n` (the pool bench's CPU work) and says which thread did it. */
 export default function countPrimesHere(n: number): { count: number; threadId: number } {

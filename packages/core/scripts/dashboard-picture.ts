@@ -32,7 +32,9 @@ await new Promise((r) => setTimeout(r, 500));
 const dashboard = await startDashboard({ status: clusterStatus, runDirs: [runDir], port: 0, refreshMs: 200 });
 console.log(`dashboard at ${dashboard.url}; screenshot...`);
 const profile = mkdtempSync(join(tmpdir(), "torl-pic-"));
-execFileSync("timeout", ["120", "chromium", 
+execFileSync("timeout", [
+  "120",
+  "chromium",
   "--headless",
   "--no-sandbox",
   "--disable-gpu",

@@ -12,6 +12,20 @@ export class TorlError extends Error {
   }
 }
 
+/**
+ * Bad input from the user: a file, key, line or flag that cannot be used. The message names it. Every
+ * CLI prints it as one `error: ...` line and exits 2 (runtime failures exit 1). Packages extend it for
+ * their own input errors (a config key, a dataset row, a report file).
+ */
+export class InputError extends Error {
+  override name = "InputError";
+}
+
+/** Bad command-line input (an unknown flag, a missing value): exit code 2. */
+export class UsageError extends InputError {
+  override name = "UsageError";
+}
+
 /** An exception thrown inside an actor method or task, with the remote name, message and stack. */
 export class RemoteError extends TorlError {
   /** The class name of the error thrown remotely (e.g. "TypeError"). */

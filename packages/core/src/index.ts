@@ -1,4 +1,7 @@
 export * from "./api.js";
+export type { CliCommand } from "./cli/command.js";
+export { InputError, UsageError } from "./cli/command.js";
+export { type CommandSpec, defineCommand, type ExitCode, type FlagSpecs } from "./cli/define.js";
 export {
   type CliProgram,
   type CommandLoader,
@@ -20,8 +23,6 @@ export {
 export { startCommand } from "./cli/start.js";
 export { statusCommand } from "./cli/status.js";
 export { stopCommand } from "./cli/stop.js";
-export type { CliCommand } from "./cli-command.js";
-export { InputError, UsageError } from "./cli-command.js";
 export type { ClusterStatus, LogsRead, PlacementGroupStatus } from "./cluster/messages.js";
 export { type Dashboard, type DashboardOptions, startDashboard } from "./dashboard/server.js";
 export * from "./errors.js";

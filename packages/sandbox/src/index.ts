@@ -1,6 +1,6 @@
 // Public API of @torl-ts/sandbox.
 export { SandboxActorPool, type SandboxActorPoolOptions, TokenBucket } from "./actor-pool.js";
-export { sandboxCommand } from "./cli.js";
+export { sandboxCommand } from "./cli/serve.js";
 export { SandboxFusionClient, type SandboxFusionClientOptions } from "./client.js";
 export * from "./errors.js";
 export { type ExecutorOptions, SandboxExecutor, sandboxError } from "./executor.js";

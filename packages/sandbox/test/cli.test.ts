@@ -2,7 +2,7 @@ import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { promisify } from "node:util";
 import { UsageError } from "@torl-ts/core";
 import test from "ava";
-import { benchSandbox, benchSandboxSteps } from "../src/bench.js";
+import { benchSandbox, benchSandboxSteps } from "../src/bench/sandbox.js";
 import { sandboxCommand } from "../src/index.js";
 
 const run = promisify(execFile);

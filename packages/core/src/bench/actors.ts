@@ -5,8 +5,7 @@
 import os from "node:os";
 import path from "node:path";
 import { createActor, free, get, init, put, shutdown, submitTask } from "../api.js";
-import { parseFlags } from "../cli/flags.js";
-import type { CliCommand } from "../cli-command.js";
+import { defineBench } from "../cli/define.js";
 import { siblingModule } from "../module-files.js";
 import { generateClusterKeys } from "../wire/security.js";
 import { RawEcho } from "./raw-zmq.js";
@@ -262,22 +261,17 @@ export async function benchActors(
   return out;
 }
 
-export const benchActorsCommand: CliCommand = {
+export const benchActorsCommand = defineBench({
   summary: "actor runtime microbenchmark (Ray's figures) against raw ZeroMQ",
   usage,
-  async run(args) {
-    const { flags: f } = parseFlags(args, {
-      json: { type: "boolean" },
-      seconds: { type: "number", min: 0.1 },
-    });
+  flags: { seconds: { type: "number", min: 0.1 } },
+  async measure(f) {
     const figures = await benchActors(f.seconds ?? 2, (s) => console.error(s));
     const round = (v: number) => (v >= 100 ? Math.round(v) : Math.round(v * 1000) / 1000);
-    const rows = Object.entries(figures).map(
-      ([k, v]) => `  ${k.padEnd(32)} ${String(round(v)).padStart(12)}`,
-    );
-    console.log(["actor benchmark (ops/s; put in GB/s)", ...rows].join("\n"));
-    if (f.json)
-      console.log(JSON.stringify(Object.fromEntries(Object.entries(figures).map(([k, v]) => [k, round(v)]))));
-    return 0;
+    return Object.fromEntries(Object.entries(figures).map(([k, v]) => [k, round(v)]));
   },
-};
+  show(figures) {
+    const rows = Object.entries(figures).map(([k, v]) => `  ${k.padEnd(32)} ${String(v).padStart(12)}`);
+    console.log(["actor benchmark (ops/s; put in GB/s)", ...rows].join("\n"));
+  },
+});

@@ -2,12 +2,13 @@
  * The long-running process behind `torl start`: a head (plus its local node agent) or a node agent
  * joining a head. Tells its parent (if any) when it is ready, stops cleanly on SIGTERM/SIGINT.
  */
-import { InputError } from "../cli-command.js";
+
 import { Head } from "../cluster/head.js";
 import { defaultKeyFile, readKeyFile, resolveJoinKeys, writeKeyFile } from "../cluster/key-file.js";
 import { NodeAgent } from "../cluster/node-agent.js";
 import { setLogRole } from "../log.js";
 import { setClusterKeys } from "../wire/security.js";
+import { InputError } from "./command.js";
 import { forgetDaemon, recordDaemon } from "./state.js";
 
 export interface DaemonOptions {

@@ -1,11 +1,11 @@
 /** `torl dashboard`: serves the cluster's dashboard (and /metrics) until interrupted. */
-import type { CliCommand } from "../cli-command.js";
 import { resolveJoinKeys } from "../cluster/key-file.js";
 import type { ClusterStatus } from "../cluster/messages.js";
 import { startDashboard } from "../dashboard/server.js";
 import { HeadClient } from "../runtime/head-client.js";
 import { setClusterKeys } from "../wire/security.js";
-import { headAddressFrom, parseFlags } from "./flags.js";
+import { defineCommand } from "./define.js";
+import { headAddressFrom } from "./flags.js";
 
 const usage = `usage: pnpm torl dashboard [--address HOST:PORT] [--keys PATH] [--run DIR]... [--host ADDR] [--port N]
 
@@ -21,17 +21,17 @@ as JSON at /api/status and /api/runs. Runs until interrupted.
               with the URL on every request (?token=, or Authorization: Bearer for Prometheus)
   --port      port (default 8265; 0 picks a free one)`;
 
-export const dashboardCommand: CliCommand = {
+export const dashboardCommand = defineCommand({
   summary: "serve a live dashboard of the cluster and its training runs (and /metrics)",
   usage,
-  async run(args) {
-    const { flags: f } = parseFlags(args, {
-      address: { type: "address" },
-      keys: { type: "string" },
-      run: { type: "strings" },
-      host: { type: "string" },
-      port: { type: "integer", min: 0, max: 65535 },
-    });
+  flags: {
+    address: { type: "address" },
+    keys: { type: "string" },
+    run: { type: "strings" },
+    host: { type: "string" },
+    port: { type: "integer", min: 0, max: 65535 },
+  },
+  async run(f) {
     const address = headAddressFrom(f.address);
     setClusterKeys(resolveJoinKeys(f.keys, address));
     const client = new HeadClient(`tcp://${address}`, () => {});
@@ -52,4 +52,4 @@ export const dashboardCommand: CliCommand = {
     client.close();
     return 0;
   },
-};
+});

@@ -6,7 +6,7 @@
  * same way through runCommand: one `error: ...` line, exit 2 for bad input, 1 for a runtime failure.
  */
 import { readFileSync } from "node:fs";
-import type { CliCommand } from "../cli-command.js";
+import type { CliCommand } from "./command.js";
 import { forProgram, setProgramName } from "./program-name.js";
 import { formatCliError, runCommand } from "./run-command.js";
 

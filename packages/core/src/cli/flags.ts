@@ -3,7 +3,7 @@
  * mean the same everywhere), plus typed values checked with the flag's name in the message.
  */
 import { parseArgs } from "node:util";
-import { UsageError } from "../cli-command.js";
+import { UsageError } from "./command.js";
 import { lastHeadAddress } from "./state.js";
 
 export type FlagSpec =

@@ -1,11 +1,11 @@
 /** `torl logs <actor|node>`: what a worker printed, read from its node's log files through the head. */
-import { type CliCommand, UsageError } from "../cli-command.js";
 import { resolveJoinKeys } from "../cluster/key-file.js";
 import type { LogsRead } from "../cluster/messages.js";
-import { HeadError } from "../errors.js";
+import { HeadError, UsageError } from "../errors.js";
 import { HeadClient } from "../runtime/head-client.js";
 import { setClusterKeys } from "../wire/security.js";
-import { headAddressFrom, parseFlags } from "./flags.js";
+import { defineCommand } from "./define.js";
+import { headAddressFrom } from "./flags.js";
 
 const usage = `usage: pnpm torl logs <actor id | actor name | node id> [--tail BYTES] [--address HOST:PORT] [--keys PATH] [--json]
 
@@ -13,20 +13,17 @@ Prints what an actor's worker processes printed (stdout and stderr, one file eac
 every worker's of a node, read on the node that ran them: from any machine of the cluster. Each file
 is shown from its last --tail bytes (default 65536). torl status lists actor ids, names and nodes.`;
 
-export const logsCommand: CliCommand = {
+export const logsCommand = defineCommand({
   summary: "print what an actor's or a node's workers printed (their log files)",
   usage,
-  async run(args) {
-    const { flags: f, positionals } = parseFlags(
-      args,
-      {
-        address: { type: "address" },
-        keys: { type: "string" },
-        tail: { type: "integer", min: 1, max: 8 << 20 },
-        json: { type: "boolean" },
-      },
-      { positionals: true },
-    );
+  flags: {
+    address: { type: "address" },
+    keys: { type: "string" },
+    tail: { type: "integer", min: 1, max: 8 << 20 },
+    json: { type: "boolean" },
+  },
+  positionals: true,
+  async run(f, positionals) {
     if (positionals.length !== 1)
       throw new UsageError("name one actor id, actor name or node id (torl status lists them)");
     const target = positionals[0]!;
@@ -59,4 +56,4 @@ export const logsCommand: CliCommand = {
     }
     return 0;
   },
-};
+});

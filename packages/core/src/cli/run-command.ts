@@ -4,7 +4,7 @@
  * for bad input (InputError, UsageError) or 1 for a runtime failure. The stack trace is printed
  * only with `--verbose` or TORL_DEBUG=1.
  */
-import { type CliCommand, InputError } from "../cli-command.js";
+import { type CliCommand, InputError } from "./command.js";
 import { forProgram } from "./program-name.js";
 
 /** 2 for bad input (usage, config, a file that cannot be used), 1 for anything else. */

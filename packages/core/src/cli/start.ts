@@ -2,12 +2,12 @@
 import { spawn } from "node:child_process";
 import { openSync, rmSync } from "node:fs";
 import path from "node:path";
-import { type CliCommand, UsageError } from "../cli-command.js";
 import { defaultKeyFile, keyFileExists, readKeyFile, writeKeyFile } from "../cluster/key-file.js";
 import { childExecArgv, siblingModulePath } from "../module-files.js";
 import { generateClusterKeys, isLoopbackHost } from "../wire/security.js";
+import { UsageError } from "./command.js";
 import { type DaemonFailure, type DaemonOptions, PortInUseError, runDaemon } from "./daemon.js";
-import { parseFlags } from "./flags.js";
+import { defineCommand } from "./define.js";
 import { stateDir } from "./state.js";
 
 const usage = `usage: pnpm torl start --head [--port P] [--host H] [options]
@@ -74,23 +74,23 @@ function joinKeyFile(given: string | undefined): string | undefined {
   return file;
 }
 
-export const startCommand: CliCommand = {
+export const startCommand = defineCommand({
   summary: "start a cluster head (--head) or a node agent (--address H:P)",
   usage,
-  async run(args) {
-    const { flags: f } = parseFlags(args, {
-      head: { type: "boolean" },
-      port: { type: "integer", min: 0, max: 65535 },
-      host: { type: "string" },
-      address: { type: "address" },
-      "num-cpus": { type: "number", min: 0 },
-      "num-gpus": { type: "integer", min: 0 },
-      resources: { type: "resources" },
-      "node-ip": { type: "string" },
-      keys: { type: "string" },
-      secure: { type: "boolean" },
-      block: { type: "boolean" },
-    });
+  flags: {
+    head: { type: "boolean" },
+    port: { type: "integer", min: 0, max: 65535 },
+    host: { type: "string" },
+    address: { type: "address" },
+    "num-cpus": { type: "number", min: 0 },
+    "num-gpus": { type: "integer", min: 0 },
+    resources: { type: "resources" },
+    "node-ip": { type: "string" },
+    keys: { type: "string" },
+    secure: { type: "boolean" },
+    block: { type: "boolean" },
+  },
+  async run(f) {
     if (!f.head && !f.address) throw new UsageError("give --head or --address HOST:PORT");
     if (f.head && f.address) throw new UsageError("--head and --address exclude each other");
     if (f.secure && !f.head) throw new UsageError("--secure is a head's flag; a node agent takes --keys");
@@ -153,6 +153,5 @@ export const startCommand: CliCommand = {
       console.log(`node ${ready.nodeId} joined ${ready.address} (pid ${ready.pid}); log ${log}`);
     }
     console.log(JSON.stringify(ready));
-    return 0;
   },
-};
+});

@@ -1,11 +1,11 @@
 /** `torl status`: nodes, resources used/free, actors and their state, asked of the head. */
-import type { CliCommand } from "../cli-command.js";
 import { defaultKeyFile, resolveJoinKeys } from "../cluster/key-file.js";
 import type { ClusterStatus } from "../cluster/messages.js";
 import { ClusterAuthError, HeadError } from "../errors.js";
 import { HeadClient } from "../runtime/head-client.js";
 import { setClusterKeys } from "../wire/security.js";
-import { headAddressFrom, parseFlags } from "./flags.js";
+import { defineCommand } from "./define.js";
+import { headAddressFrom } from "./flags.js";
 import { listDaemons } from "./state.js";
 
 const usage = `usage: pnpm torl status [--address HOST:PORT] [--keys PATH] [--json]
@@ -81,15 +81,15 @@ function refusedKeys(address: string, e: ClusterAuthError, given: string | undef
   return `it refused ${used ?? "a connection without keys"} (${e.reason}); ${theirs}`;
 }
 
-export const statusCommand: CliCommand = {
+export const statusCommand = defineCommand({
   summary: "show the cluster's nodes, resources and actors",
   usage,
-  async run(args) {
-    const { flags: f } = parseFlags(args, {
-      address: { type: "address" },
-      json: { type: "boolean" },
-      keys: { type: "string" },
-    });
+  flags: {
+    address: { type: "address" },
+    json: { type: "boolean" },
+    keys: { type: "string" },
+  },
+  async run(f) {
     const address = headAddressFrom(f.address);
     let s: any;
     try {
@@ -99,6 +99,5 @@ export const statusCommand: CliCommand = {
       throw new HeadError(`cannot reach the head at ${address}: ${why}`, { cause: e });
     }
     console.log(f.json ? JSON.stringify(s) : formatStatus(s));
-    return 0;
   },
-};
+});

@@ -1,6 +1,5 @@
 /** `torl stop`: stops the heads and node agents that `torl start` started on this machine. */
-import type { CliCommand } from "../cli-command.js";
-import { parseFlags } from "./flags.js";
+import { defineCommand } from "./define.js";
 import { forgetDaemon, forgetHeadAddress, listDaemons } from "./state.js";
 
 const usage = `usage: pnpm torl stop [--force]
@@ -17,11 +16,11 @@ function alive(pid: number): boolean {
   }
 }
 
-export const stopCommand: CliCommand = {
+export const stopCommand = defineCommand({
   summary: "stop the cluster processes started on this machine",
   usage,
-  async run(args) {
-    const { flags: f } = parseFlags(args, { force: { type: "boolean" } });
+  flags: { force: { type: "boolean" } },
+  async run(f) {
     const daemons = listDaemons();
     // nodes first, so they report their workers' exits while the head still listens
     daemons.sort((a, b) => (a.role === b.role ? 0 : a.role === "node" ? -1 : 1));
@@ -39,6 +38,5 @@ export const stopCommand: CliCommand = {
     }
     forgetHeadAddress();
     if (daemons.length === 0) console.log("nothing to stop");
-    return 0;
   },
-};
+});

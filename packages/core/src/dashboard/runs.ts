@@ -4,7 +4,7 @@
  */
 import { closeSync, existsSync, fstatSync, openSync, readSync, statSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
-import { InputError } from "../cli-command.js";
+import { InputError } from "../errors.js";
 
 /** One metrics row: its step and its numeric values (anything else in the row is left out). */
 export interface RunRow {

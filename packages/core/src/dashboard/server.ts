@@ -10,8 +10,8 @@
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { InputError } from "../cli-command.js";
 import type { ClusterStatus } from "../cluster/messages.js";
+import { InputError } from "../errors.js";
 import { isLoopbackHost } from "../wire/security.js";
 import { DASHBOARD_PAGE } from "./page.js";
 import { prometheusText } from "./prometheus.js";

@@ -1,10 +1,10 @@
+export { evalCommand } from "../cli/eval.js";
 export {
   type EvalFigures,
   EvalInputError,
   type EvalOptions,
   type EvalResult,
   type EvalSample,
-  evalCommand,
   evalFigures,
   evaluate,
   formatEvalTable,

@@ -1,6 +1,7 @@
 // Reward: answer extraction, math answer equivalence, compute_score, the reward manager, CLI commands.
+
+export { verifyCommand } from "../cli/verify.js";
 export { baselineEquivalent } from "./baseline.js";
-export { verifyCommand, verifyLine } from "./cli.js";
 export { loadRewardCorpus, REWARD_CORPUS_PATH, RewardCorpusError, type RewardCorpusPair } from "./corpus.js";
 export {
   type CustomRewardFunction,
@@ -63,3 +64,4 @@ export {
   type RolloutExecution,
 } from "./score.js";
 export { RewardPoolError } from "./score-pool.js";
+export { verifyLine } from "./verify-line.js";

@@ -1,5 +1,5 @@
 /**
- * `pnpm torl new algorithm DIR`: writes a runnable algorithm skeleton (templates/algorithm.ts, the
+ * What `pnpm torl new algorithm DIR` (../cli/new-algorithm.ts) writes: a runnable algorithm skeleton (templates/algorithm.ts, the
  * listing of docs/writing-an-algorithm.md) with a package.json that depends on the torl-ts packages the
  * way the user has them, and nothing else of theirs (tensorflow comes through @torl-ts/verl, so one
  * copy loads):
@@ -14,7 +14,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { basename, dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
-import { type CliCommand, parseFlags, programName, UsageError } from "@torl-ts/core";
+import { programName, UsageError } from "@torl-ts/core";
 
 /** This package's root (src/scaffold/ and dist/scaffold/ are both two levels under it). */
 const PACKAGE_ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -182,36 +182,6 @@ export function scaffoldAlgorithm(target: string, options: ScaffoldOptions = {})
   for (const [file, text] of Object.entries(files)) writeFileSync(join(dir, file), text);
   return { dir, kind, files: Object.keys(files), next };
 }
-
-export const newAlgorithmCommand: CliCommand = {
-  summary: "write a runnable algorithm skeleton (REINFORCE, Python tool, verifier) into DIR",
-  usage: `usage: pnpm torl new algorithm DIR [--force]
-
-Writes DIR/algorithm.ts (REINFORCE with a per-prompt baseline on two replicas, the TIR rollout with the
-Python tool, the verifier as reward), DIR/package.json and DIR/README.md, and prints what to run next.
-DIR is relative to the directory the command was started in. The skeleton depends on the torl-ts
-packages as you have them (tensorflow comes through @torl-ts/verl, so one copy loads):
-  installed in a project (npm):  DIR inside it uses the project's packages; DIR elsewhere depends on
-        them with the specs the project's package.json gives; then npm install in DIR
-  DIR = examples/<name> of a torl-ts checkout: a workspace package (workspace:*); then pnpm install at
-        the repository root, which records it in pnpm-lock.yaml
-  DIR elsewhere, run from a checkout: link: paths to its packages; then pnpm install in DIR
-  --force   write into a DIR that already holds files`,
-  async run(args) {
-    const { flags, positionals: rest } = parseFlags(
-      args,
-      { force: { type: "boolean" } },
-      { positionals: true },
-    );
-    if (rest.length !== 1)
-      throw new UsageError(`expected one directory, got: ${rest.join(" ") || "nothing"}`);
-    const base = process.env.INIT_CWD ?? process.cwd();
-    const result = scaffoldAlgorithm(resolve(base, rest[0]!), { force: !!flags.force, from: base });
-    console.log(`wrote ${result.files.join(", ")} to ${result.dir} (${result.kind}); next:`);
-    for (const line of result.next) console.log(`  ${line}`);
-    return 0;
-  },
-};
 
 /** For tests: where the template and the checkout are. */
 export const SCAFFOLD_PATHS = { checkout: CHECKOUT, template: TEMPLATE };

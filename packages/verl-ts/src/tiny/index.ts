@@ -1,8 +1,7 @@
 // The tiny ToRL recipe's pieces (@torl-ts/verl/tiny): the shipped tiny base model, its architecture and
 // tokenizer, its pretraining, and the tiny data splits. The commands (`torl model tiny`, `torl data tiny`,
 // `torl pretrain`) are reached through the CLI registry.
-export { TINY_DATA_DEFAULTS } from "./data-command.js";
-export { writeTinyBase } from "./model-command.js";
+export { TINY_DATA_DEFAULTS } from "./data-defaults.js";
 export {
   buildTinyTokenizer,
   TINY_ARCHITECTURE,
@@ -12,3 +11,4 @@ export {
   tinyPrompt,
   trainingRow,
 } from "./tiny-model.js";
+export { writeTinyBase } from "./write-base.js";

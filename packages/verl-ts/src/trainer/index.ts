@@ -1,5 +1,12 @@
 // Trainer: veRL's PPO/GRPO fit loop with validation, metrics, checkpoints, resume and fault reports.
 
+export { exportCommand, parseByteSize } from "../cli/export.js";
+export {
+  defineTrainCommand,
+  type TrainCommandSpec,
+  type TrainRunFlags,
+  trainCommand,
+} from "../cli/train.js";
 export { balanceBatch, balancedPartitions } from "./balance.js";
 export {
   CheckpointManager,
@@ -8,7 +15,6 @@ export {
   TrainerCheckpointError,
   type TrainerState,
 } from "./checkpoint.js";
-export { defineTrainCommand, type TrainCommandSpec, type TrainRunFlags, trainCommand } from "./cli.js";
 export {
   DynamicSamplingError,
   FILTER_GROUPS_METRICS,
@@ -31,7 +37,6 @@ export {
   resolveActorDir,
   saveHfMetadata,
 } from "./export.js";
-export { exportCommand, parseByteSize } from "./export-command.js";
 export {
   dumpGenerations,
   formatGenerations,

@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { UsageError } from "@torl-ts/core";
 import test from "ava";
+import { benchScaleCommand, runScaleProbe } from "../../src/bench/scale.js";
 import {
   bundledQwenTokenizerDir,
   countParameters,
@@ -24,7 +25,6 @@ import {
   toHfConfig,
   writeRandomModelDir,
 } from "../../src/index.js";
-import { benchScaleCommand, runScaleProbe } from "../../src/trainer/bench-scale.js";
 
 test.before(async () => {
   await selectBackend({ backend: "wasm", log: null });

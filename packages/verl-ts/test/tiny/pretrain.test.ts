@@ -10,8 +10,8 @@ import {
 } from "@torl-ts/verl";
 import { extractBoxedAnswer } from "@torl-ts/verl/reward";
 import test from "ava";
+import { pretrainCommand } from "../../src/cli/pretrain.js";
 import { buildCorpus } from "../../src/tiny/corpus.js";
-import { pretrainCommand } from "../../src/tiny/pretrain.js";
 import { pretrainCorpus } from "../../src/tiny/pretrain-corpus.js";
 import { type RolloutRecord, tirFigures, tirRollouts } from "../../src/tiny/pretrain-evaluation.js";
 import {

@@ -10,9 +10,9 @@ import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { promisify } from "node:util";
 import test from "ava";
+import { parseToolFlag } from "../../src/cli/train.js";
 import { loadTrainerConfig, TrainerConfigError } from "../../src/config/index.js";
 import { createCodeInterpreterTool, importToolExport, rolloutToolSpec } from "../../src/rollout/index.js";
-import { parseToolFlag } from "../../src/trainer/cli.js";
 import { RayPPOTrainer } from "../../src/trainer/index.js";
 
 const PACKAGE_DIR = fileURLToPath(new URL("../../", import.meta.url));

@@ -1,7 +1,0 @@
-/** The commands @torl-ts/actors registers with the `torl` dispatcher. */
-import type { CommandRegistry } from "@torl-ts/core";
-
-export const cliCommands: CommandRegistry = {
-  "bench collectives": async () => (await import("./collective/bench.js")).benchCollectivesCommand,
-  "bench pool": async () => (await import("./thread-pool-bench.js")).benchPoolCommand,
-};

@@ -1,0 +1,242 @@
+/**
+ * `pnpm torl bench scale [--json]`: the real-size probe. A model with Qwen2.5-0.5B's exact shapes and
+ * random weights (written as bf16 safetensors into a temp dir by scale-fixture.ts: no downloads) loads
+ * on the default CPU backend in each of 2 FSDP ranks, generates 16 tokens per row with the KV cache, and
+ * runs one GRPO step: old log-probs, reference log-probs, advantages, the actor update. Reported: each
+ * phase's seconds, each rank's peak resident set and bytes in tensors after every phase, and the
+ * largest tensor. A benchmark (minutes, GBs), not a test; its pieces are tested on a tiny config.
+ *
+ * Settings: weights stored in bfloat16 (actor_rollout_ref.model.dtype), the reference offloaded
+ * (ref.fsdp_config.param_offload), one row per micro-batch, the actor sharded at rest
+ * (rollout.free_cache_engine, the default: each phase gathers the weights), and gradient checkpointing,
+ * which makes the update FSDP per decoder layer: one tape over the whole model would hold every float32
+ * weight and gradient at once (4 GB at this size), past the wasm backend's 4 GB heap.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { init, isInitialized, shutdown } from "@torl-ts/actors";
+import { defineBench } from "@torl-ts/core/cli";
+import { computeAdvantage } from "../algorithms/advantage.js";
+import { loadTrainerConfig } from "../config/load.js";
+import type { Qwen2Config } from "../models/config.js";
+import { bytesPerValue } from "../models/half-precision.js";
+import { bundledQwenTokenizerDir } from "../models/pretrained.js";
+import { parameterSpecs } from "../models/qwen2.js";
+import { SCALE_SHAPES, scaleTokenizer, writeRandomModelDir } from "../models/scale-fixture.js";
+import { padBatch } from "../models/token-batch.js";
+import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
+import { DataProto } from "../protocol/data-proto.js";
+import { ResourcePool } from "../single-controller/resource-pool.js";
+import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
+import {
+  ActorRolloutRefWorker,
+  layoutForMiniBatches,
+  type WorkerMemory,
+} from "../workers/actor-rollout-ref.js";
+
+/** The largest parameter of a config: its name, HF shape and bytes in float32 and in bf16. */
+export function largestTensor(config: Qwen2Config): {
+  name: string;
+  shape: number[];
+  fp32Bytes: number;
+  bf16Bytes: number;
+} {
+  let best = parameterSpecs(config)[0]!;
+  const size = (s: number[]) => s.reduce((a, b) => a * b, 1);
+  for (const s of parameterSpecs(config)) if (size(s.shape) > size(best.shape)) best = s;
+  const n = size(best.hfShape);
+  return {
+    name: best.name,
+    shape: best.hfShape,
+    fp32Bytes: n * bytesPerValue("float32"),
+    bf16Bytes: n * bytesPerValue("bfloat16"),
+  };
+}
+
+/** The prompts the probe generates from (a handful of ToRL-style questions). */
+const PROMPTS = ["What is 17 * 23? Put the answer in \\boxed{}.", "Solve x^2 - 5x + 6 = 0.", "Sum 1..100?"];
+
+export interface ScaleProbeOptions {
+  config: Qwen2Config;
+  tokenizer: Tokenizer;
+  /** FSDP ranks (worker processes). Default 2. */
+  ranks?: number;
+  /** Prompts per step; each is sampled `n` times. Default 2 x n 2 = 4 rows (2 per rank). */
+  prompts?: number;
+  n?: number;
+  /** Tokens generated per row (ignore_eos, so exactly this many). Default 16. */
+  newTokens?: number;
+  log?: (line: string) => void;
+}
+
+export interface ScaleProbeResult {
+  parameters: number;
+  ranks: number;
+  weight_file_bytes: number;
+  largest_tensor: ReturnType<typeof largestTensor>;
+  /** Seconds per phase that ran, in order. */
+  seconds: Record<string, number>;
+  /** Per rank, after each phase that ran: peak resident set, bytes in tensors, weight bytes held. */
+  memory: Record<string, WorkerMemory[]>;
+  peak_rss_bytes_per_rank: number[];
+  /** The update's metrics (actor/pg_loss, actor/grad_norm, ...), when it ran. */
+  update_metrics?: Record<string, number>;
+  /** The phase that failed and its error, when one did (the figures before it stand). */
+  failed?: { phase: string; error: string };
+}
+
+type ActorGroup = BoundGroup<typeof ActorRolloutRefWorker>;
+
+const WORKER_MODULE = new URL(
+  `../workers/actor-rollout-ref${import.meta.url.endsWith(".ts") ? ".ts" : ".js"}`,
+  import.meta.url,
+).href;
+
+/** Runs the probe (see the file comment); the model directory lives in a temp dir removed at the end. */
+export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbeResult> {
+  const log = opts.log ?? (() => {});
+  const ranks = opts.ranks ?? 2;
+  const n = opts.n ?? 2;
+  const prompts = opts.prompts ?? 2;
+  const newTokens = opts.newTokens ?? 16;
+  const dir = mkdtempSync(join(tmpdir(), "torl-scale-"));
+  const seconds: Record<string, number> = {};
+  const memory: Record<string, WorkerMemory[]> = {};
+  const result: ScaleProbeResult = {
+    parameters: 0,
+    ranks,
+    weight_file_bytes: 0,
+    largest_tensor: largestTensor(opts.config),
+    seconds,
+    memory,
+    peak_rss_bytes_per_rank: [],
+  };
+  const startedRuntime = !isInitialized();
+  let wg: ActorGroup | undefined;
+  let phase = "fixture";
+  const timed = async <T>(name: string, f: () => Promise<T>): Promise<T> => {
+    phase = name;
+    const t0 = performance.now();
+    const out = await f();
+    seconds[name] = (performance.now() - t0) / 1000;
+    if (wg) memory[name] = (await wg.memoryInfo()) as WorkerMemory[];
+    log(`${name}: ${seconds[name]!.toFixed(1)} s`);
+    return out;
+  };
+  try {
+    const written = await timed("fixture", async () =>
+      writeRandomModelDir(dir, opts.config, opts.tokenizer, { seed: 1 }),
+    );
+    result.parameters = written.parameters;
+    result.weight_file_bytes = written.weightBytes;
+    const cfg = loadTrainerConfig({
+      overrides: [
+        `actor_rollout_ref.model.path=${dir}`,
+        "actor_rollout_ref.model.dtype=bfloat16",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+        `actor_rollout_ref.rollout.n=${n}`,
+        "actor_rollout_ref.rollout.ignore_eos=true",
+        `actor_rollout_ref.actor.ppo_mini_batch_size=${prompts}`,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        `data.train_batch_size=${prompts}`,
+        "data.max_prompt_length=32",
+        `data.max_response_length=${newTokens}`,
+        `trainer.n_gpus_per_node=${ranks}`,
+      ],
+    });
+    if (startedRuntime) await init({ numCpus: ranks });
+    wg = await timed("spawn", async () => {
+      const pool = new ResourcePool({ processOnNodes: [ranks], useGpu: false, namePrefix: "scale" });
+      return (await WorkerGroup.create(
+        pool,
+        workerRole(ActorRolloutRefWorker, { module: WORKER_MODULE }, { config: cfg }),
+        { name: `scale-${Date.now().toString(36)}`, collective: true },
+      )) as ActorGroup;
+    });
+    const group = wg;
+    await timed("load", () => group.initModel());
+    const rows = Array.from({ length: prompts * n }, (_, i) =>
+      opts.tokenizer.encode(PROMPTS[Math.floor(i / n) % PROMPTS.length]!),
+    );
+    const tb = padBatch(rows, "left", opts.tokenizer.padTokenId);
+    const batch = await timed("generate", () =>
+      group.generateSequences(
+        DataProto.fromDict(
+          {
+            input_ids: { data: tb.ids, shape: [tb.batch, tb.length] },
+            attention_mask: { data: tb.mask, shape: [tb.batch, tb.length] },
+          },
+          {},
+          { seed: 1 },
+        ),
+      ),
+    );
+    batch.union(await timed("old_log_prob", () => group.computeLogProb(batch)));
+    batch.union(await timed("ref_log_prob", () => group.computeRefLogProb(batch)));
+    // a seeded score per row (the weights are random: there is nothing to grade), GRPO over each prompt's n
+    const mask = batch.tensor("response_mask");
+    const R = mask.shape[1]!;
+    const rewards = new Float32Array(batch.length * R);
+    for (let b = 0; b < batch.length; b++) rewards[b * R + R - 1] = (b * 7919) % 3 === 0 ? 1 : -1;
+    const { advantages } = computeAdvantage("grpo", {
+      tokenLevelRewards: { data: rewards, shape: [batch.length, R] },
+      responseMask: mask,
+      index: Array.from({ length: batch.length }, (_, i) => Math.floor(i / n)),
+    });
+    batch.union(DataProto.fromDict({ advantages }));
+    const metrics = await timed("update_actor", () =>
+      group.updateActor(layoutForMiniBatches(batch, ranks, prompts * n)),
+    );
+    result.update_metrics = (metrics as Record<string, number>[])[0];
+    const gradNorm = result.update_metrics?.["actor/grad_norm"];
+    if (!Number.isFinite(gradNorm))
+      throw new Error(`the update's gradient norm is ${gradNorm}: the step did not train`);
+  } catch (error) {
+    result.failed = { phase, error: (error as Error).message ?? String(error) };
+    log(`${phase} failed: ${result.failed.error}`);
+  } finally {
+    const last = Object.values(memory).at(-1);
+    result.peak_rss_bytes_per_rank = last?.map((m) => m.peakRssBytes) ?? [];
+    await wg?.shutdown().catch(() => {});
+    if (startedRuntime) await shutdown();
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return result;
+}
+
+const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}]
+
+The real-size probe (about 5 minutes on 2 idle cores; about 10 GB of memory per rank at the update's
+peak with 2 ranks, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
+qwen2.5-0.5b; qwen3-0.6b and llama-3.2-1b are larger) with random bf16 weights (written to a
+temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU backend, generate 16 tokens
+per row with the KV cache and run one GRPO step. Prints seconds per phase, peak resident set per rank,
+the largest tensor and the update's metrics; --json prints them as one JSON object last.`;
+
+export const benchScaleCommand = defineBench({
+  summary:
+    "real-size probe: Qwen2.5-0.5B (or Qwen3-0.6B, Llama-3.2-1B) shapes, bf16, 2 FSDP ranks, one GRPO step",
+  usage: USAGE,
+  flags: {
+    ranks: { type: "integer", min: 1 },
+    arch: { type: "string", choices: Object.keys(SCALE_SHAPES) as (keyof typeof SCALE_SHAPES)[] },
+  },
+  measure: (flags) => {
+    const config = SCALE_SHAPES[flags.arch ?? "qwen2.5-0.5b"];
+    return runScaleProbe({
+      config,
+      tokenizer: scaleTokenizer(config, loadTokenizer(bundledQwenTokenizerDir())),
+      ranks: flags.ranks ?? 2,
+      log: (l) => console.log(l),
+    });
+  },
+  show(result, flags) {
+    if (!flags.json) console.log(JSON.stringify(result, null, 2));
+  },
+  exitCode: (result) => (result.failed ? 1 : 0),
+});

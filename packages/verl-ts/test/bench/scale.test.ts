@@ -1,0 +1,101 @@
+/**
+ * The pieces of `bench scale` on a tiny config: the fixture writes a bf16 HF directory that loads as
+ * bf16, the largest tensor is named, and the whole probe (load, generate 16 tokens, one GRPO step on 2
+ * ranks) runs and reports every phase. The real-size run is a benchmark, not a test.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import test from "ava";
+import { largestTensor, runScaleProbe } from "../../src/bench/scale.js";
+import {
+  bundledQwenTokenizerDir,
+  loadModel,
+  loadTokenizer,
+  makeQwen2Config,
+  QWEN2_5_0_5B_SHAPES,
+  readSafetensorsHeader,
+  selectBackend,
+  writeRandomModelDir,
+} from "../../src/index.js";
+
+const tokenizer = loadTokenizer(bundledQwenTokenizerDir());
+// Qwen2.5-0.5B's vocabulary, grouped-query heads, rope and norm settings on a tiny width and depth
+const tiny = makeQwen2Config({
+  ...QWEN2_5_0_5B_SHAPES,
+  hiddenSize: 16,
+  numHiddenLayers: 2,
+  numAttentionHeads: 4,
+  numKeyValueHeads: 2,
+  headDim: 4,
+  intermediateSize: 32,
+});
+
+test.before(async () => {
+  await selectBackend({ backend: "wasm", log: null });
+});
+
+test("Qwen2.5-0.5B's largest tensor is its (tied) embedding, half the bytes in bf16", (t) => {
+  t.deepEqual(largestTensor(QWEN2_5_0_5B_SHAPES), {
+    name: "model.embed_tokens.weight",
+    shape: [151936, 896],
+    fp32Bytes: 151936 * 896 * 4,
+    bf16Bytes: 151936 * 896 * 2,
+  });
+});
+
+test("the fixture writes bf16 safetensors with the config's shapes, and they load as bf16", (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "torl-scale-fixture-"));
+  try {
+    const { parameters, weightBytes } = writeRandomModelDir(dir, tiny, tokenizer, { seed: 3 });
+    const header = readSafetensorsHeader(join(dir, "model.safetensors"));
+    t.true([...header.entries.values()].every((e) => e.dtype === "BF16"));
+    t.deepEqual(header.entries.get("model.embed_tokens.weight")!.shape, [151936, 16]);
+    t.true(weightBytes > 2 * parameters, "2 bytes per parameter plus the header");
+    const model = loadModel(dir, { dtype: "auto", trainable: false });
+    t.is(model.dtype, "bfloat16");
+    t.is(model.numParameters(), parameters);
+    t.is(model.config.ropeTheta, 1e6);
+    t.is(model.weightBytes(), 2 * parameters);
+    model.dispose();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test.serial(
+  "the probe loads, generates 16 tokens and runs one GRPO step on 2 ranks, timing each phase",
+  async (t) => {
+    const result = await runScaleProbe({ config: tiny, tokenizer, ranks: 2 });
+    t.is(result.failed, undefined, JSON.stringify(result.failed));
+    t.log(JSON.stringify(result.seconds));
+    t.deepEqual(Object.keys(result.seconds), [
+      "fixture",
+      "spawn",
+      "load",
+      "generate",
+      "old_log_prob",
+      "ref_log_prob",
+      "update_actor",
+    ]);
+    // the step trained: a finite, positive gradient norm and the KL loss the probe turns on
+    t.true(result.update_metrics!["actor/grad_norm"]! > 0, JSON.stringify(result.update_metrics));
+    t.true(Number.isFinite(result.update_metrics!["actor/kl_loss"]));
+    t.is(result.peak_rss_bytes_per_rank.length, 2);
+    for (const rss of result.peak_rss_bytes_per_rank) t.true(rss > 10e6);
+    // between phases the actor holds only its FSDP shard (sharded at rest: float32 parameters and the two
+    // AdamW moments, 12 bytes per parameter over 2 ranks), the reference only its shard (bf16: 1 byte per
+    // parameter over 2 ranks)
+    for (const m of result.memory.update_actor!) {
+      t.is(m.actorWeightTensorBytes, 0);
+      t.is(m.refWeightTensorBytes, 0);
+      t.is(m.actorWeightBytes, 0);
+      t.is(m.refWeightBytes, 0);
+      t.true(Math.abs(m.refShardBytes - result.parameters) < 0.01 * result.parameters, `${m.refShardBytes}`);
+      t.true(
+        Math.abs(m.actorShardBytes - 6 * result.parameters) < 0.01 * 6 * result.parameters,
+        `${m.actorShardBytes}`,
+      );
+    }
+  },
+);
