@@ -171,6 +171,11 @@ export class ActorCalls {
       if (msg.kind === RESULT && msg.seq !== undefined) {
         const info = rec.inflight.get(msg.seq);
         if (info) this.fail(rec, info, this.decodeError(rec, info, `its result arrived but ${msg.reason}`));
+      } else if (msg.kind === STREAM_ITEM && msg.seq !== undefined) {
+        // the stream ends there, after the items before it; its producer is told to stop
+        const info = rec.inflight.get(msg.seq);
+        if (info)
+          this.stop(rec, info, false, this.decodeError(rec, info, `a stream item arrived but ${msg.reason}`));
       } else this.failAll(rec, `a message from the worker could not be decoded (${msg.reason})`);
       return;
     }

@@ -272,10 +272,13 @@ export class Streams {
     for (const [seq, s] of [...this.byCall]) s.fail(why(seq));
   }
 
-  /** The last ref to the call is gone: nobody can read the stream, so its producer stops. */
+  /**
+   * The last ref to the call is gone (a reader holds its ref, so no reader is left either): nobody
+   * can read the stream, so its producer stops.
+   */
   abandoned(seq: number): void {
     const s = this.byCall.get(seq);
-    if (!s || s.reading) return;
+    if (!s) return;
     this.byCall.delete(seq);
     s.abort(new StreamUsageError("no reference to the stream remained"));
   }
