@@ -12,6 +12,7 @@ import { GetTimeoutError, ResourceRequestError } from "./errors.js";
 import type { ActorHandle } from "./handle-types.js";
 import { logWarn } from "./log.js";
 import { type ActorHandleBase, handleFor } from "./runtime/actor-handle.js";
+import { streamWindowOf } from "./runtime/call-stream.js";
 import { currentRuntime, maybeRuntime } from "./runtime/current.js";
 import { randomId } from "./runtime/ids.js";
 import { ObjectRef } from "./runtime/object-ref.js";
@@ -173,6 +174,11 @@ export interface ActorOptions {
   schedulingStrategy?: SchedulingStrategy;
   /** Run it in a worker thread of this process instead of a worker process (see runtime/thread-actor.ts). */
   thread?: boolean;
+  /**
+   * Generator methods: how many items a stream may produce ahead of its consumer before its
+   * generator is paused (Ray's `_generator_backpressure_num_objects`). 1 to 1024, default 16.
+   */
+  streamBackpressure?: number;
 }
 
 /**
@@ -233,8 +239,10 @@ export function createActor<T = unknown>(
     ownerClientId: rt.clientId,
     nodeAffinity: affinityOf(opts.schedulingStrategy, opts.placementGroup, className ?? "task executor"),
   };
+  const window = streamWindowOf(opts.streamBackpressure, className ? `actor ${className}` : "task executor");
   const rec = rt.actors.record(actorId, opts.name);
   rec.maxTaskRetries = opts.maxTaskRetries ?? 0;
+  rec.streamWindow = window;
   rt.head.request("createActor", { spec }).catch((e: Error) => {
     // ready() and every call reject with the refusal's own class (ActorNameTakenError ...)
     rt.actors.onUpdate({
@@ -298,6 +306,8 @@ export interface TaskOptions {
   maxRetries?: number;
   /** Run on a chosen node. */
   schedulingStrategy?: SchedulingStrategy;
+  /** Generator tasks: items produced ahead of the consumer before the generator pauses (1 to 1024, default 16). */
+  streamBackpressure?: number;
 }
 
 /** Submits `exportName` of `moduleUrl` as a task. */
@@ -309,6 +319,7 @@ export function submitTask<R = unknown>(
 ): ObjectRef<R> {
   const rt = currentRuntime();
   const resources = resourcesOf(opts, 1, `task ${exportName}`);
+  const window = streamWindowOf(opts.streamBackpressure, `task ${exportName}`);
   const strategy = opts.schedulingStrategy;
   affinityOf(strategy, undefined, `task ${exportName}`);
   // executors are leased per resource shape and per target node
@@ -328,7 +339,30 @@ export function submitTask<R = unknown>(
     });
     pools.set(key, pool);
   }
-  return pool.submit([moduleUrl, exportName], args, opts.maxRetries ?? 3) as ObjectRef<R>;
+  return pool.submit([moduleUrl, exportName], args, opts.maxRetries ?? 3, window) as ObjectRef<R>;
+}
+
+export interface CancelOptions {
+  /** Kill the worker process running the task (tasks only; an actor call throws TypeError). */
+  force?: boolean;
+}
+
+/**
+ * Cancels the call or task `ref` came from (Ray's `ray.cancel`), in the process that made it. Its ref,
+ * and its stream for a generator, reject with TaskCancelledError at once. A call still queued (here
+ * or at the worker) never runs. A running one has its AbortSignal aborted (`getCallSignal()`): an
+ * async method or a generator that awaits can stop; a generator is returned at its next step (its
+ * finally blocks run); a synchronous method cannot be interrupted and its result is discarded.
+ * `force: true` kills a task's worker process (its other queued tasks are retried elsewhere, counting
+ * against their maxRetries). A ref that has finished, or that no call made, is left as it is.
+ */
+export function cancel(ref: ObjectRef, opts: CancelOptions = {}): void {
+  if (!(ref instanceof ObjectRef))
+    throw new TypeError(`cancel(): expected the ObjectRef of a call or task, got ${String(ref)}`);
+  const rt = currentRuntime();
+  if (ref.ownerId !== rt.clientId)
+    throw new TypeError(`cancel(${ref}): only the process that made the call can cancel it`);
+  rt.cancel(ref.seq, opts.force === true);
 }
 
 // ---- objects ----------------------------------------------------------------------------------

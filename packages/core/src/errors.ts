@@ -167,6 +167,22 @@ export class NotInitializedError extends TorlError {
 /** A task whose worker died more often than `maxRetries` allows, or that had not started when `shutdown()` ran. */
 export class TaskFailedError extends TorlError {}
 
+/**
+ * A call or task that `cancel(ref)` cancelled: its ref (and its stream, for a generator) rejects with
+ * this. `what` names the call, as in `actor Counter-ab12.inc` or `task add`.
+ */
+export class TaskCancelledError extends TorlError {
+  constructor(readonly what: string) {
+    super(`${what} was cancelled by cancel()`);
+  }
+}
+
+/**
+ * A ref used the wrong way round for what its call returned: a generator's stream awaited as a
+ * value, a value iterated as a stream, a stream read twice or by a process that did not make the call.
+ */
+export class StreamUsageError extends TorlError {}
+
 /** A value of a class this process has no serializer for arrived (see registerSerializer). */
 export class UnknownClassError extends TorlError {}
 

@@ -36,8 +36,14 @@ export {
   threadEntry,
 } from "./module-files.js";
 export { ActorHandleBase } from "./runtime/actor-handle.js";
+export { getCallSignal, NoCurrentCallError } from "./runtime/call-context.js";
 export { ExecutorError } from "./runtime/executor.js";
-export { ObjectRef, type OwnerAddress } from "./runtime/object-ref.js";
+export {
+  ObjectRef,
+  type ObjectRefGenerator,
+  type OwnerAddress,
+  type StreamItem,
+} from "./runtime/object-ref.js";
 export type { ActorState, PlacementStrategy } from "./runtime/protocol.js";
 export type { RuntimeContext } from "./runtime/runtime.js";
 export {

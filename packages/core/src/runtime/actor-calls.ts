@@ -10,11 +10,14 @@ import {
   MessageDecodeError,
   RemoteError,
   SerializationError,
+  TaskCancelledError,
 } from "../errors.js";
+import { logWarn } from "../log.js";
 import { UndecodableMessage } from "../wire/batch.js";
 import { type Encoded, encode } from "../wire/codec.js";
 import { DealerLink } from "../wire/links.js";
 import { prepareValue } from "../wire/sendable.js";
+import type { CallStream } from "./call-stream.js";
 import { headErrorFromWire } from "./head-client.js";
 import type { ObjectRef } from "./object-ref.js";
 import { FAILED, READY } from "./object-store.js";
@@ -22,11 +25,17 @@ import {
   type ActorState,
   type ActorUpdate,
   CALL,
+  CANCEL,
   PROTOCOL_ERROR,
   RESULT,
   RESULT_OK,
+  RESULT_STREAM_END,
   RESULT_UNDECODABLE,
   RESULT_UNSENDABLE,
+  STREAM_ACK,
+  STREAM_ITEM,
+  STREAM_OPEN,
+  STREAM_WINDOW_DEFAULT,
 } from "./protocol.js";
 import type { Runtime } from "./runtime.js";
 
@@ -35,6 +44,10 @@ export interface CallInfo {
   enc: Encoded;
   target: string | [string, string];
   retriesLeft: number;
+  /** The items its stream may run ahead of this caller, should its target be a generator. */
+  window: number;
+  /** Its stream, once the worker said the target is a generator (such a call is never re-run). */
+  stream?: CallStream;
   /** Called once the call settles (used by the task pool). */
   done?: (ok: boolean, value: any) => void;
   /** For tasks: resubmit elsewhere instead of failing when the executor dies. */
@@ -50,8 +63,15 @@ export class ActorRecord {
   death: Error | null = null;
   nodeId: string | undefined;
   /** Set for task executors: the pool to notify. */
-  pool: { onIdle(rec: ActorRecord): void; onState(rec: ActorRecord): void } | null = null;
+  pool: {
+    onIdle(rec: ActorRecord): void;
+    onState(rec: ActorRecord): void;
+    /** cancel(ref, { force: true }) is killing it: no more tasks go to it. */
+    retire(rec: ActorRecord): void;
+  } | null = null;
   maxTaskRetries = 0;
+  /** The items a generator method may run ahead of its consumer (ActorOptions.streamBackpressure). */
+  streamWindow = STREAM_WINDOW_DEFAULT;
   readyWaiters: Array<() => void> = [];
 
   constructor(
@@ -124,7 +144,7 @@ export class ActorCalls {
     }
     let enc: Encoded;
     try {
-      enc = encode([CALL, seq, target, this.prepareArgs(args), flags]);
+      enc = encode([CALL, seq, target, this.prepareArgs(args), flags, extra?.window ?? rec.streamWindow]);
     } catch (e) {
       const err =
         e instanceof SerializationError
@@ -138,7 +158,7 @@ export class ActorCalls {
       extra?.done?.(false, err);
       return null;
     }
-    const info: CallInfo = { seq, enc, target, retriesLeft: retries, ...extra };
+    const info: CallInfo = { seq, enc, target, retriesLeft: retries, window: rec.streamWindow, ...extra };
     rec.inflight.set(seq, info);
     if (rec.link && rec.state === "ALIVE") rec.link.sendEncoded(enc);
     else rec.queued.push(info);
@@ -151,7 +171,16 @@ export class ActorCalls {
       if (msg.kind === RESULT && msg.seq !== undefined) {
         const info = rec.inflight.get(msg.seq);
         if (info) this.fail(rec, info, this.decodeError(rec, info, `its result arrived but ${msg.reason}`));
+      } else if (msg.kind === STREAM_ITEM && msg.seq !== undefined) {
+        // the stream ends there, after the items before it; its producer is told to stop
+        const info = rec.inflight.get(msg.seq);
+        if (info)
+          this.stop(rec, info, false, this.decodeError(rec, info, `a stream item arrived but ${msg.reason}`));
       } else this.failAll(rec, `a message from the worker could not be decoded (${msg.reason})`);
+      return;
+    }
+    if (Array.isArray(msg) && (msg[0] === STREAM_OPEN || msg[0] === STREAM_ITEM)) {
+      this.onStream(rec, msg);
       return;
     }
     if (!Array.isArray(msg) || msg[0] !== RESULT) {
@@ -163,7 +192,16 @@ export class ActorCalls {
     const info = rec.inflight.get(seq);
     if (!info) return; // a result for a call already failed (its worker restarted): nothing waits for it
     rec.inflight.delete(seq);
-    if (msg[2] === RESULT_OK) {
+    const valueOrEnd = msg[2] === RESULT_OK || msg[2] === RESULT_STREAM_END;
+    if (valueOrEnd && (msg[2] === RESULT_STREAM_END) !== (info.stream !== undefined)) {
+      const why = info.stream ? "its stream ended with a value" : "a stream ended that was never opened";
+      this.fail(rec, info, this.decodeError(rec, info, why));
+      return;
+    }
+    if (msg[2] === RESULT_STREAM_END) {
+      info.stream!.end(msg[3]);
+      info.done?.(true, null);
+    } else if (msg[2] === RESULT_OK) {
       this.rt.store.settle(seq, READY, msg[3]);
       info.done?.(true, msg[3]);
     } else if (msg[2] === RESULT_UNSENDABLE) {
@@ -178,15 +216,64 @@ export class ActorCalls {
         method: rec.pool ? undefined : typeof info.target === "string" ? info.target : info.target[1],
         task: rec.pool && typeof info.target !== "string" ? info.target[1] : undefined,
       });
-      this.rt.store.settle(seq, FAILED, err);
+      this.rt.settleCall(seq, FAILED, err);
       info.done?.(false, err);
     }
     if (rec.pool && rec.inflight.size === 0) rec.pool.onIdle(rec);
   }
 
+  /** STREAM_OPEN and STREAM_ITEM of a call in flight (one cancelled or failed already has no reader). */
+  private onStream(rec: ActorRecord, msg: any[]): void {
+    const info = rec.inflight.get(msg[1]);
+    if (!info) return;
+    if (msg[0] === STREAM_OPEN) {
+      info.stream ??= this.rt.streams.opened(info.seq, describeCall(rec, info.target), info.window, {
+        ack: (consumed) => rec.link?.send([STREAM_ACK, info.seq, consumed]),
+        cancel: () => this.stop(rec, info, false, new TaskCancelledError(describeCall(rec, info.target))),
+      });
+    } else if (!info.stream || !Number.isSafeInteger(msg[2])) {
+      this.stop(rec, info, false, this.decodeError(rec, info, "a stream item arrived out of protocol"));
+    } else info.stream.push(msg[2], msg[3]);
+  }
+
+  /**
+   * cancel(ref) of call `seq` if it is in flight or queued on some actor or task executor: true if
+   * found. `force` (tasks only) kills the executor's process.
+   */
+  cancel(seq: number, force: boolean): boolean {
+    for (const rec of this.records.values()) {
+      const info = rec.inflight.get(seq);
+      if (!info) continue;
+      if (force && !rec.pool)
+        throw new TypeError(
+          `cancel(ref, { force: true }) kills a task's worker process; ${describeCall(rec, info.target)} is an actor call (killing would end the actor): cancel it without force, or kill(handle)`,
+        );
+      this.stop(rec, info, force, new TaskCancelledError(describeCall(rec, info.target)));
+      return true;
+    }
+    return false;
+  }
+
+  /** Ends a call here with `err` and tells the worker (a queued call was never sent). */
+  private stop(rec: ActorRecord, info: CallInfo, force: boolean, err: Error): void {
+    if (rec.inflight.get(info.seq) !== info) return;
+    rec.inflight.delete(info.seq);
+    const queued = rec.queued.indexOf(info);
+    if (queued >= 0) rec.queued.splice(queued, 1);
+    else if (force) {
+      rec.pool?.retire(rec);
+      this.rt.head
+        .request("kill", { actorId: rec.actorId, noRestart: true })
+        .catch((e: Error) => logWarn(`cancel(force) could not reach the head: ${e.message}`));
+    } else rec.link?.send([CANCEL, info.seq]);
+    this.rt.settleCall(info.seq, FAILED, err);
+    info.done?.(false, err);
+    if (rec.pool && rec.inflight.size === 0) rec.pool.onIdle(rec);
+  }
+
   private fail(rec: ActorRecord, info: CallInfo, err: Error): void {
     rec.inflight.delete(info.seq);
-    this.rt.store.settle(info.seq, FAILED, err);
+    this.rt.settleCall(info.seq, FAILED, err);
     info.done?.(false, err);
     if (rec.pool && rec.inflight.size === 0) rec.pool.onIdle(rec);
   }
@@ -226,7 +313,11 @@ export class ActorCalls {
       // (the worker runs none twice)
       link.onReconnect = () => {
         if (rec.link !== link) return;
-        for (const info of rec.inflight.values()) link.sendEncoded(info.enc);
+        for (const info of rec.inflight.values()) {
+          link.sendEncoded(info.enc);
+          // an acknowledgement lost with the connection would keep its producer paused
+          if (info.stream) link.send([STREAM_ACK, info.seq, info.stream.acked]);
+        }
       };
       const q = rec.queued;
       rec.queued = [];
@@ -246,6 +337,12 @@ export class ActorCalls {
       rec.inflight.clear();
       rec.queued = [];
       for (const info of failed) {
+        // a stream that has begun cannot be run again: its reader has its first items
+        if (info.stream) {
+          this.rt.settleCall(info.seq, FAILED, err);
+          info.done?.(false, err);
+          continue;
+        }
         if (info.onDied?.(info, err)) continue;
         if (u.state === "RESTARTING" && info.retriesLeft > 0) {
           info.retriesLeft--;
@@ -253,7 +350,7 @@ export class ActorCalls {
           rec.queued.push(info);
           continue;
         }
-        this.rt.store.settle(info.seq, FAILED, err);
+        this.rt.settleCall(info.seq, FAILED, err);
         info.done?.(false, err);
       }
       if (u.state === "DEAD") for (const w of rec.readyWaiters.splice(0)) w();
@@ -272,7 +369,7 @@ export class ActorCalls {
     rec.inflight.clear();
     rec.queued = [];
     for (const info of failed) {
-      this.rt.store.settle(info.seq, FAILED, err);
+      this.rt.settleCall(info.seq, FAILED, err);
       info.done?.(false, err);
     }
     for (const w of rec.readyWaiters.splice(0)) w();
@@ -291,6 +388,11 @@ export const NOT_INLINED = Symbol("not inlined");
 
 function describe(rec: ActorRecord, target: string | [string, string]): string {
   return typeof target === "string" ? `${rec.name ?? rec.actorId}.${target}` : `${target[1]}`;
+}
+
+/** A call as errors name it: `actor Counter-ab12.inc` or `task add`. */
+function describeCall(rec: ActorRecord, target: string | [string, string]): string {
+  return rec.pool ? `task ${describe(rec, target)}` : `actor ${describe(rec, target)}`;
 }
 
 /**

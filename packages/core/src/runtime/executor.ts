@@ -1,13 +1,31 @@
 /**
  * The worker's side of calls: runs methods of the actor instance (or exported functions, for tasks
  * and invokeInActor) in arrival order, at most `maxConcurrency` at a time, and replies to the caller.
+ * A generator's call streams its items (see STREAM_OPEN in protocol.ts) and holds its slot until the
+ * generator ends; a cancelled call is dropped from the queue, or has its AbortSignal aborted.
  */
-import { SerializationError } from "../errors.js";
+import { SerializationError, TaskCancelledError } from "../errors.js";
 import { logWarn } from "../log.js";
 import { type Encoded, encode, encodeError, errorToWire, printable, thrownMessage } from "../wire/codec.js";
 import { prepareValue } from "../wire/sendable.js";
+import { runInCall } from "./call-context.js";
 import { ObjectRef } from "./object-ref.js";
-import { FLAG_IMMEDIATE, RESULT, RESULT_OK, RESULT_THREW, RESULT_UNSENDABLE } from "./protocol.js";
+import {
+  CALL,
+  CANCEL,
+  FLAG_IMMEDIATE,
+  RESULT,
+  RESULT_OK,
+  RESULT_STREAM_END,
+  RESULT_THREW,
+  RESULT_UNDECODABLE,
+  RESULT_UNSENDABLE,
+  STREAM_ACK,
+  STREAM_ITEM,
+  STREAM_OPEN,
+  STREAM_WINDOW_DEFAULT,
+  STREAM_WINDOW_MAX,
+} from "./protocol.js";
 import type { Runtime } from "./runtime.js";
 
 interface Job {
@@ -15,6 +33,14 @@ interface Job {
   seq: number;
   target: unknown;
   args: unknown[];
+  /** The items a generator may run ahead of its caller's acknowledgements. */
+  window: number;
+  /** Aborted when the caller cancels the call (made when it starts to run). */
+  controller: AbortController | null;
+  cancelled: boolean;
+  /** A stream's count of items the caller took, and the resume of a producer paused for it. */
+  acked: number;
+  wake: (() => void) | null;
 }
 
 export class ExecutorError extends Error {
@@ -27,8 +53,9 @@ const KEPT_REPLY_BYTES = 1 << 20;
 const KEPT_TOTAL_BYTES = 64 << 20;
 const RUNNING = Symbol("running");
 const TOO_LARGE = Symbol("too large to keep");
+const CANCELLED = Symbol("cancelled");
 
-type Kept = typeof RUNNING | typeof TOO_LARGE | { enc: Encoded; bytes: number };
+type Kept = typeof RUNNING | typeof TOO_LARGE | typeof CANCELLED | { enc: Encoded; bytes: number };
 
 export class Executor {
   private running = 0;
@@ -40,6 +67,8 @@ export class Executor {
   private seen = new Map<string, Kept>();
   private keptBytes = 0;
   private queue: Job[] = [];
+  /** Calls running now (at most maxConcurrency, plus immediate ones), for cancel and stream acks. */
+  private active = new Map<string, Job>();
   private modules = new Map<string, any>();
 
   constructor(
@@ -48,12 +77,39 @@ export class Executor {
     private maxConcurrency: number,
   ) {}
 
-  /** Runs a decoded CALL (its seq was checked by the caller of this method). */
-  onCall(peer: Buffer, m: any[]): void {
-    const job: Job = { peer, seq: m[1], target: m[2], args: Array.isArray(m[3]) ? m[3] : [] };
+  /** Runs a decoded CALL, STREAM_ACK or CANCEL (its seq was checked by the caller of this method). */
+  onMessage(peer: Buffer, m: any[]): void {
+    if (m[0] === CALL) this.onCall(peer, m);
+    else if (m[0] === STREAM_ACK) {
+      const job = this.active.get(keyFor(peer, m[1]));
+      if (job && m[2] > job.acked) {
+        job.acked = m[2];
+        job.wake?.();
+      }
+    } else if (m[0] === CANCEL) this.cancel(keyFor(peer, m[1]));
+  }
+
+  private onCall(peer: Buffer, m: any[]): void {
+    const window = m[5] ?? STREAM_WINDOW_DEFAULT;
+    if (!(Number.isInteger(window) && window >= 1 && window <= STREAM_WINDOW_MAX)) {
+      const why = `its stream window must be a whole number from 1 to ${STREAM_WINDOW_MAX}, got ${String(window)}`;
+      this.rt.server.send(peer, [RESULT, m[1], RESULT_UNDECODABLE, why]);
+      return;
+    }
+    const job: Job = {
+      peer,
+      seq: m[1],
+      target: m[2],
+      args: Array.isArray(m[3]) ? m[3] : [],
+      window,
+      controller: null,
+      cancelled: false,
+      acked: 0,
+      wake: null,
+    };
     const key = keyOf(job);
     const seen = this.seen.get(key);
-    if (seen === RUNNING) return; // its reply goes out when it ends
+    if (seen === RUNNING || seen === CANCELLED) return; // its reply goes out when it ends; or nobody waits for one
     if (seen === TOO_LARGE) {
       this.rt.server.send(peer, [
         RESULT,
@@ -81,24 +137,52 @@ export class Executor {
     else this.queue.push(job);
   }
 
-  private reply(job: Job, ok: boolean, value: unknown): void {
-    let enc: Encoded | null = null;
-    if (ok) {
-      try {
-        const sendable = prepareValue(value, "result", `cannot be returned from ${describe(job.target)}`);
-        enc = encode([RESULT, job.seq, RESULT_OK, sendable]);
-      } catch (e) {
-        if (e instanceof SerializationError) {
-          // the caller rebuilds a SerializationError: the same error a bad argument gives
-          enc = encode([RESULT, job.seq, RESULT_UNSENDABLE, [e.path, e.found, e.message]]);
-        } else
-          value = new ExecutorError(
-            `the result of ${describe(job.target)} cannot be serialized: ${thrownMessage(e)}`,
-          );
-      }
+  /**
+   * The caller cancelled a call (its ref is rejected there already): a queued one never runs; a
+   * running one sees its signal aborted, a stream's generator is returned, and nothing is replied.
+   */
+  private cancel(key: string): void {
+    const i = this.queue.findIndex((j) => keyOf(j) === key);
+    if (i >= 0) {
+      this.queue.splice(i, 1);
+      this.seen.set(key, CANCELLED);
+      return;
     }
-    // any thrown value, whatever it holds, is encoded as far as it can be: every call gets its answer
-    enc ??= encodeError(value, (w) => [RESULT, job.seq, RESULT_THREW, w]);
+    const job = this.active.get(key);
+    if (job) {
+      job.cancelled = true;
+      job.controller?.abort(new TaskCancelledError(describe(job.target)));
+      job.wake?.();
+    } else if (!this.seen.has(key)) {
+      // not here yet (a call re-sent after a broken connection): it must not run when it comes
+      this.seen.set(key, CANCELLED);
+      this.evict();
+    }
+  }
+
+  /** The RESULT of a value: a value that cannot travel is answered with the error that says why. */
+  private valueResult(job: Job, value: unknown): Encoded {
+    try {
+      const sendable = prepareValue(value, "result", `cannot be returned from ${describe(job.target)}`);
+      return encode([RESULT, job.seq, RESULT_OK, sendable]);
+    } catch (e) {
+      return this.unsendableResult(job, e, "result");
+    }
+  }
+
+  /** The RESULT of `what` (a result, a stream item) that could not be encoded. */
+  private unsendableResult(job: Job, e: unknown, what: string): Encoded {
+    // the caller rebuilds a SerializationError: the same error a bad argument gives
+    if (e instanceof SerializationError)
+      return encode([RESULT, job.seq, RESULT_UNSENDABLE, [e.path, e.found, e.message]]);
+    return threwResult(
+      job,
+      new ExecutorError(`the ${what} of ${describe(job.target)} cannot be serialized: ${thrownMessage(e)}`),
+    );
+  }
+
+  /** Sends a call's RESULT, kept for a re-send after a broken connection if it is small enough. */
+  private reply(job: Job, enc: Encoded): void {
     const key = keyOf(job);
     if (this.seen.get(key) === RUNNING) {
       const bytes = enc.head.byteLength + enc.frames.reduce((n, f) => n + f.byteLength, 0);
@@ -122,21 +206,34 @@ export class Executor {
 
   private run(job: Job, counted: boolean): void {
     if (counted) this.running++;
+    const key = keyOf(job);
+    const controller = new AbortController();
+    job.controller = controller;
+    this.active.set(key, job);
     let settled = false;
-    const finish = (ok: boolean, value: unknown): void => {
+    const finish = (result: () => Encoded): void => {
       if (settled) return;
       settled = true;
+      this.active.delete(key);
       try {
-        this.reply(job, ok, value);
+        // a cancelled call's caller has its answer (TaskCancelledError): its result is discarded
+        if (job.cancelled) this.seen.set(key, CANCELLED);
+        else this.reply(job, result());
       } catch (e) {
         logWarn(`the reply to ${describe(job.target)} could not be sent: ${printable(e)}`);
       } finally {
         if (counted) this.done();
       }
     };
+    const ended = (ok: boolean, value: unknown): void => {
+      if (ok && isGenerator(value)) void this.stream(job, value, finish);
+      else finish(() => (ok ? this.valueResult(job, value) : threwResult(job, value)));
+    };
     try {
-      const needsAsync = job.args.some((a) => a instanceof ObjectRef) || this.needsImport(job.target);
-      const result: any = needsAsync ? this.invokeAsync(job) : this.invoke(job);
+      const result: any = runInCall(controller.signal, () => {
+        const needsAsync = job.args.some((a) => a instanceof ObjectRef) || this.needsImport(job.target);
+        return needsAsync ? this.invokeAsync(job) : this.invoke(job);
+      });
       // a returned object's `then` may be a getter that throws: that too ends the call with its error
       const then =
         result !== null && typeof result === "object" && !(result instanceof ObjectRef)
@@ -145,13 +242,65 @@ export class Executor {
       if (typeof then === "function") {
         then.call(
           result,
-          (v: unknown) => finish(true, v),
-          (e: unknown) => finish(false, e),
+          (v: unknown) => ended(true, v),
+          (e: unknown) => ended(false, e),
         );
-      } else finish(true, result);
+      } else ended(true, result);
     } catch (e) {
-      finish(false, e);
+      ended(false, e);
     }
+  }
+
+  /**
+   * Sends a generator's items as they are produced, asking for the next one only while the caller
+   * holds fewer than `window` unacknowledged items; ends with RESULT_STREAM_END (the count) or the
+   * error of the item that failed. A cancelled stream's generator is returned (its finally blocks run).
+   */
+  private async stream(
+    job: Job,
+    gen: Generator | AsyncGenerator,
+    finish: (result: () => Encoded) => void,
+  ): Promise<void> {
+    const signal = job.controller!.signal;
+    const what = describe(job.target);
+    this.rt.server.send(job.peer, [STREAM_OPEN, job.seq]);
+    let index = 0;
+    try {
+      for (;;) {
+        while (!job.cancelled && index - job.acked >= job.window)
+          await new Promise<void>((resume) => {
+            job.wake = resume;
+          });
+        job.wake = null;
+        if (job.cancelled) break;
+        const step = await runInCall(signal, () => gen.next());
+        if (step.done || job.cancelled) break;
+        let enc: Encoded;
+        try {
+          const item = prepareValue(step.value, `item ${index}`, `cannot be yielded from ${what}`);
+          enc = encode([STREAM_ITEM, job.seq, index, item]);
+        } catch (e) {
+          // the item is lost either way: a generator that throws while returning adds nothing to say
+          await Promise.resolve(runInCall(signal, () => gen.return(undefined))).catch(() => {});
+          finish(() => this.unsendableResult(job, e, `item ${index}`));
+          return;
+        }
+        this.rt.server.sendEncoded(job.peer, enc);
+        index++;
+      }
+    } catch (e) {
+      finish(() => threwResult(job, e));
+      return;
+    }
+    if (job.cancelled) {
+      try {
+        await runInCall(signal, () => gen.return(undefined));
+      } catch (e) {
+        logWarn(`cancelled stream ${what}: its generator threw while returning: ${printable(e)}`);
+      }
+    }
+    const count = index;
+    finish(() => encode([RESULT, job.seq, RESULT_STREAM_END, count]));
   }
 
   private done(): void {
@@ -193,8 +342,23 @@ export class Executor {
   }
 }
 
+/** The RESULT of a thrown value: any value, whatever it holds, is encoded as far as it can be. */
+function threwResult(job: Job, thrown: unknown): Encoded {
+  return encodeError(thrown, (w) => [RESULT, job.seq, RESULT_THREW, w]);
+}
+
+/** A generator object (of a `function*` or `async function*`): its call streams its items. */
+export function isGenerator(v: unknown): v is Generator | AsyncGenerator {
+  const tag = Object.prototype.toString.call(v);
+  return tag === "[object AsyncGenerator]" || tag === "[object Generator]";
+}
+
+function keyFor(peer: Buffer, seq: number): string {
+  return `${peer.toString("latin1")}|${seq}`;
+}
+
 function keyOf(job: Job): string {
-  return `${job.peer.toString("latin1")}|${job.seq}`;
+  return keyFor(job.peer, job.seq);
 }
 
 function describe(t: unknown): string {

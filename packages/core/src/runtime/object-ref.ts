@@ -8,7 +8,21 @@ export interface OwnerAddress {
   host?: string;
 }
 
-export class ObjectRef<T = unknown> implements PromiseLike<T> {
+/** What a stream of a generator of T yields (see ObjectRefGenerator); never for other values. */
+export type StreamItem<T> =
+  T extends AsyncGenerator<infer Y, unknown, unknown>
+    ? Y
+    : T extends Generator<infer Y, unknown, unknown>
+      ? Y
+      : never;
+
+/**
+ * The ref a call of a generator method or task returns (Ray's ObjectRefGenerator): read its items
+ * with `for await (const x of ref)` as they are produced. Awaiting it rejects with StreamUsageError.
+ */
+export type ObjectRefGenerator<Y> = ObjectRef<AsyncGenerator<Y, unknown, unknown>>;
+
+export class ObjectRef<T = unknown> implements PromiseLike<T>, AsyncIterable<StreamItem<T>> {
   /** @internal cached value once fetched from a remote owner */
   _cached?: { ok: boolean; value: any };
 
@@ -34,6 +48,14 @@ export class ObjectRef<T = unknown> implements PromiseLike<T> {
 
   catch<R = never>(onRejected?: ((reason: any) => R | PromiseLike<R>) | null): Promise<T | R> {
     return this.then(undefined, onRejected);
+  }
+
+  /**
+   * The items of the stream this call returned, when its method or task is a generator (read in the
+   * process that made the call, once). A ref of anything else throws StreamUsageError.
+   */
+  [Symbol.asyncIterator](): AsyncIterator<StreamItem<T>> {
+    return currentRuntime().streams.reader(this) as AsyncIterator<StreamItem<T>>;
   }
 
   toString(): string {

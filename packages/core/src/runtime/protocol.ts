@@ -1,7 +1,10 @@
 /** Message codes of the data plane (caller <-> worker/owner) and shapes of the control plane. */
 import type { DeathCause } from "../errors.js";
 
-/** [CALL, seq, target, args, flags]: target is a method name or [moduleUrl, exportName]. */
+/**
+ * [CALL, seq, target, args, flags, window]: target is a method name or [moduleUrl, exportName];
+ * `window` bounds the items a generator may send ahead of the caller (see STREAM_ITEM).
+ */
 export const CALL = 1;
 /** [RESULT, seq, status: ResultStatus, value | WireError | [path, found, message] | reason] */
 export const RESULT = 2;
@@ -17,11 +20,30 @@ export const ADDREF = 6;
 /** [PROTOCOL_ERROR, reason]: the peer got a message from us that it could not tie to a call or fetch. */
 export const PROTOCOL_ERROR = 7;
 
-/** How a call ended: the value, an exception, a result that could not be encoded, a call that could not be decoded. */
+/**
+ * Streams: a call whose target returns a generator answers [STREAM_OPEN, seq] at once, then
+ * [STREAM_ITEM, seq, index, value] per item (index from 0, in order), then its RESULT: RESULT_STREAM_END
+ * with the item count when the generator returned, or the error of the item that failed. The worker
+ * asks the generator for item `index` only while `index - acked < window`, where `acked` is the
+ * largest count the caller sent in [STREAM_ACK, seq, consumed] (items it has taken): a slow consumer
+ * pauses the producer, and the caller never holds more than `window` items of one stream.
+ */
+export const STREAM_OPEN = 8;
+export const STREAM_ITEM = 9;
+export const STREAM_ACK = 10;
+/** [CANCEL, seq]: the caller cancelled the call; the worker drops it if queued, else aborts its signal. */
+export const CANCEL = 11;
+
+/** The items a generator may run ahead of its consumer unless the caller says otherwise; the most it may say. */
+export const STREAM_WINDOW_DEFAULT = 16;
+export const STREAM_WINDOW_MAX = 1024;
+
+/** How a call ended: the value, an exception, a result that could not be encoded, a call that could not be decoded, a stream's end. */
 export const RESULT_OK = 1;
 export const RESULT_THREW = 0;
 export const RESULT_UNSENDABLE = 2;
 export const RESULT_UNDECODABLE = 3;
+export const RESULT_STREAM_END = 4;
 
 /** How an owner answered a fetch: the value, the error the object holds, or no such object (freed). */
 export const FETCH_OK = 1;

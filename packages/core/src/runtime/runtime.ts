@@ -19,6 +19,7 @@ import { prepareValue } from "../wire/sendable.js";
 import { ActorCalls, NOT_INLINED } from "./actor-calls.js";
 // every process that decodes messages must know every value type from its first message on
 import "./actor-handle.js";
+import { Streams } from "./call-stream.js";
 import { setRuntime } from "./current.js";
 import { HeadClient } from "./head-client.js";
 import type { HeartbeatThreadData } from "./heartbeat-thread.js";
@@ -28,6 +29,7 @@ import { FAILED, ObjectStore, PENDING, READY } from "./object-store.js";
 import {
   ADDREF,
   CALL,
+  CANCEL,
   FETCH,
   FETCH_ERROR,
   FETCH_LOST,
@@ -41,6 +43,7 @@ import {
   RESULT,
   RESULT_THREW,
   RESULT_UNDECODABLE,
+  STREAM_ACK,
 } from "./protocol.js";
 import { refuseRefInThreadValue } from "./thread-actor-wire.js";
 
@@ -78,11 +81,14 @@ export class Runtime {
   readonly store = new ObjectStore();
   readonly ObjectRefClass = ObjectRef;
   readonly actors = new ActorCalls(this);
+  readonly streams = new Streams(this);
+  /** Where cancel(ref) looks for a call not finished yet: actor calls, then task queues and thread actors. */
+  readonly cancellers: Array<{ cancel(seq: number, force: boolean): boolean }> = [this.actors];
   address!: OwnerAddress;
   head!: HeadClient;
   server!: RouterServer;
   context!: RuntimeContext;
-  /** Extra handler for CALL messages (workers). */
+  /** Extra handler for CALL, STREAM_ACK and CANCEL messages (workers). */
   callHandler: Handler | null = null;
   /** Hooks run on shutdown (embedded head/node, task pools). */
   readonly onShutdown: Array<() => Promise<void> | void> = [];
@@ -96,7 +102,11 @@ export class Runtime {
   private checkingOwners = new Set<string>();
   private releases = new Map<string, { addr: OwnerAddress; seqs: number[]; add: number[] }>();
   private releaseTimer: NodeJS.Timeout | null = null;
-  private ownedFr = new FinalizationRegistry<number>((seq) => this.store.dropLocal(seq));
+  private ownedFr = new FinalizationRegistry<number>((seq) => {
+    this.store.dropLocal(seq);
+    // the last ref to a call is gone: a stream nobody can read stops its producer
+    if (!this.store.entries.has(seq)) this.streams.abandoned(seq);
+  });
   private borrowedFr = new FinalizationRegistry<[string, number, OwnerAddress]>(([owner, seq, addr]) =>
     this.queueRelease(owner, addr, seq, false),
   );
@@ -228,6 +238,17 @@ export class Runtime {
     const ref = new ObjectRef<T>(this.clientId, seq, this.address);
     this.ownedFr.register(ref, seq);
     return ref;
+  }
+
+  /** cancel(ref): true if call `seq` was still queued or running here. */
+  cancel(seq: number, force: boolean): boolean {
+    return this.cancellers.some((c) => c.cancel(seq, force));
+  }
+
+  /** Settles the result of call `seq`; a failure also ends the stream it opened. */
+  settleCall(seq: number, state: typeof READY | typeof FAILED, value: unknown): void {
+    this.store.settle(seq, state, value);
+    if (state === FAILED) this.streams.fail(seq, value as Error);
   }
 
   put<T>(value: T): ObjectRef<T> {
@@ -487,6 +508,13 @@ export class Runtime {
           this.server.send(peer, [RESULT, m[1], RESULT_THREW, errorToWire(err)]);
         }
         return;
+      case STREAM_ACK:
+      case CANCEL:
+        if (m[0] === STREAM_ACK && !(Number.isSafeInteger(m[2]) && m[2] >= 0))
+          this.server.send(peer, [PROTOCOL_ERROR, "expected [STREAM_ACK, seq, consumed >= 0]"]);
+        else if (this.callHandler) this.callHandler(peer, m);
+        else this.server.send(peer, [PROTOCOL_ERROR, "a stream or cancel message reached a driver"]);
+        return;
       default:
         this.server.send(peer, [PROTOCOL_ERROR, `unknown message kind ${m[0]}`]);
     }
@@ -567,6 +595,10 @@ export class Runtime {
     this.store.failPending(
       (seq) =>
         new ObjectLostError(`${this.clientId}:${seq}`, "shutdown() ended its owner before it was ready"),
+    );
+    this.streams.failAll(
+      (seq) =>
+        new ObjectLostError(`${this.clientId}:${seq}`, "shutdown() ended the stream's reader before its end"),
     );
     this.store.clear();
     if (this.address?.ipc) rmSync(this.address.ipc.slice("ipc://".length), { force: true });

@@ -3,7 +3,12 @@
  * to the least busy executor; new executors start while work queues up (up to what the cluster's
  * CPUs allow); a task whose executor dies is retried elsewhere up to `maxRetries` times.
  */
-import { type ActorDiedError, InfeasibleResourceError, TaskFailedError } from "../errors.js";
+import {
+  type ActorDiedError,
+  InfeasibleResourceError,
+  TaskCancelledError,
+  TaskFailedError,
+} from "../errors.js";
 import { prepareValue } from "../wire/sendable.js";
 import type { ActorRecord, CallInfo } from "./actor-calls.js";
 import type { ObjectRef } from "./object-ref.js";
@@ -15,6 +20,8 @@ interface QueuedTask {
   target: [string, string];
   args: unknown[];
   retriesLeft: number;
+  /** The items its stream may run ahead of the caller, should the function be a generator. */
+  window: number;
 }
 
 const PIPELINE = 256;
@@ -31,14 +38,16 @@ export class TaskPool {
     private resources: Record<string, number>,
     private maxExecs: number,
     private spawn: (resources: Record<string, number>) => ActorRecord,
-  ) {}
+  ) {
+    rt.cancellers.push(this);
+  }
 
   /** Queues a task; throws SerializationError at once for arguments that cannot travel. */
-  submit(target: [string, string], args: unknown[], maxRetries: number): ObjectRef {
+  submit(target: [string, string], args: unknown[], maxRetries: number, window: number): ObjectRef {
     const sendable = prepareValue(args, "args", `cannot be sent to a task (${target[1]})`);
     const seq = this.rt.nextSeq();
     const ref = this.rt.newOwnedRef(seq);
-    this.queue.push({ seq, target, args: sendable, retriesLeft: maxRetries });
+    this.queue.push({ seq, target, args: sendable, retriesLeft: maxRetries, window });
     this.pump();
     return ref;
   }
@@ -50,6 +59,8 @@ export class TaskPool {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    const i = this.rt.cancellers.indexOf(this);
+    if (i >= 0) this.rt.cancellers.splice(i, 1);
     if (this.idleTimer) clearTimeout(this.idleTimer);
     this.idleTimer = null;
     for (const t of this.queue.splice(0)) {
@@ -58,6 +69,21 @@ export class TaskPool {
       );
       this.rt.store.settle(t.seq, FAILED, err);
     }
+  }
+
+  /** cancel(ref) of a task still waiting for an executor: it never runs. */
+  cancel(seq: number): boolean {
+    const i = this.queue.findIndex((t) => t.seq === seq);
+    if (i < 0) return false;
+    const [t] = this.queue.splice(i, 1);
+    this.rt.settleCall(seq, FAILED, new TaskCancelledError(`task ${t!.target[1]}`));
+    return true;
+  }
+
+  /** An executor that cancel(ref, { force: true }) is killing: it gets no more tasks. */
+  retire(rec: ActorRecord): void {
+    this.execs = this.execs.filter((e) => e !== rec);
+    this.pump();
   }
 
   private pump(): void {
@@ -86,6 +112,7 @@ export class TaskPool {
 
   private dispatch(rec: ActorRecord, t: QueuedTask): void {
     const extra: Partial<CallInfo> = {
+      window: t.window,
       done: () => this.pump(),
       onDied: (info: CallInfo, err: Error) => {
         if (t.retriesLeft > 0 && !this.closed) {
@@ -95,7 +122,7 @@ export class TaskPool {
           return true;
         }
         void info;
-        this.rt.store.settle(t.seq, FAILED, err as ActorDiedError);
+        this.rt.settleCall(t.seq, FAILED, err as ActorDiedError);
         return true;
       },
     };
@@ -110,7 +137,7 @@ export class TaskPool {
     if (rec.state === "DEAD") {
       this.execs = this.execs.filter((e) => e !== rec);
       if (rec.death instanceof InfeasibleResourceError) {
-        for (const t of this.queue.splice(0)) this.rt.store.settle(t.seq, FAILED, rec.death);
+        for (const t of this.queue.splice(0)) this.rt.settleCall(t.seq, FAILED, rec.death);
       }
     }
     this.pump();

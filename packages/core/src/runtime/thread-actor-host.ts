@@ -6,9 +6,10 @@
 import { parentPort } from "node:worker_threads";
 import { expose } from "comlink";
 import nodeEndpoint from "comlink/dist/umd/node-adapter.js";
-import { SerializationError } from "../errors.js";
+import { SerializationError, TaskCancelledError } from "../errors.js";
 import { errorToWire, thrownMessage } from "../wire/codec.js";
-import { ExecutorError } from "./executor.js";
+import { runInCall } from "./call-context.js";
+import { ExecutorError, isGenerator } from "./executor.js";
 import {
   CodecPacket,
   READY_METHOD,
@@ -24,6 +25,32 @@ let started: Promise<void> | null = null;
 let maxConcurrency = 1;
 let running = 0;
 const waiting: Array<() => void> = [];
+
+/** A call from its start to its end (a generator's until it returns), by the driver's seq. */
+interface HostCall {
+  method: string;
+  controller: AbortController;
+  cancelled: boolean;
+  gen: Generator | AsyncGenerator | null;
+  items: number;
+}
+const calls = new Map<number, HostCall>();
+
+/** The call ends: its slot goes to the next waiting call. */
+function end(seq: number, c: HostCall): void {
+  if (calls.get(seq) !== c) return;
+  calls.delete(seq);
+  release();
+}
+
+/** A value that cannot be sent back, as the failure a process actor's executor answers. */
+function unsendable(e: unknown, what: string, method: string): ThreadCallFailure {
+  if (e instanceof SerializationError)
+    return { kind: "unsendable", serialization: [e.path, e.found, e.message] };
+  return threw(
+    new ExecutorError(`the ${what} of method '${method}' cannot be serialized: ${thrownMessage(e)}`),
+  );
+}
 
 function threw(error: unknown): ThreadCallFailure {
   return { kind: "threw", error: errorToWire(error) };
@@ -55,9 +82,11 @@ function release(): void {
   else running--;
 }
 
-async function invoke(method: string, packet: CodecPacket): Promise<unknown> {
+async function invoke(method: string, packet: CodecPacket, c: HostCall): Promise<unknown> {
   if (!started) throw new Error(`call of '${method}' reached the thread before its actor was started`);
   await started;
+  // cancelled while it waited for its slot or for the constructor: it never runs
+  if (c.cancelled) throw new TaskCancelledError(`method '${method}'`);
   if (method === READY_METHOD) return null;
   const args = packet.decode() as unknown[];
   const f = instance?.[method];
@@ -79,27 +108,68 @@ const host: ThreadActorHost = {
     return null;
   },
 
-  async call(method, packet) {
+  async call(seq, method, packet) {
+    const c: HostCall = { method, controller: new AbortController(), cancelled: false, gen: null, items: 0 };
+    calls.set(seq, c);
     const slot = acquire();
     if (slot) await slot;
     let value: unknown;
     try {
-      value = await invoke(method, packet);
+      value = await runInCall(c.controller.signal, () => invoke(method, packet, c));
     } catch (e) {
+      end(seq, c);
       throw threw(e);
-    } finally {
-      release();
     }
+    if (isGenerator(value) && !c.cancelled) {
+      c.gen = value;
+      return { stream: true };
+    }
+    end(seq, c);
+    if (isGenerator(value)) void Promise.resolve(value.return(undefined)).catch(() => {});
     try {
       return CodecPacket.pack(value, "result", `cannot be returned from method '${method}'`);
     } catch (e) {
-      if (e instanceof SerializationError)
-        throw { kind: "unsendable", serialization: [e.path, e.found, e.message] } satisfies ThreadCallFailure;
-      // what a process actor's executor answers for the same result
-      throw threw(
-        new ExecutorError(`the result of method '${method}' cannot be serialized: ${thrownMessage(e)}`),
-      );
+      throw unsendable(e, "result", method);
     }
+  },
+
+  async next(seq) {
+    const c = calls.get(seq);
+    const gen = c?.gen;
+    if (!c || !gen) throw threw(new ExecutorError(`call ${seq} has no stream open in this thread`));
+    let step: IteratorResult<unknown>;
+    try {
+      step = await runInCall(c.controller.signal, () => gen.next());
+    } catch (e) {
+      end(seq, c);
+      throw threw(e);
+    }
+    if (step.done) {
+      end(seq, c);
+      return null;
+    }
+    const index = c.items++;
+    try {
+      return CodecPacket.pack(step.value, `item ${index}`, `cannot be yielded from method '${c.method}'`);
+    } catch (e) {
+      await Promise.resolve(runInCall(c.controller.signal, () => gen.return(undefined))).catch(() => {});
+      end(seq, c);
+      throw unsendable(e, `item ${index}`, c.method);
+    }
+  },
+
+  cancel(seq) {
+    const c = calls.get(seq);
+    if (!c || c.cancelled) return;
+    c.cancelled = true;
+    c.controller.abort(new TaskCancelledError(`method '${c.method}'`));
+    const gen = c.gen;
+    if (!gen) return; // a running method ends by itself (its result is discarded by the driver)
+    c.gen = null;
+    // returned after a step in progress, if any; its finally blocks run, then its slot is free
+    void Promise.resolve(runInCall(c.controller.signal, () => gen.return(undefined)))
+      .catch(() => {})
+      .finally(() => end(seq, c));
   },
 };
 

@@ -100,8 +100,21 @@ export interface ThreadActorStart {
 export interface ThreadActorHost {
   /** Imports the module and constructs the instance; rejects with a ThreadCallFailure if that fails. */
   start(spec: ThreadActorStart, args: CodecPacket): Promise<null>;
-  /** Calls `method` once the instance exists, at most maxConcurrency at a time, in arrival order. */
-  call(method: string, args: CodecPacket): Promise<CodecPacket>;
+  /**
+   * Calls `method` (as call `seq` of the driver) once the instance exists, at most maxConcurrency at a
+   * time, in arrival order. A generator's call answers StreamOpened and keeps its slot: the driver then
+   * pulls its items one `next` at a time (never more than its window ahead of the consumer).
+   */
+  call(seq: number, method: string, args: CodecPacket): Promise<CodecPacket | StreamOpened>;
+  /** The next item of call `seq`'s stream, or null once its generator returned; its error, if it threw. */
+  next(seq: number): Promise<CodecPacket | null>;
+  /** cancel(ref): a call waiting for a slot never runs; a running one's signal is aborted; a generator is returned. */
+  cancel(seq: number): void;
+}
+
+/** The answer of `call` for a generator: its items come from `next`. */
+export interface StreamOpened {
+  stream: true;
 }
 
 /** The method name of `ready()`: answered once the constructor has finished. */

@@ -21,11 +21,13 @@ import {
   MessageDecodeError,
   RemoteError,
   SerializationError,
+  TaskCancelledError,
 } from "../errors.js";
 import type { ActorHandle } from "../handle-types.js";
 import { siblingModule, threadEntry } from "../module-files.js";
 import { prepareValue } from "../wire/sendable.js";
 import { methodProxy } from "./actor-handle.js";
+import { type CallStream, streamWindowOf } from "./call-stream.js";
 import { currentRuntime } from "./current.js";
 import { randomId } from "./ids.js";
 import { ObjectRef } from "./object-ref.js";
@@ -40,6 +42,7 @@ export interface ThreadActorOptions {
   maxRestarts?: number;
   maxTaskRetries?: number;
   env?: Record<string, string>;
+  streamBackpressure?: number;
 }
 
 /** An actor option that has no meaning for an actor living in a thread of its creator's process. */
@@ -98,6 +101,12 @@ interface PendingCall {
   /** Encoded once it is sent (kept for a re-send after a restart). */
   packet: CodecPacket | null;
   retriesLeft: number;
+  /** Its stream, once the thread said the method is a generator (such a call is never re-sent). */
+  stream?: CallStream;
+  /** Items pulled, and the count the consumer has acknowledged taking. */
+  received: number;
+  acked: number;
+  pulling: boolean;
 }
 
 const isRef = (a: unknown): a is ObjectRef => a instanceof ObjectRef;
@@ -114,6 +123,9 @@ export class ThreadActor {
    * keeps the thread's end open (comlink releases an endpoint once every proxy of it is collected).
    */
   private remoteCall: Remote<ThreadActorHost>["call"] | null = null;
+  private remoteNext: Remote<ThreadActorHost>["next"] | null = null;
+  private remoteCancel: Remote<ThreadActorHost>["cancel"] | null = null;
+  private readonly window: number;
   private incarnation = 0;
   private lastError: Error | null = null;
   private readonly inflight = new Map<number, PendingCall>();
@@ -134,10 +146,12 @@ export class ThreadActor {
     this.actorId = `${className.slice(0, 16)}-${randomId(5)}`;
     this.restartsLeft = opts.maxRestarts ?? 0;
     this.retries = opts.maxTaskRetries ?? 0;
+    this.window = streamWindowOf(opts.streamBackpressure, `actor ${className}`);
     let live = liveActors.get(rt);
     if (!live) {
       const actors = new Set<ThreadActor>();
       liveActors.set(rt, (live = actors));
+      rt.cancellers.push({ cancel: (seq, force) => [...actors].some((a) => a.cancel(seq, force)) });
       rt.onShutdown.push(() => {
         for (const a of actors)
           a.die({ kind: "shutdown", message: "the runtime that created it shut down" }, false);
@@ -160,6 +174,8 @@ export class ThreadActor {
     this.lastError = null;
     const remote = wrap<ThreadActorHost>(nodeEndpoint(worker));
     this.remoteCall = remote.call;
+    this.remoteNext = remote.next;
+    this.remoteCancel = remote.cancel;
     const hasRefs = this.ctorArgs.some(isRef);
     const resolved = hasRefs
       ? Promise.all(this.ctorArgs.map((a) => (isRef(a) ? this.rt.getOne(a) : a)))
@@ -218,7 +234,15 @@ export class ThreadActor {
       this.rt.store.settle(seq, FAILED, this.death);
       return ref;
     }
-    const call: PendingCall = { seq, method, packet, retriesLeft: this.retries };
+    const call: PendingCall = {
+      seq,
+      method,
+      packet,
+      retriesLeft: this.retries,
+      received: 0,
+      acked: 0,
+      pulling: false,
+    };
     this.inflight.set(seq, call);
     if (packet) this.inOrder(null, () => this.send(call));
     else {
@@ -271,9 +295,9 @@ export class ThreadActor {
     const remoteCall = this.remoteCall;
     if (!remoteCall || this.state === "DEAD") return;
     const inc = this.incarnation;
-    let reply: Promise<CodecPacket>;
+    let reply: Promise<CodecPacket | { stream: true }>;
     try {
-      reply = remoteCall(call.method, call.packet);
+      reply = remoteCall(call.seq, call.method, call.packet);
     } catch (e) {
       this.fail(call, this.failureOf(call.method, e));
       return;
@@ -281,6 +305,17 @@ export class ThreadActor {
     reply.then(
       (result) => {
         if (inc !== this.incarnation || this.inflight.get(call.seq) !== call) return;
+        if (!(result instanceof CodecPacket)) {
+          call.stream = this.rt.streams.opened(call.seq, `actor ${this.describe(call.method)}`, this.window, {
+            ack: (consumed) => {
+              call.acked = consumed;
+              this.pull(call, inc);
+            },
+            cancel: () => this.stop(call, new TaskCancelledError(`actor ${this.describe(call.method)}`)),
+          });
+          this.pull(call, inc);
+          return;
+        }
         this.inflight.delete(call.seq);
         let value: unknown;
         try {
@@ -304,6 +339,61 @@ export class ThreadActor {
     );
   }
 
+  /** Asks the thread for the next item while the consumer holds fewer than `window` unacknowledged ones. */
+  private pull(call: PendingCall, inc: number): void {
+    const next = this.remoteNext;
+    const stream = call.stream;
+    if (call.pulling || !next || !stream?.live || inc !== this.incarnation) return;
+    if (call.received - call.acked >= this.window) return;
+    call.pulling = true;
+    const current = () => inc === this.incarnation && this.inflight.get(call.seq) === call;
+    next(call.seq).then(
+      (packet) => {
+        call.pulling = false;
+        if (!current()) return;
+        if (packet === null) {
+          this.inflight.delete(call.seq);
+          stream.end(call.received);
+          return;
+        }
+        let value: unknown;
+        try {
+          value = packet.decode();
+        } catch (e) {
+          const why = `stream item ${call.received} arrived but could not be decoded: ${(e as Error).message}`;
+          this.stop(call, new MessageDecodeError(`call ${this.describe(call.method)}: ${why}`));
+          return;
+        }
+        stream.push(call.received++, value);
+        this.pull(call, inc);
+      },
+      (e: unknown) => {
+        call.pulling = false;
+        if (!current()) return;
+        this.fail(call, this.failureOf(call.method, e));
+      },
+    );
+  }
+
+  /** cancel(ref) of one of this actor's calls: true if it was in flight here. */
+  cancel(seq: number, force: boolean): boolean {
+    const call = this.inflight.get(seq);
+    if (!call) return false;
+    if (force)
+      throw new TypeError(
+        `cancel(ref, { force: true }) kills a task's worker process; actor ${this.describe(call.method)} is an actor call: cancel it without force, or kill(handle)`,
+      );
+    this.stop(call, new TaskCancelledError(`actor ${this.describe(call.method)}`));
+    return true;
+  }
+
+  /** Ends a call here with `err` and tells the thread (which drops it, aborts it or returns its generator). */
+  private stop(call: PendingCall, err: Error): void {
+    if (this.inflight.get(call.seq) !== call) return;
+    this.fail(call, err);
+    void this.remoteCancel?.(call.seq).catch(() => {});
+  }
+
   private failureOf(method: string, e: unknown): Error {
     if (isThreadCallFailure(e)) {
       if (e.kind === "unsendable") return new SerializationError(...e.serialization);
@@ -314,7 +404,7 @@ export class ThreadActor {
 
   private fail(call: PendingCall, err: Error): void {
     this.inflight.delete(call.seq);
-    this.rt.store.settle(call.seq, FAILED, err);
+    this.rt.settleCall(call.seq, FAILED, err);
   }
 
   private onExit(inc: number, code: number): void {
@@ -336,6 +426,8 @@ export class ThreadActor {
     const worker = this.worker;
     this.worker = null;
     this.remoteCall = null;
+    this.remoteNext = null;
+    this.remoteCancel = null;
     // ignore the old thread's exit and late replies
     this.incarnation++;
     void worker?.terminate();
@@ -343,7 +435,8 @@ export class ThreadActor {
     const calls = [...this.inflight.values()].sort((a, b) => a.seq - b.seq);
     const again: PendingCall[] = [];
     for (const call of calls) {
-      if (restart && call.retriesLeft > 0 && call.packet) {
+      // a stream that has begun cannot be run again: its reader has its first items
+      if (restart && call.retriesLeft > 0 && call.packet && !call.stream) {
         call.retriesLeft--;
         again.push(call);
       } else this.fail(call, err);
