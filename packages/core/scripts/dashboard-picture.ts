@@ -3,10 +3,11 @@
  * and a training run directory, shown by the dashboard in headless Chromium.
  * Usage: pnpm tsx packages/core/scripts/dashboard-picture.ts RUN_DIR [OUT.png]
  */
-import { execFileSync } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { execFile } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
 import {
   clusterStatus,
   createActor,
@@ -31,20 +32,28 @@ await pg.ready();
 await new Promise((r) => setTimeout(r, 500));
 const dashboard = await startDashboard({ status: clusterStatus, runDirs: [runDir], port: 0, refreshMs: 200 });
 console.log(`dashboard at ${dashboard.url}; screenshot...`);
-const profile = mkdtempSync(join(tmpdir(), "torl-pic-"));
-execFileSync("timeout", [
-  "120",
-  "chromium",
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--hide-scrollbars",
-  `--user-data-dir=${profile}`,
-  "--virtual-time-budget=3000",
-  `--screenshot=${resolve(out)}`,
-  "--window-size=1280,1000",
-  dashboard.url,
-]);
+// The page as its script drew it (--dump-dom), then that DOM without the script, screenshotted: a
+// page that redraws forever never lets a headless screenshot settle. Asynchronously: the dashboard
+// answers the page from this process's event loop.
+const chromium = (args: string[]): Promise<string> => {
+  const profile = mkdtempSync(join(tmpdir(), "torl-pic-"));
+  const flags = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--hide-scrollbars",
+    `--user-data-dir=${profile}`,
+  ];
+  return new Promise((done, fail) =>
+    execFile("chromium", [...flags, ...args], { timeout: 300_000, maxBuffer: 64 << 20 }, (err, stdout) =>
+      err ? fail(err) : done(stdout),
+    ),
+  );
+};
+const dom = await chromium(["--virtual-time-budget=3000", "--dump-dom", dashboard.url]);
+const still = join(mkdtempSync(join(tmpdir(), "torl-pic-")), "dashboard.html");
+writeFileSync(still, `<!doctype html>\n${dom.replace(/<script>[\s\S]*?<\/script>/, "")}`);
+await chromium([`--screenshot=${resolve(out)}`, "--window-size=1280,1000", pathToFileURL(still).href]);
 await dashboard.close();
 await shutdown();
 console.log(out);
