@@ -20,8 +20,8 @@ const ALLOWED: Record<string, string> = {
   "packages/verl-ts/test/core/tiny-data.test.ts": "the task generator's own answer programs, as a fixture",
   "packages/sandbox/test/host-resources.test.ts":
     "the host's side of the isolation checks: a fixed probe that locks devices and binds vsock on the host",
-  "packages/verl-ts/test/trainer/export.test.ts":
-    "transformers' AutoTokenizer on an exported directory: the cross-check of token ids",
+  "packages/verl-ts/test/models/helpers.ts":
+    "runTransformers: fixed transformers scripts the model and export tests compare against (token ids, log-probs)",
 };
 
 const SPAWNERS = ["spawn", "spawnSync", "execFile", "execFileSync", "exec", "execSync", "fork"];
