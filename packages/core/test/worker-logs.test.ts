@@ -43,6 +43,9 @@ test("an actor's lines reach the driver after (Class name pid=N), stdout to stdo
     t.notRegex(r.out, /^\(Counter loud pid=\d+\) an error line$/m);
     // the task executor has no class: Ray's prefix names the task instead
     t.regex(r.out, /^\(task pid=\d+\) from a task$/m);
+    // an actor created inside another actor's worker prints at the driver that owns the chain
+    const innerPid = /^inner pid (\d+)$/m.exec(r.out)?.[1];
+    t.regex(r.out, new RegExp(`^\\(Counter inner pid=${innerPid}\\) from the nested actor$`, "m"));
     // read back through the head, by name, by id and by node
     const byName = JSON.parse(/^byName (.*)$/m.exec(r.out)![1]!);
     const out = byName.files.find((f: { name: string }) => f.name.endsWith(`-${pid}.out`));
@@ -72,6 +75,7 @@ test("logToDriver: false (or TORL_LOG_TO_DRIVER=0) keeps the lines out of the dr
     t.is(r.code, 0, r.err);
     t.notRegex(r.out, /^\(Counter loud pid=\d+\)/m);
     t.notRegex(r.out, /^\(task pid=\d+\)/m);
+    t.notRegex(r.out, /^\(Counter inner pid=\d+\)/m);
     t.notRegex(r.err, /^\(Counter loud pid=\d+\)/m);
     const byName = JSON.parse(/^byName (.*)$/m.exec(r.out)![1]!);
     t.true(byName.files.some((f: { text: string }) => f.text === "hello from the actor\nsecond line\n"));

@@ -1,12 +1,13 @@
 /**
- * The head's part in worker logs: batches a node agent sends go to the driver that owns each actor
- * (or, for an actor whose owner is gone or unknown, to every driver that asked for logs), and
+ * The head's part in worker logs: batches a node agent sends go to the driver that owns each actor,
+ * directly or through the actors that created it (or, where that driver is gone or unknown, to every
+ * driver that asked for logs), and
  * `torl logs` requests go to the node that holds the files, with a deadline on its answer.
  */
 import { ActorNotFoundError, HeadError } from "../errors.js";
 import type { WireError } from "../wire/codec.js";
 import type { ActorDirectory } from "./actor-directory.js";
-import type { ClientTable } from "./clients.js";
+import type { ClientEntry, ClientTable } from "./clients.js";
 import type { LogsRead, NodeToHead } from "./messages.js";
 import type { NodeTable } from "./node-table.js";
 import type { Outbox } from "./outbox.js";
@@ -26,13 +27,13 @@ export class LogRouter {
     private out: Outbox,
   ) {}
 
-  /** Hands each batch to its actor's owner if it wants logs, else to every driver that does. */
+  /** Hands each batch to its actor's driver if it wants logs, else to every driver that does. */
   forward(batches: LogBatch[]): void {
     const byPeer = new Map<string, LogBatch[]>();
     const everyone = this.clients.wantingLogs();
     for (const b of batches) {
-      const owner = this.clients.get(this.actors.get(b.actorId)?.spec.ownerClientId ?? "");
-      const to = owner ? (owner.logs ? [owner] : []) : everyone;
+      const driver = this.driverOf(b.actorId);
+      const to = driver ? (driver.logs ? [driver] : []) : everyone;
       for (const c of to) {
         const list = byPeer.get(c.peerKey) ?? [];
         list.push(b);
@@ -40,6 +41,23 @@ export class LogRouter {
       }
     }
     for (const [peerKey, list] of byPeer) this.out.sendTo(peerKey, { t: "workerLog", batches: list });
+  }
+
+  /**
+   * The driver an actor's output belongs to: its owner, or for an actor created inside another
+   * actor's worker, that actor's driver, up the chain. Undefined where a link is gone.
+   */
+  private driverOf(actorId: string): ClientEntry | undefined {
+    const seen = new Set<string>();
+    let id: string | undefined = actorId;
+    while (id !== undefined && !seen.has(id)) {
+      seen.add(id);
+      const owner = this.clients.get(this.actors.get(id)?.spec.ownerClientId ?? "");
+      if (!owner) return undefined;
+      if (owner.actorId === undefined) return owner;
+      id = owner.actorId;
+    }
+    return undefined;
   }
 
   /** Asks the node holding `target`'s files (an actor id or name, or a node id) for their tails. */
