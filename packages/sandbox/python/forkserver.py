@@ -20,14 +20,14 @@ Start-up (as root; each step is recorded in `protections`, a failed step is repo
      request. So no run inherits memory that held another run's data.
 
 Each run: a fresh fork of the template, in its own session, moved into the run cgroups, with fresh
-entropy in every random generator, its own IPC namespace, rlimits (address space, processes, file
+entropy in every random generator, the runs' IPC namespace (not the server's), rlimits (address space, processes, file
 size, open files, CPU), an empty capability bounding set, dropped to the worker's unprivileged uid
 (not the server's), no_new_privs, seccomp, an empty environment, stdin from a memfd and a scratch
 working directory. What does not differ between runs (the bounding set, signals, environment) the
-template sets once; the generators' entropy and the IPC namespace it renews before each fork (see
+template sets once; the generators' entropy it renews before each fork (see
 run_child.prepare_template). After the run the template SIGKILLs every process left in the pid
-namespace (kill(-1) spares only pid 1 and itself) and replaces /tmp and /dev/shm by fresh tmpfs
-mounts, so nothing carries over. The run's exit status is the one the template reaps (wait4),
+namespace (kill(-1) spares only pid 1 and itself), removes every IPC object from the runs'
+namespace and replaces /tmp and /dev/shm by fresh tmpfs mounts, so nothing carries over. The run's exit status is the one the template reaps (wait4),
 never anything the run writes.
 """
 
@@ -194,8 +194,8 @@ def main():
                 PROTECTIONS[pname] = {"active": False, "reason": why}
     if is_root:
         state["ipc_per_run"] = bool(protect(
-            "ipc_namespace_per_run", "each run has an IPC namespace of its own: SysV shared memory, message queues,"
-            " semaphores and POSIX queues die with it, and their limits count per run", verify_ipc_unshare))
+            "ipc_namespace_per_run", "runs have an IPC namespace of their own, emptied after each run: SysV shared memory, message queues,"
+            " semaphores and POSIX queues die with the run, and their limits count per run", verify_ipc_unshare))
     else:
         PROTECTIONS["ipc_namespace_per_run"] = {"active": False, "reason": "needs root"}
     if is_root and "uid" not in disabled:

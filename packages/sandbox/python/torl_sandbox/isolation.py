@@ -1,6 +1,7 @@
 """Isolation of the runs: the record of protections in force, the minimal read-only root the server
-pivots into, fresh scratch mounts between runs, the per-run IPC namespace and the capability drop."""
+pivots into, fresh scratch mounts between runs, the runs' IPC namespace and the capability drop."""
 
+import ctypes
 import errno
 import os
 import platform
@@ -235,11 +236,86 @@ def unmount_parked(parked):
 
 
 def verify_ipc_unshare():
-    """A throwaway child enters a new IPC namespace, as every run child will."""
-    st = status_in_child(lambda: libc.unshare(CLONE_NEWIPC) == 0)
+    """A throwaway child does what the template will: enters an IPC namespace of its own and opens
+    its POSIX message queue filesystem."""
+
+    def probe():
+        RunIpc().close()
+        return True
+
+    st = status_in_child(probe)
     if st != 0:
-        raise OSError(errno.EPERM, f"unshare(CLONE_NEWIPC) failed in a probe child (status {st})")
+        raise OSError(errno.EPERM, f"a private IPC namespace with its own mqueue filesystem failed in a probe child (status {st})")
     return True
+
+
+# the new mount API (the same numbers on every architecture since Linux 5.2)
+SYS_FSOPEN, SYS_FSCONFIG, SYS_FSMOUNT = 430, 431, 432
+FSCONFIG_CMD_CREATE = 6
+IPC_RMID = 0
+SYSV_KINDS = (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl"))
+
+
+class RunIpc:
+    """The runs' IPC namespace: one of the template's own (never the server's or the host's), which
+    every run child is born in and which is emptied after each run, before the next child is forked:
+    every System V segment, queue and semaphore set is removed and every POSIX message queue unlinked.
+    So nothing of a run's IPC outlives it, and a run that fills a table (4,096 segments) leaves the
+    next run an empty one, as a namespace per run would, without creating and freeing a namespace per
+    run (an unshare costs ~1.6 ms of CPU and its release more in a kernel thread). The queues are
+    reached through an mqueue filesystem mounted with no path (fsmount): no run can see it."""
+
+    def __init__(self):
+        check(libc.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
+        fs = libc.syscall(SYS_FSOPEN, b"mqueue", 0)
+        if fs < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"fsopen(mqueue): {os.strerror(err)}")
+        try:
+            if libc.syscall(SYS_FSCONFIG, fs, FSCONFIG_CMD_CREATE, None, None, 0) < 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"fsconfig(mqueue, create): {os.strerror(err)}")
+            mnt = libc.syscall(SYS_FSMOUNT, fs, 0, 0)
+            if mnt < 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"fsmount(mqueue): {os.strerror(err)}")
+        finally:
+            os.close(fs)
+        # the mount's fd is a path handle: a directory opened through it can be listed
+        try:
+            self.mqueues = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=mnt)
+        finally:
+            os.close(mnt)
+        # /proc/sysvipc shows the reader's namespace: opened now, read again after each run
+        self.tables = [(os.open(f"/proc/sysvipc/{kind}", os.O_RDONLY | os.O_CLOEXEC), ctl) for kind, ctl in SYSV_KINDS]
+
+    def clear(self):
+        """Removes every IPC object in the namespace (no process of the last run is left); how many.
+        Cheap when the run made none, as most do: three reads of a header and one empty listing."""
+        removed = 0
+        for fd, ctl in self.tables:
+            if os.pread(fd, 4096, 0).count(b"\n") > 1:
+                removed += self._remove_all(fd, ctl)
+        names = os.listdir(self.mqueues)
+        for name in names:
+            os.unlink(name, dir_fd=self.mqueues)
+        return removed + len(names)
+
+    @staticmethod
+    def _remove_all(fd, ctl):
+        chunks, offset = [], 0
+        while chunk := os.pread(fd, 1 << 16, offset):
+            chunks.append(chunk)
+            offset += len(chunk)
+        idents = [int(row.split()[1]) for row in b"".join(chunks).split(b"\n")[1:] if row.strip()]
+        for ident in idents:
+            ret = libc.semctl(ident, 0, IPC_RMID) if ctl == "semctl" else getattr(libc, ctl)(ident, IPC_RMID, None)
+            check(0 if ret == 0 else -1, f"{ctl}({ident}, IPC_RMID)")
+        return len(idents)
+
+    def close(self):
+        for fd in (self.mqueues, *(fd for fd, _ in self.tables)):
+            os.close(fd)
 
 
 def drop_capability_bounding_set():

@@ -14,11 +14,11 @@ import time
 import traceback
 
 from torl_sandbox.framing import read_frame
-from torl_sandbox.isolation import drop_capability_bounding_set
+from torl_sandbox.isolation import RunIpc, drop_capability_bounding_set
 from torl_sandbox.linux import CLONE_NEWIPC, PR_SET_NO_NEW_PRIVS, check, fork_bare, libc
 from torl_sandbox.prefault import MADV_POPULATE_WRITE, exclusive_pages, populate_while_idle
 from torl_sandbox.seccomp import PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-from torl_sandbox.warm import reseed_generators
+from torl_sandbox.warm import StateReseeder, reseed_generators
 
 
 def vm_size_bytes():
@@ -91,25 +91,25 @@ def prepare_template(state):
     capabilities; each child loses them with its uid), the runs' signal dispositions and environment.
     Returns the state the template forks its children with. Random generators: the template reseeds
     them before each fork (reseed_before_fork), when no child shares their pages any more, so no
-    page is copied for it. IPC namespace: the template enters a new one here and again as soon as it
-    has handed a child over (fresh_ipc_namespace), so each child is born in one no run used before
-    and the template never stays in a run's. (The cgroups are not among these: a template inside a run's memory cgroup
-    could be the one its OOM killer picks, and this needs no CAP_SYS_RESOURCE to prevent.)"""
+    page is copied for it. IPC namespace: the template enters the runs' own here (RunIpc), and
+    empties it after each run, before it forks the next child. (The cgroups are not among these: a
+    template inside a run's memory cgroup could be the one its OOM killer picks, and this needs no
+    CAP_SYS_RESOURCE to prevent.)"""
     if state["drop_uid"]:
         drop_capability_bounding_set()
     run_signals_and_env(state)
-    if state["ipc_per_run"]:
-        fresh_ipc_namespace()
-    return dict(state, template_prepared=True)
+    run_ipc = RunIpc() if state["ipc_per_run"] else None
+    reseeder = StateReseeder(state.get("generators", ()))
+    return dict(state, template_prepared=True, run_ipc=run_ipc, reseeder=reseeder)
 
 
 def fresh_ipc_namespace():
-    """SysV shared memory, queues and semaphores and POSIX queues die with the run."""
+    """A run child forked without the template (the prefault probe) enters an IPC namespace alone."""
     check(libc.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
 
 
 def reseed_before_fork(state):
-    reseed_generators(state.get("generators", ()))
+    state["reseeder"].reseed()
 
 
 def fork_zygote(state):

@@ -11,7 +11,7 @@ import time
 
 from torl_sandbox.framing import read_frame, write_all, write_frame
 from torl_sandbox.huge_heap import HUGE, in_ranges
-from torl_sandbox.isolation import PROTECTIONS, WARNINGS, fresh_scratch
+from torl_sandbox.isolation import PROTECTIONS, WARNINGS, fresh_scratch, unmount_parked
 from torl_sandbox.linux import PAGE
 from torl_sandbox.prefault import LEARN_CODE
 from torl_sandbox.run_child import fork_zygote, run_limits
@@ -61,6 +61,16 @@ def safe_relpath(name):
     return norm
 
 
+def parked_holds_memory(parked):
+    """Whether the last run's parked /tmp and /dev/shm hold more than a few files: most runs leave
+    only their main.py, which the cgroup's slack covers while the unmount waits for the next run."""
+    for path in parked:
+        st = os.statvfs(path)
+        if (st.f_blocks - st.f_bfree) * st.f_frsize > (1 << 20) or st.f_files - st.f_ffree > 64:
+            return True
+    return False
+
+
 def run_one(z, req, state, template):
     """Hands the request to the waiting run child and collects its result."""
     max_out = int(req.get("max_output_bytes", state["max_output_bytes"]))
@@ -94,6 +104,9 @@ def run_one(z, req, state, template):
         # a lower limit than the cgroup holds is refused (EBUSY); the last run's System V shared
         # memory is freed a little after its IPC namespace died (the kernel does it in a work item)
         waited_until = time.monotonic() + 5
+        if parked_holds_memory(state["parked"]):
+            # the last run's files still count in the cgroup: gone before this run starts, not during it
+            unmount_parked(state["parked"])
         while not cg.set_limits(max_processes, int(mem_mb * 1024 * 1024) + (64 << 20), huge_cap):
             if time.monotonic() > waited_until:
                 raise OSError(errno.EBUSY, f"cannot write the run's limits into {cg.dirs} for 5 s "
@@ -110,6 +123,8 @@ def run_one(z, req, state, template):
     except OSError:
         pass
     os.close(z.ctrl_w)
+    # while the run works: unmount the last run's /tmp and /dev/shm (see fresh_scratch)
+    unmount_parked(state["parked"])
     bufs = {z.out_r: bytearray(), z.err_r: bytearray()}
     totals = {z.out_r: 0, z.err_r: 0}
     open_fds = {z.out_r, z.err_r}
@@ -255,7 +270,8 @@ def serve(state):
     gc.freeze()
     # from here on this process handles requests, so it never forks a run again: the template does
     template = Template(state)
-    z, _ = template.next_zygote()
+    z, ended = template.next_zygote()
+    state["parked"] = ended["parked"]
     write_frame(resp_fd, {"type": "ready", "uid": state["uid"] if state["drop_uid"] else os.geteuid(),
                           "protections": PROTECTIONS, "warnings": WARNINGS})
     while True:
@@ -274,8 +290,10 @@ def serve(state):
         del result
         z.close()
         t = time.monotonic()
+        unmount_parked(state["parked"])  # already done, unless the request failed before its run
         z, ended = template.next_zygote()
+        state["parked"] = ended["parked"]
         if state["trace"] is not None:
             state["trace"] = {"prev_zygote_cpu_ms": ended["cpu_ms"], "prev_zygote_faults": ended["faults"],
                               "prev_cycle_ms": ended["cycle_ms"], "prev_next_ms": (time.monotonic() - t) * 1000}
-            state["trace"].update({f"template_{k}": v for k, v in ended.items() if k.endswith("_us")})
+            state["trace"].update({f"template_{k}": v for k, v in ended.items() if k.endswith(("_us", "_faults"))})

@@ -2,14 +2,15 @@
 
 import json
 import os
+import resource
 import signal
 import socket
 import time
 import traceback
 
-from torl_sandbox.isolation import fresh_scratch, unmount_parked
+from torl_sandbox.isolation import fresh_scratch
 from torl_sandbox.linux import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, fork_bare, libc
-from torl_sandbox.run_child import Zygote, fork_zygote, fresh_ipc_namespace, prepare_template, reseed_before_fork
+from torl_sandbox.run_child import Zygote, prepare_template, reseed_before_fork, zygote_main
 
 
 # the template: the only process that forks runs. It is forked from the server before the first
@@ -17,12 +18,13 @@ from torl_sandbox.run_child import Zygote, fork_zygote, fresh_ipc_namespace, pre
 # server, so no run inherits memory in which another run's code, input or output ever was. Over a
 # SOCK_SEQPACKET socketpair the server sends one byte per command, the template answers with JSON
 # (and, for "next", the new child's pipe ends as SCM_RIGHTS):
-#   b"E" end the run: SIGKILL every run process, reap them; answer {"status", "cpu_ms", "faults"}
-#        of the last run child (status: its wait status, null if there was none)
-#   b"N" end the run as above, then fresh /tmp and /dev/shm, and fork the next run child:
-#        answer as above plus "pid" and "cycle_ms", with fds [ctrl_w, out_r, err_r, status_r];
-#        after answering, enter a new IPC namespace (the next child's) and unmount the last run's
-#        /tmp and /dev/shm (parked by fresh_scratch)
+#   b"E" end the run: SIGKILL every run process, reap them, remove every IPC object they made;
+#        answer {"status", "cpu_ms", "faults"} of the last run child (status: its wait status, null
+#        if there was none)
+#   b"N" end the run as above, then fresh /tmp and /dev/shm (the run's are parked, see
+#        fresh_scratch); answer as above plus "cycle_ms" and "parked" (for the server to unmount), with
+#        the next run child's fds [ctrl_w, out_r, err_r, status_r], and fork that child, whose
+#        first line on status_r is its pid
 
 
 class Template:
@@ -63,7 +65,13 @@ class Template:
             for fd in fds:
                 os.close(fd)
             raise RuntimeError(f"the template answered 'next' without the run child's pipes: {ended}")
-        return Zygote(ended.pop("pid"), *fds), ended
+        # the child's first words on its status pipe are its pid (one write, shorter than PIPE_BUF)
+        said = os.read(fds[3], 32)
+        if not said.endswith(b"\n"):
+            for fd in fds:
+                os.close(fd)
+            raise RuntimeError(f"the next run child did not start (it said {said!r} on its status pipe)")
+        return Zygote(int(said), *fds), ended
 
 
 def template_main(sock, state):
@@ -74,6 +82,7 @@ def template_main(sock, state):
     state = prepare_template(state)
     child = None
     parked = []
+    last_fork = None  # with tracing: the last cycle's fork, as seen here (wall ns, CPU ns, faults)
     while True:
         command = sock.recv(16)
         if not command:
@@ -81,28 +90,69 @@ def template_main(sock, state):
         t0 = time.perf_counter_ns(), time.thread_time_ns()
         ended = end_runs(state, child)
         child = None
+        if state["run_ipc"] is not None:
+            state["run_ipc"].clear()
         if command == b"E":
             sock.send(json.dumps(ended).encode())
             continue
         t1 = time.perf_counter_ns(), time.thread_time_ns()
+        # the run's /tmp and /dev/shm are parked; the server unmounts them while the next run works
+        # (an unmount waits for an RCU grace period), before it asks for the run after
         fresh_scratch(state["tmpfs_mb"], parked)
+        ended["parked"] = parked[:]
+        parked.clear()
         t2 = time.perf_counter_ns(), time.thread_time_ns()
         reseed_before_fork(state)
         t2r = time.perf_counter_ns(), time.thread_time_ns()
-        child, *fds = fork_zygote(state)
-        t3 = time.perf_counter_ns(), time.thread_time_ns()
-        ended.update(pid=child, cycle_ms=(t3[0] - t1[0]) / 1e6)
         if state["trace"] is not None:
-            for name, a, b in (("kill_reap", t0, t1), ("fresh_scratch", t1, t2), ("reseed", t2, t2r), ("fork", t2r, t3)):
+            for name, a, b in (("kill_reap", t0, t1), ("fresh_scratch", t1, t2), ("reseed", t2, t2r)):
                 ended[f"{name}_us"], ended[f"{name}_cpu_us"] = (b[0] - a[0]) / 1000, (b[1] - a[1]) / 1000
-        socket.send_fds(sock, [json.dumps(ended).encode()], fds)
-        for fd in fds:
-            os.close(fd)
-        # while the new run works: leave its IPC namespace for the next one, and unmount the last
-        # run's /tmp and /dev/shm (see fresh_scratch)
-        if state["ipc_per_run"]:
-            fresh_ipc_namespace()
-        unmount_parked(parked)
+            if last_fork is not None:
+                ended["fork_us"], ended["fork_cpu_us"], ended["fork_faults"] = last_fork
+        ended["cycle_ms"] = (time.perf_counter_ns() - t1[0]) / 1e6
+        child = fork_zygote_after_answer(state, sock, ended)
+        if state["trace"] is not None:
+            done = time.perf_counter_ns(), time.thread_time_ns(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            last_fork = (done[0] - t2r[0]) / 1000, (done[1] - t2r[1]) / 1000, done[2] - ended["faults_before_fork"]
+
+
+# where the template keeps the run child's pipe ends across the fork, so that it closes them with one call
+CHILD_ENDS = 200
+
+
+def fork_zygote_after_answer(state, sock, ended):
+    """Answers the server (`ended`, with the server's ends of the next run child's pipes), then forks
+    that child, which tells the server its pid first thing on its status pipe. After the fork this
+    process does nothing but close its copies of the child's ends: every page it wrote while the
+    child lives would be copied (2 MiB of the huge-page heap each), so everything else comes first."""
+    scratch = state["scratch"]
+    os.makedirs(scratch, mode=0o700, exist_ok=True)
+    if state["drop_uid"]:
+        os.chown(scratch, state["uid"], state["gid"])
+    ctrl_r, ctrl_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    status_r, status_w = os.pipe()
+    for i, fd in enumerate((ctrl_r, out_w, err_w, status_w)):
+        os.dup2(fd, CHILD_ENDS + i, inheritable=False)
+        os.close(fd)
+    ours = (ctrl_w, out_r, err_r, status_r)
+    socket.send_fds(sock, [json.dumps(ended).encode()], ours)
+    for fd in ours:
+        os.close(fd)
+    if state["trace"] is not None:
+        ended["faults_before_fork"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    pid = fork_bare()
+    if pid == 0:
+        try:
+            os.write(CHILD_ENDS + 3, b"%d\n" % os.getpid())
+            for fd in state["parent_fds"]:
+                os.close(fd)
+        except BaseException:  # noqa: BLE001 - the server reads no pid and says so
+            os._exit(70)
+        zygote_main(state, *range(CHILD_ENDS, CHILD_ENDS + 4))
+    os.closerange(CHILD_ENDS, CHILD_ENDS + 4)
+    return pid
 
 
 def end_runs(state, child):
