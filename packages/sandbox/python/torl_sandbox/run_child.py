@@ -112,8 +112,9 @@ def reseed_before_fork(state):
     state["reseeder"].reseed()
 
 
-def fork_zygote(state):
-    """Forks a run child; returns (pid, ctrl_w, out_r, err_r, status_r) in the parent."""
+def scratch_and_pipes(state):
+    """The next run child's working directory, and its pipes: (ctrl_r, out_w, err_w, status_w) for
+    the child, (ctrl_w, out_r, err_r, status_r) for the server."""
     scratch = state["scratch"]
     os.makedirs(scratch, mode=0o700, exist_ok=True)
     if state["drop_uid"]:
@@ -122,6 +123,12 @@ def fork_zygote(state):
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     status_r, status_w = os.pipe()
+    return (ctrl_r, out_w, err_w, status_w), (ctrl_w, out_r, err_r, status_r)
+
+
+def fork_zygote(state):
+    """Forks a run child; returns (pid, ctrl_w, out_r, err_r, status_r) in the parent."""
+    (ctrl_r, out_w, err_w, status_w), (ctrl_w, out_r, err_r, status_r) = scratch_and_pipes(state)
     pid = fork_bare()
     if pid == 0:
         for fd in (ctrl_w, out_r, err_r, status_r, *state["parent_fds"]):

@@ -10,7 +10,7 @@ import traceback
 
 from torl_sandbox.isolation import fresh_scratch
 from torl_sandbox.linux import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, fork_bare, libc
-from torl_sandbox.run_child import Zygote, prepare_template, reseed_before_fork, zygote_main
+from torl_sandbox.run_child import Zygote, prepare_template, reseed_before_fork, scratch_and_pipes, zygote_main
 
 
 # the template: the only process that forks runs. It is forked from the server before the first
@@ -125,18 +125,10 @@ def fork_zygote_after_answer(state, sock, ended):
     that child, which tells the server its pid first thing on its status pipe. After the fork this
     process does nothing but close its copies of the child's ends: every page it wrote while the
     child lives would be copied (2 MiB of the huge-page heap each), so everything else comes first."""
-    scratch = state["scratch"]
-    os.makedirs(scratch, mode=0o700, exist_ok=True)
-    if state["drop_uid"]:
-        os.chown(scratch, state["uid"], state["gid"])
-    ctrl_r, ctrl_w = os.pipe()
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    status_r, status_w = os.pipe()
-    for i, fd in enumerate((ctrl_r, out_w, err_w, status_w)):
+    theirs, ours = scratch_and_pipes(state)
+    for i, fd in enumerate(theirs):
         os.dup2(fd, CHILD_ENDS + i, inheritable=False)
         os.close(fd)
-    ours = (ctrl_w, out_r, err_r, status_r)
     socket.send_fds(sock, [json.dumps(ended).encode()], ours)
     for fd in ours:
         os.close(fd)
