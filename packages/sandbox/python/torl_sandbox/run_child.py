@@ -77,6 +77,14 @@ def step_timer(timings, on):
     return mark
 
 
+def run_stdio():
+    """The run's sys.stdout and sys.stderr: text on fds 1 and 2, whatever pipes they are by then."""
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace")
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
+    )
+
+
 def run_signals_and_env(state):
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR1, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL if sig != signal.SIGPIPE else signal.SIG_IGN)
@@ -88,7 +96,8 @@ def run_signals_and_env(state):
 def prepare_template(state):
     """What every run child would otherwise do after its fork, done once by the template, from which
     the children inherit it: the empty capability bounding set (the template keeps its effective
-    capabilities; each child loses them with its uid), the runs' signal dispositions and environment.
+    capabilities; each child loses them with its uid), the runs' signal dispositions, environment
+    and sys.stdout/sys.stderr.
     Returns the state the template forks its children with. Random generators: the template reseeds
     them before each fork (reseed_before_fork), when no child shares their pages any more, so no
     page is copied for it. IPC namespace: the template enters the runs' own here (RunIpc), and
@@ -98,6 +107,9 @@ def prepare_template(state):
     if state["drop_uid"]:
         drop_capability_bounding_set()
     run_signals_and_env(state)
+    # the template never writes to them: each child starts with empty buffers (fds 1 and 2 are
+    # /dev/null here, the run's pipes in the child)
+    run_stdio()
     run_ipc = RunIpc() if state["ipc_per_run"] else None
     reseeder = StateReseeder(state.get("generators", ()))
     return dict(state, template_prepared=True, run_ipc=run_ipc, reseeder=reseeder)
@@ -198,10 +210,7 @@ def zygote_main(state, ctrl_r, out_w, err_w, status_w):
         mark("seccomp")
         if not prepared:
             run_signals_and_env(state)
-        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace")
-        sys.stderr = io.TextIOWrapper(
-            io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
-        )
+            run_stdio()
         mark("signals_env_stdio")
         timings["zygote_cpu_ready_ms"] = time.process_time() * 1000
         req = read_frame(4)
