@@ -35,6 +35,7 @@ export {
   TypeScriptLoaderMissingError,
   threadEntry,
 } from "./module-files.js";
+export { type Activity, setProcessActivity } from "./observe/activity.js";
 export { type ChromeTrace, chromeTrace } from "./observe/chrome-trace.js";
 export { clusterProcesses, TimelineWriter, timeline } from "./observe/cluster-timeline.js";
 export {

@@ -1,4 +1,5 @@
 import { hostname } from "node:os";
+import { metricCounter, metricHistogram, traceSpan } from "@torl-ts/core";
 import { SandboxClosedError, SandboxConfigError } from "./errors.js";
 import {
   checkRunLimits,
@@ -39,6 +40,17 @@ export interface ExecutorOptions {
 }
 
 let poolCounter = 0;
+
+const runsTotal = metricCounter(
+  "torl_sandbox_runs_total",
+  "Code runs this process's sandbox pools answered, by outcome (the run's status: Finished, TimeLimitExceeded, Error; SandboxError when the sandbox failed).",
+  ["status"],
+);
+const runSeconds = metricHistogram(
+  "torl_sandbox_run_seconds",
+  "Seconds from a code run's request to its answer (queueing included), by outcome.",
+  ["status"],
+);
 
 interface Job {
   request: NormalizedRequest;
@@ -111,10 +123,17 @@ export class SandboxExecutor implements CodeRunner {
     } catch (error) {
       return Promise.reject(error);
     }
-    return new Promise((resolve) => {
+    const started = performance.now();
+    const answer = new Promise<RunCodeResponse>((resolve) => {
       this.queue.push({ request, resolve });
       this.pump();
+    }).then((r) => {
+      const status = r.run_result?.status ?? r.status;
+      runsTotal.inc({ status });
+      runSeconds.observe({ status }, (performance.now() - started) / 1000);
+      return r;
     });
+    return traceSpan("run_code", () => answer, { cat: "sandbox" });
   }
 
   health(): SandboxHealth {

@@ -3,6 +3,8 @@
  * objects, metrics), a Chrome trace of a window (Ray's `ray.timeline()`), and a trace file that a
  * training run writes as it goes.
  */
+import { mkdirSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { InputError } from "../errors.js";
 import { currentRuntime } from "../runtime/current.js";
 import { type ChromeTrace, chromeTrace, TraceFile, TraceRows } from "./chrome-trace.js";
@@ -52,6 +54,7 @@ export class TimelineWriter {
 
   static async open(path: string): Promise<TimelineWriter> {
     const rt = currentRuntime();
+    mkdirSync(dirname(resolve(path)), { recursive: true });
     const file = new TraceFile(path);
     const holder = `${rt.clientId}/timeline-${++writers}`;
     await rt.head.request("record", { holder, on: true });

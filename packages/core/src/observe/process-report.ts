@@ -4,6 +4,7 @@
  * timeline events of a window. The head gathers one from every process (ProcessesReport) for the
  * dashboard, /metrics and `torl timeline`.
  */
+import type { Activity } from "./activity.js";
 import type { MetricFamily } from "./metrics.js";
 import type { TraceEvent } from "./timeline.js";
 
@@ -50,6 +51,8 @@ export interface ProcessReport {
   /** Ids of objects owned elsewhere that this process holds refs to (at most BORROWED_LISTED). */
   borrowed: string[];
   metrics: MetricFamily[];
+  /** What the process says it is doing, by topic (setProcessActivity), e.g. a trainer's step and phase. */
+  activity: Record<string, Activity>;
   /** Asked for: the events that ended in the window, and how many the ring buffer overwrote so far. */
   trace?: { events: TraceEvent[]; dropped: number };
 }

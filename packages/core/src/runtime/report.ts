@@ -1,4 +1,5 @@
 /** A process's answer to the head's probe (see observe/process-report.ts), read off its runtime. */
+import { processActivities } from "../observe/activity.js";
 import { metricFamilies, metricGauge } from "../observe/metrics.js";
 import {
   approxBytes,
@@ -71,6 +72,7 @@ export function reportOf(rt: Runtime, probe: { traceFromUs?: number; traceToUs?:
     objectBytes: bytes,
     borrowed: [...rt.borrowed.keys()].slice(0, BORROWED_LISTED),
     metrics: metricFamilies(),
+    activity: processActivities(),
     ...(probe.traceFromUs !== undefined && probe.traceToUs !== undefined
       ? {
           trace: {
