@@ -6,7 +6,7 @@ import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import test from "ava";
+import test, { type ExecutionContext } from "ava";
 import {
   clusterProcesses,
   clusterStatus,
@@ -36,6 +36,14 @@ function findChromium(): string | undefined {
     }
   }
   return undefined;
+}
+
+/** Chromium's path, or a failed test that says how to install it. */
+function chromiumFor(t: ExecutionContext): string | undefined {
+  const chromium = findChromium();
+  if (!chromium)
+    t.fail("chromium is not installed: run .ci/setup.d/chromium.sh (apt-get install -y chromium)");
+  return chromium;
 }
 
 /** The page's DOM after its script ran for a while (virtual time: the page's timers, not the wall clock). */
@@ -184,11 +192,8 @@ test.after.always(async () => {
 test.serial(
   "the page lists a started actor as ALIVE, then DEAD after a kill, and draws a run's curves as they grow",
   async (t) => {
-    const chromium = findChromium();
-    if (!chromium) {
-      t.fail("chromium is not installed: run .ci/setup.d/chromium.sh (apt-get install -y chromium)");
-      return;
-    }
+    const chromium = chromiumFor(t);
+    if (!chromium) return;
     const counter = createActor<Counter>(FIXTURE, "Counter", [0], { name: "dash-counter" });
     t.is(await counter.inc(), 1);
     const id = (await clusterStatus()).actors.find((a) => a.name === "dash-counter")!.actorId;
@@ -234,11 +239,8 @@ test.serial(
 test.serial(
   "the page shows the call each actor is running, since when, and the objects with owner, size and holders",
   async (t) => {
-    const chromium = findChromium();
-    if (!chromium) {
-      t.fail("chromium is not installed: run .ci/setup.d/chromium.sh (apt-get install -y chromium)");
-      return;
-    }
+    const chromium = chromiumFor(t);
+    if (!chromium) return;
     const counter = createActor<Counter>(FIXTURE, "Counter", [0], { name: "busy-counter" });
     await counter.inc();
     const id = (await clusterStatus()).actors.find((a) => a.name === "busy-counter")!.actorId;
