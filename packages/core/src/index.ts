@@ -45,6 +45,7 @@ export {
   type MetricFamily,
   type MetricSample,
   metricCounter,
+  metricFamilies,
   metricGauge,
   metricHistogram,
   SECONDS_BUCKETS,

@@ -43,13 +43,13 @@ let poolCounter = 0;
 
 const runsTotal = metricCounter(
   "torl_sandbox_runs_total",
-  "Code runs this process's sandbox pools answered, by outcome (the run's status: Finished, TimeLimitExceeded, Error; SandboxError when the sandbox failed).",
-  ["status"],
+  "Code runs this process's sandbox pools answered, by outcome: status is the answer's (Success, Failed, SandboxError), run_status its run's (Finished, TimeLimitExceeded, Error; none when nothing ran).",
+  ["status", "run_status"],
 );
 const runSeconds = metricHistogram(
   "torl_sandbox_run_seconds",
-  "Seconds from a code run's request to its answer (queueing included), by outcome.",
-  ["status"],
+  "Seconds from a code run's request to its answer (queueing included), by outcome (as torl_sandbox_runs_total).",
+  ["status", "run_status"],
 );
 
 interface Job {
@@ -128,9 +128,9 @@ export class SandboxExecutor implements CodeRunner {
       this.queue.push({ request, resolve });
       this.pump();
     }).then((r) => {
-      const status = r.run_result?.status ?? r.status;
-      runsTotal.inc({ status });
-      runSeconds.observe({ status }, (performance.now() - started) / 1000);
+      const outcome = { status: r.status, run_status: r.run_result?.status ?? "none" };
+      runsTotal.inc(outcome);
+      runSeconds.observe(outcome, (performance.now() - started) / 1000);
       return r;
     });
     return traceSpan("run_code", () => answer, { cat: "sandbox" });
