@@ -6,7 +6,6 @@
  * screenshotted in headless Chromium. Also writes the trace itself next to the picture's source.
  * Usage: pnpm tsx packages/core/scripts/timeline-picture.ts [OUT.png] [TRACE.json]
  */
-import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -22,6 +21,7 @@ import {
   traceSpan,
 } from "../src/index.js";
 import type { Boss, Napper } from "../test/fixtures/timeline-workload.js";
+import { chromium } from "./headless-chromium.js";
 
 const [
   out = "docs/pictures/timeline.png",
@@ -127,20 +127,6 @@ body { margin: 0; background: #fff; font: 12px system-ui, sans-serif; }
 .proc { font-weight: 600; fill: #1d2329; } .lane { fill: #4a525a; } .axis { fill: #7a828a; font-size: 10px; }
 .bar { fill: #fff; font-size: 11px; } .small { font-size: 10px; }
 </style></head><body><svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}">${parts.join("")}${legend}</svg></body></html>`;
-}
-
-function chromium(args: string[]): Promise<void> {
-  const profile = mkdtempSync(join(tmpdir(), "torl-pic-"));
-  const flags = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--hide-scrollbars",
-    `--user-data-dir=${profile}`,
-  ];
-  return new Promise((done, fail) =>
-    execFile("chromium", [...flags, ...args], { timeout: 300_000 }, (err) => (err ? fail(err) : done())),
-  );
 }
 
 const html = page(trace);
