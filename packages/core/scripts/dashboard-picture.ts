@@ -3,7 +3,6 @@
  * and a training run directory, shown by the dashboard in headless Chromium.
  * Usage: pnpm tsx packages/core/scripts/dashboard-picture.ts RUN_DIR [OUT.png]
  */
-import { execFile } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -17,6 +16,7 @@ import {
   shutdown,
   startDashboard,
 } from "../src/index.js";
+import { chromium } from "./headless-chromium.js";
 
 const [runDir, out = "docs/pictures/dashboard.png"] = process.argv.slice(2);
 if (!runDir) throw new Error("usage: dashboard-picture.ts RUN_DIR [OUT.png]");
@@ -33,23 +33,7 @@ await new Promise((r) => setTimeout(r, 500));
 const dashboard = await startDashboard({ status: clusterStatus, runDirs: [runDir], port: 0, refreshMs: 200 });
 console.log(`dashboard at ${dashboard.url}; screenshot...`);
 // The page as its script drew it (--dump-dom), then that DOM without the script, screenshotted: a
-// page that redraws forever never lets a headless screenshot settle. Asynchronously: the dashboard
-// answers the page from this process's event loop.
-const chromium = (args: string[]): Promise<string> => {
-  const profile = mkdtempSync(join(tmpdir(), "torl-pic-"));
-  const flags = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--hide-scrollbars",
-    `--user-data-dir=${profile}`,
-  ];
-  return new Promise((done, fail) =>
-    execFile("chromium", [...flags, ...args], { timeout: 300_000, maxBuffer: 64 << 20 }, (err, stdout) =>
-      err ? fail(err) : done(stdout),
-    ),
-  );
-};
+// page that redraws forever never lets a headless screenshot settle.
 const dom = await chromium(["--virtual-time-budget=3000", "--dump-dom", dashboard.url]);
 const still = join(mkdtempSync(join(tmpdir(), "torl-pic-")), "dashboard.html");
 writeFileSync(still, `<!doctype html>\n${dom.replace(/<script>[\s\S]*?<\/script>/, "")}`);

@@ -35,6 +35,28 @@ export {
   TypeScriptLoaderMissingError,
   threadEntry,
 } from "./module-files.js";
+export { type Activity, setProcessActivity } from "./observe/activity.js";
+export { type ChromeTrace, chromeTrace } from "./observe/chrome-trace.js";
+export { clusterProcesses, TimelineWriter, timeline } from "./observe/cluster-timeline.js";
+export {
+  type CounterFamily,
+  type GaugeFamily,
+  type HistogramFamily,
+  type MetricFamily,
+  type MetricSample,
+  metricCounter,
+  metricFamilies,
+  metricGauge,
+  metricHistogram,
+  SECONDS_BUCKETS,
+} from "./observe/metrics.js";
+export type {
+  OwnedObject,
+  ProcessesReport,
+  ProcessReport,
+  RunningCall,
+} from "./observe/process-report.js";
+export { type TraceCategory, type TraceEvent, traceSpan } from "./observe/timeline.js";
 export { ActorHandleBase } from "./runtime/actor-handle.js";
 export { getCallSignal, NoCurrentCallError } from "./runtime/call-context.js";
 export { ExecutorError } from "./runtime/executor.js";

@@ -6,13 +6,16 @@ import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import test from "ava";
+import test, { type ExecutionContext } from "ava";
 import {
+  clusterProcesses,
   clusterStatus,
   createActor,
   type Dashboard,
   init,
   kill,
+  metricHistogram,
+  put,
   shutdown,
   startDashboard,
 } from "../src/index.js";
@@ -33,6 +36,14 @@ function findChromium(): string | undefined {
     }
   }
   return undefined;
+}
+
+/** Chromium's path, or a failed test that says how to install it. */
+function chromiumFor(t: ExecutionContext): string | undefined {
+  const chromium = findChromium();
+  if (!chromium)
+    t.fail("chromium is not installed: run .ci/setup.d/chromium.sh (apt-get install -y chromium)");
+  return chromium;
 }
 
 /** The page's DOM after its script ran for a while (virtual time: the page's timers, not the wall clock). */
@@ -83,12 +94,20 @@ function get(
   });
 }
 
-/** Prometheus text format 0.0.4: every sample belongs to a family declared by HELP and TYPE before it. */
-function parsePrometheus(
-  text: string,
-): Map<string, { type: string; samples: { labels: string; value: number }[] }> {
-  const families = new Map<string, { type: string; samples: { labels: string; value: number }[] }>();
+interface Family {
+  type: string;
+  samples: { name: string; labels: string; value: number }[];
+}
+
+/**
+ * Prometheus text format 0.0.4: every sample belongs to the family declared by HELP and TYPE just
+ * before it (a histogram's samples are its name with _bucket, _sum or _count; its buckets carry `le`,
+ * grow with it, and end with +Inf equal to _count).
+ */
+function parsePrometheus(text: string): Map<string, Family> {
+  const families = new Map<string, Family>();
   let help: string | undefined;
+  let current: string | undefined;
   for (const [i, line] of text.split("\n").entries()) {
     if (line === "") continue;
     const h = /^# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .+$/.exec(line);
@@ -101,16 +120,49 @@ function parsePrometheus(
       if (ty[1] !== help) throw new Error(`line ${i + 1}: TYPE of ${ty[1]} without its HELP`);
       if (families.has(ty[1]!)) throw new Error(`line ${i + 1}: family ${ty[1]} declared twice`);
       families.set(ty[1]!, { type: ty[2]!, samples: [] });
+      current = ty[1];
       continue;
     }
     const s =
       /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*",?)*\})? (\S+)$/.exec(line);
     if (!s) throw new Error(`line ${i + 1} is not a sample: ${line}`);
-    const fam = families.get(s[1]!);
-    if (!fam) throw new Error(`line ${i + 1}: sample of undeclared family ${s[1]}`);
+    const fam = current === undefined ? undefined : families.get(current);
+    const suffix = s[1]!.slice(current?.length ?? 0);
+    const ok =
+      fam &&
+      s[1]!.startsWith(current!) &&
+      (suffix === ""
+        ? fam.type !== "histogram"
+        : fam.type === "histogram" && /^_(bucket|sum|count)$/.test(suffix));
+    if (!ok)
+      throw new Error(`line ${i + 1}: sample ${s[1]} is not of the family declared before it (${current})`);
+    if ((suffix === "_bucket") !== /(^\{|,)le="/.test(s[2] ?? ""))
+      throw new Error(`line ${i + 1}: le goes with _bucket samples only`);
     const value = Number(s[3] === "+Inf" ? Number.POSITIVE_INFINITY : s[3]);
     if (Number.isNaN(value) && s[3] !== "NaN") throw new Error(`line ${i + 1}: value ${s[3]}`);
-    fam.samples.push({ labels: s[2] ?? "", value });
+    fam!.samples.push({ name: s[1]!, labels: s[2] ?? "", value });
+  }
+  for (const [name, fam] of families) {
+    if (fam.type !== "histogram") continue;
+    const series = new Map<string, { le: string; value: number }[]>();
+    for (const x of fam.samples.filter((x) => x.name.endsWith("_bucket"))) {
+      const le = /le="([^"]+)"/.exec(x.labels)![1]!;
+      const key = x.labels.replace(/,?le="[^"]+"/, "");
+      series.set(key, [...(series.get(key) ?? []), { le, value: x.value }]);
+    }
+    for (const [key, buckets] of series) {
+      for (let i = 1; i < buckets.length; i++)
+        if (
+          !(Number(buckets[i]!.le) > Number(buckets[i - 1]!.le) || buckets[i]!.le === "+Inf") ||
+          buckets[i]!.value < buckets[i - 1]!.value
+        )
+          throw new Error(`${name}${key}: buckets must grow with le`);
+      const count = fam.samples.find(
+        (x) => x.name === `${name}_count` && x.labels === (key === "{}" ? "" : key),
+      )?.value;
+      if (buckets.at(-1)?.le !== "+Inf" || buckets.at(-1)!.value !== count)
+        throw new Error(`${name}${key}: the +Inf bucket must equal _count (${count})`);
+    }
   }
   return families;
 }
@@ -122,7 +174,13 @@ test.before(async () => {
   await init({ numCpus: 2 });
   runDir = mkdtempSync(join(tmpdir(), "torl-dash-run-"));
   writeFileSync(join(runDir, "metrics.jsonl"), "");
-  dashboard = await startDashboard({ status: clusterStatus, runDirs: [runDir], port: 0, refreshMs: 200 });
+  dashboard = await startDashboard({
+    status: clusterStatus,
+    processes: clusterProcesses,
+    runDirs: [runDir],
+    port: 0,
+    refreshMs: 200,
+  });
 });
 
 test.after.always(async () => {
@@ -134,11 +192,8 @@ test.after.always(async () => {
 test.serial(
   "the page lists a started actor as ALIVE, then DEAD after a kill, and draws a run's curves as they grow",
   async (t) => {
-    const chromium = findChromium();
-    if (!chromium) {
-      t.fail("chromium is not installed: run .ci/setup.d/chromium.sh (apt-get install -y chromium)");
-      return;
-    }
+    const chromium = chromiumFor(t);
+    if (!chromium) return;
     const counter = createActor<Counter>(FIXTURE, "Counter", [0], { name: "dash-counter" });
     t.is(await counter.inc(), 1);
     const id = (await clusterStatus()).actors.find((a) => a.name === "dash-counter")!.actorId;
@@ -181,31 +236,127 @@ test.serial(
   },
 );
 
-test.serial("/metrics is Prometheus text: the cluster's families and the run's last step", async (t) => {
-  const metricsUrl = dashboard.url.replace(/\/$/, "/metrics");
-  const res = await get(metricsUrl);
-  t.is(res.status, 200);
-  t.regex(res.type, /^text\/plain; version=0\.0\.4/);
-  const fams = parsePrometheus(res.body);
-  t.is(fams.get("torl_head_up")!.samples[0]!.value, 1);
-  t.is(fams.get("torl_head_received_bytes_total")!.type, "counter");
-  t.true(
-    fams
-      .get("torl_node_resource_total")!
-      .samples.some((s) => /resource="CPU"/.test(s.labels) && s.value === 2),
+test.serial(
+  "the page shows the call each actor is running, since when, and the objects with owner, size and holders",
+  async (t) => {
+    const chromium = chromiumFor(t);
+    if (!chromium) return;
+    const counter = createActor<Counter>(FIXTURE, "Counter", [0], { name: "busy-counter" });
+    await counter.inc();
+    const id = (await clusterStatus()).actors.find((a) => a.name === "busy-counter")!.actorId;
+    const big = put(new Float64Array(1 << 17)); // 1 MiB, owned by this driver
+    t.is(await counter.hold([big]), 1); // the counter's worker holds a ref to it too
+    const before = Date.now();
+    const slow = counter.slowInc(1, 180_000); // still running when chromium (slow to start on a loaded machine) reads the page
+    const queued = counter.inc(); // waits behind it (maxConcurrency 1)
+    await new Promise((r) => setTimeout(r, 300));
+    const dom = await dumpDom(chromium, dashboard.url);
+    const row = new RegExp(`<tr data-actor-id="${id}" data-state="ALIVE">.*?</tr>`).exec(dom)?.[0] ?? "";
+    const call =
+      /data-current-call="slowInc" data-since-ms="(\d+)">slowInc for [\d.]+ s \(since [^)]+\) \(\+1 queued\)</.exec(
+        row,
+      );
+    t.truthy(call, row);
+    t.true(Number(call![1]) >= before - 1000 && Number(call![1]) <= Date.now());
+    const obj = new RegExp(`<tr data-object-id="${big.id}" data-bytes="1048576">(.*?)</tr>`).exec(dom);
+    t.truthy(obj, "the object's row");
+    t.regex(
+      obj![1]!,
+      /<td>driver pid=\d+<\/td><td>1 MiB<\/td><td[^>]*>READY<\/td><td>driver pid=\d+, Counter 'busy-counter' pid=\d+<\/td>/,
+    );
+    kill(counter);
+    await t.throwsAsync(slow);
+    await t.throwsAsync(queued);
+  },
+);
+
+test.serial(
+  "/metrics is Prometheus text: the cluster's families, every process's, and the run's last step",
+  async (t) => {
+    const counter = createActor<Counter>(FIXTURE, "Counter", [0], { name: "metrics-counter" });
+    await counter.inc();
+    await counter.inc();
+    await t.throwsAsync(counter.fail("on purpose"));
+    const id = (await clusterStatus()).actors.find((a) => a.name === "metrics-counter")!.actorId;
+    const kept = put(new Float64Array(1 << 17));
+    const waits = metricHistogram("torl_test_wait_seconds", "A histogram of the test's.", ["kind"]);
+    for (const v of [0.003, 0.2, 7]) waits.observe({ kind: "a" }, v);
+    const metricsUrl = dashboard.url.replace(/\/$/, "/metrics");
+    const res = await get(metricsUrl);
+    t.is(res.status, 200);
+    t.regex(res.type, /^text\/plain; version=0\.0\.4/);
+    const fams = parsePrometheus(res.body);
+    t.is(fams.get("torl_head_up")!.samples[0]!.value, 1);
+    t.is(fams.get("torl_head_received_bytes_total")!.type, "counter");
+    t.true(
+      fams
+        .get("torl_node_resource_total")!
+        .samples.some((s) => /resource="CPU"/.test(s.labels) && s.value === 2),
+    );
+    t.true(fams.get("torl_actors")!.samples.some((s) => s.labels === '{state="DEAD"}' && s.value >= 1));
+    t.deepEqual(
+      fams.get("torl_trainer_step")!.samples.map((s) => s.value),
+      [5],
+    );
+    const phases = fams.get("torl_trainer_phase_seconds")!.samples;
+    t.true(phases.some((s) => /phase="gen"/.test(s.labels) && s.value === 2.5));
+    t.true(
+      fams
+        .get("torl_trainer_metric")!
+        .samples.some((s) => /metric="actor\/entropy"/.test(s.labels) && s.value === 0.1),
+    );
+    // every process's own families, each sample labelled with its process
+    const of = (family: string, ...labels: string[]) =>
+      fams.get(family)?.samples.filter((s) => labels.every((l) => s.labels.includes(l))) ?? [];
+    const actor = `actor_id="${id}"`;
+    t.is(fams.get("torl_calls_total")!.type, "counter");
+    t.deepEqual(
+      of("torl_calls_total", actor, 'class="Counter"', 'method="inc"').map((s) => s.value),
+      [2],
+    );
+    t.deepEqual(
+      of("torl_calls_failed_total", actor, 'method="fail"').map((s) => s.value),
+      [1],
+    );
+    t.deepEqual(of("torl_calls_failed_total", actor, 'method="inc"'), []);
+    t.regex(of("torl_calls_total", actor)[0]!.labels, /pid="\d+",node_id="node-[^"]+",process="Counter"/);
+    t.deepEqual(
+      of("torl_calls_queued", actor).map((s) => s.value),
+      [0],
+    );
+    t.true(of("torl_object_store_bytes", 'process="driver"')[0]!.value >= 8 << 17);
+    t.is(fams.get("torl_processes_silent")!.samples[0]!.value, 0);
+    const hist = fams.get("torl_test_wait_seconds")!;
+    t.is(hist.type, "histogram");
+    const sample = (name: string, le?: string) =>
+      hist.samples.find((s) => s.name === name && (le === undefined || s.labels.includes(`le="${le}"`)))!
+        .value;
+    t.is(sample("torl_test_wait_seconds_count"), 3);
+    t.is(sample("torl_test_wait_seconds_sum"), 7.203);
+    t.is(sample("torl_test_wait_seconds_bucket", "0.005"), 1);
+    t.is(sample("torl_test_wait_seconds_bucket", "0.25"), 2);
+    t.is(sample("torl_test_wait_seconds_bucket", "+Inf"), 3);
+    t.is(kept.id.length > 0, true);
+    kill(counter);
+  },
+);
+
+test("the exposition parser of these tests refuses what Prometheus would", (t) => {
+  t.throws(() => parsePrometheus("x 1\n"), { message: /not of the family declared/ });
+  t.throws(
+    () =>
+      parsePrometheus(
+        '# HELP h a\n# TYPE h histogram\nh_bucket{le="1"} 2\nh_bucket{le="+Inf"} 1\nh_count 1\n',
+      ),
+    {
+      message: /grow/,
+    },
   );
-  t.true(fams.get("torl_actors")!.samples.some((s) => s.labels === '{state="DEAD"}' && s.value >= 1));
-  t.deepEqual(
-    fams.get("torl_trainer_step")!.samples.map((s) => s.value),
-    [5],
-  );
-  const phases = fams.get("torl_trainer_phase_seconds")!.samples;
-  t.true(phases.some((s) => /phase="gen"/.test(s.labels) && s.value === 2.5));
-  t.true(
-    fams
-      .get("torl_trainer_metric")!
-      .samples.some((s) => /metric="actor\/entropy"/.test(s.labels) && s.value === 0.1),
-  );
+  t.throws(() => parsePrometheus('# HELP h a\n# TYPE h histogram\nh_bucket{le="+Inf"} 2\nh_count 3\n'), {
+    message: /\+Inf bucket must equal _count/,
+  });
+  t.throws(() => parsePrometheus('# HELP g a\n# TYPE g gauge\ng{a="b} 1\n'), { message: /not a sample/ });
+  t.is(parsePrometheus('# HELP g a\n# TYPE g gauge\ng{a="x\\"y"} 1.5\n').get("g")!.samples[0]!.value, 1.5);
 });
 
 test.serial(

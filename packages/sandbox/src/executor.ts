@@ -1,4 +1,5 @@
 import { hostname } from "node:os";
+import { metricCounter, metricHistogram, traceSpan } from "@torl-ts/core";
 import { SandboxClosedError, SandboxConfigError } from "./errors.js";
 import {
   checkRunLimits,
@@ -39,6 +40,17 @@ export interface ExecutorOptions {
 }
 
 let poolCounter = 0;
+
+const runsTotal = metricCounter(
+  "torl_sandbox_runs_total",
+  "Code runs this process's sandbox pools answered, by outcome: status is the answer's (Success, Failed, SandboxError), run_status its run's (Finished, TimeLimitExceeded, Error; none when nothing ran).",
+  ["status", "run_status"],
+);
+const runSeconds = metricHistogram(
+  "torl_sandbox_run_seconds",
+  "Seconds from a code run's request to its answer (queueing included), by outcome (as torl_sandbox_runs_total).",
+  ["status", "run_status"],
+);
 
 interface Job {
   request: NormalizedRequest;
@@ -111,10 +123,17 @@ export class SandboxExecutor implements CodeRunner {
     } catch (error) {
       return Promise.reject(error);
     }
-    return new Promise((resolve) => {
+    const started = performance.now();
+    const answer = new Promise<RunCodeResponse>((resolve) => {
       this.queue.push({ request, resolve });
       this.pump();
+    }).then((r) => {
+      const outcome = { status: r.status, run_status: r.run_result?.status ?? "none" };
+      runsTotal.inc(outcome);
+      runSeconds.observe(outcome, (performance.now() - started) / 1000);
+      return r;
     });
+    return traceSpan("run_code", () => answer, { cat: "sandbox" });
   }
 
   health(): SandboxHealth {

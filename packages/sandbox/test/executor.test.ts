@@ -6,6 +6,7 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
+import { metricFamilies } from "@torl-ts/core";
 import test from "ava";
 import {
   normalizeRequest,
@@ -26,6 +27,34 @@ test.before(async () => {
 test.after.always(async () => {
   await ex?.close();
 });
+
+test.serial(
+  "each run is counted by its outcome, and its latency observed (the /metrics families)",
+  async (t) => {
+    const count = (family: string, name: string, status: string) =>
+      metricFamilies()
+        .find((f) => f.name === family)
+        ?.samples.find((s) => s.name === name && s.labels.status === status && s.labels.le === undefined)
+        ?.value ?? 0;
+    const before = {
+      success: count("torl_sandbox_runs_total", "torl_sandbox_runs_total", "Success"),
+      failed: count("torl_sandbox_runs_total", "torl_sandbox_runs_total", "Failed"),
+      observed: count("torl_sandbox_run_seconds", "torl_sandbox_run_seconds_count", "Success"),
+    };
+    t.is((await ex.run("print(1)")).status, "Success");
+    t.is((await ex.run("import time; time.sleep(0.2); print(2)")).status, "Success");
+    t.is((await ex.run("raise ValueError('no')")).status, "Failed");
+    t.is(count("torl_sandbox_runs_total", "torl_sandbox_runs_total", "Success"), before.success + 2);
+    t.is(count("torl_sandbox_runs_total", "torl_sandbox_runs_total", "Failed"), before.failed + 1);
+    t.is(count("torl_sandbox_run_seconds", "torl_sandbox_run_seconds_count", "Success"), before.observed + 2);
+    const family = metricFamilies().find((f) => f.name === "torl_sandbox_run_seconds")!;
+    t.is(family.type, "histogram");
+    const sum = family.samples.find(
+      (s) => s.name === "torl_sandbox_run_seconds_sum" && s.labels.status === "Success",
+    )!;
+    t.true(sum.value >= 0.2, `${sum.value} s`);
+  },
+);
 
 test.serial(
   "nothing carries from one run to the next (files, module state, processes, /dev/shm)",

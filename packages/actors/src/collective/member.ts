@@ -5,7 +5,7 @@
  * every member through `invokeInActor`; after that, actor code calls `collective.allReduce(...)`
  * and friends with the group's name.
  */
-import { getRuntimeContext, isInitialized } from "@torl-ts/core";
+import { getRuntimeContext, isInitialized, traceSpan } from "@torl-ts/core";
 import type { CollectiveArray, ReduceOp } from "./dtype.js";
 import { CollectiveArgumentError, CollectiveGroupNotFoundError } from "./errors.js";
 import { type CollectiveTransport, type MemberAddress, RingMember } from "./ring.js";
@@ -94,6 +94,19 @@ export function leaveCollectiveGroup(group: string): boolean {
   return true;
 }
 
+/** An operation of this rank as a span of the cluster timeline (`torl timeline`), with its bytes. */
+function traced<T>(
+  op: string,
+  group: string,
+  arr: CollectiveArray | undefined,
+  f: () => Promise<T>,
+): Promise<T> {
+  return traceSpan(op, f, {
+    cat: "collective",
+    args: { group, ...(ArrayBuffer.isView(arr) ? { bytes: arr.byteLength, length: arr.length } : {}) },
+  });
+}
+
 function lookup(group: string): RingMember {
   const member = registry.get(group);
   if (!member || member.isClosed) {
@@ -120,18 +133,18 @@ export const collective = {
     op: ReduceOp = "sum",
     group: string = DEFAULT_GROUP,
   ): Promise<T> {
-    return lookup(group).allReduce(arr, op);
+    return traced("allReduce", group, arr, () => lookup(group).allReduce(arr, op));
   },
   /** Overwrites `arr` on every rank with `srcRank`'s `arr` (in place). */
   async broadcast<T extends CollectiveArray>(arr: T, srcRank = 0, group: string = DEFAULT_GROUP): Promise<T> {
-    return lookup(group).broadcast(arr, srcRank);
+    return traced("broadcast", group, arr, () => lookup(group).broadcast(arr, srcRank));
   },
   /**
    * Concatenation of every rank's `arr` in rank order (lengths may differ). With `out`, writes
    * into it; rank i's `arr` must then be `shardRange(out.length, worldSize, i)` long.
    */
   async allGather<T extends CollectiveArray>(arr: T, group: string = DEFAULT_GROUP, out?: T): Promise<T> {
-    return lookup(group).allGather(arr, out);
+    return traced("allGather", group, arr, () => lookup(group).allGather(arr, out));
   },
   /**
    * Element-wise reduction, of which this rank receives only its shard:
@@ -143,11 +156,11 @@ export const collective = {
     group: string = DEFAULT_GROUP,
     out?: T,
   ): Promise<T> {
-    return lookup(group).reduceScatter(arr, op, out);
+    return traced("reduceScatter", group, arr, () => lookup(group).reduceScatter(arr, op, out));
   },
   /** Resolves when every rank has reached the barrier. */
   async barrier(group: string = DEFAULT_GROUP): Promise<void> {
-    return lookup(group).barrier();
+    return traced("barrier", group, undefined, () => lookup(group).barrier());
   },
   getRank(group: string = DEFAULT_GROUP): number {
     return lookup(group).rank;

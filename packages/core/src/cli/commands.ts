@@ -13,5 +13,6 @@ export const cliCommands: CommandRegistry = {
   stop: async () => (await import("./stop.js")).stopCommand,
   dashboard: async () => (await import("./dashboard.js")).dashboardCommand,
   logs: async () => (await import("./logs.js")).logsCommand,
+  timeline: async () => (await import("./timeline.js")).timelineCommand,
   "bench actors": async () => (await import("../bench/actors.js")).benchActorsCommand,
 };

@@ -10,9 +10,11 @@ import { headAddressFrom } from "./flags.js";
 const usage = `usage: pnpm torl dashboard [--address HOST:PORT] [--keys PATH] [--run DIR]... [--host ADDR] [--port N]
 
 Serves a live page of the cluster (nodes and their resources, actors with their state, restarts,
-pid and node, placement groups) and of training runs (curves from each --run directory's
-metrics.jsonl, the phases of its last step), plus the same as Prometheus metrics at /metrics and
-as JSON at /api/status and /api/runs. Runs until interrupted.
+pid, node and the call each is running, placement groups, objects with their owner, size and
+holders) and of training runs (curves from each --run directory's metrics.jsonl, the phases of its
+last step, a running trainer's current step), plus the same as Prometheus metrics at /metrics (each
+process's calls, queues, object store, sandbox runs, trainer phases) and as JSON at /api/status and
+/api/runs. Runs until interrupted.
 
   --address   the head (default: TORL_ADDRESS, else the head last started on this machine)
   --keys      the cluster's key file, for an authenticated cluster (as torl status)
@@ -37,6 +39,7 @@ export const dashboardCommand = defineCommand({
     const client = new HeadClient(`tcp://${address}`, () => {});
     const dashboard = await startDashboard({
       status: () => client.request("status", {}, 5000) as Promise<ClusterStatus>,
+      processes: () => client.request("processes", {}, 10_000),
       runDirs: f.run ?? [],
       host: f.host,
       port: f.port,

@@ -52,6 +52,11 @@ export class ClientTable {
     return this.clients.get(clientId);
   }
 
+  /** Every client said hello and not gone. */
+  all(): ClientEntry[] {
+    return [...this.clients.values()];
+  }
+
   /** The drivers that asked for worker output. */
   wantingLogs(): ClientEntry[] {
     return [...this.clients.values()].filter((c) => c.logs);

@@ -7,10 +7,12 @@
  * - scheduler.ts: placing actors on nodes and in bundles;
  * - placement-groups.ts: reserving bundles by strategy;
  * - status.ts: resource totals and the cluster status;
- * - log-router.ts: worker output to the drivers, and log files read on their nodes.
+ * - log-router.ts: worker output to the drivers, and log files read on their nodes;
+ * - process-probes.ts: every process's report (calls, objects, metrics, timeline) and timeline recording.
  * What crosses parts is wired here: a client that is gone takes the actors and groups it owns with
  * it; a dead node takes its actors and the groups holding bundles on it.
  */
+import { InputError } from "../errors.js";
 import { logWarn } from "../log.js";
 import { UndecodableMessage } from "../wire/batch.js";
 import { errorToWire } from "../wire/codec.js";
@@ -23,6 +25,7 @@ import type { Reply, ToHead } from "./messages.js";
 import { NodeTable } from "./node-table.js";
 import type { Outbox } from "./outbox.js";
 import { PlacementGroups } from "./placement-groups.js";
+import { MAX_TIMELINE_SECONDS, ProcessProbes } from "./process-probes.js";
 import { Scheduler } from "./scheduler.js";
 import { clusterStatus, resourceTotals } from "./status.js";
 
@@ -51,6 +54,7 @@ export class Head {
   private readonly pgs: PlacementGroups;
   private readonly scheduler: Scheduler;
   private readonly logs: LogRouter;
+  private readonly probes: ProcessProbes;
   private timer: NodeJS.Timeout | null = null;
   address = "";
   readonly startedAt = Date.now();
@@ -73,6 +77,7 @@ export class Head {
     });
     this.scheduler = new Scheduler(this.nodes, this.pgs, this.actors, this.out);
     this.logs = new LogRouter(this.nodes, this.actors, this.clients, this.out);
+    this.probes = new ProcessProbes(this.clients, this.out);
   }
 
   async start(): Promise<string> {
@@ -136,7 +141,7 @@ export class Head {
       // clients
       case "hello":
         this.clients.hello(m, key);
-        return { nodes: this.nodes.size, nodeId: this.nodes.at(m.nodeIp) };
+        return { nodes: this.nodes.size, nodeId: this.nodes.at(m.nodeIp), recording: this.probes.recording };
       case "clientHeartbeat":
         this.clients.heartbeat(m.clientId);
         return NO_REPLY;
@@ -186,6 +191,33 @@ export class Head {
         });
         return NO_REPLY;
       }
+      case "processes": {
+        const rid = m.rid;
+        const from = m.traceFromUs;
+        const to = m.traceToUs;
+        if ((from === undefined) !== (to === undefined) || (from !== undefined && !(to! >= from)))
+          throw new InputError("processes: give both traceFromUs and traceToUs (from <= to), or neither");
+        const window = from === undefined ? undefined : { fromUs: from, toUs: to! };
+        this.probes.probe(window, (v) => rid !== undefined && this.reply(peer, rid, true, v));
+        return NO_REPLY;
+      }
+      case "timeline": {
+        if (!(m.seconds > 0 && m.seconds <= MAX_TIMELINE_SECONDS))
+          throw new InputError(
+            `timeline: seconds must be > 0 and <= ${MAX_TIMELINE_SECONDS}, got ${m.seconds}`,
+          );
+        const rid = m.rid;
+        this.probes.window(m.seconds, (v) => rid !== undefined && this.reply(peer, rid, true, v));
+        return NO_REPLY;
+      }
+      case "record": {
+        const rid = m.rid;
+        this.probes.record(m.holder, m.on, (v) => rid !== undefined && this.reply(peer, rid, true, v));
+        return NO_REPLY;
+      }
+      case "processReport":
+        this.probes.answered(m.qid, m.report);
+        return NO_REPLY;
       // node agents
       case "registerNode": {
         const registered = this.nodes.register(peer, m);
@@ -243,6 +275,7 @@ export class Head {
   /** The process `clientId` left or died (`why`): what it owns and did not detach goes with it. */
   private clientGone(clientId: string, why: string): void {
     const owner = this.clients.gone(clientId, this.out);
+    this.probes.gone(clientId);
     this.actors.killOwnedBy(clientId, {
       kind: "owner_died",
       message: `its owner (${owner}) is gone: ${why}`,

@@ -4,6 +4,7 @@
  * request carries `rid` and is answered with a `re` message of the same rid, a notification has none.
  * Both ends are the same version of this package (the wire format may change between versions).
  */
+import type { ProcessesReport, ProcessReport } from "../observe/process-report.js";
 import type { OwnerAddress } from "../runtime/object-ref.js";
 import type { ActorSpec, ActorState, ActorUpdate, PlacementStrategy } from "../runtime/protocol.js";
 import type { WireError } from "../wire/codec.js";
@@ -47,11 +48,19 @@ export type ClientToHead =
   | { t: "status" }
   | { t: "clusterResources" }
   /** A worker's log files: `target` is an actor id or name, or a node id (then all its workers). */
-  | { t: "readLogs"; target: string; tailBytes: number };
+  | { t: "readLogs"; target: string; tailBytes: number }
+  /** Every process's report; with a window, its timeline events that ended in it (microseconds since the epoch). */
+  | { t: "processes"; traceFromUs?: number; traceToUs?: number }
+  /** Records the timeline everywhere for `seconds`, then answers every process's events of that window. */
+  | { t: "timeline"; seconds: number }
+  /** Holds recording on (or lets go of it) for `holder` (a client id: let go of when it is gone too). */
+  | { t: "record"; holder: string; on: boolean }
+  /** A client's answer to the head's probe of `qid`. */
+  | { t: "processReport"; qid: number; report: ProcessReport };
 
 /** What the head answers each client request with (the others are notifications: no answer). */
 export interface HeadReplies {
-  hello: { nodes: number; nodeId: string | undefined };
+  hello: { nodes: number; nodeId: string | undefined; recording: boolean };
   clientAlive: boolean;
   bye: null;
   createActor: { actorId: string };
@@ -63,6 +72,10 @@ export interface HeadReplies {
   status: ClusterStatus;
   clusterResources: { total: Resources; available: Resources; nodes: number };
   readLogs: LogsRead;
+  processes: ProcessesReport;
+  timeline: ProcessesReport;
+  /** Whether the cluster records now, and the head's clock (microseconds since the epoch) once every process heard it. */
+  record: { recording: boolean; nowUs: number };
 }
 
 /** A node's answer to readLogs: the last `tailBytes` of each matching file (oldest first). */
@@ -159,7 +172,12 @@ export type HeadToClient =
   | ActorUpdate
   | { t: "clientGone"; clientId: string }
   /** Lines the client's actors and tasks printed (a driver that asked for them in its hello). */
-  | { t: "workerLog"; batches: LogBatch[] };
+  | { t: "workerLog"; batches: LogBatch[] }
+  /**
+   * Asks for the client's report (answered by processReport): first turning timeline recording on or
+   * off when `recording` is given, then with the events that ended in the window when it is given.
+   */
+  | { t: "probe"; qid: number; recording?: boolean; traceFromUs?: number; traceToUs?: number };
 
 /** The registration reply a node agent reads (`re` of its registerNode). */
 export interface NodeRegistered {

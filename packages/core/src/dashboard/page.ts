@@ -1,6 +1,7 @@
 /**
  * The dashboard's one page: plain HTML, CSS and a script, nothing loaded from elsewhere. It asks
- * /api/status and /api/runs every __REFRESH_MS__ ms and redraws. Every value from the cluster goes in
+ * /api/status (the head's status and every process's report) and /api/runs every __REFRESH_MS__ ms
+ * and redraws. Every value from the cluster goes in
  * through textContent or an SVG attribute, never as markup: actor names and causes are user text.
  */
 export const DASHBOARD_PAGE = `<!doctype html>
@@ -29,6 +30,8 @@ export const DASHBOARD_PAGE = `<!doctype html>
   .chart text { font-size: 10px; fill: #4a525a; }
   .phase-bar { fill: #3b6fb6; }
   .bad { color: #b3261e; }
+  .busy { color: #a15c00; }
+  .idle { color: #7a828a; }
 </style>
 </head>
 <body>
@@ -37,7 +40,8 @@ export const DASHBOARD_PAGE = `<!doctype html>
   <h2>Nodes</h2><div id="nodes"></div>
   <h2>Actors</h2><div id="actors"></div>
   <h2>Placement groups</h2><div id="pgs"></div>
-  <h2>Training runs</h2><div id="runs"></div>
+  <h2>Objects</h2><div id="objects"></div>
+  <h2>Training runs</h2><div id="trainers"></div><div id="runs"></div>
 </main>
 <script>
 const REFRESH_MS = __REFRESH_MS__;
@@ -64,6 +68,63 @@ function table(headers, rows) {
 }
 
 const round = (x) => (Math.abs(x) >= 100 ? x.toFixed(0) : Number(x.toPrecision(4)).toString());
+const bytes = (n) => n >= 1 << 30 ? round(n / (1 << 30)) + " GiB" : n >= 1 << 20 ? round(n / (1 << 20)) + " MiB" :
+  n >= 1024 ? round(n / 1024) + " KiB" : n + " B";
+const seconds = (ms) => round(Math.max(0, ms) / 1000) + " s";
+/** A process as the page names it: "Counter 'c1' pid=12", "driver pid=3". */
+const who = (p) => p.role === "driver" ? "driver pid=" + p.pid :
+  (p.className === "(task)" ? "task executor" : p.className || "worker") + (p.actorName ? " '" + p.actorName + "'" : "") + " pid=" + p.pid;
+
+/** The cell of an actor's current call: what it runs and since when, or that its process did not answer. */
+function currentCall(a, procs) {
+  if (a.state !== "ALIVE" || !procs) return el("td", {}, "-");
+  if (procs.silent.some((x) => x.actorId === a.actorId))
+    return el("td", { class: "busy", "data-current-call": "(no answer)" }, "no answer: event loop blocked, or hung");
+  const p = procs.processes.find((x) => x.actorId === a.actorId);
+  if (!p) return el("td", {}, "-");
+  const queued = p.queued > 0 ? " (+" + p.queued + " queued)" : "";
+  if (p.running.length === 0) return el("td", { class: "idle", "data-current-call": "" }, "idle" + queued);
+  const now = Date.now();
+  return el("td", { "data-current-call": p.running[0].name, "data-since-ms": p.running[0].sinceMs },
+    p.running.map((c) => c.name + " for " + seconds(now - c.sinceMs) + " (since " + new Date(c.sinceMs).toLocaleTimeString() + ")").join("; ") + queued);
+}
+
+function drawObjects(procs, error) {
+  const box = document.getElementById("objects");
+  if (!procs) {
+    box.replaceChildren(el("p", { class: error ? "bad" : "empty" }, error ? "no reports from the processes: " + error : "not reported"));
+    return;
+  }
+  const holders = new Map();
+  for (const p of procs.processes) for (const id of p.borrowed) holders.set(id, [...(holders.get(id) || []), who(p)]);
+  const all = procs.processes.flatMap((p) => p.objects.map((o) => ({ ...o, owner: who(p) })));
+  all.sort((a, b) => b.bytes - a.bytes);
+  const total = procs.processes.reduce((n, p) => n + p.objectBytes, 0);
+  const count = procs.processes.reduce((n, p) => n + p.objectCount, 0);
+  box.replaceChildren(
+    el("p", {}, count + " objects, " + bytes(total) + ", owned by " + procs.processes.filter((p) => p.objectCount > 0).length + " processes" +
+      (procs.silent.length ? "; " + procs.silent.length + " process(es) did not answer (pids " + procs.silent.map((x) => x.pid).join(", ") + ")" : "")),
+    table(["object", "owner", "size", "state", "held by"],
+      all.slice(0, 50).map((o) => el("tr", { "data-object-id": o.id, "data-bytes": o.bytes },
+        el("td", {}, o.id), el("td", {}, o.owner), el("td", {}, bytes(o.bytes)), el("td", { class: o.state === "READY" ? "" : o.state === "FAILED" ? "DEAD" : "PENDING" }, o.state),
+        el("td", {}, [...(o.localRefs > 0 ? [o.owner] : []), ...(holders.get(o.id) || [])].join(", ") +
+          (o.copiesOut > 0 && !holders.has(o.id) ? (o.localRefs > 0 ? ", " : "") + o.copiesOut + " ref(s) sent elsewhere" : ""))))),
+  );
+}
+
+function drawTrainers(procs) {
+  const live = (procs ? procs.processes : []).filter((p) => p.activity && p.activity.trainer);
+  const now = Date.now();
+  document.getElementById("trainers").replaceChildren(...live.map((p) => {
+    const tr = p.activity.trainer;
+    const done = Object.entries(tr.phases || {}).map(([k, v]) => k + " " + round(v) + " s").join(", ");
+    return el("div", { class: "run", "data-trainer-step": tr.step, "data-phase-now": tr.phase || "" },
+      el("b", {}, "trainer in " + who(p)), " step " + tr.step +
+      (tr.phase ? " · now " + tr.phase + " for " + seconds(now - tr.phaseSinceMs) : "") +
+      " · phases done: " + (done || "none yet"));
+  }));
+}
+
 const resources = (r) => Object.entries(r || {}).filter(([, v]) => v > 0).map(([k, v]) => k + " " + round(v)).join(", ");
 
 function drawStatus(s) {
@@ -89,11 +150,12 @@ function drawStatus(s) {
   const executors = st.actors.length - actors.length;
   document.getElementById("actors").replaceChildren(
     table(
-      ["actor", "class", "name", "state", "restarts", "pid", "node", "resources", "cause of death"],
+      ["actor", "class", "name", "state", "restarts", "pid", "node", "resources", "current call", "cause of death"],
       actors.map((a) => el("tr", { "data-actor-id": a.actorId, "data-state": a.state },
         el("td", {}, a.actorId), el("td", {}, a.className), el("td", {}, a.name || "-"),
         el("td", { class: a.state }, a.state), el("td", {}, Math.max(0, a.restarts - 1)),
         el("td", {}, a.pid ?? "-"), el("td", {}, a.nodeId ?? "-"), el("td", {}, resources(a.resources)),
+        currentCall(a, s.processes),
         el("td", { class: "cause" }, a.state === "DEAD" && a.cause ? a.cause.split("\\n")[0] : ""))),
     ),
     el("p", { class: "empty" }, executors + " task executor process(es) not listed"),
@@ -105,6 +167,8 @@ function drawStatus(s) {
       el("td", { class: p.state }, p.state), el("td", {}, p.bundles.map(resources).join(" | ")),
       el("td", {}, (p.bundleNodes || []).join(" | ")))),
   ));
+  drawObjects(s.processes, s.processesError);
+  drawTrainers(s.processes);
 }
 
 const CHARTS = [

@@ -1,8 +1,12 @@
 /**
- * The cluster and its training runs in Prometheus's text exposition format (version 0.0.4): each
- * family a `# HELP` and a `# TYPE` line, then its samples. Names and units: docs/dashboard.md.
+ * The cluster, its processes and its training runs in Prometheus's text exposition format (version
+ * 0.0.4): each family a `# HELP` and a `# TYPE` line, then its samples. The processes' own families
+ * (calls, queues, object store, sandbox runs, trainer phases) are merged by name, each sample labelled
+ * with its process. Names and units: docs/observability.md.
  */
 import type { ClusterStatus } from "../cluster/messages.js";
+import type { MetricType } from "../observe/metrics.js";
+import type { ProcessesReport, ProcessReport } from "../observe/process-report.js";
 import type { RunView } from "./runs.js";
 
 const ACTOR_STATES = ["PENDING", "ALIVE", "RESTARTING", "DEAD"] as const;
@@ -25,13 +29,14 @@ function number(v: number): string {
 class Exposition {
   private lines: string[] = [];
 
-  family(name: string, type: "gauge" | "counter", help: string, samples: [Labels, number][]): void {
+  /** A family; a sample's third element names it when it is not the family's name (a histogram's _bucket, _sum, _count). */
+  family(name: string, type: MetricType, help: string, samples: [Labels, number, string?][]): void {
     this.lines.push(`# HELP ${name} ${help.replace(/\\/g, "\\\\").replace(/\n/g, "\\n")}`);
     this.lines.push(`# TYPE ${name} ${type}`);
-    for (const [labels, value] of samples) {
+    for (const [labels, value, sampleName] of samples) {
       const keys = Object.keys(labels);
       const l = keys.length ? `{${keys.map((k) => `${k}="${escapeLabel(labels[k]!)}"`).join(",")}}` : "";
-      this.lines.push(`${name}${l} ${number(value)}`);
+      this.lines.push(`${sampleName ?? name}${l} ${number(value)}`);
     }
   }
 
@@ -40,8 +45,47 @@ class Exposition {
   }
 }
 
-/** The exposition of one status (undefined: the head did not answer) and the runs' last rows. */
-export function prometheusText(status: ClusterStatus | undefined, runs: readonly RunView[]): string {
+/** The labels that say which process a sample came from. */
+function processLabels(p: ProcessReport): Labels {
+  return {
+    pid: String(p.pid),
+    node_id: p.nodeId ?? "",
+    process: p.role === "driver" ? "driver" : (p.className ?? "worker"),
+    actor_id: p.actorId ?? "",
+  };
+}
+
+/** Every process's families, merged by name (a name declared with two types keeps the first). */
+function processFamilies(out: Exposition, report: ProcessesReport): void {
+  out.family(
+    "torl_processes_silent",
+    "gauge",
+    "Processes that did not answer the dashboard's last probe within its deadline (a blocked event loop, or a hung process).",
+    [[{}, report.silent.length]],
+  );
+  const merged = new Map<string, { type: MetricType; help: string; samples: [Labels, number, string][] }>();
+  for (const p of report.processes) {
+    const who = processLabels(p);
+    for (const f of p.metrics) {
+      let m = merged.get(f.name);
+      if (!m) merged.set(f.name, (m = { type: f.type, help: f.help, samples: [] }));
+      if (m.type !== f.type) continue;
+      for (const s of f.samples) m.samples.push([{ ...who, ...s.labels }, s.value, s.name]);
+    }
+  }
+  for (const [name, m] of [...merged].sort(([a], [b]) => a.localeCompare(b)))
+    out.family(name, m.type, m.help, m.samples);
+}
+
+/**
+ * The exposition of one status (undefined: the head did not answer), the processes' reports
+ * (undefined: not asked, or no answer) and the runs' last rows.
+ */
+export function prometheusText(
+  status: ClusterStatus | undefined,
+  runs: readonly RunView[],
+  processes?: ProcessesReport,
+): string {
   const out = new Exposition();
   out.family(
     "torl_head_up",
@@ -118,6 +162,7 @@ export function prometheusText(status: ClusterStatus | undefined, runs: readonly
       [...pgs].map(([state, n]) => [{ state }, n]),
     );
   }
+  if (processes) processFamilies(out, processes);
   const withRows = runs.filter((r) => r.last !== undefined);
   out.family(
     "torl_trainer_step",

@@ -1,7 +1,8 @@
 /**
- * The dashboard: an HTTP server that shows the cluster (nodes, actors, placement groups) and its
- * training runs (curves from metrics.jsonl, the phases of the last step), live, in a plain browser
- * with nothing fetched from the internet, and serves the same as JSON and as Prometheus metrics.
+ * The dashboard: an HTTP server that shows the cluster (nodes, actors and the calls they run,
+ * placement groups, objects) and its training runs (curves from metrics.jsonl, the phases of the last
+ * step, the live trainer's current step), live, in a plain browser with nothing fetched from the
+ * internet, and serves the same as JSON and as Prometheus metrics.
  *
  * It listens on loopback unless told otherwise; on any other address every request must carry the
  * token printed with its URL (the cluster's state names hosts, pids and code). Requests whose Host
@@ -12,6 +13,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { AddressInfo } from "node:net";
 import type { ClusterStatus } from "../cluster/messages.js";
 import { InputError } from "../errors.js";
+import type { ProcessesReport } from "../observe/process-report.js";
 import { isLoopbackHost } from "../wire/security.js";
 import { DASHBOARD_PAGE } from "./page.js";
 import { prometheusText } from "./prometheus.js";
@@ -20,6 +22,12 @@ import { type RunView, RunWatcher } from "./runs.js";
 export interface DashboardOptions {
   /** Asks the head for the cluster's state (`clusterStatus` in a driver; the CLI uses a head client). */
   status: () => Promise<ClusterStatus>;
+  /**
+   * Asks the head for every process's report: running calls, objects, metrics, trainer activity
+   * (`clusterProcesses` in a driver). Without it the page shows no calls or objects, and /metrics
+   * only the head's view.
+   */
+  processes?: () => Promise<ProcessesReport>;
   /** Training run directories to show (each holds the metrics.jsonl a trainer writes). */
   runDirs?: readonly string[];
   /** Address to listen on (default 127.0.0.1). Any other than loopback requires the token. */
@@ -77,6 +85,20 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       return { error: e instanceof Error ? e.message : String(e) };
     }
   };
+  const processes = async (): Promise<{ processes?: ProcessesReport; processesError?: string }> => {
+    if (!options.processes) return {};
+    try {
+      // the head waits a few seconds for silent processes: the page's deadline is longer
+      const report = await withTimeout(options.processes(), statusTimeoutMs + 5000, "the processes' reports");
+      return { processes: report };
+    } catch (e) {
+      return { processesError: e instanceof Error ? e.message : String(e) };
+    }
+  };
+  const both = async () => {
+    const [s, p] = await Promise.all([status(), processes()]);
+    return { ...s, ...p };
+  };
 
   let ownHosts: Set<string> = new Set();
   const authorized = (req: IncomingMessage, url: URL): boolean => {
@@ -119,14 +141,19 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         );
         return;
       case "/api/status":
-        send(res, 200, "application/json", JSON.stringify(await status()));
+        send(res, 200, "application/json", JSON.stringify(await both()));
         return;
       case "/api/runs":
         send(res, 200, "application/json", JSON.stringify(runs()));
         return;
       case "/metrics": {
-        const s = await status();
-        send(res, 200, "text/plain; version=0.0.4; charset=utf-8", prometheusText(s.status, runs()));
+        const s = await both();
+        send(
+          res,
+          200,
+          "text/plain; version=0.0.4; charset=utf-8",
+          prometheusText(s.status, runs(), s.processes),
+        );
         return;
       }
       default:

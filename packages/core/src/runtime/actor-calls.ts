@@ -13,6 +13,7 @@ import {
   TaskCancelledError,
 } from "../errors.js";
 import { logWarn } from "../log.js";
+import { traceRecorder } from "../observe/timeline.js";
 import { UndecodableMessage } from "../wire/batch.js";
 import { type Encoded, encode } from "../wire/codec.js";
 import { DealerLink } from "../wire/links.js";
@@ -159,6 +160,7 @@ export class ActorCalls {
       return null;
     }
     const info: CallInfo = { seq, enc, target, retriesLeft: retries, window: rec.streamWindow, ...extra };
+    traceCall(info, describeCall(rec, target));
     rec.inflight.set(seq, info);
     if (rec.link && rec.state === "ALIVE") rec.link.sendEncoded(enc);
     else rec.queued.push(info);
@@ -385,6 +387,23 @@ export class ActorCalls {
 }
 
 export const NOT_INLINED = Symbol("not inlined");
+
+/** While the timeline records: the call as a span on this process's row, from its sending to its end. */
+function traceCall(info: CallInfo, what: string): void {
+  const span = traceRecorder.start("call", what);
+  if (!span) return;
+  const done = info.done;
+  info.done = (ok, v) => {
+    traceRecorder.end(span, ok ? undefined : { failed: true });
+    done?.(ok, v);
+  };
+  const onDied = info.onDied;
+  if (onDied)
+    info.onDied = (i, err) => {
+      traceRecorder.end(span, { died: true });
+      return onDied(i, err);
+    };
+}
 
 function describe(rec: ActorRecord, target: string | [string, string]): string {
   return typeof target === "string" ? `${rec.name ?? rec.actorId}.${target}` : `${target[1]}`;

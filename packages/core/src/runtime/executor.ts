@@ -6,6 +6,9 @@
  */
 import { SerializationError, TaskCancelledError } from "../errors.js";
 import { logWarn } from "../log.js";
+import { metricCounter } from "../observe/metrics.js";
+import type { RunningCall } from "../observe/process-report.js";
+import { type OpenSpan, traceRecorder } from "../observe/timeline.js";
 import { type Encoded, encode, encodeError, errorToWire, printable, thrownMessage } from "../wire/codec.js";
 import { prepareValue } from "../wire/sendable.js";
 import { runInCall } from "./call-context.js";
@@ -41,7 +44,23 @@ interface Job {
   /** A stream's count of items the caller took, and the resume of a producer paused for it. */
   acked: number;
   wake: (() => void) | null;
+  /** When it started to run (ms since the epoch), and its timeline span. */
+  startedMs: number;
+  span: OpenSpan | null;
+  /** Its result (or an item) could not be encoded: it is answered with the error that says why. */
+  unsendable: boolean;
 }
+
+const callsTotal = metricCounter(
+  "torl_calls_total",
+  'Calls this worker ran to their end (actor methods by class and method; tasks with class "(task)").',
+  ["class", "method"],
+);
+const callsFailed = metricCounter(
+  "torl_calls_failed_total",
+  "Calls this worker ran that threw, or whose result could not be sent.",
+  ["class", "method"],
+);
 
 export class ExecutorError extends Error {
   override name = "ExecutorError";
@@ -58,7 +77,7 @@ const CANCELLED = Symbol("cancelled");
 type Kept = typeof RUNNING | typeof TOO_LARGE | typeof CANCELLED | { enc: Encoded; bytes: number };
 
 export class Executor {
-  private running = 0;
+  private busy = 0;
   /**
    * At most once across broken connections: a caller re-sends the calls it has no answer for when
    * its connection comes back; one already running is not run again, one done gets its kept reply.
@@ -71,11 +90,31 @@ export class Executor {
   private active = new Map<string, Job>();
   private modules = new Map<string, any>();
 
+  /** The actor's class as metrics and the timeline name it ("(task)" for a task executor). */
+  readonly className: string;
+
   constructor(
     private rt: Runtime,
     private instance: any,
     private maxConcurrency: number,
-  ) {}
+  ) {
+    this.className = instance ? (instance.constructor?.name ?? "(actor)") : "(task)";
+  }
+
+  /** The calls running now (the `__ready__` probe left out). */
+  running(): RunningCall[] {
+    return [...this.active.values()]
+      .filter((j) => j.target !== "__ready__")
+      .map((j) => ({
+        name: targetName(j.target),
+        kind: typeof j.target === "string" ? "actor_call" : "task",
+        sinceMs: j.startedMs,
+      }));
+  }
+
+  queued(): number {
+    return this.queue.length;
+  }
 
   /** Runs a decoded CALL, STREAM_ACK or CANCEL (its seq was checked by the caller of this method). */
   onMessage(peer: Buffer, m: any[]): void {
@@ -106,6 +145,9 @@ export class Executor {
       cancelled: false,
       acked: 0,
       wake: null,
+      startedMs: 0,
+      span: null,
+      unsendable: false,
     };
     const key = keyOf(job);
     const seen = this.seen.get(key);
@@ -133,7 +175,7 @@ export class Executor {
       this.run(job, false);
       return;
     }
-    if (this.running < this.maxConcurrency && this.queue.length === 0) this.run(job, true);
+    if (this.busy < this.maxConcurrency && this.queue.length === 0) this.run(job, true);
     else this.queue.push(job);
   }
 
@@ -172,6 +214,7 @@ export class Executor {
 
   /** The RESULT of `what` (a result, a stream item) that could not be encoded. */
   private unsendableResult(job: Job, e: unknown, what: string): Encoded {
+    job.unsendable = true;
     // the caller rebuilds a SerializationError: the same error a bad argument gives
     if (e instanceof SerializationError)
       return encode([RESULT, job.seq, RESULT_UNSENDABLE, [e.path, e.found, e.message]]);
@@ -205,35 +248,59 @@ export class Executor {
   }
 
   private run(job: Job, counted: boolean): void {
-    if (counted) this.running++;
+    if (counted) this.busy++;
     const key = keyOf(job);
     const controller = new AbortController();
     job.controller = controller;
     this.active.set(key, job);
+    const counts = job.target !== "__ready__";
+    const labels = { class: this.className, method: targetName(job.target) };
+    job.startedMs = Date.now();
+    if (counts)
+      job.span = traceRecorder.start(
+        typeof job.target === "string" ? "actor_call" : "task",
+        typeof job.target === "string" ? `${this.className}.${labels.method}` : labels.method,
+      );
     let settled = false;
-    const finish = (result: () => Encoded): void => {
+    const finish = (result: () => Encoded, threw = false): void => {
       if (settled) return;
       settled = true;
       this.active.delete(key);
+      let failed = threw;
       try {
         // a cancelled call's caller has its answer (TaskCancelledError): its result is discarded
         if (job.cancelled) this.seen.set(key, CANCELLED);
-        else this.reply(job, result());
+        else {
+          const enc = result();
+          failed ||= job.unsendable; // a result that could not be encoded is answered with its error
+          this.reply(job, enc);
+        }
       } catch (e) {
+        failed = true;
         logWarn(`the reply to ${describe(job.target)} could not be sent: ${printable(e)}`);
       } finally {
+        if (counts) {
+          callsTotal.inc(labels);
+          if (failed) callsFailed.inc(labels);
+          traceRecorder.end(
+            job.span,
+            failed ? { failed: true } : job.cancelled ? { cancelled: true } : undefined,
+          );
+        }
         if (counted) this.done();
       }
     };
     const ended = (ok: boolean, value: unknown): void => {
       if (ok && isGenerator(value)) void this.stream(job, value, finish);
-      else finish(() => (ok ? this.valueResult(job, value) : threwResult(job, value)));
+      else finish(() => (ok ? this.valueResult(job, value) : threwResult(job, value)), !ok);
     };
     try {
-      const result: any = runInCall(controller.signal, () => {
-        const needsAsync = job.args.some((a) => a instanceof ObjectRef) || this.needsImport(job.target);
-        return needsAsync ? this.invokeAsync(job) : this.invoke(job);
-      });
+      const result: any = runInCall(controller.signal, () =>
+        traceRecorder.within(job.span, () => {
+          const needsAsync = job.args.some((a) => a instanceof ObjectRef) || this.needsImport(job.target);
+          return needsAsync ? this.invokeAsync(job) : this.invoke(job);
+        }),
+      );
       // a returned object's `then` may be a getter that throws: that too ends the call with its error
       const then =
         result !== null && typeof result === "object" && !(result instanceof ObjectRef)
@@ -259,7 +326,7 @@ export class Executor {
   private async stream(
     job: Job,
     gen: Generator | AsyncGenerator,
-    finish: (result: () => Encoded) => void,
+    finish: (result: () => Encoded, threw?: boolean) => void,
   ): Promise<void> {
     const signal = job.controller!.signal;
     const what = describe(job.target);
@@ -289,7 +356,7 @@ export class Executor {
         index++;
       }
     } catch (e) {
-      finish(() => threwResult(job, e));
+      finish(() => threwResult(job, e), true);
       return;
     }
     if (job.cancelled) {
@@ -304,8 +371,8 @@ export class Executor {
   }
 
   private done(): void {
-    this.running--;
-    while (this.running < this.maxConcurrency && this.queue.length > 0) this.run(this.queue.shift()!, true);
+    this.busy--;
+    while (this.busy < this.maxConcurrency && this.queue.length > 0) this.run(this.queue.shift()!, true);
   }
 
   private needsImport(target: unknown): boolean {
@@ -359,6 +426,11 @@ function keyFor(peer: Buffer, seq: number): string {
 
 function keyOf(job: Job): string {
   return keyFor(job.peer, job.seq);
+}
+
+/** A call's method or function name, as metrics and the dashboard show it. */
+function targetName(t: unknown): string {
+  return typeof t === "string" ? t : Array.isArray(t) ? String(t[1]) : "call";
 }
 
 function describe(t: unknown): string {

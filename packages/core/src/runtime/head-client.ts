@@ -6,6 +6,7 @@ import {
   ActorNotFoundError,
   HeadError,
   InfeasibleResourceError,
+  InputError,
   MessageDecodeError,
   PlacementGroupError,
   ResourceRequestError,
@@ -124,6 +125,7 @@ const HEAD_ERRORS: Record<string, new (message: string) => Error> = {
   PlacementGroupError,
   InfeasibleResourceError,
   ResourceRequestError,
+  InputError,
   HeadError,
 };
 

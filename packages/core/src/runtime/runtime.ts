@@ -19,6 +19,8 @@ import { prepareValue } from "../wire/sendable.js";
 import { ActorCalls, NOT_INLINED } from "./actor-calls.js";
 // every process that decodes messages must know every value type from its first message on
 import "./actor-handle.js";
+import { approxBytes, type RunningCall } from "../observe/process-report.js";
+import { traceRecorder } from "../observe/timeline.js";
 import { Streams } from "./call-stream.js";
 import { setRuntime } from "./current.js";
 import { HeadClient } from "./head-client.js";
@@ -45,6 +47,7 @@ import {
   RESULT_UNDECODABLE,
   STREAM_ACK,
 } from "./protocol.js";
+import { reportOf } from "./report.js";
 import { refuseRefInThreadValue } from "./thread-actor-wire.js";
 
 export interface RuntimeContext {
@@ -107,9 +110,17 @@ export class Runtime {
     // the last ref to a call is gone: a stream nobody can read stops its producer
     if (!this.store.entries.has(seq)) this.streams.abandoned(seq);
   });
-  private borrowedFr = new FinalizationRegistry<[string, number, OwnerAddress]>(([owner, seq, addr]) =>
-    this.queueRelease(owner, addr, seq, false),
-  );
+  private borrowedFr = new FinalizationRegistry<[string, number, OwnerAddress]>(([owner, seq, addr]) => {
+    const id = `${owner}:${seq}`;
+    const n = (this.borrowed.get(id) ?? 1) - 1;
+    if (n > 0) this.borrowed.set(id, n);
+    else this.borrowed.delete(id);
+    this.queueRelease(owner, addr, seq, false);
+  });
+  /** Objects owned elsewhere that this process holds refs to: the count of its live refs to each. */
+  readonly borrowed = new Map<string, number>();
+  /** The worker's calls, for its reports (set by the worker; a driver runs none). */
+  calls: { className: string; running(): RunningCall[]; queued(): number } | null = null;
   private pushHandlers: Array<(m: any) => void> = [];
   sessionDir = "";
   private heartbeat: NodeJS.Timeout | null = null;
@@ -179,6 +190,7 @@ export class Runtime {
     );
     // a driver that joined runs on the node at its own address (workers and embedded drivers know theirs)
     this.context.nodeId ??= hello?.nodeId;
+    traceRecorder.setRecording(hello?.recording === true);
     if (heartbeats) this.startHeartbeats(headAddress);
   }
 
@@ -227,6 +239,10 @@ export class Runtime {
     if (m.t === "actor") this.actors.onUpdate(m);
     else if (m.t === "clientGone") this.onOwnerGone(m.clientId);
     else if (m.t === "workerLog") printWorkerLog(m.batches);
+    else if (m.t === "probe") {
+      if (typeof m.recording === "boolean") traceRecorder.setRecording(m.recording);
+      this.head.notify("processReport", { qid: m.qid, report: reportOf(this, m) });
+    }
     for (const f of this.pushHandlers) f(m);
   }
 
@@ -303,7 +319,9 @@ export class Runtime {
     }
     if (ref._cached)
       return ref._cached.ok ? Promise.resolve(ref._cached.value) : Promise.reject(ref._cached.value);
+    const span = traceRecorder.start("transfer", `fetch ${ref.id}`);
     return this.fetch(ref).then((m) => {
+      traceRecorder.end(span, m[2] === FETCH_OK ? { bytes: approxBytes(m[3]) } : { failed: true });
       if (m[2] === FETCH_OK) {
         ref._cached = { ok: true, value: m[3] };
         return m[3];
@@ -479,8 +497,14 @@ export class Runtime {
           if (s.state === READY) {
             try {
               // the encoded frames are views that the send may read later: hand the value out
+              const span = traceRecorder.start("transfer", `serve ${this.clientId}:${seq}`);
               const value = prepareValue(this.store.handOut(s), "value", "cannot be sent");
-              this.server.sendEncoded(peer, encode([FETCH_REPLY, seq, FETCH_OK, value]));
+              const enc = encode([FETCH_REPLY, seq, FETCH_OK, value]);
+              this.server.sendEncoded(peer, enc);
+              if (span)
+                traceRecorder.end(span, {
+                  bytes: enc.frames.reduce((n, f) => n + f.byteLength, enc.head.byteLength),
+                });
             } catch (err) {
               this.server.sendEncoded(
                 peer,
@@ -541,6 +565,7 @@ export class Runtime {
     }
     const ref = new ObjectRef(ownerId, seq, addr);
     this.borrowedFr.register(ref, [ownerId, seq, addr]);
+    this.borrowed.set(ref.id, (this.borrowed.get(ref.id) ?? 0) + 1);
     return ref;
   }
 

@@ -46,6 +46,7 @@ async function boot(m: any): Promise<void> {
     }
     const executor = new Executor(rt, instance, Math.max(1, spec.maxConcurrency ?? 1));
     rt.callHandler = (peer, msg) => executor.onMessage(peer, msg);
+    rt.calls = executor;
     process.send!({ t: "ready", endpoint: rt.address });
   } catch (e) {
     process.send!({ t: "failed", error: errorToWire(e) }, () => process.exit(1));

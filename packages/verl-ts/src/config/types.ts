@@ -193,6 +193,7 @@ export interface TrainerConfig extends Open {
     log_val_generations: number;
     rollout_data_dir: string | null;
     validation_data_dir: string | null;
+    timeline: string | null;
     max_actor_ckpt_to_keep: number | null;
     seed: number;
   } & Open;

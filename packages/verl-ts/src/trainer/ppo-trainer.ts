@@ -12,6 +12,7 @@
  */
 import { join } from "node:path";
 import { clusterResources, init, isInitialized, shutdown } from "@torl-ts/actors";
+import { TimelineWriter } from "@torl-ts/core";
 import { computeAdvantage } from "../algorithms/advantage.js";
 import { applyKlPenalty, createKlController, type KlController } from "../algorithms/kl.js";
 import { aggLoss } from "../algorithms/loss-aggregation.js";
@@ -57,6 +58,7 @@ import {
   computeValidationMetrics,
   tokenCounts,
 } from "./metrics.js";
+import { PhaseTracker } from "./phase-tracker.js";
 import { RunLog, type StepMetrics } from "./run-log.js";
 import { computeMultiSampleValidationMetrics, type ValidationSample } from "./validation-metrics.js";
 
@@ -159,6 +161,9 @@ export class RayPPOTrainer {
   private summaryAcc: Record<string, number | null> = {};
   private wallBefore = 0;
   private currentStage = "setup";
+  /** Each phase as a timeline span, a metric and the dashboard's current step; the run's trace file (trainer.timeline). */
+  private readonly phases = new PhaseTracker();
+  private timeline?: TimelineWriter;
   /** The rollout workers' tool (rolloutToolSpec), once checked (before the run directory or any worker). */
   private toolSpec?: ToolSpec | null;
 
@@ -275,6 +280,9 @@ export class RayPPOTrainer {
       await init();
       this.startedRuntime = true;
     }
+    // the run's trace from before its workers start (fit finishes it)
+    if (cfg.trainer.timeline && !this.timeline)
+      this.timeline = await TimelineWriter.open(cfg.trainer.timeline);
     const W = this.worldSize;
     const useGpu = this.opts.useGpu ?? ((await clusterResources()).GPU ?? 0) >= W;
     const pool = new ResourcePool({
@@ -400,12 +408,13 @@ export class RayPPOTrainer {
       if (!cfg.trainer.val_only) {
         while (this.globalStep < this.totalSteps) {
           this.globalStep++;
+          this.phases.beginStep(this.globalStep);
           const stepStart = performance.now();
-          const metrics = await this.trainStep();
+          const metrics = await this.phases.run("step", () => this.trainStep());
           const last = this.globalStep === this.totalSteps;
           if (validating && (last || this.globalStep % cfg.trainer.test_freq === 0)) {
             const ts = performance.now();
-            const val = await this.validate();
+            const val = await this.phases.run("testing", () => this.validate());
             Object.assign(metrics, val, { "timing_s/testing": (performance.now() - ts) / 1000 });
             this.summaryAcc.val_acc_final = val["val/acc"]!;
           }
@@ -420,6 +429,7 @@ export class RayPPOTrainer {
           );
           this.trackSummary(metrics);
           await this.runLog.log(this.globalStep, this.totalSteps, metrics);
+          await this.timeline?.flush();
           if (cfg.trainer.save_freq > 0 && (last || this.globalStep % cfg.trainer.save_freq === 0)) {
             this.currentStage = "saving checkpoint";
             await this.saveCheckpoint(wall());
@@ -430,15 +440,29 @@ export class RayPPOTrainer {
       const summary = this.summary(wall());
       this.runLog.writeFile("summary.json", `${JSON.stringify(summary, null, 2)}\n`);
       await this.runLog.close();
+      await this.endTimeline();
       await this.close();
       this.print(this.runLog.dir);
       return summary;
     } catch (e) {
       const err = this.explain(e);
       await this.runLog?.close().catch(() => {});
+      await this.endTimeline().catch(() => {});
       await this.close().catch(() => {});
       throw err;
     }
+  }
+
+  /** Finishes the run's trace file (before the workers go: their last events are collected). */
+  private async endTimeline(): Promise<void> {
+    this.phases.end();
+    const t = this.timeline;
+    this.timeline = undefined;
+    await t?.close();
+    if (t)
+      this.print(
+        `[trainer] timeline: ${this.config.trainer.timeline} (open it in ui.perfetto.dev or chrome://tracing)`,
+      );
   }
 
   /**
@@ -452,7 +476,7 @@ export class RayPPOTrainer {
     const timed = async <T>(name: string, f: () => Promise<T>): Promise<T> => {
       this.currentStage = name;
       const s = performance.now();
-      const out = await f();
+      const out = await this.phases.run(name, f);
       // several generation rounds (dynamic sampling) add up
       timing[`timing_s/${name}`] = (timing[`timing_s/${name}`] ?? 0) + (performance.now() - s) / 1000;
       return out;

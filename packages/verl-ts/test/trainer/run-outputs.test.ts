@@ -1,7 +1,8 @@
 /**
  * One tiny run with the settings that shape what a run writes and prints: trainer.logger with
  * tensorboard, rollout_data_dir, validation_data_dir, log_val_generations, val_kwargs.n > 1, your own
- * reward function (custom_reward_function), and no validation before training.
+ * reward function (custom_reward_function), no validation before training, and the run's timeline
+ * (trainer.timeline).
  */
 import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -44,6 +45,7 @@ test.serial(
         "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
         "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
         `custom_reward_function.path=${reward}`,
+        `trainer.timeline=${join(dir, "trace", "run.json")}`,
       ],
     });
     const lines: string[] = [];
@@ -133,6 +135,53 @@ test.serial(
       t.true(Number.isFinite(s2[key]), key);
     t.is(s2["perf/throughput"], s2["perf/total_num_tokens"]! / s2["perf/time_per_step"]!, "one worker");
     t.is(s2["perf/time_per_step"], s2["timing_s/step"]);
+
+    // the run's timeline: each step's phases nested in it on the driver's row, the worker's calls on its own
+    const trace = JSON.parse(readFileSync(join(dir, "trace", "run.json"), "utf8")) as {
+      traceEvents: {
+        name: string;
+        cat?: string;
+        ph: string;
+        ts?: number;
+        dur?: number;
+        pid: number;
+        tid: number;
+        args?: Record<string, unknown>;
+      }[];
+    };
+    const spans = trace.traceEvents.filter((e) => e.ph === "X");
+    const names = new Map(
+      trace.traceEvents.filter((e) => e.name === "process_name").map((e) => [e.pid, String(e.args?.name)]),
+    );
+    const steps = spans.filter((e) => e.cat === "trainer" && e.name === "step");
+    t.deepEqual(
+      steps.map((e) => e.args?.step),
+      [1, 2],
+    );
+    t.regex(names.get(steps[0]!.pid)!, /^driver pid=\d+/);
+    for (const phase of ["gen", "reward", "old_log_prob", "adv", "update_actor"]) {
+      const p = spans.filter((e) => e.cat === "trainer" && e.name === phase);
+      t.is(p.length, 2, phase);
+      for (const e of p) {
+        const step = steps[(e.args?.step as number) - 1]!;
+        t.true(e.ts! >= step.ts! && e.ts! + e.dur! <= step.ts! + step.dur!, `${phase} inside its step`);
+        t.is(e.tid, step.tid, `${phase} on its step's lane`);
+        // timing_s/<phase> and the span measure the same phase
+        const seconds = metrics[(e.args?.step as number) - 1]![`timing_s/${phase}`]!;
+        t.true(
+          Math.abs(e.dur! / 1e6 - seconds) < 0.05 + seconds * 0.05,
+          `${phase}: ${e.dur! / 1e6} s vs ${seconds} s`,
+        );
+      }
+    }
+    const workerCalls = spans.filter(
+      (e) => e.cat === "actor_call" && names.get(e.pid) !== names.get(steps[0]!.pid),
+    );
+    t.true(workerCalls.length > 0, "the worker's method calls");
+    t.true(
+      spans.some((e) => e.cat === "call" && e.pid === steps[0]!.pid),
+      "the driver's calls to the worker",
+    );
   },
 );
 
