@@ -66,7 +66,7 @@ export class LayerwisePass {
 
   /** The gradient of the embedding matrix from `dx`, the gradient of the first layer's input. */
   embeddingGradient(dx: tf.Tensor2D): tf.Tensor {
-    const [g] = tf.grads((e) => embeddingRows(e as tf.Tensor2D, this.batchIds))(
+    const [g] = tf.grads((e) => embeddingRows(e, this.batchIds))(
       [this.model.variable("model.embed_tokens.weight")],
       dx,
     );

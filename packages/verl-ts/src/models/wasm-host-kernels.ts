@@ -97,12 +97,12 @@ export function widenedTensor(values: HalfArray, shape: number[]): tf.Tensor {
  * Rows `ids` of `table` [vocab, h] as [rows, h], differentiable in `table`: on wasm the gradient is the
  * one-pass kernel above, elsewhere tf.gather's own.
  */
-export function embeddingRows(table: tf.Tensor2D, ids: Int32Array): tf.Tensor2D {
+export function embeddingRows(table: tf.Tensor, ids: Int32Array): tf.Tensor2D {
   if (!onWasm()) return tf.gather(table, tf.tensor1d(ids, "int32")) as tf.Tensor2D;
   // the backward reads the ids later: a copy of its own, whatever the caller does with its array
   const attrs = { ids: ids.slice(), vocab: table.shape[0] } as unknown as tf.NamedAttrMap;
   const op = tf.customGrad(((...args: unknown[]) => {
-    const [w] = args as [tf.Tensor2D];
+    const [w] = args as [tf.Tensor];
     return {
       value: tf.gather(w, tf.tensor1d(ids, "int32")),
       gradFunc: (dy: tf.Tensor) => [tf.engine().runKernel(EMBEDDING_GRAD_KERNEL, { dy }, attrs) as tf.Tensor],
