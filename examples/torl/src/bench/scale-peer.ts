@@ -124,6 +124,8 @@ export async function runScalePeer(flags: {
       return mergeScalePeer(probe, r);
     }
     runs[short] = r.out;
+    // each side's figures as they come: a run stopped later keeps them in its log
+    console.log(`PyTorch ${dtype}: ${JSON.stringify(r.out.seconds)}, peak ${r.out.peak_rss_bytes} bytes`);
   }
   return mergeScalePeer(probe, { ok: true, runs });
 }
