@@ -1,4 +1,3 @@
-import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -36,8 +35,6 @@ function probe(): ScaleProbeResult {
   };
 }
 
-const hasTorch = spawnSync("python3", ["-c", "import torch"]).status === 0;
-
 test("without torch the scale figures carry torl-ts seconds and the reason, no torch keys", (t) => {
   const fakes = mkdtempSync(join(tmpdir(), "torl-no-torch-"));
   writeFileSync(join(fakes, "torch.py"), "raise ImportError('no torch in this test')\n");
@@ -61,10 +58,6 @@ test("without torch the scale figures carry torl-ts seconds and the reason, no t
 });
 
 test("the PyTorch side runs one rank's share at tiny shapes and every key lands with its ratio", (t) => {
-  if (!hasTorch) {
-    t.pass("python3 cannot import torch here: the torch side is covered where it can");
-    return;
-  }
   const spec = torchScaleSpec(TINY, probe(), "float32") as Record<string, unknown>;
   t.like(spec, { rows: 2, prompt_length: 6, new_tokens: 3, ranks: 2, dtype: "float32" });
   const runs: Parameters<typeof mergeScalePeer>[1] & { ok: true } = { ok: true, runs: {} };
@@ -78,7 +71,11 @@ test("the PyTorch side runs one rank's share at tiny shapes and every key lands 
       torch_version: string;
       threads: number;
     }>("python3", SCRIPT, torchScaleSpec(TINY, probe(), dtype), 1);
-    if (!r.ok) return t.fail(r.why);
+    if (!r.ok) {
+      // python3 without torch: the test above covers this machine
+      t.regex(r.why, /cannot import torch/);
+      return;
+    }
     t.is(r.out.threads, 1);
     for (const phase of [...SCALE_PHASES, "update_forward_backward", "update_adamw"])
       t.true(r.out.seconds[phase]! > 0, `${dtype} ${phase}`);
