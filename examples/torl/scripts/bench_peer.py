@@ -17,6 +17,7 @@ import time
 try:
     import torch
     import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
 except ImportError as error:  # the caller reports the torl-ts figures alone
     print(f"torch is not importable: {error}", file=sys.stderr)
     sys.exit(3)
@@ -95,7 +96,7 @@ class Qwen2:
         u = h @ self.P[p + "mlp.up_proj.weight"].T
         return x + (F.silu(g) * u) @ self.P[p + "mlp.down_proj.weight"].T
 
-    def forward(self, ids):
+    def forward(self, ids, checkpointed=False):
         B, L = ids.shape
         cos, sin = self.rope(torch.arange(L))
         x = self.P["model.embed_tokens.weight"][ids]
@@ -104,8 +105,28 @@ class Qwen2:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
         for i in range(self.layers):
-            x = self.block(i, x, cos, sin, attend)
+            if checkpointed:  # each layer recomputed in the backward (the scale peer's update)
+                x = checkpoint(lambda x, i=i: self.block(i, x, cos, sin, attend), x, use_reentrant=False)
+            else:
+                x = self.block(i, x, cos, sin, attend)
         return self.norm(x, self.P["model.norm.weight"]) @ self.head().T
+
+    def cached(self, ks, vs, tokens, start):
+        """tokens [B, L] at positions start.. through the per-layer KV caches ks, vs (written in place);
+        the last position's logits [B, 1, V]."""
+        L = tokens.shape[1]
+        cos, sin = self.rope(torch.arange(start, start + L))
+        x = self.P["model.embed_tokens.weight"][tokens]
+
+        def attend(i, q, k, v):
+            ks[i][:, :, start : start + L] = k
+            vs[i][:, :, start : start + L] = v
+            kk, vv = ks[i][:, :, : start + L], vs[i][:, :, : start + L]
+            return F.scaled_dot_product_attention(q, kk, vv, is_causal=L > 1, enable_gqa=True)
+
+        for i in range(self.layers):
+            x = self.block(i, x, cos, sin, attend)
+        return self.norm(x[:, -1:], self.P["model.norm.weight"]) @ self.head().T
 
     def generate_steps(self, ids, steps):
         """Prefill ids [B, ctx], then `steps` decode steps of one token each; returns decode seconds."""
@@ -115,19 +136,7 @@ class Qwen2:
         vs = [torch.zeros(B, self.KV, cap, self.D) for _ in range(self.layers)]
 
         def run(tokens, start):
-            L = tokens.shape[1]
-            cos, sin = self.rope(torch.arange(start, start + L))
-            x = self.P["model.embed_tokens.weight"][tokens]
-
-            def attend(i, q, k, v):
-                ks[i][:, :, start : start + L] = k
-                vs[i][:, :, start : start + L] = v
-                kk, vv = ks[i][:, :, : start + L], vs[i][:, :, : start + L]
-                return F.scaled_dot_product_attention(q, kk, vv, is_causal=L > 1, enable_gqa=True)
-
-            for i in range(self.layers):
-                x = self.block(i, x, cos, sin, attend)
-            return self.norm(x[:, -1:], self.P["model.norm.weight"]) @ self.head().T
+            return self.cached(ks, vs, tokens, start)
 
         with torch.no_grad():
             run(ids, 0)

@@ -15,7 +15,8 @@ const ALLOWED: Record<string, string> = {
     "the trainer's check, before any worker starts, that Python 3 runs here: a fixed version assert",
   "packages/verl-ts/src/bench/reward-alternatives.ts":
     "the sympy scorer: our server script, fed expressions we print from parsed answers",
-  "examples/torl/src/bench/peer.ts": "the PyTorch peer benchmark: our script scripts/bench_peer.py",
+  "examples/torl/src/bench/peer.ts":
+    "the PyTorch peer benchmarks: our scripts scripts/bench_peer.py and scripts/bench_scale_peer.py",
   "packages/verl-ts/test/core/parquet-writer.test.ts": "pyarrow reads a parquet file our writer made",
   "packages/verl-ts/test/core/tiny-data.test.ts": "the task generator's own answer programs, as a fixture",
   "packages/sandbox/test/host-resources.test.ts":

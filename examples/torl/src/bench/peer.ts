@@ -155,13 +155,23 @@ type TorchOutcome =
 const GET_TORCH =
   "to compare with PyTorch, install a CPU build of torch for python3 (pip install torch, or a local wheel: pip install /path/to/torch-*.whl)";
 
-function torchSide(python: string, threads: number, ws: Workload[]): TorchOutcome {
+/**
+ * Runs one of our PyTorch scripts (examples/torl/scripts) with `spec` as JSON on stdin and `threads`
+ * threads; its last stdout line is the JSON result. Without an importable torch, the reason (and how to
+ * get it) instead; a script that fails otherwise throws with its last stderr lines. The one place the
+ * benchmarks start Python.
+ */
+export function runTorchScript<T>(
+  python: string,
+  script: string,
+  spec: object,
+  threads: number,
+): { ok: true; out: T } | { ok: false; why: string } {
   const probe = spawnSync(python, ["-c", "import torch"], { encoding: "utf8" });
   if (probe.error)
     return { ok: false, why: `${python} did not start (${probe.error.message}); ${GET_TORCH}` };
   if (probe.status !== 0) return { ok: false, why: `${python} cannot import torch; ${GET_TORCH}` };
-  const spec = { threads, models: ws };
-  const r = spawnSync(python, [PEER_SCRIPT], {
+  const r = spawnSync(python, [script], {
     input: JSON.stringify(spec),
     encoding: "utf8",
     maxBuffer: 64 << 20,
@@ -169,14 +179,20 @@ function torchSide(python: string, threads: number, ws: Workload[]): TorchOutcom
   });
   if (r.status !== 0)
     throw new Error(
-      `${PEER_SCRIPT} exited ${r.status}: ${(r.stderr ?? "").trim().split("\n").slice(-3).join(" | ")}`,
+      `${script} exited ${r.status}: ${(r.stderr ?? "").trim().split("\n").slice(-3).join(" | ")}`,
     );
-  const out = JSON.parse(r.stdout.trim().split("\n").at(-1)!) as {
-    torch_version: string;
-    threads: number;
-    models: Record<string, SideFigures>;
-  };
-  return { ok: true, version: out.torch_version, threads: out.threads, models: out.models };
+  return { ok: true, out: JSON.parse(r.stdout.trim().split("\n").at(-1)!) as T };
+}
+
+function torchSide(python: string, threads: number, ws: Workload[]): TorchOutcome {
+  const r = runTorchScript<{ torch_version: string; threads: number; models: Record<string, SideFigures> }>(
+    python,
+    PEER_SCRIPT,
+    { threads, models: ws },
+    threads,
+  );
+  if (!r.ok) return r;
+  return { ok: true, version: r.out.torch_version, threads: r.out.threads, models: r.out.models };
 }
 
 function round(x: number): number {

@@ -23,7 +23,7 @@ import type { Qwen2Config } from "../models/config.js";
 import { bytesPerValue } from "../models/half-precision.js";
 import { bundledQwenTokenizerDir } from "../models/pretrained.js";
 import { parameterSpecs } from "../models/qwen2.js";
-import { SCALE_SHAPES, scaleTokenizer, writeRandomModelDir } from "../models/scale-fixture.js";
+import { SCALE_SHAPES, scaleTokenizer, withLayers, writeRandomModelDir } from "../models/scale-fixture.js";
 import { padBatch } from "../models/token-batch.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
@@ -73,6 +73,12 @@ export interface ScaleProbeOptions {
 export interface ScaleProbeResult {
   parameters: number;
   ranks: number;
+  /** Decoder layers of the probed model (the architecture's own, or --layers). */
+  layers: number;
+  /** Rows generated and trained (all ranks), and each row's prompt and response lengths in tokens. */
+  rows?: number;
+  prompt_length?: number;
+  response_length?: number;
   weight_file_bytes: number;
   largest_tensor: ReturnType<typeof largestTensor>;
   /** Seconds per phase that ran, in order. */
@@ -106,6 +112,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
   const result: ScaleProbeResult = {
     parameters: 0,
     ranks,
+    layers: opts.config.numHiddenLayers,
     weight_file_bytes: 0,
     largest_tensor: largestTensor(opts.config),
     seconds,
@@ -176,6 +183,9 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
         ),
       ),
     );
+    result.rows = batch.length;
+    result.response_length = batch.tensor("responses").shape[1]!;
+    result.prompt_length = batch.tensor("input_ids").shape[1]! - result.response_length;
     batch.union(await timed("old_log_prob", () => group.computeLogProb(batch)));
     batch.union(await timed("ref_log_prob", () => group.computeRefLogProb(batch)));
     // a seeded score per row (the weights are random: there is nothing to grade), GRPO over each prompt's n
@@ -209,32 +219,53 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
   return result;
 }
 
-const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}]
+const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}]
 
 The real-size probe (about 5 minutes on 2 idle cores; about 10 GB of memory per rank at the update's
 peak with 2 ranks, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
 qwen2.5-0.5b; qwen3-0.6b and llama-3.2-1b are larger) with random bf16 weights (written to a
 temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU backend, generate 16 tokens
 per row with the KV cache and run one GRPO step. Prints seconds per phase, peak resident set per rank,
-the largest tensor and the update's metrics; --json prints them as one JSON object last.`;
+the largest tensor and the update's metrics; --json prints them as one JSON object last.
+--layers N keeps every shape but the number of decoder layers (default the architecture's own): the
+vocabulary and each layer cost what they cost at full size, in a fraction of the memory (2 layers of
+qwen2.5-0.5b: about 1.5 GB per rank).`;
+
+/** `bench scale`'s flags, for a recipe's command that extends it (the ToRL recipe's PyTorch peer). */
+export const SCALE_FLAGS = {
+  ranks: { type: "integer", min: 1 },
+  arch: { type: "string", choices: Object.keys(SCALE_SHAPES) as (keyof typeof SCALE_SHAPES)[] },
+  layers: { type: "integer", min: 1 },
+} as const;
+
+/** The probe's model config for `bench scale`'s flags (--arch, --layers). */
+export function scaleConfig(flags: { arch?: keyof typeof SCALE_SHAPES; layers?: number }): Qwen2Config {
+  return withLayers(SCALE_SHAPES[flags.arch ?? "qwen2.5-0.5b"], flags.layers);
+}
+
+/** Runs the probe for `bench scale`'s flags, logging each phase to stdout. */
+export function runScaleProbeFor(flags: {
+  arch?: keyof typeof SCALE_SHAPES;
+  layers?: number;
+  ranks?: number;
+}): Promise<ScaleProbeResult> {
+  const config = scaleConfig(flags);
+  return runScaleProbe({
+    config,
+    tokenizer: scaleTokenizer(config, loadTokenizer(bundledQwenTokenizerDir())),
+    ranks: flags.ranks ?? 2,
+    log: (l) => console.log(l),
+  });
+}
+
+export const SCALE_USAGE = USAGE;
 
 export const benchScaleCommand = defineBench({
   summary:
     "real-size probe: Qwen2.5-0.5B (or Qwen3-0.6B, Llama-3.2-1B) shapes, bf16, 2 FSDP ranks, one GRPO step",
   usage: USAGE,
-  flags: {
-    ranks: { type: "integer", min: 1 },
-    arch: { type: "string", choices: Object.keys(SCALE_SHAPES) as (keyof typeof SCALE_SHAPES)[] },
-  },
-  measure: (flags) => {
-    const config = SCALE_SHAPES[flags.arch ?? "qwen2.5-0.5b"];
-    return runScaleProbe({
-      config,
-      tokenizer: scaleTokenizer(config, loadTokenizer(bundledQwenTokenizerDir())),
-      ranks: flags.ranks ?? 2,
-      log: (l) => console.log(l),
-    });
-  },
+  flags: SCALE_FLAGS,
+  measure: (flags) => runScaleProbeFor(flags),
   show(result, flags) {
     if (!flags.json) console.log(JSON.stringify(result, null, 2));
   },

@@ -12,25 +12,26 @@ import { decoderBlock } from "./decoder-block.js";
 import type { Qwen2Model } from "./qwen2.js";
 import type { TokenBatch } from "./token-batch.js";
 import { uid } from "./variable-names.js";
+import { embeddingRows } from "./wasm-host-kernels.js";
 
 /** One layer's weights by parameter name (HF names, our layout). */
 export type LayerTensors = Map<string, tf.Tensor>;
 
 export class LayerwisePass {
   private readonly seq: SequenceAttention;
-  private readonly ids: tf.Tensor1D;
+  private readonly batchIds: Int32Array;
 
   constructor(
     private readonly model: Qwen2Model,
     batch: TokenBatch,
   ) {
     this.seq = model.sequenceAttention(batch); // creates the shared tensors only, nothing to tidy
-    this.ids = tf.tensor1d(batch.ids, "int32");
+    this.batchIds = batch.ids;
   }
 
   /** The token embeddings [B*L, h] (the first layer's input), from the model's embedding. */
   embed(): tf.Tensor2D {
-    return tf.gather(this.model.variable("model.embed_tokens.weight"), this.ids) as tf.Tensor2D;
+    return embeddingRows(this.model.variable("model.embed_tokens.weight"), this.batchIds);
   }
 
   /** Layer `i` on `x` without a tape: its output. */
@@ -65,7 +66,7 @@ export class LayerwisePass {
 
   /** The gradient of the embedding matrix from `dx`, the gradient of the first layer's input. */
   embeddingGradient(dx: tf.Tensor2D): tf.Tensor {
-    const [g] = tf.grads((e) => tf.gather(e, this.ids))(
+    const [g] = tf.grads((e) => embeddingRows(e, this.batchIds))(
       [this.model.variable("model.embed_tokens.weight")],
       dx,
     );
@@ -73,14 +74,7 @@ export class LayerwisePass {
   }
 
   dispose(): void {
-    for (const t of new Set([
-      this.seq.mask,
-      this.seq.cosQ,
-      this.seq.sinQ,
-      this.seq.cosK,
-      this.seq.sinK,
-      this.ids,
-    ]))
+    for (const t of new Set([this.seq.mask, this.seq.cosQ, this.seq.sinQ, this.seq.cosK, this.seq.sinK]))
       t.dispose();
   }
 

@@ -20,6 +20,7 @@ import {
   setNativeMatmulState,
 } from "./native-state.js";
 import type { WasmHeap } from "./wasm-heap.js";
+import { installWasmHostKernels } from "./wasm-host-kernels.js";
 import { installSharedIdentity } from "./wasm-identity.js";
 
 interface MatmulShape {
@@ -167,6 +168,8 @@ export function installNativeMatmul(backendName: NativeMatmulBackend): NativeMat
   if (known) return known;
   // Not a native kernel, but wasm's other saving: clones for the backward pass share their data.
   installSharedIdentity();
+  // Likewise: 16-bit weights widened in place on the heap, the embedding's gradient in one pass.
+  installWasmHostKernels();
   let state: NativeMatmulState;
   if (!nativeMatmulWanted()) state = nativeKernelsState({ off: "TORL_NATIVE_MATMUL=off" });
   else {

@@ -20,6 +20,7 @@ import { nativeMatmulActive } from "./native-state.js";
 import { rmsNorm } from "./rms-norm.js";
 import { Rotary } from "./rotary.js";
 import { type TokenBatch, tokenPositions } from "./token-batch.js";
+import { embeddingRows } from "./wasm-host-kernels.js";
 import { transposeStored, WeightStore, type WeightStoreOptions } from "./weight-store.js";
 
 /** One parameter: HF name, HF shape, and whether we hold it transposed. */
@@ -406,10 +407,7 @@ export class Qwen2Model {
 
   /** The token embeddings of a batch, [B*L, h]. */
   embed(batch: TokenBatch): tf.Tensor2D {
-    return tf.gather(
-      this.weights.tensor("model.embed_tokens.weight"),
-      tf.tensor1d(batch.ids, "int32"),
-    ) as tf.Tensor2D;
+    return embeddingRows(this.weights.tensor("model.embed_tokens.weight"), batch.ids);
   }
 
   /**

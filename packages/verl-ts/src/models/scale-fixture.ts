@@ -80,6 +80,18 @@ export const SCALE_SHAPES = {
 } as const;
 
 /**
+ * `config` with `layers` decoder layers instead of its own (every other shape kept), or `config` itself
+ * when `layers` is undefined: `bench scale --layers N` profiles a real-size vocabulary and real-size
+ * layers in a fraction of the full model's memory.
+ */
+export function withLayers(config: Qwen2Config, layers: number | undefined): Qwen2Config {
+  if (layers === undefined) return config;
+  if (!Number.isInteger(layers) || layers < 1)
+    throw new RangeError(`layers must be a positive integer, got ${layers}`);
+  return { ...config, numHiddenLayers: layers };
+}
+
+/**
  * The tokenizer a probe of `config` runs with, from Qwen's (the one tokenizer shipped): as it is where the
  * model's vocabulary holds all of Qwen's ids; else (Llama-3.2-1B's 128256) with padding on id 0, so that
  * every id the model reads is one of its own (random weights: which text an id stands for is moot).

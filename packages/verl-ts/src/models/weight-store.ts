@@ -19,6 +19,7 @@ import * as tf from "@tensorflow/tfjs";
 import { WeightNotHeldError } from "./errors.js";
 import { bytesPerValue, HalfArray, type StoredValues, toStored, type WeightDtype } from "./half-precision.js";
 import { uid } from "./variable-names.js";
+import { widenedTensor } from "./wasm-host-kernels.js";
 
 export interface WeightStoreOptions {
   /** Storage dtype. Default float32. */
@@ -90,8 +91,11 @@ export class WeightStore {
     return this.resident.has(name) || this.host.has(name);
   }
 
-  private newVariable(name: string, values: Float32Array): tf.Variable {
-    const t = tf.tensor(values, this.shapes.get(name)!, "float32");
+  private newVariable(name: string, values: StoredValues): tf.Variable {
+    const shape = this.shapes.get(name)!;
+    // Half values widen straight into the tensor's memory where the backend allows (wasm-host-kernels.ts).
+    const t =
+      values instanceof HalfArray ? widenedTensor(values, shape) : tf.tensor(values, shape, "float32");
     const v = tf.variable(t, this.trainable, `${name}#${uid()}`);
     t.dispose();
     return v;
@@ -112,7 +116,7 @@ export class WeightStore {
     if (!c) {
       const v = this.host.get(name);
       if (!v) throw new WeightNotHeldError(name);
-      c = this.newVariable(name, v instanceof HalfArray ? v.toFloat32() : v);
+      c = this.newVariable(name, v);
       this.compute.set(name, c);
     }
     return c;

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { UsageError } from "@torl-ts/core";
 import test from "ava";
-import { benchScaleCommand, runScaleProbe } from "../../src/bench/scale.js";
+import { benchScaleCommand, runScaleProbe, scaleConfig } from "../../src/bench/scale.js";
 import {
   bundledQwenTokenizerDir,
   countParameters,
@@ -80,6 +80,17 @@ test("bench scale --arch names the shapes it offers", async (t) => {
   });
 });
 
+test("bench scale --layers keeps every shape but the layer count, and refuses a count below 1", async (t) => {
+  const two = scaleConfig({ layers: 2 });
+  t.deepEqual(two, { ...SCALE_SHAPES["qwen2.5-0.5b"], numHiddenLayers: 2 });
+  t.is(scaleConfig({}), SCALE_SHAPES["qwen2.5-0.5b"]);
+  t.is(scaleConfig({ arch: "qwen3-0.6b", layers: 3 }).vocabSize, 151936);
+  await t.throwsAsync(() => Promise.resolve(benchScaleCommand.run(["--layers", "0"])), {
+    instanceOf: UsageError,
+    message: /--layers must be an integer >= 1, got '0'/,
+  });
+});
+
 test.serial(
   "the probe runs Qwen3 and Llama 3 (tiny widths of their shapes) on 2 FSDP ranks: generation and a GRPO step that trains",
   async (t) => {
@@ -97,6 +108,9 @@ test.serial(
       });
       const result = await runScaleProbe({ config, tokenizer: scaleTokenizer(config, qwen), ranks: 2 });
       t.is(result.failed, undefined, `${name}: ${JSON.stringify(result.failed)}`);
+      // what the PyTorch side of `pnpm torl bench scale` is sized from
+      t.like(result, { layers: 2, rows: 4, response_length: 16 });
+      t.true(result.prompt_length! > 0);
       t.true(
         result.update_metrics!["actor/grad_norm"]! > 0,
         `${name}: ${JSON.stringify(result.update_metrics)}`,

@@ -1,0 +1,151 @@
+/**
+ * `pnpm torl bench scale` in the repository: the package's real-size probe (@torl-ts/verl's bench scale),
+ * then right after it one rank's share of the same step on PyTorch (scripts/bench_scale_peer.py), one
+ * thread, in float32 and in bfloat16, with each phase's seconds side by side and their ratios. Without an
+ * importable torch the torl-ts figures come alone, with the reason.
+ */
+import { fileURLToPath } from "node:url";
+import { defineBench } from "@torl-ts/core/cli";
+import { type Qwen2Config, toHfConfig } from "@torl-ts/verl";
+import {
+  runScaleProbeFor,
+  SCALE_FLAGS,
+  SCALE_USAGE,
+  type ScaleProbeResult,
+  scaleConfig,
+} from "@torl-ts/verl/bench/scale";
+import { runTorchScript } from "./peer.js";
+
+const SCALE_PEER_SCRIPT = fileURLToPath(new URL("../../scripts/bench_scale_peer.py", import.meta.url));
+
+/** The phases both sides time, in the probe's names. */
+export const SCALE_PHASES = ["generate", "old_log_prob", "ref_log_prob", "update_actor"] as const;
+const TORCH_DTYPES = { fp32: "float32", bf16: "bfloat16" } as const;
+
+/** What the PyTorch script prints. */
+interface TorchScaleRun {
+  torch_version: string;
+  threads: number;
+  seconds: Record<string, number>;
+  peak_rss_bytes: number;
+}
+
+/** The one-rank workload the PyTorch side runs for a probe's result: its shapes, rows and lengths. */
+export function torchScaleSpec(
+  config: Qwen2Config,
+  probe: Pick<ScaleProbeResult, "ranks" | "rows" | "prompt_length" | "response_length">,
+  dtype: "float32" | "bfloat16",
+): object {
+  const { rows, prompt_length, response_length } = probe;
+  if (rows === undefined || prompt_length === undefined || response_length === undefined)
+    throw new Error("the probe did not generate: no rows or lengths to give the PyTorch side");
+  return {
+    threads: 1,
+    dtype,
+    config: toHfConfig(config),
+    rows: Math.ceil(rows / probe.ranks),
+    prompt_length,
+    new_tokens: response_length,
+    ranks: probe.ranks,
+  };
+}
+
+function round(x: number): number {
+  return Number(x.toPrecision(4));
+}
+
+export type ScalePeerResult = ScaleProbeResult & Record<string, unknown>;
+
+/**
+ * The probe's result with the side-by-side keys: `scale_<phase>_seconds_torl`, and where torch ran,
+ * `scale_<phase>_seconds_torch_{fp32,bf16}` and `scale_<phase>_ratio_{fp32,bf16}` (torch seconds over
+ * torl-ts seconds: above 1, torl-ts is faster), `scale_peak_rss_bytes_torch_{fp32,bf16}`; `torch` says
+ * which torch ran or why none did.
+ */
+export function mergeScalePeer(
+  probe: ScaleProbeResult,
+  torch:
+    | { ok: true; runs: Partial<Record<keyof typeof TORCH_DTYPES, TorchScaleRun>> }
+    | { ok: false; why: string },
+): ScalePeerResult {
+  const out: ScalePeerResult = { ...probe };
+  for (const phase of SCALE_PHASES) {
+    const mine = probe.seconds[phase];
+    if (mine !== undefined) out[`scale_${phase}_seconds_torl`] = round(mine);
+  }
+  if (!torch.ok) {
+    out.torch = `not run: ${torch.why}`;
+    return out;
+  }
+  const first = Object.values(torch.runs)[0];
+  if (first) out.torch = `${first.torch_version}, ${first.threads} thread`;
+  for (const [short, run] of Object.entries(torch.runs)) {
+    if (!run) continue;
+    out[`scale_peak_rss_bytes_torch_${short}`] = run.peak_rss_bytes;
+    for (const phase of SCALE_PHASES) {
+      const theirs = run.seconds[phase];
+      if (theirs === undefined) continue;
+      out[`scale_${phase}_seconds_torch_${short}`] = round(theirs);
+      const mine = probe.seconds[phase];
+      if (mine !== undefined && mine > 0) out[`scale_${phase}_ratio_${short}`] = round(theirs / mine);
+    }
+    for (const part of ["update_forward_backward", "update_adamw"])
+      if (run.seconds[part] !== undefined)
+        out[`scale_${part}_seconds_torch_${short}`] = round(run.seconds[part]);
+  }
+  return out;
+}
+
+/** The probe, then (when it generated) the PyTorch side in float32 and bfloat16, merged. */
+export async function runScalePeer(flags: {
+  arch?: Parameters<typeof scaleConfig>[0]["arch"];
+  layers?: number;
+  ranks?: number;
+  python?: string;
+}): Promise<ScalePeerResult> {
+  const probe = await runScaleProbeFor(flags);
+  if (probe.rows === undefined)
+    return mergeScalePeer(probe, { ok: false, why: "the probe did not generate" });
+  const config = scaleConfig(flags);
+  const runs: Partial<Record<keyof typeof TORCH_DTYPES, TorchScaleRun>> = {};
+  for (const [short, dtype] of Object.entries(TORCH_DTYPES) as [
+    keyof typeof TORCH_DTYPES,
+    "float32" | "bfloat16",
+  ][]) {
+    console.log(`PyTorch ${dtype}, 1 thread: one rank's share of the same step`);
+    const r = runTorchScript<TorchScaleRun>(
+      flags.python ?? "python3",
+      SCALE_PEER_SCRIPT,
+      torchScaleSpec(config, probe, dtype),
+      1,
+    );
+    if (!r.ok) {
+      console.log(`PyTorch side skipped: ${r.why}`);
+      return mergeScalePeer(probe, r);
+    }
+    runs[short] = r.out;
+    // each side's figures as they come: a run stopped later keeps them in its log
+    console.log(`PyTorch ${dtype}: ${JSON.stringify(r.out.seconds)}, peak ${r.out.peak_rss_bytes} bytes`);
+  }
+  return mergeScalePeer(probe, { ok: true, runs });
+}
+
+export const benchScaleCommand = defineBench({
+  summary:
+    "real-size probe (Qwen2.5-0.5B shapes, bf16, 2 FSDP ranks, one GRPO step), then the same on PyTorch fp32 and bf16",
+  usage: `${SCALE_USAGE}
+
+In the repository, one rank's share of the same step then runs on PyTorch (examples/torl/scripts/
+bench_scale_peer.py: the same shapes, layers, rows and lengths, one thread), in float32 and in bfloat16,
+when \`python3 -c 'import torch'\` works (--python PATH for another interpreter). Added figures:
+  scale_<phase>_seconds_torl, scale_<phase>_seconds_torch_{fp32,bf16}   per phase (generate,
+      old_log_prob, ref_log_prob, update_actor)
+  scale_<phase>_ratio_{fp32,bf16}      torch seconds / torl-ts seconds (above 1: torl-ts is faster)
+  scale_peak_rss_bytes_torch_{fp32,bf16}, torch (the version, or why it did not run)`,
+  flags: { ...SCALE_FLAGS, python: { type: "string" } },
+  measure: (flags) => runScalePeer(flags),
+  show(result, flags) {
+    if (!flags.json) console.log(JSON.stringify(result, null, 2));
+  },
+  exitCode: (result) => (result.failed ? 1 : 0),
+});

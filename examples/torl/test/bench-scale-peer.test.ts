@@ -1,0 +1,100 @@
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { makeQwen2Config } from "@torl-ts/verl";
+import type { ScaleProbeResult } from "@torl-ts/verl/bench/scale";
+import test from "ava";
+import { runTorchScript } from "../src/bench/peer.js";
+import { mergeScalePeer, SCALE_PHASES, torchScaleSpec } from "../src/bench/scale-peer.js";
+
+const SCRIPT = fileURLToPath(new URL("../scripts/bench_scale_peer.py", import.meta.url));
+const TINY = makeQwen2Config({
+  vocabSize: 64,
+  hiddenSize: 32,
+  numHiddenLayers: 2,
+  numAttentionHeads: 4,
+  numKeyValueHeads: 2,
+  intermediateSize: 48,
+});
+
+/** A probe result as runScaleProbe returns it after a full step (figures made up, shapes real). */
+function probe(): ScaleProbeResult {
+  return {
+    parameters: 1,
+    ranks: 2,
+    layers: 2,
+    rows: 4,
+    prompt_length: 6,
+    response_length: 3,
+    weight_file_bytes: 1,
+    largest_tensor: { name: "x", shape: [1], fp32Bytes: 4, bf16Bytes: 2 },
+    seconds: { generate: 2, old_log_prob: 1, ref_log_prob: 1, update_actor: 4 },
+    memory: {},
+    peak_rss_bytes_per_rank: [],
+  };
+}
+
+test("without torch the scale figures carry torl-ts seconds and the reason, no torch keys", (t) => {
+  const fakes = mkdtempSync(join(tmpdir(), "torl-no-torch-"));
+  writeFileSync(join(fakes, "torch.py"), "raise ImportError('no torch in this test')\n");
+  const saved = process.env.PYTHONPATH;
+  process.env.PYTHONPATH = fakes;
+  try {
+    const r = runTorchScript("python3", SCRIPT, torchScaleSpec(TINY, probe(), "float32"), 1);
+    t.false(r.ok);
+    const out = mergeScalePeer(probe(), r as { ok: false; why: string });
+    t.regex(String(out.torch), /^not run: python3 cannot import torch; to compare with PyTorch, install/);
+    for (const phase of SCALE_PHASES) {
+      t.is(typeof out[`scale_${phase}_seconds_torl`], "number");
+      t.false(`scale_${phase}_seconds_torch_fp32` in out);
+      t.false(`scale_${phase}_ratio_bf16` in out);
+    }
+  } finally {
+    if (saved === undefined) delete process.env.PYTHONPATH;
+    else process.env.PYTHONPATH = saved;
+    rmSync(fakes, { recursive: true, force: true });
+  }
+});
+
+test("the PyTorch side runs one rank's share at tiny shapes and every key lands with its ratio", (t) => {
+  const spec = torchScaleSpec(TINY, probe(), "float32") as Record<string, unknown>;
+  t.like(spec, { rows: 2, prompt_length: 6, new_tokens: 3, ranks: 2, dtype: "float32" });
+  const runs: Parameters<typeof mergeScalePeer>[1] & { ok: true } = { ok: true, runs: {} };
+  for (const [short, dtype] of [
+    ["fp32", "float32"],
+    ["bf16", "bfloat16"],
+  ] as const) {
+    const r = runTorchScript<{
+      seconds: Record<string, number>;
+      peak_rss_bytes: number;
+      torch_version: string;
+      threads: number;
+    }>("python3", SCRIPT, torchScaleSpec(TINY, probe(), dtype), 1);
+    if (!r.ok) {
+      // python3 without torch: the test above covers this machine
+      t.regex(r.why, /cannot import torch/);
+      return;
+    }
+    t.is(r.out.threads, 1);
+    for (const phase of [...SCALE_PHASES, "update_forward_backward", "update_adamw"])
+      t.true(r.out.seconds[phase]! > 0, `${dtype} ${phase}`);
+    runs.runs[short] = r.out;
+  }
+  const out = mergeScalePeer(probe(), runs);
+  t.regex(String(out.torch), /^\d+\.\d+.*, 1 thread$/);
+  for (const phase of SCALE_PHASES)
+    for (const short of ["fp32", "bf16"]) {
+      const theirs = out[`scale_${phase}_seconds_torch_${short}`] as number;
+      t.true(theirs > 0);
+      const ratio = out[`scale_${phase}_ratio_${short}`] as number;
+      t.true(Math.abs(ratio - theirs / probe().seconds[phase]!) <= 1e-3 * ratio, `${phase} ${short}`);
+    }
+  t.true((out.scale_peak_rss_bytes_torch_bf16 as number) > 0);
+});
+
+test("torchScaleSpec refuses a probe that never generated", (t) => {
+  const p = probe();
+  delete p.rows;
+  t.throws(() => torchScaleSpec(TINY, p, "float32"), { message: /did not generate/ });
+});

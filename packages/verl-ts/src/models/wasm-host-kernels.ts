@@ -1,0 +1,112 @@
+/**
+ * Two wasm kernels for what grows with the vocabulary and the weights rather than with the tokens:
+ *
+ * - Widening 16-bit weights into a float32 tensor: written straight into the tensor's memory on the wasm
+ *   heap. The generic path widened into a fresh host Float32Array (a full-precision copy of the weight
+ *   per use) and then copied that into the heap.
+ * - The embedding's gradient: the rows of dy added into a zeroed [vocab, hidden] tensor in one pass. tfjs's
+ *   gather gradient transposes dy, runs an unsorted segment sum over all vocab rows, then transposes the
+ *   [vocab, hidden] result back with an identity permutation, a full copy: at a 151,936-entry vocabulary,
+ *   seconds per micro-batch for a gradient that is zero but for a few dozen rows.
+ *
+ * Both are plain TypeScript over heap views (no addon needed). Other backends keep the generic ops.
+ */
+import * as tf from "@tensorflow/tfjs";
+import type { HalfArray } from "./half-precision.js";
+import type { WasmHeap } from "./wasm-heap.js";
+
+export const WIDEN_KERNEL = "TorlWidenHalf";
+export const EMBEDDING_GRAD_KERNEL = "TorlEmbeddingGrad";
+
+interface WidenAttrs {
+  values: HalfArray;
+  shape: number[];
+}
+
+function widenKernel({ attrs, backend }: Parameters<tf.KernelFunc>[0]): tf.TensorInfo {
+  const { values, shape } = attrs as unknown as WidenAttrs;
+  const wasm = backend as unknown as WasmHeap;
+  const out = wasm.makeOutput(shape, "float32");
+  values.toFloat32(wasm.typedArrayFromHeap(out));
+  return out;
+}
+
+interface EmbeddingGradAttrs {
+  ids: Int32Array;
+  vocab: number;
+}
+
+/** dy [rows, h] and ids [rows] -> d table [vocab, h]: zero but for the rows ids name (repeats add up). */
+export function embeddingGradInto(
+  dy: Float32Array,
+  ids: Int32Array,
+  vocab: number,
+  hidden: number,
+  out: Float32Array,
+): void {
+  if (dy.length !== ids.length * hidden || out.length !== vocab * hidden)
+    throw new RangeError(
+      `embedding gradient: ${dy.length} values of dy for ${ids.length} ids x ${hidden}, ${out.length} for ${vocab} x ${hidden}`,
+    );
+  out.fill(0);
+  for (let r = 0; r < ids.length; r++) {
+    const id = ids[r]!;
+    if (id < 0 || id >= vocab) throw new RangeError(`embedding gradient: id ${id} outside 0..${vocab - 1}`);
+    const o = id * hidden;
+    const s = r * hidden;
+    for (let j = 0; j < hidden; j++) out[o + j]! += dy[s + j]!;
+  }
+}
+
+function embeddingGradKernel({ inputs, attrs, backend }: Parameters<tf.KernelFunc>[0]): tf.TensorInfo {
+  const { dy } = inputs as { dy: tf.TensorInfo };
+  const { ids, vocab } = attrs as unknown as EmbeddingGradAttrs;
+  const hidden = dy.shape[dy.shape.length - 1]!;
+  const wasm = backend as unknown as WasmHeap;
+  const out = wasm.makeOutput([vocab, hidden], "float32");
+  embeddingGradInto(wasm.typedArrayFromHeap(dy), ids, vocab, hidden, wasm.typedArrayFromHeap(out));
+  return out;
+}
+
+let installed = false;
+
+/** Registers both kernels on the wasm backend (once per process). */
+export function installWasmHostKernels(): void {
+  if (installed) return;
+  tf.registerKernel({ kernelName: WIDEN_KERNEL, backendName: "wasm", kernelFunc: widenKernel });
+  tf.registerKernel({
+    kernelName: EMBEDDING_GRAD_KERNEL,
+    backendName: "wasm",
+    kernelFunc: embeddingGradKernel,
+  });
+  installed = true;
+}
+
+function onWasm(): boolean {
+  return installed && tf.getBackend() === "wasm";
+}
+
+/** A float32 tensor of 16-bit values: widened in the tensor's own memory on wasm, via a host copy elsewhere. */
+export function widenedTensor(values: HalfArray, shape: number[]): tf.Tensor {
+  if (!onWasm()) return tf.tensor(values.toFloat32(), shape, "float32");
+  const attrs = { values, shape } as unknown as tf.NamedAttrMap;
+  return tf.engine().runKernel(WIDEN_KERNEL, {}, attrs) as tf.Tensor;
+}
+
+/**
+ * Rows `ids` of `table` [vocab, h] as [rows, h], differentiable in `table`: on wasm the gradient is the
+ * one-pass kernel above, elsewhere tf.gather's own.
+ */
+export function embeddingRows(table: tf.Tensor, ids: Int32Array): tf.Tensor2D {
+  if (!onWasm()) return tf.gather(table, tf.tensor1d(ids, "int32")) as tf.Tensor2D;
+  // the backward reads the ids later: a copy of its own, whatever the caller does with its array
+  const attrs = { ids: ids.slice(), vocab: table.shape[0] } as unknown as tf.NamedAttrMap;
+  const op = tf.customGrad(((...args: unknown[]) => {
+    const [w] = args as [tf.Tensor];
+    return {
+      value: tf.gather(w, tf.tensor1d(ids, "int32")),
+      gradFunc: (dy: tf.Tensor) => [tf.engine().runKernel(EMBEDDING_GRAD_KERNEL, { dy }, attrs) as tf.Tensor],
+    };
+  }) as Parameters<typeof tf.customGrad<tf.Tensor2D>>[0]);
+  return op(table) as tf.Tensor2D;
+}
