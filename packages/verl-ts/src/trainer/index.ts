@@ -64,6 +64,7 @@ export {
   type TrainingSummary,
 } from "./ppo-trainer.js";
 export { formatStepLine, RunLog, readMetrics, type StepMetrics } from "./run-log.js";
+export { FSDPSFTTrainer, type SftSummary, type SftTrainerOptions } from "./sft-trainer.js";
 export { crc32c, maskedCrc32c, scalarEvent, TensorBoardWriter, tfRecord } from "./tensorboard.js";
 export {
   bootstrapSizes,

@@ -76,10 +76,14 @@ export function readMetrics(file: string): ({ step: number } & StepMetrics)[] {
 }
 
 const SHOWN: [string, string][] = [
+  ["train/loss", "loss"],
+  ["val/loss", "val_loss"],
+  ["train/lr", "lr"],
   ["critic/score/mean", "score"],
   ["actor/pg_loss", "pg_loss"],
   ["actor/entropy", "entropy"],
   ["actor/grad_norm", "grad_norm"],
+  ["train/grad_norm", "grad_norm"],
   ["critic/vf_loss", "vf_loss"],
   ["critic/vf_explained_var", "vf_ev"],
   ["response_length/mean", "resp_len"],
