@@ -63,6 +63,7 @@ export {
   TINY_SOURCE_PREFIX,
   type TinyDatasetOptions,
   tinyDataset,
+  tinySplitProblems,
 } from "./tiny-dataset.js";
 export {
   easyKinds,
