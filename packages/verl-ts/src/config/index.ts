@@ -44,6 +44,5 @@ export {
   loadSftConfig,
   type SftConfig,
   sftConfigSchema,
-  sftWorkerConfig,
 } from "./sft.js";
 export type { ActorConfig, OptimConfig, RolloutConfig, TrainerConfig } from "./types.js";

@@ -1,14 +1,12 @@
 /**
  * The SFT trainer's config: veRL's fsdp_sft_trainer.yaml keys (sft-trainer.yaml next to this file holds
  * every key, its default and its doc), loaded like the PPO trainer's (defaults, YAML files, `k=v`
- * overrides; unknown keys and wrong types refused by name), the checks beyond types, and the PPO
- * trainer config its workers are built from (the same FSDP actor workers, without rollout or reference).
+ * overrides; unknown keys and wrong types refused by name), and the checks beyond types.
  */
 import { readFileSync } from "node:fs";
 import { checkLoggerNames, type LoggerName } from "./check.js";
 import { loadTrainerConfig, trainerConfigSchema } from "./load.js";
 import { type ConfigIssue, type ConfigNode, ConfigSchema, TrainerConfigError } from "./schema.js";
-import type { TrainerConfig } from "./types.js";
 
 const SFT_DEFAULTS_URL = new URL("./sft-trainer.yaml", import.meta.url);
 let sftSchema: ConfigSchema | undefined;
@@ -126,57 +124,4 @@ export function checkSftConfig(cfg: SftConfig): ConfigIssue[] {
     );
   issues.push(...checkLoggerNames(t.logger));
   return issues;
-}
-
-const DTYPES = { fp32: "float32", bf16: "bfloat16", fp16: "float16" } as const;
-
-/**
- * The PPO trainer config the SFT trainer's workers are built from: the model, its dtype and gradient
- * checkpointing, the optimizer (AdamW with the schedule of optim.*, its total steps `totalSteps`),
- * gradient clipping, the batch and micro-batch, and the LoRA keys when the workers have them.
- */
-export function sftWorkerConfig(cfg: SftConfig, totalSteps: number): TrainerConfig {
-  const o = cfg.optim;
-  const model: ConfigNode = {
-    path: cfg.model.partial_pretrain,
-    external_lib: cfg.model.external_lib,
-    enable_gradient_checkpointing: cfg.model.enable_gradient_checkpointing,
-    dtype: DTYPES[cfg.model.fsdp_config.model_dtype],
-  };
-  // LoRA is a model setting of the workers: it goes through wherever they know it
-  if (trainerConfigSchema().get("actor_rollout_ref.model.lora_rank"))
-    Object.assign(model, {
-      lora_rank: cfg.model.lora_rank,
-      lora_alpha: cfg.model.lora_alpha,
-      target_modules: cfg.model.target_modules,
-    });
-  return loadTrainerConfig({
-    values: {
-      actor_rollout_ref: {
-        model,
-        actor: {
-          // the update's global batch and micro-batch (SftWorker reads them here)
-          ppo_mini_batch_size: cfg.data.train_batch_size,
-          ppo_micro_batch_size_per_gpu: cfg.data.micro_batch_size_per_gpu,
-          grad_clip: o.clip_grad,
-          optim: {
-            lr: o.lr,
-            betas: o.betas,
-            weight_decay: o.weight_decay,
-            lr_warmup_steps: -1,
-            lr_warmup_steps_ratio: o.lr_warmup_steps_ratio,
-            warmup_style: o.lr_scheduler,
-            min_lr_ratio: 0,
-            total_training_steps: totalSteps,
-          },
-        },
-      },
-      trainer: {
-        nnodes: cfg.trainer.nnodes,
-        n_gpus_per_node: cfg.trainer.n_gpus_per_node,
-        seed: cfg.trainer.seed,
-        ray_wait_register_center_timeout: cfg.trainer.ray_wait_register_center_timeout,
-      },
-    },
-  });
 }

@@ -16,9 +16,10 @@
  */
 import { join } from "node:path";
 import { clusterResources, init, isInitialized, shutdown } from "@torl-ts/actors";
-import { configToYaml } from "../config/load.js";
+import { configToYaml, loadTrainerConfig, trainerConfigSchema } from "../config/load.js";
 import { type ConfigNode, TrainerConfigError } from "../config/schema.js";
-import { type SftConfig, sftWorkerConfig } from "../config/sft.js";
+import type { SftConfig } from "../config/sft.js";
+import type { TrainerConfig } from "../config/types.js";
 import { PromptLoader } from "../data/loader.js";
 import {
   readSftDataset,
@@ -38,27 +39,14 @@ import { SftWorker } from "../workers/sft-worker.js";
 import type { ShardInfo } from "../workers/sharded-worker.js";
 import { CheckpointManager } from "./checkpoint.js";
 import { saveHfMetadata } from "./export.js";
-import { createMetricSinks } from "./loggers.js";
 import { computeThroughputMetrics } from "./metrics.js";
-import { RunLog, type StepMetrics } from "./run-log.js";
+import { openRunLog, type RunLog, type RunOptions, type StepMetrics } from "./run-log.js";
 
-export interface SftTrainerOptions {
+export interface SftTrainerOptions extends RunOptions {
   /** Conversations instead of reading data.train_files. */
   trainConversations?: SftConversation[];
   /** Conversations instead of reading data.val_files (an empty list: no validation). */
   valConversations?: SftConversation[];
-  /** Where runs/<name> goes. Default "runs". */
-  runsDir?: string;
-  /** Run name; default trainer.experiment_name. */
-  runName?: string;
-  /** Console output; default console.log. */
-  log?: (line: string) => void;
-  /** Extra environment for the worker processes (e.g. TORL_BACKEND). */
-  workerEnv?: Record<string, string>;
-  /** Bundles with GPUs; default: when the cluster has a GPU per worker. */
-  useGpu?: boolean;
-  /** Called after each logged step. */
-  onStep?: (step: number, metrics: StepMetrics) => void | Promise<void>;
 }
 
 /** summary.json of an SFT run. */
@@ -84,6 +72,59 @@ const SFT_WORKER_MODULE = new URL(
 ).href;
 
 type SftGroup = BoundGroup<typeof SftWorker>;
+
+const DTYPES = { fp32: "float32", bf16: "bfloat16", fp16: "float16" } as const;
+
+/**
+ * The PPO trainer config the SFT trainer's workers are built from: the model, its dtype and gradient
+ * checkpointing, the optimizer (AdamW with the schedule of optim.*, its total steps `totalSteps`),
+ * gradient clipping, the batch and micro-batch, and the LoRA keys when the workers have them.
+ */
+export function sftWorkerConfig(cfg: SftConfig, totalSteps: number): TrainerConfig {
+  const o = cfg.optim;
+  const model: ConfigNode = {
+    path: cfg.model.partial_pretrain,
+    external_lib: cfg.model.external_lib,
+    enable_gradient_checkpointing: cfg.model.enable_gradient_checkpointing,
+    dtype: DTYPES[cfg.model.fsdp_config.model_dtype],
+  };
+  // LoRA is a model setting of the workers: it goes through wherever they know it
+  if (trainerConfigSchema().get("actor_rollout_ref.model.lora_rank"))
+    Object.assign(model, {
+      lora_rank: cfg.model.lora_rank,
+      lora_alpha: cfg.model.lora_alpha,
+      target_modules: cfg.model.target_modules,
+    });
+  return loadTrainerConfig({
+    values: {
+      actor_rollout_ref: {
+        model,
+        actor: {
+          // the update's global batch and micro-batch (SftWorker reads them here)
+          ppo_mini_batch_size: cfg.data.train_batch_size,
+          ppo_micro_batch_size_per_gpu: cfg.data.micro_batch_size_per_gpu,
+          grad_clip: o.clip_grad,
+          optim: {
+            lr: o.lr,
+            betas: o.betas,
+            weight_decay: o.weight_decay,
+            lr_warmup_steps: -1,
+            lr_warmup_steps_ratio: o.lr_warmup_steps_ratio,
+            warmup_style: o.lr_scheduler,
+            min_lr_ratio: 0,
+            total_training_steps: totalSteps,
+          },
+        },
+      },
+      trainer: {
+        nnodes: cfg.trainer.nnodes,
+        n_gpus_per_node: cfg.trainer.n_gpus_per_node,
+        seed: cfg.trainer.seed,
+        ray_wait_register_center_timeout: cfg.trainer.ray_wait_register_center_timeout,
+      },
+    },
+  });
+}
 
 export class FSDPSFTTrainer {
   readonly config: SftConfig;
@@ -276,21 +317,13 @@ export class FSDPSFTTrainer {
     const cfg = this.config;
     try {
       await this.loadData();
-      this.runLog = new RunLog(
-        this.opts.runsDir ?? "runs",
-        this.opts.runName ?? cfg.trainer.experiment_name,
+      this.runLog = await openRunLog(
+        this.opts,
+        cfg.trainer,
+        cfg,
+        configToYaml(cfg as unknown as ConfigNode),
         this.print,
-        cfg.trainer.logger.includes("console"),
       );
-      this.runLog.addSinks(
-        await createMetricSinks(cfg.trainer.logger, {
-          runDir: this.runLog.dir,
-          project: cfg.trainer.project_name,
-          experiment: cfg.trainer.experiment_name,
-          config: cfg,
-        }),
-      );
-      this.runLog.writeFile("config.yaml", configToYaml(cfg as unknown as ConfigNode));
       await this.startWorkers();
       const resumed = await this.loadCheckpoint();
       this.runLog.start(resumed);

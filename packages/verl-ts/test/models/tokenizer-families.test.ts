@@ -156,7 +156,7 @@ test("Llama 3's chat template renders through the Jinja path as transformers' ap
   // and SFT's loss mask on it: each assistant turn's text and its <|eot_id|>, nothing else
   const conv = fixture.conversations[2]!;
   const ex = tokenizeConversation({ messages: conv.messages, file: "f", row: 0 }, template, tok);
-  t.is(tok.decode(ex.ids), fixture.rendered[2]);
+  t.is(tok.decode(ex.ids), fixture.rendered[2]!);
   const trained = ex.ids.filter((_, i) => ex.lossMask[i]);
   t.is(tok.decode(trained), "```python\nprint(12*12)\n```<|eot_id|>\\boxed{144}<|eot_id|>");
 });

@@ -89,7 +89,7 @@ test.serial("a few SFT steps lower the loss on the training conversations; a lin
 });
 
 test.serial("resume from a checkpoint continues bit-identically to an uninterrupted run", async (t) => {
-  t.timeout(15 * 60_000, LOADED);
+  t.timeout(20 * 60_000, LOADED);
   const a = await runA();
   const ckptDir = tmp("ckpt-b");
   const runsDir = tmp("runs-b");
@@ -109,7 +109,7 @@ test.serial("resume from a checkpoint continues bit-identically to an uninterrup
 });
 
 test.serial("gradient accumulation (4 micro-batches of 2) equals one micro-batch of 8", async (t) => {
-  t.timeout(10 * 60_000, LOADED);
+  t.timeout(20 * 60_000, LOADED);
   const acc = await runA();
   const big = await run({ micro: 8 });
   const sa = readAllShards(join(acc.ckptDir, "global_step_4", "actor"));
