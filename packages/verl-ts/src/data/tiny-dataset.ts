@@ -66,6 +66,15 @@ export interface TinyDatasetOptions {
 
 /** The train and held-out rows of the tiny recipe; deterministic for the options. */
 export function tinyDataset(options: TinyDatasetOptions): { train: RlDatasetRow[]; val: RlDatasetRow[] } {
+  const { train, val } = tinySplitProblems(options);
+  return {
+    train: train.map((p, i) => problemRow(p, "train", i)),
+    val: val.map((p, i) => problemRow(p, "val", i)),
+  };
+}
+
+/** The problems of tinyDataset's rows (with their programs and answers), in the same order. */
+export function tinySplitProblems(options: TinyDatasetOptions): { train: Problem[]; val: Problem[] } {
   const { trainCount, valCount, splitSeed = RECIPE_SPLIT_SEED, hardFraction = 0.5 } = options;
   if (!(Number.isInteger(trainCount) && trainCount > 0))
     throw new TinyDatasetError(`train problem count must be a positive integer, got ${trainCount}`);
@@ -83,8 +92,5 @@ export function tinyDataset(options: TinyDatasetOptions): { train: RlDatasetRow[
     split: "train",
     exclude,
   });
-  return {
-    train: train.map((p, i) => problemRow(p, "train", i)),
-    val: heldOut.map((p, i) => problemRow(p, "val", i)),
-  };
+  return { train, val: heldOut };
 }

@@ -63,7 +63,20 @@ export {
   type TrainerOptions,
   type TrainingSummary,
 } from "./ppo-trainer.js";
-export { formatStepLine, RunLog, readMetrics, type StepMetrics } from "./run-log.js";
+export {
+  formatStepLine,
+  openRunLog,
+  RunLog,
+  type RunOptions,
+  readMetrics,
+  type StepMetrics,
+} from "./run-log.js";
+export {
+  FSDPSFTTrainer,
+  type SftSummary,
+  type SftTrainerOptions,
+  sftWorkerConfig,
+} from "./sft-trainer.js";
 export { crc32c, maskedCrc32c, scalarEvent, TensorBoardWriter, tfRecord } from "./tensorboard.js";
 export {
   bootstrapSizes,

@@ -49,7 +49,6 @@ import {
   type GenerationRecord,
   pickGenerationsToLog,
 } from "./generation-dump.js";
-import { createMetricSinks } from "./loggers.js";
 import {
   computeDataMetrics,
   computeThroughputMetrics,
@@ -59,7 +58,7 @@ import {
   tokenCounts,
 } from "./metrics.js";
 import { PhaseTracker } from "./phase-tracker.js";
-import { RunLog, type StepMetrics } from "./run-log.js";
+import { openRunLog, type RunLog, type RunOptions, type StepMetrics } from "./run-log.js";
 import { computeMultiSampleValidationMetrics, type ValidationSample } from "./validation-metrics.js";
 
 /**
@@ -71,7 +70,7 @@ export interface RewardScorerLike {
   scoreDataProto(batch: DataProtoWire): PromiseLike<DataProto | DataProtoWire> | DataProto | DataProtoWire;
 }
 
-export interface TrainerOptions {
+export interface TrainerOptions extends RunOptions {
   /**
    * The rollout tool (imported in every worker process; called with actor_rollout_ref.rollout.tool when
    * it names no `args`). Default: the Python code interpreter built from actor_rollout_ref.rollout.tool.
@@ -90,18 +89,6 @@ export interface TrainerOptions {
   valRows?: RlDatasetRow[];
   /** The driver's tokenizer (prompt filter and collation); default read from actor_rollout_ref.model.path. */
   tokenizer?: Tokenizer;
-  /** Where runs/<name> goes. Default "runs". */
-  runsDir?: string;
-  /** Run name; default trainer.experiment_name. */
-  runName?: string;
-  /** Console output; default console.log. */
-  log?: (line: string) => void;
-  /** Extra environment for the worker processes (e.g. TORL_BACKEND). */
-  workerEnv?: Record<string, string>;
-  /** Bundles with GPUs; default: when the cluster has a GPU per worker. */
-  useGpu?: boolean;
-  /** Called after each logged step (progress hooks, tests). */
-  onStep?: (step: number, metrics: StepMetrics) => void | Promise<void>;
 }
 
 /** summary.json: the keys a run's readers rely on (accuracies and ratios as fractions in [0, 1]) and a few more. */
@@ -376,22 +363,8 @@ export class RayPPOTrainer {
     try {
       await this.checkTool();
       // the run's log and metric sinks first: a logger whose client is missing stops the run here
-      this.runLog = new RunLog(
-        this.opts.runsDir ?? "runs",
-        this.opts.runName ?? cfg.trainer.experiment_name,
-        this.print,
-        cfg.trainer.logger.includes("console"),
-      );
-      this.runLog.addSinks(
-        await createMetricSinks(cfg.trainer.logger, {
-          runDir: this.runLog.dir,
-          project: cfg.trainer.project_name,
-          experiment: cfg.trainer.experiment_name,
-          config: cfg,
-        }),
-      );
       // the config as given (init fills in the optimizers' step counts), so the file can be run again
-      this.runLog.writeFile("config.yaml", configToYaml(cfg));
+      this.runLog = await openRunLog(this.opts, cfg.trainer, cfg, configToYaml(cfg), this.print);
       await this.init();
       this.currentStage = "loading checkpoint";
       const resumed = await this.loadCheckpoint();

@@ -6,9 +6,54 @@
  */
 import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import type { MetricsSink } from "./loggers.js";
+import { createMetricSinks, type MetricsSink } from "./loggers.js";
 
 export type StepMetrics = Record<string, number>;
+
+/** How a trainer's run is run and where its outputs go (the PPO and SFT trainers' common options). */
+export interface RunOptions {
+  /** Where runs/<name> goes. Default "runs". */
+  runsDir?: string;
+  /** Run name; default trainer.experiment_name. */
+  runName?: string;
+  /** Console output; default console.log. */
+  log?: (line: string) => void;
+  /** Extra environment for the worker processes (e.g. TORL_BACKEND). */
+  workerEnv?: Record<string, string>;
+  /** Bundles with GPUs; default: when the cluster has a GPU per worker. */
+  useGpu?: boolean;
+  /** Called after each logged step (progress hooks, tests). */
+  onStep?: (step: number, metrics: StepMetrics) => void | Promise<void>;
+}
+
+/**
+ * The run's log with the metric sinks trainer.logger names (a logger whose client is missing stops the
+ * run here, before any worker) and `configYaml` written as config.yaml.
+ */
+export async function openRunLog(
+  opts: RunOptions,
+  trainer: { project_name: string; experiment_name: string; logger: readonly string[] },
+  config: unknown,
+  configYaml: string,
+  print: (line: string) => void,
+): Promise<RunLog> {
+  const log = new RunLog(
+    opts.runsDir ?? "runs",
+    opts.runName ?? trainer.experiment_name,
+    print,
+    trainer.logger.includes("console"),
+  );
+  log.addSinks(
+    await createMetricSinks(trainer.logger, {
+      runDir: log.dir,
+      project: trainer.project_name,
+      experiment: trainer.experiment_name,
+      config,
+    }),
+  );
+  log.writeFile("config.yaml", configYaml);
+  return log;
+}
 
 export class RunLog {
   readonly dir: string;
@@ -76,10 +121,14 @@ export function readMetrics(file: string): ({ step: number } & StepMetrics)[] {
 }
 
 const SHOWN: [string, string][] = [
+  ["train/loss", "loss"],
+  ["val/loss", "val_loss"],
+  ["train/lr", "lr"],
   ["critic/score/mean", "score"],
   ["actor/pg_loss", "pg_loss"],
   ["actor/entropy", "entropy"],
   ["actor/grad_norm", "grad_norm"],
+  ["train/grad_norm", "grad_norm"],
   ["critic/vf_loss", "vf_loss"],
   ["critic/vf_explained_var", "vf_ev"],
   ["response_length/mean", "resp_len"],

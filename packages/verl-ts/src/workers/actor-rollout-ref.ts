@@ -180,7 +180,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    * A phase of the actor begins: its weights are all-gathered from the shards (those of the units `which`
    * selects), unless it holds them all already. Every rank calls it at the same point.
    */
-  private async actorPhaseBegins(model: Qwen2Model, which?: (unit: FlatUnit) => boolean): Promise<void> {
+  protected async actorPhaseBegins(model: Qwen2Model, which?: (unit: FlatUnit) => boolean): Promise<void> {
     if (this.holdsAllWeights(model)) return;
     await this.gatherWeightsInto(model, which);
   }
@@ -189,12 +189,12 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    * A phase of the actor ended: sharded at rest, every copy of its weights is freed; otherwise the
    * float32 copies of host-held weights (model.dtype half) go back to rest.
    */
-  private actorPhaseEnded(model: Qwen2Model): void {
+  protected actorPhaseEnded(model: Qwen2Model): void {
     if (this.shardedAtRest) model.evictWeights();
     else model.releaseComputeWeights();
   }
 
-  private needModel(): Qwen2Model {
+  protected needModel(): Qwen2Model {
     if (!this.model || !this.tokenizer)
       throw new WorkerStateError(`rank ${this.rank}: call initModel before using the actor`);
     return this.model;

@@ -70,3 +70,4 @@ export {
   type GradientReduceOp,
   GradientSyncError,
 } from "./replica-sync.js";
+export { SftWorker, type SftWorkerOptions } from "./sft-worker.js";

