@@ -23,6 +23,7 @@ import {
   type ConfigSchema,
   checkTrainerSetup,
   configValue,
+  createTrainer,
   customRewardModuleUrl,
   DataProto,
   type DataProtoWire,
@@ -35,7 +36,6 @@ import {
   loadTrainerConfig,
   OUTPUT_STOP,
   parseConfigOverrides,
-  RayPPOTrainer,
   RewardManagerActor,
   type RewardScorerLike,
   type RlDatasetRow,
@@ -544,7 +544,7 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
     const threads = Math.max(1, Math.floor(availableParallelism() / Math.max(1, W)));
     // the rollout's tool is the trainer's own: the Python code interpreter of actor_rollout_ref.rollout.tool
     // (none with num_llm_calls_available=0)
-    const trainer = new RayPPOTrainer(cfg, {
+    const trainer = createTrainer(cfg, {
       reward: recorder,
       trainRows: train,
       valRows: val,
