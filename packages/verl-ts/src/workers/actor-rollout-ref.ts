@@ -195,6 +195,13 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     await exchangeShards(sizes, this.worldSize, group, (r) => (r === this.rank ? sharded.params : undefined));
   }
 
+  /** The full parameters as one flat vector (checkpoint order); a rollout-only worker's are the ones it generates with. */
+  override async gatheredParameters(): Promise<Float32Array> {
+    if (this.role !== "rollout" || !this.parameterSizes) return super.gatheredParameters();
+    const layout = new FlatLayout([...this.parameterSizes].map(([name, v]) => ({ name, size: v.length })));
+    return layout.flatten(await this.needModel().getParameters());
+  }
+
   /**
    * A rollout-only worker takes the trained actor's weights: the shards `trainerWorldSize` trainer
    * ranks broadcast over `group` (sendWeights), put together into the full parameters.
