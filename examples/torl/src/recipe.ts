@@ -42,6 +42,7 @@ import {
   readConfigFile,
   readMetrics,
   readRlDataset,
+  rolloutWorldSize,
   type StepMetrics,
   type TrainerConfig,
   TrainerConfigError,
@@ -520,8 +521,9 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
 
   let startedRuntime = false;
   if (!isInitialized()) {
-    // Declared CPUs: one per actor rank plus the reward manager actor, at least the machine's cores.
-    await init({ numCpus: Math.max(availableParallelism(), W + 1) });
+    // Declared CPUs: one per actor rank and separate rollout worker (trainer.mode one_step_off /
+    // fully_async) plus the reward manager actor, at least the machine's cores.
+    await init({ numCpus: Math.max(availableParallelism(), W + rolloutWorldSize(cfg) + 1) });
     startedRuntime = true;
   }
   const rewardActor = RewardManagerActor.options({ numCpus: 1 }).remote({

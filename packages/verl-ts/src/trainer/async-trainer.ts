@@ -34,6 +34,7 @@ import {
   createCollectiveGroup,
   destroyCollectiveGroup,
 } from "@torl-ts/actors";
+import { rolloutWorldSize } from "../config/derived.js";
 import { TrainerConfigError } from "../config/schema.js";
 import type { TrainerConfig } from "../config/types.js";
 import type { DataProto } from "../protocol/data-proto.js";
@@ -94,7 +95,7 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
           message: "trainer.mode is sync: that is RayPPOTrainer's (createTrainer picks it)",
         },
       ]);
-    const rolloutWorkers = config.rollout.nnodes * config.rollout.n_gpus_per_node;
+    const rolloutWorkers = rolloutWorldSize(config);
     const rows = config.data.train_batch_size * config.actor_rollout_ref.rollout.n;
     if (rows % rolloutWorkers !== 0)
       throw new TrainerConfigError([
@@ -134,7 +135,7 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
   private async startRollout(): Promise<void> {
     const cfg = this.config;
     const id = uniqueId();
-    const W = cfg.rollout.nnodes * cfg.rollout.n_gpus_per_node;
+    const W = rolloutWorldSize(cfg);
     const useGpu = this.opts.useGpu ?? ((await clusterResources()).GPU ?? 0) >= W + this.worldSize;
     this.currentStage = "spawning rollout workers";
     const pool = new ResourcePool({
