@@ -23,6 +23,7 @@ import {
   type ConfigSchema,
   checkTrainerSetup,
   configValue,
+  createTrainer,
   customRewardModuleUrl,
   DataProto,
   type DataProtoWire,
@@ -35,13 +36,13 @@ import {
   loadTrainerConfig,
   OUTPUT_STOP,
   parseConfigOverrides,
-  RayPPOTrainer,
   RewardManagerActor,
   type RewardScorerLike,
   type RlDatasetRow,
   readConfigFile,
   readMetrics,
   readRlDataset,
+  rolloutWorldSize,
   type StepMetrics,
   type TrainerConfig,
   TrainerConfigError,
@@ -520,8 +521,9 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
 
   let startedRuntime = false;
   if (!isInitialized()) {
-    // Declared CPUs: one per actor rank plus the reward manager actor, at least the machine's cores.
-    await init({ numCpus: Math.max(availableParallelism(), W + 1) });
+    // Declared CPUs: one per actor rank and separate rollout worker (trainer.mode one_step_off /
+    // fully_async) plus the reward manager actor, at least the machine's cores.
+    await init({ numCpus: Math.max(availableParallelism(), W + rolloutWorldSize(cfg) + 1) });
     startedRuntime = true;
   }
   const rewardActor = RewardManagerActor.options({ numCpus: 1 }).remote({
@@ -544,7 +546,7 @@ export async function runRecipe(cfg: TrainerConfig, options: RunRecipeOptions = 
     const threads = Math.max(1, Math.floor(availableParallelism() / Math.max(1, W)));
     // the rollout's tool is the trainer's own: the Python code interpreter of actor_rollout_ref.rollout.tool
     // (none with num_llm_calls_available=0)
-    const trainer = new RayPPOTrainer(cfg, {
+    const trainer = createTrainer(cfg, {
       reward: recorder,
       trainRows: train,
       valRows: val,

@@ -83,6 +83,15 @@ export {
 } from "./policy-losses-tf.js";
 export { type AlgorithmRequirements, mergeRequirements } from "./requirements.js";
 export {
+  computeRolloutIsWeights,
+  ROLLOUT_IS_LEVELS,
+  ROLLOUT_IS_MODES,
+  type RolloutIsLevel,
+  type RolloutIsMode,
+  type RolloutIsOptions,
+  type RolloutIsResult,
+} from "./rollout-is.js";
+export {
   aggLossTf,
   asTfTensor,
   entropyFromLogitsTf,

@@ -1,7 +1,7 @@
 /**
  * `pnpm torl train <config.yaml ...> [a.b.c=value ...] [--tool MODULE#EXPORT] [--runs-dir DIR]`: loads
  * the config (defaults, the YAML files, the overrides), imports actor_rollout_ref.model.external_lib,
- * and trains. Here it runs RayPPOTrainer.fit(); a recipe offers its own `train` through
+ * and trains. Here it runs the trainer of trainer.mode (createTrainer).fit(); a recipe offers its own `train` through
  * `defineTrainCommand`, with its config keys and its run (data, reward, outputs), and the same command
  * line.
  */
@@ -10,7 +10,7 @@ import { type CliCommand, defineCommand, UsageError } from "@torl-ts/core";
 import { loadTrainerConfig, splitConfigArgs } from "../config/load.js";
 import type { TrainerConfig } from "../config/types.js";
 import { resolveToolModule, type ToolSpec } from "../rollout/tool-config.js";
-import { RayPPOTrainer } from "../trainer/ppo-trainer.js";
+import { createTrainer } from "../trainer/async-trainer.js";
 import { importExternalLib } from "../workers/external-lib.js";
 
 /** What the command line adds to the config: the rollout tool and where runs go. */
@@ -86,5 +86,5 @@ Runs PPO/GRPO training with veRL's trainer keys (every key and its default: pnpm
 Metrics go to <runs-dir>/<name>/metrics.jsonl and summary.json; the run directory is printed last.
 A rerun with trainer.resume_mode=auto (the default) continues from the latest checkpoint.`,
   loadConfig: (files, overrides) => loadTrainerConfig({ files, overrides }),
-  train: (config, { tool, runsDir }) => new RayPPOTrainer(config, { tool, runsDir }).fit(),
+  train: (config, { tool, runsDir }) => createTrainer(config, { tool, runsDir }).fit(),
 });

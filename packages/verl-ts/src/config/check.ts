@@ -198,6 +198,7 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
   if (cfg.trainer.resume_mode === "resume_path" && !cfg.trainer.resume_from_path) {
     add("trainer.resume_from_path", 'must be set when trainer.resume_mode is "resume_path"');
   }
+  issues.push(...checkTrainingMode(cfg));
   if (opts.worldSize) {
     const rows = cfg.data.train_batch_size * ro.n;
     if (rows % opts.worldSize !== 0) {
@@ -206,6 +207,58 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
         `x rollout.n = ${rows} rows must divide evenly over ${opts.worldSize} workers`,
       );
     }
+  }
+  return issues;
+}
+
+/**
+ * trainer.mode and the keys that act only in some modes: the async_training section and the rollout IS
+ * correction need separate rollout workers; the separate-rollout modes train critic-free estimators
+ * without dynamic sampling or a greedy baseline.
+ */
+export function checkTrainingMode(cfg: TrainerConfig): ConfigIssue[] {
+  const issues: ConfigIssue[] = [];
+  const add = (key: string, message: string) => issues.push({ key, message: `${key} ${message}` });
+  const mode = cfg.trainer.mode;
+  const alg = cfg.algorithm;
+  const at = cfg.async_training;
+  const defaults = trainerConfigSchema();
+  if (mode !== "fully_async")
+    for (const k of ["staleness_threshold", "trigger_parameter_sync_step"] as const)
+      if (at[k] !== defaults.get(`async_training.${k}`)!.default)
+        add(`async_training.${k}`, `acts only with trainer.mode=fully_async (trainer.mode is ${mode})`);
+  if (!(at.staleness_threshold >= 0))
+    add("async_training.staleness_threshold", `must be >= 0, got ${at.staleness_threshold}`);
+  if (!(Number.isInteger(at.trigger_parameter_sync_step) && at.trigger_parameter_sync_step >= 1))
+    add(
+      "async_training.trigger_parameter_sync_step",
+      `must be an integer >= 1, got ${at.trigger_parameter_sync_step}`,
+    );
+  for (const k of ["nnodes", "n_gpus_per_node"] as const)
+    if (!(Number.isInteger(cfg.rollout[k]) && cfg.rollout[k] >= 1))
+      add(`rollout.${k}`, `must be an integer >= 1, got ${cfg.rollout[k]}`);
+  const th = alg.rollout_is_threshold;
+  if (th !== null) {
+    if (mode === "sync")
+      add(
+        "algorithm.rollout_is_threshold",
+        "needs trainer.mode one_step_off or fully_async: in sync mode the actor generates with the weights it trains, so every ratio is 1",
+      );
+    if (!(th > 0)) add("algorithm.rollout_is_threshold", `must be > 0 or null, got ${th}`);
+    const lo = alg.rollout_is_threshold_lower;
+    if (lo !== null && !(lo > 0 && lo <= th))
+      add("algorithm.rollout_is_threshold_lower", `must be in (0, rollout_is_threshold], got ${lo}`);
+  } else if (alg.rollout_is) add("algorithm.rollout_is", "needs algorithm.rollout_is_threshold set");
+  const veto = alg.rollout_is_veto_threshold;
+  if (veto !== null && !(veto > 0 && veto < 1))
+    add("algorithm.rollout_is_veto_threshold", `must be in (0, 1) or null, got ${veto}`);
+  if (mode !== "sync") {
+    const why = `is not supported with trainer.mode=${mode} (its rollout workers generate one batch per step)`;
+    if (advantageEstimatorRequirements(alg.adv_estimator)?.critic)
+      add("algorithm.adv_estimator", `${alg.adv_estimator} needs a critic, which ${why}`);
+    if (advantageEstimatorRequirements(alg.adv_estimator)?.greedyBaseline)
+      add("algorithm.adv_estimator", `${alg.adv_estimator} needs a greedy baseline, which ${why}`);
+    if (alg.filter_groups.enable) add("algorithm.filter_groups.enable", why);
   }
   return issues;
 }

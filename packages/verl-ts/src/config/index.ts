@@ -7,7 +7,7 @@ export {
   LOGGER_NAMES,
   type LoggerName,
 } from "./check.js";
-export { miniBatchRows, trainerWorldSize } from "./derived.js";
+export { miniBatchRows, rolloutWorldSize, trainerWorldSize } from "./derived.js";
 export {
   type ConfigOverride,
   configToYaml,

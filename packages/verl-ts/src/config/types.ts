@@ -172,8 +172,16 @@ export interface TrainerConfig extends Open {
     kl_penalty: KlPenaltyType;
     kl_ctrl: { type: "fixed" | "adaptive"; kl_coef: number; horizon: number; target_kl: number } & Open;
     filter_groups: { enable: boolean; metric: "acc" | "score"; max_num_gen_batches: number } & Open;
+    void_turn_filter: boolean;
+    rollout_is_threshold: number | null;
+    rollout_is: boolean;
+    rollout_is_threshold_lower: number | null;
+    rollout_is_level: "token" | "sequence" | "geometric";
+    rollout_is_mode: "truncate" | "mask";
+    rollout_is_veto_threshold: number | null;
   } & Open;
   trainer: {
+    mode: TrainingMode;
     balance_batch: boolean;
     total_epochs: number;
     total_training_steps: number | null;
@@ -197,4 +205,14 @@ export interface TrainerConfig extends Open {
     max_actor_ckpt_to_keep: number | null;
     seed: number;
   } & Open;
+  /** The separate rollout workers of trainer.mode one_step_off / fully_async. */
+  rollout: { nnodes: number; n_gpus_per_node: number } & Open;
+  async_training: {
+    staleness_threshold: number;
+    trigger_parameter_sync_step: number;
+    partial_rollout: boolean;
+  } & Open;
 }
+
+/** trainer.mode: how generation and training are scheduled. */
+export type TrainingMode = "sync" | "one_step_off" | "fully_async";

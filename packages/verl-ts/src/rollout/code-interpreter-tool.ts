@@ -15,6 +15,8 @@
  *   - max_concurrency: runs in flight at once (over the sandbox actors, or against sandbox_url);
  *   - stop: the string generation pauses at to run the round's code (it opens the appended output);
  *   - max_observation_chars: observations this long or longer keep their first and last half;
+ *   - delay_ms: a benchmark knob: every code run answers this many milliseconds later (a batch of runs,
+ *     which run together, once), to stand for a slower sandbox or a remote one;
  *   - name (only code_interpreter) and config (must be empty): the rest of the rollout.tool section,
  *     so the section itself is a valid argument.
  * Any other key, or a value out of range, is refused with an InputError naming the key.
@@ -43,6 +45,7 @@ export interface CodeInterpreterToolConfig {
   memory_limit_mb?: number;
   max_concurrency?: number;
   max_observation_chars?: number;
+  delay_ms?: number;
   config?: Record<string, unknown>;
 }
 
@@ -56,6 +59,8 @@ export interface CodeInterpreterSettings {
   maxConcurrency: number;
   stop: string;
   maxObservationChars: number;
+  /** Milliseconds added to every code run (a benchmark knob). */
+  delayMs: number;
 }
 
 const DEFAULTS: CodeInterpreterSettings = {
@@ -67,6 +72,7 @@ const DEFAULTS: CodeInterpreterSettings = {
   maxConcurrency: 32,
   stop: OUTPUT_STOP,
   maxObservationChars: OBSERVATION_LIMIT,
+  delayMs: 0,
 };
 
 const KEYS = [
@@ -79,6 +85,7 @@ const KEYS = [
   "memory_limit_mb",
   "max_concurrency",
   "max_observation_chars",
+  "delay_ms",
   "config",
 ];
 
@@ -126,6 +133,7 @@ export function codeInterpreterSettings(tool: CodeInterpreterToolConfig = {}): C
       tool.max_observation_chars ?? DEFAULTS.maxObservationChars,
       1,
     ),
+    delayMs: integer("delay_ms", tool.delay_ms ?? DEFAULTS.delayMs, 0),
   };
   if (typeof s.stop !== "string" || s.stop === "") throw refuse("stop", "must be a non-empty string");
   const limits: [string, unknown][] = [
@@ -169,6 +177,28 @@ export function checkCodeInterpreterHost(s: CodeInterpreterSettings): void {
   }
 }
 
+/** `runner` with every run (a batch once: its runs go together) answering `delayMs` later. */
+function delayedRunner(runner: BatchCodeRunner, delayMs: number): BatchCodeRunner {
+  if (delayMs === 0) return runner;
+  const wait = () => new Promise((resolve) => setTimeout(resolve, delayMs));
+  const close = (runner as { close?: () => Promise<void> }).close;
+  return {
+    run: async (r) => {
+      await wait();
+      return runner.run(r);
+    },
+    ...(runner.runBatch
+      ? {
+          runBatch: async (rs: Parameters<NonNullable<BatchCodeRunner["runBatch"]>>[0]) => {
+            await wait();
+            return runner.runBatch!(rs);
+          },
+        }
+      : {}),
+    ...(close ? { close: () => close.call(runner) } : {}),
+  } as BatchCodeRunner;
+}
+
 /** Where the code runs: an external server, sandbox actors on the runtime, or this process. */
 async function startRunner(
   s: CodeInterpreterSettings,
@@ -205,7 +235,7 @@ export async function createCodeInterpreterTool(
   options: CodeInterpreterStartOptions = {},
 ): Promise<PythonCodeInterpreter> {
   const s = codeInterpreterSettings(tool);
-  return new PythonCodeInterpreter(await startRunner(s, options), {
+  return new PythonCodeInterpreter(delayedRunner(await startRunner(s, options), s.delayMs), {
     runTimeout: s.runTimeout,
     memoryLimitMb: s.memoryLimitMb,
     stop: s.stop,

@@ -93,3 +93,4 @@ export {
   ToolConfigError,
   type ToolSpec,
 } from "./tool-config.js";
+export { applyVoidTurnFilter, hasVoidTurn, lastTurn } from "./void-turn.js";

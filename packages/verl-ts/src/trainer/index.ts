@@ -7,6 +7,7 @@ export {
   type TrainRunFlags,
   trainCommand,
 } from "../cli/train.js";
+export { AsyncPPOTrainer, createTrainer } from "./async-trainer.js";
 export { balanceBatch, balancedPartitions } from "./balance.js";
 export {
   CheckpointManager,
@@ -63,6 +64,14 @@ export {
   type TrainerOptions,
   type TrainingSummary,
 } from "./ppo-trainer.js";
+export { applyRolloutCorrection } from "./rollout-correction.js";
+export {
+  FifoLock,
+  RolloutQueue,
+  RolloutQueueClosedError,
+  RolloutQueueOverflowError,
+  rolloutQueueCapacity,
+} from "./rollout-queue.js";
 export {
   formatStepLine,
   openRunLog,

@@ -32,6 +32,7 @@ import { RewardManager } from "../reward/manager.js";
 import { applyOverlongPenalty } from "../reward/overlong.js";
 import { computeMultiTurnMetrics, modelPromptRenderer } from "../rollout/multi-turn.js";
 import { checkToolSpec, describeRolloutTool, rolloutToolSpec } from "../rollout/rollout-tool.js";
+import { applyVoidTurnFilter } from "../rollout/void-turn.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
@@ -58,6 +59,7 @@ import {
   tokenCounts,
 } from "./metrics.js";
 import { PhaseTracker } from "./phase-tracker.js";
+import { applyRolloutCorrection } from "./rollout-correction.js";
 import { openRunLog, type RunLog, type RunOptions, type StepMetrics } from "./run-log.js";
 import { computeMultiSampleValidationMetrics, type ValidationSample } from "./validation-metrics.js";
 
@@ -112,19 +114,37 @@ export interface TrainingSummary {
 }
 
 type ActorGroup = BoundGroup<typeof ActorRolloutRefWorker>;
+
+/** Times a phase of a step into its timing_s/<name> metric. */
+export type StepTimer = <T>(name: string, f: () => Promise<T>) => Promise<T>;
+
+/** A generation round's prompts: the rows (uid, reward columns), the prompt part, it repeated rollout.n times (seeded). */
+export interface RoundPrompts {
+  batch: DataProto;
+  prompts: DataProto;
+  genBatch: DataProto;
+  epoch: number;
+}
+
+/** A generation round, scored: the batch with responses and token_level_scores, and the reward's answer. */
+export interface ScoredRound {
+  batch: DataProto;
+  epoch: number;
+  scored: DataProto;
+}
 type CriticGroup = BoundGroup<typeof CriticWorker>;
 
 const workerModule = (name: string) =>
   new URL(`../workers/${name}${import.meta.url.endsWith(".ts") ? ".ts" : ".js"}`, import.meta.url).href;
-const WORKER_MODULE = workerModule("actor-rollout-ref");
+export const WORKER_MODULE = workerModule("actor-rollout-ref");
 const CRITIC_MODULE = workerModule("critic");
 
 const PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"];
 
 export class RayPPOTrainer {
   readonly config: TrainerConfig;
-  private readonly opts: TrainerOptions;
-  private readonly print: (line: string) => void;
+  protected readonly opts: TrainerOptions;
+  protected readonly print: (line: string) => void;
   private actor?: ActorGroup;
   private critic?: CriticGroup;
   /** The workers' placement groups: released when the trainer closes, so a next trainer in the same
@@ -135,24 +155,24 @@ export class RayPPOTrainer {
   private tokenizer!: Tokenizer;
   /** Renders prompts for data.template_type=model (the model's chat template); else the registry does. */
   private render?: PromptTemplate;
-  private loader!: PromptLoader<RlDatasetRow>;
+  protected loader!: PromptLoader<RlDatasetRow>;
   private valRows: RlDatasetRow[] = [];
   private reward!: RewardScorerLike;
   private klCtrl?: KlController;
   private ckpt: CheckpointManager;
-  private rng: DriverRng;
+  protected rng: DriverRng;
   private runLog?: RunLog;
   globalStep = 0;
   totalSteps = 0;
   private resumedFrom: number | null = null;
   private summaryAcc: Record<string, number | null> = {};
   private wallBefore = 0;
-  private currentStage = "setup";
+  protected currentStage = "setup";
   /** Each phase as a timeline span, a metric and the dashboard's current step; the run's trace file (trainer.timeline). */
-  private readonly phases = new PhaseTracker();
-  private timeline?: TimelineWriter;
+  protected readonly phases = new PhaseTracker();
+  protected timeline?: TimelineWriter;
   /** The rollout workers' tool (rolloutToolSpec), once checked (before the run directory or any worker). */
-  private toolSpec?: ToolSpec | null;
+  protected toolSpec?: ToolSpec | null;
 
   /** Checks the config at once (TrainerConfigError listing every problem); nothing is started here. */
   constructor(config: TrainerConfig, options: TrainerOptions = {}) {
@@ -459,6 +479,8 @@ export class RayPPOTrainer {
     // algorithm.filter_groups (DAPO's dynamic sampling) rounds repeat until enough groups teach something.
     // (reward/ metrics then describe the last round)
     const { batch, epoch, scored, sampling } = await this.generateAndScore(timed);
+    // SimpleTIR's void-turn filter: such responses stay in the batch with no loss tokens
+    const voidTurns = cfg.algorithm.void_turn_filter ? applyVoidTurnFilter(batch, ar.rollout.tool.stop) : {};
     const rolloutDir = cfg.trainer.rollout_data_dir;
     if (rolloutDir) dumpGenerations(rolloutDir, this.globalStep, this.generationRecords(batch));
 
@@ -474,6 +496,9 @@ export class RayPPOTrainer {
     const old = await timed("old_log_prob", () => actor.computeLogProb(batch));
     const entropys = old.pop(["entropys"]).tensor("entropys");
     batch.union(old);
+    // responses the rollout workers made with older weights: veRL's rollout IS correction (metrics, and
+    // with algorithm.rollout_is the weights and mask mode's rejection in the loss)
+    const correction = applyRolloutCorrection(batch, cfg.algorithm);
     const lossMask = batch.tensor("loss_mask") as MaskMatrix;
     const entropy = aggLoss(entropys as ScoreMatrix, lossMask, ar.actor.loss_agg_mode);
 
@@ -519,6 +544,8 @@ export class RayPPOTrainer {
       ...computeMultiTurnMetrics(batch),
       ...numericMetrics(scored.metaInfo.reward_metrics),
       ...sampling,
+      ...voidTurns,
+      ...correction,
       "training/epoch": epoch,
       "training/global_step": this.globalStep,
       ...timing,
@@ -528,19 +555,34 @@ export class RayPPOTrainer {
   }
 
   /** One generation round: the next prompts, n responses each, scored (steps 1-3 of trainStep). */
-  private async generateRound(
-    timed: <T>(name: string, f: () => Promise<T>) => Promise<T>,
-    round: number,
-  ): Promise<{ batch: DataProto; epoch: number; scored: DataProto }> {
+  protected async generateRound(timed: StepTimer, round: number): Promise<ScoredRound> {
+    const prompts = this.nextPrompts(`${this.globalStep}`, round);
+    // each prompt repeated n times (interleaved), generated on the actor's own weights
+    const gen = await timed("gen", () => this.actorRolloutWg.generateSequences(prompts.genBatch));
+    return this.scoreRound(timed, prompts, gen);
+  }
+
+  /**
+   * The next prompts of a generation round (the loader's next batch; each row's uid, its GRPO group, is
+   * tagged with `step` and the round) and the prompt part to generate from: each prompt repeated
+   * rollout.n times, with the round's sampling seed (the driver's next draw).
+   */
+  protected nextPrompts(step: string, round: number): RoundPrompts {
     const n = this.config.actor_rollout_ref.rollout.n;
     const { rows, epoch } = this.loader.next();
-    let batch = this.collate(rows);
-    const tag = round === 0 ? `${this.globalStep}` : `${this.globalStep}-g${round}`;
+    const batch = this.collate(rows);
+    const tag = round === 0 ? step : `${step}-g${round}`;
     batch.nonTensorBatch.uid = rows.map((_, i) => `${tag}-${i}`);
-    const genBatch = batch.pop(PROMPT_KEYS);
-    genBatch.metaInfo.seed = this.rng.nextUint32();
-    // each prompt repeated n times (interleaved), generated on the actor's own weights
-    const gen = await timed("gen", () => this.actorRolloutWg.generateSequences(genBatch.repeat(n)));
+    const prompts = batch.pop(PROMPT_KEYS);
+    prompts.metaInfo.seed = this.rng.nextUint32();
+    return { batch, prompts, genBatch: prompts.repeat(n), epoch };
+  }
+
+  /** A round's generations joined to its prompts' rows and scored (the greedy baseline first, when needed). */
+  protected async scoreRound(timed: StepTimer, p: RoundPrompts, gen: DataProto): Promise<ScoredRound> {
+    const n = this.config.actor_rollout_ref.rollout.n;
+    let batch = p.batch;
+    const { prompts: genBatch, epoch } = p;
     // an estimator requiring a greedy baseline (ReMax): the baseline of each prompt is the score of its
     // greedy response (veRL's gen_max)
     let baselines: Float32Array | undefined;
@@ -569,7 +611,7 @@ export class RayPPOTrainer {
    * same filter metric are dropped and rounds repeat until data.train_batch_size groups are kept (the
    * surplus of the last round is cut), at most max_num_gen_batches rounds (0: no limit).
    */
-  private async generateAndScore(timed: <T>(name: string, f: () => Promise<T>) => Promise<T>) {
+  protected async generateAndScore(timed: StepTimer): Promise<ScoredRound & { sampling: StepMetrics }> {
     const fg = this.config.algorithm.filter_groups;
     const first = await this.generateRound(timed, 0);
     if (!fg.enable) return { ...first, sampling: {} as StepMetrics };

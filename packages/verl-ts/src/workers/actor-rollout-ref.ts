@@ -17,6 +17,7 @@
  * Sharding and the global loss aggregation: see fsdp.ts (shared with the critic).
  */
 import * as tf from "@tensorflow/tfjs";
+import { collective } from "@torl-ts/actors";
 import type { PolicyLossOptions } from "../algorithms/policy-loss.js";
 import { getPolicyLoss, runPolicyLoss } from "../algorithms/policy-loss-registry.js";
 import { aggLossTf, asTfTensor, klLossTf } from "../algorithms/tf-ops.js";
@@ -37,6 +38,7 @@ import type { Tool } from "../rollout/tool.js";
 import { instantiateTool, type ToolSpec } from "../rollout/tool-config.js";
 import { Dispatch, type Registrations } from "../single-controller/registration.js";
 import { importExternalLib } from "./external-lib.js";
+import { FlatLayout } from "./flat-params.js";
 import { FrozenShards } from "./frozen-shards.js";
 import {
   byMicroBatch,
@@ -52,15 +54,19 @@ import {
 } from "./fsdp.js";
 import { isLayerUnit } from "./layer-sharding.js";
 import type { OptimSettings } from "./optim.js";
-import type { FlatUnit } from "./sharded-parameters.js";
+import { type FlatUnit, shardedLayout } from "./sharded-parameters.js";
 
 export type { ToolSpec };
 
 export interface ActorRolloutRefOptions {
   /** The trainer config (plain object, as loaded). */
   config: TrainerConfig;
-  /** Which parts this worker holds: actor + rollout + ref (default), actor + rollout, or ref only. */
-  role?: "actor_rollout_ref" | "actor_rollout" | "ref";
+  /**
+   * Which parts this worker holds: actor + rollout + ref (default), actor + rollout, ref only, or a
+   * rollout only (the separate rollout workers of trainer.mode one_step_off / fully_async: full weights,
+   * not trained, updated by receiveWeights).
+   */
+  role?: "actor_rollout_ref" | "actor_rollout" | "ref" | "rollout";
   /** The rollout's tool (the trainer gives rolloutToolSpec's); null or absent for plain generation. */
   tool?: ToolSpec | null;
 }
@@ -93,6 +99,8 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     computeRefLogProb: Dispatch.DP_COMPUTE_PROTO,
     updateActor: Dispatch.DP_COMPUTE_METRIC,
     memoryInfo: Dispatch.ONE_TO_ALL,
+    sendWeights: Dispatch.ONE_TO_ALL,
+    receiveWeights: Dispatch.ONE_TO_ALL,
   } satisfies Registrations<ActorRolloutRefWorker>;
 
   private readonly cfg: TrainerConfig;
@@ -107,20 +115,23 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   private multiTurn?: ReturnType<typeof multiTurnSettings>;
   /** rollout.free_cache_engine: the actor's full weights are freed after each phase (see the file comment). */
   private readonly shardedAtRest: boolean;
+  /** A rollout-only worker: the parameters' sizes in the trained actor's flat order (receiveWeights). */
+  private parameterSizes?: Map<string, { length: number }>;
 
   constructor(options: ActorRolloutRefOptions) {
     super();
     this.cfg = options.config;
-    this.shardedAtRest = this.cfg.actor_rollout_ref.rollout.free_cache_engine;
     this.role = options.role ?? "actor_rollout_ref";
+    // a rollout-only worker keeps its full weights: nothing to gather them from
+    this.shardedAtRest = this.cfg.actor_rollout_ref.rollout.free_cache_engine && this.role !== "rollout";
     this.toolSpec = options.tool ?? null;
   }
 
   private get isActor(): boolean {
-    return this.role !== "ref";
+    return this.role === "actor_rollout_ref" || this.role === "actor_rollout";
   }
   private get hasRef(): boolean {
-    return this.role !== "actor_rollout";
+    return this.role === "actor_rollout_ref" || this.role === "ref";
   }
 
   /** Loads the model (every rank from the same directory), shards it and sets up the optimizer. */
@@ -139,6 +150,11 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const ar = this.cfg.actor_rollout_ref;
     const dtype = ar.model.dtype;
     this.tokenizer = loadTokenizer(path);
+    if (this.role === "rollout") {
+      const { config, values } = loadModelValues(path);
+      this.parameterSizes = new Map([...values].map(([name, v]) => [name, { length: v.length }]));
+      this.model = new Qwen2Model(config, values, { trainable: false, dtype });
+    }
     if (this.isActor) {
       const { config, values } = loadModelValues(path);
       this.sharded = new ShardedParameters(values, this.ctx, ar.actor.optim);
@@ -164,7 +180,41 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   }
 
   protected override numParameters(): number {
-    return this.sharded?.layout.total ?? this.ref?.numParameters() ?? 0;
+    return this.sharded?.layout.total ?? this.model?.numParameters() ?? this.ref?.numParameters() ?? 0;
+  }
+
+  /**
+   * The trained actor's side of a weight update of separate rollout workers: every trainer rank
+   * broadcasts its FSDP shard (float32 master) over `group` (the trainer ranks first, then the rollout
+   * ranks), one broadcast per trainer rank in rank order. The rollout ranks call receiveWeights at the
+   * same time.
+   */
+  async sendWeights(group: string): Promise<void> {
+    const sharded = this.needSharded();
+    const sizes = new Map(sharded.layout.entries.map((e) => [e.name, { length: e.size }]));
+    await exchangeShards(sizes, this.worldSize, group, (r) => (r === this.rank ? sharded.params : undefined));
+  }
+
+  /** The full parameters as one flat vector (checkpoint order); a rollout-only worker's are the ones it generates with. */
+  override async gatheredParameters(): Promise<Float32Array> {
+    if (this.role !== "rollout" || !this.parameterSizes) return super.gatheredParameters();
+    const layout = new FlatLayout([...this.parameterSizes].map(([name, v]) => ({ name, size: v.length })));
+    return layout.flatten(await this.needModel().getParameters());
+  }
+
+  /**
+   * A rollout-only worker takes the trained actor's weights: the shards `trainerWorldSize` trainer
+   * ranks broadcast over `group` (sendWeights), put together into the full parameters.
+   */
+  async receiveWeights(group: string, trainerWorldSize: number): Promise<void> {
+    const model = this.needModel();
+    const sizes = this.parameterSizes;
+    if (this.role !== "rollout" || !sizes)
+      throw new WorkerStateError(`rank ${this.rank}: receiveWeights is for rollout-only workers`);
+    const full = await exchangeShards(sizes, trainerWorldSize, group, () => undefined);
+    model.setParameters(
+      new FlatLayout([...sizes].map(([name, v]) => ({ name, size: v.length }))).unflatten(full),
+    );
   }
 
   protected override storageDtype() {
@@ -446,13 +496,18 @@ export class ActorRolloutRefWorker extends ShardedWorker {
         const logp = padColumns(tf.slice(sc.logProbs, [0, P], [b, kept]) as tf.Tensor2D, R);
         const pmask = part.batch.loss_mask ?? part.tensor("response_mask");
         const weights = asTfTensor(w);
+        // veRL's rollout IS correction: each token's policy loss times its weight (algorithm.rollout_is)
+        const isWeights = part.batch.rollout_is_weights
+          ? asTfTensor(part.tensor("rollout_is_weights"))
+          : null;
         const out = runPolicyLoss(lossMode, {
           oldLogProb: old,
           logProb: logp,
           advantages: adv,
           responseMask: pmask,
           // the global token weights already hold loss_agg_mode's normalisation over the mini-batch
-          aggregate: (perToken) => tf.sum(tf.mul(perToken, weights)) as tf.Scalar,
+          aggregate: (perToken) =>
+            tf.sum(tf.mul(isWeights ? tf.mul(perToken, isWeights) : perToken, weights)) as tf.Scalar,
           options: { ...lossOptions, seed: (seedBase + microStep++) >>> 0 },
         });
         const pg = out.pgLoss;
@@ -527,6 +582,28 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const model = this.needModel();
     if (this.holdsAllWeights(model)) model.setParameters(values);
   }
+}
+
+/**
+ * One broadcast per trainer rank r (root r of `group`) of r's FSDP shard of parameters of `sizes` over
+ * `trainerWorldSize` ranks; `own(r)` is this process's shard when it is rank r. Returns the full flat
+ * parameter vector put together from the shards.
+ */
+async function exchangeShards(
+  sizes: Map<string, { length: number }>,
+  trainerWorldSize: number,
+  group: string,
+  own: (rank: number) => Float32Array | undefined,
+): Promise<Float32Array> {
+  let full: Float32Array | undefined;
+  for (let r = 0; r < trainerWorldSize; r++) {
+    const { layout, pieces, length } = shardedLayout(sizes, { rank: r, worldSize: trainerWorldSize, group });
+    full ??= new Float32Array(layout.total);
+    const buf = Float32Array.from(own(r) ?? new Float32Array(length));
+    await collective.broadcast(buf, r, group);
+    for (const p of pieces) full.set(buf.subarray(p.local, p.local + p.end - p.start), p.start);
+  }
+  return full ?? new Float32Array(0);
 }
 
 /**

@@ -292,3 +292,30 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  "rollout.tool.delay_ms makes every code run answer that much later (a batch once), and is refused below 0",
+  async (t) => {
+    const timedRun = async (tool: PythonCodeInterpreter, codes: string[]) => {
+      const start = performance.now();
+      const results = await runAll(tool, codes);
+      return { results, ms: performance.now() - start };
+    };
+    await withTool(
+      await trainerTool(...IN_PROCESS, "actor_rollout_ref.rollout.tool.delay_ms=400"),
+      async (tool) => {
+        t.is(tool.runner.constructor, Object, "the runner is wrapped");
+        const { results, ms } = await timedRun(tool, ["print(6 * 7)", "print(1 + 1)"]);
+        t.deepEqual(
+          results.map((r) => r.observation.trim()),
+          ["42", "2"],
+        );
+        // a lower bound only: the delay is added, never skipped (timers never fire early by more than a tick)
+        t.true(ms >= 395, `${ms} ms`);
+      },
+    );
+    await t.throwsAsync(createCodeInterpreterTool({ delay_ms: -1 }), {
+      message: /actor_rollout_ref\.rollout\.tool\.delay_ms must be an integer >= 0, got -1/,
+    });
+  },
+);
