@@ -1,0 +1,132 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import * as tf from "@tensorflow/tfjs";
+import test from "ava";
+import { selectBackend, tokenLogProbs } from "../../src/index.js";
+import {
+  adapterSpecs,
+  initialAdapterValues,
+  LORA_TARGET_MODULES,
+  type LoraConfig,
+  loraConfigOf,
+  PEFT_PREFIX,
+  readPeftAdapterConfig,
+  readPeftAdapterValues,
+} from "../../src/models/lora.js";
+import { loadModelValues } from "../../src/models/pretrained.js";
+import { Qwen2Model } from "../../src/models/qwen2.js";
+import { threeLayerTestConfig } from "./tiny-config.js";
+
+const FIX = join(import.meta.dirname, "..", "fixtures", "models");
+const ADAPTER_DIR = join(FIX, "qwen2-tiny-lora");
+const expected = JSON.parse(readFileSync(join(ADAPTER_DIR, "expected.json"), "utf8"));
+
+test.before(async () => {
+  await selectBackend({ backend: "wasm", log: null });
+});
+
+const B = expected.ids.length as number;
+const L = expected.ids[0].length as number;
+const batch = {
+  ids: Int32Array.from(expected.ids.flat() as number[]),
+  mask: Uint8Array.from(expected.mask.flat() as number[]),
+  batch: B,
+  length: L,
+};
+
+function maxRelErr(got: ArrayLike<number>, want: ArrayLike<number>): number {
+  let err = 0;
+  let ref = 0;
+  for (let i = 0; i < want.length; i++) {
+    err = Math.max(err, Math.abs(got[i]! - want[i]!));
+    ref = Math.max(ref, Math.abs(want[i]!));
+  }
+  return err / Math.max(ref, 1e-12);
+}
+
+const ALL: LoraConfig = { rank: 4, alpha: 8, targetModules: [...LORA_TARGET_MODULES] };
+
+test("LoRA with zero-initialised B computes the base model exactly (forward and greedy log-probs)", (t) => {
+  const config = threeLayerTestConfig();
+  const values = Qwen2Model.randomParameters(config, { seed: 3 });
+  const base = new Qwen2Model(config, values);
+  const adapted = new Qwen2Model(config, values, { lora: { config: ALL } });
+  const ids = Int32Array.from({ length: 2 * 6 }, (_, i) => (i * 7 + 3) % 40);
+  const b = { ids, mask: Uint8Array.from([1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1]), batch: 2, length: 6 };
+  const want = tf.tidy(() => base.forward(b)).dataSync();
+  const got = tf.tidy(() => adapted.forward(b)).dataSync();
+  t.deepEqual(Array.from(got), Array.from(want));
+  // the A matrices are not zero: the equality is B's doing
+  const a = adapted.lora!.specs.find((s) => s.kind === "A")!;
+  t.true(
+    initialAdapterValues(config, ALL)
+      .get(a.name)!
+      .some((v) => v !== 0),
+  );
+  base.dispose();
+  adapted.dispose();
+});
+
+test("LoRA adapters only are trained: the base's variables are not trainable, the adapters' are", (t) => {
+  const config = threeLayerTestConfig();
+  const m = new Qwen2Model(config, Qwen2Model.randomParameters(config), {
+    lora: { config: { rank: 2, alpha: 4, targetModules: ["q_proj", "v_proj"] } },
+  });
+  t.deepEqual(m.trainedSpecs.map((s) => s.name).slice(0, 4), [
+    "model.layers.0.self_attn.q_proj.lora_A.weight",
+    "model.layers.0.self_attn.q_proj.lora_B.weight",
+    "model.layers.0.self_attn.v_proj.lora_A.weight",
+    "model.layers.0.self_attn.v_proj.lora_B.weight",
+  ]);
+  t.is(m.trainedSpecs.length, 3 * 2 * 2);
+  t.true(m.variables().every((v) => !v.trainable));
+  t.true(m.variables(m.trainedSpecs.map((s) => s.name)).every((v) => v.trainable));
+  m.dispose();
+});
+
+test("LoRA: log-probs and adapter gradients match PEFT's LoRA in PyTorch (qwen2-tiny, rank 4, all-linear)", (t) => {
+  const { lora, baseModel } = readPeftAdapterConfig(ADAPTER_DIR);
+  t.deepEqual(lora, { rank: 4, alpha: 8, targetModules: [...LORA_TARGET_MODULES] });
+  const { config, values } = loadModelValues(baseModel);
+  const adapters = readPeftAdapterValues(ADAPTER_DIR, config, lora);
+  for (const checkpointing of [false, true]) {
+    const model = new Qwen2Model(config, values, { lora: { config: lora, values: adapters } });
+    model.gradientCheckpointing = checkpointing;
+    const weights = tf.tensor2d(expected.weights.flat() as number[], [B, L]);
+    const names = model.trainedSpecs.map((s) => s.name);
+    const vars = model.variables(names);
+    let logProbs: Float32Array | undefined;
+    const { value, grads } = tf.variableGrads(() => {
+      const sc = tokenLogProbs(model, batch);
+      logProbs = sc.logProbs.dataSync() as Float32Array;
+      return tf.sum(tf.mul(sc.logProbs, weights)) as tf.Scalar;
+    }, vars);
+    const lpErr = Math.max(
+      ...Array.from(logProbs!, (v, i) =>
+        // tokens after a real token (one after padding only is scored from nothing)
+        batch.mask[i] && i % L > 0 && batch.mask[i - 1]
+          ? Math.abs(v - (expected.log_probs.flat()[i] as number))
+          : 0,
+      ),
+    );
+    t.true(lpErr < 1e-4, `log-probs max |diff| ${lpErr}`);
+    t.true(Math.abs(value.dataSync()[0]! - expected.loss) < 1e-4 * Math.abs(expected.loss));
+    const specs = adapterSpecs(config, lora);
+    t.is(Object.keys(expected.grads).length, specs.length);
+    for (const [k, s] of specs.entries()) {
+      const g = tf.transpose(grads[vars[k]!.name]!); // ours [in, r] / [r, out] -> PEFT's [r, in] / [out, r]
+      const err = maxRelErr(g.dataSync(), expected.grads[PEFT_PREFIX + s.name]);
+      t.true(err < 1e-3, `${s.name} (checkpointing ${checkpointing}): relative error ${err}`);
+    }
+    model.dispose();
+  }
+});
+
+test("LoRA keys: rank 0 is full fine-tuning; all-linear and lists name the modules", (t) => {
+  t.is(loraConfigOf({ lora_rank: 0, lora_alpha: 16, target_modules: "all-linear" }), null);
+  t.deepEqual(loraConfigOf({ lora_rank: 8, lora_alpha: 32, target_modules: ["v_proj", "q_proj"] }), {
+    rank: 8,
+    alpha: 32,
+    targetModules: ["q_proj", "v_proj"],
+  });
+});
