@@ -1,5 +1,6 @@
 import { advantageEstimatorRequirements, listAdvantageEstimators } from "../algorithms/advantage.js";
 import { listPromptTemplates } from "../data/templates.js";
+import { loraKeyIssues } from "../models/lora.js";
 import { trainerConfigSchema } from "./load.js";
 import {
   type ConfigIssue,
@@ -198,6 +199,13 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
   if (cfg.trainer.resume_mode === "resume_path" && !cfg.trainer.resume_from_path) {
     add("trainer.resume_from_path", 'must be set when trainer.resume_mode is "resume_path"');
   }
+  const model = cfg.actor_rollout_ref.model;
+  issues.push(...loraKeyIssues(model));
+  if (model.lora_rank > 0 && cfg.actor_rollout_ref.ref.fsdp_config.param_offload)
+    add(
+      "actor_rollout_ref.ref.fsdp_config.param_offload",
+      "is true but with lora_rank > 0 the reference is the actor's base with the adapters off (no weights of its own to offload); remove the key",
+    );
   if (opts.worldSize) {
     const rows = cfg.data.train_batch_size * ro.n;
     if (rows % opts.worldSize !== 0) {
