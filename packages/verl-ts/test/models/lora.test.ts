@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import test from "ava";
-import { selectBackend, tokenLogProbs } from "../../src/index.js";
+import { checkTrainerConfig, loadTrainerConfig, selectBackend, tokenLogProbs } from "../../src/index.js";
 import {
   adapterSpecs,
   initialAdapterValues,
@@ -128,5 +128,47 @@ test("LoRA keys: rank 0 is full fine-tuning; all-linear and lists name the modul
     rank: 8,
     alpha: 32,
     targetModules: ["q_proj", "v_proj"],
+  });
+});
+
+test("LoRA keys: invalid values are refused naming the key", (t) => {
+  const issues = (overrides: string[]) =>
+    checkTrainerConfig(loadTrainerConfig({ overrides })).map((i) => i.message);
+  t.deepEqual(issues(["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16"]), []);
+  const cases: [string[], RegExp][] = [
+    [
+      ["actor_rollout_ref.model.lora_rank=-1"],
+      /^actor_rollout_ref\.model\.lora_rank must be an integer >= 0/,
+    ],
+    [
+      ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=0"],
+      /lora_alpha must be a number > 0/,
+    ],
+    [["actor_rollout_ref.model.lora_alpha=32"], /lora_alpha is 32 but lora_rank is 0/],
+    [["actor_rollout_ref.model.target_modules=[q_proj]"], /target_modules is set but lora_rank is 0/],
+    [
+      ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.target_modules=[q_proj,qkv_proj]"],
+      /target_modules names "qkv_proj", not a linear layer/,
+    ],
+    [
+      ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.target_modules=all"],
+      /must be "all-linear" or a list/,
+    ],
+    [["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.target_modules=[]"], /non-empty list/],
+    [
+      ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.ref.fsdp_config.param_offload=true"],
+      /^actor_rollout_ref\.ref\.fsdp_config\.param_offload is true but with lora_rank > 0/,
+    ],
+  ];
+  for (const [overrides, want] of cases) {
+    const got = issues(overrides);
+    t.true(
+      got.some((m) => want.test(m)),
+      `${overrides.join(" ")}: ${JSON.stringify(got)}`,
+    );
+  }
+  // and the worker's reading of the keys refuses them too
+  t.throws(() => loraConfigOf({ lora_rank: 2, lora_alpha: 4, target_modules: ["lm_head"] }), {
+    message: /target_modules names "lm_head"/,
   });
 });
