@@ -164,26 +164,16 @@ export function adapterSpecs(c: Qwen2Config, lora: LoraConfig): AdapterSpec[] {
       const path = `model.layers.${i}.${MODULE_PATH[m]}`;
       const [inp, out] = io[m];
       const base = `${path}.weight`;
-      specs.push(
-        {
-          name: `${path}.lora_A.weight`,
-          hfShape: [r, inp],
-          shape: [inp, r],
-          transposed: true,
-          init: "normal",
-          base,
-          kind: "A",
-        },
-        {
-          name: `${path}.lora_B.weight`,
-          hfShape: [out, r],
-          shape: [r, out],
-          transposed: true,
-          init: "zeros",
-          base,
-          kind: "B",
-        },
-      );
+      const spec = (kind: "A" | "B", rows: number, cols: number): AdapterSpec => ({
+        name: `${path}.lora_${kind}.weight`,
+        hfShape: [rows, cols],
+        shape: [cols, rows],
+        transposed: true,
+        init: kind === "A" ? "normal" : "zeros",
+        base,
+        kind,
+      });
+      specs.push(spec("A", r, inp), spec("B", out, r));
     }
   return specs;
 }

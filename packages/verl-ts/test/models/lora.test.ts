@@ -15,6 +15,7 @@ import {
 } from "../../src/models/lora.js";
 import { loadModelValues } from "../../src/models/pretrained.js";
 import { Qwen2Model } from "../../src/models/qwen2.js";
+import { fixtureBatch } from "./helpers.js";
 import { threeLayerTestConfig } from "./tiny-config.js";
 
 const FIX = join(import.meta.dirname, "..", "fixtures", "models");
@@ -25,14 +26,8 @@ test.before(async () => {
   await selectBackend({ backend: "wasm", log: null });
 });
 
-const B = expected.ids.length as number;
-const L = expected.ids[0].length as number;
-const batch = {
-  ids: Int32Array.from(expected.ids.flat() as number[]),
-  mask: Uint8Array.from(expected.mask.flat() as number[]),
-  batch: B,
-  length: L,
-};
+const batch = fixtureBatch(expected);
+const { batch: B, length: L } = batch;
 
 function maxRelErr(got: ArrayLike<number>, want: ArrayLike<number>): number {
   let err = 0;

@@ -32,7 +32,7 @@ import {
 } from "../../src/models/lora.js";
 import { loadModelValues } from "../../src/models/pretrained.js";
 import { Qwen2Model } from "../../src/models/qwen2.js";
-import { runTransformers } from "../models/helpers.js";
+import { fixtureBatch, runTransformers } from "../models/helpers.js";
 import { TINY_TEST_ARCH } from "../models/tiny-config.js";
 
 const FIX = join(import.meta.dirname, "..", "fixtures", "models");
@@ -40,14 +40,8 @@ const GOLDEN = join(FIX, "qwen2-tiny");
 const ADAPTER = join(FIX, "qwen2-tiny-lora");
 const PARQUET = join(import.meta.dirname, "..", "fixtures", "core", "torl-test.parquet");
 const expected = JSON.parse(readFileSync(join(ADAPTER, "expected.json"), "utf8"));
-const B = expected.ids.length as number;
-const L = expected.ids[0].length as number;
-const batch = {
-  ids: Int32Array.from(expected.ids.flat() as number[]),
-  mask: Uint8Array.from(expected.mask.flat() as number[]),
-  batch: B,
-  length: L,
-};
+const batch = fixtureBatch(expected);
+const L = batch.length;
 const KEYS = {
   lora_rank: 4,
   lora_alpha: 8,

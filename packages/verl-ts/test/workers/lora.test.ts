@@ -14,7 +14,7 @@ import { adapterSpecs, loraConfigOf } from "../../src/models/lora.js";
 import { loadModelValues } from "../../src/models/pretrained.js";
 import { DataProto } from "../../src/protocol/index.js";
 import { layoutForMiniBatches, type ShardInfo, type WorkerMemory } from "../../src/workers/index.js";
-import { actorGroup, tinyModelDir } from "./helpers.js";
+import { actorGroup, seededPrompts, tinyModelDir } from "./helpers.js";
 
 const PROMPTS = 4;
 const N = 2;
@@ -46,23 +46,7 @@ function config(modelPath: string, ranks: number, extra: string[] = []) {
   });
 }
 
-function prompts(step: number): DataProto {
-  const B = PROMPTS * N;
-  const ids = new Int32Array(B * P);
-  const mask = new Uint8Array(B * P);
-  for (let b = 0; b < B; b++) {
-    const q = Math.floor(b / N);
-    for (let t = P - 2 - (q % 3); t < P; t++) {
-      ids[b * P + t] = 97 + ((q * 5 + t * 3 + step) % 26);
-      mask[b * P + t] = 1;
-    }
-  }
-  return DataProto.fromDict(
-    { input_ids: { data: ids, shape: [B, P] }, attention_mask: { data: mask, shape: [B, P] } },
-    {},
-    { seed: 100 + step },
-  );
-}
+const prompts = (step: number) => seededPrompts(PROMPTS, N, P, step);
 
 const dirs: string[] = [];
 test.before(async () => {
