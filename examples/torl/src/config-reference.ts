@@ -41,6 +41,12 @@ const MEANINGS: Record<string, string> = {
   "data.execution_error_penalty_value": "ToRL: the amount subtracted when execution_error_penalty is on",
   "actor_rollout_ref.model.path":
     "HF-format model directory (config.json, model.safetensors, tokenizer.json) of a Qwen2/Qwen2.5, Qwen3 (dense) or Llama 3/3.1/3.2 model; other architectures (MoE, vision) and config.json settings that are not implemented (yarn/linear/dynamic rope scaling, sliding window, attention or MLP biases on Llama/Qwen3) are refused naming the key",
+  "actor_rollout_ref.model.lora_rank":
+    "LoRA rank (veRL's key); 0: full fine-tuning. With a rank the base weights are frozen (stored in model.dtype, sharded at rest) and only the adapters (A: rank x in, B: out x rank, B starting at zero) get gradients, AdamW state and FSDP shards; the reference policy is the base with the adapters switched off (no second copy of the weights); checkpoints hold the adapters, `torl export` writes merged weights or a PEFT adapter directory",
+  "actor_rollout_ref.model.lora_alpha":
+    "LoRA scaling: the adapters' product is multiplied by lora_alpha / lora_rank (PEFT's scaling); refused when lora_rank is 0",
+  "actor_rollout_ref.model.target_modules":
+    "LoRA: the linear layers adapted, all-linear (every one but the LM head, as PEFT) or a list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; an unknown name is refused, and so is a list when lora_rank is 0",
   "actor_rollout_ref.model.external_lib":
     "a module of yours (path, file: URL or package name) imported by the driver and every worker before the model is built, e.g. one that calls registerPolicyLoss",
   "actor_rollout_ref.actor.ppo_mini_batch_size":

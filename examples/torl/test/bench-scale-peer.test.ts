@@ -23,6 +23,7 @@ function probe(): ScaleProbeResult {
   return {
     parameters: 1,
     ranks: 2,
+    lora_rank: 0,
     layers: 2,
     rows: 4,
     prompt_length: 6,

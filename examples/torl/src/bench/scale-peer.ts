@@ -101,6 +101,7 @@ export async function runScalePeer(flags: {
   arch?: Parameters<typeof scaleConfig>[0]["arch"];
   layers?: number;
   ranks?: number;
+  "lora-rank"?: number;
   python?: string;
 }): Promise<ScalePeerResult> {
   const probe = await runScaleProbeFor(flags);

@@ -13,15 +13,21 @@
  *   counted once from its creation until the backend frees it (models/peak-bytes.ts; buffers that
  *   existed before, the parameters, are not counted); the peak of their sum, once with every buffer
  *   (fwd_bwd_peak_bytes) and once without the parameters' gradients the pass returns (those are state).
+ * - LoRA (rank --lora-rank, all-linear): the same accounting with the adapters as the sharded, trained
+ *   parameters (ShardedParameters of the adapters) and the frozen base's shard (FrozenShards, float32 as
+ *   model.dtype's default); the reference policy is the base with the adapters off, so it adds nothing,
+ *   where full fine-tuning holds a reference shard of the whole model per rank.
  */
 import { defineBench } from "@torl-ts/core/cli";
 import { loadTrainerConfig } from "../config/index.js";
 import { selectBackend } from "../models/backend.js";
 import { countParameters, makeQwen2Config, type Qwen2Config } from "../models/config.js";
+import { initialAdapterValues, LORA_TARGET_MODULES } from "../models/lora.js";
 import { forwardBackwardPeak } from "../models/peak-bytes.js";
 import { Qwen2Model } from "../models/qwen2.js";
 import { randomBatch } from "../models/timing.js";
 import { measureWeightBytes } from "../models/weight-bytes.js";
+import { FrozenShards } from "../workers/frozen-shards.js";
 import type { OptimSettings } from "../workers/optim.js";
 import { ShardedParameters } from "../workers/sharded-parameters.js";
 
@@ -80,11 +86,40 @@ export interface MemoryBenchResult {
   method: string;
 }
 
+/**
+ * What one rank of N holds with LoRA (rank `loraRank`, all-linear) beside full fine-tuning (bytes): the
+ * adapters' state (parameters + gradients + AdamW, as rankState), the frozen base's shard, and the
+ * reference: full fine-tuning's is a shard of the whole model, LoRA's is the base with the adapters off.
+ */
+export function loraRankFigures(
+  config: Qwen2Config,
+  values: Map<string, Float32Array>,
+  loraRank: number,
+  ranks: number,
+): Record<string, number> {
+  const lora = { rank: loraRank, alpha: 2 * loraRank, targetModules: [...LORA_TARGET_MODULES] };
+  const adapters = rankState(initialAdapterValues(config, lora), ranks);
+  let shard = 0;
+  for (let rank = 0; rank < ranks; rank++) {
+    const ctx = { rank, worldSize: ranks, group: "bench-memory" };
+    // the frozen base (LoRA) and the reference (full fine-tuning) are the same kind of shard
+    shard = Math.max(shard, new FrozenShards(values, ctx, "float32").bytes);
+  }
+  return {
+    [`lora_state_bytes_per_rank_n${ranks}`]: adapters.state_bytes,
+    [`lora_base_shard_bytes_per_rank_n${ranks}`]: shard,
+    [`reference_bytes_per_rank_n${ranks}`]: shard,
+    [`lora_reference_bytes_per_rank_n${ranks}`]: 0,
+  };
+}
+
 export async function runMemoryBench(options: {
   config?: Qwen2Config;
   ranks?: number[];
   rows?: number;
   length?: number;
+  /** LoRA rank of the LoRA figures (default 8). */
+  loraRank?: number;
   log?: (line: string) => void;
 }): Promise<MemoryBenchResult> {
   const config = options.config ?? BENCH_MEMORY_CONFIG;
@@ -108,6 +143,12 @@ export async function runMemoryBench(options: {
     log(`checkpointed: peak ${checkpointed.activations} bytes (${checkpointed.peak} with gradients)`);
     const figures: Record<string, number> = {};
     for (const r of ranks) figures[`state_bytes_per_rank_n${r.ranks}`] = r.state_bytes;
+    const loraRank = options.loraRank ?? 8;
+    figures.lora_rank = loraRank;
+    for (const n of rankCounts) Object.assign(figures, loraRankFigures(config, values, loraRank, n));
+    log(
+      `LoRA rank ${loraRank}: state ${rankCounts.map((n) => figures[`lora_state_bytes_per_rank_n${n}`]).join(" / ")} bytes per rank for N = ${rankCounts.join(" / ")}, the reference adds nothing (the base with the adapters off)`,
+    );
     figures.activation_peak_bytes = plain.activations;
     figures.activation_peak_bytes_checkpointed = checkpointed.activations;
     figures.activation_checkpointing_ratio = plain.activations / checkpointed.activations;
@@ -131,7 +172,7 @@ export async function runMemoryBench(options: {
       ranks,
       figures,
       method:
-        "state: ShardedParameters' allocations for rank r of N (largest rank); activations: peak bytes of the tensor data buffers created during one forward+backward (each buffer once, from creation to free), without the returned parameter gradients; weights: the bytes a float32 and a bf16 model of the config hold between passes (weight tensors vs host arrays) and tf.memory()'s growth when each is built",
+        "state: ShardedParameters' allocations for rank r of N (largest rank); activations: peak bytes of the tensor data buffers created during one forward+backward (each buffer once, from creation to free), without the returned parameter gradients; weights: the bytes a float32 and a bf16 model of the config hold between passes (weight tensors vs host arrays) and tf.memory()'s growth when each is built; LoRA: the same accounting of the adapters (ShardedParameters) and the frozen base's shard (FrozenShards, float32); LoRA's reference is the base with the adapters off (no bytes of its own), full fine-tuning's a FrozenShards of the whole model",
     };
   } finally {
     model.dispose();
@@ -142,7 +183,7 @@ export const benchMemoryCommand = defineBench({
   summary:
     "benchmark training memory: per-rank FSDP state for N ranks, activation peaks with and without checkpointing",
   usage: [
-    "usage: pnpm torl bench memory [--json] [--ranks 1,2,4] [--rows 2] [--length 256]",
+    "usage: pnpm torl bench memory [--json] [--ranks 1,2,4] [--rows 2] [--length 256] [--lora-rank 8]",
     "",
     "For a ~25M-parameter Qwen2 (8 layers, hidden 512, vocab 6144), on the default backend:",
     "  state_bytes_per_rank_n<N>           parameters + gradients + optimizer state one rank holds with",
@@ -150,12 +191,18 @@ export const benchMemoryCommand = defineBench({
     "  activation_peak_bytes               peak activation bytes of a forward + backward (--rows x --length)",
     "  activation_peak_bytes_checkpointed  the same with gradient checkpointing (target: >= 3x less)",
     "  fwd_bwd_peak_bytes(_checkpointed)   the raw peaks, the parameters' gradients included",
+    "  lora_state_bytes_per_rank_n<N>      LoRA (--lora-rank R, default 8, all-linear): the adapters' parameters +",
+    "                                      gradients + AdamW state per rank; the frozen base's shard is",
+    "                                      lora_base_shard_bytes_per_rank_n<N>",
+    "  reference_bytes_per_rank_n<N>       the reference's shard with full fine-tuning; with LoRA",
+    "                                      (lora_reference_bytes_per_rank_n<N>) 0: the base with the adapters off",
     "How each is measured is in the `method` field. The last line is one JSON object.",
   ].join("\n"),
   flags: {
     ranks: { type: "integers", min: 1 },
     rows: { type: "integer", min: 1 },
     length: { type: "integer", min: 2 },
+    "lora-rank": { type: "integer", min: 1 },
   },
   async measure(flags) {
     await selectBackend({ log: null });
@@ -163,6 +210,7 @@ export const benchMemoryCommand = defineBench({
       ranks: flags.ranks,
       rows: flags.rows,
       length: flags.length,
+      loraRank: flags["lora-rank"],
       log: (s) => console.log(s),
     });
   },

@@ -11,6 +11,10 @@
  * (rollout.free_cache_engine, the default: each phase gathers the weights), and gradient checkpointing,
  * which makes the update FSDP per decoder layer: one tape over the whole model would hold every float32
  * weight and gradient at once (4 GB at this size), past the wasm backend's 4 GB heap.
+ *
+ * `--lora-rank N` runs the probe a second time in the same invocation with LoRA (lora_rank N, lora_alpha
+ * 2N, all-linear; the reference is then the base with the adapters off, so it is not offloaded): full
+ * fine-tuning and LoRA side by side, each with its own worker processes.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -67,11 +71,15 @@ export interface ScaleProbeOptions {
   n?: number;
   /** Tokens generated per row (ignore_eos, so exactly this many). Default 16. */
   newTokens?: number;
+  /** LoRA rank (actor_rollout_ref.model.lora_rank; alpha 2 x rank, all-linear); 0 or absent: full fine-tuning. */
+  loraRank?: number;
   log?: (line: string) => void;
 }
 
 export interface ScaleProbeResult {
   parameters: number;
+  /** The LoRA rank the probe trained with; 0: full fine-tuning. */
+  lora_rank: number;
   ranks: number;
   /** Decoder layers of the probed model (the architecture's own, or --layers). */
   layers: number;
@@ -109,8 +117,10 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
   const dir = mkdtempSync(join(tmpdir(), "torl-scale-"));
   const seconds: Record<string, number> = {};
   const memory: Record<string, WorkerMemory[]> = {};
+  const loraRank = opts.loraRank ?? 0;
   const result: ScaleProbeResult = {
     parameters: 0,
+    lora_rank: loraRank,
     ranks,
     layers: opts.config.numHiddenLayers,
     weight_file_bytes: 0,
@@ -141,7 +151,14 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
       overrides: [
         `actor_rollout_ref.model.path=${dir}`,
         "actor_rollout_ref.model.dtype=bfloat16",
-        "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+        // with LoRA the reference is the actor's base (nothing of its own to offload)
+        ...(loraRank > 0
+          ? [
+              `actor_rollout_ref.model.lora_rank=${loraRank}`,
+              `actor_rollout_ref.model.lora_alpha=${2 * loraRank}`,
+              "actor_rollout_ref.model.target_modules=all-linear",
+            ]
+          : ["actor_rollout_ref.ref.fsdp_config.param_offload=true"]),
         "actor_rollout_ref.model.enable_gradient_checkpointing=true",
         `actor_rollout_ref.rollout.n=${n}`,
         "actor_rollout_ref.rollout.ignore_eos=true",
@@ -219,7 +236,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
   return result;
 }
 
-const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}]
+const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R]
 
 The real-size probe (about 5 minutes on 2 idle cores; about 10 GB of memory per rank at the update's
 peak with 2 ranks, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
@@ -229,13 +246,16 @@ per row with the KV cache and run one GRPO step. Prints seconds per phase, peak 
 the largest tensor and the update's metrics; --json prints them as one JSON object last.
 --layers N keeps every shape but the number of decoder layers (default the architecture's own): the
 vocabulary and each layer cost what they cost at full size, in a fraction of the memory (2 layers of
-qwen2.5-0.5b: about 1.5 GB per rank).`;
+qwen2.5-0.5b: about 1.5 GB per rank).
+--lora-rank R runs the probe again with LoRA (rank R, alpha 2R, all-linear) after full fine-tuning, in
+the same invocation: its figures are under "lora" (twice the time; the LoRA run needs less memory).`;
 
 /** `bench scale`'s flags, for a recipe's command that extends it (the ToRL recipe's PyTorch peer). */
 export const SCALE_FLAGS = {
   ranks: { type: "integer", min: 1 },
   arch: { type: "string", choices: Object.keys(SCALE_SHAPES) as (keyof typeof SCALE_SHAPES)[] },
   layers: { type: "integer", min: 1 },
+  "lora-rank": { type: "integer", min: 1 },
 } as const;
 
 /** The probe's model config for `bench scale`'s flags (--arch, --layers). */
@@ -243,19 +263,28 @@ export function scaleConfig(flags: { arch?: keyof typeof SCALE_SHAPES; layers?: 
   return withLayers(SCALE_SHAPES[flags.arch ?? "qwen2.5-0.5b"], flags.layers);
 }
 
-/** Runs the probe for `bench scale`'s flags, logging each phase to stdout. */
-export function runScaleProbeFor(flags: {
+/**
+ * Runs the probe for `bench scale`'s flags, logging each phase to stdout; with --lora-rank, again with
+ * LoRA after full fine-tuning (its figures under `lora`).
+ */
+export async function runScaleProbeFor(flags: {
   arch?: keyof typeof SCALE_SHAPES;
   layers?: number;
   ranks?: number;
-}): Promise<ScaleProbeResult> {
+  "lora-rank"?: number;
+}): Promise<ScaleProbeResult & { lora?: ScaleProbeResult }> {
   const config = scaleConfig(flags);
-  return runScaleProbe({
-    config,
-    tokenizer: scaleTokenizer(config, loadTokenizer(bundledQwenTokenizerDir())),
-    ranks: flags.ranks ?? 2,
-    log: (l) => console.log(l),
-  });
+  const probe = (loraRank?: number) =>
+    runScaleProbe({
+      config,
+      tokenizer: scaleTokenizer(config, loadTokenizer(bundledQwenTokenizerDir())),
+      ranks: flags.ranks ?? 2,
+      loraRank,
+      log: (l) => console.log(loraRank ? `[lora ${loraRank}] ${l}` : l),
+    });
+  const full = await probe();
+  const rank = flags["lora-rank"];
+  return rank ? { ...full, lora: await probe(rank) } : full;
 }
 
 export const SCALE_USAGE = USAGE;
@@ -269,5 +298,5 @@ export const benchScaleCommand = defineBench({
   show(result, flags) {
     if (!flags.json) console.log(JSON.stringify(result, null, 2));
   },
-  exitCode: (result) => (result.failed ? 1 : 0),
+  exitCode: (result) => (result.failed || result.lora?.failed ? 1 : 0),
 });

@@ -1,5 +1,6 @@
 import { advantageEstimatorRequirements, listAdvantageEstimators } from "../algorithms/advantage.js";
 import { listPromptTemplates } from "../data/templates.js";
+import { loraKeyIssues } from "../models/lora.js";
 import { trainerConfigSchema } from "./load.js";
 import {
   type ConfigIssue,
@@ -199,6 +200,13 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
     add("trainer.resume_from_path", 'must be set when trainer.resume_mode is "resume_path"');
   }
   issues.push(...checkTrainingMode(cfg));
+  const model = cfg.actor_rollout_ref.model;
+  issues.push(...loraKeyIssues(model));
+  if (model.lora_rank > 0 && cfg.actor_rollout_ref.ref.fsdp_config.param_offload)
+    add(
+      "actor_rollout_ref.ref.fsdp_config.param_offload",
+      "is true but with lora_rank > 0 the reference is the actor's base with the adapters off (no weights of its own to offload); remove the key",
+    );
   if (opts.worldSize) {
     const rows = cfg.data.train_batch_size * ro.n;
     if (rows % opts.worldSize !== 0) {
@@ -259,6 +267,11 @@ export function checkTrainingMode(cfg: TrainerConfig): ConfigIssue[] {
     if (advantageEstimatorRequirements(alg.adv_estimator)?.greedyBaseline)
       add("algorithm.adv_estimator", `${alg.adv_estimator} needs a greedy baseline, which ${why}`);
     if (alg.filter_groups.enable) add("algorithm.filter_groups.enable", why);
+    if (cfg.actor_rollout_ref.model.lora_rank > 0)
+      add(
+        "actor_rollout_ref.model.lora_rank",
+        `is not supported with trainer.mode=${mode}: its rollout workers take the actor's whole weights after each update, and LoRA trains adapters only; use trainer.mode=sync`,
+      );
   }
   return issues;
 }

@@ -4,8 +4,9 @@
  * overrides; unknown keys and wrong types refused by name), and the checks beyond types.
  */
 import { readFileSync } from "node:fs";
+import { loraKeyIssues } from "../models/lora.js";
 import { checkLoggerNames, type LoggerName } from "./check.js";
-import { loadTrainerConfig, trainerConfigSchema } from "./load.js";
+import { loadTrainerConfig } from "./load.js";
 import { type ConfigIssue, type ConfigNode, ConfigSchema, TrainerConfigError } from "./schema.js";
 
 const SFT_DEFAULTS_URL = new URL("./sft-trainer.yaml", import.meta.url);
@@ -115,13 +116,8 @@ export function checkSftConfig(cfg: SftConfig): ConfigIssue[] {
     add("data.train_batch_size", `(${d.train_batch_size}) must split over the ${W} ranks`);
   if (t.resume_mode === "resume_path" && !t.resume_from_path)
     add("trainer.resume_from_path", "must be set with trainer.resume_mode=resume_path");
-  if (cfg.model.lora_rank < 0) add("model.lora_rank", `must be >= 0, got ${cfg.model.lora_rank}`);
-  if (cfg.model.lora_rank > 0 && !trainerConfigSchema().get("actor_rollout_ref.model.lora_rank"))
-    add(
-      "model.lora_rank",
-      `is ${cfg.model.lora_rank}, but the FSDP workers of this build have no LoRA adapters ` +
-        "(actor_rollout_ref.model.lora_rank is not a key): set model.lora_rank=0 for full fine-tuning",
-    );
+  // the LoRA keys: the PPO trainer's rules, named by this file's keys
+  issues.push(...loraKeyIssues(cfg.model, "model"));
   issues.push(...checkLoggerNames(t.logger));
   return issues;
 }

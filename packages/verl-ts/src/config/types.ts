@@ -150,6 +150,9 @@ export interface TrainerConfig extends Open {
       override_config: Open;
       enable_gradient_checkpointing: boolean;
       dtype: "float32" | "bfloat16" | "float16";
+      lora_rank: number;
+      lora_alpha: number;
+      target_modules: string | string[];
     } & Open;
     actor: ActorConfig;
     ref: LogProbConfig & { fsdp_config: { param_offload: boolean } & Open } & Open;

@@ -89,8 +89,10 @@ export function checkpointedBlock(
   seq: SequenceAttention,
   eps: number,
 ): tf.Tensor2D {
-  // The weights are the model's (they outlive the backward), so they are used as they are, not saved.
+  // The model's own weights (variables) outlive the backward, so they are used as they are, not saved;
+  // others (LoRA's merged weights, made in the forward's scope) are saved.
   const weights = weightList(w);
+  const saves = weights.map((t) => !(t instanceof tf.Variable));
   if (!sharedUsers.has(seq)) for (const t of sharedTensors(seq)) tf.keep(t);
   sharedUsers.set(seq, (sharedUsers.get(seq) ?? 0) + 1);
   const release = () => {
@@ -102,14 +104,16 @@ export function checkpointedBlock(
   const op = tf.customGrad(((...args: unknown[]) => {
     const save = args.pop() as tf.GradSaveFunc;
     const [input] = args as tf.Tensor2D[];
-    save([input!]);
+    save([input!, ...weights.filter((_, i) => saves[i])]);
     return {
       value: decoderBlock(input!, w, seq, eps),
       gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+        let k = 1;
+        const ws = weights.map((t, i) => (saves[i] ? saved[k++]! : t));
         try {
           return gradsInsideBackward(
             (xi, ...ws) => decoderBlock(xi as tf.Tensor2D, blockWeightsOf(ws, w), again, eps),
-            [saved[0]!, ...weights],
+            [saved[0]!, ...ws],
             dy,
           );
         } finally {

@@ -47,6 +47,24 @@ export {
   type TokenScores,
   tokenLogProbs,
 } from "./logprobs.js";
+export {
+  type AdapterSpec,
+  adapterSpecs,
+  initialAdapterValues,
+  isPeftAdapterDir,
+  LORA_TARGET_MODULES,
+  LoraAdapters,
+  type LoraConfig,
+  type LoraKeys,
+  type LoraTargetModule,
+  loraConfigOf,
+  loraKeyIssues,
+  loraScale,
+  mergeAdapterValues,
+  readPeftAdapterConfig,
+  readPeftAdapterValues,
+  writePeftAdapterDir,
+} from "./lora.js";
 export { adamOptimizer, FusedAdamOptimizer } from "./native-adam.js";
 export { installNativeMatmul } from "./native-matmul.js";
 export type { NativeMatmulState } from "./native-state.js";

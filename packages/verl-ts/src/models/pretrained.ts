@@ -6,6 +6,12 @@ import { isModuleNotFound, OptionalDependencyMissingError } from "@torl-ts/core"
 import { parseHfConfig, type Qwen2Config, toHfConfig } from "./config.js";
 import { ModelFormatError } from "./errors.js";
 import type { StoredValues, WeightDtype } from "./half-precision.js";
+import {
+  isPeftAdapterDir,
+  mergeAdapterValues,
+  readPeftAdapterConfig,
+  readPeftAdapterValues,
+} from "./lora.js";
 import { parameterSpecs, Qwen2Model } from "./qwen2.js";
 import {
   readCheckpointDirStored,
@@ -67,9 +73,16 @@ export function loadModel(dir: string, options: LoadOptions = {}): Qwen2Model {
 /**
  * config.json and every weight of an HF directory, checked against it, in our layout (linear weights
  * [in, out]) and in the file's dtype (BF16/F16 as 16-bit patterns): what a model is built from, with no
- * tensor created yet.
+ * tensor created yet. A PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors)
+ * gives its base model's weights with the adapters merged in (float32 where merged).
  */
 export function loadModelValues(dir: string): { config: Qwen2Config; values: Map<string, StoredValues> } {
+  if (isPeftAdapterDir(dir)) {
+    const { lora, baseModel } = readPeftAdapterConfig(dir);
+    const base = loadModelValues(baseModel);
+    const adapters = readPeftAdapterValues(dir, base.config, lora);
+    return { config: base.config, values: mergeAdapterValues(base.config, lora, base.values, adapters) };
+  }
   const config = loadModelConfig(dir);
   const tensors = readCheckpointDirStored(dir);
   const firstFile = tensors.values().next().value?.file ?? join(dir, "model.safetensors");
@@ -172,7 +185,12 @@ export function loadPretrained(
   dir: string,
   options: LoadOptions = {},
 ): { model: Qwen2Model; tokenizer: Tokenizer } {
-  const tokenizer = loadTokenizer(dir);
+  // an adapter directory without tokenizer files uses its base model's
+  const tokenizerDir =
+    isPeftAdapterDir(dir) && !existsSync(join(dir, "tokenizer.json"))
+      ? readPeftAdapterConfig(dir).baseModel
+      : dir;
+  const tokenizer = loadTokenizer(tokenizerDir);
   const model = loadModel(dir, options);
   return { model, tokenizer };
 }

@@ -15,6 +15,7 @@ import { ModelFormatError } from "./errors.js";
 import { HalfArray, type StoredValues, type WeightDtype } from "./half-precision.js";
 import type { KVCache } from "./kv-cache.js";
 import { linear, linearTransposed } from "./linear.js";
+import { type AdapterSpec, LoraAdapters, type LoraConfig } from "./lora.js";
 import { type DecodeStepTables, nativeDecodeAttention } from "./native-decode-attention.js";
 import { nativeMatmulActive } from "./native-state.js";
 import { rmsNorm } from "./rms-norm.js";
@@ -93,7 +94,13 @@ export interface ForwardOptions {
  * How a model holds its weights (see weight-store.ts): trainable, storage dtype (veRL's
  * actor_rollout_ref.model.dtype), offload (fsdp_config.param_offload), layer-by-layer widening.
  */
-export type Qwen2ModelOptions = WeightStoreOptions;
+export type Qwen2ModelOptions = WeightStoreOptions & {
+  /**
+   * LoRA adapters on the linear layers (lora.ts): the base weights are then frozen and the adapters are
+   * the trained parameters (`values`: their starting values, default PEFT's initialisation).
+   */
+  lora?: { config: LoraConfig; values?: Map<string, Float32Array> };
+};
 
 /** The LM head a decode loop holds (Qwen2Model.lmHead). */
 export interface LmHead {
@@ -114,6 +121,8 @@ export class Qwen2Model {
   gradientCheckpointing = false;
   /** Set by withLayerOutput: the layers' output forward() starts from. */
   private layerOutput?: tf.Tensor2D;
+  /** The LoRA adapters (Qwen2ModelOptions.lora): the trained parameters; the base is frozen. */
+  readonly lora?: LoraAdapters;
 
   constructor(
     readonly config: Qwen2Config,
@@ -129,7 +138,10 @@ export class Qwen2Model {
       if (v.length !== n)
         throw new ModelFormatError(`expected ${n} values, got ${v.length}`, "<values>", s.name);
     }
-    this.weights = new WeightStore(this.specs, values, { ...options, trainable: this.trainable });
+    const { lora, ...store } = options;
+    // with adapters the base is frozen: no gradient is ever taken with respect to it
+    this.weights = new WeightStore(this.specs, values, { ...store, trainable: this.trainable && !lora });
+    if (lora) this.lora = new LoraAdapters(config, lora.config, lora.values);
     this.rotary = new Rotary(config.headDim, config.ropeTheta, config.ropeScaling);
   }
 
@@ -174,11 +186,23 @@ export class Qwen2Model {
    * gradient tape differentiates), or those of `names`. Host-held weights are widened for the current pass.
    */
   variables(names?: readonly string[]): tf.Variable[] {
+    if (this.lora && names?.some((n) => this.lora!.has(n)))
+      return names.map((n) => this.storeOf(n).tensor(n));
     return this.weights.variables(names);
   }
 
   variable(name: string): tf.Variable {
-    return this.weights.tensor(name);
+    return this.storeOf(name).tensor(name);
+  }
+
+  /** The parameters a trainer updates: the adapters with LoRA, else every weight. */
+  get trainedSpecs(): readonly ParamSpec[] {
+    return this.lora?.specs ?? this.specs;
+  }
+
+  /** Where weight or adapter `name` is held. */
+  private storeOf(name: string): WeightStore {
+    return this.lora?.has(name) ? this.lora.store : this.weights;
   }
 
   /**
@@ -186,7 +210,7 @@ export class Qwen2Model {
    * weights remain (no-op for resident float32 weights). Returns the tensor bytes freed.
    */
   releaseComputeWeights(): number {
-    return this.weights.release();
+    return this.weights.release() + (this.lora?.releaseMerged() ?? 0);
   }
 
   /**
@@ -203,29 +227,32 @@ export class Qwen2Model {
    * the storage dtype).
    */
   evictWeights(): number {
-    return this.weights.evict();
+    this.lora?.releaseMerged();
+    return this.weights.evict() + (this.lora?.store.evict() ?? 0);
   }
 
-  /** Whether the model holds weight `name` now (see evictWeights). */
+  /** Whether the model holds weight (or adapter) `name` now (see evictWeights). */
   holdsWeight(name: string): boolean {
-    return this.weights.holds(name);
+    return this.storeOf(name).holds(name);
   }
 
-  /** Bytes the weights take between passes, in their storage dtype. */
+  /** Bytes the weights (and adapters) take between passes, in their storage dtype. */
   weightBytes(): number {
-    return this.weights.atRestBytes();
+    return this.weights.atRestBytes() + (this.lora?.store.atRestBytes() ?? 0);
   }
 
-  /** Bytes of weights held in tensors now (resident weights, or a pass's widened copies). */
+  /** Bytes of weights held in tensors now (resident weights, or a pass's widened or merged copies). */
   weightTensorBytes(): number {
-    return this.weights.tensorBytes();
+    return (
+      this.weights.tensorBytes() + (this.lora ? this.lora.store.tensorBytes() + this.lora.mergedBytes() : 0)
+    );
   }
 
   /** Every parameter (or those named) as a flat Float32Array by HF name, in our layout (linear weights [in, out]). */
   async getParameters(
     names: readonly string[] = this.specs.map((s) => s.name),
   ): Promise<Map<string, Float32Array>> {
-    const host = await Promise.all(names.map((name) => this.weights.read(name)));
+    const host = await Promise.all(names.map((name) => this.storeOf(name).read(name)));
     return new Map(names.map((name, i) => [name, host[i]!]));
   }
 
@@ -236,12 +263,15 @@ export class Qwen2Model {
   setParameters(values: Map<string, Float32Array> | Record<string, Float32Array>): void {
     const entries = values instanceof Map ? [...values] : Object.entries(values);
     this.checkSizes(entries);
-    for (const [name, v] of entries) this.weights.assign(name, v);
+    this.lora?.releaseMerged();
+    for (const [name, v] of entries) this.storeOf(name).assign(name, v);
   }
 
   /** Throws before anything is assigned if a name is not a parameter or its values have the wrong size. */
   private checkSizes(entries: [string, { length: number }][]): void {
-    const specByName = new Map(this.specs.map((s) => [s.name, s]));
+    const specByName = new Map<string, ParamSpec | AdapterSpec>(
+      [...this.specs, ...(this.lora?.specs ?? [])].map((s) => [s.name, s]),
+    );
     for (const [name, v] of entries) {
       const s = specByName.get(name);
       if (!s) throw new RangeError(`no parameter named ${name}`);
@@ -256,7 +286,8 @@ export class Qwen2Model {
    */
   setStoredParameters(values: Map<string, StoredValues>): void {
     this.checkSizes([...values]);
-    for (const [name, v] of values) this.weights.assignStored(name, v);
+    this.lora?.releaseMerged();
+    for (const [name, v] of values) this.storeOf(name).assignStored(name, v);
   }
 
   /** Parameters in HF layout, for saving (host-held weights in their stored dtype, not rounded again). */
@@ -280,6 +311,7 @@ export class Qwen2Model {
 
   dispose(): void {
     this.weights.dispose();
+    this.lora?.dispose();
     this.rotary.dispose();
   }
 
@@ -288,13 +320,16 @@ export class Qwen2Model {
     return this.specs.reduce((a, s) => a + s.shape.reduce((p, q) => p * q, 1), 0);
   }
 
-  /** Decoder layer i's weights, as the model holds them (or as `get` gives them, by parameter name). */
-  blockWeights(
-    i: number,
-    get: (name: string) => tf.Tensor = (name) => this.weights.tensor(name),
-  ): BlockWeights {
+  /**
+   * Decoder layer i's weights, as the model holds them (or as `get` gives the trained ones, by parameter
+   * name). With LoRA, `get` gives the adapters and the base comes from the model, merged (lora.ts).
+   */
+  blockWeights(i: number, get?: (name: string) => tf.Tensor): BlockWeights {
     const p = `model.layers.${i}.`;
-    const w = (n: string) => get(p + n);
+    const lora = this.lora;
+    const w = lora
+      ? (n: string) => lora.effective(p + n, this.weights.tensor(p + n), get)
+      : (n: string) => (get ?? ((name: string) => this.weights.tensor(name)))(p + n);
     const bias = (n: string) => (this.config.attentionBias ? w(n) : undefined);
     return {
       inputNorm: w("input_layernorm.weight"),

@@ -11,6 +11,11 @@
  * The architecture and the tokenizer come from `<step>/actor/huggingface/`, which the trainer fills
  * from actor_rollout_ref.model.path at every checkpoint (veRL keeps the same folder), or from a model
  * directory given explicitly (the one the run started from).
+ *
+ * A LoRA run's checkpoint holds the adapters only, and its huggingface/ folder PEFT's adapter_config.json
+ * (the base model's directory in base_model_name_or_path): the export is either the base with the
+ * adapters merged in (a plain model directory) or a PEFT adapter directory (adapter_config.json +
+ * adapter_model.safetensors, PEFT's tensor names) that PEFT loads onto the base.
  */
 import {
   copyFileSync,
@@ -21,11 +26,22 @@ import {
   statSync,
   writeFileSync,
 } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { InputError } from "@torl-ts/core";
 import { toHfConfig } from "../models/config.js";
-import type { WeightDtype } from "../models/half-precision.js";
-import { loadModelConfig, transpose2d } from "../models/pretrained.js";
+import { HalfArray, type StoredValues, type WeightDtype } from "../models/half-precision.js";
+import {
+  ADAPTER_CONFIG_FILE,
+  adapterSpecs,
+  type LoraConfig,
+  type LoraKeys,
+  loraConfigOf,
+  mergeAdapterValues,
+  peftAdapterConfig,
+  readPeftAdapterConfig,
+  writePeftAdapterDir,
+} from "../models/lora.js";
+import { loadModelConfig, loadModelValues, transpose2d } from "../models/pretrained.js";
 import { parameterSpecs } from "../models/qwen2.js";
 import { type NamedTensor, type SafetensorsDtype, writeCheckpointDir } from "../models/safetensors.js";
 import { loadTokenizer, writeHfTokenizerConfig } from "../models/tokenizer.js";
@@ -92,11 +108,21 @@ function copyHfMetadata(src: string, dest: string, skip: readonly string[] = [])
   return copied;
 }
 
-/** Copies the model directory's config and tokenizer files into `<actorDir>/huggingface/`. */
-export function saveHfMetadata(modelDir: string, actorDir: string): string[] {
+/**
+ * Copies the model directory's config and tokenizer files into `<actorDir>/huggingface/`; with LoRA keys
+ * set (`lora`: actor_rollout_ref.model), PEFT's adapter_config.json beside them, naming the base.
+ */
+export function saveHfMetadata(modelDir: string, actorDir: string, lora?: LoraKeys): string[] {
   const dest = join(actorDir, HF_METADATA_DIR);
   mkdirSync(dest, { recursive: true });
-  return copyHfMetadata(modelDir, dest);
+  const files = copyHfMetadata(modelDir, dest);
+  const setting = lora && loraConfigOf(lora);
+  if (setting) {
+    const config = peftAdapterConfig(setting, resolve(modelDir));
+    writeFileSync(join(dest, ADAPTER_CONFIG_FILE), `${JSON.stringify(config, null, 2)}\n`);
+    files.push(ADAPTER_CONFIG_FILE);
+  }
+  return files;
 }
 
 /**
@@ -132,9 +158,17 @@ export interface ExportOptions {
   dtype?: ExportDtype;
   /** Largest weight file; above it the weights are sharded with an index. Default 5 GB. */
   maxShardBytes?: number;
-  /** A model directory with config.json and the tokenizer, for checkpoints without huggingface/. */
+  /**
+   * A model directory with config.json and the tokenizer, for checkpoints without huggingface/; for a
+   * LoRA checkpoint, the base model (default: the adapter_config.json's base_model_name_or_path).
+   */
   model?: string;
+  /** A LoRA checkpoint's export: the base with the adapters merged in (default), or a PEFT adapter directory. */
+  adapter?: AdapterExport;
 }
+
+export type AdapterExport = "merged" | "peft";
+export const ADAPTER_EXPORTS: readonly AdapterExport[] = ["merged", "peft"];
 
 export interface ExportResult {
   out: string;
@@ -144,6 +178,8 @@ export interface ExportResult {
   parameters: number;
   /** Ranks that wrote the checkpoint. */
   worldSize: number;
+  /** A LoRA checkpoint's export: how the adapters were written. */
+  adapter?: AdapterExport;
 }
 
 /** Writes the Hugging Face model directory of a checkpoint's actor (see the file comment). */
@@ -151,6 +187,12 @@ export function exportCheckpoint(checkpoint: string, options: ExportOptions): Ex
   if (options.dtype !== undefined && !EXPORT_DTYPES.includes(options.dtype))
     throw new ExportError(`--dtype must be one of ${EXPORT_DTYPES.join(", ")}, got ${options.dtype}`);
   const actorDir = resolveActorDir(checkpoint);
+  const adapterConfig = join(actorDir, HF_METADATA_DIR, ADAPTER_CONFIG_FILE);
+  if (existsSync(adapterConfig)) return exportLoraCheckpoint(actorDir, options);
+  if (options.adapter !== undefined)
+    throw new ExportError(
+      `--adapter ${options.adapter}: ${actorDir} is not a LoRA checkpoint (no ${adapterConfig})`,
+    );
   const metaDir = options.model ?? join(actorDir, HF_METADATA_DIR);
   if (!existsSync(join(metaDir, "config.json")))
     throw new ExportError(
@@ -190,13 +232,38 @@ export function exportCheckpoint(checkpoint: string, options: ExportOptions): Ex
     throw new ExportError(`${actorDir}: parameters ${extra.join(", ")} are not in the model's config.json`);
   }
 
-  if (existsSync(options.out) && !statSync(options.out).isDirectory())
-    throw new ExportError(`--out ${options.out} is a file; give a new directory`);
-  if (existsSync(options.out) && readdirSync(options.out).length > 0)
+  return {
+    ...writeExport(metaDir, config, tensors, dtype, options),
+    actorDir,
+    parameters: state.params.length,
+    worldSize: shardCount(actorDir),
+  };
+}
+
+function shardCount(actorDir: string): number {
+  return readdirSync(actorDir).filter((f) => /^rank_\d+\.json$/.test(f)).length;
+}
+
+/** Creates the output directory: new, or empty. */
+function prepareOut(out: string): void {
+  if (existsSync(out) && !statSync(out).isDirectory())
+    throw new ExportError(`--out ${out} is a file; give a new directory`);
+  if (existsSync(out) && readdirSync(out).length > 0)
     throw new ExportError(
-      `${options.out} is not empty; export into a new directory (old weight shards would mix with new ones)`,
+      `${out} is not empty; export into a new directory (old weight shards would mix with new ones)`,
     );
-  mkdirSync(options.out, { recursive: true });
+  mkdirSync(out, { recursive: true });
+}
+
+/** Writes a model directory: config.json from `metaDir`'s (dtype set), the weights, tokenizer and generation config. */
+function writeExport(
+  metaDir: string,
+  config: ReturnType<typeof loadModelConfig>,
+  tensors: NamedTensor[],
+  dtype: ExportDtype,
+  options: ExportOptions,
+): { out: string; files: string[]; dtype: ExportDtype } {
+  prepareOut(options.out);
   const source = readJson(join(metaDir, "config.json"));
   // transformers 5 names the dtype `dtype`: a source that has it gets it set too, never left stale
   const dtypeKeys = {
@@ -223,14 +290,74 @@ export function exportCheckpoint(checkpoint: string, options: ExportOptions): Ex
     writeFileSync(join(options.out, "generation_config.json"), `${JSON.stringify(gen, null, 2)}\n`);
     files.push("generation_config.json");
   }
-  return {
-    out: options.out,
-    actorDir,
-    files,
-    dtype,
-    parameters: state.params.length,
-    worldSize: readdirSync(actorDir).filter((f) => /^rank_\d+\.json$/.test(f)).length,
-  };
+  return { out: options.out, files, dtype };
+}
+
+/**
+ * A LoRA checkpoint's export (see the file comment): the adapters from the shards, the base from
+ * `options.model` or the adapter_config.json's base_model_name_or_path.
+ */
+function exportLoraCheckpoint(actorDir: string, options: ExportOptions): ExportResult {
+  const metaDir = join(actorDir, HF_METADATA_DIR);
+  const { lora, baseModel: recorded } = readPeftAdapterConfig(metaDir);
+  const baseModel = options.model ?? recorded;
+  if (!existsSync(join(baseModel, "config.json")))
+    throw new ExportError(
+      `${baseModel} holds no config.json: the LoRA checkpoint ${actorDir} needs its base model; pass --model DIR`,
+    );
+  const config = loadModelConfig(baseModel);
+  const state = readAllShards(actorDir);
+  const dtype = options.dtype ?? EXPORT_DTYPE_OF[state.dtype];
+  const adapters = new Map<string, Float32Array>();
+  let offset = 0;
+  for (const [name, size] of state.layout) {
+    adapters.set(name, state.params.subarray(offset, offset + size));
+    offset += size;
+  }
+  checkAdapterLayout(actorDir, config, lora, adapters);
+  const common = { actorDir, parameters: state.params.length, worldSize: shardCount(actorDir) };
+  if ((options.adapter ?? "merged") === "peft") {
+    prepareOut(options.out);
+    const files = writePeftAdapterDir(
+      options.out,
+      config,
+      lora,
+      adapters,
+      resolve(baseModel),
+      SAFETENSORS_DTYPE[dtype],
+    );
+    // the base's tokenizer beside the adapters, so that `torl eval --model` reads the directory alone
+    files.push(...copyHfMetadata(baseModel, options.out, ["config.json", "generation_config.json"]));
+    return { out: options.out, files, dtype, ...common, adapter: "peft" };
+  }
+  const merged = mergeAdapterValues(config, lora, loadModelValues(baseModel).values, adapters);
+  const tensors = parameterSpecs(config).map((spec) => {
+    const v = float32Of(merged.get(spec.name)!);
+    const data = spec.transposed ? transpose2d(v, spec.shape[0]!, spec.shape[1]!) : v;
+    return { name: spec.name, shape: spec.hfShape.slice(), data };
+  });
+  return { ...writeExport(baseModel, config, tensors, dtype, options), ...common, adapter: "merged" };
+}
+
+function float32Of(v: StoredValues): Float32Array {
+  return v instanceof HalfArray ? v.toFloat32() : v;
+}
+
+/** The checkpoint's parameters are the adapters adapter_config.json and the base's config.json describe. */
+function checkAdapterLayout(
+  actorDir: string,
+  config: ReturnType<typeof loadModelConfig>,
+  lora: LoraConfig,
+  adapters: Map<string, Float32Array>,
+): void {
+  const want = new Map(adapterSpecs(config, lora).map((s) => [s.name, s.shape[0]! * s.shape[1]!]));
+  for (const [name, v] of adapters)
+    if (want.get(name) !== v.length)
+      throw new ExportError(
+        `${actorDir}: parameter ${name} (${v.length} values) is not an adapter of rank ${lora.rank} on the base model`,
+      );
+  for (const name of want.keys())
+    if (!adapters.has(name)) throw new ExportError(`${actorDir}: the checkpoint has no adapter ${name}`);
 }
 
 function readJson(file: string): Record<string, unknown> {

@@ -26,6 +26,8 @@ export {
 } from "./dynamic-sampling.js";
 export { describeWorkerFailure, WorkerFailureError } from "./errors.js";
 export {
+  ADAPTER_EXPORTS,
+  type AdapterExport,
   DEFAULT_MAX_SHARD_BYTES,
   EXPORT_DTYPES,
   type ExportDtype,

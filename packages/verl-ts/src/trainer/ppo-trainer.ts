@@ -364,7 +364,11 @@ export class RayPPOTrainer {
     const dir = this.ckpt.begin(this.globalStep);
     await this.actorRolloutWg.saveCheckpoint(join(dir, "actor"));
     // config and tokenizer beside the shards, so `torl export` needs nothing else
-    saveHfMetadata(this.config.actor_rollout_ref.model.path!, join(dir, "actor"));
+    saveHfMetadata(
+      this.config.actor_rollout_ref.model.path!,
+      join(dir, "actor"),
+      this.config.actor_rollout_ref.model,
+    );
     if (this.critic) await this.critic.saveCheckpoint(join(dir, "critic"));
     const state: TrainerState = {
       globalStep: this.globalStep,

@@ -16,7 +16,7 @@
  */
 import { join } from "node:path";
 import { clusterResources, init, isInitialized, shutdown } from "@torl-ts/actors";
-import { configToYaml, loadTrainerConfig, trainerConfigSchema } from "../config/load.js";
+import { configToYaml, loadTrainerConfig } from "../config/load.js";
 import { type ConfigNode, TrainerConfigError } from "../config/schema.js";
 import type { SftConfig } from "../config/sft.js";
 import type { TrainerConfig } from "../config/types.js";
@@ -87,14 +87,11 @@ export function sftWorkerConfig(cfg: SftConfig, totalSteps: number): TrainerConf
     external_lib: cfg.model.external_lib,
     enable_gradient_checkpointing: cfg.model.enable_gradient_checkpointing,
     dtype: DTYPES[cfg.model.fsdp_config.model_dtype],
+    // LoRA is a model setting of the workers
+    lora_rank: cfg.model.lora_rank,
+    lora_alpha: cfg.model.lora_alpha,
+    target_modules: cfg.model.target_modules,
   };
-  // LoRA is a model setting of the workers: it goes through wherever they know it
-  if (trainerConfigSchema().get("actor_rollout_ref.model.lora_rank"))
-    Object.assign(model, {
-      lora_rank: cfg.model.lora_rank,
-      lora_alpha: cfg.model.lora_alpha,
-      target_modules: cfg.model.target_modules,
-    });
   return loadTrainerConfig({
     values: {
       actor_rollout_ref: {

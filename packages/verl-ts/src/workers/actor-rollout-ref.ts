@@ -25,6 +25,7 @@ import { miniBatchRows } from "../config/derived.js";
 import type { RolloutConfig, TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
 import { computeLogProbs, tokenLogProbs } from "../models/logprobs.js";
+import { initialAdapterValues, loraConfigOf } from "../models/lora.js";
 import { loadModelValues } from "../models/pretrained.js";
 import { Qwen2Model } from "../models/qwen2.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
@@ -86,6 +87,15 @@ export interface WorkerMemory {
   refWeightTensorBytes: number;
   /** The reference's FSDP shard on this rank, in model.dtype (sharded at rest over more than one rank). */
   refShardBytes: number;
+  /**
+   * With LoRA (model.lora_rank > 0): the reference is the actor's base with the adapters switched off, no
+   * copy of its own (refWeightBytes and refShardBytes are 0).
+   */
+  refIsActorBase: boolean;
+  /** With LoRA: the frozen base's shard on this rank, in model.dtype (sharded at rest); else 0. */
+  actorBaseShardBytes: number;
+  /** With LoRA: the adapters' parameters (the trained ones); else 0. */
+  adapterParameters: number;
   /** Peak resident set of the process so far. */
   peakRssBytes: number;
 }
@@ -110,6 +120,11 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   private ref?: Qwen2Model;
   /** The reference's FSDP shard when it is sharded at rest (more than one rank); its model holds no weights between passes. */
   private refShards?: FrozenShards;
+  /**
+   * With LoRA: the actor's frozen base, sharded at rest (free_cache_engine) in model.dtype; `sharded`
+   * then holds the adapters only.
+   */
+  private baseShards?: FrozenShards;
   private tokenizer?: Tokenizer;
   private tool?: Tool;
   private multiTurn?: ReturnType<typeof multiTurnSettings>;
@@ -155,7 +170,21 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       this.parameterSizes = new Map([...values].map(([name, v]) => [name, { length: v.length }]));
       this.model = new Qwen2Model(config, values, { trainable: false, dtype });
     }
-    if (this.isActor) {
+    const lora = loraConfigOf(ar.model);
+    if (this.isActor && lora) {
+      // LoRA: the adapters are the trained, sharded parameters (the same starting values on every rank);
+      // the base is frozen, sharded at rest like the reference
+      const { config, values } = loadModelValues(path);
+      const adapters = initialAdapterValues(config, lora, Number(ar.rollout.seed) >>> 0);
+      this.sharded = new ShardedParameters(adapters, this.ctx, ar.actor.optim);
+      this.sharded.weightDtype = dtype;
+      this.model = new Qwen2Model(config, values, { dtype, lora: { config: lora, values: adapters } });
+      this.model.gradientCheckpointing = ar.model.enable_gradient_checkpointing;
+      if (this.shardedAtRest) {
+        this.baseShards = new FrozenShards(values, this.ctx, dtype);
+        this.model.evictWeights();
+      }
+    } else if (this.isActor) {
       const { config, values } = loadModelValues(path);
       this.sharded = new ShardedParameters(values, this.ctx, ar.actor.optim);
       this.sharded.weightDtype = dtype;
@@ -163,7 +192,8 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       this.model.gradientCheckpointing = ar.model.enable_gradient_checkpointing;
       if (this.shardedAtRest) this.model.evictWeights();
     }
-    if (this.hasRef) {
+    // with LoRA the reference is the actor's base with the adapters off: nothing more to load
+    if (this.hasRef && !(lora && this.isActor)) {
       const { config, values } = loadModelValues(path);
       this.ref = new Qwen2Model(config, values, {
         trainable: false,
@@ -180,6 +210,9 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   }
 
   protected override numParameters(): number {
+    // with LoRA the model computes with its base and the adapters
+    const lora = this.model?.lora;
+    if (lora) return this.model!.numParameters() + lora.numParameters();
     return this.sharded?.layout.total ?? this.model?.numParameters() ?? this.ref?.numParameters() ?? 0;
   }
 
@@ -223,7 +256,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
 
   /** Whether the actor holds every weight now (between phases: only with free_cache_engine=false). */
   private holdsAllWeights(model: Qwen2Model): boolean {
-    return model.specs.every((s) => model.holdsWeight(s.name));
+    return [...model.specs, ...model.trainedSpecs].every((s) => model.holdsWeight(s.name));
   }
 
   /**
@@ -232,6 +265,9 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    */
   protected async actorPhaseBegins(model: Qwen2Model, which?: (unit: FlatUnit) => boolean): Promise<void> {
     if (this.holdsAllWeights(model)) return;
+    // LoRA: the frozen base first (all of it: FSDP per layer gathers the adapters only), then the adapters
+    if (this.baseShards && !model.specs.every((s) => model.holdsWeight(s.name)))
+      await this.baseShards.gatherInto(model);
     await this.gatherWeightsInto(model, which);
   }
 
@@ -383,6 +419,9 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       refWeightBytes: this.ref?.weightBytes() ?? 0,
       refWeightTensorBytes: this.ref?.weightTensorBytes() ?? 0,
       refShardBytes: this.refShards?.bytes ?? 0,
+      refIsActorBase: this.hasRef && this.model?.lora !== undefined,
+      actorBaseShardBytes: this.baseShards?.bytes ?? 0,
+      adapterParameters: this.model?.lora?.numParameters() ?? 0,
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
     };
   }
@@ -407,6 +446,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
 
   /** Log-probs of the responses under the frozen reference policy: ref_log_prob [B, R]. */
   async computeRefLogProb(data: DataProto): Promise<DataProto> {
+    if (this.hasRef && this.model?.lora) return this.baseRefLogProb(this.model, data);
     const ref = this.ref;
     if (!ref) throw new WorkerStateError(`rank ${this.rank}: this worker holds no reference model`);
     let logProbs: Float32Array | undefined;
@@ -415,6 +455,26 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       [logProbs] = await this.responseLogProbs(ref, data, "ref", false);
     } finally {
       if (this.refShards) ref.evictWeights();
+    }
+    return DataProto.fromDict({
+      ref_log_prob: { data: logProbs!, shape: [data.length, data.tensor("responses").shape[1]!] },
+    });
+  }
+
+  /**
+   * The reference log-probs with LoRA: the actor's base with its adapters switched off (veRL does the
+   * same), gathered from the shards like the actor's phases.
+   */
+  private async baseRefLogProb(model: Qwen2Model, data: DataProto): Promise<DataProto> {
+    const lora = model.lora!;
+    await this.actorPhaseBegins(model);
+    let logProbs: Float32Array | undefined;
+    lora.setEnabled(false);
+    try {
+      [logProbs] = await this.responseLogProbs(model, data, "ref", false);
+    } finally {
+      lora.setEnabled(true);
+      this.actorPhaseEnded(model);
     }
     return DataProto.fromDict({
       ref_log_prob: { data: logProbs!, shape: [data.length, data.tensor("responses").shape[1]!] },
@@ -450,7 +510,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     // the metrics come from the loss itself: it names them at registration
     const lossMetrics = getPolicyLoss(lossMode).metrics;
     const temperature = ar.rollout.temperature || 1;
-    const held = model.specs.filter((s) => model.holdsWeight(s.name)).map((s) => s.name);
+    const held = model.trainedSpecs.filter((s) => model.holdsWeight(s.name)).map((s) => s.name);
     const vars = model.variables(held);
     const nameOf = new Map(vars.map((v, i) => [v.name, held[i]!]));
     const useKl = a.use_kl_loss;
@@ -571,7 +631,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const model = this.needModel();
     await this.actorPhaseBegins(model);
     try {
-      return await model.getParameters();
+      return await model.getParameters(model.trainedSpecs.map((s) => s.name));
     } finally {
       this.actorPhaseEnded(model);
     }

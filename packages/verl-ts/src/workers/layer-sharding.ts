@@ -89,7 +89,7 @@ export class LayerSharding {
     });
     this.outerUnits = sharded.units.flatMap((u, k) => (isLayerUnit(u) ? [] : [k]));
     this.headVariables = variables.filter((v) => !LAYER_PARAM.test(paramNameOf.get(v.name) ?? ""));
-    this.shapes = new Map(model.specs.map((s) => [s.name, s.shape]));
+    this.shapes = new Map(model.trainedSpecs.map((s) => [s.name, s.shape]));
     this.variables = variables;
     this.variableOf = new Map(variables.map((v) => [paramNameOf.get(v.name)!, v]));
   }
@@ -176,7 +176,9 @@ export class LayerSharding {
       layerWeights: async (i) => {
         const u = this.layerUnit[i]!;
         // the update computes with the weights the rollout and old log-probs used: rounded to model.dtype
-        const values = roundedTo(await sharded.gatherUnit(u), this.model.dtype);
+        // (LoRA adapters are held in float32 whatever the base's dtype)
+        const gathered = await sharded.gatherUnit(u);
+        const values = this.model.lora ? gathered : roundedTo(gathered, this.model.dtype);
         const unit = sharded.units[u]!;
         return new Map(
           unit.entries.map((e) => {
@@ -205,7 +207,9 @@ export class LayerSharding {
         for (const [k, [vname]] of entries.entries()) addInto(this.paramNameOf.get(vname)!, host[k]!);
       },
       embeddingGradient: async (grad) => {
-        if (grad) addInto("model.embed_tokens.weight", (await grad.data()) as Float32Array);
+        // a frozen embedding (LoRA: the adapters are the trained parameters) takes no gradient
+        if (grad && this.variableOf.has("model.embed_tokens.weight"))
+          addInto("model.embed_tokens.weight", (await grad.data()) as Float32Array);
         for (const u of this.outerUnits) await sharded.reduceScatterUnit(u, outer.get(u)!, shardGrad);
       },
     });

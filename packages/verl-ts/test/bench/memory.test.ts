@@ -50,6 +50,15 @@ test("bench memory reports per-rank state for each N and activation peaks with a
     [1, 2, 4],
   );
   t.regex(r.method, /data buffers/);
+  // LoRA (rank 8, all-linear): the adapters' 16 bytes per adapter parameter, the frozen base's float32
+  // shard, and no reference of its own where full fine-tuning holds a shard of the whole model
+  t.is(f.lora_rank, 8);
+  const perLayer = 8 * (32 + 32 + (32 + 16) * 2 + (32 + 32) + (32 + 96) * 2 + (96 + 32));
+  t.is(f.lora_state_bytes_per_rank_n1, 16 * 4 * perLayer);
+  t.is(f.lora_base_shard_bytes_per_rank_n1, 4 * P);
+  t.is(f.reference_bytes_per_rank_n1, 4 * P);
+  for (const n of [1, 2, 4]) t.is(f[`lora_reference_bytes_per_rank_n${n}`], 0);
+  t.true(f.lora_state_bytes_per_rank_n2! < f.state_bytes_per_rank_n2! / 2);
 });
 
 test("bench memory refuses bad flags before measuring", async (t) => {

@@ -99,3 +99,28 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  "the probe with LoRA: the ranks hold the adapters' AdamW state and the frozen base's bf16 shard, no reference copy",
+  async (t) => {
+    const result = await runScaleProbe({ config: tiny, tokenizer, ranks: 2, loraRank: 2 });
+    t.is(result.failed, undefined, JSON.stringify(result.failed));
+    t.is(result.lora_rank, 2);
+    t.true(result.update_metrics!["actor/grad_norm"]! > 0, JSON.stringify(result.update_metrics));
+    const rest = result.memory.update_actor!;
+    const adapters = rest[0]!.adapterParameters;
+    // per layer: A and B of 7 linear layers at rank 2
+    const h = 16;
+    const q = 4 * 4;
+    const kv = 2 * 4;
+    const inter = 32;
+    const perLayer = 2 * (h + q + (h + kv) * 2 + (q + h) + (h + inter) * 2 + (inter + h));
+    t.is(adapters, 2 * perLayer);
+    t.is(rest[0]!.actorShardBytes + rest[1]!.actorShardBytes, 12 * adapters);
+    t.is(rest[0]!.actorBaseShardBytes + rest[1]!.actorBaseShardBytes, 2 * result.parameters);
+    for (const m of rest) {
+      t.true(m.refIsActorBase);
+      t.is(m.refShardBytes + m.refWeightBytes + m.actorWeightBytes, 0);
+    }
+  },
+);

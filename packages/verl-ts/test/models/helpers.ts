@@ -101,3 +101,18 @@ export function runTransformers<T>(
   }
   return { value: JSON.parse(r.stdout.trim().split("\n").at(-1)!) as T };
 }
+
+/** The token batch of a fixture's expected.json (`ids`, `mask`: [B][L] lists). */
+export function fixtureBatch(expected: { ids: number[][]; mask: number[][] }): {
+  ids: Int32Array;
+  mask: Uint8Array;
+  batch: number;
+  length: number;
+} {
+  return {
+    ids: Int32Array.from(expected.ids.flat()),
+    mask: Uint8Array.from(expected.mask.flat()),
+    batch: expected.ids.length,
+    length: expected.ids[0]!.length,
+  };
+}

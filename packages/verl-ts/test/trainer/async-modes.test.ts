@@ -176,4 +176,7 @@ test("bad combinations are refused naming the key", (t) => {
   t.deepEqual(issues(["trainer.mode=one_step_off", "algorithm.filter_groups.enable=true"]), [
     "algorithm.filter_groups.enable",
   ]);
+  t.deepEqual(issues(["trainer.mode=one_step_off", "actor_rollout_ref.model.lora_rank=8"]), [
+    "actor_rollout_ref.model.lora_rank",
+  ]);
 });

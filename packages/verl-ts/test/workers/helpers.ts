@@ -88,3 +88,22 @@ export function responseBatch(o: {
     [o.valueKey]: { data: values, shape: [B, R] },
   });
 }
+
+/** `prompts` left-padded prompts of 2-4 tokens (each repeated n times) to width P, seeded for sampling by `step`. */
+export function seededPrompts(prompts: number, n: number, P: number, step: number): DataProto {
+  const B = prompts * n;
+  const ids = new Int32Array(B * P);
+  const mask = new Uint8Array(B * P);
+  for (let b = 0; b < B; b++) {
+    const q = Math.floor(b / n);
+    for (let t = P - 2 - (q % 3); t < P; t++) {
+      ids[b * P + t] = 97 + ((q * 5 + t * 3 + step) % 26);
+      mask[b * P + t] = 1;
+    }
+  }
+  return DataProto.fromDict(
+    { input_ids: { data: ids, shape: [B, P] }, attention_mask: { data: mask, shape: [B, P] } },
+    {},
+    { seed: 100 + step },
+  );
+}

@@ -10,7 +10,7 @@ import test from "ava";
 import { loadTrainerConfig } from "../../src/config/index.js";
 import { DataProto } from "../../src/protocol/index.js";
 import { layoutForMiniBatches, type ShardInfo, type WorkerMemory } from "../../src/workers/index.js";
-import { type ActorGroup, actorGroup, tinyModelDir } from "./helpers.js";
+import { type ActorGroup, actorGroup, seededPrompts, tinyModelDir } from "./helpers.js";
 
 const PROMPTS = 4;
 const N = 2; // rollout.n: rows = 8
@@ -45,23 +45,7 @@ type Group = ActorGroup;
 const group = (name: string, cfg: ReturnType<typeof config>) => actorGroup(name, RANKS, cfg);
 
 /** Left-padded prompts (each repeated n times), seeded for sampling. */
-function prompts(step: number): DataProto {
-  const B = PROMPTS * N;
-  const ids = new Int32Array(B * P);
-  const mask = new Uint8Array(B * P);
-  for (let b = 0; b < B; b++) {
-    const q = Math.floor(b / N);
-    for (let t = P - 2 - (q % 3); t < P; t++) {
-      ids[b * P + t] = 97 + ((q * 5 + t * 3 + step) % 26);
-      mask[b * P + t] = 1;
-    }
-  }
-  return DataProto.fromDict(
-    { input_ids: { data: ids, shape: [B, P] }, attention_mask: { data: mask, shape: [B, P] } },
-    {},
-    { seed: 100 + step },
-  );
-}
+const prompts = (step: number) => seededPrompts(PROMPTS, N, P, step);
 
 /** Two GRPO-style steps (generate, old and ref log-probs, update); what came out and memory between phases. */
 async function run(wg: Group) {
