@@ -18,13 +18,12 @@ from torl_sandbox.run_child import Zygote, prepare_template, reseed_before_fork,
 # server, so no run inherits memory in which another run's code, input or output ever was. Over a
 # SOCK_SEQPACKET socketpair the server sends one byte per command, the template answers with JSON
 # (and, for "next", the new child's pipe ends as SCM_RIGHTS):
-#   b"E" end the run: SIGKILL every run process, reap them, remove every IPC object they made;
-#        answer {"status", "cpu_ms", "faults"} of the last run child (status: its wait status, null
-#        if there was none)
-#   b"N" end the run as above, then fresh /tmp and /dev/shm (the run's are parked, see
-#        fresh_scratch); answer as above plus "cycle_ms" and "parked" (for the server to unmount), with
-#        the next run child's fds [ctrl_w, out_r, err_r, status_r], and fork that child, whose
-#        first line on status_r is its pid
+#   b"E" end the run: SIGKILL every run process, reap them; answer {"status", "cpu_ms", "faults"}
+#        of the last run child (status: its wait status, null if there was none)
+#   b"N" end the run as above, remove every IPC object it made, then fresh /tmp and /dev/shm (the
+#        run's are parked, see fresh_scratch); answer as above plus "cycle_ms" and "parked" (for the
+#        server to unmount), with the next run child's fds [ctrl_w, out_r, err_r, status_r], and
+#        fork that child, whose first line on status_r is its pid
 
 
 class Template:
@@ -90,11 +89,13 @@ def template_main(sock, state):
         t0 = time.perf_counter_ns(), time.thread_time_ns()
         ended = end_runs(state, child)
         child = None
-        if state["run_ipc"] is not None:
-            state["run_ipc"].clear()
         if command == b"E":
             sock.send(json.dumps(ended).encode())
             continue
+        # the run's IPC objects: gone before the next child exists (here, not at "E", which the
+        # server waits for before it answers the request)
+        if state["run_ipc"] is not None:
+            state["run_ipc"].clear()
         t1 = time.perf_counter_ns(), time.thread_time_ns()
         # the run's /tmp and /dev/shm are parked; the server unmounts them while the next run works
         # (an unmount waits for an RCU grace period), before it asks for the run after
