@@ -130,8 +130,17 @@ test.serial(
     // Killed exactly between the two steps: the survivor has already sent its hello and waits for
     // the dead rank's, which will never come. Without the creator's cancel it waits out timeoutMs.
     const dying: CollectiveMember = {
-      invoke: (url, fn, args) => {
-        if (fn === "connectCollectiveGroup") kill(doomed);
+      invoke: async (url, fn, args) => {
+        if (fn === "connectCollectiveGroup") {
+          kill(doomed);
+          // kill() lands a moment later: wait until a call fails, so the connect surely does too
+          const answers = () =>
+            doomed.ready().then(
+              () => true,
+              () => false,
+            );
+          for (let i = 0; i < 400 && (await answers()); i++) await new Promise((r) => setTimeout(r, 25));
+        }
         return invokeInActor(doomed, url, fn, args);
       },
     };

@@ -74,6 +74,9 @@ test("the trainer's workers register veRL's methods, those of the sharded base i
     computeRefLogProb: "DP_COMPUTE_PROTO",
     updateActor: "DP_COMPUTE_METRIC",
     memoryInfo: "ONE_TO_ALL",
+    // the weight update of separate rollout workers (one_step_off, fully_async)
+    sendWeights: "ONE_TO_ALL",
+    receiveWeights: "ONE_TO_ALL",
   });
   t.deepEqual(Object.keys(modes(CriticWorker)), [
     "shardInfo",
