@@ -109,6 +109,12 @@ const MEANINGS: Record<string, string> = {
     "free-form settings of the tool (examples/new-tool reads module/export/options here)",
   "critic.rollout_n":
     "responses per prompt (the critic's mini-batches hold ppo_mini_batch_size x rollout_n rows)",
+  "critic.model.lora_rank":
+    "LoRA rank of the value model (veRL's key); 0: full fine-tuning. With a rank the backbone is frozen (float32, sharded at rest) and the adapters and the value head (trained in full) get gradients, AdamW state and FSDP shards; checkpoints hold them. Refused when algorithm.adv_estimator trains no critic",
+  "critic.model.lora_alpha":
+    "LoRA scaling of the value model's adapters (lora_alpha / lora_rank, PEFT's); refused when lora_rank is 0",
+  "critic.model.target_modules":
+    "LoRA: the value model's linear layers adapted, all-linear or a list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; an unknown name is refused, and so is a list when lora_rank is 0",
   "critic.optim.lr": "critic AdamW learning rate",
   "critic.optim.lr_warmup_steps": "warmup steps; -1: use lr_warmup_steps_ratio",
   "critic.optim.lr_warmup_steps_ratio": "warmup as a fraction of the total steps",

@@ -202,6 +202,15 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
   issues.push(...checkTrainingMode(cfg));
   const model = cfg.actor_rollout_ref.model;
   issues.push(...loraKeyIssues(model));
+  const criticModel = cfg.critic.model;
+  issues.push(...loraKeyIssues(criticModel, "critic.model"));
+  // an estimator not registered yet (external_lib) is checked when the workers have imported it
+  const estimator = advantageEstimatorRequirements(adv);
+  if (criticModel.lora_rank > 0 && estimator && !estimator.critic)
+    add(
+      "critic.model.lora_rank",
+      `is ${criticModel.lora_rank} but algorithm.adv_estimator ${adv} trains no critic; remove the key, or use an estimator with a critic (gae)`,
+    );
   if (model.lora_rank > 0 && cfg.actor_rollout_ref.ref.fsdp_config.param_offload)
     add(
       "actor_rollout_ref.ref.fsdp_config.param_offload",

@@ -107,6 +107,9 @@ export interface CriticConfig extends Open {
     path: string | null;
     tokenizer_path: string | null;
     enable_gradient_checkpointing: boolean;
+    lora_rank: number;
+    lora_alpha: number;
+    target_modules: string | string[];
   } & Open;
   ppo_mini_batch_size: number;
   ppo_micro_batch_size: number | null;

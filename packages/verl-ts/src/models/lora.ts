@@ -66,7 +66,7 @@ export function loraScale(c: LoraConfig): number {
   return c.alpha / c.rank;
 }
 
-/** The LoRA keys of actor_rollout_ref.model, as the config holds them. */
+/** The LoRA keys of actor_rollout_ref.model (or critic.model), as the config holds them. */
 export interface LoraKeys {
   lora_rank: number;
   lora_alpha: number;
@@ -123,9 +123,12 @@ export function loraKeyIssues(m: LoraKeys, prefix = KEY): { key: string; message
   return issues;
 }
 
-/** The LoRA setting of the model keys; null at lora_rank 0 (full fine-tuning). Throws on bad keys. */
-export function loraConfigOf(m: LoraKeys): LoraConfig | null {
-  const issues = loraKeyIssues(m);
+/**
+ * The LoRA setting of the model keys under `prefix` (the actor's by default, or critic.model); null at
+ * lora_rank 0 (full fine-tuning). Throws on bad keys, naming them.
+ */
+export function loraConfigOf(m: LoraKeys, prefix = KEY): LoraConfig | null {
+  const issues = loraKeyIssues(m, prefix);
   if (issues.length) throw new RangeError(issues.map((i) => i.message).join("; "));
   if (m.lora_rank === 0) return null;
   const t = m.target_modules;

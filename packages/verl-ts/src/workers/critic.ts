@@ -13,6 +13,11 @@
  * with gradient checkpointing, which gathers each layer for itself) and frees them when it ends, so
  * between phases a rank holds its float32 shard, the AdamW state and the value head (h + 1 values).
  *
+ * With LoRA (critic.model.lora_rank > 0, veRL's keys, checked by the actor's rules) the backbone is
+ * frozen, sharded at rest in float32 like the actor's base (frozen-shards.ts), and the trained, sharded
+ * parameters are the adapters and the value head (trained in full: it is new, h + 1 values). The
+ * checkpoint then holds the adapters and the head.
+ *
  * Colocate it with the actor (`WorkerGroup.createColocated(pool, {actor_rollout_ref, critic})`) so both
  * share one process and collective group per bundle; the trainer does that when adv_estimator is gae.
  */
@@ -23,14 +28,16 @@ import { valueLossTf } from "../algorithms/tf-ops.js";
 import { miniBatchRows } from "../config/derived.js";
 import type { TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
-import { loadModel } from "../models/pretrained.js";
-import type { Qwen2Model } from "../models/qwen2.js";
+import { initialAdapterValues, type LoraConfig, loraConfigOf } from "../models/lora.js";
+import { loadModelValues } from "../models/pretrained.js";
+import { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
 import { uid } from "../models/variable-names.js";
 import { DataProto } from "../protocol/data-proto.js";
 import type { BatchTensor } from "../protocol/tensor.js";
 import { gaussian, mulberry32 } from "../random.js";
 import { Dispatch, type Registrations } from "../single-controller/registration.js";
+import { FrozenShards } from "./frozen-shards.js";
 import {
   byMicroBatch,
   microBatches,
@@ -59,18 +66,31 @@ export interface CriticMemory {
   weightBytes: number;
   /** The FSDP state on this rank (host arrays): float32 parameter shard + AdamW moments. */
   shardBytes: number;
+  /** With LoRA: the frozen backbone's shard on this rank (float32); else 0. */
+  baseShardBytes: number;
+  /** With LoRA: the adapters' parameters (trained with the value head); else 0. */
+  adapterParameters: number;
   /** Peak resident set of the process so far. */
   peakRssBytes: number;
 }
 
 /** Seed of the value head's initial weights (every rank draws the same). */
 const HEAD_SEED = 0x5c0e;
+/** Seed of the LoRA adapters' initial A (every rank draws the same). */
+const ADAPTER_SEED = 0x5c0f;
+/** The language-model head: not part of the value model. */
+const LM_HEAD = "lm_head.weight";
+
+/** Whether a parameter is the value head's (score.weight, score.bias). */
+const isHead = (name: string) => name.startsWith("score.");
 
 /** The critic's part of the config, with the defaults veRL derives filled in. */
 interface CriticSettings {
   path: string;
   /** critic.model.enable_gradient_checkpointing: recompute each layer's activations in the backward. */
   gradientCheckpointing: boolean;
+  /** critic.model.lora_rank / lora_alpha / target_modules; null: full fine-tuning. */
+  lora: LoraConfig | null;
   optim: OptimSettings;
   miniRows: number;
   micro: number | null;
@@ -92,6 +112,7 @@ export function criticSettings(cfg: TrainerConfig, worldSize: number): CriticSet
   return {
     path,
     gradientCheckpointing: c.model.enable_gradient_checkpointing,
+    lora: loraConfigOf(c.model, "critic.model"),
     optim: c.optim as OptimSettings,
     miniRows: miniBatchRows(cfg, "critic"),
     micro,
@@ -119,20 +140,34 @@ export class CriticWorker extends ShardedWorker {
   private settings?: CriticSettings;
   private model?: Qwen2Model;
   private head?: { weight: tf.Variable; bias: tf.Variable };
+  /** With LoRA: the frozen backbone, sharded at rest; `sharded` then holds the adapters and the head. */
+  private baseShards?: FrozenShards;
 
   constructor(options: CriticOptions) {
     super();
     this.cfg = options.config;
   }
 
-  /** Loads the backbone, adds the value head, shards the parameters and sets up AdamW. */
+  /**
+   * Loads the backbone (with LoRA: frozen, with adapters), adds the value head, shards the trained
+   * parameters and sets up AdamW.
+   */
   async initModel(): Promise<ShardInfo> {
     const backend = await selectBackend({ log: null });
     this.backendName = backend.name;
     this.backendLine = backend.line;
     const s = criticSettings(this.cfg, this.worldSize);
     this.settings = s;
-    this.model = loadModel(s.path, { trainable: true });
+    const { config, values } = loadModelValues(s.path);
+    if (s.lora) {
+      const adapters = initialAdapterValues(config, s.lora, ADAPTER_SEED);
+      this.model = new Qwen2Model(config, values, { lora: { config: s.lora, values: adapters } });
+      this.baseShards = new FrozenShards(
+        new Map([...values].filter(([name]) => name !== LM_HEAD)),
+        this.ctx,
+        "float32",
+      );
+    } else this.model = new Qwen2Model(config, values, { trainable: true });
     this.model.gradientCheckpointing = s.gradientCheckpointing;
     const h = this.model.config.hiddenSize;
     const rng = mulberry32(HEAD_SEED);
@@ -154,13 +189,15 @@ export class CriticWorker extends ShardedWorker {
       tensorBytes: tf.memory().numBytes,
       weightBytes: this.model?.weightBytes() ?? 0,
       shardBytes: (this.sharded?.params.byteLength ?? 0) + (this.sharded?.optim.stateBytes ?? 0),
+      baseShardBytes: this.baseShards?.bytes ?? 0,
+      adapterParameters: this.model?.lora?.numParameters() ?? 0,
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
     };
   }
 
   /** Whether a trained parameter is held now (the value head always is). */
   private holds(name: string): boolean {
-    return name.startsWith("score.") || this.need().model.holdsWeight(name);
+    return isHead(name) || this.need().model.holdsWeight(name);
   }
 
   /**
@@ -169,9 +206,17 @@ export class CriticWorker extends ShardedWorker {
    */
   private async phaseBegins(which: (unit: FlatUnit) => boolean = () => true): Promise<void> {
     const { model } = this.need();
+    // LoRA: the frozen backbone first (all of it: FSDP per layer gathers the adapters only)
+    if (
+      this.baseShards &&
+      !model.specs.every((spec) => spec.name === LM_HEAD || model.holdsWeight(spec.name))
+    )
+      await this.baseShards.gatherInto(model);
     await this.gatherWeightsInto(
       model,
-      (u) => which(u) && !u.entries.every((e) => this.holds(e.name)),
+      // the head's variables always exist but miss the update's last step (afterOptimizerStep): its
+      // unit is gathered at every phase (with LoRA it is a unit of its own, h + 1 values)
+      (u) => which(u) && u.entries.some((e) => isHead(e.name) || !this.holds(e.name)),
       (values) => this.setParameters(values),
     );
   }
@@ -187,10 +232,20 @@ export class CriticWorker extends ShardedWorker {
     return { model: this.model, head: this.head, s: this.settings };
   }
 
-  /** The trained parameters by name: the backbone (without an untied lm_head) and the value head. */
+  /**
+   * The names of the trained backbone parameters: its weights without an untied lm_head, or with LoRA
+   * the adapters.
+   */
+  private backboneNames(): string[] {
+    return this.need()
+      .model.trainedSpecs.map((spec) => spec.name)
+      .filter((name) => name !== LM_HEAD);
+  }
+
+  /** The trained parameters by name: the backbone's (backboneNames) and the value head. */
   private async parameters(): Promise<Map<string, Float32Array>> {
     const { model, head } = this.need();
-    const names = model.specs.map((spec) => spec.name).filter((name) => name !== "lm_head.weight");
+    const names = this.backboneNames();
     const [out, weight, bias] = await Promise.all([
       model.getParameters(names),
       head.weight.data() as Promise<Float32Array>,
@@ -204,7 +259,7 @@ export class CriticWorker extends ShardedWorker {
   /** Puts parameters by name into the backbone and the value head (those given; others keep theirs). */
   private setParameters(values: Map<string, Float32Array>): void {
     const { model, head } = this.need();
-    const backbone = new Map([...values].filter(([name]) => !name.startsWith("score.")));
+    const backbone = new Map([...values].filter(([name]) => !isHead(name)));
     model.setParameters(backbone);
     const weight = values.get("score.weight");
     const bias = values.get("score.bias");
@@ -272,9 +327,7 @@ export class CriticWorker extends ShardedWorker {
   /** updateCritic on the gathered weights. */
   private async updateWith(data: DataProto): Promise<Record<string, number>> {
     const { head, model, s } = this.need();
-    const held = model.specs
-      .map((spec) => spec.name)
-      .filter((name) => name !== "lm_head.weight" && model.holdsWeight(name));
+    const held = this.backboneNames().filter((name) => model.holdsWeight(name));
     const vars = model.variables(held);
     const nameOf = new Map(vars.map((v, i) => [v.name, held[i]!]));
     vars.push(head.weight, head.bias);
@@ -355,6 +408,20 @@ export class CriticWorker extends ShardedWorker {
   protected applyParameters(_values: Map<string, Float32Array>): void {}
 
   /** The new parameters into the units the model holds (none after the update's last step). */
+  protected override numParameters(): number {
+    // with LoRA the value model computes with its backbone (no lm_head), the adapters and the head
+    const model = this.model;
+    if (!model?.lora) return super.numParameters();
+    const lmHead = model.specs.find((spec) => spec.name === LM_HEAD);
+    const head = model.config.hiddenSize + 1;
+    return (
+      model.numParameters() -
+      (lmHead ? lmHead.shape[0]! * lmHead.shape[1]! : 0) +
+      model.lora.numParameters() +
+      head
+    );
+  }
+
   protected override async afterOptimizerStep(model: Qwen2Model, more: boolean): Promise<void> {
     if (!more) return;
     await this.gatherWeightsInto(

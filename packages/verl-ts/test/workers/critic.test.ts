@@ -4,13 +4,16 @@ import { join } from "node:path";
 import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import { computeValueLoss } from "../../src/algorithms/index.js";
-import { loadTrainerConfig } from "../../src/config/index.js";
+import { checkTrainerConfig, loadTrainerConfig } from "../../src/config/index.js";
+import { adapterSpecs } from "../../src/models/lora.js";
+import { loadModelValues } from "../../src/models/pretrained.js";
 import type { DataProto } from "../../src/protocol/index.js";
 import type { BatchTensor } from "../../src/protocol/tensor.js";
 import { type BoundGroup, ResourcePool, WorkerGroup, workerRole } from "../../src/single-controller/index.js";
 import {
   type CriticMemory,
   CriticWorker,
+  criticSettings,
   layoutForMiniBatches,
   type ShardInfo,
 } from "../../src/workers/index.js";
@@ -23,23 +26,25 @@ const B = 8; // train_batch_size 4 x n 2
 const P = 4;
 const R = 5;
 
-function config(modelPath: string, miniBatch: number, checkpointing = false) {
-  return loadTrainerConfig({
-    values: {
-      data: { train_batch_size: 4, max_prompt_length: P, max_response_length: R },
-      actor_rollout_ref: { model: { path: modelPath }, rollout: { n: 2 } },
-      critic: {
-        model: { enable_gradient_checkpointing: checkpointing },
-        ppo_mini_batch_size: miniBatch,
-        ppo_micro_batch_size_per_gpu: 1,
-        cliprange_value: 0.5,
-        grad_clip: 1.0,
-        optim: { lr: 1e-2, weight_decay: 0.0 },
-      },
-      algorithm: { adv_estimator: "gae" },
-      trainer: { n_gpus_per_node: 1 },
+function configValues(modelPath: string, miniBatch = 2, checkpointing = false) {
+  return {
+    data: { train_batch_size: 4, max_prompt_length: P, max_response_length: R },
+    actor_rollout_ref: { model: { path: modelPath }, rollout: { n: 2 } },
+    critic: {
+      model: { enable_gradient_checkpointing: checkpointing },
+      ppo_mini_batch_size: miniBatch,
+      ppo_micro_batch_size_per_gpu: 1,
+      cliprange_value: 0.5,
+      grad_clip: 1.0,
+      optim: { lr: 1e-2, weight_decay: 0.0 },
     },
-  });
+    algorithm: { adv_estimator: "gae" },
+    trainer: { n_gpus_per_node: 1 },
+  };
+}
+
+function config(modelPath: string, miniBatch: number, checkpointing = false) {
+  return loadTrainerConfig({ values: configValues(modelPath, miniBatch, checkpointing) });
 }
 
 /** Left-padded prompts, right-padded responses of different lengths, returns +1 or -1 by row. */
@@ -58,7 +63,12 @@ function batch(): DataProto {
 
 type Group = BoundGroup<typeof CriticWorker>;
 
-async function group(n: number, cfg: ReturnType<typeof config>, name: string): Promise<Group> {
+/** `n` critic ranks, their model loaded; `release` ends them and gives their CPUs back. */
+async function group(
+  n: number,
+  cfg: ReturnType<typeof config>,
+  name: string,
+): Promise<Group & { release(): Promise<void> }> {
   const pool = new ResourcePool({ processOnNodes: [n], useGpu: false, namePrefix: name });
   const wg = (await WorkerGroup.create(
     pool,
@@ -70,7 +80,12 @@ async function group(n: number, cfg: ReturnType<typeof config>, name: string): P
     },
   )) as Group;
   await wg.initModel();
-  return wg;
+  return Object.assign(wg, {
+    async release() {
+      await wg.shutdown();
+      await pool.release();
+    },
+  });
 }
 
 /** One critic step as the trainer runs it: values of the current critic, then the update. */
@@ -205,3 +220,102 @@ test("critic: FSDP per layer (gradient checkpointing) at N=2 trains like the who
   for (const m of (await two.memoryInfo()) as CriticMemory[]) t.is(m.weightBytes, 0);
   for (const g of [one, two]) await g.shutdown();
 });
+
+const CRITIC_LORA = ["critic.model.lora_rank=4", "critic.model.lora_alpha=8"];
+
+function loraConfig(modelPath: string, extra: string[] = []) {
+  return loadTrainerConfig({
+    overrides: [...CRITIC_LORA, ...extra],
+    values: configValues(modelPath),
+  });
+}
+
+test.serial("critic LoRA: bad keys, and a LoRA critic without a critic, are refused by name", (t) => {
+  const dir = tinyModelDir();
+  const keys = (extra: string[], base: string[] = CRITIC_LORA) =>
+    checkTrainerConfig(loadTrainerConfig({ overrides: [...base, ...extra], values: configValues(dir) })).map(
+      (i) => i.key,
+    );
+  t.deepEqual(keys([]), []);
+  t.deepEqual(keys(["critic.model.target_modules=[q_proj,lm_head]"]), ["critic.model.target_modules"]);
+  t.deepEqual(keys(["critic.model.lora_rank=-1"]), ["critic.model.lora_rank"]);
+  // alpha set without a rank would be accepted and ignored
+  t.deepEqual(keys(["critic.model.lora_alpha=32"], []), ["critic.model.lora_alpha"]);
+  t.deepEqual(keys(["algorithm.adv_estimator=grpo"]), ["critic.model.lora_rank"]);
+  t.throws(() => criticSettings(loraConfig(dir, ["critic.model.target_modules=[nope]"]), 1), {
+    message: /critic\.model\.target_modules names "nope"/,
+  });
+});
+
+// serial (ava runs those first) and releasing its CPUs: the other tests keep theirs reserved
+test.serial(
+  "critic LoRA: zero B gives the base's values; adapters and head train (vf_loss falls), FSDP per layer at N=2 = N=1; checkpoints resume and a full critic refuses them",
+  async (t) => {
+    const dir = tinyModelDir();
+    const cfg = loraConfig(dir);
+    const full = config(dir, 2);
+    const [plain, lora, layered] = await Promise.all([
+      group(1, full, "critic-full-ref"),
+      group(1, cfg, "critic-lora-n1"),
+      group(2, loraConfig(dir, ["critic.model.enable_gradient_checkpointing=true"]), "critic-lora-n2"),
+    ]);
+    // B starts at zero: the adapted value model is the base one, bit for bit (same head seed)
+    const v0 = (await plain.computeValues(batch())).tensor("values").data;
+    t.deepEqual((await lora.computeValues(batch())).tensor("values").data, v0);
+    const { config: mc, values } = loadModelValues(dir);
+    const settings = criticSettings(cfg, 1).lora!;
+    t.deepEqual(settings, {
+      rank: 4,
+      alpha: 8,
+      targetModules: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    });
+    const adapters = adapterSpecs(mc, settings).reduce((a, s) => a + s.shape[0]! * s.shape[1]!, 0);
+    const backbone = [...values]
+      .filter(([name]) => name !== "lm_head.weight")
+      .reduce((a, [, v]) => a + v.length, 0);
+    const trained = adapters + mc.hiddenSize + 1;
+    const infos = (await layered.shardInfo()) as ShardInfo[];
+    t.is(infos[0]!.numParameters, backbone + trained);
+    t.is(
+      infos[0]!.shardElements + infos[1]!.shardElements,
+      trained,
+      "only the adapters and the head are sharded",
+    );
+    const first = (await step(lora, cfg)).metrics;
+    const firstLayered = (await step(layered, cfg)).metrics;
+    t.true(Math.abs(first["critic/vf_loss"]! - firstLayered["critic/vf_loss"]!) < 1e-5);
+    let last = first;
+    for (let i = 0; i < 8; i++) {
+      last = (await step(lora, cfg)).metrics;
+      const b = (await step(layered, cfg)).metrics;
+      t.true(Math.abs(last["critic/vf_loss"]! - b["critic/vf_loss"]!) < 1e-4, `step ${i} vf_loss`);
+    }
+    t.log(
+      `LoRA critic vf_loss ${first["critic/vf_loss"]!.toFixed(4)} -> ${last["critic/vf_loss"]!.toFixed(4)}`,
+    );
+    t.true(last["critic/vf_loss"]! < 0.5 * first["critic/vf_loss"]!, "the LoRA critic learns the returns");
+    const p1 = (await lora.gatheredParameters())[0]!;
+    const p2 = (await layered.gatheredParameters())[0]!;
+    t.is(p1.length, trained, "the trained parameters are the adapters and the value head");
+    let diff = 0;
+    for (let i = 0; i < p1.length; i++) diff = Math.max(diff, Math.abs(p1[i]! - p2[i]!));
+    t.true(diff < 1e-4, `max |layered N=2 - N=1| ${diff}`);
+    // at rest: no full weights; the frozen backbone once over the ranks in float32; AdamW of the trained only
+    const memory = (await layered.memoryInfo()) as CriticMemory[];
+    for (const m of memory) {
+      t.is(m.weightBytes, 0);
+      t.is(m.adapterParameters, adapters);
+    }
+    t.is(memory[0]!.baseShardBytes + memory[1]!.baseShardBytes, 4 * backbone);
+    t.is(memory[0]!.shardBytes + memory[1]!.shardBytes, 12 * trained);
+    // the 2-rank checkpoint resumes on 1 rank; a full fine-tuning critic refuses it
+    const ckpt = join(mkdtempSync(join(tmpdir(), "torl-critic-lora-ckpt-")), "critic");
+    await layered.saveCheckpoint(ckpt);
+    const fresh = await group(1, cfg, "critic-lora-load");
+    const [loaded] = (await fresh.loadCheckpoint(ckpt)) as { schedulerStep: number }[];
+    t.is(loaded!.schedulerStep, 9);
+    t.deepEqual(Array.from((await fresh.gatheredParameters())[0]!), Array.from(p2));
+    await t.throwsAsync(plain.loadCheckpoint(ckpt), { message: /do not match the model/ });
+    for (const g of [plain, lora, layered, fresh]) await g.release();
+  },
+);
