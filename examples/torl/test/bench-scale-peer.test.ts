@@ -6,7 +6,13 @@ import { makeQwen2Config } from "@torl-ts/verl";
 import type { ScaleProbeResult } from "@torl-ts/verl/bench/scale";
 import test from "ava";
 import { runTorchScript } from "../src/bench/peer.js";
-import { mergeScalePeer, SCALE_PHASES, torchScaleSpec } from "../src/bench/scale-peer.js";
+import {
+  benchScaleCommand,
+  mergeScalePeer,
+  SCALE_PHASES,
+  scalePeerExitCode,
+  torchScaleSpec,
+} from "../src/bench/scale-peer.js";
 
 const SCRIPT = fileURLToPath(new URL("../scripts/bench_scale_peer.py", import.meta.url));
 const TINY = makeQwen2Config({
@@ -98,4 +104,35 @@ test("torchScaleSpec refuses a probe that never generated", (t) => {
   const p = probe();
   delete p.rows;
   t.throws(() => torchScaleSpec(TINY, p, "float32"), { message: /did not generate/ });
+});
+
+test("with --lora-rank the figures say the PyTorch side is full fine-tuning only; a failed LoRA run fails the command", (t) => {
+  const lora = {
+    ...probe(),
+    lora_rank: 8,
+    seconds: { generate: 3, old_log_prob: 1, ref_log_prob: 1, update_actor: 2 },
+  };
+  const run = { peak_rss_bytes: 1, torch_version: "2.0.0", threads: 1, seconds: { ...probe().seconds } };
+  const out = mergeScalePeer({ ...probe(), lora }, { ok: true, runs: { fp32: run } });
+  t.is(out.scale_fine_tuning, "full");
+  // the side-by-side figures are the full fine-tuning run's, not the LoRA run's
+  t.is(out.scale_generate_seconds_torl, 2);
+  t.is(out.scale_generate_ratio_fp32, 1);
+  t.regex(String(out.lora?.torch), /^not run: the PyTorch side runs full fine-tuning only/);
+  t.is(out.lora?.seconds.generate, 3);
+  t.false(
+    Object.keys(out.lora ?? {}).some((k) => k.startsWith("scale_")),
+    "no side-by-side keys under lora",
+  );
+  // without --lora-rank there is no lora entry, and the figures still name what they are
+  const plain = mergeScalePeer(probe(), { ok: false, why: "no torch" });
+  t.is(plain.scale_fine_tuning, "full");
+  t.false("lora" in plain);
+  t.is(scalePeerExitCode(out), 0);
+  t.is(
+    scalePeerExitCode({ ...out, lora: { ...out.lora!, failed: { phase: "update_actor", error: "x" } } }),
+    1,
+  );
+  t.regex(benchScaleCommand.usage, /--lora-rank R/);
+  t.regex(benchScaleCommand.usage, /scale_fine_tuning\s+"full": the PyTorch side runs full fine-tuning only/);
 });

@@ -3,6 +3,10 @@
  * then right after it one rank's share of the same step on PyTorch (scripts/bench_scale_peer.py), one
  * thread, in float32 and in bfloat16, with each phase's seconds side by side and their ratios. Without an
  * importable torch the torl-ts figures come alone, with the reason.
+ *
+ * The PyTorch side runs full fine-tuning only: the side-by-side figures are the full fine-tuning run's
+ * (`scale_fine_tuning: "full"`), and with --lora-rank the LoRA run's figures under `lora` have no PyTorch
+ * counterpart (`lora.torch` says so).
  */
 import { fileURLToPath } from "node:url";
 import { defineBench } from "@torl-ts/core/cli";
@@ -54,21 +58,32 @@ function round(x: number): number {
   return Number(x.toPrecision(4));
 }
 
-export type ScalePeerResult = ScaleProbeResult & Record<string, unknown>;
+/** What the side-by-side figures (scale_<phase>_seconds_*) measure on both sides. */
+export const SCALE_PEER_FINE_TUNING = "full";
+/** `lora.torch` of a run with --lora-rank. */
+export const SCALE_PEER_NO_LORA =
+  "not run: the PyTorch side runs full fine-tuning only (see scale_fine_tuning)";
+
+export type ScalePeerResult = ScaleProbeResult & { lora?: ScaleProbeResult & { torch?: string } } & Record<
+    string,
+    unknown
+  >;
 
 /**
  * The probe's result with the side-by-side keys: `scale_<phase>_seconds_torl`, and where torch ran,
  * `scale_<phase>_seconds_torch_{fp32,bf16}` and `scale_<phase>_ratio_{fp32,bf16}` (torch seconds over
  * torl-ts seconds: above 1, torl-ts is faster), `scale_peak_rss_bytes_torch_{fp32,bf16}`; `torch` says
- * which torch ran or why none did.
+ * which torch ran or why none did; `scale_fine_tuning` names what both sides' figures are (full
+ * fine-tuning), and a LoRA run's figures (`lora`) get `torch` saying that PyTorch did not run them.
  */
 export function mergeScalePeer(
-  probe: ScaleProbeResult,
+  probe: ScaleProbeResult & { lora?: ScaleProbeResult },
   torch:
     | { ok: true; runs: Partial<Record<keyof typeof TORCH_DTYPES, TorchScaleRun>> }
     | { ok: false; why: string },
 ): ScalePeerResult {
-  const out: ScalePeerResult = { ...probe };
+  const out: ScalePeerResult = { ...probe, scale_fine_tuning: SCALE_PEER_FINE_TUNING };
+  if (probe.lora) out.lora = { ...probe.lora, torch: SCALE_PEER_NO_LORA };
   for (const phase of SCALE_PHASES) {
     const mine = probe.seconds[phase];
     if (mine !== undefined) out[`scale_${phase}_seconds_torl`] = round(mine);
@@ -131,6 +146,11 @@ export async function runScalePeer(flags: {
   return mergeScalePeer(probe, { ok: true, runs });
 }
 
+/** 1 when the probe failed, or the LoRA run of --lora-rank did. */
+export function scalePeerExitCode(result: ScalePeerResult): number {
+  return result.failed || result.lora?.failed ? 1 : 0;
+}
+
 export const benchScaleCommand = defineBench({
   summary:
     "real-size probe (Qwen2.5-0.5B shapes, bf16, 2 FSDP ranks, one GRPO step), then the same on PyTorch fp32 and bf16",
@@ -142,11 +162,14 @@ when \`python3 -c 'import torch'\` works (--python PATH for another interpreter)
   scale_<phase>_seconds_torl, scale_<phase>_seconds_torch_{fp32,bf16}   per phase (generate,
       old_log_prob, ref_log_prob, update_actor)
   scale_<phase>_ratio_{fp32,bf16}      torch seconds / torl-ts seconds (above 1: torl-ts is faster)
-  scale_peak_rss_bytes_torch_{fp32,bf16}, torch (the version, or why it did not run)`,
+  scale_peak_rss_bytes_torch_{fp32,bf16}, torch (the version, or why it did not run)
+  scale_fine_tuning                    "full": the PyTorch side runs full fine-tuning only, so these
+      figures are the full fine-tuning run's on both sides; with --lora-rank the LoRA figures under
+      "lora" have no PyTorch counterpart (lora.torch says so)`,
   flags: { ...SCALE_FLAGS, python: { type: "string" } },
   measure: (flags) => runScalePeer(flags),
   show(result, flags) {
     if (!flags.json) console.log(JSON.stringify(result, null, 2));
   },
-  exitCode: (result) => (result.failed ? 1 : 0),
+  exitCode: scalePeerExitCode,
 });
