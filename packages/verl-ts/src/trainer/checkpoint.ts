@@ -91,6 +91,28 @@ export class CheckpointManager {
   }
 }
 
+/**
+ * The checkpoint trainer.resume_mode asks for and its trainer state: auto, the latest complete one if
+ * any; resume_path, trainer.resume_from_path; undefined: a fresh start.
+ */
+export function checkpointToResume(
+  ckpt: CheckpointManager,
+  trainer: { resume_mode: "auto" | "disable" | "resume_path"; resume_from_path: string | null },
+): { dir: string; state: TrainerState } | undefined {
+  let dir: string | undefined;
+  if (trainer.resume_mode === "auto") {
+    const s = ckpt.latestStep();
+    if (s !== undefined) dir = ckpt.stepDir(s);
+  } else if (trainer.resume_mode === "resume_path") {
+    if (!trainer.resume_from_path)
+      throw new TrainerCheckpointError(
+        'trainer.resume_from_path must be set when trainer.resume_mode is "resume_path"',
+      );
+    dir = trainer.resume_from_path;
+  }
+  return dir === undefined ? undefined : { dir, state: ckpt.readState(dir) };
+}
+
 /** A small seeded RNG whose whole state is one 32-bit integer (saved in checkpoints). */
 export class DriverRng {
   constructor(public state: number) {

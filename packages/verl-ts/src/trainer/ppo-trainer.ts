@@ -11,7 +11,6 @@
  * latest checkpoint (trainer.resume_mode=auto) that continues exactly where the run stopped.
  */
 import { join } from "node:path";
-import { clusterResources, init, isInitialized, shutdown } from "@torl-ts/actors";
 import { TimelineWriter } from "@torl-ts/core";
 import { computeAdvantage } from "../algorithms/advantage.js";
 import { applyKlPenalty, createKlController, type KlController } from "../algorithms/kl.js";
@@ -33,14 +32,14 @@ import { applyOverlongPenalty } from "../reward/overlong.js";
 import { computeMultiTurnMetrics, modelPromptRenderer } from "../rollout/multi-turn.js";
 import { checkToolSpec, describeRolloutTool, rolloutToolSpec } from "../rollout/rollout-tool.js";
 import { applyVoidTurnFilter } from "../rollout/void-turn.js";
-import { ResourcePool } from "../single-controller/resource-pool.js";
+import type { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
 import { CriticWorker } from "../workers/critic.js";
 import { externalLibSpecifier, importExternalLib } from "../workers/external-lib.js";
 import type { ShardInfo } from "../workers/sharded-worker.js";
 import { balanceBatch } from "./balance.js";
-import { CheckpointManager, DriverRng, type TrainerState } from "./checkpoint.js";
+import { CheckpointManager, checkpointToResume, DriverRng, type TrainerState } from "./checkpoint.js";
 import { DynamicSamplingError, filterInformativeGroups, filterMetricValues } from "./dynamic-sampling.js";
 import { describeWorkerFailure, WorkerFailureError } from "./errors.js";
 import { saveHfMetadata } from "./export.js";
@@ -61,6 +60,7 @@ import {
 import { PhaseTracker } from "./phase-tracker.js";
 import { applyRolloutCorrection } from "./rollout-correction.js";
 import { openRunLog, type RunLog, type RunOptions, type StepMetrics } from "./run-log.js";
+import { endTrainerWorkers, startRuntime, trainerResourcePool } from "./trainer-workers.js";
 import { computeMultiSampleValidationMetrics, type ValidationSample } from "./validation-metrics.js";
 
 /**
@@ -283,20 +283,17 @@ export class RayPPOTrainer {
       if (issues.length) throw new TrainerConfigError(issues);
     }
     await this.checkTool();
-    if (!isInitialized()) {
-      await init();
-      this.startedRuntime = true;
-    }
+    if (await startRuntime()) this.startedRuntime = true;
     // the run's trace from before its workers start (fit finishes it)
     if (cfg.trainer.timeline && !this.timeline)
       this.timeline = await TimelineWriter.open(cfg.trainer.timeline);
     const W = this.worldSize;
-    const useGpu = this.opts.useGpu ?? ((await clusterResources()).GPU ?? 0) >= W;
-    const pool = new ResourcePool({
-      processOnNodes: Array.from({ length: cfg.trainer.nnodes }, () => cfg.trainer.n_gpus_per_node),
-      useGpu,
-      namePrefix: `${cfg.trainer.experiment_name}-pool`,
-    });
+    const pool = await trainerResourcePool(
+      cfg.trainer,
+      W,
+      this.opts.useGpu,
+      `${cfg.trainer.experiment_name}-pool`,
+    );
     this.pool = pool;
     this.currentStage = "spawning workers";
     const actorRole = workerRole(
@@ -340,14 +337,9 @@ export class RayPPOTrainer {
 
   /** Loads the checkpoint resume_mode asks for; returns its step (undefined: fresh start). */
   private async loadCheckpoint(): Promise<number | undefined> {
-    const t = this.config.trainer;
-    let dir: string | undefined;
-    if (t.resume_mode === "auto") {
-      const s = this.ckpt.latestStep();
-      if (s !== undefined) dir = this.ckpt.stepDir(s);
-    } else if (t.resume_mode === "resume_path") dir = t.resume_from_path!;
-    if (!dir) return undefined;
-    const state = this.ckpt.readState(dir);
+    const resume = checkpointToResume(this.ckpt, this.config.trainer);
+    if (!resume) return undefined;
+    const { dir, state } = resume;
     await this.actorRolloutWg.loadCheckpoint(join(dir, "actor"));
     if (this.critic) await this.critic.loadCheckpoint(join(dir, "critic"));
     this.loader.loadState(state.loader);
@@ -873,19 +865,13 @@ export class RayPPOTrainer {
 
   /** Stops the workers (and the runtime when this trainer started it). */
   async close(): Promise<void> {
-    const wg = this.actor;
+    // the critic lives in the same processes as the actor
+    const parts = { group: this.actor, pool: this.pool, runtime: this.startedRuntime };
     this.actor = undefined;
-    this.critic = undefined; // the same processes as the actor's
-    if (wg) {
-      await wg.shutdown();
-    }
-    const pool = this.pool;
+    this.critic = undefined;
     this.pool = undefined;
-    if (pool) await pool.release();
-    if (this.startedRuntime) {
-      this.startedRuntime = false;
-      await shutdown();
-    }
+    this.startedRuntime = false;
+    await endTrainerWorkers(parts);
   }
 }
 

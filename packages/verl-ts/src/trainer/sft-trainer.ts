@@ -15,7 +15,6 @@
  * a model directory).
  */
 import { join } from "node:path";
-import { clusterResources, init, isInitialized, shutdown } from "@torl-ts/actors";
 import { configToYaml, loadTrainerConfig } from "../config/load.js";
 import { type ConfigNode, TrainerConfigError } from "../config/schema.js";
 import type { SftConfig } from "../config/sft.js";
@@ -31,16 +30,17 @@ import {
 } from "../data/sft-dataset.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { ChatTemplate } from "../rollout/chat-template.js";
-import { ResourcePool } from "../single-controller/resource-pool.js";
+import type { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { layoutForMiniBatches } from "../workers/actor-rollout-ref.js";
 import { importExternalLib } from "../workers/external-lib.js";
 import { SftWorker } from "../workers/sft-worker.js";
 import type { ShardInfo } from "../workers/sharded-worker.js";
-import { CheckpointManager } from "./checkpoint.js";
+import { CheckpointManager, checkpointToResume } from "./checkpoint.js";
 import { saveHfMetadata } from "./export.js";
 import { computeThroughputMetrics } from "./metrics.js";
 import { openRunLog, type RunLog, type RunOptions, type StepMetrics } from "./run-log.js";
+import { endTrainerWorkers, startRuntime, trainerResourcePool } from "./trainer-workers.js";
 
 export interface SftTrainerOptions extends RunOptions {
   /** Conversations instead of reading data.train_files. */
@@ -208,17 +208,13 @@ export class FSDPSFTTrainer {
     const workerCfg = sftWorkerConfig(cfg, this.totalSteps);
     const lib = workerCfg.actor_rollout_ref.model.external_lib;
     if (lib) await importExternalLib(lib);
-    if (!isInitialized()) {
-      await init();
-      this.startedRuntime = true;
-    }
-    const W = this.worldSize;
-    const useGpu = this.opts.useGpu ?? ((await clusterResources()).GPU ?? 0) >= W;
-    this.pool = new ResourcePool({
-      processOnNodes: Array.from({ length: cfg.trainer.nnodes }, () => cfg.trainer.n_gpus_per_node),
-      useGpu,
-      namePrefix: `${cfg.trainer.experiment_name}-sft-pool`,
-    });
+    if (await startRuntime()) this.startedRuntime = true;
+    this.pool = await trainerResourcePool(
+      cfg.trainer,
+      this.worldSize,
+      this.opts.useGpu,
+      `${cfg.trainer.experiment_name}-sft-pool`,
+    );
     this.group = await WorkerGroup.create(
       this.pool,
       workerRole(SftWorker, { module: SFT_WORKER_MODULE }, { config: workerCfg }),
@@ -235,14 +231,9 @@ export class FSDPSFTTrainer {
 
   /** Loads the checkpoint trainer.resume_mode asks for; returns its step (undefined: fresh start). */
   private async loadCheckpoint(): Promise<number | undefined> {
-    const t = this.config.trainer;
-    let dir: string | undefined;
-    if (t.resume_mode === "auto") {
-      const s = this.ckpt.latestStep();
-      if (s !== undefined) dir = this.ckpt.stepDir(s);
-    } else if (t.resume_mode === "resume_path") dir = t.resume_from_path!;
-    if (!dir) return undefined;
-    const state = this.ckpt.readState(dir);
+    const resume = checkpointToResume(this.ckpt, this.config.trainer);
+    if (!resume) return undefined;
+    const { dir, state } = resume;
     await this.workerGroup.loadCheckpoint(join(dir, "actor"));
     this.loader.loadState(state.loader);
     this.globalStep = state.globalStep;
@@ -256,7 +247,8 @@ export class FSDPSFTTrainer {
   private async saveCheckpoint(wallSeconds: number): Promise<void> {
     const dir = this.ckpt.begin(this.globalStep);
     await this.workerGroup.saveCheckpoint(join(dir, "actor"));
-    saveHfMetadata(this.config.model.partial_pretrain!, join(dir, "actor"));
+    // config and tokenizer beside the shards (with LoRA, PEFT's adapter config), for `torl export`
+    saveHfMetadata(this.config.model.partial_pretrain!, join(dir, "actor"), this.config.model);
     this.ckpt.commit(
       this.globalStep,
       {
@@ -385,15 +377,10 @@ export class FSDPSFTTrainer {
 
   /** Stops the workers (and the runtime when this trainer started it). */
   async close(): Promise<void> {
-    const group = this.group;
+    const parts = { group: this.group, pool: this.pool, runtime: this.startedRuntime };
     this.group = undefined;
-    if (group) await group.shutdown();
-    const pool = this.pool;
     this.pool = undefined;
-    if (pool) await pool.release();
-    if (this.startedRuntime) {
-      this.startedRuntime = false;
-      await shutdown();
-    }
+    this.startedRuntime = false;
+    await endTrainerWorkers(parts);
   }
 }
