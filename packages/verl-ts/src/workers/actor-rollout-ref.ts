@@ -490,12 +490,20 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    */
   async updateActor(data: DataProto): Promise<Record<string, number>> {
     this.injectFault("updateActor");
+    return this.inUpdatePhase((model) => this.updateWith(model, data));
+  }
+
+  /**
+   * Runs an update of the actor's trained parameters (`update`) in an update phase: its weights gathered
+   * (FSDP per layer, with gradient checkpointing, gathers each decoder layer for itself: the model then
+   * needs only the parameters around the layers, all of them when it keeps its weights between phases),
+   * and back at rest after.
+   */
+  protected async inUpdatePhase<T>(update: (model: Qwen2Model) => Promise<T>): Promise<T> {
     const model = this.needModel();
-    // FSDP per layer (gradient checkpointing) gathers each decoder layer for itself: the model needs
-    // only the parameters around the layers (all of them when it keeps its weights between phases)
     await this.actorPhaseBegins(model, model.gradientCheckpointing ? (u) => !isLayerUnit(u) : undefined);
     try {
-      return await this.updateWith(model, data);
+      return await update(model);
     } finally {
       this.actorPhaseEnded(model);
     }

@@ -17,7 +17,6 @@ import type { Qwen2Model } from "../models/qwen2.js";
 import { DataProto } from "../protocol/data-proto.js";
 import { Dispatch, type Registrations } from "../single-controller/registration.js";
 import { ActorRolloutRefWorker } from "./actor-rollout-ref.js";
-import { isLayerUnit } from "./layer-sharding.js";
 import { byMicroBatch, microBatches } from "./micro-batches.js";
 import type { OptimSettings } from "./optim.js";
 import { padColumns, responseTokenBatch, rowColumns } from "./rows.js";
@@ -50,18 +49,13 @@ export class SftWorker extends ActorRolloutRefWorker {
    */
   async updateSft(data: DataProto): Promise<Record<string, number>> {
     this.injectFault("updateSft");
-    const model = this.needModel();
-    await this.actorPhaseBegins(model, model.gradientCheckpointing ? (u) => !isLayerUnit(u) : undefined);
-    try {
-      return await this.sftStep(model, data);
-    } finally {
-      this.actorPhaseEnded(model);
-    }
+    return this.inUpdatePhase((model) => this.sftStep(model, data));
   }
 
   private async sftStep(model: Qwen2Model, data: DataProto): Promise<Record<string, number>> {
     const a = this.sftConfig.actor_rollout_ref.actor;
-    const held = model.specs.filter((s) => model.holdsWeight(s.name)).map((s) => s.name);
+    // the trained parameters: every weight, or with LoRA the adapters (the base is frozen)
+    const held = model.trainedSpecs.filter((s) => model.holdsWeight(s.name)).map((s) => s.name);
     const vars = model.variables(held);
     const nameOf = new Map(vars.map((v, i) => [v.name, held[i]!]));
     const run = await this.updateEpochs(

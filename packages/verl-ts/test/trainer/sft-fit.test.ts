@@ -20,6 +20,7 @@ const strip = (m: Record<string, number>) =>
   );
 
 async function run(o: {
+  extra?: string[];
   micro?: number;
   ranks?: number;
   saveFreq?: number;
@@ -38,6 +39,7 @@ async function run(o: {
     micro: o.micro ?? 4,
     ranks: o.ranks ?? 1,
     saveFreq: o.saveFreq ?? 4,
+    extra: o.extra,
   });
   const trainer = new FSDPSFTTrainer(cfg, {
     trainConversations: conversations,
@@ -131,3 +133,24 @@ test.serial("gradient accumulation (4 micro-batches of 2) equals one micro-batch
     t.true(Math.abs(m["train/grad_norm"]! - o["train/grad_norm"]!) < 1e-3 * o["train/grad_norm"]!);
   }
 });
+
+test.serial(
+  "LoRA (model.lora_rank): the adapters train, the loss falls, and the checkpoint holds them with PEFT's adapter config for torl export",
+  async (t) => {
+    t.timeout(20 * 60_000, LOADED);
+    const r = await run({ extra: ["model.lora_rank=4", "model.lora_alpha=16", "optim.lr=5e-2"] });
+    const first = r.metrics[0]!["train/loss"]!;
+    const final = r.metrics[3]!["val/loss"]!;
+    t.log(`LoRA SFT loss ${first} -> ${final}`);
+    for (const m of r.metrics) t.true(m["train/grad_norm"]! > 0, "the adapters get gradients");
+    t.true(final < 0.9 * first, `loss ${first} -> ${final}`);
+    const actor = join(r.ckptDir, "global_step_4", "actor");
+    const shards = readAllShards(actor);
+    t.true(
+      shards.layout.every(([n]) => /\.lora_[AB]\.weight$/.test(n)),
+      "the checkpoint holds the adapters only",
+    );
+    const adapter = JSON.parse(readFileSync(join(actor, "huggingface", "adapter_config.json"), "utf8"));
+    t.like(adapter, { peft_type: "LORA", r: 4, lora_alpha: 16 });
+  },
+);
