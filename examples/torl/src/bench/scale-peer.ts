@@ -14,16 +14,19 @@ import { type Qwen2Config, toHfConfig } from "@torl-ts/verl";
 import {
   runScaleProbeFor,
   SCALE_FLAGS,
+  SCALE_PHASES,
   SCALE_USAGE,
   type ScaleProbeResult,
   scaleConfig,
+  scaleRound,
+  scaleTorlFigures,
 } from "@torl-ts/verl/bench/scale";
 import { runTorchScript } from "./peer.js";
 
 const SCALE_PEER_SCRIPT = fileURLToPath(new URL("../../scripts/bench_scale_peer.py", import.meta.url));
 
-/** The phases both sides time, in the probe's names. */
-export const SCALE_PHASES = ["generate", "old_log_prob", "ref_log_prob", "update_actor"] as const;
+export { SCALE_PHASES };
+
 const TORCH_DTYPES = { fp32: "float32", bf16: "bfloat16" } as const;
 
 /** What the PyTorch script prints. */
@@ -54,12 +57,6 @@ export function torchScaleSpec(
   };
 }
 
-function round(x: number): number {
-  return Number(x.toPrecision(4));
-}
-
-/** What the side-by-side figures (scale_<phase>_seconds_*) measure on both sides. */
-export const SCALE_PEER_FINE_TUNING = "full";
 /** `lora.torch` of a run with --lora-rank. */
 export const SCALE_PEER_NO_LORA =
   "not run: the PyTorch side runs full fine-tuning only (see scale_fine_tuning)";
@@ -82,12 +79,8 @@ export function mergeScalePeer(
     | { ok: true; runs: Partial<Record<keyof typeof TORCH_DTYPES, TorchScaleRun>> }
     | { ok: false; why: string },
 ): ScalePeerResult {
-  const out: ScalePeerResult = { ...probe, scale_fine_tuning: SCALE_PEER_FINE_TUNING };
+  const out: ScalePeerResult = { ...probe, ...scaleTorlFigures(probe) };
   if (probe.lora) out.lora = { ...probe.lora, torch: SCALE_PEER_NO_LORA };
-  for (const phase of SCALE_PHASES) {
-    const mine = probe.seconds[phase];
-    if (mine !== undefined) out[`scale_${phase}_seconds_torl`] = round(mine);
-  }
   if (!torch.ok) {
     out.torch = `not run: ${torch.why}`;
     return out;
@@ -100,13 +93,13 @@ export function mergeScalePeer(
     for (const phase of SCALE_PHASES) {
       const theirs = run.seconds[phase];
       if (theirs === undefined) continue;
-      out[`scale_${phase}_seconds_torch_${short}`] = round(theirs);
+      out[`scale_${phase}_seconds_torch_${short}`] = scaleRound(theirs);
       const mine = probe.seconds[phase];
-      if (mine !== undefined && mine > 0) out[`scale_${phase}_ratio_${short}`] = round(theirs / mine);
+      if (mine !== undefined && mine > 0) out[`scale_${phase}_ratio_${short}`] = scaleRound(theirs / mine);
     }
     for (const part of ["update_forward_backward", "update_adamw"])
       if (run.seconds[part] !== undefined)
-        out[`scale_${part}_seconds_torch_${short}`] = round(run.seconds[part]);
+        out[`scale_${part}_seconds_torch_${short}`] = scaleRound(run.seconds[part]);
   }
   return out;
 }

@@ -248,7 +248,10 @@ the largest tensor and the update's metrics; --json prints them as one JSON obje
 vocabulary and each layer cost what they cost at full size, in a fraction of the memory (2 layers of
 qwen2.5-0.5b: about 1.5 GB per rank).
 --lora-rank R runs the probe again with LoRA (rank R, alpha 2R, all-linear) after full fine-tuning, in
-the same invocation: its figures are under "lora" (twice the time; the LoRA run needs less memory).`;
+the same invocation: its figures are under "lora" (twice the time; the LoRA run needs less memory).
+--json adds scale_<phase>_seconds_torl for the phases generate, old_log_prob, ref_log_prob and
+update_actor (the full fine-tuning run's: scale_fine_tuning "full"), and torch: the PyTorch side's
+version, or why it did not run (the installed command has none; the torl-ts repository's has).`;
 
 /** `bench scale`'s flags, for a recipe's command that extends it (the ToRL recipe's PyTorch peer). */
 export const SCALE_FLAGS = {
@@ -289,12 +292,46 @@ export async function runScaleProbeFor(flags: {
 
 export const SCALE_USAGE = USAGE;
 
+/** The phases `bench scale` reports side by side (scale_<phase>_seconds_*), in the probe's names. */
+export const SCALE_PHASES = ["generate", "old_log_prob", "ref_log_prob", "update_actor"] as const;
+/** What the scale_* figures measure: the full fine-tuning run (a LoRA run's figures are under `lora`). */
+export const SCALE_FINE_TUNING = "full";
+
+/** A figure to 4 significant digits. */
+export function scaleRound(x: number): number {
+  return Number(x.toPrecision(4));
+}
+
+/**
+ * The probe's figures under the names `bench scale --json` carries: `scale_<phase>_seconds_torl` for each
+ * phase it reached, and `scale_fine_tuning` (what they measure).
+ */
+export function scaleTorlFigures(probe: ScaleProbeResult): Record<string, number | string> {
+  const out: Record<string, number | string> = { scale_fine_tuning: SCALE_FINE_TUNING };
+  for (const phase of SCALE_PHASES) {
+    const mine = probe.seconds[phase];
+    if (mine !== undefined) out[`scale_${phase}_seconds_torl`] = scaleRound(mine);
+  }
+  return out;
+}
+
+/** `torch` of the installed command, which has no PyTorch side. */
+export const SCALE_NO_TORCH =
+  "not run: this bench scale has no PyTorch side; the torl-ts repository's has (examples/torl/scripts/bench_scale_peer.py)";
+
+/** `bench scale --json` of the package: the probe with its scale_* figures, and why no torch figures. */
+export function scaleJson(result: ScaleProbeResult & { lora?: ScaleProbeResult }): Record<string, unknown> {
+  return { ...result, ...scaleTorlFigures(result), torch: SCALE_NO_TORCH };
+}
+
+type ScaleJson = ScaleProbeResult & { lora?: ScaleProbeResult } & Record<string, unknown>;
+
 export const benchScaleCommand = defineBench({
   summary:
     "real-size probe: Qwen2.5-0.5B (or Qwen3-0.6B, Llama-3.2-1B) shapes, bf16, 2 FSDP ranks, one GRPO step",
   usage: USAGE,
   flags: SCALE_FLAGS,
-  measure: (flags) => runScaleProbeFor(flags),
+  measure: async (flags) => scaleJson(await runScaleProbeFor(flags)) as ScaleJson,
   show(result, flags) {
     if (!flags.json) console.log(JSON.stringify(result, null, 2));
   },

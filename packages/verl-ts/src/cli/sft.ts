@@ -11,7 +11,7 @@ import { importExternalLib } from "../workers/external-lib.js";
 
 export const sftCommand: CliCommand = defineCommand({
   summary: "supervised fine-tuning on conversations (veRL's SFT trainer config)",
-  usage: `usage: torl sft <config.yaml ...> [key.path=value ...] [--runs-dir DIR]
+  usage: `usage: pnpm torl sft <config.yaml ...> [key.path=value ...] [--runs-dir DIR]
 
 Fine-tunes a chat model (model.partial_pretrain) on conversations, the loss on the assistant turns
 only, with veRL's SFT trainer keys (every key, its default and its doc: docs/sft.md).

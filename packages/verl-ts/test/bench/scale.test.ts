@@ -7,7 +7,14 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
-import { largestTensor, runScaleProbe } from "../../src/bench/scale.js";
+import {
+  benchScaleCommand,
+  largestTensor,
+  runScaleProbe,
+  SCALE_PHASES,
+  type ScaleProbeResult,
+  scaleJson,
+} from "../../src/bench/scale.js";
 import {
   bundledQwenTokenizerDir,
   loadModel,
@@ -124,3 +131,34 @@ test.serial(
     }
   },
 );
+
+test("--json carries scale_<phase>_seconds_torl of the full fine-tuning run and says why no torch figures (the installed command)", (t) => {
+  const probe = (seconds: Record<string, number>): ScaleProbeResult => ({
+    parameters: 1,
+    ranks: 2,
+    lora_rank: 0,
+    layers: 2,
+    weight_file_bytes: 1,
+    largest_tensor: { name: "x", shape: [1], fp32Bytes: 4, bf16Bytes: 2 },
+    seconds,
+    memory: {},
+    peak_rss_bytes_per_rank: [],
+  });
+  const full = probe({ load: 9, generate: 2.123456, old_log_prob: 1, ref_log_prob: 1, update_actor: 4 });
+  const out = scaleJson({ ...full, lora: { ...probe({ generate: 3 }), lora_rank: 8 } });
+  t.deepEqual(
+    SCALE_PHASES.map((p) => out[`scale_${p}_seconds_torl`]),
+    [2.123, 1, 1, 4],
+  );
+  t.is(out.scale_fine_tuning, "full");
+  t.regex(String(out.torch), /^not run: this bench scale has no PyTorch side/);
+  t.false(
+    Object.keys(out).some((k) => k.includes("torch_")),
+    "no torch figures",
+  );
+  // a probe that stopped early carries the phases it reached
+  const early = scaleJson(probe({ generate: 5 }));
+  t.is(early.scale_generate_seconds_torl, 5);
+  t.false("scale_update_actor_seconds_torl" in early);
+  t.regex(benchScaleCommand.usage, /--json adds scale_<phase>_seconds_torl/);
+});
