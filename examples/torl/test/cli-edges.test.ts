@@ -3,58 +3,29 @@
  * user's terms that names the path, flag or variable at fault (no raw errno message, nothing printed
  * twice), and an empty input says what was empty instead of printing nothing.
  */
-import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describeSystemError, formatCliError } from "@torl-ts/core";
 import test from "ava";
+import { expectBadInput, type Ran, type RunOptions, runTorl } from "./cli-runner.js";
 
-const ROOT = new URL("../../../", import.meta.url).pathname;
 const work = mkdtempSync(join(tmpdir(), "torl-cli-edges-"));
 const stateDir = join(work, "state");
 test.after.always(() => rmSync(work, { recursive: true, force: true }));
 
-interface Ran {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** `pnpm torl ARGS` with `input` on stdin (closed at once when absent). */
-function torl(args: string[], options: { input?: string; env?: Record<string, string> } = {}): Promise<Ran> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import=tsx", "examples/torl/src/cli.ts", ...args], {
-      cwd: ROOT,
-      env: { ...process.env, TORL_STATE_DIR: stateDir, TORL_DEBUG: "", ...options.env },
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => {
-      stdout += d;
-    });
-    child.stderr.on("data", (d) => {
-      stderr += d;
-    });
-    const timer = setTimeout(() => child.kill("SIGKILL"), 120_000);
-    child.on("error", reject);
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-    child.stdin.end(options.input ?? "");
+/** `pnpm torl ARGS` with `input` on stdin (closed at once when absent), this test's state directory. */
+function torl(args: string[], options: RunOptions = {}): Promise<Ran> {
+  return runTorl(args, {
+    ...options,
+    env: { TORL_STATE_DIR: stateDir, ...options.env },
+    timeoutMs: 120_000,
   });
 }
 
 /** Exit 2 and exactly one line on stderr, `error: ...`, matching `message`. */
-async function badInput(t: import("ava").ExecutionContext, args: string[], message: RegExp, input?: string) {
-  const r = await torl(args, { input });
-  t.is(r.code, 2, `${args.join(" ")}: ${r.stderr}`);
-  const lines = r.stderr.trim().split("\n");
-  t.is(lines.length, 1, r.stderr);
-  t.regex(lines[0]!, /^error: /);
-  t.regex(lines[0]!, message);
-  return r;
+function badInput(t: import("ava").ExecutionContext, args: string[], message: RegExp, input?: string) {
+  return expectBadInput(t, () => torl(args, { input }), message);
 }
 
 test("export of a missing path, a folder that is no checkpoint, or a file: exit 2 naming the path", async (t) => {

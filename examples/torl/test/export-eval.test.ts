@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -7,8 +7,6 @@ import { shardRange } from "@torl-ts/actors";
 import {
   buildByteBpeTokenizer,
   createRandomPretrained,
-  type EvalResult,
-  evalCommand,
   FlatLayout,
   LATEST_FILE,
   saveHfMetadata,
@@ -16,14 +14,12 @@ import {
   writeShard,
 } from "@torl-ts/verl";
 import test from "ava";
+import { evaluateQuietly } from "../../../packages/verl-ts/test/fixtures/eval.js";
 
 // A trained policy leaves the framework and comes back: `pnpm torl export` turns a 2-rank checkpoint
 // into a Hugging Face directory, and `pnpm torl eval --model` on it answers exactly as on the original.
 
 const CLI = fileURLToPath(new URL("../src/cli.ts", import.meta.url));
-const PARQUET = fileURLToPath(
-  new URL("../../../packages/verl-ts/test/fixtures/core/torl-test.parquet", import.meta.url),
-);
 
 let root: string;
 test.before(async () => {
@@ -31,31 +27,6 @@ test.before(async () => {
   root = mkdtempSync(join(tmpdir(), "torl-export-eval-"));
 });
 test.after.always(() => rmSync(root, { recursive: true, force: true }));
-
-async function evaluateQuietly(model: string, out: string): Promise<EvalResult> {
-  const orig = console.log;
-  console.log = () => {};
-  try {
-    const code = await evalCommand.run([
-      "--model",
-      model,
-      "--data",
-      PARQUET,
-      "--limit",
-      "2",
-      "--max-response-length",
-      "10",
-      "--workers",
-      "1",
-      "--out",
-      out,
-    ]);
-    if (code !== 0) throw new Error(`eval exited ${code}`);
-  } finally {
-    console.log = orig;
-  }
-  return JSON.parse(readFileSync(out, "utf8")) as EvalResult;
-}
 
 test("`pnpm torl export` of a 2-rank checkpoint gives a directory `pnpm torl eval --model` runs, with the same answers", async (t) => {
   const modelDir = join(root, "model");

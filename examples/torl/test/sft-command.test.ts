@@ -2,39 +2,20 @@
  * `pnpm torl sft`: bad input exits 2 with one `error:` line naming the key, file, column or row; a run
  * prints a line per step and its run directory last.
  */
-import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { tinySplitProblems, writeParquetRows } from "@torl-ts/verl";
 import { tinySftRows, writeTinyChatModel } from "@torl-ts/verl/tiny";
 import test from "ava";
+import { expectBadInput, runTorl } from "./cli-runner.js";
 
-const ROOT = new URL("../../../", import.meta.url).pathname;
 const work = mkdtempSync(join(tmpdir(), "torl-sft-cli-"));
 test.after.always(() => rmSync(work, { recursive: true, force: true }));
 const model = join(work, "chat-model");
 writeTinyChatModel(model);
 
-function torl(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import=tsx", "examples/torl/src/cli.ts", ...args], {
-      cwd: ROOT,
-      env: { ...process.env, TORL_DEBUG: "", TORL_BACKEND: "cpu" },
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => {
-      stdout += d;
-    });
-    child.stderr.on("data", (d) => {
-      stderr += d;
-    });
-    child.on("error", reject);
-    child.on("close", (code) => resolve({ code, stdout, stderr }));
-    child.stdin.end();
-  });
-}
+const torl = (args: string[]) => runTorl(args, { env: { TORL_BACKEND: "cpu" } });
 
 const base = (data: string) => [
   "sft",
@@ -46,16 +27,8 @@ const base = (data: string) => [
   `trainer.default_local_dir=${join(work, "ckpt")}`,
 ];
 
-async function badInput(t: import("ava").ExecutionContext, args: string[], message: RegExp) {
-  const r = await torl(args);
-  t.is(r.code, 2, r.stderr);
-  const lines = r.stderr
-    .trim()
-    .split("\n")
-    .filter((l) => !/tensorflow|TensorFlow|^=+$|^\s*$/.test(l));
-  t.is(lines.length, 1, r.stderr);
-  t.regex(lines[0]!, /^error: /);
-  t.regex(lines[0]!, message);
+function badInput(t: import("ava").ExecutionContext, args: string[], message: RegExp) {
+  return expectBadInput(t, () => torl(args), message);
 }
 
 test("bad input exits 2 with one error line: unknown key, missing file, missing column, no assistant turn, empty file", async (t) => {

@@ -11,9 +11,7 @@ import test from "ava";
 import {
   buildByteBpeTokenizer,
   createRandomPretrained,
-  type EvalResult,
   ExportError,
-  evalCommand,
   exportCheckpoint,
   FlatLayout,
   LATEST_FILE,
@@ -32,13 +30,13 @@ import {
 } from "../../src/models/lora.js";
 import { loadModelValues } from "../../src/models/pretrained.js";
 import { Qwen2Model } from "../../src/models/qwen2.js";
+import { evaluateQuietly } from "../fixtures/eval.js";
 import { fixtureBatch, runTransformers } from "../models/helpers.js";
 import { TINY_TEST_ARCH } from "../models/tiny-config.js";
 
 const FIX = join(import.meta.dirname, "..", "fixtures", "models");
 const GOLDEN = join(FIX, "qwen2-tiny");
 const ADAPTER = join(FIX, "qwen2-tiny-lora");
-const PARQUET = join(import.meta.dirname, "..", "fixtures", "core", "torl-test.parquet");
 const expected = JSON.parse(readFileSync(join(ADAPTER, "expected.json"), "utf8"));
 const batch = fixtureBatch(expected);
 const L = batch.length;
@@ -101,31 +99,6 @@ function maxDiff(a: Float32Array, b: ArrayLike<number>): number {
   for (let i = 0; i < a.length; i++)
     if (batch.mask[i] && i % L > 0 && batch.mask[i - 1]) m = Math.max(m, Math.abs(a[i]! - b[i]!));
   return m;
-}
-
-async function evaluateQuietly(model: string, out: string): Promise<EvalResult> {
-  const orig = console.log;
-  console.log = () => {};
-  try {
-    const code = await evalCommand.run([
-      "--model",
-      model,
-      "--data",
-      PARQUET,
-      "--limit",
-      "2",
-      "--max-response-length",
-      "10",
-      "--workers",
-      "1",
-      "--out",
-      out,
-    ]);
-    if (code !== 0) throw new Error(`eval exited ${code}`);
-  } finally {
-    console.log = orig;
-  }
-  return JSON.parse(readFileSync(out, "utf8")) as EvalResult;
 }
 
 test("LoRA export: merged weights and a PEFT adapter dir both give the adapted model's log-probs; PEFT loads the adapter dir and agrees", (t) => {
