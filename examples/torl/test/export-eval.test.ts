@@ -1,19 +1,11 @@
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { shardRange } from "@torl-ts/actors";
-import {
-  buildByteBpeTokenizer,
-  createRandomPretrained,
-  FlatLayout,
-  LATEST_FILE,
-  saveHfMetadata,
-  selectBackend,
-  writeShard,
-} from "@torl-ts/verl";
+import { buildByteBpeTokenizer, createRandomPretrained, selectBackend } from "@torl-ts/verl";
 import test from "ava";
+import { writeTrainerCheckpoint } from "../../../packages/verl-ts/test/fixtures/checkpoint.js";
 import { evaluateQuietly } from "../../../packages/verl-ts/test/fixtures/eval.js";
 
 // A trained policy leaves the framework and comes back: `pnpm torl export` turns a 2-rank checkpoint
@@ -42,26 +34,14 @@ test("`pnpm torl export` of a 2-rank checkpoint gives a directory `pnpm torl eva
     },
     { seed: 9 },
   );
-  // the shards two actor ranks write at global step 2
-  const ckpt = join(root, "ckpt");
-  const actor = join(ckpt, "global_step_2", "actor");
-  const values = await model.getParameters();
-  const layout = FlatLayout.of(values);
-  const flat = layout.flatten(values);
-  for (let rank = 0; rank < 2; rank++) {
-    const { start, end } = shardRange(layout.total, 2, rank);
-    const zeros = new Float32Array(end - start);
-    const names = layout.entries.map((e) => [e.name, e.size] as [string, number]);
-    writeShard(
-      actor,
-      { rank, worldSize: 2, start, end, total: layout.total, adamStep: 2, schedulerStep: 2, layout: names },
-      flat.slice(start, end),
-      zeros,
-      zeros,
-    );
-  }
-  saveHfMetadata(modelDir, actor);
-  writeFileSync(join(ckpt, LATEST_FILE), "2");
+  // the checkpoint two actor ranks and the driver write at global step 2
+  const ckpt = writeTrainerCheckpoint({
+    root: join(root, "ckpt"),
+    values: await model.getParameters(),
+    modelDir,
+    worldSize: 2,
+    step: 2,
+  });
   model.dispose();
 
   const out = join(root, "exported");

@@ -2,7 +2,6 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, writeFi
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
-import { shardRange } from "@torl-ts/actors";
 import test from "ava";
 import {
   buildByteBpeTokenizer,
@@ -10,17 +9,14 @@ import {
   ExportError,
   exportCheckpoint,
   exportCommand,
-  FlatLayout,
-  LATEST_FILE,
   loadModel,
   loadTokenizer,
   parseByteSize,
   type Qwen2Model,
   readSafetensors,
-  saveHfMetadata,
   selectBackend,
-  writeShard,
 } from "../../src/index.js";
+import { writeTrainerCheckpoint } from "../fixtures/checkpoint.js";
 import { runTransformers } from "../models/helpers.js";
 
 // The golden model of the PyTorch reference (scripts/make-model-fixtures.py): its weights, its logits.
@@ -58,29 +54,13 @@ async function checkpointOf(
   worldSize: number,
   step = 3,
 ): Promise<string> {
-  const root = mkdtempSync(join(tmpdir(), "torl-export-ckpt-"));
-  const actor = join(root, `global_step_${step}`, "actor");
-  const values = await model.getParameters();
-  const layout = FlatLayout.of(values);
-  const flat = layout.flatten(values);
-  for (let rank = 0; rank < worldSize; rank++) {
-    const { start, end } = shardRange(layout.total, worldSize, rank);
-    const zeros = new Float32Array(end - start);
-    const meta = {
-      rank,
-      worldSize,
-      start,
-      end,
-      total: layout.total,
-      adamStep: step,
-      schedulerStep: step,
-      layout: layout.entries.map((e) => [e.name, e.size] as [string, number]),
-    };
-    writeShard(actor, meta, flat.slice(start, end), zeros, zeros);
-  }
-  saveHfMetadata(modelDir, actor);
-  writeFileSync(join(root, LATEST_FILE), String(step));
-  return root;
+  return writeTrainerCheckpoint({
+    root: mkdtempSync(join(tmpdir(), "torl-export-ckpt-")),
+    values: await model.getParameters(),
+    modelDir,
+    worldSize,
+    step,
+  });
 }
 
 function logits(model: Qwen2Model): Float32Array {

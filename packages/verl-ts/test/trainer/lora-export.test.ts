@@ -3,23 +3,18 @@
  * PEFT adapter directory that PEFT loads onto the base; `torl eval --model` takes both, and both give the
  * adapted model's log-probs.
  */
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { shardRange } from "@torl-ts/actors";
 import test from "ava";
 import {
   buildByteBpeTokenizer,
   createRandomPretrained,
   ExportError,
   exportCheckpoint,
-  FlatLayout,
-  LATEST_FILE,
   loadModel,
-  saveHfMetadata,
   selectBackend,
   tokenLogProbs,
-  writeShard,
 } from "../../src/index.js";
 import {
   initialAdapterValues,
@@ -30,6 +25,7 @@ import {
 } from "../../src/models/lora.js";
 import { loadModelValues } from "../../src/models/pretrained.js";
 import { Qwen2Model } from "../../src/models/qwen2.js";
+import { writeTrainerCheckpoint } from "../fixtures/checkpoint.js";
 import { evaluateQuietly } from "../fixtures/eval.js";
 import { fixtureBatch, runTransformers } from "../models/helpers.js";
 import { TINY_TEST_ARCH } from "../models/tiny-config.js";
@@ -66,28 +62,14 @@ function loraCheckpoint(): { base: string; ckpt: string; adapters: Map<string, F
 
 /** A 2-rank LoRA checkpoint of `adapters` on `base`, as the trainer writes it. */
 function checkpointOf(base: string, adapters: Map<string, Float32Array>, keys: LoraKeys): string {
-  const ckpt = mkdtempSync(join(root, "ckpt-"));
-  const actor = join(ckpt, "global_step_2", "actor");
-  const layout = FlatLayout.of(adapters);
-  const flat = layout.flatten(adapters);
-  for (let rank = 0; rank < 2; rank++) {
-    const { start, end } = shardRange(layout.total, 2, rank);
-    const zeros = new Float32Array(end - start);
-    const meta = {
-      rank,
-      worldSize: 2,
-      start,
-      end,
-      total: layout.total,
-      adamStep: 2,
-      schedulerStep: 2,
-      layout: layout.entries.map((e) => [e.name, e.size] as [string, number]),
-    };
-    writeShard(actor, meta, flat.slice(start, end), zeros, zeros);
-  }
-  saveHfMetadata(base, actor, keys);
-  writeFileSync(join(ckpt, LATEST_FILE), "2");
-  return ckpt;
+  return writeTrainerCheckpoint({
+    root: mkdtempSync(join(root, "ckpt-")),
+    values: adapters,
+    modelDir: base,
+    worldSize: 2,
+    step: 2,
+    lora: keys,
+  });
 }
 
 function logProbs(model: Qwen2Model): Float32Array {
