@@ -14,6 +14,7 @@ import {
   createActor,
   get,
   init,
+  kill,
   shutdown,
   submitTask,
   TimelineWriter,
@@ -138,6 +139,63 @@ test.serial(
     t.is(serve.pid, nap.pid);
     t.true((serve.args?.bytes as number) >= 8 * N);
     t.true(serve.ts! >= fetch.ts! && serve.ts! <= end(fetch));
+  },
+);
+
+test.serial(
+  "a thread actor's calls are spans on a row of their own, timed from when its thread runs them, inside the caller's waits",
+  async (t) => {
+    // two slots: the third nap waits for the first to end, and its span starts then, not when it was called
+    const sleeper = createActor<Napper>(FIXTURE, "Napper", [], { thread: true, maxConcurrency: 2 });
+    await sleeper.nap(1);
+    const file = join(dir, "thread.json");
+    const writer = await TimelineWriter.open(file);
+    const naps = await traceSpan("threads", () =>
+      Promise.all([sleeper.nap(150), sleeper.nap(400), sleeper.nap(100)]),
+    );
+    t.deepEqual(naps, [150, 400, 100]);
+    await writer.close();
+    const trace = JSON.parse(readFileSync(file, "utf8")) as ChromeTrace;
+    assertLanesNest(trace.traceEvents);
+    const x = trace.traceEvents.filter((e) => e.ph === "X");
+    t.false(JSON.stringify(trace).includes('"track"'), "the internal track field is not written");
+    const runs = x
+      .filter((e) => e.cat === "actor_call" && e.name === "Napper.nap")
+      .sort((a, b) => a.ts! - b.ts!);
+    t.is(runs.length, 3, runs.map((e) => `${e.name}@${e.pid}`).join(", "));
+    const row = runs[0]!.pid;
+    t.true(
+      runs.every((e) => e.pid === row),
+      "one row for the thread actor",
+    );
+    t.regex(
+      rowName(trace, row),
+      new RegExp(`^Napper thread actor ${sleeper.actorId} in driver pid=${process.pid}`),
+    );
+    const calls = x.filter((e) => e.cat === "call" && e.name === `actor ${sleeper.actorId}.nap`);
+    t.is(calls.length, 3);
+    t.not(row, calls[0]!.pid, "not on the caller's row");
+    t.regex(rowName(trace, calls[0]!.pid), /^driver pid=/);
+    // by duration: 100 (the third call), 150, 400
+    const [late, short, long] = [...runs].sort((a, b) => a.dur! - b.dur!) as [
+      TraceEvent,
+      TraceEvent,
+      TraceEvent,
+    ];
+    t.true(ms(late) >= 95 && ms(short) >= 145 && ms(long) >= 395 && ms(long) < 3000, runs.map(ms).join(", "));
+    t.true(late.ts! > short.ts! && late.ts! > long.ts!, "the third call ran last");
+    t.not(short.tid, long.tid, "two calls at once: two lanes");
+    // the third ran once the 150 ms nap freed its slot: it starts at that nap's end, and on its lane
+    t.true(
+      late.ts! >= end(short) - 1000,
+      `the queued nap started ${(late.ts! - end(short)) / 1000} ms after the slot freed`,
+    );
+    t.is(late.tid, short.tid);
+    t.true(late.ts! < end(long), "while the long nap still ran");
+    // each run lies inside the caller's wait for it, inside the user's span
+    const span = x.find((e) => e.cat === "user" && e.name === "threads")!;
+    for (const r of [short, long, late]) t.true(calls.some((c) => within(r, c) && within(c, span)));
+    kill(sleeper);
   },
 );
 
