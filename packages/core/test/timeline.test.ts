@@ -1,6 +1,6 @@
 // The cluster timeline through the public API: a known workload (an actor method that sleeps 200 ms
-// and then waits for another actor's 50 ms method, a task, a large object fetched from its owner)
-// recorded across every process, checked for rows, nesting and durations (bounds generous: the
+// and then waits for another actor's 50 ms method, a task, a large object fetched from its owner, a
+// thread actor's overlapping and queued calls) recorded across every process, checked for rows, nesting and durations (bounds generous: the
 // machine may be loaded).
 
 import { execFile } from "node:child_process";
@@ -11,10 +11,7 @@ import test from "ava";
 import {
   type ChromeTrace,
   clusterProcesses,
-  createActor,
   get,
-  init,
-  kill,
   shutdown,
   submitTask,
   TimelineWriter,
@@ -22,23 +19,23 @@ import {
   timeline,
   traceSpan,
 } from "../src/index.js";
-import type { Boss, Napper } from "./fixtures/timeline-workload.js";
+import {
+  WORKLOAD as FIXTURE,
+  startTimelineCluster,
+  type TimelineCluster,
+} from "./fixtures/timeline-cluster.js";
 
-const FIXTURE = new URL("./fixtures/timeline-workload.ts", import.meta.url).href;
 const N = 1 << 20; // float64s of the large object: 8 MiB
 
 let address = "";
 let dir = "";
-let napper: ReturnType<typeof createActor<Napper>>;
-let boss: ReturnType<typeof createActor<Boss>>;
+let napper: TimelineCluster["napper"];
+let boss: TimelineCluster["boss"];
+let sleeper: TimelineCluster["sleeper"];
 
 test.before(async () => {
-  ({ address } = await init({ numCpus: 4, logToDriver: false }));
+  ({ address, napper, boss, sleeper } = await startTimelineCluster());
   dir = mkdtempSync(join(tmpdir(), "torl-timeline-"));
-  napper = createActor<Napper>(FIXTURE, "Napper", [], { name: "napper" });
-  boss = createActor<Boss>(FIXTURE, "Boss", [], { name: "boss" });
-  // every process alive and warm before anything is recorded
-  await Promise.all([napper.nap(1), boss.work(napper), submitTask<number>(FIXTURE, "square", [2])]);
 });
 
 test.after.always(async () => {
@@ -146,8 +143,6 @@ test.serial(
   "a thread actor's calls are spans on a row of their own, timed from when its thread runs them, inside the caller's waits",
   async (t) => {
     // two slots: the third nap waits for the first to end, and its span starts then, not when it was called
-    const sleeper = createActor<Napper>(FIXTURE, "Napper", [], { thread: true, maxConcurrency: 2 });
-    await sleeper.nap(1);
     const file = join(dir, "thread.json");
     const writer = await TimelineWriter.open(file);
     const naps = await traceSpan("threads", () =>
@@ -195,7 +190,6 @@ test.serial(
     // each run lies inside the caller's wait for it, inside the user's span
     const span = x.find((e) => e.cat === "user" && e.name === "threads")!;
     for (const r of [short, long, late]) t.true(calls.some((c) => within(r, c) && within(c, span)));
-    kill(sleeper);
   },
 );
 
