@@ -16,6 +16,7 @@ import {
   kill,
   metricHistogram,
   put,
+  setProcessActivity,
   shutdown,
   startDashboard,
 } from "../src/index.js";
@@ -218,7 +219,19 @@ test.serial(
       );
     }
     appendFileSync(join(runDir, "metrics.jsonl"), '{"step": 6, "critic/score/mean": 0.5'); // still being written
+    // a trainer in this driver, in step 6 (what PhaseTracker publishes)
+    setProcessActivity("trainer", {
+      step: 6,
+      phase: "update_actor",
+      phaseSinceMs: Date.now() - 2000,
+      phases: { gen: 2.5, reward: 0.25 },
+    });
     dom = await dumpDom(chromium, dashboard.url);
+    setProcessActivity("trainer", undefined);
+    t.regex(
+      dom,
+      /<div class="run" data-trainer-step="6" data-phase-now="update_actor"><b>trainer in driver pid=\d+<\/b> step 6 · now update_actor for [\d.]+ s · phases done: gen 2\.5 s, reward 0\.25 s<\/div>/,
+    );
     t.regex(dom, new RegExp(`<tr data-actor-id="${id}" data-state="DEAD">`));
     const score =
       /<svg class="chart"[^>]*data-metric="critic\/score\/mean" data-points="(\d+)"[^>]*>.*?<polyline points="([^"]+)"/.exec(
