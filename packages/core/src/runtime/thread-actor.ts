@@ -18,9 +18,11 @@
  * cluster records a timeline each call is a span on the actor's own row, and the caller's wait a
  * "call" span on the caller's row.
  */
+import { createInterface } from "node:readline";
 import { Worker } from "node:worker_threads";
 import { type Remote, wrap } from "comlink";
 import nodeEndpoint from "comlink/dist/umd/node-adapter.js";
+import { prefixOf } from "../cluster/worker-logs.js";
 import {
   ActorDiedError,
   type DeathCause,
@@ -206,8 +208,21 @@ export class ThreadActor {
   private spawn(): void {
     const inc = ++this.incarnation;
     const entry = threadEntry(siblingModule(import.meta.url, "./thread-actor-host"), [this.module]);
-    const worker = new Worker(entry, this.opts.env ? { env: { ...process.env, ...this.opts.env } } : {});
+    const worker = new Worker(entry, {
+      ...(this.opts.env ? { env: { ...process.env, ...this.opts.env } } : {}),
+      stdout: true,
+      stderr: true,
+    });
     worker.unref();
+    // what it prints, each line after Ray's prefix as a worker's (its process is this one)
+    const prefix = prefixOf({ className: this.className, name: "thread", pid: process.pid });
+    for (const [from, to] of [
+      [worker.stdout, process.stdout],
+      [worker.stderr, process.stderr],
+    ] as const)
+      createInterface({ input: from, crlfDelay: Number.POSITIVE_INFINITY }).on("line", (line) =>
+        to.write(`${prefix} ${line}\n`),
+      );
     worker.on("error", (e) => {
       if (inc === this.incarnation) this.lastError = e;
     });
