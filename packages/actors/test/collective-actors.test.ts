@@ -1,6 +1,9 @@
 // Collective groups over real actors: the rendezvous runs through invokeInActor, the data flows
 // between the actor processes over their own ZeroMQ ring.
 
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import {
   type ActorHandle,
   type CollectiveMember,
@@ -14,6 +17,7 @@ import {
   shardRange,
   shutdown,
 } from "@torl-ts/actors";
+import { type ChromeTrace, TimelineWriter } from "@torl-ts/core";
 import test from "ava";
 import {
   type CollectiveWorker,
@@ -47,6 +51,38 @@ function expectedSum(dtype: DtypeName, n: number, W: number, op: ReduceOp): numb
 function close(a: ArrayLike<number>, b: number[], tol: number): boolean {
   return a.length === b.length && b.every((v, i) => Math.abs(a[i]! - v) <= tol * Math.max(1, Math.abs(v)));
 }
+
+test.serial(
+  "the timeline holds each rank's collective, with its group and bytes, inside the method that made it",
+  async (t) => {
+    const members = workers.slice(0, 2);
+    const name = "traced";
+    await createCollectiveGroup(members, { name });
+    const dir = mkdtempSync(join(tmpdir(), "torl-collective-trace-"));
+    try {
+      const writer = await TimelineWriter.open(join(dir, "trace.json"));
+      await Promise.all(members.map((m) => m.allReduce(name, "Float32Array", 1000, "sum")));
+      await writer.close();
+      const trace = JSON.parse(readFileSync(join(dir, "trace.json"), "utf8")) as ChromeTrace;
+      const x = trace.traceEvents.filter((e) => e.ph === "X");
+      const ops = x.filter((e) => e.cat === "collective" && e.name === "allReduce");
+      t.is(ops.length, 2);
+      t.is(new Set(ops.map((e) => e.pid)).size, 2, "one on each rank's row");
+      for (const op of ops) {
+        t.like(op.args, { group: name, bytes: 4000, length: 1000 });
+        const method = x.find(
+          (e) => e.cat === "actor_call" && e.name === "CollectiveWorker.allReduce" && e.pid === op.pid,
+        );
+        t.truthy(method, "the method that made it, on the same row");
+        t.is(method!.tid, op.tid, "on its lane");
+        t.true(op.ts! >= method!.ts! && op.ts! + op.dur! <= method!.ts! + method!.dur!, "nested in it");
+      }
+    } finally {
+      await destroyCollectiveGroup(name);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
 
 for (const W of [1, 2, 3, 4]) {
   test.serial(`actors: allReduce, reduceScatter, allGather and broadcast at world size ${W}`, async (t) => {

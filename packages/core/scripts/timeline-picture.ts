@@ -1,7 +1,8 @@
 /**
  * Writes docs/pictures/timeline.png: the timeline of a small known workload (an actor method that
- * sleeps 200 ms and then calls another actor's 50 ms method, a task, a 8 MiB object fetched from
- * the worker that owns it, all inside a user span), recorded across the cluster, drawn as an SVG the
+ * sleeps 200 ms and then calls another actor's 50 ms method, a task, a thread actor's three naps in
+ * its two slots, a 8 MiB object fetched from the worker that owns it, all inside a user span; the
+ * cluster of the timeline tests), recorded across the cluster, drawn as an SVG the
  * way Perfetto lays a trace out (one row per process, its lanes below it, a bar per span) and
  * screenshotted in headless Chromium. Also writes the trace itself next to the picture's source.
  * Usage: pnpm tsx packages/core/scripts/timeline-picture.ts [OUT.png] [TRACE.json]
@@ -10,32 +11,26 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import {
-  type ChromeTrace,
-  createActor,
-  get,
-  init,
-  shutdown,
-  submitTask,
-  TimelineWriter,
-  traceSpan,
-} from "../src/index.js";
-import type { Boss, Napper } from "../test/fixtures/timeline-workload.js";
+import { type ChromeTrace, get, shutdown, submitTask, TimelineWriter, traceSpan } from "../src/index.js";
+import { startTimelineCluster, WORKLOAD } from "../test/fixtures/timeline-cluster.js";
 import { chromium } from "./headless-chromium.js";
 
 const [
   out = "docs/pictures/timeline.png",
   tracePath = join(mkdtempSync(join(tmpdir(), "torl-tl-")), "trace.json"),
 ] = process.argv.slice(2);
-const fixture = new URL("../test/fixtures/timeline-workload.ts", import.meta.url).href;
 
-await init({ numCpus: 4, logToDriver: false });
-const napper = createActor<Napper>(fixture, "Napper", [], { name: "napper" });
-const boss = createActor<Boss>(fixture, "Boss", [], { name: "boss" });
-await Promise.all([napper.nap(1), boss.work(napper), submitTask<number>(fixture, "square", [2])]);
+const { napper, boss, sleeper } = await startTimelineCluster();
 const writer = await TimelineWriter.open(tracePath);
 await traceSpan("step", async () => {
-  await Promise.all([boss.work(napper), submitTask<number>(fixture, "square", [7]), napper.nap(120)]);
+  await Promise.all([
+    boss.work(napper),
+    submitTask<number>(WORKLOAD, "square", [7]),
+    napper.nap(120),
+    sleeper.nap(150),
+    sleeper.nap(100),
+    sleeper.nap(80),
+  ]);
   const [inner] = await napper.stash(1 << 20);
   await get(inner);
 });

@@ -55,6 +55,7 @@ export type {
   ProcessesReport,
   ProcessReport,
   RunningCall,
+  ThreadActorReport,
 } from "./observe/process-report.js";
 export { type TraceCategory, type TraceEvent, traceSpan } from "./observe/timeline.js";
 export { ActorHandleBase } from "./runtime/actor-handle.js";

@@ -16,6 +16,7 @@ import {
   kill,
   metricHistogram,
   put,
+  setProcessActivity,
   shutdown,
   startDashboard,
 } from "../src/index.js";
@@ -218,7 +219,19 @@ test.serial(
       );
     }
     appendFileSync(join(runDir, "metrics.jsonl"), '{"step": 6, "critic/score/mean": 0.5'); // still being written
+    // a trainer in this driver, in step 6 (what PhaseTracker publishes)
+    setProcessActivity("trainer", {
+      step: 6,
+      phase: "update_actor",
+      phaseSinceMs: Date.now() - 2000,
+      phases: { gen: 2.5, reward: 0.25 },
+    });
     dom = await dumpDom(chromium, dashboard.url);
+    setProcessActivity("trainer", undefined);
+    t.regex(
+      dom,
+      /<div class="run" data-trainer-step="6" data-phase-now="update_actor"><b>trainer in driver pid=\d+<\/b> step 6 · now update_actor for [\d.]+ s · phases done: gen 2\.5 s, reward 0\.25 s<\/div>/,
+    );
     t.regex(dom, new RegExp(`<tr data-actor-id="${id}" data-state="DEAD">`));
     const score =
       /<svg class="chart"[^>]*data-metric="critic\/score\/mean" data-points="(\d+)"[^>]*>.*?<polyline points="([^"]+)"/.exec(
@@ -271,6 +284,56 @@ test.serial(
 );
 
 test.serial(
+  "a thread actor is listed with the call it runs, since when and its queue, in its process's report and on the page",
+  async (t) => {
+    const chromium = chromiumFor(t);
+    if (!chromium) return;
+    const counter = createActor<Counter>(FIXTURE, "Counter", [0], { thread: true });
+    t.is(await counter.inc(), 1);
+    const before = Date.now();
+    const slow = counter.slowInc(1, 180_000);
+    const queued = counter.inc(); // waits behind it (maxConcurrency 1)
+    const mine = async () =>
+      (await clusterProcesses()).processes
+        .find((p) => p.pid === process.pid)!
+        .threadActors.find((a) => a.actorId === counter.actorId);
+    let report = await mine();
+    for (let i = 0; i < 100 && report?.running.length === 0; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      report = await mine();
+    }
+    t.like(report, { className: "Counter", state: "ALIVE", restarts: 0, queued: 1 });
+    t.deepEqual(
+      report!.running.map((c) => [c.name, c.kind]),
+      [["slowInc", "actor_call"]],
+    );
+    t.true(report!.running[0]!.sinceMs >= before - 5 && report!.running[0]!.sinceMs <= Date.now());
+    t.deepEqual(report!.calls, [{ method: "inc", total: 1, failed: 0 }]);
+
+    const dom = await dumpDom(chromium, dashboard.url);
+    const row =
+      new RegExp(`<tr data-actor-id="${counter.actorId}" data-state="ALIVE" data-thread="">.*?</tr>`).exec(
+        dom,
+      )?.[0] ?? "";
+    t.regex(
+      row,
+      new RegExp(`<td>Counter</td><td>-</td><td class="ALIVE">ALIVE</td><td>0</td><td>${process.pid}</td>`),
+    );
+    t.regex(row, /<td>thread in driver pid=\d+<\/td>/);
+    t.regex(
+      row,
+      /data-current-call="slowInc" data-since-ms="\d+">slowInc for [\d.]+ s \(since [^)]+\) \(\+1 queued\)</,
+    );
+    kill(counter);
+    await t.throwsAsync(slow);
+    await t.throwsAsync(queued);
+    const dead = await mine();
+    t.like(dead, { state: "DEAD", running: [], queued: 0 });
+    t.regex(dead!.cause!, /killed/);
+  },
+);
+
+test.serial(
   "/metrics is Prometheus text: the cluster's families, every process's, and the run's last step",
   async (t) => {
     const counter = createActor<Counter>(FIXTURE, "Counter", [0], { name: "metrics-counter" });
@@ -278,6 +341,10 @@ test.serial(
     await counter.inc();
     await t.throwsAsync(counter.fail("on purpose"));
     const id = (await clusterStatus()).actors.find((a) => a.name === "metrics-counter")!.actorId;
+    const threadCounter = createActor<Counter>(FIXTURE, "Counter", [0], { thread: true });
+    for (let i = 0; i < 3; i++) await threadCounter.inc();
+    await t.throwsAsync(threadCounter.fail("on purpose"));
+
     const kept = put(new Float64Array(1 << 17));
     const waits = metricHistogram("torl_test_wait_seconds", "A histogram of the test's.", ["kind"]);
     for (const v of [0.003, 0.2, 7]) waits.observe({ kind: "a" }, v);
@@ -326,6 +393,32 @@ test.serial(
     );
     t.true(of("torl_object_store_bytes", 'process="driver"')[0]!.value >= 8 << 17);
     t.is(fams.get("torl_processes_silent")!.samples[0]!.value, 0);
+    // a thread actor's calls, counted by the process it lives in, labelled with its own id and class
+    const thread = `actor_id="${threadCounter.actorId}"`;
+    t.deepEqual(
+      of(
+        "torl_calls_total",
+        thread,
+        'class="Counter"',
+        'method="inc"',
+        `pid="${process.pid}"`,
+        'process="Counter"',
+      ).map((s) => s.value),
+      [3],
+    );
+    t.deepEqual(
+      of("torl_calls_failed_total", thread, 'method="fail"').map((s) => s.value),
+      [1],
+    );
+    t.deepEqual(of("torl_calls_failed_total", thread, 'method="inc"'), []);
+    t.deepEqual(
+      of("torl_calls_running", thread).map((s) => s.value),
+      [0],
+    );
+    t.deepEqual(
+      of("torl_calls_queued", thread).map((s) => s.value),
+      [0],
+    );
     const hist = fams.get("torl_test_wait_seconds")!;
     t.is(hist.type, "histogram");
     const sample = (name: string, le?: string) =>
@@ -338,6 +431,7 @@ test.serial(
     t.is(sample("torl_test_wait_seconds_bucket", "+Inf"), 3);
     t.is(kept.id.length > 0, true);
     kill(counter);
+    kill(threadCounter);
   },
 );
 

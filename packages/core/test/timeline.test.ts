@@ -1,6 +1,6 @@
 // The cluster timeline through the public API: a known workload (an actor method that sleeps 200 ms
-// and then waits for another actor's 50 ms method, a task, a large object fetched from its owner)
-// recorded across every process, checked for rows, nesting and durations (bounds generous: the
+// and then waits for another actor's 50 ms method, a task, a large object fetched from its owner, a
+// thread actor's overlapping and queued calls) recorded across every process, checked for rows, nesting and durations (bounds generous: the
 // machine may be loaded).
 
 import { execFile } from "node:child_process";
@@ -11,9 +11,7 @@ import test from "ava";
 import {
   type ChromeTrace,
   clusterProcesses,
-  createActor,
   get,
-  init,
   shutdown,
   submitTask,
   TimelineWriter,
@@ -21,23 +19,23 @@ import {
   timeline,
   traceSpan,
 } from "../src/index.js";
-import type { Boss, Napper } from "./fixtures/timeline-workload.js";
+import {
+  WORKLOAD as FIXTURE,
+  startTimelineCluster,
+  type TimelineCluster,
+} from "./fixtures/timeline-cluster.js";
 
-const FIXTURE = new URL("./fixtures/timeline-workload.ts", import.meta.url).href;
 const N = 1 << 20; // float64s of the large object: 8 MiB
 
 let address = "";
 let dir = "";
-let napper: ReturnType<typeof createActor<Napper>>;
-let boss: ReturnType<typeof createActor<Boss>>;
+let napper: TimelineCluster["napper"];
+let boss: TimelineCluster["boss"];
+let sleeper: TimelineCluster["sleeper"];
 
 test.before(async () => {
-  ({ address } = await init({ numCpus: 4, logToDriver: false }));
+  ({ address, napper, boss, sleeper } = await startTimelineCluster());
   dir = mkdtempSync(join(tmpdir(), "torl-timeline-"));
-  napper = createActor<Napper>(FIXTURE, "Napper", [], { name: "napper" });
-  boss = createActor<Boss>(FIXTURE, "Boss", [], { name: "boss" });
-  // every process alive and warm before anything is recorded
-  await Promise.all([napper.nap(1), boss.work(napper), submitTask<number>(FIXTURE, "square", [2])]);
 });
 
 test.after.always(async () => {
@@ -138,6 +136,60 @@ test.serial(
     t.is(serve.pid, nap.pid);
     t.true((serve.args?.bytes as number) >= 8 * N);
     t.true(serve.ts! >= fetch.ts! && serve.ts! <= end(fetch));
+  },
+);
+
+test.serial(
+  "a thread actor's calls are spans on a row of their own, timed from when its thread runs them, inside the caller's waits",
+  async (t) => {
+    // two slots: the third nap waits for the first to end, and its span starts then, not when it was called
+    const file = join(dir, "thread.json");
+    const writer = await TimelineWriter.open(file);
+    const naps = await traceSpan("threads", () =>
+      Promise.all([sleeper.nap(150), sleeper.nap(400), sleeper.nap(100)]),
+    );
+    t.deepEqual(naps, [150, 400, 100]);
+    await writer.close();
+    const trace = JSON.parse(readFileSync(file, "utf8")) as ChromeTrace;
+    assertLanesNest(trace.traceEvents);
+    const x = trace.traceEvents.filter((e) => e.ph === "X");
+    t.false(JSON.stringify(trace).includes('"track"'), "the internal track field is not written");
+    const runs = x
+      .filter((e) => e.cat === "actor_call" && e.name === "Napper.nap")
+      .sort((a, b) => a.ts! - b.ts!);
+    t.is(runs.length, 3, runs.map((e) => `${e.name}@${e.pid}`).join(", "));
+    const row = runs[0]!.pid;
+    t.true(
+      runs.every((e) => e.pid === row),
+      "one row for the thread actor",
+    );
+    t.regex(
+      rowName(trace, row),
+      new RegExp(`^Napper thread actor ${sleeper.actorId} in driver pid=${process.pid}`),
+    );
+    const calls = x.filter((e) => e.cat === "call" && e.name === `actor ${sleeper.actorId}.nap`);
+    t.is(calls.length, 3);
+    t.not(row, calls[0]!.pid, "not on the caller's row");
+    t.regex(rowName(trace, calls[0]!.pid), /^driver pid=/);
+    // by duration: 100 (the third call), 150, 400
+    const [late, short, long] = [...runs].sort((a, b) => a.dur! - b.dur!) as [
+      TraceEvent,
+      TraceEvent,
+      TraceEvent,
+    ];
+    t.true(ms(late) >= 95 && ms(short) >= 145 && ms(long) >= 395 && ms(long) < 3000, runs.map(ms).join(", "));
+    t.true(late.ts! > short.ts! && late.ts! > long.ts!, "the third call ran last");
+    t.not(short.tid, long.tid, "two calls at once: two lanes");
+    // the third ran once the 150 ms nap freed its slot: it starts at that nap's end, and on its lane
+    t.true(
+      late.ts! >= end(short) - 1000,
+      `the queued nap started ${(late.ts! - end(short)) / 1000} ms after the slot freed`,
+    );
+    t.is(late.tid, short.tid);
+    t.true(late.ts! < end(long), "while the long nap still ran");
+    // each run lies inside the caller's wait for it, inside the user's span
+    const span = x.find((e) => e.cat === "user" && e.name === "threads")!;
+    for (const r of [short, long, late]) t.true(calls.some((c) => within(r, c) && within(c, span)));
   },
 );
 

@@ -41,6 +41,11 @@ test("an actor's lines reach the driver after (Class name pid=N), stdout to stdo
     t.regex(r.out, new RegExp(`^\\(Counter loud pid=${pid}\\) second line$`, "m"));
     t.regex(r.err, new RegExp(`^\\(Counter loud pid=${pid}\\) an error line$`, "m"));
     t.notRegex(r.out, /^\(Counter loud pid=\d+\) an error line$/m);
+    // a thread actor prints from a thread of the driver: the same prefix, with its process's pid
+    const driverPid = /^driver pid (\d+)$/m.exec(r.out)?.[1];
+    t.regex(r.out, new RegExp(`^\\(Counter thread pid=${driverPid}\\) from a thread actor$`, "m"));
+    t.regex(r.out, new RegExp(`^\\(Counter thread pid=${driverPid}\\) its second line$`, "m"));
+    t.regex(r.err, new RegExp(`^\\(Counter thread pid=${driverPid}\\) a thread error line$`, "m"));
     // the task executor has no class: Ray's prefix names the task instead
     t.regex(r.out, /^\(task pid=\d+\) from a task$/m);
     // an actor created inside another actor's worker prints at the driver that owns the chain
@@ -77,6 +82,8 @@ test("logToDriver: false (or TORL_LOG_TO_DRIVER=0) keeps the lines out of the dr
     t.notRegex(r.out, /^\(task pid=\d+\)/m);
     t.notRegex(r.out, /^\(Counter inner pid=\d+\)/m);
     t.notRegex(r.err, /^\(Counter loud pid=\d+\)/m);
+    // a thread actor's lines are the driver's own output (its thread is the driver's): still printed, prefixed
+    t.regex(r.out, /^\(Counter thread pid=\d+\) from a thread actor$/m);
     const byName = JSON.parse(/^byName (.*)$/m.exec(r.out)![1]!);
     t.true(byName.files.some((f: { text: string }) => f.text === "hello from the actor\nsecond line\n"));
   } finally {

@@ -81,7 +81,11 @@ function currentCall(a, procs) {
   if (procs.silent.some((x) => x.actorId === a.actorId))
     return el("td", { class: "busy", "data-current-call": "(no answer)" }, "no answer: event loop blocked, or hung");
   const p = procs.processes.find((x) => x.actorId === a.actorId);
-  if (!p) return el("td", {}, "-");
+  return p ? callsCell(p) : el("td", {}, "-");
+}
+
+/** The calls a process's actor (or a thread actor) runs, since when, and how many wait behind them. */
+function callsCell(p) {
   const queued = p.queued > 0 ? " (+" + p.queued + " queued)" : "";
   if (p.running.length === 0) return el("td", { class: "idle", "data-current-call": "" }, "idle" + queued);
   const now = Date.now();
@@ -148,6 +152,8 @@ function drawStatus(s) {
   ));
   const actors = st.actors.filter((a) => a.className !== "(task executor)");
   const executors = st.actors.length - actors.length;
+  // thread actors live in a thread of the process that made them: its report lists them
+  const threads = s.processes ? s.processes.processes.flatMap((p) => (p.threadActors || []).map((a) => [p, a])) : [];
   document.getElementById("actors").replaceChildren(
     table(
       ["actor", "class", "name", "state", "restarts", "pid", "node", "resources", "current call", "cause of death"],
@@ -156,7 +162,13 @@ function drawStatus(s) {
         el("td", { class: a.state }, a.state), el("td", {}, Math.max(0, a.restarts - 1)),
         el("td", {}, a.pid ?? "-"), el("td", {}, a.nodeId ?? "-"), el("td", {}, resources(a.resources)),
         currentCall(a, s.processes),
-        el("td", { class: "cause" }, a.state === "DEAD" && a.cause ? a.cause.split("\\n")[0] : ""))),
+        el("td", { class: "cause" }, a.state === "DEAD" && a.cause ? a.cause.split("\\n")[0] : ""))).concat(
+      threads.map(([p, a]) => el("tr", { "data-actor-id": a.actorId, "data-state": a.state, "data-thread": "" },
+        el("td", {}, a.actorId), el("td", {}, a.className), el("td", {}, "-"),
+        el("td", { class: a.state }, a.state), el("td", {}, a.restarts),
+        el("td", {}, p.pid), el("td", {}, p.nodeId || "-"), el("td", {}, "thread in " + who(p)),
+        a.state === "DEAD" ? el("td", {}, "-") : callsCell(a),
+        el("td", { class: "cause" }, a.state === "DEAD" && a.cause ? a.cause.split("\\n")[0] : "")))),
     ),
     el("p", { class: "empty" }, executors + " task executor process(es) not listed"),
   );

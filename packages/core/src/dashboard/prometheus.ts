@@ -5,6 +5,7 @@
  * with its process. Names and units: docs/observability.md.
  */
 import type { ClusterStatus } from "../cluster/messages.js";
+import { CALL_FAMILIES } from "../observe/call-metrics.js";
 import type { MetricType } from "../observe/metrics.js";
 import type { ProcessesReport, ProcessReport } from "../observe/process-report.js";
 import type { RunView } from "./runs.js";
@@ -73,6 +74,24 @@ function processFamilies(out: Exposition, report: ProcessesReport): void {
       for (const s of f.samples) m.samples.push([{ ...who, ...s.labels }, s.value, s.name]);
     }
   }
+  // a thread actor's calls, counted by its process: labelled as a process actor's are by its worker
+  const add = (fam: { name: string; help: string }, type: MetricType, labels: Labels, value: number) => {
+    let m = merged.get(fam.name);
+    if (!m) merged.set(fam.name, (m = { type, help: fam.help, samples: [] }));
+    if (m.type === type) m.samples.push([labels, value, fam.name]);
+  };
+  for (const p of report.processes)
+    for (const a of p.threadActors ?? []) {
+      const who: Labels = { ...processLabels(p), process: a.className, actor_id: a.actorId };
+      for (const c of a.calls) {
+        const labels = { ...who, class: a.className, method: c.method };
+        add(CALL_FAMILIES.total, "counter", labels, c.total);
+        if (c.failed > 0) add(CALL_FAMILIES.failed, "counter", labels, c.failed);
+      }
+      if (a.state === "DEAD") continue;
+      add(CALL_FAMILIES.running, "gauge", who, a.running.length);
+      add(CALL_FAMILIES.queued, "gauge", who, a.queued);
+    }
   for (const [name, m] of [...merged].sort(([a], [b]) => a.localeCompare(b)))
     out.family(name, m.type, m.help, m.samples);
 }

@@ -2,8 +2,10 @@
  * Chrome trace files (the JSON object format: `{"traceEvents": [...]}`) that Perfetto
  * (ui.perfetto.dev) and chrome://tracing open: one process row (pid) per driver or worker, named by
  * `process_name` metadata (`Counter 'c1' pid=123 node=ab12`), its lanes (tids, see timeline.ts)
- * named by `thread_name`. Events come from the processes' reports; a pid seen twice (two machines)
- * gets a new one in the file.
+ * named by `thread_name`. A thread actor's calls get a row of their own, as a process actor's do
+ * (`Counter thread actor Counter-ab12 in driver pid=99`), its pid made up (the process's plus
+ * 1,000,000s). Events come from the processes' reports; a pid seen twice (two machines) gets a new
+ * one in the file.
  */
 import { closeSync, openSync, writeSync } from "node:fs";
 import type { ProcessesReport, ProcessReport } from "./process-report.js";
@@ -29,11 +31,12 @@ export class TraceRows {
   take(report: ProcessesReport): TraceEvent[] {
     const out: TraceEvent[] = [];
     for (const p of report.processes) {
-      const pid = this.rowOf(p);
-      const row = this.names.get(pid)!;
+      const own = this.rowOf(p);
       for (const e of p.trace?.events ?? []) {
-        row.tids.add(e.tid);
-        out.push({ ...e, pid });
+        const { track, ...event } = e;
+        const pid = track ? this.trackRowOf(p, track) : own;
+        this.names.get(pid)!.tids.add(e.tid);
+        out.push({ ...event, pid });
       }
       if (p.trace) this.dropped.set(p.clientId, Math.max(this.dropped.get(p.clientId) ?? 0, p.trace.dropped));
     }
@@ -42,21 +45,24 @@ export class TraceRows {
   }
 
   private rowOf(p: ProcessReport): number {
-    let pid = this.pids.get(p.clientId);
+    return this.row(p.clientId, p.pid, `${whoIs(p)} pid=${p.pid}${p.nodeId ? ` node=${p.nodeId}` : ""}`, p);
+  }
+
+  /** The row of thread actor `actorId`, living in process `p`. */
+  private trackRowOf(p: ProcessReport, actorId: string): number {
+    const className = p.threadActors?.find((a) => a.actorId === actorId)?.className;
+    const name = `${className ? `${className} ` : ""}thread actor ${actorId} in ${whoIs(p)} pid=${p.pid}${p.nodeId ? ` node=${p.nodeId}` : ""}`;
+    return this.row(`${p.clientId}/${actorId}`, p.pid, name, p);
+  }
+
+  private row(key: string, wanted: number, name: string, p: ProcessReport): number {
+    let pid = this.pids.get(key);
     if (pid !== undefined) return pid;
-    pid = p.pid;
+    pid = wanted;
     while (this.used.has(pid)) pid += 1_000_000;
     this.used.add(pid);
-    this.pids.set(p.clientId, pid);
-    const who =
-      p.role === "driver"
-        ? "driver"
-        : `${p.className === "(task)" ? "task executor" : (p.className ?? "worker")}${p.actorName ? ` '${p.actorName}'` : ""}`;
-    this.names.set(pid, {
-      name: `${who} pid=${p.pid}${p.nodeId ? ` node=${p.nodeId}` : ""}`,
-      sort: p.role === "driver" ? 0 : 1,
-      tids: new Set(),
-    });
+    this.pids.set(key, pid);
+    this.names.set(pid, { name, sort: p.role === "driver" ? 0 : 1, tids: new Set() });
     return pid;
   }
 
@@ -82,6 +88,13 @@ export class TraceRows {
     if (this.silent.size > 0) data.silent_processes = [...this.silent].join(", ");
     return data;
   }
+}
+
+/** A process as its row is named: `driver`, `task executor`, `Counter 'c1'`. */
+function whoIs(p: ProcessReport): string {
+  if (p.role === "driver") return "driver";
+  const cls = p.className === "(task)" ? "task executor" : (p.className ?? "worker");
+  return `${cls}${p.actorName ? ` '${p.actorName}'` : ""}`;
 }
 
 /** The whole trace of one report (`torl timeline`, `timeline()`). */

@@ -30,6 +30,29 @@ export interface OwnedObject {
   copiesOut: number;
 }
 
+/**
+ * A thread actor (`createActor(..., { thread: true })`) living in a thread of the reporting process:
+ * what a worker's report says of its actor, for an actor that has no worker of its own. Dead ones
+ * stay listed (the last THREAD_ACTORS_DEAD_LISTED of them).
+ */
+export interface ThreadActorReport {
+  actorId: string;
+  className: string;
+  state: "PENDING" | "ALIVE" | "RESTARTING" | "DEAD";
+  /** Times its thread was started again after it died (maxRestarts). */
+  restarts: number;
+  /** Calls its thread is running now (its constructor done, a slot free), oldest first. */
+  running: RunningCall[];
+  /** Calls made to it that wait: for a free slot, for its constructor, or for their ObjectRef arguments. */
+  queued: number;
+  /** Calls its thread ran to their end, by method, and how many of those threw or could not be returned. */
+  calls: { method: string; total: number; failed: number }[];
+  /** Why it died (a dead one). */
+  cause?: string;
+}
+
+export const THREAD_ACTORS_DEAD_LISTED = 100;
+
 export interface ProcessReport {
   clientId: string;
   pid: number;
@@ -43,6 +66,8 @@ export interface ProcessReport {
   running: RunningCall[];
   /** Calls received and waiting for a free slot (workers). */
   queued: number;
+  /** The thread actors this process created (they run in its threads). */
+  threadActors: ThreadActorReport[];
   /** The largest objects this process owns (at most OWNED_OBJECTS_LISTED). */
   objects: OwnedObject[];
   /** All objects it owns, and their bytes. */

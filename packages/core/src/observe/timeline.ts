@@ -11,6 +11,11 @@
  * there; any other span takes the lowest lane with nothing open. So one lane holds properly nested
  * spans, and a process with no concurrency draws as one row.
  *
+ * Tracks. A thread actor (`createActor(..., { thread: true })`) runs in a thread of this process, but
+ * its calls are drawn on a row of their own, as a process actor's are on its worker's: its spans go
+ * on the track named by its actor id (lanes of their own, nothing nested from the process's spans),
+ * and TraceRows (chrome-trace.ts) gives each track its own row.
+ *
  * Times are microseconds since the Unix epoch (performance.timeOrigin + now()), so the rows of
  * processes on one machine line up; machines line up as well as their clocks do.
  */
@@ -44,6 +49,11 @@ export interface TraceEvent {
   pid: number;
   tid: number;
   args?: Record<string, unknown>;
+  /**
+   * In a process's report only: the thread actor (its id) whose row the event goes on. TraceRows
+   * moves the event to that row and drops the field.
+   */
+  track?: string;
 }
 
 /** A span started and not yet ended. */
@@ -52,6 +62,8 @@ export interface OpenSpan {
   readonly name: string;
   readonly start: number;
   readonly lane: number;
+  /** "" for the process's own row, else a thread actor's id. */
+  readonly track: string;
   args: Record<string, unknown> | undefined;
 }
 
@@ -70,8 +82,8 @@ class TimelineRecorder {
   /** Events overwritten since the process started recording. */
   dropped = 0;
   private readonly capacity: number;
-  /** Open spans per lane, innermost last. */
-  private lanes: OpenSpan[][] = [];
+  /** Open spans per track and lane, innermost last ("" is the process's own track). */
+  private tracks = new Map<string, OpenSpan[][]>();
   private readonly parent = new AsyncLocalStorage<OpenSpan>();
 
   constructor() {
@@ -86,24 +98,51 @@ class TimelineRecorder {
   /** The head turned recording on or off for the cluster. Off keeps what was recorded for collection. */
   setRecording(on: boolean): void {
     this.on = on;
-    if (!on) this.lanes = [];
+    if (!on) this.tracks.clear();
   }
 
   /** A span starting now, or null when not recording (end(null) does nothing). */
   start(cat: TraceCategory, name: string, args?: Record<string, unknown>): OpenSpan | null {
     if (!this.on) return null;
     const parent = this.parent.getStore();
+    const lanes = this.lanesOf("");
     let lane = -1;
-    if (parent) {
-      const stack = this.lanes[parent.lane];
+    if (parent && parent.track === "") {
+      const stack = lanes[parent.lane];
       if (stack && stack[stack.length - 1] === parent) lane = parent.lane;
     }
+    return this.open(lanes, lane, "", cat, name, args);
+  }
+
+  /**
+   * A span starting now on `track` (a thread actor's id: its own row), on the lowest lane of that
+   * track with nothing open; null when not recording.
+   */
+  startOn(track: string, cat: TraceCategory, name: string, args?: Record<string, unknown>): OpenSpan | null {
+    if (!this.on) return null;
+    return this.open(this.lanesOf(track), -1, track, cat, name, args);
+  }
+
+  private lanesOf(track: string): OpenSpan[][] {
+    let lanes = this.tracks.get(track);
+    if (!lanes) this.tracks.set(track, (lanes = []));
+    return lanes;
+  }
+
+  private open(
+    lanes: OpenSpan[][],
+    lane: number,
+    track: string,
+    cat: TraceCategory,
+    name: string,
+    args: Record<string, unknown> | undefined,
+  ): OpenSpan {
     if (lane < 0) {
-      lane = this.lanes.findIndex((s) => s.length === 0);
-      if (lane < 0) lane = this.lanes.push([]) - 1;
+      lane = lanes.findIndex((s) => s.length === 0);
+      if (lane < 0) lane = lanes.push([]) - 1;
     }
-    const span: OpenSpan = { cat, name, start: nowUs(), lane, args };
-    this.lanes[lane]!.push(span);
+    const span: OpenSpan = { cat, name, start: nowUs(), lane, track, args };
+    lanes[lane]!.push(span);
     return span;
   }
 
@@ -112,26 +151,31 @@ class TimelineRecorder {
     return span ? this.parent.run(span, f) : f();
   }
 
-  /** Ends `span` now, adding `args` to its own. */
-  end(span: OpenSpan | null, args?: Record<string, unknown>): void {
+  /**
+   * Ends `span` now, adding `args` to its own. `measured` ([start, end] in µs since the epoch) is when
+   * the work really ran, where it ran (a thread actor's call, timed by its thread): the event then has
+   * those times, and the span's lane (whose spans this side opened and closed in the same order).
+   */
+  end(span: OpenSpan | null, args?: Record<string, unknown>, measured?: readonly [number, number]): void {
     if (!span) return;
-    const stack = this.lanes[span.lane];
+    const stack = this.tracks.get(span.track)?.[span.lane];
     if (stack) {
       const i = stack.lastIndexOf(span);
       if (i >= 0) stack.splice(i, 1);
     }
     if (!this.on && !stack) return; // recording was turned off meanwhile
-    const ts = span.start;
+    const ts = measured?.[0] ?? span.start;
     const all = span.args || args ? { ...span.args, ...args } : undefined;
     this.push({
       name: span.name,
       cat: span.cat,
       ph: "X",
       ts,
-      dur: Math.max(0, nowUs() - ts),
+      dur: Math.max(0, (measured?.[1] ?? nowUs()) - ts),
       pid: process.pid,
       tid: span.lane + 1,
       ...(all ? { args: all } : {}),
+      ...(span.track ? { track: span.track } : {}),
     });
   }
 

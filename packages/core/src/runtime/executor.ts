@@ -6,6 +6,7 @@
  */
 import { SerializationError, TaskCancelledError } from "../errors.js";
 import { logWarn } from "../log.js";
+import { CALL_FAMILIES } from "../observe/call-metrics.js";
 import { metricCounter } from "../observe/metrics.js";
 import type { RunningCall } from "../observe/process-report.js";
 import { type OpenSpan, traceRecorder } from "../observe/timeline.js";
@@ -51,16 +52,8 @@ interface Job {
   unsendable: boolean;
 }
 
-const callsTotal = metricCounter(
-  "torl_calls_total",
-  'Calls this worker ran to their end (actor methods by class and method; tasks with class "(task)").',
-  ["class", "method"],
-);
-const callsFailed = metricCounter(
-  "torl_calls_failed_total",
-  "Calls this worker ran that threw, or whose result could not be sent.",
-  ["class", "method"],
-);
+const callsTotal = metricCounter(CALL_FAMILIES.total.name, CALL_FAMILIES.total.help, ["class", "method"]);
+const callsFailed = metricCounter(CALL_FAMILIES.failed.name, CALL_FAMILIES.failed.help, ["class", "method"]);
 
 export class ExecutorError extends Error {
   override name = "ExecutorError";

@@ -1,5 +1,6 @@
 /** A process's answer to the head's probe (see observe/process-report.ts), read off its runtime. */
 import { processActivities } from "../observe/activity.js";
+import { CALL_FAMILIES } from "../observe/call-metrics.js";
 import { metricFamilies, metricGauge } from "../observe/metrics.js";
 import {
   approxBytes,
@@ -11,6 +12,7 @@ import {
 import { traceRecorder } from "../observe/timeline.js";
 import { FAILED, PENDING } from "./object-store.js";
 import type { Runtime } from "./runtime.js";
+import { threadActorReports } from "./thread-actor.js";
 
 const storeBytes = metricGauge(
   "torl_object_store_bytes",
@@ -21,11 +23,8 @@ const borrowedObjects = metricGauge(
   "torl_borrowed_objects",
   "Objects owned by other processes that this process holds refs to.",
 );
-const queuedCalls = metricGauge(
-  "torl_calls_queued",
-  "Calls this worker received that wait for a free slot (maxConcurrency).",
-);
-const runningCalls = metricGauge("torl_calls_running", "Calls this worker is running now.");
+const queuedCalls = metricGauge(CALL_FAMILIES.queued.name, CALL_FAMILIES.queued.help);
+const runningCalls = metricGauge(CALL_FAMILIES.running.name, CALL_FAMILIES.running.help);
 const inFlight = metricGauge(
   "torl_calls_in_flight",
   "Calls this process made (actor calls and tasks) that have no result yet.",
@@ -67,6 +66,7 @@ export function reportOf(rt: Runtime, probe: { traceFromUs?: number; traceToUs?:
     ...(rt.calls ? { className: rt.calls.className } : {}),
     running,
     queued,
+    threadActors: threadActorReports(rt),
     objects: objects.slice(0, OWNED_OBJECTS_LISTED),
     objectCount: objects.length,
     objectBytes: bytes,

@@ -7,6 +7,7 @@ import { parentPort } from "node:worker_threads";
 import { expose } from "comlink";
 import nodeEndpoint from "comlink/dist/umd/node-adapter.js";
 import { SerializationError, TaskCancelledError } from "../errors.js";
+import { nowUs } from "../observe/timeline.js";
 import { errorToWire, thrownMessage } from "../wire/codec.js";
 import { runInCall } from "./call-context.js";
 import { ExecutorError, isGenerator } from "./executor.js";
@@ -33,6 +34,8 @@ interface HostCall {
   cancelled: boolean;
   gen: Generator | AsyncGenerator | null;
   items: number;
+  /** When the method began to run (its slot taken, the constructor done), in µs since the epoch. */
+  startUs: number;
 }
 const calls = new Map<number, HostCall>();
 
@@ -50,6 +53,11 @@ function unsendable(e: unknown, what: string, method: string): ThreadCallFailure
   return threw(
     new ExecutorError(`the ${what} of method '${method}' cannot be serialized: ${thrownMessage(e)}`),
   );
+}
+
+/** When call `c` ran, ending now (nothing if it never began). */
+function ran(c: HostCall): { ranUs?: [number, number] } {
+  return c.startUs > 0 ? { ranUs: [c.startUs, nowUs()] } : {};
 }
 
 function threw(error: unknown): ThreadCallFailure {
@@ -87,6 +95,7 @@ async function invoke(method: string, packet: CodecPacket, c: HostCall): Promise
   await started;
   // cancelled while it waited for its slot or for the constructor: it never runs
   if (c.cancelled) throw new TaskCancelledError(`method '${method}'`);
+  c.startUs = nowUs();
   if (method === READY_METHOD) return null;
   const args = packet.decode() as unknown[];
   const f = instance?.[method];
@@ -109,7 +118,14 @@ const host: ThreadActorHost = {
   },
 
   async call(seq, method, packet) {
-    const c: HostCall = { method, controller: new AbortController(), cancelled: false, gen: null, items: 0 };
+    const c: HostCall = {
+      method,
+      controller: new AbortController(),
+      cancelled: false,
+      gen: null,
+      items: 0,
+      startUs: 0,
+    };
     calls.set(seq, c);
     const slot = acquire();
     if (slot) await slot;
@@ -118,18 +134,21 @@ const host: ThreadActorHost = {
       value = await runInCall(c.controller.signal, () => invoke(method, packet, c));
     } catch (e) {
       end(seq, c);
-      throw threw(e);
+      throw { ...threw(e), ...ran(c) };
     }
     if (isGenerator(value) && !c.cancelled) {
       c.gen = value;
       return { stream: true };
     }
     end(seq, c);
+    const times = ran(c);
     if (isGenerator(value)) void Promise.resolve(value.return(undefined)).catch(() => {});
     try {
-      return CodecPacket.pack(value, "result", `cannot be returned from method '${method}'`);
+      const packet = CodecPacket.pack(value, "result", `cannot be returned from method '${method}'`);
+      if (times.ranUs) packet.ranUs = times.ranUs;
+      return packet;
     } catch (e) {
-      throw unsendable(e, "result", method);
+      throw { ...unsendable(e, "result", method), ...times };
     }
   },
 

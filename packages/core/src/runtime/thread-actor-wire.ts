@@ -31,6 +31,9 @@ export function refuseRefInThreadValue(): void {
 }
 
 export class CodecPacket {
+  /** A call's result: when its thread ran the method ([start, end] in µs since the epoch), for the timeline. */
+  ranUs?: [number, number];
+
   constructor(
     readonly head: Uint8Array,
     readonly frames: Uint8Array[],
@@ -69,17 +72,21 @@ transferHandlers.set("torl-codec", {
     // new Uint8Array(view) copies; a Buffer's slice() would not (it is a view on the same memory)
     const h = new Uint8Array(p.head);
     const f = p.frames.map((x) => new Uint8Array(x));
-    return [{ h, f }, [h.buffer, ...f.map((x) => x.buffer)]];
+    return [{ h, f, r: p.ranUs }, [h.buffer, ...f.map((x) => x.buffer)]];
   },
-  deserialize: (w: { h: Uint8Array; f: Uint8Array[] }) => new CodecPacket(w.h, w.f),
+  deserialize: (w: { h: Uint8Array; f: Uint8Array[]; r?: [number, number] }) => {
+    const p = new CodecPacket(w.h, w.f);
+    if (w.r) p.ranUs = w.r;
+    return p;
+  },
 });
 
 /** How a call failed inside the thread; thrown through comlink's error channel as plain data. */
 export type ThreadCallFailure =
-  /** The method (or the constructor) threw. */
-  | { kind: "threw"; error: WireError }
+  /** The method (or the constructor) threw. `ranUs`: when the method ran, as CodecPacket.ranUs. */
+  | { kind: "threw"; error: WireError; ranUs?: [number, number] }
   /** Its result cannot travel: [path, found, message] of the SerializationError. */
-  | { kind: "unsendable"; serialization: [string, string, string] };
+  | { kind: "unsendable"; serialization: [string, string, string]; ranUs?: [number, number] };
 
 export function isThreadCallFailure(e: unknown): e is ThreadCallFailure {
   const kind = (e as ThreadCallFailure | null)?.kind;

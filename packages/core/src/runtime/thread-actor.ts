@@ -11,10 +11,18 @@
  * ObjectRef arguments are resolved here before the call is sent (in order), a ref nested inside an
  * argument is refused, the actor's code cannot call put/get or other actors, and the handle cannot be
  * passed to another process. Placement options are refused: a thread uses its process's CPUs and GPUs.
+ *
+ * Observed as a process actor is: this side follows which calls the thread runs (it runs them in the
+ * order they were sent, maxConcurrency at a time, once its constructor is done), so its process's
+ * report lists the actor with its current calls and call counts (ThreadActorReport), and while the
+ * cluster records a timeline each call is a span on the actor's own row, and the caller's wait a
+ * "call" span on the caller's row.
  */
+import { createInterface } from "node:readline";
 import { Worker } from "node:worker_threads";
 import { type Remote, wrap } from "comlink";
 import nodeEndpoint from "comlink/dist/umd/node-adapter.js";
+import { prefixOf } from "../cluster/worker-logs.js";
 import {
   ActorDiedError,
   type DeathCause,
@@ -25,6 +33,12 @@ import {
 } from "../errors.js";
 import type { ActorHandle } from "../handle-types.js";
 import { siblingModule, threadEntry } from "../module-files.js";
+import {
+  type RunningCall,
+  THREAD_ACTORS_DEAD_LISTED,
+  type ThreadActorReport,
+} from "../observe/process-report.js";
+import { type OpenSpan, traceRecorder } from "../observe/timeline.js";
 import { prepareValue } from "../wire/sendable.js";
 import { methodProxy } from "./actor-handle.js";
 import { type CallStream, streamWindowOf } from "./call-stream.js";
@@ -107,12 +121,33 @@ interface PendingCall {
   received: number;
   acked: number;
   pulling: boolean;
+  /** Its place in the thread's order once sent (until the thread ends it). */
+  sent: SentCall | null;
+  /** The caller's wait for it on the caller's timeline row (`call`), while recording. */
+  span: OpenSpan | null;
+}
+
+/** A call the thread has and has not ended: it runs them in sending order, maxConcurrency at a time. */
+interface SentCall {
+  seq: number;
+  method: string;
+  /** When its thread began to run it (ms since the epoch); 0 while it waits for a slot or the constructor. */
+  sinceMs: number;
+  /** Its run on the actor's timeline row, while recording. */
+  span: OpenSpan | null;
 }
 
 const isRef = (a: unknown): a is ObjectRef => a instanceof ObjectRef;
 
 /** Thread actors alive in each runtime, ended when it shuts down. */
 const liveActors = new WeakMap<Runtime, Set<ThreadActor>>();
+/** The last THREAD_ACTORS_DEAD_LISTED thread actors of each runtime that died, oldest first (for its report). */
+const deadActors = new WeakMap<Runtime, ThreadActor[]>();
+
+/** The thread actors of `rt`'s process, alive and recently dead, for its report. */
+export function threadActorReports(rt: Runtime): ThreadActorReport[] {
+  return [...(liveActors.get(rt) ?? []), ...(deadActors.get(rt) ?? [])].map((a) => a.report());
+}
 
 export class ThreadActor {
   readonly actorId: string;
@@ -135,6 +170,14 @@ export class ThreadActor {
   /** Sends wait here (in call order) while an earlier call's ObjectRef arguments are being resolved. */
   private tail: Promise<void> = Promise.resolve();
   private waitingSends = 0;
+  /** The calls the current thread has, in the order it got them (it runs the first maxConcurrency). */
+  private sent: SentCall[] = [];
+  /** The current thread's constructor has finished. */
+  private constructed = false;
+  private restarts = 0;
+  private readonly maxConcurrency: number;
+  /** Calls the thread ran to their end, by method: [total, failed]. */
+  private readonly counts = new Map<string, [number, number]>();
 
   constructor(
     private readonly rt: Runtime,
@@ -145,6 +188,7 @@ export class ThreadActor {
   ) {
     this.actorId = `${className.slice(0, 16)}-${randomId(5)}`;
     this.restartsLeft = opts.maxRestarts ?? 0;
+    this.maxConcurrency = opts.maxConcurrency ?? 1;
     this.retries = opts.maxTaskRetries ?? 0;
     this.window = streamWindowOf(opts.streamBackpressure, `actor ${className}`);
     let live = liveActors.get(rt);
@@ -164,8 +208,21 @@ export class ThreadActor {
   private spawn(): void {
     const inc = ++this.incarnation;
     const entry = threadEntry(siblingModule(import.meta.url, "./thread-actor-host"), [this.module]);
-    const worker = new Worker(entry, this.opts.env ? { env: { ...process.env, ...this.opts.env } } : {});
+    const worker = new Worker(entry, {
+      ...(this.opts.env ? { env: { ...process.env, ...this.opts.env } } : {}),
+      stdout: true,
+      stderr: true,
+    });
     worker.unref();
+    // what it prints, each line after Ray's prefix as a worker's (its process is this one)
+    const prefix = prefixOf({ className: this.className, name: "thread", pid: process.pid });
+    for (const [from, to] of [
+      [worker.stdout, process.stdout],
+      [worker.stderr, process.stderr],
+    ] as const)
+      createInterface({ input: from, crlfDelay: Number.POSITIVE_INFINITY }).on("line", (line) =>
+        to.write(`${prefix} ${line}\n`),
+      );
     worker.on("error", (e) => {
       if (inc === this.incarnation) this.lastError = e;
     });
@@ -203,7 +260,10 @@ export class ThreadActor {
     );
     started.then(
       () => {
-        if (inc === this.incarnation && this.state !== "DEAD") this.state = "ALIVE";
+        if (inc !== this.incarnation || this.state === "DEAD") return;
+        this.state = "ALIVE";
+        this.constructed = true;
+        this.markRunning();
       },
       (e: unknown) => {
         if (inc !== this.incarnation) return;
@@ -242,6 +302,8 @@ export class ThreadActor {
       received: 0,
       acked: 0,
       pulling: false,
+      sent: null,
+      span: method === READY_METHOD ? null : traceRecorder.start("call", `actor ${this.actorId}.${method}`),
     };
     this.inflight.set(seq, call);
     if (packet) this.inOrder(null, () => this.send(call));
@@ -302,10 +364,15 @@ export class ThreadActor {
       this.fail(call, this.failureOf(call.method, e));
       return;
     }
+    const sent: SentCall = { seq: call.seq, method: call.method, sinceMs: 0, span: null };
+    call.sent = sent;
+    this.sent.push(sent);
+    this.markRunning();
     reply.then(
       (result) => {
-        if (inc !== this.incarnation || this.inflight.get(call.seq) !== call) return;
-        if (!(result instanceof CodecPacket)) {
+        if (inc !== this.incarnation) return;
+        // a stream holds its slot in the thread until its generator ends
+        if (!(result instanceof CodecPacket) && this.inflight.get(call.seq) === call) {
           call.stream = this.rt.streams.opened(call.seq, `actor ${this.describe(call.method)}`, this.window, {
             ack: (consumed) => {
               call.acked = consumed;
@@ -316,11 +383,14 @@ export class ThreadActor {
           this.pull(call, inc);
           return;
         }
-        this.inflight.delete(call.seq);
+        this.ended(sent, true, undefined, result instanceof CodecPacket ? result.ranUs : undefined);
+        if (this.inflight.get(call.seq) !== call || !(result instanceof CodecPacket)) return;
+        this.leave(call, true);
         let value: unknown;
         try {
           value = result.decode();
         } catch (e) {
+          this.finishSpan(call, false);
           this.rt.store.settle(
             call.seq,
             FAILED,
@@ -333,10 +403,81 @@ export class ThreadActor {
         this.rt.store.settle(call.seq, READY, value);
       },
       (e: unknown) => {
-        if (inc !== this.incarnation || this.inflight.get(call.seq) !== call) return;
+        if (inc !== this.incarnation) return;
+        this.ended(sent, false, undefined, isThreadCallFailure(e) ? e.ranUs : undefined);
+        if (this.inflight.get(call.seq) !== call) return;
         this.fail(call, this.failureOf(call.method, e));
       },
     );
+  }
+
+  /** Starts the calls the thread runs now: the first maxConcurrency it has, once it is constructed. */
+  private markRunning(): void {
+    if (!this.constructed) return;
+    const n = Math.min(this.sent.length, this.maxConcurrency);
+    for (let i = 0; i < n; i++) {
+      const s = this.sent[i]!;
+      if (s.sinceMs !== 0) continue;
+      s.sinceMs = Date.now();
+      if (s.method !== READY_METHOD)
+        s.span = traceRecorder.startOn(this.actorId, "actor_call", `${this.className}.${s.method}`);
+    }
+  }
+
+  /** The thread ended call `s` (its answer came, or its stream ended): counted, and its slot goes to the next. */
+  private ended(
+    s: SentCall,
+    ok: boolean,
+    args?: Record<string, unknown>,
+    ranUs?: readonly [number, number],
+  ): void {
+    const i = this.sent.indexOf(s);
+    if (i < 0) return;
+    this.sent.splice(i, 1);
+    if (s.method !== READY_METHOD) {
+      let c = this.counts.get(s.method);
+      if (!c) this.counts.set(s.method, (c = [0, 0]));
+      c[0]++;
+      if (!ok) c[1]++;
+      // timed by the thread where it told (a result, an error), else from this side's view
+      traceRecorder.end(s.span, args ?? (ok ? undefined : { failed: true }), ranUs);
+    }
+    this.markRunning();
+  }
+
+  /** A call leaves this side with its answer settled: its caller's wait ends. */
+  private leave(call: PendingCall, ok: boolean, args?: Record<string, unknown>): void {
+    this.inflight.delete(call.seq);
+    this.finishSpan(call, ok, args);
+  }
+
+  private finishSpan(call: PendingCall, ok: boolean, args?: Record<string, unknown>): void {
+    traceRecorder.end(call.span, args ?? (ok ? undefined : { failed: true }));
+    call.span = null;
+  }
+
+  /** What this actor is doing, for its process's report. */
+  report(): ThreadActorReport {
+    const running: RunningCall[] = [];
+    const runningSeqs = new Set<number>();
+    for (const s of this.sent)
+      if (s.sinceMs !== 0 && s.method !== READY_METHOD) {
+        running.push({ name: s.method, kind: "actor_call", sinceMs: s.sinceMs });
+        runningSeqs.add(s.seq);
+      }
+    let queued = 0;
+    for (const c of this.inflight.values())
+      if (c.method !== READY_METHOD && !runningSeqs.has(c.seq)) queued++;
+    return {
+      actorId: this.actorId,
+      className: this.className,
+      state: this.state,
+      restarts: this.restarts,
+      running,
+      queued,
+      calls: [...this.counts].map(([method, [total, failed]]) => ({ method, total, failed })),
+      ...(this.death ? { cause: this.death.message } : {}),
+    };
   }
 
   /** Asks the thread for the next item while the consumer holds fewer than `window` unacknowledged ones. */
@@ -352,7 +493,8 @@ export class ThreadActor {
         call.pulling = false;
         if (!current()) return;
         if (packet === null) {
-          this.inflight.delete(call.seq);
+          if (call.sent) this.ended(call.sent, true);
+          this.leave(call, true);
           stream.end(call.received);
           return;
         }
@@ -370,6 +512,7 @@ export class ThreadActor {
       (e: unknown) => {
         call.pulling = false;
         if (!current()) return;
+        if (call.sent) this.ended(call.sent, false);
         this.fail(call, this.failureOf(call.method, e));
       },
     );
@@ -391,6 +534,8 @@ export class ThreadActor {
   private stop(call: PendingCall, err: Error): void {
     if (this.inflight.get(call.seq) !== call) return;
     this.fail(call, err);
+    // a stream's generator is returned in the thread: its slot is free (a running method's when it returns)
+    if (call.stream && call.sent) this.ended(call.sent, true, { cancelled: true });
     void this.remoteCancel?.(call.seq).catch(() => {});
   }
 
@@ -403,7 +548,15 @@ export class ThreadActor {
   }
 
   private fail(call: PendingCall, err: Error): void {
-    this.inflight.delete(call.seq);
+    this.leave(
+      call,
+      false,
+      err instanceof ActorDiedError
+        ? { died: true }
+        : err instanceof TaskCancelledError
+          ? { cancelled: true }
+          : undefined,
+    );
     this.rt.settleCall(call.seq, FAILED, err);
   }
 
@@ -431,6 +584,10 @@ export class ThreadActor {
     // ignore the old thread's exit and late replies
     this.incarnation++;
     void worker?.terminate();
+    // the thread is gone with the calls it had (a call sent again starts over in the next one)
+    for (const s of this.sent.splice(0)) traceRecorder.end(s.span, { died: true });
+    this.constructed = false;
+    for (const call of this.inflight.values()) call.sent = null;
     const restart = mayRestart && this.restartsLeft !== 0;
     const calls = [...this.inflight.values()].sort((a, b) => a.seq - b.seq);
     const again: PendingCall[] = [];
@@ -445,8 +602,13 @@ export class ThreadActor {
       this.state = "DEAD";
       this.death = err;
       liveActors.get(this.rt)?.delete(this);
+      let dead = deadActors.get(this.rt);
+      if (!dead) deadActors.set(this.rt, (dead = []));
+      dead.push(this);
+      if (dead.length > THREAD_ACTORS_DEAD_LISTED) dead.shift();
       return;
     }
+    this.restarts++;
     if (this.restartsLeft > 0) this.restartsLeft--;
     this.state = "RESTARTING";
     this.spawn();

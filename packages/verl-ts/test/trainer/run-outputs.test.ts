@@ -8,6 +8,7 @@ import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { init, shutdown } from "@torl-ts/actors";
+import { type Activity, clusterProcesses, metricFamilies } from "@torl-ts/core";
 import test from "ava";
 import { checkTrainerConfig, loadTrainerConfig } from "../../src/config/index.js";
 import { RayPPOTrainer, readMetrics } from "../../src/trainer/index.js";
@@ -56,7 +57,26 @@ test.serial(
       workerEnv: { TORL_BACKEND: "cpu" },
       log: (l) => lines.push(l),
     });
-    const summary = await trainer.fit();
+    // what the dashboard reads while the run goes: the driver's "trainer" activity (its step and phase)
+    const seen: Activity[] = [];
+    let polling = true;
+    const poll = (async () => {
+      while (polling) {
+        const report = await clusterProcesses();
+        const mine = report.processes.find((p) => p.pid === process.pid)?.activity.trainer;
+        if (mine) seen.push(mine);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    })();
+    const summary = await trainer.fit().finally(() => {
+      polling = false;
+    });
+    await poll;
+    t.true(
+      seen.some((a) => a.step === 2 && typeof a.phase === "string" && typeof a.phaseSinceMs === "number"),
+      JSON.stringify(seen.slice(-3)),
+    );
+    t.true(seen.some((a) => a.step === 2 && typeof (a.phases as Record<string, number>).gen === "number"));
     const runDir = summary.run_dir;
 
     // the run's config.yaml loads and passes the checker again (the keys the trainer fills in are not in it)
@@ -182,6 +202,23 @@ test.serial(
       spans.some((e) => e.cat === "call" && e.pid === steps[0]!.pid),
       "the driver's calls to the worker",
     );
+
+    // /metrics: each phase of each step observed in the driver's histogram, as timing_s/<phase> says
+    const hist = metricFamilies().find((f) => f.name === "torl_trainer_phase_duration_seconds")!;
+    t.is(hist.type, "histogram");
+    const sample = (phase: string, suffix: string) =>
+      hist.samples.find(
+        (s) => s.name === `torl_trainer_phase_duration_seconds${suffix}` && s.labels.phase === phase,
+      )?.value;
+    t.is(sample("step", "_count"), 2, "a whole step observed once per step");
+    for (const phase of ["gen", "reward", "update_actor"]) {
+      t.is(sample(phase, "_count"), 2, `${phase} observed once per step`);
+      const seconds = metrics[0]![`timing_s/${phase}`]! + metrics[1]![`timing_s/${phase}`]!;
+      t.true(
+        Math.abs(sample(phase, "_sum")! - seconds) < 0.1 + seconds * 0.05,
+        `${phase}: ${sample(phase, "_sum")} s vs ${seconds} s`,
+      );
+    }
   },
 );
 
