@@ -173,9 +173,12 @@ def zygote_main(state, ctrl_r, out_w, err_w, status_w):
             timings["zygote_populated_ranges"] = populate_while_idle(state["hot_huge"], ctrl_r)
         timings["zygote_populate_ms"] = (time.perf_counter() - t_pop) * 1000
         mark("prefault")
-        # above every target first: a pipe end may itself sit on 1-4
-        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 5) for fd in (out_w, err_w, status_w, ctrl_r)]
-        for target, fd in enumerate(moved, start=1):
+        ends = (out_w, err_w, status_w, ctrl_r)
+        if min(ends) < 5:
+            # above every target first: a pipe end may itself sit on 1-4 (the template's children
+            # get theirs at CHILD_ENDS, above them)
+            ends = [fcntl.fcntl(fd, fcntl.F_DUPFD, 5) for fd in ends]
+        for target, fd in enumerate(ends, start=1):
             os.dup2(fd, target)
         os.closerange(5, 65536)
         os.chdir(state["scratch"])
