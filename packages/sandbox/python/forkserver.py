@@ -23,12 +23,13 @@ Each run: a fresh fork of the template, in its own session, moved into the run c
 entropy in every random generator, the runs' IPC namespace (not the server's), rlimits (address space, processes, file
 size, open files, CPU), an empty capability bounding set, dropped to the worker's unprivileged uid
 (not the server's), no_new_privs, seccomp, an empty environment, stdin from a memfd and a scratch
-working directory. What does not differ between runs (the bounding set, signals, environment) the
-template sets once; the generators' entropy it renews before each fork (see
-run_child.prepare_template). After the run the template SIGKILLs every process left in the pid
-namespace (kill(-1) spares only pid 1 and itself), removes every IPC object from the runs'
-namespace and replaces /tmp and /dev/shm by fresh tmpfs mounts, so nothing carries over. The run's exit status is the one the template reaps (wait4),
-never anything the run writes.
+working directory. What does not differ between runs (the bounding set, signals, environment,
+no_new_privs and the seccomp filter, which the template itself then lives under) the template sets
+once; the generators' entropy it renews before each fork (see run_child.prepare_template and
+template.template_main). After the run the template SIGKILLs every process left in the pid
+namespace (kill(-1) spares only pid 1 and itself) and removes every IPC object from the runs'
+namespace, and the server replaces /tmp and /dev/shm by fresh tmpfs mounts, so nothing carries
+over. The run's exit status is the one the template reaps (wait4), never anything the run writes.
 """
 
 import json

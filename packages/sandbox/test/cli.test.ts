@@ -117,7 +117,7 @@ test("the benchmark's --steps mode reports what each isolation step costs per ru
     "step_cgroup_join_us",
     "step_seccomp_cpu_us",
     "step_uid_drop_faults",
-    "template_fresh_scratch_us",
+    "server_fresh_scratch_us",
     "template_reseed_cpu_us",
     "template_fork_us",
     "server_end_run_us",

@@ -424,6 +424,8 @@ th = threading.Thread(target=lambda: out.append(sum(range(10))))
 th.start(); th.join()
 print("thread", out[0])
 print("alloc", len(bytearray(64 << 20)) >> 20)
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+print("mode", status["Seccomp"].strip(), "nnp", status["NoNewPrivs"].strip())
 `;
 
 test("seccomp: no user namespace (it would hand the run capabilities), no ptrace, no huge pages, no io_uring, no inotify; threads work", async (t) => {
@@ -431,7 +433,7 @@ test("seccomp: no user namespace (it would hand the run capabilities), no ptrace
   // EPERM = 1, ENOMEM = 12: glibc falls back to ordinary pages, which the run's memory cgroup counts
   t.is(
     r.run_result?.stdout,
-    "userns 1\ntraceme 1\nhugetlb 12\ninotify 1\nfanotify 1\nio_uring 1\nthread 45\nalloc 64\n",
+    "userns 1\ntraceme 1\nhugetlb 12\ninotify 1\nfanotify 1\nio_uring 1\nthread 45\nalloc 64\nmode 2 nnp 1\n",
     JSON.stringify(r),
   );
   // the control: the same probe without the filter (the namespaces and the uid drop stay on)
@@ -442,7 +444,7 @@ test("seccomp: no user namespace (it would hand the run capabilities), no ptrace
     // fanotify needs CAP_SYS_ADMIN, which the run lacks anyway (EPERM with or without the filter)
     t.regex(
       c.run_result?.stdout ?? "",
-      /^userns 0\ntraceme 0\nhugetlb \d+\ninotify 0\nfanotify 1\nio_uring 0\n/,
+      /^userns 0\ntraceme 0\nhugetlb \d+\ninotify 0\nfanotify 1\nio_uring 0\n[^]*mode 0 nnp 1\n$/,
       JSON.stringify(c),
     );
   } finally {

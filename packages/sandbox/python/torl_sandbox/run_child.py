@@ -97,7 +97,8 @@ def prepare_template(state):
     """What every run child would otherwise do after its fork, done once by the template, from which
     the children inherit it: the empty capability bounding set (the template keeps its effective
     capabilities; each child loses them with its uid), the runs' signal dispositions, environment
-    and sys.stdout/sys.stderr.
+    and sys.stdout/sys.stderr. (The seccomp filter and no_new_privs too, installed by template_main
+    once this is done: the IPC namespace below needs calls the filter denies.)
     Returns the state the template forks its children with. Random generators: the template reseeds
     them before each fork (reseed_before_fork), when no child shares their pages any more, so no
     page is copied for it. IPC namespace: the template enters the runs' own here (RunIpc), and
@@ -172,9 +173,12 @@ def zygote_main(state, ctrl_r, out_w, err_w, status_w):
             timings["zygote_populated_ranges"] = populate_while_idle(state["hot_huge"], ctrl_r)
         timings["zygote_populate_ms"] = (time.perf_counter() - t_pop) * 1000
         mark("prefault")
-        # above every target first: a pipe end may itself sit on 1-4
-        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 5) for fd in (out_w, err_w, status_w, ctrl_r)]
-        for target, fd in enumerate(moved, start=1):
+        ends = (out_w, err_w, status_w, ctrl_r)
+        if min(ends) < 5:
+            # above every target first: a pipe end may itself sit on 1-4 (the template's children
+            # get theirs at CHILD_ENDS, above them)
+            ends = [fcntl.fcntl(fd, fcntl.F_DUPFD, 5) for fd in ends]
+        for target, fd in enumerate(ends, start=1):
             os.dup2(fd, target)
         os.closerange(5, 65536)
         os.chdir(state["scratch"])
@@ -203,10 +207,12 @@ def zygote_main(state, ctrl_r, out_w, err_w, status_w):
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
         mark("uid_drop")
-        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        if state["seccomp"] is not None:
-            check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(state["seccomp"]), 0, 0),
-                   "seccomp")
+        if not prepared:
+            # a child of the template inherits both from it (see template_main)
+            libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            if state["seccomp"] is not None:
+                check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(state["seccomp"]), 0, 0),
+                      "seccomp")
         mark("seccomp")
         if not prepared:
             run_signals_and_env(state)

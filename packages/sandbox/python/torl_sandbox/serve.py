@@ -248,6 +248,15 @@ def learn_hot_pages(state):
     return [(a, n) for a, n in ranges if not in_ranges(a, state["huge_ranges"])], [(w, HUGE) for w in windows]
 
 
+def next_scratch(state, template, ended_run):
+    """A fresh /tmp and /dev/shm for the next run, once no process of the last one is left (every
+    completed run_one has had the template end it; a request that failed before may have left its
+    waiting child): the old mounts are parked, and unmounted while the next run works (run_one)."""
+    if not ended_run:
+        template.end_run()
+    fresh_scratch(state["tmpfs_mb"], state["parked"])
+
+
 def serve(state):
     import gc
 
@@ -270,8 +279,8 @@ def serve(state):
     gc.freeze()
     # from here on this process handles requests, so it never forks a run again: the template does
     template = Template(state)
+    state["parked"] = []
     z, ended = template.next_zygote()
-    state["parked"] = ended["parked"]
     write_frame(resp_fd, {"type": "ready", "uid": state["uid"] if state["drop_uid"] else os.geteuid(),
                           "protections": PROTECTIONS, "warnings": WARNINGS})
     while True:
@@ -279,21 +288,27 @@ def serve(state):
         if req is None:
             template.end_run()
             return
+        ended_run = True
         try:
             result = run_one(z, req, state, template)
             result["id"] = req.get("id")
             result["type"] = "result"
         except Exception as exc:  # noqa: BLE001
             result = {"type": "error", "id": req.get("id"), "error": f"{type(exc).__name__}: {exc}"}
+            ended_run = False
         del req
         write_frame(resp_fd, result)
         del result
         z.close()
         t = time.monotonic()
         unmount_parked(state["parked"])  # already done, unless the request failed before its run
+        t_scratch = time.perf_counter_ns(), time.thread_time_ns()
+        next_scratch(state, template, ended_run)
+        t_next = time.perf_counter_ns(), time.thread_time_ns()
         z, ended = template.next_zygote()
-        state["parked"] = ended["parked"]
         if state["trace"] is not None:
             state["trace"] = {"prev_zygote_cpu_ms": ended["cpu_ms"], "prev_zygote_faults": ended["faults"],
-                              "prev_cycle_ms": ended["cycle_ms"], "prev_next_ms": (time.monotonic() - t) * 1000}
+                              "prev_cycle_ms": ended["cycle_ms"], "prev_next_ms": (time.monotonic() - t) * 1000,
+                              "server_fresh_scratch_us": (t_next[0] - t_scratch[0]) / 1000,
+                              "server_fresh_scratch_cpu_us": (t_next[1] - t_scratch[1]) / 1000}
             state["trace"].update({f"template_{k}": v for k, v in ended.items() if k.endswith(("_us", "_faults"))})

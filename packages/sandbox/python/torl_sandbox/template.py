@@ -1,5 +1,6 @@
 """The template, the only process that forks runs, and its end of the protocol with the server."""
 
+import ctypes
 import json
 import os
 import resource
@@ -8,9 +9,9 @@ import socket
 import time
 import traceback
 
-from torl_sandbox.isolation import fresh_scratch
-from torl_sandbox.linux import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, fork_bare, libc
+from torl_sandbox.linux import PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, check, fork_bare, libc
 from torl_sandbox.run_child import Zygote, prepare_template, reseed_before_fork, scratch_and_pipes, zygote_main
+from torl_sandbox.seccomp import PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
 
 # the template: the only process that forks runs. It is forked from the server before the first
@@ -20,10 +21,11 @@ from torl_sandbox.run_child import Zygote, prepare_template, reseed_before_fork,
 # (and, for "next", the new child's pipe ends as SCM_RIGHTS):
 #   b"E" end the run: SIGKILL every run process, reap them; answer {"status", "cpu_ms", "faults"}
 #        of the last run child (status: its wait status, null if there was none)
-#   b"N" end the run as above, remove every IPC object it made, then fresh /tmp and /dev/shm (the
-#        run's are parked, see fresh_scratch); answer as above plus "cycle_ms" and "parked" (for the
-#        server to unmount), with the next run child's fds [ctrl_w, out_r, err_r, status_r], and
-#        fork that child, whose first line on status_r is its pid
+#   b"N" end the run as above, remove every IPC object it made; answer as above plus "cycle_ms",
+#        with the next run child's fds [ctrl_w, out_r, err_r, status_r], and fork that child, whose
+#        first line on status_r is its pid. The server gives the run a fresh /tmp and /dev/shm
+#        between its "E" and this "N" (see Template.next_zygote): the template cannot mount, since it
+#        lives under the runs' seccomp filter (see template_main)
 
 
 class Template:
@@ -58,7 +60,8 @@ class Template:
         return self._ask(b"E")[0]
 
     def next_zygote(self):
-        """Ends the run, then a fresh scratch and a new prepared child: (Zygote, what end_run says)."""
+        """Ends the run, then a new prepared child: (Zygote, what end_run says). The caller has
+        ended the last run ("E") and replaced its /tmp and /dev/shm (fresh_scratch) before."""
         ended, fds = self._ask(b"N")
         if len(fds) != 4:
             for fd in fds:
@@ -79,8 +82,15 @@ def template_main(sock, state):
     # the run's orphaned descendants come to us (not to the server), so we can reap them
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     state = prepare_template(state)
+    # no_new_privs and the runs' seccomp filter, set once here: every run child inherits both (a
+    # forked process keeps its parent's filters and can never drop them), so no child pays for
+    # compiling the filter. The template needs nothing the filter denies from here on: it forks with
+    # plain fork (no namespace flags), and the mounts between runs are the server's (next_scratch).
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs (the template's, which every run inherits)")
+    if state["seccomp"] is not None:
+        check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(state["seccomp"]), 0, 0),
+              "seccomp (the template's, which every run inherits)")
     child = None
-    parked = []
     last_fork = None  # with tracing: the last cycle's fork, as seen here (wall ns, CPU ns, faults)
     while True:
         command = sock.recv(16)
@@ -97,16 +107,10 @@ def template_main(sock, state):
         if state["run_ipc"] is not None:
             state["run_ipc"].clear()
         t1 = time.perf_counter_ns(), time.thread_time_ns()
-        # the run's /tmp and /dev/shm are parked; the server unmounts them while the next run works
-        # (an unmount waits for an RCU grace period), before it asks for the run after
-        fresh_scratch(state["tmpfs_mb"], parked)
-        ended["parked"] = parked[:]
-        parked.clear()
-        t2 = time.perf_counter_ns(), time.thread_time_ns()
         reseed_before_fork(state)
         t2r = time.perf_counter_ns(), time.thread_time_ns()
         if state["trace"] is not None:
-            for name, a, b in (("kill_reap", t0, t1), ("fresh_scratch", t1, t2), ("reseed", t2, t2r)):
+            for name, a, b in (("kill_reap", t0, t1), ("reseed", t1, t2r)):
                 ended[f"{name}_us"], ended[f"{name}_cpu_us"] = (b[0] - a[0]) / 1000, (b[1] - a[1]) / 1000
             if last_fork is not None:
                 ended["fork_us"], ended["fork_cpu_us"], ended["fork_faults"] = last_fork
