@@ -9,7 +9,7 @@
  */
 import { statSync } from "node:fs";
 import { collective, shardRange } from "@torl-ts/actors";
-import { float32Range, type StoredValues, type WeightDtype } from "../models/half-precision.js";
+import { float32Range, HalfArray, type StoredValues, type WeightDtype } from "../models/half-precision.js";
 import { CheckpointError, readAllShards, writeShard } from "./checkpoint-files.js";
 import { WorkerStateError } from "./errors.js";
 import { type FlatEntry, FlatLayout } from "./flat-params.js";
@@ -174,6 +174,24 @@ export class ShardedParameters {
       this.ctx.group!,
       new Float32Array(unit.end - unit.start),
     )) as Float32Array;
+  }
+
+  /**
+   * All-gathers unit `u`'s parameters rounded into `dtype` (half dtypes: their bit patterns). Each rank
+   * rounds only its own piece and the ring moves 2 bytes a value instead of 4; rounding is elementwise,
+   * so the result has the bits of gatherUnit's values rounded after the gather.
+   */
+  async gatherUnitStored(u: number, dtype: WeightDtype): Promise<StoredValues> {
+    if (dtype === "float32") return this.gatherUnit(u);
+    const unit = this.units[u]!;
+    const piece = this.pieces[u]!;
+    const mine = HalfArray.fromFloat32(
+      this.params.subarray(piece.local, piece.local + piece.end - piece.start),
+      dtype,
+    ).bits;
+    if (this.ctx.worldSize === 1) return new HalfArray(dtype, mine);
+    const full = await collective.allGather(mine, this.ctx.group!, new Uint16Array(unit.end - unit.start));
+    return new HalfArray(dtype, full as Uint16Array);
   }
 
   /** All-gathers every unit into the full parameters, by name. */
