@@ -79,6 +79,8 @@ export class ShardedParameters {
   /** The shard's parameters, the pieces end to end (the master copy). */
   readonly params: Float32Array;
   readonly optim: ShardedAdamW;
+  /** Where gatherUnitStored rounds this rank's piece (the largest piece's size, kept between gathers). */
+  private roundScratch: Uint16Array | undefined;
   /** Scheduler steps taken (one per update call). */
   schedulerStep = 0;
   /**
@@ -185,11 +187,16 @@ export class ShardedParameters {
     if (dtype === "float32") return this.gatherUnit(u);
     const unit = this.units[u]!;
     const piece = this.pieces[u]!;
-    const mine = HalfArray.fromFloat32(
-      this.params.subarray(piece.local, piece.local + piece.end - piece.start),
-      dtype,
-    ).bits;
-    if (this.ctx.worldSize === 1) return new HalfArray(dtype, mine);
+    const own = this.params.subarray(piece.local, piece.local + piece.end - piece.start);
+    if (this.ctx.worldSize === 1) return HalfArray.fromFloat32(own, dtype);
+    // rounded into memory kept for the next gather (the collective copies what it sends before it
+    // returns): fresh pages of a new array cost more than the rounding itself (see docs/gpus.md)
+    if (!this.roundScratch || this.roundScratch.length < own.length) {
+      const most = Math.max(...this.pieces.map((p) => p.end - p.start));
+      this.roundScratch = new Uint16Array(most);
+    }
+    const mine = this.roundScratch.subarray(0, own.length);
+    new HalfArray(dtype, mine).assign(own);
     const full = await collective.allGather(mine, this.ctx.group!, new Uint16Array(unit.end - unit.start));
     return new HalfArray(dtype, full as Uint16Array);
   }
