@@ -23,14 +23,20 @@ const batch = padBatch([
   [7, 1, 2, 3, 4, 5, 6, 7, 8],
 ]);
 
-async function read(s: { logProbs: tf.Tensor; entropy?: tf.Tensor }): Promise<[Float32Array, Float32Array]> {
-  const out = [(await s.logProbs.data()) as Float32Array, (await s.entropy!.data()) as Float32Array] as [
-    Float32Array,
-    Float32Array,
-  ];
-  s.logProbs.dispose();
-  s.entropy?.dispose();
-  return out;
+/** Log-probs and entropy of a pass run in a tidy scope, read and disposed. */
+async function read(
+  f: () => { logProbs: tf.Tensor; entropy?: tf.Tensor },
+): Promise<[Float32Array, Float32Array]> {
+  const [lp, ent] = tf.tidy(() => {
+    const r = f();
+    return [r.logProbs, r.entropy!];
+  });
+  try {
+    return [(await lp!.data()) as Float32Array, (await ent!.data()) as Float32Array];
+  } finally {
+    lp!.dispose();
+    ent!.dispose();
+  }
 }
 
 function maxAbsDiff(a: Float32Array, b: Float32Array): number {
@@ -51,14 +57,10 @@ for (const backend of ["wasm", "cpu"] as const) {
         });
         try {
           for (const temperature of [1, 0.7]) {
-            const whole = await read(
-              tf.tidy(() => tokenLogProbs(model, batch, { temperature, withEntropy: true })),
-            );
+            const whole = await read(() => tokenLogProbs(model, batch, { temperature, withEntropy: true }));
             for (const chunkRows of [1, 4, 7, 1000]) {
-              const chunked = await read(
-                tf.tidy(() =>
-                  chunkedTokenLogProbs(model, batch, { temperature, withEntropy: true, chunkRows }),
-                ),
+              const chunked = await read(() =>
+                chunkedTokenLogProbs(model, batch, { temperature, withEntropy: true, chunkRows }),
               );
               t.true(
                 maxAbsDiff(chunked[0], whole[0]) < 1e-5,
@@ -73,7 +75,7 @@ for (const backend of ["wasm", "cpu"] as const) {
           }
           // the peak of tensor bytes in a pass: the whole logits [B * L, V] against one chunk's
           const peak = async (f: () => { logProbs: tf.Tensor; entropy?: tf.Tensor }) =>
-            (await tf.profile(async () => read(tf.tidy(f)))).peakBytes;
+            (await tf.profile(async () => read(f))).peakBytes;
           const wholePeak = await peak(() => tokenLogProbs(model, batch, { withEntropy: true }));
           const chunkPeak = await peak(() =>
             chunkedTokenLogProbs(model, batch, { withEntropy: true, chunkRows: 2 }),
@@ -89,7 +91,7 @@ for (const backend of ["wasm", "cpu"] as const) {
             chunkRows: 2,
             microBatchSize: 3,
           });
-          const whole = await read(tf.tidy(() => tokenLogProbs(model, batch, { withEntropy: true })));
+          const whole = await read(() => tokenLogProbs(model, batch, { withEntropy: true }));
           t.true(maxAbsDiff(viaCompute.logProbs, whole[0]) < 1e-5);
           await t.throwsAsync(computeLogProbs(model, batch, { chunkRows: 0 }), { message: /chunkRows/ });
         } finally {
