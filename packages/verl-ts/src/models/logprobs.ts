@@ -89,12 +89,7 @@ export function chunkedTokenLogProbs(
     const hidden = model.forward(batch, { hidden: true });
     const h = hidden.shape[2]!;
     const flat = tf.reshape(hidden, [B * L, h]) as tf.Tensor2D;
-    // each position scores its successor; the last position of a row scores nothing (-1)
-    const targets = new Int32Array(B * L);
-    for (let b = 0; b < B; b++) {
-      targets.set(batch.ids.subarray(b * L + 1, (b + 1) * L), b * L);
-      targets[b * L + L - 1] = -1;
-    }
+    const targets = successorTargets(batch.ids, B, L);
     const parts: tf.Tensor2D[] = [];
     for (let s = 0; s < B * L; s += rows) {
       const e = Math.min(B * L, s + rows);
@@ -127,6 +122,16 @@ function opByOpStats(logits: tf.Tensor2D, targets: Int32Array): tf.Tensor2D {
   return tf.stack([picked, ent], 1) as tf.Tensor2D;
 }
 
+/** Per position of [B, L] ids, the token it scores: its successor; -1 at a row's last position (none). */
+function successorTargets(ids: Int32Array, B: number, L: number): Int32Array {
+  const targets = new Int32Array(B * L);
+  for (let b = 0; b < B; b++) {
+    targets.set(ids.subarray(b * L + 1, (b + 1) * L), b * L);
+    targets[b * L + L - 1] = -1;
+  }
+  return targets;
+}
+
 /** Column t of the result is column t - 1 of `x` ([B, L]); column 0 is 0. */
 function shiftRight(x: tf.Tensor2D): tf.Tensor2D {
   const [B, L] = x.shape;
@@ -142,11 +147,7 @@ function shiftRight(x: tf.Tensor2D): tf.Tensor2D {
  */
 function nativePick(logits: tf.Tensor3D, ids: Int32Array, withEntropy: boolean): TokenScores {
   const [B, L, V] = logits.shape;
-  const targets = new Int32Array(B * L);
-  for (let b = 0; b < B; b++) {
-    targets.set(ids.subarray(b * L + 1, (b + 1) * L), b * L);
-    targets[b * L + L - 1] = -1;
-  }
+  const targets = successorTargets(ids, B, L);
   const stats = nativeLogSoftmaxPick(tf.reshape(logits, [B * L, V]) as tf.Tensor2D, targets); // [B * L, 3]
   const column = (c: number) =>
     shiftRight(tf.reshape(tf.slice(stats, [0, c], [B * L, 1]), [B, L]) as tf.Tensor2D);
