@@ -71,6 +71,8 @@ for (const backend of ["wasm", "cpu"] as const) {
                 `entropy, ${chunkRows} rows a chunk, T ${temperature}`,
               );
               t.is(chunked[0][0], 0, "column 0 scores nothing");
+              // one chunk (a small vocabulary: the tiny recipe's) is the whole-batch product: the same bits
+              if (chunkRows >= batch.batch * batch.length) t.deepEqual(chunked, whole);
             }
           }
           // the peak of tensor bytes in a pass: the whole logits [B * L, V] against one chunk's
