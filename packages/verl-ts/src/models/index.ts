@@ -37,9 +37,11 @@ export { type HostTensor, KVCache } from "./kv-cache.js";
 export { linear } from "./linear.js";
 export {
   applyGradients,
+  chunkedTokenLogProbs,
   computeLogProbs,
   forwardBackward,
   gradientsToArrays,
+  headChunkRows,
   type LogProbOptions,
   type MicroBatch,
   maskedMean,

@@ -3,6 +3,7 @@
  * of a result scores token t given tokens before it (column 0 is 0), so masks line up with token ids.
  */
 import * as tf from "@tensorflow/tfjs";
+import { linear, linearTransposed } from "./linear.js";
 import { nativeLogSoftmaxPick } from "./native-log-prob.js";
 import { nativeMatmulActive } from "./native-state.js";
 import type { Qwen2Model } from "./qwen2.js";
@@ -12,6 +13,14 @@ export interface LogProbOptions {
   /** Divide logits by this before the softmax (the rollout's sampling temperature). Default 1. */
   temperature?: number;
   withEntropy?: boolean;
+}
+
+/** Float32 logits one chunk of a pass without gradients may hold at once (computeLogProbs): 32 MiB. */
+export const HEAD_CHUNK_BYTES = 32 * 2 ** 20;
+
+/** Token positions per LM-head chunk for a vocabulary: as many as HEAD_CHUNK_BYTES of logits hold, at least 1. */
+export function headChunkRows(vocab: number): number {
+  return Math.max(1, Math.floor(HEAD_CHUNK_BYTES / (4 * vocab)));
 }
 
 export interface TokenScores {
@@ -51,6 +60,78 @@ export function tokenLogProbs(
     : opByOpPick(logits, batch.ids, withEntropy);
 }
 
+/**
+ * tokenLogProbs for a pass without gradients, the LM head in chunks of `chunkRows` token positions: per
+ * chunk the logits [chunkRows, V], their log-softmax statistics and the targets' entries, then the
+ * chunk's logits are freed, so the [B * L, V] float32 logits never exist at once (29 MB per 48 tokens at
+ * a 151,936-entry vocabulary). The same numbers as the whole-batch pass within float rounding (each
+ * chunk's product is the same rows of the same matrices). Not under a gradient tape: the tape would keep
+ * every chunk's logits for the backward anyway.
+ */
+export function chunkedTokenLogProbs(
+  model: Qwen2Model,
+  batch: TokenBatch,
+  options: LogProbOptions & { chunkRows?: number } = {},
+): TokenScores {
+  const { batch: B, length: L } = batch;
+  const withEntropy = options.withEntropy ?? false;
+  if (L < 2) {
+    const z = () => tf.zeros([B, L]) as tf.Tensor2D;
+    return { logProbs: z(), ...(withEntropy ? { entropy: z() } : {}) };
+  }
+  const V = model.config.vocabSize;
+  const rows = options.chunkRows ?? headChunkRows(V);
+  if (!Number.isInteger(rows) || rows < 1)
+    throw new RangeError(`chunkRows must be a positive integer, got ${rows}`);
+  const native = nativeMatmulActive(tf.getBackend());
+  const head = model.lmHead();
+  try {
+    const hidden = model.forward(batch, { hidden: true });
+    const h = hidden.shape[2]!;
+    const flat = tf.reshape(hidden, [B * L, h]) as tf.Tensor2D;
+    const targets = successorTargets(batch.ids, B, L);
+    const parts: tf.Tensor2D[] = [];
+    for (let s = 0; s < B * L; s += rows) {
+      const e = Math.min(B * L, s + rows);
+      parts.push(
+        tf.tidy(() => {
+          const x = tf.slice(flat, [s, 0], [e - s, h]) as tf.Tensor2D;
+          let logits = head.transposed ? linearTransposed(x, head.weight) : linear(x, head.weight);
+          if (options.temperature && options.temperature !== 1) logits = tf.div(logits, options.temperature);
+          const t = targets.subarray(s, e);
+          return native
+            ? nativeLogSoftmaxPick(logits as tf.Tensor2D, t)
+            : opByOpStats(logits as tf.Tensor2D, t);
+        }),
+      );
+    }
+    const stats = parts.length === 1 ? parts[0]! : (tf.concat(parts, 0) as tf.Tensor2D);
+    const column = (c: number) =>
+      shiftRight(tf.reshape(tf.slice(stats, [0, c], [B * L, 1]), [B, L]) as tf.Tensor2D);
+    return withEntropy ? { logProbs: column(0), entropy: column(1) } : { logProbs: column(0) };
+  } finally {
+    head.weight.dispose();
+  }
+}
+
+/** [rows, 2]: log p(target) and the entropy of each row of `logits`, op by op (a target of -1 picks 0). */
+function opByOpStats(logits: tf.Tensor2D, targets: Int32Array): tf.Tensor2D {
+  const logp = tf.logSoftmax(logits);
+  const picked = tf.sum(tf.mul(logp, tf.oneHot(tf.tensor1d(targets, "int32"), logits.shape[1])), -1);
+  const ent = tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), -1));
+  return tf.stack([picked, ent], 1) as tf.Tensor2D;
+}
+
+/** Per position of [B, L] ids, the token it scores: its successor; -1 at a row's last position (none). */
+function successorTargets(ids: Int32Array, B: number, L: number): Int32Array {
+  const targets = new Int32Array(B * L);
+  for (let b = 0; b < B; b++) {
+    targets.set(ids.subarray(b * L + 1, (b + 1) * L), b * L);
+    targets[b * L + L - 1] = -1;
+  }
+  return targets;
+}
+
 /** Column t of the result is column t - 1 of `x` ([B, L]); column 0 is 0. */
 function shiftRight(x: tf.Tensor2D): tf.Tensor2D {
   const [B, L] = x.shape;
@@ -66,11 +147,7 @@ function shiftRight(x: tf.Tensor2D): tf.Tensor2D {
  */
 function nativePick(logits: tf.Tensor3D, ids: Int32Array, withEntropy: boolean): TokenScores {
   const [B, L, V] = logits.shape;
-  const targets = new Int32Array(B * L);
-  for (let b = 0; b < B; b++) {
-    targets.set(ids.subarray(b * L + 1, (b + 1) * L), b * L);
-    targets[b * L + L - 1] = -1;
-  }
+  const targets = successorTargets(ids, B, L);
   const stats = nativeLogSoftmaxPick(tf.reshape(logits, [B * L, V]) as tf.Tensor2D, targets); // [B * L, 3]
   const column = (c: number) =>
     shiftRight(tf.reshape(tf.slice(stats, [0, c], [B * L, 1]), [B, L]) as tf.Tensor2D);
@@ -106,13 +183,18 @@ function opByOpPick(logits: tf.Tensor3D, ids: Int32Array, withEntropy: boolean):
 }
 
 /**
- * Log-probs (and entropy) without gradients, micro-batched, as host arrays [B * L]. With `scoreMask`
- * ([B * L], e.g. the response mask), positions outside it are 0.
+ * Log-probs (and entropy) without gradients, micro-batched, as host arrays [B * L], the LM head in
+ * chunks of `chunkRows` positions (chunkedTokenLogProbs; default headChunkRows of the vocabulary). With
+ * `scoreMask` ([B * L], e.g. the response mask), positions outside it are 0.
  */
 export async function computeLogProbs(
   model: Qwen2Model,
   batch: TokenBatch,
-  options: LogProbOptions & { microBatchSize?: number; scoreMask?: ArrayLike<number> } = {},
+  options: LogProbOptions & {
+    microBatchSize?: number;
+    scoreMask?: ArrayLike<number>;
+    chunkRows?: number;
+  } = {},
 ): Promise<{ logProbs: Float32Array; entropy?: Float32Array }> {
   const mb = options.microBatchSize ?? 8;
   const L = batch.length;
@@ -121,7 +203,7 @@ export async function computeLogProbs(
   for (let s = 0; s < batch.batch; s += mb) {
     const e = Math.min(batch.batch, s + mb);
     const [lp, ent] = tf.tidy(() => {
-      const r = tokenLogProbs(model, sliceBatch(batch, s, e), options);
+      const r = chunkedTokenLogProbs(model, sliceBatch(batch, s, e), options);
       return [r.logProbs, r.entropy];
     });
     try {

@@ -200,6 +200,11 @@ export class Qwen2Model {
     return this.lora?.specs ?? this.specs;
   }
 
+  /** The dtype weight or adapter `name` is stored in (LoRA adapters: float32 whatever the base's). */
+  storageDtypeOf(name: string): WeightDtype {
+    return this.storeOf(name).dtype;
+  }
+
   /** Where weight or adapter `name` is held. */
   private storeOf(name: string): WeightStore {
     return this.lora?.has(name) ? this.lora.store : this.weights;

@@ -17,10 +17,11 @@
  * fewer runs empty rounds that take part in the same collectives with zero gradients.
  */
 import * as tf from "@tensorflow/tfjs";
-import { roundedTo } from "../models/half-precision.js";
+import { HalfArray } from "../models/half-precision.js";
 import { type LayerTensors, layerwiseStep } from "../models/layerwise.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
+import { widenedTensor } from "../models/wasm-host-kernels.js";
 import { WorkerStateError } from "./errors.js";
 import type { ShardedParameters } from "./sharded-parameters.js";
 
@@ -177,13 +178,19 @@ export class LayerSharding {
         const u = this.layerUnit[i]!;
         // the update computes with the weights the rollout and old log-probs used: rounded to model.dtype
         // (LoRA adapters are held in float32 whatever the base's dtype)
-        const gathered = await sharded.gatherUnit(u);
-        const values = this.model.lora ? gathered : roundedTo(gathered, this.model.dtype);
+        // (half: gathered as half bits, widened straight into the tensors; the same values)
+        const values = await sharded.gatherUnitStored(u, this.model.lora ? "float32" : this.model.dtype);
         const unit = sharded.units[u]!;
         return new Map(
           unit.entries.map((e) => {
             const at = e.offset - unit.start;
-            return [e.name, tf.tensor(values.subarray(at, at + e.size), this.shapes.get(e.name), "float32")];
+            const shape = this.shapes.get(e.name)!;
+            return [
+              e.name,
+              values instanceof HalfArray
+                ? widenedTensor(new HalfArray(values.dtype, values.bits.subarray(at, at + e.size)), shape)
+                : tf.tensor(values.subarray(at, at + e.size), shape, "float32"),
+            ];
           }),
         ) as LayerTensors;
       },

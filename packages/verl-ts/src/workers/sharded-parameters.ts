@@ -9,7 +9,7 @@
  */
 import { statSync } from "node:fs";
 import { collective, shardRange } from "@torl-ts/actors";
-import { float32Range, type StoredValues, type WeightDtype } from "../models/half-precision.js";
+import { float32Range, HalfArray, type StoredValues, type WeightDtype } from "../models/half-precision.js";
 import { CheckpointError, readAllShards, writeShard } from "./checkpoint-files.js";
 import { WorkerStateError } from "./errors.js";
 import { type FlatEntry, FlatLayout } from "./flat-params.js";
@@ -79,6 +79,8 @@ export class ShardedParameters {
   /** The shard's parameters, the pieces end to end (the master copy). */
   readonly params: Float32Array;
   readonly optim: ShardedAdamW;
+  /** Where gatherUnitStored rounds this rank's piece (the largest piece's size, kept between gathers). */
+  private roundScratch: Uint16Array | undefined;
   /** Scheduler steps taken (one per update call). */
   schedulerStep = 0;
   /**
@@ -174,6 +176,29 @@ export class ShardedParameters {
       this.ctx.group!,
       new Float32Array(unit.end - unit.start),
     )) as Float32Array;
+  }
+
+  /**
+   * All-gathers unit `u`'s parameters rounded into `dtype` (half dtypes: their bit patterns). Each rank
+   * rounds only its own piece and the ring moves 2 bytes a value instead of 4; rounding is elementwise,
+   * so the result has the bits of gatherUnit's values rounded after the gather.
+   */
+  async gatherUnitStored(u: number, dtype: WeightDtype): Promise<StoredValues> {
+    if (dtype === "float32") return this.gatherUnit(u);
+    const unit = this.units[u]!;
+    const piece = this.pieces[u]!;
+    const own = this.params.subarray(piece.local, piece.local + piece.end - piece.start);
+    if (this.ctx.worldSize === 1) return HalfArray.fromFloat32(own, dtype);
+    // rounded into memory kept for the next gather (the collective copies what it sends before it
+    // returns): fresh pages of a new array cost more than the rounding itself (see docs/gpus.md)
+    if (!this.roundScratch || this.roundScratch.length < own.length) {
+      const most = Math.max(...this.pieces.map((p) => p.end - p.start));
+      this.roundScratch = new Uint16Array(most);
+    }
+    const mine = this.roundScratch.subarray(0, own.length);
+    new HalfArray(dtype, mine).assign(own);
+    const full = await collective.allGather(mine, this.ctx.group!, new Uint16Array(unit.end - unit.start));
+    return new HalfArray(dtype, full as Uint16Array);
   }
 
   /** All-gathers every unit into the full parameters, by name. */

@@ -5,7 +5,7 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import type { LossAggMode } from "../algorithms/loss-aggregation.js";
-import { bytesPerValue, type WeightDtype } from "../models/half-precision.js";
+import { bytesPerValue, HalfArray, type StoredValues, type WeightDtype } from "../models/half-precision.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
 import type { DataProto } from "../protocol/data-proto.js";
@@ -246,28 +246,31 @@ export abstract class ShardedWorker extends Worker {
   }
 
   /**
-   * All-gathers the units `which` selects from the shards into `model` (rounded into its storage dtype;
-   * evicted weights are held again), one unit at a time: beside the model, a rank holds one unit's
-   * float32 values at most. `assign` puts a unit's values where they belong (default: the model).
+   * All-gathers the units `which` selects from the shards into `model` (in its storage dtype; evicted
+   * weights are held again), one unit at a time: beside the model, a rank holds one unit's gathered
+   * values at most. A unit the model stores in a half dtype is gathered in it (each rank rounds its own
+   * piece, the ring moves half the bytes, nothing is rounded after: the same bits as rounding the
+   * gathered float32 values). `assign` puts a unit's float32 values elsewhere instead of into the model.
    * Every rank calls it at the same point with the same selection.
    */
   protected async gatherWeightsInto(
     model: Qwen2Model,
     which: (unit: FlatUnit) => boolean = () => true,
-    assign: (values: Map<string, Float32Array>) => void = (values) => model.setParameters(values),
+    assign?: (values: Map<string, Float32Array>) => void,
   ): Promise<void> {
     const sharded = this.needSharded();
     for (const [u, unit] of sharded.units.entries()) {
       if (!which(unit)) continue;
-      const values = await sharded.gatherUnit(u);
-      assign(
-        new Map(
-          unit.entries.map((e) => {
-            const at = e.offset - unit.start;
-            return [e.name, values.subarray(at, at + e.size)];
-          }),
-        ),
+      const values = await sharded.gatherUnitStored(u, assign ? "float32" : unitStorageDtype(model, unit));
+      const parts = new Map(
+        unit.entries.map((e) => {
+          const at = e.offset - unit.start;
+          return [e.name, storedRange(values, at, at + e.size)] as const;
+        }),
       );
+      if (assign) assign(parts as Map<string, Float32Array>);
+      else if (values instanceof HalfArray) model.setStoredParameters(parts);
+      else model.setParameters(parts as Map<string, Float32Array>);
     }
   }
 
@@ -287,4 +290,17 @@ export abstract class ShardedWorker extends Worker {
     this.applyParameters(sharded.load(dir));
     return { rank: this.rank, schedulerStep: sharded.schedulerStep };
   }
+}
+
+/** The dtype every parameter of `unit` is stored in by `model`; float32 where they differ. */
+function unitStorageDtype(model: Qwen2Model, unit: FlatUnit): WeightDtype {
+  const dtypes = new Set(unit.entries.map((e) => model.storageDtypeOf(e.name)));
+  return dtypes.size === 1 ? [...dtypes][0]! : "float32";
+}
+
+/** Values [from, to) of stored values, in their dtype (a view, not a copy). */
+function storedRange(values: StoredValues, from: number, to: number): StoredValues {
+  return values instanceof HalfArray
+    ? new HalfArray(values.dtype, values.bits.subarray(from, to))
+    : values.subarray(from, to);
 }

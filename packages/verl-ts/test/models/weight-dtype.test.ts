@@ -21,6 +21,7 @@ import {
   WeightNotHeldError,
   writeSafetensors,
 } from "../../src/index.js";
+import { floatToBf16 } from "../../src/models/half-precision.js";
 import { tempDirs } from "./helpers.js";
 import { tinyTestConfig } from "./tiny-config.js";
 
@@ -63,6 +64,30 @@ test("bf16 and fp16 round to nearest even, and widen back exactly", (t) => {
   t.is(h.toFloat32()[4], 65504, "largest float16");
   t.is(h.toFloat32()[3], -2.5);
   t.is(h.byteLength, 2 * values.length);
+});
+
+test("rounding a Float32Array to bf16 gives the per-value function's bits (ties, NaN, infinities, subnormals)", (t) => {
+  const special = [
+    0x3f808000, 0x3f818000, 0x7f800000, 0xff800000, 0x7f800001, 0xffc00000, 0x7f7fffff, 0x00000001,
+  ];
+  const words = new Uint32Array(200_000);
+  words.set(special);
+  let s = 12345;
+  for (let i = special.length; i < words.length; i++) {
+    s = (Math.imul(s, 1103515245) + 12345) >>> 0;
+    words[i] = (s ^ (s << 13)) >>> 0;
+  }
+  const values = new Float32Array(words.buffer);
+  const perValue = Uint16Array.from(values, floatToBf16);
+  t.deepEqual(HalfArray.fromFloat32(values, "bfloat16").bits, perValue);
+  // from a plain array (the per-value loop) and into existing storage (assign): the same bits
+  t.deepEqual(
+    HalfArray.fromFloat32(Array.from(values.subarray(0, 1000)), "bfloat16").bits,
+    perValue.subarray(0, 1000),
+  );
+  const held = new HalfArray("bfloat16", new Uint16Array(values.length));
+  held.assign(values);
+  t.deepEqual(held.bits, perValue);
 });
 
 test.serial(

@@ -1,0 +1,110 @@
+/**
+ * The LM head in chunks for passes without gradients (computeLogProbs): the same log-probs and entropy
+ * as the whole-batch logits within float rounding, and a lower peak of tensor bytes, on the wasm backend
+ * (with the OpenBLAS addon: its pick kernel and the tied head read in place) and on the cpu backend (the
+ * op-by-op statistics, the head's transposed copy).
+ */
+import * as tf from "@tensorflow/tfjs";
+import test from "ava";
+import {
+  chunkedTokenLogProbs,
+  computeLogProbs,
+  headChunkRows,
+  padBatch,
+  Qwen2Model,
+  selectBackend,
+  tokenLogProbs,
+} from "../../src/models/index.js";
+import { tinyTestConfig } from "./tiny-config.js";
+
+const batch = padBatch([
+  [1, 5, 9, 3, 7, 2, 11, 40, 3],
+  [4, 4, 8, 60, 2],
+  [7, 1, 2, 3, 4, 5, 6, 7, 8],
+]);
+
+/** Log-probs and entropy of a pass run in a tidy scope, read and disposed. */
+async function read(
+  f: () => { logProbs: tf.Tensor; entropy?: tf.Tensor },
+): Promise<[Float32Array, Float32Array]> {
+  const [lp, ent] = tf.tidy(() => {
+    const r = f();
+    return [r.logProbs, r.entropy!];
+  });
+  try {
+    return [(await lp!.data()) as Float32Array, (await ent!.data()) as Float32Array];
+  } finally {
+    lp!.dispose();
+    ent!.dispose();
+  }
+}
+
+function maxAbsDiff(a: Float32Array, b: Float32Array): number {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]! - b[i]!));
+  return m;
+}
+
+for (const backend of ["wasm", "cpu"] as const) {
+  for (const tied of [true, false]) {
+    test.serial(
+      `${backend}, ${tied ? "tied" : "untied"} head: chunked log-probs equal the whole-batch pass, with a lower peak`,
+      async (t) => {
+        await selectBackend({ backend, log: null });
+        const model = Qwen2Model.random(tinyTestConfig(300, { tieWordEmbeddings: tied }), {
+          seed: 3,
+          std: 0.3,
+        });
+        try {
+          for (const temperature of [1, 0.7]) {
+            const whole = await read(() => tokenLogProbs(model, batch, { temperature, withEntropy: true }));
+            for (const chunkRows of [1, 4, 7, 1000]) {
+              const chunked = await read(() =>
+                chunkedTokenLogProbs(model, batch, { temperature, withEntropy: true, chunkRows }),
+              );
+              t.true(
+                maxAbsDiff(chunked[0], whole[0]) < 1e-5,
+                `log-probs, ${chunkRows} rows a chunk, T ${temperature}`,
+              );
+              t.true(
+                maxAbsDiff(chunked[1], whole[1]) < 1e-5,
+                `entropy, ${chunkRows} rows a chunk, T ${temperature}`,
+              );
+              t.is(chunked[0][0], 0, "column 0 scores nothing");
+              // one chunk (a small vocabulary: the tiny recipe's) is the whole-batch product: the same bits
+              if (chunkRows >= batch.batch * batch.length) t.deepEqual(chunked, whole);
+            }
+          }
+          // the peak of tensor bytes in a pass: the whole logits [B * L, V] against one chunk's
+          const peak = async (f: () => { logProbs: tf.Tensor; entropy?: tf.Tensor }) =>
+            (await tf.profile(async () => read(f))).peakBytes;
+          const wholePeak = await peak(() => tokenLogProbs(model, batch, { withEntropy: true }));
+          const chunkPeak = await peak(() =>
+            chunkedTokenLogProbs(model, batch, { withEntropy: true, chunkRows: 2 }),
+          );
+          const logitsBytes = 4 * batch.batch * batch.length * 300;
+          t.true(
+            chunkPeak < wholePeak - logitsBytes / 2,
+            `peak ${chunkPeak} bytes chunked, ${wholePeak} whole (the logits alone: ${logitsBytes})`,
+          );
+          // computeLogProbs takes the chunked path, and refuses a chunk size that is not one
+          const viaCompute = await computeLogProbs(model, batch, {
+            withEntropy: true,
+            chunkRows: 2,
+            microBatchSize: 3,
+          });
+          const whole = await read(() => tokenLogProbs(model, batch, { withEntropy: true }));
+          t.true(maxAbsDiff(viaCompute.logProbs, whole[0]) < 1e-5);
+          await t.throwsAsync(computeLogProbs(model, batch, { chunkRows: 0 }), { message: /chunkRows/ });
+        } finally {
+          model.dispose();
+        }
+      },
+    );
+  }
+}
+
+test("the default chunk holds 32 MiB of float32 logits: 55 positions at Qwen2.5's vocabulary", (t) => {
+  t.is(headChunkRows(151936), 55);
+  t.is(headChunkRows(1e9), 1);
+});
