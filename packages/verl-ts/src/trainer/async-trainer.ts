@@ -17,6 +17,14 @@
  * weights after update t-1 while the actor trains on batch t: every batch after the first is one step
  * stale (async/staleness), and with a learning rate of 0 the run equals the sync run.
  *
+ * fully_async streams instead (produceGroups): the unit of admission is a training step's worth of
+ * prompts (async_training.require_batches x actor.ppo_mini_batch_size groups, cut from the loader's batch in
+ * order, each unit with its own sampling seed); the rollout workers stream each unit's responses as they
+ * finish (generateSequencesStream), a group enters the queue when its n responses are in, and a step takes
+ * the groups that finished first and scores them. With async_training.partial_rollout a weight update is not
+ * held back by the unit in generation: the rollout workers take the weights at the next token boundary and
+ * the responses continue under them (weight-swap.ts); each response carries param_version_start / _end.
+ *
  * Metrics per step: async/staleness (updates between the weights that made the batch and the actor's),
  * async/rollout_version, async/queue_size and async/queue_max (the most ever queued), async/gen_s (the
  * batch's generation, overlapped with training), timing_s/wait_samples (what the trainer waited for it),
@@ -299,7 +307,7 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
       });
       for (const grp of new Set(global.map((g) => Math.floor(g / n)))) {
         const mine = rows.slice(grp * n, (grp + 1) * n);
-        if (done[grp] || mine.some((r) => !r)) continue;
+        if (done[grp] || mine.filter(Boolean).length < n) continue;
         done[grp] = true;
         queued++;
         const gen = DataProto.concat(mine as DataProto[]);
@@ -526,7 +534,7 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     this.queue?.close();
     this.groupQueue?.close();
     // the generations in flight stop at their next token boundary (and with their workers, at the latest)
-    await Promise.all([...this.streams].map((ref) => cancel(ref).catch(() => undefined)));
+    for (const ref of this.streams) cancel(ref);
     await this.stopRollout();
     await this.producer?.catch(() => undefined);
     await super.close();
