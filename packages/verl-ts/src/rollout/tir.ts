@@ -93,6 +93,11 @@ export interface TirRolloutOptions {
 export interface PolicyVersionSource {
   version(): number;
   boundary(): Promise<boolean>;
+  /**
+   * Calls `wake` when new weights wait to be applied, so that a rollout whose sequences all wait for
+   * tools takes them at once (that wait is a token boundary too); returns the unsubscribe.
+   */
+  onUpdate?(wake: () => void): () => void;
 }
 
 export type TirEvent =
@@ -373,6 +378,7 @@ class TirEngine {
     const signal = this.o.signal;
     const onAbort = () => this.wake?.();
     signal?.addEventListener("abort", onAbort);
+    const unsubscribe = this.o.policy?.onUpdate?.(onAbort);
     try {
       if (this.maxLen === 0) for (const r of this.rows) this.finish(r, "length", null);
       else
@@ -416,6 +422,7 @@ class TirEngine {
         }
     } finally {
       signal?.removeEventListener("abort", onAbort);
+      unsubscribe?.();
       lmHead.weight.dispose();
       this.cache?.dispose();
       if (this.tool)

@@ -6,7 +6,7 @@
  * - with async_training.partial_rollout, at the running generation's next token boundary: the TIR engine
  *   awaits `source().boundary()` between decode steps, the weights are replaced there and the engine
  *   recomputes its sequences' contexts under them, so a response continues under the new policy and its
- *   tokens span two versions;
+ *   tokens span two versions (a rollout whose sequences all wait for tools is woken to take them at once);
  * - without it, when the running generation ends (in-flight responses finish under the old weights).
  *
  * `swap` resolves once the weights are in. Versions count the actor updates in the weights.
@@ -33,7 +33,8 @@ export class WeightSwapGate {
   private tail: Promise<void> = Promise.resolve();
   private running = false;
   private pending?: PendingSwap;
-  private onPending?: () => void;
+  /** Called when an update starts waiting: the held test generation, and a rollout waiting for tools. */
+  private readonly onPending = new Set<() => void>();
   private generations = 0;
   private readonly hold?: { generation: number; boundary: number };
 
@@ -78,7 +79,7 @@ export class WeightSwapGate {
     if (this.pending) throw new Error("a weight update arrived while another one waits to be applied");
     return new Promise<void>((done) => {
       this.pending = { apply, version, done };
-      this.onPending?.();
+      for (const wake of [...this.onPending]) wake();
     });
   }
 
@@ -100,13 +101,21 @@ export class WeightSwapGate {
         boundaries++;
         const h = this.hold;
         const held = h?.generation === generation && h.boundary === boundaries;
-        if (this.partial && held && !this.pending && !signal?.aborted)
+        if (this.partial && held && !this.pending && !signal?.aborted) {
+          let wake!: () => void;
           await new Promise<void>((resolve) => {
-            this.onPending = resolve;
+            wake = resolve;
+            this.onPending.add(wake);
             signal?.addEventListener("abort", () => resolve(), { once: true });
           });
-        this.onPending = undefined;
+          this.onPending.delete(wake);
+        }
         return this.partial && this.applyPending();
+      },
+      onUpdate: (wake) => {
+        if (!this.partial) return () => {};
+        this.onPending.add(wake);
+        return () => this.onPending.delete(wake);
       },
     };
   }

@@ -160,6 +160,51 @@ test.serial(
   },
 );
 
+test.serial("a weight update reaches a rollout whose sequences all wait for a tool", async (t) => {
+  model.setParameters(original);
+  const e = tok.encode("e")[0]!;
+  let release!: () => void;
+  let calledTool!: () => void;
+  const toolCalled = new Promise<void>((r) => {
+    calledTool = r;
+  });
+  const tool = new LengthTool("e");
+  tool.executeBatch = async (items) => {
+    calledTool();
+    await new Promise<void>((r) => {
+      release = r;
+    });
+    return items.map(() => ({ observation: "0", text: "[[0]]", success: true }));
+  };
+  const gate = new WeightSwapGate(true, "");
+  const rollout = gate.exclusive((policy) =>
+    tirRollout(model, tok, [prompts[0]!], {
+      tool,
+      maxResponseLength: 12,
+      temperature: 0,
+      ignoreEos: true,
+      policy,
+      // the second token is the tool's trigger: the only sequence stops for a call at once
+      logitsProcessor: (_i, response, logits) => {
+        if (response.length === 1) logits[e] = 1e9;
+      },
+    }),
+  );
+  await toolCalled;
+  // let the engine finish its step and park in its wait for the tool
+  for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+  let applied = false;
+  await gate.swap(() => {
+    applied = true;
+  }, 1);
+  t.true(applied, "the update went in while the call was still running");
+  release();
+  const { samples } = await rollout;
+  t.is(samples[0]!.numToolCalls, 1);
+  // the tokens before the call were sampled by version 0, those after it by version 1
+  t.deepEqual(samples[0]!.policyVersions, [0, 1]);
+});
+
 test("WeightSwapGate: at once when idle; at a token boundary with partial rollouts; after the generation without", async (t) => {
   const log: string[] = [];
   const partial = new WeightSwapGate(true, "");
