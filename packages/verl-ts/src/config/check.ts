@@ -241,7 +241,12 @@ export function checkTrainingMode(cfg: TrainerConfig): ConfigIssue[] {
   const at = cfg.async_training;
   const defaults = trainerConfigSchema();
   if (mode !== "fully_async")
-    for (const k of ["staleness_threshold", "trigger_parameter_sync_step"] as const)
+    for (const k of [
+      "staleness_threshold",
+      "trigger_parameter_sync_step",
+      "require_batches",
+      "partial_rollout",
+    ] as const)
       if (at[k] !== defaults.get(`async_training.${k}`)!.default)
         add(`async_training.${k}`, `acts only with trainer.mode=fully_async (trainer.mode is ${mode})`);
   if (!(at.staleness_threshold >= 0))
@@ -250,6 +255,22 @@ export function checkTrainingMode(cfg: TrainerConfig): ConfigIssue[] {
     add(
       "async_training.trigger_parameter_sync_step",
       `must be an integer >= 1, got ${at.trigger_parameter_sync_step}`,
+    );
+  const rb = at.require_batches;
+  if (!(Number.isInteger(rb) && rb >= 1))
+    add("async_training.require_batches", `must be an integer >= 1, got ${rb}`);
+  else if (mode === "fully_async") {
+    const step = rb * cfg.actor_rollout_ref.actor.ppo_mini_batch_size;
+    if (cfg.data.train_batch_size % step !== 0)
+      add(
+        "async_training.require_batches",
+        `x actor.ppo_mini_batch_size = ${step} prompts per training step must divide data.train_batch_size ${cfg.data.train_batch_size} (the prompts drawn at a time)`,
+      );
+  }
+  if (at.partial_rollout && mode === "fully_async" && cfg.actor_rollout_ref.rollout.multi_turn.enable)
+    add(
+      "async_training.partial_rollout",
+      "is not supported with actor_rollout_ref.rollout.multi_turn.enable (the agent loop cannot continue a response under new weights; the TIR rollout can)",
     );
   for (const k of ["nnodes", "n_gpus_per_node"] as const)
     if (!(Number.isInteger(cfg.rollout[k]) && cfg.rollout[k] >= 1))

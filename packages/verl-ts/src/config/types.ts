@@ -216,6 +216,7 @@ export interface TrainerConfig extends Open {
   async_training: {
     staleness_threshold: number;
     trigger_parameter_sync_step: number;
+    require_batches: number;
     partial_rollout: boolean;
   } & Open;
 }

@@ -61,6 +61,7 @@ export { RaggedKVCache } from "./ragged-cache.js";
 export { checkToolSpec, describeRolloutTool, rolloutToolSpec } from "./rollout-tool.js";
 export {
   generateSequences,
+  type PolicyVersionSource,
   type PromptBatchRollout,
   RolloutInputError,
   rolloutPromptBatch,

@@ -70,6 +70,34 @@ export interface TirRolloutOptions {
   logitsProcessor?: (index: number, responseIds: readonly number[], logits: Float32Array) => void;
   /** Called as sequences call tools and finish (progress, traces). */
   onEvent?: (event: TirEvent) => void;
+  /** Called with each sequence as soon as it finishes (streaming), before the rollout resolves. */
+  onSample?: (sample: TirSample) => void;
+  /**
+   * Weights that may change during the rollout (partial rollouts): see PolicyVersionSource. Each sample
+   * records the lowest and highest version that sampled its tokens (`policyVersions`).
+   */
+  policy?: PolicyVersionSource;
+  /** Stops the rollout at the next token boundary: it rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** Record each sampled token's log-prob at the sampling temperature (1 when greedy) in `logprobs`. */
+  logprobs?: boolean;
+}
+
+/**
+ * The version of the weights a rollout samples with, when they may be replaced while it runs. At every
+ * token boundary (between two decode steps) the engine awaits `boundary()`; true means the model's
+ * weights were replaced there, and the engine recomputes the context of every running sequence (its
+ * prompt and response so far) under the new weights before sampling on: the sequences keep their
+ * tokens and continue under the new policy.
+ */
+export interface PolicyVersionSource {
+  version(): number;
+  boundary(): Promise<boolean>;
+  /**
+   * Calls `wake` when new weights wait to be applied, so that a rollout whose sequences all wait for
+   * tools takes them at once (that wait is a token boundary too); returns the unsubscribe.
+   */
+  onUpdate?(wake: () => void): () => void;
 }
 
 export type TirEvent =
@@ -110,6 +138,10 @@ export interface TirSample {
   /** Generation rounds (1 + calls whose result was appended). */
   numRounds: number;
   calls: TirCallRecord[];
+  /** With TirRolloutOptions.logprobs: each response token's log-prob when sampled (0 on appended tokens). */
+  logprobs?: number[];
+  /** With TirRolloutOptions.policy: the lowest and highest weight version that sampled a token. */
+  policyVersions?: [number, number];
 }
 
 export interface TirRolloutStats {
@@ -178,6 +210,11 @@ interface Row {
   /** Text that follows the kept tokens of a stopped round, before the appended text. */
   leftover: string;
   pendingCall?: ToolCall;
+  /** Per response token: its log-prob when sampled (0 on appended tokens), with options.logprobs. */
+  logprobs: number[];
+  /** The lowest and highest weight version that sampled a token of this row. */
+  versionMin: number;
+  versionMax: number;
 }
 
 function rowSeed(seed: number, index: number): number {
@@ -331,15 +368,30 @@ class TirEngine {
         stopReason: null,
         rounds: 1,
         leftover: "",
+        logprobs: [],
+        versionMin: Number.POSITIVE_INFINITY,
+        versionMax: Number.NEGATIVE_INFINITY,
       };
     });
-    const lmHead = this.model.lmHead();
+    let lmHead = this.model.lmHead();
     let queued = 0; // rows[0..queued) were admitted
+    const signal = this.o.signal;
+    const onAbort = () => this.wake?.();
+    signal?.addEventListener("abort", onAbort);
+    const unsubscribe = this.o.policy?.onUpdate?.(onAbort);
     try {
       if (this.maxLen === 0) for (const r of this.rows) this.finish(r, "length", null);
       else
         for (;;) {
           if (this.failure) throw this.failure;
+          if (signal?.aborted) throw signal.reason ?? new Error("the rollout was aborted");
+          if (this.o.policy && (await this.o.policy.boundary())) {
+            lmHead.weight.dispose();
+            lmHead = this.model.lmHead();
+            await this.recomputeContexts();
+            await this.dispatch();
+            continue;
+          }
           const live = this.inCache.filter((r) => r.state !== "done").length;
           const free = this.maxBatch - live;
           const ready = this.inCache.some((r) => r.state === "run" && r.feed.length > 0);
@@ -369,6 +421,8 @@ class TirEngine {
           break;
         }
     } finally {
+      signal?.removeEventListener("abort", onAbort);
+      unsubscribe?.();
       lmHead.weight.dispose();
       this.cache?.dispose();
       if (this.tool)
@@ -406,6 +460,52 @@ class TirEngine {
     rows.forEach((r, i) => {
       r.state = "run";
       this.onLogits(r, data.subarray(i * V, (i + 1) * V));
+    });
+  }
+
+  /**
+   * The weights changed (partial rollout): every running sequence's cache is rebuilt by one prefill of
+   * its whole context under the new weights; a sequence that had tokens to feed samples its next token
+   * from that prefill, as the decode step of those tokens would have. Finished rows leave the cache.
+   */
+  private async recomputeContexts(): Promise<void> {
+    const rows = this.inCache.filter((r) => r.state !== "done");
+    const sampleAfter = rows.map((r) => r.state === "run" && r.feed.length > 0);
+    const contexts = rows.map((r, i) => {
+      const all = r.prompt.concat(r.response);
+      return sampleAfter[i] ? all : all.slice(0, all.length - r.feed.length);
+    });
+    if (rows.length === 0) {
+      this.cache?.dispose();
+      this.cache = undefined;
+      this.inCache = [];
+      return;
+    }
+    for (const [i, r] of rows.entries()) if (sampleAfter[i]) r.feed = [];
+    const t0 = performance.now();
+    const fresh = new RaggedKVCache(this.model.config, rows.length);
+    let data: Float32Array;
+    try {
+      const logits = await this.model.prefill(padBatch(contexts, "left", this.tokenizer.padTokenId), fresh);
+      try {
+        data = (await logits.data()) as Float32Array;
+      } finally {
+        logits.dispose();
+      }
+    } catch (e) {
+      fresh.dispose();
+      throw e;
+    }
+    this.cache?.dispose();
+    this.cache = fresh;
+    this.inCache = rows;
+    this.stats.modelMs += performance.now() - t0;
+    const V = data.length / rows.length;
+    rows.forEach((r, i) => {
+      // a tool result that arrived during the prefill went to the old cache ("nothing appended" drops a token)
+      const extra = fresh.rowLength(i) - (r.prompt.length + r.response.length - r.feed.length);
+      if (!sampleAfter[i] && extra > 0) fresh.dropLast(i, extra);
+      if (sampleAfter[i]) this.onLogits(r, data.subarray(i * V, (i + 1) * V));
     });
   }
 
@@ -450,6 +550,12 @@ class TirEngine {
     this.stats.generatedTokens++;
     r.response.push(tok);
     r.toolTok.push(0);
+    if (this.o.logprobs) r.logprobs.push(tokenLogProb(logits, tok, this.sampling.temperature || 1));
+    if (this.o.policy) {
+      const v = this.o.policy.version();
+      r.versionMin = Math.min(r.versionMin, v);
+      r.versionMax = Math.max(r.versionMax, v);
+    }
     if (this.eos.has(tok)) {
       this.flushRound(r);
       this.finish(r, "stop", tok);
@@ -497,6 +603,7 @@ class TirEngine {
     this.cache!.dropLast(this.inCache.indexOf(r), fedThisRound - keep);
     r.response.length = r.roundStart + keep;
     r.toolTok.length = r.roundStart + keep;
+    if (this.o.logprobs) r.logprobs.length = r.response.length;
     r.leftover = before.slice(keptText.length);
     r.text += keptText;
     r.roundText = "";
@@ -586,6 +693,7 @@ class TirEngine {
     for (let i = 0; i < ids.length; i++) {
       r.response.push(ids[i]!);
       r.toolTok.push(isTool[i]!);
+      if (this.o.logprobs) r.logprobs.push(0);
     }
     this.stats.appendedTokens += ids.length;
     if (r.response.length >= this.maxLen) {
@@ -618,6 +726,7 @@ class TirEngine {
     r.stopReason = stopReason;
     r.feed = [];
     this.o.onEvent?.({ type: "finish", index: r.index, reason });
+    this.o.onSample?.(this.output(r));
   }
 
   /** Drops finished rows from the cache once they are a quarter of it. */
@@ -650,8 +759,26 @@ class TirEngine {
       executionPasses: passes === r.calls.length ? 1 : 0,
       numRounds: r.rounds,
       calls: r.calls,
+      ...(this.o.logprobs ? { logprobs: r.logprobs } : {}),
+      ...(this.o.policy ? { policyVersions: this.versionsOf(r) } : {}),
     };
   }
+
+  /** A row's version range; a row that sampled nothing gets the current version. */
+  private versionsOf(r: Row): [number, number] {
+    if (r.versionMin <= r.versionMax) return [r.versionMin, r.versionMax];
+    const v = this.o.policy!.version();
+    return [v, v];
+  }
+}
+
+/** log softmax(logits / temperature) at tok. */
+function tokenLogProb(logits: Float32Array, tok: number, temperature: number): number {
+  let max = Number.NEGATIVE_INFINITY;
+  for (let i = 0; i < logits.length; i++) if (logits[i]! > max) max = logits[i]!;
+  let s = 0;
+  for (let i = 0; i < logits.length; i++) s += Math.exp((logits[i]! - max) / temperature);
+  return (logits[tok]! - max) / temperature - Math.log(s);
 }
 
 /** The earliest stop string in `text` that ends after `from` (matches across token boundaries). */

@@ -83,4 +83,21 @@ export class WorkerHost {
     const out = await (fn as (...a: unknown[]) => unknown).apply(target, args.map(fromWireValue));
     return toWireValue(out);
   }
+
+  /**
+   * Runs a role's generator method and streams its items (a streaming actor method: the caller reads
+   * them with `for await`); stopping the stream stops the role's generator (its `finally` blocks run).
+   */
+  async *streamRegistered(role: string, method: string, args: unknown[]): AsyncGenerator<unknown> {
+    await this.loaded;
+    const target = this.roles.get(role);
+    const fn = target?.[method];
+    if (typeof fn !== "function") throw new WorkerHostError(`role "${role}" has no method "${method}"`);
+    const items = (fn as (...a: unknown[]) => unknown).apply(target, args.map(fromWireValue)) as
+      | AsyncIterable<unknown>
+      | undefined;
+    if (typeof items?.[Symbol.asyncIterator] !== "function")
+      throw new WorkerHostError(`role "${role}" method "${method}" is not an async generator`);
+    for await (const item of items) yield toWireValue(item);
+  }
 }

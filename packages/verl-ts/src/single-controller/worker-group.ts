@@ -5,6 +5,7 @@ import {
   destroyCollectiveGroup,
   get,
   kill,
+  type ObjectRef,
 } from "@torl-ts/actors";
 import { fromWireValue, type HostedRoleSpec, toWireValue, WorkerHost } from "./host.js";
 import {
@@ -280,6 +281,33 @@ export class WorkerGroup<T = unknown> {
     const role = this.role || [...this.roles.keys()][0]!;
     const refs = this.handles.map((h) => h.executeRegistered(role, method, args.map(toWireValue)));
     return (await get(refs)).map(fromWireValue);
+  }
+
+  /**
+   * Streams the items of the role's async generator method `method` on one rank (no registration, no
+   * dispatch: the caller splits the data), as they are produced. The returned ref is what `cancel`
+   * takes; a failure is named like `call`'s.
+   */
+  streamOnRank(
+    rank: number,
+    method: string,
+    ...args: unknown[]
+  ): { ref: ObjectRef<unknown>; items: AsyncIterable<unknown> } {
+    const role = this.role || [...this.roles.keys()][0]!;
+    const ref = this.handles[rank]!.streamRegistered(role, method, args.map(toWireValue));
+    const named = (e: unknown) => this.onRank(rank, role, method, Promise.reject(e));
+    return {
+      ref,
+      items: {
+        async *[Symbol.asyncIterator]() {
+          try {
+            for await (const item of ref) yield fromWireValue(item);
+          } catch (e) {
+            await named(e);
+          }
+        },
+      },
+    };
   }
 
   /** Runs `method` of the role on rank 0 only. */

@@ -17,6 +17,14 @@
  * weights after update t-1 while the actor trains on batch t: every batch after the first is one step
  * stale (async/staleness), and with a learning rate of 0 the run equals the sync run.
  *
+ * fully_async streams instead (produceGroups): the unit of admission is a training step's worth of
+ * prompts (async_training.require_batches x actor.ppo_mini_batch_size groups, cut from the loader's batch in
+ * order, each unit with its own sampling seed); the rollout workers stream each unit's responses as they
+ * finish (generateSequencesStream), a group enters the queue when its n responses are in, and a step takes
+ * the groups that finished first and scores them. With async_training.partial_rollout a weight update is not
+ * held back by the unit in generation: the rollout workers take the weights at the next token boundary and
+ * the responses continue under them (weight-swap.ts); each response carries param_version_start / _end.
+ *
  * Metrics per step: async/staleness (updates between the weights that made the batch and the actor's),
  * async/rollout_version, async/queue_size and async/queue_max (the most ever queued), async/gen_s (the
  * batch's generation, overlapped with training), timing_s/wait_samples (what the trainer waited for it),
@@ -30,14 +38,16 @@
  */
 import {
   ActorDiedError,
+  cancel,
   clusterResources,
   createCollectiveGroup,
   destroyCollectiveGroup,
+  type ObjectRef,
 } from "@torl-ts/actors";
 import { rolloutWorldSize } from "../config/derived.js";
 import { TrainerConfigError } from "../config/schema.js";
 import type { TrainerConfig } from "../config/types.js";
-import type { DataProto } from "../protocol/data-proto.js";
+import { DataProto } from "../protocol/data-proto.js";
 import type { BatchTensor } from "../protocol/tensor.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
@@ -61,6 +71,24 @@ interface QueuedBatch extends ScoredRound {
   genSeconds: number;
 }
 
+/**
+ * A prompt group in fully_async's queue: one prompt's row, its prompt part and its rollout.n responses
+ * (with param_version_start / _end per response), not scored yet.
+ */
+interface QueuedGroup {
+  batch: DataProto;
+  prompts: DataProto;
+  gen: DataProto;
+  epoch: number;
+  /** The training step's worth of prompts it was generated in, and its place there. */
+  unit: number;
+  index: number;
+  versionStart: number;
+  versionEnd: number;
+  /** Queued while other groups of its unit were still in generation. */
+  early: boolean;
+}
+
 /** Rollout failures in a row after which the run fails instead of replacing the workers again. */
 const MAX_ROLLOUT_RESTARTS = 3;
 
@@ -72,6 +100,12 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
   private rolloutPool?: ResourcePool;
   private syncGroup?: string;
   private queue?: RolloutQueue<QueuedBatch>;
+  /** fully_async: the queue of prompt groups, streamed from the rollout workers as they finish. */
+  private groupQueue?: RolloutQueue<QueuedGroup>;
+  /** The generation streams in flight (cancelled when the run closes). */
+  private readonly streams = new Set<ObjectRef<unknown>>();
+  /** Counts rollout groups started: a failed stream replaces the rollout only if its group is still the current one. */
+  private rolloutEpoch = 0;
   private producer?: Promise<void>;
   /** Held by a training step from taking its batch to its weight update; a rollout replacement takes it too. */
   private readonly trainerLock = new FifoLock();
@@ -120,6 +154,21 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
       : rolloutQueueCapacity(this.config.async_training.staleness_threshold, this.syncEvery);
   }
 
+  /** fully_async: the prompt groups a training step takes (require_batches x actor.ppo_mini_batch_size). */
+  get groupsPerStep(): number {
+    return (
+      this.config.async_training.require_batches * this.config.actor_rollout_ref.actor.ppo_mini_batch_size
+    );
+  }
+
+  private get streaming(): boolean {
+    return this.config.trainer.mode === "fully_async";
+  }
+
+  protected override stepsPerPromptBatch(): number {
+    return this.streaming ? this.config.data.train_batch_size / this.groupsPerStep : 1;
+  }
+
   /** The rollout workers' group (after init). */
   get rolloutGroup(): RolloutGroup {
     if (!this.rolloutWg) throw new Error("call init() first");
@@ -152,12 +201,16 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     this.rolloutWg = await WorkerGroup.create(pool, role, {
       name: `rollout-${id}`,
       env: this.opts.workerEnv,
+      // fully_async: the generation streams of the admitted units (run one at a time by the worker) and a
+      // weight update at once
+      ...(this.streaming ? { maxConcurrency: this.queueCapacity + 2 } : {}),
       readyTimeoutMs: cfg.trainer.ray_wait_register_center_timeout * 1000,
     });
     await this.rolloutWg.initModel();
     const name = `weight-sync-${id}`;
     await createCollectiveGroup([...this.actorRolloutWg.handles, ...this.rolloutWg.handles], { name });
     this.syncGroup = name;
+    this.rolloutEpoch++;
   }
 
   private async stopRollout(): Promise<void> {
@@ -177,7 +230,7 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     const group = this.syncGroup!;
     await Promise.all([
       this.actorRolloutWg.sendWeights(group),
-      this.rolloutGroup.receiveWeights(group, this.worldSize),
+      this.rolloutGroup.receiveWeights(group, this.worldSize, this.updatesDone),
     ]);
     this.rolloutVersion = this.updatesDone;
   }
@@ -186,9 +239,143 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
   private async startProducer(): Promise<void> {
     this.updatesDone = this.globalStep - 1;
     await this.rolloutLock.run(() => this.pushWeights());
+    if (this.streaming) {
+      const queue = new RolloutQueue<QueuedGroup>(this.queueCapacity, this.syncEvery, this.groupsPerStep);
+      this.groupQueue = queue;
+      this.producer = this.produceGroups(this.globalStep - 1, queue).catch((e: Error) => queue.close(e));
+      return;
+    }
     const queue = new RolloutQueue<QueuedBatch>(this.queueCapacity, this.syncEvery);
     this.queue = queue;
     this.producer = this.produce(this.globalStep - 1, queue).catch((e: Error) => queue.close(e));
+  }
+
+  /**
+   * fully_async's producer: each admitted unit (a training step's worth of prompts: groupsPerStep of the
+   * loader's batch, in order) is generated on the rollout workers, which stream the responses as they
+   * finish; a prompt group goes into the queue as soon as its n responses are in. Units overlap: the next
+   * is admitted while the last one's long responses still generate.
+   */
+  private async produceGroups(firstStep: number, queue: RolloutQueue<QueuedGroup>): Promise<void> {
+    const G = this.groupsPerStep;
+    const perBatch = this.stepsPerPromptBatch();
+    let drawn: RoundPrompts | undefined;
+    let used = perBatch;
+    const inFlight = new Set<Promise<void>>();
+    try {
+      for (let step = firstStep + 1; step <= this.totalSteps; step++) {
+        await queue.admit();
+        if (this.stopping) return;
+        if (used === perBatch) {
+          drawn = this.nextPrompts(`${step}`, 0);
+          used = 0;
+        }
+        const part = used++;
+        const p = this.generateUnit(step, drawn!, part, G, queue).catch((e: Error) => queue.close(e));
+        inFlight.add(p);
+        void p.finally(() => inFlight.delete(p));
+      }
+    } finally {
+      await Promise.all(inFlight);
+    }
+  }
+
+  /** Unit `part` of the drawn prompts (groups [part G, (part + 1) G)) streamed from the rollout workers into the queue. */
+  private async generateUnit(
+    unit: number,
+    drawn: RoundPrompts,
+    part: number,
+    G: number,
+    queue: RolloutQueue<QueuedGroup>,
+  ): Promise<void> {
+    const n = this.config.actor_rollout_ref.rollout.n;
+    const groups = Array.from({ length: G }, (_, i) => part * G + i);
+    const batch = drawn.batch.selectRows(groups);
+    const prompts = drawn.prompts.selectRows(groups);
+    const genBatch = drawn.genBatch.selectRows(
+      groups.flatMap((g) => Array.from({ length: n }, (_, j) => g * n + j)),
+    );
+    // each unit of the drawn batch samples from its own streams
+    genBatch.metaInfo.seed = (Number(drawn.genBatch.metaInfo.seed) + part * 0x9e3779b1) >>> 0;
+    genBatch.metaInfo.rollout_log_probs = this.config.algorithm.rollout_is_threshold !== null;
+    const rows: (DataProto | undefined)[] = new Array(G * n);
+    const done = new Array<boolean>(G).fill(false);
+    let queued = 0;
+    const onRows = (chunk: DataProto, global: number[]) => {
+      global.forEach((g, j) => {
+        rows[g] = chunk.selectRows([j]);
+      });
+      for (const grp of new Set(global.map((g) => Math.floor(g / n)))) {
+        const mine = rows.slice(grp * n, (grp + 1) * n);
+        if (done[grp] || mine.filter(Boolean).length < n) continue;
+        done[grp] = true;
+        queued++;
+        const gen = DataProto.concat(mine as DataProto[]);
+        const start = gen.column<number>("param_version_start");
+        const end = gen.column<number>("param_version_end");
+        queue.put({
+          batch: batch.selectRows([grp]),
+          prompts: prompts.selectRows([grp]),
+          gen,
+          epoch: drawn.epoch,
+          unit,
+          index: grp,
+          versionStart: Math.min(...start),
+          versionEnd: Math.max(...end),
+          early: queued < G,
+        });
+      }
+    };
+    let failures = 0;
+    for (;;) {
+      const todo = groups.map((_, i) => i).filter((i) => !done[i]);
+      if (todo.length === 0 || this.stopping) return;
+      const epoch = this.rolloutEpoch;
+      try {
+        const stream = () => this.streamRows(genBatch, todo, n, onRows);
+        // without partial rollouts a weight update waits for the unit in generation (rolloutLock)
+        if (this.config.async_training.partial_rollout) await stream();
+        else await this.rolloutLock.run(stream);
+      } catch (e) {
+        if (this.stopping) return;
+        if (!this.rolloutWorkerLost(e) || ++failures > MAX_ROLLOUT_RESTARTS) throw e;
+        // the groups already queued stay; the others are generated again
+        if (epoch === this.rolloutEpoch) await this.replaceRollout(e, failures);
+      }
+    }
+  }
+
+  /** Streams the rows of groups `todo` (of genBatch) from the rollout workers, split over them in order. */
+  private async streamRows(
+    genBatch: DataProto,
+    todo: number[],
+    n: number,
+    onRows: (chunk: DataProto, global: number[]) => void,
+  ): Promise<void> {
+    const wg = this.rolloutGroup;
+    const want = todo.flatMap((g) => Array.from({ length: n }, (_, j) => g * n + j));
+    const per = Math.ceil(want.length / wg.worldSize);
+    await Promise.all(
+      Array.from({ length: wg.worldSize }, async (_, rank) => {
+        const mine = want.slice(rank * per, (rank + 1) * per);
+        if (mine.length === 0) return;
+        const { ref, items } = wg.streamOnRank(rank, "generateSequencesStream", genBatch.selectRows(mine));
+        this.streams.add(ref);
+        try {
+          for await (const item of items) {
+            const chunk = item as DataProto;
+            const local = chunk.metaInfo.rows as number[];
+            delete chunk.metaInfo.rows;
+            onRows(
+              chunk,
+              local.map((i) => mine[i]!),
+            );
+          }
+        } finally {
+          this.streams.delete(ref);
+        }
+      }),
+    );
   }
 
   /** Generates, scores and queues the batches of steps firstStep+1 .. totalSteps, in order. */
@@ -224,22 +411,27 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
         });
       } catch (e) {
         if (this.stopping || !this.rolloutWorkerLost(e) || ++failures > MAX_ROLLOUT_RESTARTS) throw e;
-        this.rolloutBroken = true;
-        this.restarts++;
-        this.print(
-          `[trainer] a rollout worker was lost (${(e as Error).message.split("\n")[0]}); starting new rollout workers (${failures} of ${MAX_ROLLOUT_RESTARTS} in a row)`,
-        );
-        // between training steps (the actor's weights are whole), and with no weight update in flight
-        await this.trainerLock.run(() =>
-          this.rolloutLock.run(async () => {
-            await this.stopRollout();
-            await this.startRollout();
-            await this.pushWeights();
-            this.rolloutBroken = false;
-          }),
-        );
+        await this.replaceRollout(e, failures);
       }
     }
+  }
+
+  /** New rollout workers for lost ones, with the actor's current weights. */
+  private async replaceRollout(e: unknown, failures: number): Promise<void> {
+    this.rolloutBroken = true;
+    this.restarts++;
+    this.print(
+      `[trainer] a rollout worker was lost (${(e as Error).message.split("\n")[0]}); starting new rollout workers (${failures} of ${MAX_ROLLOUT_RESTARTS} in a row)`,
+    );
+    // between training steps (the actor's weights are whole), and with no weight update in flight
+    await this.trainerLock.run(() =>
+      this.rolloutLock.run(async () => {
+        await this.stopRollout();
+        await this.startRollout();
+        await this.pushWeights();
+        this.rolloutBroken = false;
+      }),
+    );
   }
 
   /** A rollout worker's process died (a call's error, not an exception its method threw). */
@@ -251,7 +443,8 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
   protected override async generateAndScore(
     timed: StepTimer,
   ): Promise<ScoredRound & { sampling: StepMetrics }> {
-    if (!this.queue) await this.startProducer();
+    if (!this.queue && !this.groupQueue) await this.startProducer();
+    if (this.groupQueue) return this.takeGroups(timed, this.groupQueue);
     const queue = this.queue!;
     const start = performance.now();
     const item = await timed("wait_samples", () => queue.take());
@@ -274,6 +467,48 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     };
   }
 
+  /**
+   * fully_async: the step's batch is the groupsPerStep groups that finished first (in unit and prompt
+   * order), scored. Its staleness is counted from the oldest weights that sampled a token of it.
+   */
+  private async takeGroups(
+    timed: StepTimer,
+    queue: RolloutQueue<QueuedGroup>,
+  ): Promise<ScoredRound & { sampling: StepMetrics }> {
+    const start = performance.now();
+    const items = await timed("wait_samples", () => queue.takeMany(this.groupsPerStep));
+    const waited = (performance.now() - start) / 1000;
+    this.releaseStep = await this.trainerLock.acquire();
+    items.sort((a, b) => a.unit - b.unit || a.index - b.index);
+    const prompts = DataProto.concat(items.map((i) => i.prompts));
+    const round = await this.scoreRound(
+      timed,
+      {
+        batch: DataProto.concat(items.map((i) => i.batch)),
+        prompts,
+        genBatch: prompts,
+        epoch: Math.max(...items.map((i) => i.epoch)),
+      },
+      DataProto.concat(items.map((i) => i.gen)),
+    );
+    const oldest = Math.min(...items.map((i) => i.versionStart));
+    return {
+      ...round,
+      sampling: {
+        "async/staleness": this.updatesDone - oldest,
+        "async/rollout_version": oldest,
+        "async/rollout_version_max": Math.max(...items.map((i) => i.versionEnd)),
+        "async/queue_size": queue.size,
+        "async/queue_max": queue.maxSize,
+        "async/queue_capacity": queue.bound,
+        "async/streamed_early": items.filter((i) => i.early).length,
+        "async/wait_samples_s": waited,
+        "async/rollout_restarts": this.restarts,
+        ...partialRolloutMetrics(round.batch),
+      },
+    };
+  }
+
   /** A training step; after every syncEvery-th, the new weights go to the rollout workers. */
   override async trainStep(): Promise<StepMetrics> {
     try {
@@ -284,7 +519,7 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
         this.currentStage = "weight update of the rollout";
         // a broken rollout gets the current weights when it is replaced
         if (!this.rolloutBroken) await this.rolloutLock.run(() => this.pushWeights());
-        this.queue!.synced();
+        (this.queue ?? this.groupQueue)!.synced();
         metrics["timing_s/sync_weights"] = (performance.now() - start) / 1000;
       }
       return metrics;
@@ -297,10 +532,30 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
   override async close(): Promise<void> {
     this.stopping = true;
     this.queue?.close();
+    this.groupQueue?.close();
+    // the generations in flight stop at their next token boundary (and with their workers, at the latest)
+    for (const ref of this.streams) cancel(ref);
     await this.stopRollout();
     await this.producer?.catch(() => undefined);
     await super.close();
   }
+}
+
+/**
+ * veRL's fully_async/partial/* metrics of a batch: responses whose tokens were sampled by more than one
+ * weight version (a weight update landed while they were generated, async_training.partial_rollout), their
+ * share of the batch, and the largest version span of a response.
+ */
+export function partialRolloutMetrics(batch: DataProto): StepMetrics {
+  const start = batch.column<number>("param_version_start");
+  const end = batch.column<number>("param_version_end");
+  const span = start.map((s, i) => end[i]! - s);
+  const partial = span.filter((d) => d !== 0).length;
+  return {
+    "fully_async/partial/total_partial_num": partial,
+    "fully_async/partial/partial_ratio": span.length ? partial / span.length : 0,
+    "fully_async/partial/max_partial_span": Math.max(0, ...span),
+  };
 }
 
 /** The trainer of config's trainer.mode: RayPPOTrainer for sync, AsyncPPOTrainer for one_step_off / fully_async. */

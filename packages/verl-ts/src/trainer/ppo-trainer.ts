@@ -255,7 +255,8 @@ export class RayPPOTrainer {
       seed: d.seed,
     });
     this.totalSteps =
-      cfg.trainer.total_training_steps ?? this.loader.batchesPerEpoch * cfg.trainer.total_epochs;
+      cfg.trainer.total_training_steps ??
+      this.loader.batchesPerEpoch * cfg.trainer.total_epochs * this.stepsPerPromptBatch();
     cfg.actor_rollout_ref.actor.optim.total_training_steps = this.totalSteps;
     cfg.critic.optim.total_training_steps = this.totalSteps;
     const custom = cfg.custom_reward_function.path
@@ -548,6 +549,11 @@ export class RayPPOTrainer {
       ...computeTimingPerTokenMetrics(batch, timing),
       "perf/total_num_tokens": ((c) => c.prompt + c.response)(tokenCounts(batch)),
     };
+  }
+
+  /** Training steps per batch of data.train_batch_size prompts the loader gives (fully_async's steps can take less). */
+  protected stepsPerPromptBatch(): number {
+    return 1;
   }
 
   /** One generation round: the next prompts, n responses each, scored (steps 1-3 of trainStep). */

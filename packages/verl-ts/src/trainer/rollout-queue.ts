@@ -1,15 +1,17 @@
 /**
  * The bounded queue between the rollout and the trainer of trainer.mode one_step_off / fully_async, with
- * the admission rule that bounds staleness (AReaL's, in veRL's terms). The rollout starts batch n (0-based
- * count of batches started) only while
+ * the admission rule that bounds staleness (AReaL's, in veRL's terms). The rollout starts unit n (0-based
+ * count of units started; a unit is one training step's worth of prompts) only while
  *
  *   n < syncs x trigger_parameter_sync_step + capacity,   capacity = ceil((1 + staleness_threshold) x trigger_parameter_sync_step)
  *
- * where `syncs` counts the weight updates the rollout workers got. The trainer takes one batch per step and
- * updates the rollout's weights after every trigger_parameter_sync_step steps, so at most `capacity`
- * batches are ever queued or in generation, and a batch is trained on at most capacity - 1 steps after the
- * weights that made it (its staleness). one_step_off is the case trigger_parameter_sync_step = 1,
- * capacity = 2.
+ * where `syncs` counts the weight updates the rollout workers got. The trainer takes one unit's worth of
+ * items per step and updates the rollout's weights after every trigger_parameter_sync_step steps, so at
+ * most `capacity` units are ever queued or in generation, and a unit is trained on at most capacity - 1
+ * steps after the weights that started it (its staleness). one_step_off is the case
+ * trigger_parameter_sync_step = 1, capacity = 2, one item (a whole batch) per unit; fully_async queues
+ * prompt groups as they finish (`itemsPerUnit` of them per unit), so the queue holds at most
+ * capacity x itemsPerUnit items.
  */
 
 /** The queue was closed (the run ended or failed); waiting takers and the producer get this. */
@@ -28,7 +30,7 @@ export function rolloutQueueCapacity(stalenessThreshold: number, syncEvery: numb
 
 export class RolloutQueue<T> {
   private readonly items: T[] = [];
-  private takers: { resolve: (item: T) => void; reject: (e: Error) => void }[] = [];
+  private takers: { count: number; resolve: (items: T[]) => void; reject: (e: Error) => void }[] = [];
   private admitters: { resolve: () => void; reject: (e: Error) => void }[] = [];
   private closedWith?: Error;
   /** Batches admitted (started) so far. */
@@ -41,9 +43,17 @@ export class RolloutQueue<T> {
   constructor(
     readonly capacity: number,
     readonly syncEvery: number,
+    readonly itemsPerUnit = 1,
   ) {
     if (!(Number.isInteger(capacity) && capacity >= 1))
       throw new RangeError(`capacity must be >= 1, got ${capacity}`);
+    if (!(Number.isInteger(itemsPerUnit) && itemsPerUnit >= 1))
+      throw new RangeError(`itemsPerUnit must be >= 1, got ${itemsPerUnit}`);
+  }
+
+  /** The most items the queue may hold. */
+  get bound(): number {
+    return this.capacity * this.itemsPerUnit;
   }
 
   get size(): number {
@@ -64,28 +74,46 @@ export class RolloutQueue<T> {
     return new Promise((resolve, reject) => this.admitters.push({ resolve, reject }));
   }
 
-  /** A finished batch; a taker waiting gets it at once. */
+  /** A finished item; a taker waiting for it gets it at once. */
   put(item: T): void {
     if (this.closedWith) throw this.closedWith;
-    const taker = this.takers.shift();
-    if (taker) {
-      taker.resolve(item);
+    const taker = this.takers[0];
+    if (taker?.count === 1 && this.items.length === 0) {
+      this.takers.shift();
+      taker.resolve([item]);
       return;
     }
-    if (this.items.length >= this.capacity)
+    if (this.items.length >= this.bound)
       throw new RolloutQueueOverflowError(
-        `the rollout queue holds ${this.items.length} of ${this.capacity} batches`,
+        `the rollout queue holds ${this.items.length} of ${this.bound} items`,
       );
     this.items.push(item);
     this.maxSize = Math.max(this.maxSize, this.items.length);
+    this.serveTakers();
   }
 
-  /** The oldest batch, waiting for one when the queue is empty. */
-  take(): Promise<T> {
-    const item = this.items.shift();
-    if (item !== undefined) return Promise.resolve(item);
+  private serveTakers(): void {
+    while (this.takers.length && this.items.length >= this.takers[0]!.count) {
+      const t = this.takers.shift()!;
+      t.resolve(this.items.splice(0, t.count));
+    }
+  }
+
+  /** The oldest item, waiting for one when the queue is empty. */
+  async take(): Promise<T> {
+    return (await this.takeMany(1))[0]!;
+  }
+
+  /** The `count` oldest items, waiting until there are that many. */
+  takeMany(count: number): Promise<T[]> {
+    if (count > this.bound)
+      return Promise.reject(
+        new RangeError(`cannot take ${count} items from a queue bounded at ${this.bound}`),
+      );
+    if (this.takers.length === 0 && this.items.length >= count)
+      return Promise.resolve(this.items.splice(0, count));
     if (this.closedWith) return Promise.reject(this.closedWith);
-    return new Promise((resolve, reject) => this.takers.push({ resolve, reject }));
+    return new Promise((resolve, reject) => this.takers.push({ count, resolve, reject }));
   }
 
   /** The rollout's weights were updated: more batches may start. */

@@ -17,7 +17,7 @@
  * Sharding and the global loss aggregation: see fsdp.ts (shared with the critic).
  */
 import * as tf from "@tensorflow/tfjs";
-import { collective } from "@torl-ts/actors";
+import { collective, getCallSignal } from "@torl-ts/actors";
 import type { PolicyLossOptions } from "../algorithms/policy-loss.js";
 import { getPolicyLoss, runPolicyLoss } from "../algorithms/policy-loss-registry.js";
 import { aggLossTf, asTfTensor, klLossTf } from "../algorithms/tf-ops.js";
@@ -34,7 +34,7 @@ import { agentLoopRollout } from "../rollout/agent-loop.js";
 import { promptsFromDataProto } from "../rollout/batch.js";
 import { OUTPUT_STOP } from "../rollout/code-interpreter.js";
 import { agentTrainingBatch, multiTurnConfig, multiTurnSettings } from "../rollout/multi-turn.js";
-import { rolloutPromptBatch, type TirRolloutOptions } from "../rollout/tir.js";
+import { rolloutPromptBatch, type TirRolloutOptions, type TirSample } from "../rollout/tir.js";
 import type { Tool } from "../rollout/tool.js";
 import { instantiateTool, type ToolSpec } from "../rollout/tool-config.js";
 import { Dispatch, type Registrations } from "../single-controller/registration.js";
@@ -56,6 +56,7 @@ import {
 import { isLayerUnit } from "./layer-sharding.js";
 import type { OptimSettings } from "./optim.js";
 import { type FlatUnit, shardedLayout } from "./sharded-parameters.js";
+import { streamedChunk, tagChunk, WeightSwapGate } from "./weight-swap.js";
 
 export type { ToolSpec };
 
@@ -132,6 +133,8 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   private readonly shardedAtRest: boolean;
   /** A rollout-only worker: the parameters' sizes in the trained actor's flat order (receiveWeights). */
   private parameterSizes?: Map<string, { length: number }>;
+  /** A rollout-only worker: when weight updates go in while it generates (weight-swap.ts). */
+  private swapGate?: WeightSwapGate;
 
   constructor(options: ActorRolloutRefOptions) {
     super();
@@ -239,15 +242,113 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    * A rollout-only worker takes the trained actor's weights: the shards `trainerWorldSize` trainer
    * ranks broadcast over `group` (sendWeights), put together into the full parameters.
    */
-  async receiveWeights(group: string, trainerWorldSize: number): Promise<void> {
+  async receiveWeights(group: string, trainerWorldSize: number, version?: number): Promise<void> {
     const model = this.needModel();
     const sizes = this.parameterSizes;
     if (this.role !== "rollout" || !sizes)
       throw new WorkerStateError(`rank ${this.rank}: receiveWeights is for rollout-only workers`);
     const full = await exchangeShards(sizes, trainerWorldSize, group, () => undefined);
-    model.setParameters(
-      new FlatLayout([...sizes].map(([name, v]) => ({ name, size: v.length }))).unflatten(full),
-    );
+    const values = new FlatLayout([...sizes].map(([name, v]) => ({ name, size: v.length }))).unflatten(full);
+    const gate = this.weightGate();
+    // with a generation running: at its next token boundary (partial rollout) or after it (weight-swap.ts)
+    await gate.swap(() => model.setParameters(values), version ?? gate.version + 1);
+  }
+
+  private weightGate(): WeightSwapGate {
+    this.swapGate ??= new WeightSwapGate(this.cfg.async_training.partial_rollout);
+    return this.swapGate;
+  }
+
+  /**
+   * A rollout-only worker's generation as a stream (trainer.mode=fully_async): generateSequences' rows,
+   * yielded as they finish, several at a time, each chunk with metaInfo `rows` (their indices in
+   * `prompts`) and the non-tensor columns param_version_start / param_version_end (the lowest and highest
+   * weight version that sampled a token of the row: they differ when a weight update landed mid-response
+   * with async_training.partial_rollout). With metaInfo `rollout_log_probs`, the tensor rollout_log_probs
+   * (each token's log-prob when it was sampled; 0 on tool output). Stopping the stream, or cancelling the
+   * call, stops the generation at its next token boundary. The multi-turn agent loop does not stream: its
+   * batch comes whole at the end.
+   */
+  async *generateSequencesStream(prompts: DataProto): AsyncGenerator<DataProto> {
+    this.injectFault("generateSequences");
+    const model = this.needModel();
+    if (this.role !== "rollout")
+      throw new WorkerStateError(`rank ${this.rank}: generateSequencesStream is for rollout-only workers`);
+    const stop = new AbortController();
+    let callSignal: AbortSignal | undefined;
+    try {
+      callSignal = getCallSignal();
+    } catch {
+      // called in-process (tests): only stopping the stream ends it early
+    }
+    const onCancel = () => stop.abort(callSignal?.reason);
+    callSignal?.addEventListener("abort", onCancel, { once: true });
+    const withLogProbs = prompts.metaInfo.rollout_log_probs === true;
+    const ready: TirSample[] = [];
+    let wake: (() => void) | undefined;
+    let ended = false;
+    let failure: unknown;
+    const gate = this.weightGate();
+    const run = gate
+      .exclusive(async (policy) => {
+        if (multiTurnConfig(this.cfg)?.enable) {
+          const v = gate.version;
+          const whole = await this.generateWith(model, prompts);
+          if (withLogProbs)
+            whole.batch.rollout_log_probs = (await this.computeLogProb(whole)).tensor("old_log_probs");
+          const rows = [...Array(whole.length).keys()];
+          return tagChunk(
+            whole,
+            rows,
+            rows.map(() => [v, v]),
+          );
+        }
+        await this.generateWith(model, prompts, {
+          policy,
+          signal: stop.signal,
+          logprobs: withLogProbs,
+          onSample: (s) => {
+            ready.push(s);
+            wake?.();
+          },
+        });
+        return undefined;
+      }, stop.signal)
+      .then(
+        (whole) => {
+          if (whole) ended = true;
+          return whole;
+        },
+        (e) => {
+          failure = e;
+          return undefined;
+        },
+      )
+      .finally(() => {
+        ended = true;
+        wake?.();
+      });
+    try {
+      for (;;) {
+        if (ready.length > 0) {
+          const samples = ready.splice(0);
+          yield streamedChunk(samples, prompts, this.tokenizer!, this.cfg, withLogProbs);
+          continue;
+        }
+        if (ended) break;
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+        });
+        wake = undefined;
+      }
+      const whole = await run;
+      if (failure) throw failure;
+      if (whole) yield whole;
+    } finally {
+      callSignal?.removeEventListener("abort", onCancel);
+      stop.abort(new Error("the generation stream was stopped"));
+      await run;
+    }
   }
 
   protected override storageDtype() {
@@ -330,7 +431,11 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   }
 
   /** generateSequences on the actor's gathered weights. */
-  private async generateWith(model: Qwen2Model, prompts: DataProto): Promise<DataProto> {
+  private async generateWith(
+    model: Qwen2Model,
+    prompts: DataProto,
+    streaming: Pick<TirRolloutOptions, "policy" | "signal" | "logprobs" | "onSample"> = {},
+  ): Promise<DataProto> {
     const tok = this.tokenizer!;
     const ro = this.cfg.actor_rollout_ref.rollout;
     const validate = prompts.metaInfo.validate === true;
@@ -366,6 +471,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       numLlmCallsAvailable: tool ? ro.num_llm_calls_available : 0,
       seed,
       maskToolOutput,
+      ...streaming,
     });
     return batch;
   }

@@ -54,6 +54,27 @@ for (const [threshold, every] of [
   });
 }
 
+test("items streamed one by one: a taker of k waits for k, and the queue never holds more than capacity x itemsPerUnit", async (t) => {
+  const q = new RolloutQueue<number>(2, 1, 3);
+  t.is(q.bound, 6);
+  const got: number[][] = [];
+  const taker = q.takeMany(3).then((items) => got.push(items));
+  for (const i of [0, 1]) q.put(i);
+  await tick();
+  t.deepEqual(got, [], "two items are not a step's worth");
+  q.put(2);
+  await taker;
+  t.deepEqual(got, [[0, 1, 2]]);
+  for (let i = 3; i < 9; i++) q.put(i);
+  t.is(q.maxSize, 6);
+  t.throws(() => q.put(9), { message: /holds 6 of 6 items/ });
+  t.deepEqual(await q.takeMany(3), [3, 4, 5]);
+  await t.throwsAsync(q.takeMany(7), { instanceOf: RangeError });
+  q.close();
+  t.deepEqual(await q.takeMany(3), [6, 7, 8], "what was queued before the close is still taken");
+  await t.throwsAsync(q.takeMany(1), { instanceOf: RolloutQueueClosedError });
+});
+
 test("close rejects the waiting taker and producer", async (t) => {
   const q = new RolloutQueue<number>(1, 1);
   await q.admit();
