@@ -444,7 +444,7 @@ test("seccomp: no user namespace (it would hand the run capabilities), no ptrace
     // fanotify needs CAP_SYS_ADMIN, which the run lacks anyway (EPERM with or without the filter)
     t.regex(
       c.run_result?.stdout ?? "",
-      /^userns 0\ntraceme 0\nhugetlb \d+\ninotify 0\nfanotify 1\nio_uring 0\n[^]*mode 0 nnp 1\n$/,
+      /^userns 0\ntraceme 0\nhugetlb \d+\ninotify 0\nfanotify 1\nio_uring 0\n[\s\S]*mode 0 nnp 1\n$/,
       JSON.stringify(c),
     );
   } finally {
