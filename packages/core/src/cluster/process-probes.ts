@@ -148,15 +148,16 @@ export class ProcessProbes {
 
   /**
    * `holder` holds recording on (or lets go); answered once every process heard the new state, or
-   * RECORD_TIMEOUT_MS passed (the processes that had not heard are named).
+   * RECORD_TIMEOUT_MS passed (PROBE_TIMEOUT_MS letting go), naming the processes that had not heard.
    */
   record(holder: string, on: boolean, answer: (v: HeadReplies["record"]) => void): void {
     if (on) this.holders.add(holder);
     else this.holders.delete(holder);
     this.epoch++;
     if (!this.recording) this.departed = [];
+    // off, a process that hears it late only records a while longer: no need to wait as long
     this.probe(undefined, (v) => answer({ recording: this.recording, nowUs: nowUs(), silent: v.silent }), {
-      timeoutMs: RECORD_TIMEOUT_MS,
+      timeoutMs: on ? RECORD_TIMEOUT_MS : PROBE_TIMEOUT_MS,
     });
   }
 
