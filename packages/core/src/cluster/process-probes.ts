@@ -184,6 +184,8 @@ export class ProcessProbes {
   }
 
   private keep(report: ProcessReport): void {
+    // killed twice in a row: its later report holds all the earlier one did
+    this.departed = this.departed.filter((r) => r.clientId !== report.clientId);
     this.departed.push(report);
     let events = this.departed.reduce((n, r) => n + r.trace!.events.length, 0);
     while (events > DEPARTED_EVENTS && this.departed.length > 1)
