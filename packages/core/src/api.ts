@@ -267,7 +267,10 @@ export async function getActor<T = unknown>(name: string): Promise<ActorHandle<T
   return handleFor<T>(rt, info.actorId, name);
 }
 
-/** Kills an actor's worker at once; with `noRestart: false` it may restart (if maxRestarts allows). */
+/**
+ * Kills an actor's worker at once; with `noRestart: false` it may restart (if maxRestarts allows).
+ * While a timeline records, the head first collects the worker's events (up to 3 s).
+ */
 export function kill(handle: { readonly actorId: string }, opts: { noRestart?: boolean } = {}): void {
   if (isThreadActorHandle(handle)) {
     handle._actor.kill(opts.noRestart !== false);

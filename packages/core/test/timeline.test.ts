@@ -94,9 +94,20 @@ test.serial(
     }
     assertLanesNest(events);
 
+    // what a failure shows: each row's events (category and name), and what the file says of the run
+    const byRow = new Map<string, string[]>();
+    for (const e of x) {
+      const row = rowName(trace, e.pid) || `unnamed pid ${e.pid}`;
+      byRow.set(row, [...(byRow.get(row) ?? []), `${e.cat}:${e.name}`]);
+    }
+    const seen = `events by row: ${JSON.stringify(Object.fromEntries(byRow))}; otherData: ${JSON.stringify(trace.otherData)}`;
     const one = (pred: (e: TraceEvent) => boolean, what: string): TraceEvent => {
       const found = x.filter(pred);
-      t.is(found.length, 1, `${what}: ${found.map((e) => e.name).join(", ")}`);
+      t.is(
+        found.length,
+        1,
+        `${what}: found ${found.length} (${found.map((e) => e.name).join(", ")}); ${seen}`,
+      );
       return found[0]!;
     };
     // the boss's method runs 200 ms + the nap; inside it, on its row and lane, the call it made

@@ -21,7 +21,7 @@ export interface ClientEntry {
 
 export class ClientTable {
   private clients = new Map<string, ClientEntry>();
-  private clientOfActor = new Map<string, string>();
+  private clientIdOfActor = new Map<string, string>();
 
   /** `timeoutMs`: a driver silent this long is taken for dead (default 8000 ms, env TORL_CLIENT_TIMEOUT_MS). */
   constructor(readonly timeoutMs = Number(process.env.TORL_CLIENT_TIMEOUT_MS ?? 8000)) {}
@@ -35,7 +35,7 @@ export class ClientTable {
       lastSeen: m.heartbeats ? now : Number.POSITIVE_INFINITY,
       logs: m.logs === true,
     });
-    if (m.actorId) this.clientOfActor.set(m.actorId, m.clientId);
+    if (m.actorId) this.clientIdOfActor.set(m.actorId, m.clientId);
   }
 
   heartbeat(clientId: string, now = Date.now()): void {
@@ -84,10 +84,15 @@ export class ClientTable {
     return c ? `pid ${c.pid}` : clientId;
   }
 
+  /** The runtime inside the worker of actor `actorId`, if it said hello. */
+  clientOfActor(actorId: string): string | undefined {
+    return this.clientIdOfActor.get(actorId);
+  }
+
   /** The runtime inside the worker of actor `actorId`, forgotten as it is taken (the worker is gone). */
   takeClientOfActor(actorId: string): string | undefined {
-    const clientId = this.clientOfActor.get(actorId);
-    this.clientOfActor.delete(actorId);
+    const clientId = this.clientIdOfActor.get(actorId);
+    this.clientIdOfActor.delete(actorId);
     return clientId;
   }
 }

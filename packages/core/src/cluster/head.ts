@@ -141,7 +141,12 @@ export class Head {
       // clients
       case "hello":
         this.clients.hello(m, key);
-        return { nodes: this.nodes.size, nodeId: this.nodes.at(m.nodeIp), recording: this.probes.recording };
+        return {
+          nodes: this.nodes.size,
+          nodeId: this.nodes.at(m.nodeIp),
+          recording: this.probes.recording,
+          recordingEpoch: this.probes.epoch,
+        };
       case "clientHeartbeat":
         this.clients.heartbeat(m.clientId);
         return NO_REPLY;
@@ -158,7 +163,10 @@ export class Head {
       case "getActor":
         return this.actors.byName(m.name);
       case "kill":
-        this.actors.kill(m.actorId, m.noRestart !== false);
+        // while recording, what its worker recorded is collected first: it would die with it
+        this.probes.beforeKill(this.clients.clientOfActor(m.actorId), () =>
+          this.actors.kill(m.actorId, m.noRestart !== false),
+        );
         return null;
       case "createPg":
         return this.pgs.create(m);

@@ -60,7 +60,8 @@ export type ClientToHead =
 
 /** What the head answers each client request with (the others are notifications: no answer). */
 export interface HeadReplies {
-  hello: { nodes: number; nodeId: string | undefined; recording: boolean };
+  /** `recordingEpoch`: the count of recording changes so far (a probe of a later one overrides this answer). */
+  hello: { nodes: number; nodeId: string | undefined; recording: boolean; recordingEpoch: number };
   clientAlive: boolean;
   bye: null;
   createActor: { actorId: string };
@@ -74,8 +75,11 @@ export interface HeadReplies {
   readLogs: LogsRead;
   processes: ProcessesReport;
   timeline: ProcessesReport;
-  /** Whether the cluster records now, and the head's clock (microseconds since the epoch) once every process heard it. */
-  record: { recording: boolean; nowUs: number };
+  /**
+   * Whether the cluster records now, and the head's clock (microseconds since the epoch), once every
+   * process heard it; `silent`: the processes that had not within RECORD_TIMEOUT_MS.
+   */
+  record: { recording: boolean; nowUs: number; silent: ProcessesReport["silent"] };
 }
 
 /** A node's answer to readLogs: the last `tailBytes` of each matching file (oldest first). */
@@ -175,9 +179,17 @@ export type HeadToClient =
   | { t: "workerLog"; batches: LogBatch[] }
   /**
    * Asks for the client's report (answered by processReport): first turning timeline recording on or
-   * off when `recording` is given, then with the events that ended in the window when it is given.
+   * off when `recording` is given (unless the client heard a later change: `epoch` counts the changes),
+   * then with the events that ended in the window when it is given.
    */
-  | { t: "probe"; qid: number; recording?: boolean; traceFromUs?: number; traceToUs?: number };
+  | {
+      t: "probe";
+      qid: number;
+      recording?: boolean;
+      epoch?: number;
+      traceFromUs?: number;
+      traceToUs?: number;
+    };
 
 /** The registration reply a node agent reads (`re` of its registerNode). */
 export interface NodeRegistered {

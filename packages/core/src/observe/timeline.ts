@@ -95,8 +95,24 @@ class TimelineRecorder {
     return this.on;
   }
 
-  /** The head turned recording on or off for the cluster. Off keeps what was recorded for collection. */
-  setRecording(on: boolean): void {
+  /** The head's count of recording changes this process heard last. */
+  private epoch = -1;
+
+  /**
+   * The head turned recording on or off for the cluster, as its `epoch`-th change. Off keeps what was
+   * recorded for collection. A change older than one heard already is ignored: a hello's answer and a
+   * probe sent after it may be read in one batch, and the answer's continuation runs after the probe.
+   */
+  /** A runtime joins a (new) head: whatever an earlier head said no longer counts. */
+  joining(): void {
+    this.epoch = -1;
+    this.on = false;
+    this.tracks.clear();
+  }
+
+  setRecording(on: boolean, epoch: number): void {
+    if (epoch < this.epoch) return;
+    this.epoch = epoch;
     this.on = on;
     if (!on) this.tracks.clear();
   }

@@ -260,12 +260,21 @@ export class Executor {
       settled = true;
       this.active.delete(key);
       let failed = threw;
+      // the span ends before its reply leaves: a caller that has the result and then collects the
+      // timeline up to its own clock finds the span ended within the window (not a moment after it)
+      const endSpan = (): void => {
+        if (!counts) return;
+        const span = job.span;
+        job.span = null;
+        traceRecorder.end(span, failed ? { failed: true } : job.cancelled ? { cancelled: true } : undefined);
+      };
       try {
         // a cancelled call's caller has its answer (TaskCancelledError): its result is discarded
         if (job.cancelled) this.seen.set(key, CANCELLED);
         else {
           const enc = result();
           failed ||= job.unsendable; // a result that could not be encoded is answered with its error
+          endSpan();
           this.reply(job, enc);
         }
       } catch (e) {
@@ -275,10 +284,7 @@ export class Executor {
         if (counts) {
           callsTotal.inc(labels);
           if (failed) callsFailed.inc(labels);
-          traceRecorder.end(
-            job.span,
-            failed ? { failed: true } : job.cancelled ? { cancelled: true } : undefined,
-          );
+          endSpan();
         }
         if (counted) this.done();
       }

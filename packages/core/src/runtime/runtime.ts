@@ -175,6 +175,7 @@ export class Runtime {
     };
     setRuntime(this);
     const heartbeats = !this.context.isWorker;
+    traceRecorder.joining();
     const hello = await this.head.request(
       "hello",
       {
@@ -190,7 +191,7 @@ export class Runtime {
     );
     // a driver that joined runs on the node at its own address (workers and embedded drivers know theirs)
     this.context.nodeId ??= hello?.nodeId;
-    traceRecorder.setRecording(hello?.recording === true);
+    traceRecorder.setRecording(hello?.recording === true, hello?.recordingEpoch ?? 0);
     if (heartbeats) this.startHeartbeats(headAddress);
   }
 
@@ -240,7 +241,7 @@ export class Runtime {
     else if (m.t === "clientGone") this.onOwnerGone(m.clientId);
     else if (m.t === "workerLog") printWorkerLog(m.batches);
     else if (m.t === "probe") {
-      if (typeof m.recording === "boolean") traceRecorder.setRecording(m.recording);
+      if (typeof m.recording === "boolean") traceRecorder.setRecording(m.recording, m.epoch ?? 0);
       this.head.notify("processReport", { qid: m.qid, report: reportOf(this, m) });
     }
     for (const f of this.pushHandlers) f(m);
@@ -500,11 +501,12 @@ export class Runtime {
               const span = traceRecorder.start("transfer", `serve ${this.clientId}:${seq}`);
               const value = prepareValue(this.store.handOut(s), "value", "cannot be sent");
               const enc = encode([FETCH_REPLY, seq, FETCH_OK, value]);
-              this.server.sendEncoded(peer, enc);
+              // ended before the reply leaves (as a call's run is): the fetcher's clock is past its end
               if (span)
                 traceRecorder.end(span, {
                   bytes: enc.frames.reduce((n, f) => n + f.byteLength, enc.head.byteLength),
                 });
+              this.server.sendEncoded(peer, enc);
             } catch (err) {
               this.server.sendEncoded(
                 peer,
