@@ -135,3 +135,26 @@ test("lines are split at newlines across chunks, cut when too long, and batches 
   logs.close();
   rmSync(dir, { recursive: true, force: true });
 });
+
+test("a log directory removed under a live worker: the node keeps going and says the file is lost, once", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "torl-logs-gone-"));
+  const sent: { stream: string; lines: string[] }[][] = [];
+  const logs = new WorkerLogs(dir, (b) => sent.push(b));
+  rmSync(dir, { recursive: true, force: true });
+  const out = new PassThrough();
+  logs.attach(out, null, () => ({ actorId: "C-1", className: "C", name: undefined, pid: 9, nodeId: "n" }));
+  out.write("first\n");
+  await new Promise((r) => setTimeout(r, 100));
+  out.write("second\n");
+  await new Promise((r) => setTimeout(r, 100));
+  logs.flush();
+  const lines = sent.flat().flatMap((b) => b.lines);
+  t.deepEqual(
+    lines.filter((l) => !l.startsWith("[torl]")),
+    ["first", "second"],
+  );
+  const said = lines.filter((l) => l.startsWith("[torl] worker log file"));
+  t.is(said.length, 1);
+  t.regex(said[0]!, /C-1-9\.out could not be written \(ENOENT/);
+  logs.close();
+});

@@ -44,13 +44,29 @@ export function prefixOf(s: Pick<LogSource, "className" | "name" | "pid">): stri
 class LogFile {
   private out: WriteStream;
   private bytes: number;
+  private failed = false;
 
-  constructor(private path: string) {
+  /** `onError` hears the first write error (directory gone, disk full); later lines skip the file. */
+  constructor(
+    private path: string,
+    private onError: (error: Error) => void,
+  ) {
     this.bytes = fileSize(path);
-    this.out = createWriteStream(path, { flags: "a" });
+    this.out = this.open();
+  }
+
+  private open(): WriteStream {
+    const out = createWriteStream(this.path, { flags: "a" });
+    out.on("error", (error) => {
+      if (this.failed) return;
+      this.failed = true;
+      this.onError(error);
+    });
+    return out;
   }
 
   write(line: string): void {
+    if (this.failed) return;
     const bytes = Buffer.byteLength(line) + 1;
     if (this.bytes + bytes > MAX_LOG_FILE_BYTES) {
       this.out.end();
@@ -59,7 +75,7 @@ class LogFile {
       } catch {
         // gone already: start afresh all the same
       }
-      this.out = createWriteStream(this.path, { flags: "a" });
+      this.out = this.open();
       this.bytes = 0;
     }
     this.bytes += bytes;
@@ -110,7 +126,8 @@ export class WorkerLogs {
         const key = logFileName(s.actorId, s.pid, stream);
         if (file?.key !== key) {
           file?.log.close();
-          file = { key, log: new LogFile(join(this.dir, key)) };
+          const path = join(this.dir, key);
+          file = { key, log: new LogFile(path, (error) => this.fileFailed(path, error, s)) };
         }
         for (const line of lines) file.log.write(line);
         this.queue({ ...s, stream, lines });
@@ -136,6 +153,13 @@ export class WorkerLogs {
         // the process is gone; what it printed before is in the file
       });
     }
+  }
+
+  /** A log file that cannot be written is said where the lines go, not thrown at the node. */
+  private fileFailed(path: string, error: Error, source: LogSource): void {
+    const line = `[torl] worker log file ${path} could not be written (${error.message}); this worker's lines from here on are not in the log files`;
+    if (this.forward) this.queue({ ...source, stream: "err", lines: [line] });
+    else process.stderr.write(`${line}\n`);
   }
 
   private queue(batch: LogBatch): void {
