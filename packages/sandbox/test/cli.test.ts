@@ -106,6 +106,17 @@ test("the benchmark reports every figure with isolation on (tiny run)", async (t
     "pool_vs_bare_fork_cpu",
   ] as const;
   for (const k of figures) t.true(Number.isFinite(r[k]) && r[k] > 0, `${k} = ${r[k]}`);
+  // the CPU split by process adds up to the totals (each part rounded to 0.01 ms)
+  const parts = [r.pool_cpu_ms_node, r.pool_cpu_ms_server, r.pool_cpu_ms_template, r.pool_cpu_ms_runs];
+  for (const p of parts) t.true(Number.isFinite(p) && p >= 0);
+  t.true(r.pool_cpu_ms_runs > 0, "the runs' CPU reaches the template's reaped children");
+  t.true(Math.abs(parts.reduce((a, b) => a + b) - r.pool_cpu_ms_per_run) < 0.05);
+  t.true(r.bare_fork_code_cpu_ms_children > 0);
+  t.true(
+    Math.abs(
+      r.bare_fork_code_cpu_ms_parent + r.bare_fork_code_cpu_ms_children - r.bare_fork_code_cpu_ms_per_run,
+    ) < 0.05,
+  );
   // (which loop is faster is a speed figure for the benchmark, not for a test on a loaded machine)
   t.is(r.http_clients, 16);
 });

@@ -54,41 +54,68 @@ print((time.perf_counter() - t) / n * 1e6)
 const USER_HZ = 100;
 
 /**
- * CPU seconds used so far by the live process trees under `roots`: each process's own user and
- * system time plus what its reaped children used (the kernel adds a child's times to its parent's
- * when it is reaped). Process CPU time, unlike throughput, barely moves with the machine's load, so
- * the pool's cost per run can be compared with the bare loop's on a busy machine.
+ * CPU seconds used so far by the live process trees under `roots`, by depth below the root: each
+ * process's own user and system time counts at its depth, what its reaped children used (the kernel
+ * adds a child's times to its parent's when it is reaped) one level deeper. Process CPU time, unlike
+ * throughput, barely moves with the machine's load, so the pool's cost per run can be compared with
+ * the bare loop's on a busy machine.
  */
-function treeCpuSeconds(roots: number[]): number {
-  const procs = new Map<number, { ppid: number; ticks: number }>();
+function treeCpuSeconds(roots: number[]): number[] {
+  const procs = new Map<number, { ppid: number; self: number; reaped: number }>();
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
     try {
       const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
       // after "pid (comm) ": state ppid ... utime(14) stime(15) cutime(16) cstime(17)
       const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      const ticks = Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
-      procs.set(Number(entry), { ppid: Number(f[1]), ticks });
+      const self = Number(f[11]) + Number(f[12]);
+      procs.set(Number(entry), { ppid: Number(f[1]), self, reaped: Number(f[13]) + Number(f[14]) });
     } catch {
       // gone meanwhile: what it used is in its parent's cutime once reaped
     }
   }
-  const inTree = (pid: number): boolean => {
+  const depthBelowRoot = (pid: number): number => {
     for (let p = pid, hops = 0; p > 1 && hops < 64; hops++) {
-      if (roots.includes(p)) return true;
+      if (roots.includes(p)) return hops;
       p = procs.get(p)?.ppid ?? 0;
     }
-    return false;
+    return -1;
   };
-  let ticks = 0;
-  for (const [pid, p] of procs) if (inTree(pid)) ticks += p.ticks;
-  return ticks / USER_HZ;
+  const ticks: number[] = [];
+  const add = (depth: number, n: number) => {
+    while (ticks.length <= depth) ticks.push(0);
+    ticks[depth]! += n;
+  };
+  for (const [pid, p] of procs) {
+    const depth = depthBelowRoot(pid);
+    if (depth < 0) continue;
+    add(depth, p.self);
+    add(depth + 1, p.reaped);
+  }
+  return ticks.map((n) => n / USER_HZ);
 }
 
-/** CPU seconds of the trees under `pids`, plus this process's own when `withSelf`. */
-function cpuSeconds(pids: number[], withSelf: boolean): number {
+const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+
+/**
+ * The pool's CPU seconds so far, by process: this one (Node), each worker's fork server (with the
+ * process that started it in its own pid namespace), the template, and the runs (the template's
+ * children, live and reaped).
+ */
+function poolCpuSeconds(workerPids: number[]): {
+  node: number;
+  server: number;
+  template: number;
+  runs: number;
+} {
   const usage = process.cpuUsage();
-  return (withSelf ? (usage.user + usage.system) / 1e6 : 0) + treeCpuSeconds(pids);
+  const d = treeCpuSeconds(workerPids);
+  return {
+    node: (usage.user + usage.system) / 1e6,
+    server: (d[0] ?? 0) + (d[1] ?? 0),
+    template: d[2] ?? 0,
+    runs: sum(d.slice(3)),
+  };
 }
 
 /** Microseconds per first-touch page fault on this machine (~0.1-1 us on bare metal, 20-40 us under shadow paging). */
@@ -129,7 +156,7 @@ async function bareForkLoop(
   python: string,
   processes: number,
   runs: number,
-): Promise<{ exit: number; code: number; codeCpuMsPerRun: number }> {
+): Promise<{ exit: number; code: number; codeCpuMsPerRun: number; parentCpuMsPerRun: number }> {
   const config = JSON.stringify({ huge_pages: true, code: BENCH_CODE });
   const procs = Array.from({ length: processes }, () => {
     const proc = spawn(python, [BENCH_FORK_LOOP_PATH, config], {
@@ -150,18 +177,21 @@ async function bareForkLoop(
     );
     const pids = procs.map((p) => p.proc.pid!);
     let cpuMsPerRun = 0;
+    let parentMsPerRun = 0;
     const rate = async (mode: "exit" | "code") => {
-      const cpu0 = cpuSeconds(pids, false);
+      const cpu0 = treeCpuSeconds(pids);
       for (const p of procs) p.proc.stdin.write(`go ${mode} ${runs}\n`);
       const answers = await Promise.all(
         procs.map(async (p) => JSON.parse(await p.next()) as { seconds: number }),
       );
-      cpuMsPerRun = ((cpuSeconds(pids, false) - cpu0) * 1000) / (processes * runs);
+      const cpu1 = treeCpuSeconds(pids);
+      cpuMsPerRun = ((sum(cpu1) - sum(cpu0)) * 1000) / (processes * runs);
+      parentMsPerRun = (((cpu1[0] ?? 0) - (cpu0[0] ?? 0)) * 1000) / (processes * runs);
       return (processes * runs) / Math.max(...answers.map((a) => a.seconds));
     };
     const exit = await rate("exit");
     const code = await rate("code");
-    return { exit, code, codeCpuMsPerRun: cpuMsPerRun };
+    return { exit, code, codeCpuMsPerRun: cpuMsPerRun, parentCpuMsPerRun: parentMsPerRun };
   } finally {
     for (const p of procs) p.proc.kill("SIGKILL");
   }
@@ -184,8 +214,20 @@ export interface SandboxBenchResult {
   pool_vs_bare_fork: number;
   /** CPU per run (ms) of the bare loop running the code: its processes and their children. */
   bare_fork_code_cpu_ms_per_run: number;
+  /** The same, split: the forking loops themselves, and the children (fork to exit). */
+  bare_fork_code_cpu_ms_parent: number;
+  bare_fork_code_cpu_ms_children: number;
   /** CPU per run (ms) of the pool: every worker's processes and runs, and this Node process. */
   pool_cpu_ms_per_run: number;
+  /**
+   * The same, by process: Node (this process: requests, answers), the fork servers (requests, the
+   * poll loop, fresh /tmp), the templates (ending runs, forking the next child), the runs (fork to
+   * exit, isolation steps included). Set against bare_fork_code_cpu_ms_parent / _children.
+   */
+  pool_cpu_ms_node: number;
+  pool_cpu_ms_server: number;
+  pool_cpu_ms_template: number;
+  pool_cpu_ms_runs: number;
   /**
    * bare_fork_code_cpu_ms_per_run / pool_cpu_ms_per_run: the same comparison in CPU time, which a
    * loaded machine barely moves (throughput ratios on a busy machine favour the pool, whose more
@@ -239,9 +281,11 @@ export async function benchSandbox(
     for (let i = 0; i < 2 * workers; i++) await check();
 
     log(`pool: ${runs} runs, ${workers} in flight`);
-    const poolCpu0 = cpuSeconds(ex.workerPids(), true);
+    const poolCpu0 = poolCpuSeconds(ex.workerPids());
     const pool = await throughput(runs, workers, check);
-    const poolCpuMsPerRun = ((cpuSeconds(ex.workerPids(), true) - poolCpu0) * 1000) / runs;
+    const poolCpu1 = poolCpuSeconds(ex.workerPids());
+    const perRun = (k: keyof typeof poolCpu0) => ((poolCpu1[k] - poolCpu0[k]) * 1000) / runs;
+    const poolCpuMsPerRun = perRun("node") + perRun("server") + perRun("template") + perRun("runs");
     log(
       `  pool_per_s ${round(pool)}  CPU per run ${round(poolCpuMsPerRun)} ms (bare loop: ${round(bare.codeCpuMsPerRun)} ms)`,
     );
@@ -291,7 +335,13 @@ export async function benchSandbox(
       bare_fork_code_speedup_vs_naive: round(bare.code / naive, 1),
       pool_vs_bare_fork: round(pool / bare.code, 3),
       bare_fork_code_cpu_ms_per_run: round(bare.codeCpuMsPerRun),
+      bare_fork_code_cpu_ms_parent: round(bare.parentCpuMsPerRun),
+      bare_fork_code_cpu_ms_children: round(bare.codeCpuMsPerRun - bare.parentCpuMsPerRun),
       pool_cpu_ms_per_run: round(poolCpuMsPerRun),
+      pool_cpu_ms_node: round(perRun("node")),
+      pool_cpu_ms_server: round(perRun("server")),
+      pool_cpu_ms_template: round(perRun("template")),
+      pool_cpu_ms_runs: round(perRun("runs")),
       pool_vs_bare_fork_cpu: round(bare.codeCpuMsPerRun / poolCpuMsPerRun, 3),
       pool_p50_ms: round(p50),
       pool_p99_ms: round(p99),
@@ -377,7 +427,9 @@ export const benchSandboxCommand = defineBench({
     "  pool_p50_ms / pool_p99_ms  latency of one request at a time to an idle pool",
     "  http_per_s         through POST /run_code with 16 concurrent clients",
     "  pool_vs_bare_fork  pool_per_s / bare_fork_code_per_s: what the isolation and the IPC cost",
-    "  pool_vs_bare_fork_cpu  the same in CPU per run (bare loop / pool), steadier on a loaded machine",
+    "  pool_vs_bare_fork_cpu  the same in CPU per run (bare loop / pool), steadier on a loaded machine;",
+    "                     pool_cpu_ms_node/_server/_template/_runs and bare_fork_code_cpu_ms_parent/",
+    "                     _children split it by process",
     "Targets: pool_per_s >= 50 x naive_spawn_per_s; pool_p50_ms <= 10; pool_vs_bare_fork >= 0.85.",
     "",
     "--steps: instead, the median cost of each isolation step per run (microseconds), busy workers",
@@ -418,6 +470,11 @@ export const benchSandboxCommand = defineBench({
       "pool_vs_bare_fork_cpu",
       result.pool_vs_bare_fork_cpu,
       `CPU per run: bare loop ${result.bare_fork_code_cpu_ms_per_run} ms / pool ${result.pool_cpu_ms_per_run} ms`,
+    );
+    row(
+      "CPU by process (ms)",
+      "",
+      `pool: Node ${result.pool_cpu_ms_node}, servers ${result.pool_cpu_ms_server}, templates ${result.pool_cpu_ms_template}, runs ${result.pool_cpu_ms_runs}; bare loop: parents ${result.bare_fork_code_cpu_ms_parent}, children ${result.bare_fork_code_cpu_ms_children}`,
     );
     row("pool_p50_ms", result.pool_p50_ms, "target <= 10");
     row("pool_p99_ms", result.pool_p99_ms);
