@@ -52,6 +52,7 @@ import type { BatchTensor } from "../protocol/tensor.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker } from "../workers/actor-rollout-ref.js";
+import type { AsyncDataState, TrainerState } from "./checkpoint.js";
 import {
   RayPPOTrainer,
   type RoundPrompts,
@@ -62,6 +63,7 @@ import {
 } from "./ppo-trainer.js";
 import { FifoLock, RolloutQueue, rolloutQueueCapacity } from "./rollout-queue.js";
 import type { StepMetrics } from "./run-log.js";
+import { TrainedLedger } from "./trained-ledger.js";
 
 type RolloutGroup = BoundGroup<typeof ActorRolloutRefWorker>;
 
@@ -69,6 +71,19 @@ type RolloutGroup = BoundGroup<typeof ActorRolloutRefWorker>;
 interface QueuedBatch extends ScoredRound {
   version: number;
   genSeconds: number;
+  /** Its loader batch's number (TrainedLedger). */
+  seq: number;
+}
+
+/** A loader batch drawn by the producer, with its number. */
+interface DrawnPrompts extends RoundPrompts {
+  seq: number;
+}
+
+/** A prompt group of a fully_async unit: group `group` (its row) of a drawn loader batch. */
+interface UnitGroup {
+  drawn: DrawnPrompts;
+  group: number;
 }
 
 /**
@@ -83,6 +98,9 @@ interface QueuedGroup {
   /** The training step's worth of prompts it was generated in, and its place there. */
   unit: number;
   index: number;
+  /** Its loader batch's number and its row there. */
+  seq: number;
+  group: number;
   versionStart: number;
   versionEnd: number;
   /** Queued while other groups of its unit were still in generation. */
@@ -117,7 +135,13 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
   private rolloutVersion = 0;
   private rolloutBroken = false;
   private restarts = 0;
+  /** Loader batches drawn in the whole run (across resumes). */
+  private drawCount = 0;
   private stopping = false;
+  /** What of the loader batches drawn was trained, for checkpoints (from the producer's start). */
+  private ledger?: TrainedLedger;
+  /** The checkpoint's data position past its loader state, on resume. */
+  private resumed?: AsyncDataState;
 
   constructor(config: TrainerConfig, options: TrainerOptions = {}) {
     super(config, options);
@@ -235,9 +259,37 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     this.rolloutVersion = this.updatesDone;
   }
 
+  protected override resumeData(state: TrainerState, dir: string): void {
+    super.resumeData(state, dir);
+    this.resumed = state.async;
+  }
+
+  /** The loader and RNG before the oldest batch not wholly trained, and what of it was (batches drawn ahead are drawn again on resume). */
+  protected override dataPosition(): Pick<TrainerState, "loader" | "rng" | "async"> {
+    return this.ledger?.point() ?? super.dataPosition();
+  }
+
+  /**
+   * The next loader batch, numbered; each row's uid is tagged with the first step its batch was cut for
+   * in a run without a stop (stepsPerPromptBatch steps per batch). `trained`: its groups a step took
+   * before the checkpoint this run resumed from.
+   */
+  private draw(trained: readonly number[] = []): DrawnPrompts {
+    const at = () => ({ loader: this.loader.state(), rng: this.rng.state });
+    const before = at();
+    const seq = this.drawCount++;
+    const p = this.nextPrompts(`${seq * this.stepsPerPromptBatch() + 1}`, 0);
+    this.ledger!.drew(before, at(), p.batch.length, trained);
+    return { ...p, seq };
+  }
+
   /** The first step starts the producer, after the actor's weights (a checkpoint's, on resume) went to the rollout. */
   private async startProducer(): Promise<void> {
     this.updatesDone = this.globalStep - 1;
+    // a checkpoint of the sync trainer stands after the batch of its last step
+    const seq = this.resumed?.batch ?? Math.ceil((this.globalStep - 1) / this.stepsPerPromptBatch());
+    this.ledger = new TrainedLedger({ loader: this.loader.state(), rng: this.rng.state }, seq);
+    this.drawCount = seq;
     await this.rolloutLock.run(() => this.pushWeights());
     if (this.streaming) {
       const queue = new RolloutQueue<QueuedGroup>(this.queueCapacity, this.syncEvery, this.groupsPerStep);
@@ -254,24 +306,25 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
    * fully_async's producer: each admitted unit (a training step's worth of prompts: groupsPerStep of the
    * loader's batch, in order) is generated on the rollout workers, which stream the responses as they
    * finish; a prompt group goes into the queue as soon as its n responses are in. Units overlap: the next
-   * is admitted while the last one's long responses still generate.
+   * is admitted while the last one's long responses still generate. On resume, the batches the checkpoint
+   * had drawn ahead are drawn again and their groups trained before it are left out.
    */
   private async produceGroups(firstStep: number, queue: RolloutQueue<QueuedGroup>): Promise<void> {
     const G = this.groupsPerStep;
-    const perBatch = this.stepsPerPromptBatch();
-    let drawn: RoundPrompts | undefined;
-    let used = perBatch;
+    const trainedBefore = [...(this.resumed?.trained ?? [])];
+    const ahead: UnitGroup[] = [];
     const inFlight = new Set<Promise<void>>();
     try {
       for (let step = firstStep + 1; step <= this.totalSteps; step++) {
         await queue.admit();
         if (this.stopping) return;
-        if (used === perBatch) {
-          drawn = this.nextPrompts(`${step}`, 0);
-          used = 0;
+        while (ahead.length < G) {
+          const trained = trainedBefore.shift() ?? [];
+          const drawn = this.draw(trained);
+          const skip = new Set(trained);
+          for (let g = 0; g < drawn.batch.length; g++) if (!skip.has(g)) ahead.push({ drawn, group: g });
         }
-        const part = used++;
-        const p = this.generateUnit(step, drawn!, part, G, queue).catch((e: Error) => queue.close(e));
+        const p = this.generateUnit(step, ahead.splice(0, G), queue).catch((e: Error) => queue.close(e));
         inFlight.add(p);
         void p.finally(() => inFlight.delete(p));
       }
@@ -280,24 +333,35 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     }
   }
 
-  /** Unit `part` of the drawn prompts (groups [part G, (part + 1) G)) streamed from the rollout workers into the queue. */
+  /**
+   * A unit's groups streamed from the rollout workers into the queue. Group g of a loader batch samples
+   * with the seed of its part (groups [part G, (part + 1) G)), whichever unit it is generated in.
+   */
   private async generateUnit(
     unit: number,
-    drawn: RoundPrompts,
-    part: number,
-    G: number,
+    groups: UnitGroup[],
     queue: RolloutQueue<QueuedGroup>,
   ): Promise<void> {
     const n = this.config.actor_rollout_ref.rollout.n;
-    const groups = Array.from({ length: G }, (_, i) => part * G + i);
-    const batch = drawn.batch.selectRows(groups);
-    const prompts = drawn.prompts.selectRows(groups);
-    const genBatch = drawn.genBatch.selectRows(
-      groups.flatMap((g) => Array.from({ length: n }, (_, j) => g * n + j)),
-    );
-    // each unit of the drawn batch samples from its own streams
-    genBatch.metaInfo.seed = (Number(drawn.genBatch.metaInfo.seed) + part * 0x9e3779b1) >>> 0;
-    genBatch.metaInfo.rollout_log_probs = this.config.algorithm.rollout_is_threshold !== null;
+    const G = groups.length;
+    // the unit's groups by loader batch and part: one generation request each (one, without a resume)
+    const segments = new Map<string, { drawn: DrawnPrompts; part: number; at: number[] }>();
+    groups.forEach(({ drawn, group }, at) => {
+      const part = Math.floor(group / this.groupsPerStep);
+      const key = `${drawn.seq}:${part}`;
+      const seg = segments.get(key) ?? { drawn, part, at: [] };
+      seg.at.push(at);
+      segments.set(key, seg);
+    });
+    const requests = [...segments.values()].map(({ drawn, part, at }) => {
+      const genBatch = drawn.genBatch.selectRows(
+        at.flatMap((a) => Array.from({ length: n }, (_, j) => groups[a]!.group * n + j)),
+      );
+      // each part of a drawn batch samples from its own streams
+      genBatch.metaInfo.seed = (Number(drawn.genBatch.metaInfo.seed) + part * 0x9e3779b1) >>> 0;
+      genBatch.metaInfo.rollout_log_probs = this.config.algorithm.rollout_is_threshold !== null;
+      return { genBatch, at };
+    });
     const rows: (DataProto | undefined)[] = new Array(G * n);
     const done = new Array<boolean>(G).fill(false);
     let queued = 0;
@@ -305,21 +369,24 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
       global.forEach((g, j) => {
         rows[g] = chunk.selectRows([j]);
       });
-      for (const grp of new Set(global.map((g) => Math.floor(g / n)))) {
-        const mine = rows.slice(grp * n, (grp + 1) * n);
-        if (done[grp] || mine.filter(Boolean).length < n) continue;
-        done[grp] = true;
+      for (const at of new Set(global.map((g) => Math.floor(g / n)))) {
+        const mine = rows.slice(at * n, (at + 1) * n);
+        if (done[at] || mine.filter(Boolean).length < n) continue;
+        done[at] = true;
         queued++;
         const gen = DataProto.concat(mine as DataProto[]);
         const start = gen.column<number>("param_version_start");
         const end = gen.column<number>("param_version_end");
+        const { drawn, group } = groups[at]!;
         queue.put({
-          batch: batch.selectRows([grp]),
-          prompts: prompts.selectRows([grp]),
+          batch: drawn.batch.selectRows([group]),
+          prompts: drawn.prompts.selectRows([group]),
           gen,
           epoch: drawn.epoch,
           unit,
-          index: grp,
+          index: at,
+          seq: drawn.seq,
+          group,
           versionStart: Math.min(...start),
           versionEnd: Math.max(...end),
           early: queued < G,
@@ -328,14 +395,24 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     };
     let failures = 0;
     for (;;) {
-      const todo = groups.map((_, i) => i).filter((i) => !done[i]);
+      const todo = requests
+        .map(({ genBatch, at }) => ({ genBatch, at, local: at.flatMap((a, i) => (done[a] ? [] : [i])) }))
+        .filter((r) => r.local.length > 0);
       if (todo.length === 0 || this.stopping) return;
       const epoch = this.rolloutEpoch;
       try {
-        const stream = () => this.streamRows(genBatch, todo, n, onRows);
-        // without partial rollouts a weight update waits for the unit in generation (rolloutLock)
-        if (this.config.async_training.partial_rollout) await stream();
-        else await this.rolloutLock.run(stream);
+        for (const { genBatch, at, local } of todo) {
+          const stream = () =>
+            this.streamRows(genBatch, local, n, (chunk, rowsOf) =>
+              onRows(
+                chunk,
+                rowsOf.map((r) => at[Math.floor(r / n)]! * n + (r % n)),
+              ),
+            );
+          // without partial rollouts a weight update waits for the unit in generation (rolloutLock)
+          if (this.config.async_training.partial_rollout) await stream();
+          else await this.rolloutLock.run(stream);
+        }
       } catch (e) {
         if (this.stopping) return;
         if (!this.rolloutWorkerLost(e) || ++failures > MAX_ROLLOUT_RESTARTS) throw e;
@@ -383,14 +460,14 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     for (let step = firstStep + 1; step <= this.totalSteps; step++) {
       await queue.admit();
       if (this.stopping) return;
-      const prompts = this.nextPrompts(`${step}`, 0);
+      const prompts = this.draw();
       const start = performance.now();
       const { gen, version, rolloutLogProbs } = await this.generateOnRollout(prompts);
       const genSeconds = (performance.now() - start) / 1000;
       const timed: StepTimer = (_name, f) => f();
       const round = await this.scoreRound(timed, prompts, gen);
       if (rolloutLogProbs) round.batch.batch.rollout_log_probs = rolloutLogProbs;
-      queue.put({ ...round, version, genSeconds });
+      queue.put({ ...round, version, genSeconds, seq: prompts.seq });
     }
   }
 
@@ -450,8 +527,9 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     const item = await timed("wait_samples", () => queue.take());
     const waited = (performance.now() - start) / 1000;
     this.releaseStep = await this.trainerLock.acquire();
+    this.ledger!.took(item.seq);
     const staleness = this.updatesDone - item.version;
-    const { version, genSeconds, ...round } = item;
+    const { version, genSeconds, seq: _seq, ...round } = item;
     return {
       ...round,
       sampling: {
@@ -480,6 +558,7 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     const waited = (performance.now() - start) / 1000;
     this.releaseStep = await this.trainerLock.acquire();
     items.sort((a, b) => a.unit - b.unit || a.index - b.index);
+    for (const i of items) this.ledger!.took(i.seq, [i.group]);
     const prompts = DataProto.concat(items.map((i) => i.prompts));
     const round = await this.scoreRound(
       timed,
