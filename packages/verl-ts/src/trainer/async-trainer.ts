@@ -33,8 +33,19 @@
  *
  * A rollout worker that dies is replaced: the rollout group is started again, gets the actor's current
  * weights and generates the lost batch again (same prompts, same seed); after 3 failures in a row the
- * run fails. A resumed run starts the rollout from the checkpoint's weights; batches that were queued
- * when the checkpoint was written are not generated again (the loader had moved past them).
+ * run fails.
+ *
+ * Checkpoints and resume: the producer draws prompts ahead of training, so a checkpoint does not record
+ * the loader where the producer left it. It records the loader and the seed RNG before the oldest loader
+ * batch not wholly trained, and which prompt groups of it (and of the batches drawn after it) a step
+ * already took (trainer_state.json `async`, trained-ledger.ts). A resumed run starts the rollout from the
+ * checkpoint's weights and draws those batches again: the same prompts, with the same seeds and uids, in
+ * the same order. one_step_off trains whole batches, so it generates them again as they were;
+ * fully_async leaves out the groups trained before the checkpoint and packs the others into units of
+ * groupsPerStep, each group sampled with its part's seed (a group generated without the rest of its part
+ * may sample other tokens, as when a lost rollout worker's groups are generated again). Every prompt a
+ * run without the stop would have trained is trained once. A checkpoint taken in the middle of a
+ * fully_async loader batch resumes only with trainer.mode=fully_async (another mode is refused).
  */
 import {
   ActorDiedError,

@@ -50,6 +50,7 @@ export class TrainedLedger {
           `the checkpoint lists prompt group ${g} of loader batch ${seq} as trained, but the batch has ${groups} groups`,
         );
     this.drawn.push({ seq, before, after, groups, trained: new Set(trained) });
+    this.prune();
     return seq;
   }
 
@@ -61,15 +62,20 @@ export class TrainedLedger {
       if (b.trained.has(g)) throw new Error(`prompt group ${g} of loader batch ${seq} was trained twice`);
       b.trained.add(g);
     }
+    this.prune();
   }
 
-  /** The checkpoint's data position: the loader and RNG at the oldest batch not wholly trained, and what of it (and after it) was. */
-  point(): DrawPoint & { async: AsyncDataState } {
+  /** The batches wholly trained from the oldest on are done with. */
+  private prune(): void {
     while (this.drawn.length && this.drawn[0]!.trained.size === this.drawn[0]!.groups) {
       const done = this.drawn.shift()!;
       this.base = done.after;
       this.baseSeq = done.seq + 1;
     }
+  }
+
+  /** The checkpoint's data position: the loader and RNG at the oldest batch not wholly trained, and what of it (and after it) was. */
+  point(): DrawPoint & { async: AsyncDataState } {
     const trained = this.drawn.map((d) => [...d.trained].sort((a, b) => a - b));
     while (trained.length && trained.at(-1)!.length === 0) trained.pop();
     return { ...this.base, async: { batch: this.baseSeq, trained } };

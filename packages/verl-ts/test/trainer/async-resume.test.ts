@@ -15,6 +15,7 @@ import { tinyModelDir } from "../workers/helpers.js";
 import { rows, tinyConfig, vowelReward } from "./fixtures/setup.js";
 
 const modelPath = tinyModelDir(13);
+const tmp = () => mkdtempSync(join(tmpdir(), "torl-async-resume-"));
 
 test.before(async () => {
   await init({ numCpus: 4 });
@@ -81,7 +82,6 @@ const allPrompts = (run: Dumped[][]) =>
 
 /** An uninterrupted run and one stopped after step `stopAfter` and resumed (trainer.resume_mode=auto): their dumps. */
 async function uninterruptedAndResumed(extra: string[], steps: number, stopAfter: number) {
-  const tmp = () => mkdtempSync(join(tmpdir(), "torl-async-resume-"));
   const whole = tmp();
   await run(extra, { steps, ckptDir: tmp(), dumpDir: whole });
   const ckptDir = tmp();
@@ -92,7 +92,7 @@ async function uninterruptedAndResumed(extra: string[], steps: number, stopAfter
   const state = JSON.parse(
     readFileSync(join(ckptDir, `global_step_${stopAfter}`, "trainer_state.json"), "utf8"),
   ) as TrainerState;
-  return { whole: dumped(whole, steps), resumed: dumped(parts, steps), summary, state };
+  return { whole: dumped(whole, steps), resumed: dumped(parts, steps), summary, state, ckptDir };
 }
 
 test.serial(
@@ -124,7 +124,7 @@ test.serial(
   async (t) => {
     // 2 groups a step, 2 steps a loader batch; capacity 4 steps' worth, so at step 3's checkpoint the
     // rollout has drawn up to 2 batches ahead; two rows decode at a time, so groups finish out of order
-    const { whole, resumed, summary, state } = await uninterruptedAndResumed(
+    const { whole, resumed, summary, state, ckptDir } = await uninterruptedAndResumed(
       [
         "trainer.mode=fully_async",
         "async_training.staleness_threshold=1.0",
@@ -143,5 +143,20 @@ test.serial(
     t.is(state.async?.batch, 1);
     t.is(state.async?.trained[0]?.length, 2);
     t.like(state.loader, { epoch: 0, position: 4 });
+    // a trainer that takes whole batches cannot resume it
+    const refused = await t.throwsAsync(
+      run(
+        [
+          "trainer.mode=one_step_off",
+          "trainer.resume_mode=resume_path",
+          `trainer.resume_from_path=${join(ckptDir, "global_step_3")}`,
+        ],
+        { steps: 6, ckptDir: tmp(), dumpDir: tmp() },
+      ),
+    );
+    t.regex(
+      refused!.message,
+      /global_step_3 was written by a trainer.mode=fully_async run .* resume it with trainer.mode=fully_async/,
+    );
   },
 );
