@@ -146,8 +146,6 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
   private rolloutVersion = 0;
   private rolloutBroken = false;
   private restarts = 0;
-  /** Loader batches drawn in the whole run (across resumes). */
-  private drawCount = 0;
   private stopping = false;
   /** What of the loader batches drawn was trained, for checkpoints (from the producer's start). */
   private ledger?: TrainedLedger;
@@ -288,10 +286,9 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
   private draw(trained: readonly number[] = []): DrawnPrompts {
     const at = () => ({ loader: this.loader.state(), rng: this.rng.state });
     const before = at();
-    const seq = this.drawCount++;
-    const p = this.nextPrompts(`${seq * this.stepsPerPromptBatch() + 1}`, 0);
-    this.ledger!.drew(before, at(), p.batch.length, trained);
-    return { ...p, seq };
+    const ledger = this.ledger!;
+    const p = this.nextPrompts(`${ledger.nextBatch * this.stepsPerPromptBatch() + 1}`, 0);
+    return { ...p, seq: ledger.drew(before, at(), p.batch.length, trained) };
   }
 
   /** The first step starts the producer, after the actor's weights (a checkpoint's, on resume) went to the rollout. */
@@ -300,7 +297,6 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     // a checkpoint of the sync trainer stands after the batch of its last step
     const seq = this.resumed?.batch ?? Math.ceil((this.globalStep - 1) / this.stepsPerPromptBatch());
     this.ledger = new TrainedLedger({ loader: this.loader.state(), rng: this.rng.state }, seq);
-    this.drawCount = seq;
     await this.rolloutLock.run(() => this.pushWeights());
     if (this.streaming) {
       const queue = new RolloutQueue<QueuedGroup>(this.queueCapacity, this.syncEvery, this.groupsPerStep);

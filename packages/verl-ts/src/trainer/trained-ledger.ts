@@ -38,6 +38,11 @@ export class TrainedLedger {
     this.nextSeq = seq;
   }
 
+  /** The number the next batch drawn gets (0-based count of the run's batches, across resumes). */
+  get nextBatch(): number {
+    return this.nextSeq;
+  }
+
   /**
    * A batch of `groups` prompt groups was drawn between `before` and `after`; `trained` lists those a
    * step before the checkpoint already took. Returns the batch's number.

@@ -123,7 +123,8 @@ test.serial(
   "fully_async: a run stopped mid-batch and resumed trains every prompt group of the uninterrupted run exactly once",
   async (t) => {
     // 2 groups a step, 2 steps a loader batch; capacity 4 steps' worth, so at step 3's checkpoint the
-    // rollout has drawn up to 2 batches ahead; two rows decode at a time, so groups finish out of order
+    // rollout may have started the units of steps 4-6 (the rest of the second batch and all of the
+    // third); two rows decode at a time, so a unit's groups are queued one by one as they finish
     const { whole, resumed, summary, state, ckptDir } = await uninterruptedAndResumed(
       [
         "trainer.mode=fully_async",
@@ -139,6 +140,8 @@ test.serial(
     // the first three loader batches: 12 of the 16 rows, each once
     t.is(new Set(allPrompts(whole)).size, 12);
     t.deepEqual(allPrompts(resumed), allPrompts(whole));
+    // one rollout worker generates one unit at a time, so here each step even takes the same groups
+    t.deepEqual(prompts(resumed), prompts(whole));
     // after 3 steps of 2 groups, half of the second batch was trained: the checkpoint stands before it
     t.is(state.async?.batch, 1);
     t.is(state.async?.trained[0]?.length, 2);
