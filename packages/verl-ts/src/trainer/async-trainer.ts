@@ -41,10 +41,10 @@
  * already took (trainer_state.json `async`, trained-ledger.ts). A resumed run starts the rollout from the
  * checkpoint's weights and draws those batches again: the same prompts, with the same seeds and uids, in
  * the same order. one_step_off trains whole batches, so it generates them again as they were;
- * fully_async leaves out the groups trained before the checkpoint and packs the others into units of
- * groupsPerStep, each group sampled with its part's seed (a group generated without the rest of its part
- * may sample other tokens, as when a lost rollout worker's groups are generated again). Every prompt a
- * run without the stop would have trained is trained once. A checkpoint taken in the middle of a
+ * fully_async packs the groups not trained before the checkpoint into units of groupsPerStep and
+ * generates each part of a loader batch they come from whole, as it was first cut, so every group samples
+ * from the streams it had in the run without the stop; the part's groups trained before are not queued.
+ * Every prompt a run without the stop would have trained is trained once. A checkpoint taken in the middle of a
  * fully_async loader batch resumes only with trainer.mode=fully_async (another mode is refused).
  */
 import {
@@ -351,32 +351,36 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
   ): Promise<void> {
     const n = this.config.actor_rollout_ref.rollout.n;
     const G = groups.length;
-    // the unit's groups by loader batch and part: one generation request each (one, without a resume)
-    const segments = new Map<string, { drawn: DrawnPrompts; part: number; at: number[] }>();
+    const GP = this.groupsPerStep;
+    // the unit's groups by loader batch and part: one generation request each (one, without a resume).
+    // A request is the whole part, as first cut, so each row samples from the stream it had then; the
+    // part's groups that are not the unit's (trained before a resume) are generated but not queued.
+    const requests = new Map<string, { genBatch: DataProto; at: (number | undefined)[]; first: boolean }>();
     groups.forEach(({ drawn, group }, at) => {
-      const part = Math.floor(group / this.groupsPerStep);
+      const part = Math.floor(group / GP);
       const key = `${drawn.seq}:${part}`;
-      const seg = segments.get(key) ?? { drawn, part, at: [] };
-      seg.at.push(at);
-      segments.set(key, seg);
-    });
-    const requests = [...segments.values()].map(({ drawn, part, at }) => {
-      const genBatch = drawn.genBatch.selectRows(
-        at.flatMap((a) => Array.from({ length: n }, (_, j) => groups[a]!.group * n + j)),
-      );
-      // each part of a drawn batch samples from its own streams
-      genBatch.metaInfo.seed = (Number(drawn.genBatch.metaInfo.seed) + part * 0x9e3779b1) >>> 0;
-      genBatch.metaInfo.rollout_log_probs = this.config.algorithm.rollout_is_threshold !== null;
-      return { genBatch, at };
+      let req = requests.get(key);
+      if (!req) {
+        const partGroups = Math.min(GP, drawn.prompts.length - part * GP);
+        const genBatch = drawn.genBatch.selectRows(
+          Array.from({ length: partGroups * n }, (_, r) => part * GP * n + r),
+        );
+        // each part of a drawn batch samples from its own streams
+        genBatch.metaInfo.seed = (Number(drawn.genBatch.metaInfo.seed) + part * 0x9e3779b1) >>> 0;
+        genBatch.metaInfo.rollout_log_probs = this.config.algorithm.rollout_is_threshold !== null;
+        req = { genBatch, at: new Array(partGroups).fill(undefined), first: true };
+        requests.set(key, req);
+      }
+      req.at[group - part * GP] = at;
     });
     const rows: (DataProto | undefined)[] = new Array(G * n);
     const done = new Array<boolean>(G).fill(false);
     let queued = 0;
-    const onRows = (chunk: DataProto, global: number[]) => {
-      global.forEach((g, j) => {
-        rows[g] = chunk.selectRows([j]);
-      });
-      for (const at of new Set(global.map((g) => Math.floor(g / n)))) {
+    /** Rows of `chunk` at unit rows `global` (undefined: not the unit's). */
+    const onRows = (chunk: DataProto, global: (number | undefined)[]) => {
+      const mineRows = global.flatMap((g, j) => (g === undefined ? [] : [[g, j] as const]));
+      for (const [g, j] of mineRows) rows[g] = chunk.selectRows([j]);
+      for (const at of new Set(mineRows.map(([g]) => Math.floor(g / n)))) {
         const mine = rows.slice(at * n, (at + 1) * n);
         if (done[at] || mine.filter(Boolean).length < n) continue;
         done[at] = true;
@@ -402,18 +406,23 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     };
     let failures = 0;
     for (;;) {
-      const todo = requests
-        .map(({ genBatch, at }) => ({ genBatch, at, local: at.flatMap((a, i) => (done[a] ? [] : [i])) }))
-        .filter((r) => r.local.length > 0);
+      const todo = [...requests.values()].filter((r) => r.at.some((a) => a !== undefined && !done[a]));
       if (todo.length === 0 || this.stopping) return;
       const epoch = this.rolloutEpoch;
       try {
-        for (const { genBatch, at, local } of todo) {
+        for (const req of todo) {
+          const { genBatch, at } = req;
+          // the whole part the first time; after a lost rollout worker, the unit's groups not queued yet
+          const local = at.flatMap((a, i) => (req.first || (a !== undefined && !done[a]) ? [i] : []));
+          req.first = false;
           const stream = () =>
             this.streamRows(genBatch, local, n, (chunk, rowsOf) =>
               onRows(
                 chunk,
-                rowsOf.map((r) => at[Math.floor(r / n)]! * n + (r % n)),
+                rowsOf.map((r) => {
+                  const a = at[Math.floor(r / n)];
+                  return a === undefined ? undefined : a * n + (r % n);
+                }),
               ),
             );
           // without partial rollouts a weight update waits for the unit in generation (rolloutLock)

@@ -4,7 +4,7 @@
  * checkpoint was written are generated again, none is skipped and none trained twice. The prompts each
  * step trained are read from the run's generation dump (trainer.rollout_data_dir).
  */
-import { mkdtempSync, readFileSync } from "node:fs";
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { init, shutdown } from "@torl-ts/actors";
@@ -58,10 +58,10 @@ interface Dumped {
   score: number;
 }
 
-/** Per step, the generations it trained on (its rollout.n responses per prompt). */
-function dumped(dir: string, steps: number): Dumped[][] {
-  return Array.from({ length: steps }, (_, s) =>
-    readFileSync(join(dir, `${s + 1}.jsonl`), "utf8")
+/** Per step (`from` to `steps`), the generations it trained on (its rollout.n responses per prompt). */
+function dumped(dir: string, steps: number, from = 1): Dumped[][] {
+  return Array.from({ length: steps - from + 1 }, (_, s) =>
+    readFileSync(join(dir, `${s + from}.jsonl`), "utf8")
       .trim()
       .split("\n")
       .map((l) => JSON.parse(l) as Dumped),
@@ -120,32 +120,64 @@ test.serial(
 );
 
 test.serial(
-  "fully_async: a run stopped mid-batch and resumed trains every prompt group of the uninterrupted run exactly once",
+  "fully_async: a run stopped mid-batch and resumed trains every prompt group of the uninterrupted run exactly once, with the same seeds",
   async (t) => {
     // 2 groups a step, 2 steps a loader batch; capacity 4 steps' worth, so at step 3's checkpoint the
     // rollout may have started the units of steps 4-6 (the rest of the second batch and all of the
-    // third); two rows decode at a time, so a unit's groups are queued one by one as they finish
-    const { whole, resumed, summary, state, ckptDir } = await uninterruptedAndResumed(
-      [
-        "trainer.mode=fully_async",
-        "async_training.staleness_threshold=1.0",
-        "async_training.trigger_parameter_sync_step=2",
-        "actor_rollout_ref.rollout.max_num_seqs=2",
-      ],
-      6,
-      3,
-    );
+    // third); two rows decode at a time, so a unit's groups are queued one by one as they finish. A
+    // learning rate of 0: a response depends only on its prompt and its sampling stream, whatever the
+    // staleness.
+    const extra = [
+      "trainer.mode=fully_async",
+      "async_training.staleness_threshold=1.0",
+      "async_training.trigger_parameter_sync_step=2",
+      "actor_rollout_ref.rollout.max_num_seqs=2",
+      "actor_rollout_ref.actor.optim.lr=0",
+    ];
+    const { whole, resumed, summary, state, ckptDir } = await uninterruptedAndResumed(extra, 6, 3);
     t.is(summary.resumed_from_step, 3);
     for (const s of prompts(resumed)) t.is(s.length, 2);
     // the first three loader batches: 12 of the 16 rows, each once
     t.is(new Set(allPrompts(whole)).size, 12);
     t.deepEqual(allPrompts(resumed), allPrompts(whole));
-    // one rollout worker generates one unit at a time, so here each step even takes the same groups
-    t.deepEqual(prompts(resumed), prompts(whole));
+    // one rollout worker generates one unit at a time, so here each step takes the same groups, and
+    // they sample from the same streams: the same responses
+    t.deepEqual(resumed, whole);
     // after 3 steps of 2 groups, half of the second batch was trained: the checkpoint stands before it
-    t.is(state.async?.batch, 1);
-    t.is(state.async?.trained[0]?.length, 2);
+    t.deepEqual(state.async, { batch: 1, trained: [[0, 1]] });
     t.like(state.loader, { epoch: 0, position: 4 });
+
+    // Groups that finish out of order (several rollout workers) leave a batch trained in part, in any
+    // order: the same checkpoint as if step 3 had taken groups 0 and 2 of the second batch. The resumed
+    // run trains its groups 1 and 3 and the third batch, each sampled from its stream of the run
+    // without a stop (the whole part is generated again; the groups trained before are not queued).
+    const outOfOrder = tmp();
+    cpSync(join(ckptDir, "global_step_3"), outOfOrder, { recursive: true });
+    writeFileSync(
+      join(outOfOrder, "trainer_state.json"),
+      JSON.stringify({ ...state, async: { batch: 1, trained: [[0, 2]] } }),
+    );
+    const dumpDir = tmp();
+    await run([...extra, "trainer.resume_mode=resume_path", `trainer.resume_from_path=${outOfOrder}`], {
+      steps: 6,
+      ckptDir: tmp(),
+      dumpDir,
+    });
+    const second = [...prompts(whole)[2]!, ...prompts(whole)[3]!];
+    const third = [...prompts(whole)[4]!, ...prompts(whole)[5]!];
+    const after = dumped(dumpDir, 6, 4);
+    t.deepEqual(
+      allPrompts(after),
+      [second[1]!, second[3]!, ...third].sort((a, b) => a - b),
+    );
+    // (in whichever step it was trained)
+    const byPrompt = (run: Dumped[][], p: number) =>
+      run
+        .flat()
+        .filter((d) => promptIndex(d) === p)
+        .map((d) => JSON.stringify([d.input, d.output, d.score]));
+    for (const p of allPrompts(after)) t.deepEqual(byPrompt(after, p), byPrompt(whole, p), `row ${p}`);
+
     // a trainer that takes whole batches cannot resume it
     const refused = await t.throwsAsync(
       run(
