@@ -33,8 +33,19 @@
  *
  * A rollout worker that dies is replaced: the rollout group is started again, gets the actor's current
  * weights and generates the lost batch again (same prompts, same seed); after 3 failures in a row the
- * run fails. A resumed run starts the rollout from the checkpoint's weights; batches that were queued
- * when the checkpoint was written are not generated again (the loader had moved past them).
+ * run fails.
+ *
+ * Checkpoints and resume: the producer draws prompts ahead of training, so a checkpoint does not record
+ * the loader where the producer left it. It records the loader and the seed RNG before the oldest loader
+ * batch not wholly trained, and which prompt groups of it (and of the batches drawn after it) a step
+ * already took (trainer_state.json `async`, trained-ledger.ts). A resumed run starts the rollout from the
+ * checkpoint's weights and draws those batches again: the same prompts, with the same seeds and uids, in
+ * the same order. one_step_off trains whole batches, so it generates them again as they were;
+ * fully_async packs the groups not trained before the checkpoint into units of groupsPerStep and
+ * generates each part of a loader batch they come from whole, as it was first cut, so every group samples
+ * from the streams it had in the run without the stop; the part's groups trained before are not queued.
+ * Every prompt a run without the stop would have trained is trained once. A checkpoint taken in the middle of a
+ * fully_async loader batch resumes only with trainer.mode=fully_async (another mode is refused).
  */
 import {
   ActorDiedError,
@@ -52,6 +63,7 @@ import type { BatchTensor } from "../protocol/tensor.js";
 import { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker } from "../workers/actor-rollout-ref.js";
+import type { AsyncDataState, TrainerState } from "./checkpoint.js";
 import {
   RayPPOTrainer,
   type RoundPrompts,
@@ -62,6 +74,7 @@ import {
 } from "./ppo-trainer.js";
 import { FifoLock, RolloutQueue, rolloutQueueCapacity } from "./rollout-queue.js";
 import type { StepMetrics } from "./run-log.js";
+import { TrainedLedger } from "./trained-ledger.js";
 
 type RolloutGroup = BoundGroup<typeof ActorRolloutRefWorker>;
 
@@ -69,6 +82,19 @@ type RolloutGroup = BoundGroup<typeof ActorRolloutRefWorker>;
 interface QueuedBatch extends ScoredRound {
   version: number;
   genSeconds: number;
+  /** Its loader batch's number (TrainedLedger). */
+  seq: number;
+}
+
+/** A loader batch drawn by the producer, with its number. */
+interface DrawnPrompts extends RoundPrompts {
+  seq: number;
+}
+
+/** A prompt group of a fully_async unit: group `group` (its row) of a drawn loader batch. */
+interface UnitGroup {
+  drawn: DrawnPrompts;
+  group: number;
 }
 
 /**
@@ -83,6 +109,9 @@ interface QueuedGroup {
   /** The training step's worth of prompts it was generated in, and its place there. */
   unit: number;
   index: number;
+  /** Its loader batch's number and its row there. */
+  seq: number;
+  group: number;
   versionStart: number;
   versionEnd: number;
   /** Queued while other groups of its unit were still in generation. */
@@ -118,6 +147,10 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
   private rolloutBroken = false;
   private restarts = 0;
   private stopping = false;
+  /** What of the loader batches drawn was trained, for checkpoints (from the producer's start). */
+  private ledger?: TrainedLedger;
+  /** The checkpoint's data position past its loader state, on resume. */
+  private resumed?: AsyncDataState;
 
   constructor(config: TrainerConfig, options: TrainerOptions = {}) {
     super(config, options);
@@ -235,9 +268,35 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     this.rolloutVersion = this.updatesDone;
   }
 
+  protected override resumeData(state: TrainerState, dir: string): void {
+    super.resumeData(state, dir);
+    this.resumed = state.async;
+  }
+
+  /** The loader and RNG before the oldest batch not wholly trained, and what of it was (batches drawn ahead are drawn again on resume). */
+  protected override dataPosition(): Pick<TrainerState, "loader" | "rng" | "async"> {
+    return this.ledger?.point() ?? super.dataPosition();
+  }
+
+  /**
+   * The next loader batch, numbered; each row's uid is tagged with the first step its batch was cut for
+   * in a run without a stop (stepsPerPromptBatch steps per batch). `trained`: its groups a step took
+   * before the checkpoint this run resumed from.
+   */
+  private draw(trained: readonly number[] = []): DrawnPrompts {
+    const at = () => ({ loader: this.loader.state(), rng: this.rng.state });
+    const before = at();
+    const ledger = this.ledger!;
+    const p = this.nextPrompts(`${ledger.nextBatch * this.stepsPerPromptBatch() + 1}`, 0);
+    return { ...p, seq: ledger.drew(before, at(), p.batch.length, trained) };
+  }
+
   /** The first step starts the producer, after the actor's weights (a checkpoint's, on resume) went to the rollout. */
   private async startProducer(): Promise<void> {
     this.updatesDone = this.globalStep - 1;
+    // a checkpoint of the sync trainer stands after the batch of its last step
+    const seq = this.resumed?.batch ?? Math.ceil((this.globalStep - 1) / this.stepsPerPromptBatch());
+    this.ledger = new TrainedLedger({ loader: this.loader.state(), rng: this.rng.state }, seq);
     await this.rolloutLock.run(() => this.pushWeights());
     if (this.streaming) {
       const queue = new RolloutQueue<QueuedGroup>(this.queueCapacity, this.syncEvery, this.groupsPerStep);
@@ -254,24 +313,25 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
    * fully_async's producer: each admitted unit (a training step's worth of prompts: groupsPerStep of the
    * loader's batch, in order) is generated on the rollout workers, which stream the responses as they
    * finish; a prompt group goes into the queue as soon as its n responses are in. Units overlap: the next
-   * is admitted while the last one's long responses still generate.
+   * is admitted while the last one's long responses still generate. On resume, the batches the checkpoint
+   * had drawn ahead are drawn again and their groups trained before it are left out.
    */
   private async produceGroups(firstStep: number, queue: RolloutQueue<QueuedGroup>): Promise<void> {
     const G = this.groupsPerStep;
-    const perBatch = this.stepsPerPromptBatch();
-    let drawn: RoundPrompts | undefined;
-    let used = perBatch;
+    const trainedBefore = [...(this.resumed?.trained ?? [])];
+    const ahead: UnitGroup[] = [];
     const inFlight = new Set<Promise<void>>();
     try {
       for (let step = firstStep + 1; step <= this.totalSteps; step++) {
         await queue.admit();
         if (this.stopping) return;
-        if (used === perBatch) {
-          drawn = this.nextPrompts(`${step}`, 0);
-          used = 0;
+        while (ahead.length < G) {
+          const trained = trainedBefore.shift() ?? [];
+          const drawn = this.draw(trained);
+          const skip = new Set(trained);
+          for (let g = 0; g < drawn.batch.length; g++) if (!skip.has(g)) ahead.push({ drawn, group: g });
         }
-        const part = used++;
-        const p = this.generateUnit(step, drawn!, part, G, queue).catch((e: Error) => queue.close(e));
+        const p = this.generateUnit(step, ahead.splice(0, G), queue).catch((e: Error) => queue.close(e));
         inFlight.add(p);
         void p.finally(() => inFlight.delete(p));
       }
@@ -280,46 +340,64 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     }
   }
 
-  /** Unit `part` of the drawn prompts (groups [part G, (part + 1) G)) streamed from the rollout workers into the queue. */
+  /**
+   * A unit's groups streamed from the rollout workers into the queue. Group g of a loader batch samples
+   * with the seed of its part (groups [part G, (part + 1) G)), whichever unit it is generated in.
+   */
   private async generateUnit(
     unit: number,
-    drawn: RoundPrompts,
-    part: number,
-    G: number,
+    groups: UnitGroup[],
     queue: RolloutQueue<QueuedGroup>,
   ): Promise<void> {
     const n = this.config.actor_rollout_ref.rollout.n;
-    const groups = Array.from({ length: G }, (_, i) => part * G + i);
-    const batch = drawn.batch.selectRows(groups);
-    const prompts = drawn.prompts.selectRows(groups);
-    const genBatch = drawn.genBatch.selectRows(
-      groups.flatMap((g) => Array.from({ length: n }, (_, j) => g * n + j)),
-    );
-    // each unit of the drawn batch samples from its own streams
-    genBatch.metaInfo.seed = (Number(drawn.genBatch.metaInfo.seed) + part * 0x9e3779b1) >>> 0;
-    genBatch.metaInfo.rollout_log_probs = this.config.algorithm.rollout_is_threshold !== null;
+    const G = groups.length;
+    const GP = this.groupsPerStep;
+    // the unit's groups by loader batch and part: one generation request each (one, without a resume).
+    // A request is the whole part, as first cut, so each row samples from the stream it had then; the
+    // part's groups that are not the unit's (trained before a resume) are generated but not queued.
+    const requests = new Map<string, { genBatch: DataProto; at: (number | undefined)[]; first: boolean }>();
+    groups.forEach(({ drawn, group }, at) => {
+      const part = Math.floor(group / GP);
+      const key = `${drawn.seq}:${part}`;
+      let req = requests.get(key);
+      if (!req) {
+        const partGroups = Math.min(GP, drawn.prompts.length - part * GP);
+        const genBatch = drawn.genBatch.selectRows(
+          Array.from({ length: partGroups * n }, (_, r) => part * GP * n + r),
+        );
+        // each part of a drawn batch samples from its own streams
+        genBatch.metaInfo.seed = (Number(drawn.genBatch.metaInfo.seed) + part * 0x9e3779b1) >>> 0;
+        genBatch.metaInfo.rollout_log_probs = this.config.algorithm.rollout_is_threshold !== null;
+        req = { genBatch, at: new Array(partGroups).fill(undefined), first: true };
+        requests.set(key, req);
+      }
+      req.at[group - part * GP] = at;
+    });
     const rows: (DataProto | undefined)[] = new Array(G * n);
     const done = new Array<boolean>(G).fill(false);
     let queued = 0;
-    const onRows = (chunk: DataProto, global: number[]) => {
-      global.forEach((g, j) => {
-        rows[g] = chunk.selectRows([j]);
-      });
-      for (const grp of new Set(global.map((g) => Math.floor(g / n)))) {
-        const mine = rows.slice(grp * n, (grp + 1) * n);
-        if (done[grp] || mine.filter(Boolean).length < n) continue;
-        done[grp] = true;
+    /** Rows of `chunk` at unit rows `global` (undefined: not the unit's). */
+    const onRows = (chunk: DataProto, global: (number | undefined)[]) => {
+      const mineRows = global.flatMap((g, j) => (g === undefined ? [] : [[g, j] as const]));
+      for (const [g, j] of mineRows) rows[g] = chunk.selectRows([j]);
+      for (const at of new Set(mineRows.map(([g]) => Math.floor(g / n)))) {
+        const mine = rows.slice(at * n, (at + 1) * n);
+        if (done[at] || mine.filter(Boolean).length < n) continue;
+        done[at] = true;
         queued++;
         const gen = DataProto.concat(mine as DataProto[]);
         const start = gen.column<number>("param_version_start");
         const end = gen.column<number>("param_version_end");
+        const { drawn, group } = groups[at]!;
         queue.put({
-          batch: batch.selectRows([grp]),
-          prompts: prompts.selectRows([grp]),
+          batch: drawn.batch.selectRows([group]),
+          prompts: drawn.prompts.selectRows([group]),
           gen,
           epoch: drawn.epoch,
           unit,
-          index: grp,
+          index: at,
+          seq: drawn.seq,
+          group,
           versionStart: Math.min(...start),
           versionEnd: Math.max(...end),
           early: queued < G,
@@ -328,14 +406,29 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     };
     let failures = 0;
     for (;;) {
-      const todo = groups.map((_, i) => i).filter((i) => !done[i]);
+      const todo = [...requests.values()].filter((r) => r.at.some((a) => a !== undefined && !done[a]));
       if (todo.length === 0 || this.stopping) return;
       const epoch = this.rolloutEpoch;
       try {
-        const stream = () => this.streamRows(genBatch, todo, n, onRows);
-        // without partial rollouts a weight update waits for the unit in generation (rolloutLock)
-        if (this.config.async_training.partial_rollout) await stream();
-        else await this.rolloutLock.run(stream);
+        for (const req of todo) {
+          const { genBatch, at } = req;
+          // the whole part the first time; after a lost rollout worker, the unit's groups not queued yet
+          const local = at.flatMap((a, i) => (req.first || (a !== undefined && !done[a]) ? [i] : []));
+          req.first = false;
+          const stream = () =>
+            this.streamRows(genBatch, local, n, (chunk, rowsOf) =>
+              onRows(
+                chunk,
+                rowsOf.map((r) => {
+                  const a = at[Math.floor(r / n)];
+                  return a === undefined ? undefined : a * n + (r % n);
+                }),
+              ),
+            );
+          // without partial rollouts a weight update waits for the unit in generation (rolloutLock)
+          if (this.config.async_training.partial_rollout) await stream();
+          else await this.rolloutLock.run(stream);
+        }
       } catch (e) {
         if (this.stopping) return;
         if (!this.rolloutWorkerLost(e) || ++failures > MAX_ROLLOUT_RESTARTS) throw e;
@@ -383,14 +476,14 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     for (let step = firstStep + 1; step <= this.totalSteps; step++) {
       await queue.admit();
       if (this.stopping) return;
-      const prompts = this.nextPrompts(`${step}`, 0);
+      const prompts = this.draw();
       const start = performance.now();
       const { gen, version, rolloutLogProbs } = await this.generateOnRollout(prompts);
       const genSeconds = (performance.now() - start) / 1000;
       const timed: StepTimer = (_name, f) => f();
       const round = await this.scoreRound(timed, prompts, gen);
       if (rolloutLogProbs) round.batch.batch.rollout_log_probs = rolloutLogProbs;
-      queue.put({ ...round, version, genSeconds });
+      queue.put({ ...round, version, genSeconds, seq: prompts.seq });
     }
   }
 
@@ -450,8 +543,9 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     const item = await timed("wait_samples", () => queue.take());
     const waited = (performance.now() - start) / 1000;
     this.releaseStep = await this.trainerLock.acquire();
+    this.ledger!.took(item.seq);
     const staleness = this.updatesDone - item.version;
-    const { version, genSeconds, ...round } = item;
+    const { version, genSeconds, seq: _seq, ...round } = item;
     return {
       ...round,
       sampling: {
@@ -480,6 +574,7 @@ export class AsyncPPOTrainer extends RayPPOTrainer {
     const waited = (performance.now() - start) / 1000;
     this.releaseStep = await this.trainerLock.acquire();
     items.sort((a, b) => a.unit - b.unit || a.index - b.index);
+    for (const i of items) this.ledger!.took(i.seq, [i.group]);
     const prompts = DataProto.concat(items.map((i) => i.prompts));
     const round = await this.scoreRound(
       timed,

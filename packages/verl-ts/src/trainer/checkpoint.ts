@@ -17,10 +17,23 @@ export interface TrainerState {
   loader: PromptLoaderState;
   /** State of the driver's RNG (rollout seeds). */
   rng: number;
+  /**
+   * trainer.mode one_step_off / fully_async: `loader` and `rng` stand before the oldest loader batch not
+   * wholly trained (the rollout draws batches ahead of training), and this says what of it was.
+   */
+  async?: AsyncDataState;
   /** Run facts the summary needs (initial validation accuracy, code ratios ...). */
   summary: Record<string, number | null>;
   /** Wall seconds spent in the run before this checkpoint (all attempts). */
   wallSeconds: number;
+}
+
+/** An asynchronous run's data position past `loader` (TrainerState.async). */
+export interface AsyncDataState {
+  /** The number of the loader batch `loader` stands before (0-based count of the run's batches). */
+  batch: number;
+  /** trained[i]: the prompt groups (indices in the batch) of batch `batch + i` already trained. */
+  trained: number[][];
 }
 
 export class TrainerCheckpointError extends Error {

@@ -10,6 +10,7 @@ export {
 export { AsyncPPOTrainer, createTrainer } from "./async-trainer.js";
 export { balanceBatch, balancedPartitions } from "./balance.js";
 export {
+  type AsyncDataState,
   CheckpointManager,
   DriverRng,
   LATEST_FILE,

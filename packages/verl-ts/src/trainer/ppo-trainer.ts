@@ -39,7 +39,13 @@ import { CriticWorker } from "../workers/critic.js";
 import { externalLibSpecifier, importExternalLib } from "../workers/external-lib.js";
 import type { ShardInfo } from "../workers/sharded-worker.js";
 import { balanceBatch } from "./balance.js";
-import { CheckpointManager, checkpointToResume, DriverRng, type TrainerState } from "./checkpoint.js";
+import {
+  CheckpointManager,
+  checkpointToResume,
+  DriverRng,
+  TrainerCheckpointError,
+  type TrainerState,
+} from "./checkpoint.js";
 import { DynamicSamplingError, filterInformativeGroups, filterMetricValues } from "./dynamic-sampling.js";
 import { describeWorkerFailure, WorkerFailureError } from "./errors.js";
 import { saveHfMetadata } from "./export.js";
@@ -345,12 +351,30 @@ export class RayPPOTrainer {
     if (this.critic) await this.critic.loadCheckpoint(join(dir, "critic"));
     this.loader.loadState(state.loader);
     this.rng.state = state.rng;
+    this.resumeData(state, dir);
     this.globalStep = state.globalStep;
     this.summaryAcc = { ...state.summary };
     this.wallBefore = state.wallSeconds;
     this.resumedFrom = state.globalStep;
     this.print(`[trainer] resumed from ${dir} (step ${state.globalStep})`);
     return state.globalStep;
+  }
+
+  /**
+   * A checkpoint's data position past its loader and RNG state (TrainerState.async). Prompt groups of a
+   * loader batch trained while others were not (a fully_async run) cannot be resumed by a trainer that
+   * takes whole batches.
+   */
+  protected resumeData(state: TrainerState, dir: string): void {
+    if (state.async?.trained.some((g) => g.length > 0) && this.config.trainer.mode !== "fully_async")
+      throw new TrainerCheckpointError(
+        `${dir} was written by a trainer.mode=fully_async run that had trained part of loader batch ${state.async.batch}; resume it with trainer.mode=fully_async (trainer.mode is ${this.config.trainer.mode})`,
+      );
+  }
+
+  /** Where the data stands for a checkpoint: the loader and the driver's RNG (the async trainers' run ahead of training). */
+  protected dataPosition(): Pick<TrainerState, "loader" | "rng" | "async"> {
+    return { loader: this.loader.state(), rng: this.rng.state };
   }
 
   private async saveCheckpoint(wallSeconds: number): Promise<void> {
@@ -365,8 +389,7 @@ export class RayPPOTrainer {
     if (this.critic) await this.critic.saveCheckpoint(join(dir, "critic"));
     const state: TrainerState = {
       globalStep: this.globalStep,
-      loader: this.loader.state(),
-      rng: this.rng.state,
+      ...this.dataPosition(),
       summary: this.summaryAcc,
       wallSeconds,
     };
