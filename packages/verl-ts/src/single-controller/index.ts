@@ -20,6 +20,7 @@ export { type PoolBundle, ResourcePool, type ResourcePoolOptions } from "./resou
 export { readWorkerEnv, Worker, type WorkerEnv } from "./worker.js";
 export {
   type BoundGroup,
+  KEEP_FREED_MEMORY_ENV,
   type RoleClasses,
   WorkerGroup,
   type WorkerGroupOptions,

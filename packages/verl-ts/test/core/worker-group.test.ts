@@ -266,3 +266,24 @@ test("workers that do not start in time (trainer.ray_wait_register_center_timeou
     await pool.release();
   }
 });
+
+test("a worker keeps the memory it frees for its next buffers, unless the group's env sets malloc's own", async (t) => {
+  // 64 MiB is past glibc's largest default mmap threshold (32 MiB): by default each such buffer is
+  // new memory from the kernel, faulted in page by page when written
+  const kept = await doublers.refaults(64);
+  t.true(
+    kept.every((perMib: number) => perMib < 16),
+    `faults per MiB written into a reused buffer: ${kept}`,
+  );
+  const pool = new ResourcePool({ processOnNodes: [1], useGpu: false });
+  try {
+    const wg = await WorkerGroup.create(pool, workerRole(DoublerWorker, FIXTURES, 1), {
+      env: { MALLOC_MMAP_THRESHOLD_: String(2 ** 20) },
+    });
+    const [returned] = await wg.refaults(64);
+    t.true(returned > 128, `faults per MiB with a 1 MiB threshold: ${returned}`);
+    await wg.shutdown();
+  } finally {
+    await pool.release();
+  }
+});
