@@ -9,7 +9,7 @@ import { nativeMatmulActive } from "./native-state.js";
 
 /**
  * A linear layer's weight: a float32 tensor, or bfloat16 bits read in place (native-matmul-bf16.ts), which
- * the model hands out in passes without a gradient tape only.
+ * the model hands out for generation only (no gradient tape).
  */
 export type LinearWeight = tf.Tensor | Bf16Weight;
 

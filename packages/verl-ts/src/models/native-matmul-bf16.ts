@@ -5,9 +5,10 @@
  * first (2x the bytes, written and then read again), for every layer at every decode step where the store
  * widens layer by layer.
  *
- * Used by the model (qwen2.ts) in passes without a gradient tape (generation, the old and reference
- * log-prob passes) on the wasm backend with the addon loaded; the kernel has no gradient, so under a tape,
- * without the addon, on other backends and for float16 storage the widened path runs.
+ * Used by the model (qwen2.ts) for generation (the prefill's forward, the decode steps, the LM head) on
+ * the wasm backend with the addon loaded. The kernel has no gradient, and its summation order is not
+ * sgemm's: the log-prob passes widen, so that their numbers are exactly those the update computes under
+ * its tape; so do passes under a tape, float16 storage, LoRA, a missing addon and the other backends.
  */
 import * as tf from "@tensorflow/tfjs";
 import type { NativeBlas } from "@torl-ts/blas";

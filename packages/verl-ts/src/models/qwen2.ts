@@ -115,7 +115,7 @@ const EMBEDDING = "model.embed_tokens.weight";
 export interface LmHead {
   /**
    * [h, V]; or [V, h] when `transposed`: the tied embedding, read transposed in place. A bfloat16 model's
-   * head in a pass without a tape is its bits, read in place (native-matmul-bf16.ts).
+   * generation head (lmHead(true)) is its bits, read in place (native-matmul-bf16.ts).
    */
   weight: tf.Tensor2D | Bf16Weight;
   transposed: boolean;
