@@ -17,6 +17,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("swiglu", Napi::Function::New(env, torl_blas::Swiglu, "swiglu"));
   exports.Set("swigluGrad", Napi::Function::New(env, torl_blas::SwigluGrad, "swigluGrad"));
   exports.Set("decodeAttention", Napi::Function::New(env, torl_blas::DecodeAttention, "decodeAttention"));
+  exports.Set("matmulBf16", Napi::Function::New(env, torl_blas::MatmulBf16, "matmulBf16"));
   return exports;
 }
 

@@ -13,6 +13,7 @@
 #include "cpu-clones.h"
 #include "fast-exp.h"
 #include "functions.h"
+#include "lanes.h"
 
 namespace torl_blas {
 
@@ -21,12 +22,6 @@ namespace {
 struct Dims {
   int64_t batch, heads, kvHeads, headDim, capacity, span;
 };
-
-
-typedef float Lanes __attribute__((vector_size(64)));
-
-typedef float Half __attribute__((vector_size(32)));
-typedef float Quarter __attribute__((vector_size(16)));
 
 // The dot product of two D-vectors: 16 running sums in one vector, halved twice into 4 and then added
 // up, so the loop vectorizes and the final sum is a few adds, not 16 in a row.
@@ -41,15 +36,7 @@ __attribute__((always_inline)) inline float Dot(const float* __restrict a, const
   }
   float rest = 0.0f;
   for (; d < D; d++) rest += a[d] * b[d];
-  Half lo, hi;
-  __builtin_memcpy(&lo, &acc, sizeof lo);
-  __builtin_memcpy(&hi, reinterpret_cast<const char*>(&acc) + sizeof lo, sizeof hi);
-  lo += hi;
-  Quarter q0, q1;
-  __builtin_memcpy(&q0, &lo, sizeof q0);
-  __builtin_memcpy(&q1, reinterpret_cast<const char*>(&lo) + sizeof q0, sizeof q1);
-  q0 += q1;
-  return (q0[0] + q0[1]) + (q0[2] + q0[3]) + rest;
+  return SumLanes(acc, rest);
 }
 
 // Attention of the G rotated, scaled queries q (G x D) of one (row, kv head) against its cache block:

@@ -15,5 +15,6 @@ Napi::Value RmsNormGrad(const Napi::CallbackInfo& info);
 Napi::Value Swiglu(const Napi::CallbackInfo& info);
 Napi::Value SwigluGrad(const Napi::CallbackInfo& info);
 Napi::Value DecodeAttention(const Napi::CallbackInfo& info);
+Napi::Value MatmulBf16(const Napi::CallbackInfo& info);
 
 }  // namespace torl_blas

@@ -9,6 +9,9 @@ import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
+/** Which build of matmulBf16's loops runs: the widest the CPU has, or one by name. */
+export type Bf16Build = "auto" | "avx512f" | "avx2" | "baseline";
+
 /** What the addon exports (src/gemm.cc). */
 export interface NativeBlas {
   /**
@@ -108,6 +111,23 @@ export interface NativeBlas {
     slots: Int32Array,
     span: number,
   ): void;
+  /**
+   * out (m x n) = x (m x k) . W for a weight W held as bfloat16 bits, widened in registers (x, the sums
+   * and out stay float32): W is [n, k] read transposed when `transposeW` (out[i][j] = x[i] . W[j]), else
+   * [k, n]. The order of every sum is fixed (src/matmul-bf16.cc), so each `build` ("auto": the widest the
+   * CPU runs; "avx512f", "avx2", "baseline") gives the same bits. Throws a RangeError when an operand is
+   * shorter than m, n and k say, or for a build this CPU cannot run.
+   */
+  matmulBf16(
+    x: Float32Array,
+    w: Uint16Array,
+    out: Float32Array,
+    m: number,
+    n: number,
+    k: number,
+    transposeW: boolean,
+    build: Bf16Build,
+  ): void;
   /** The OpenBLAS build, the CPU kernel it runs and its thread count. */
   info(): { config: string; coreName: string; threads: number };
   /** Sets OpenBLAS's thread count for this process. */
@@ -125,6 +145,7 @@ const ADDON_FUNCTIONS: ReadonlyArray<keyof NativeBlas> = [
   "swiglu",
   "swigluGrad",
   "decodeAttention",
+  "matmulBf16",
   "info",
   "setThreads",
 ];

@@ -4,7 +4,7 @@
  * group are stacked along the sequence axis ([B, KV, G*L, D]) so one batched matmul serves the group.
  */
 import * as tf from "@tensorflow/tfjs";
-import { linear } from "./linear.js";
+import { type LinearWeight, linear } from "./linear.js";
 import { rmsNorm } from "./rms-norm.js";
 import type { Rotary } from "./rotary.js";
 import type { TokenBatch } from "./token-batch.js";
@@ -14,10 +14,10 @@ import type { TokenBatch } from "./token-batch.js";
  * per-head norms of q and k when it has them (Qwen3).
  */
 export interface AttentionWeights {
-  q: tf.Tensor;
-  k: tf.Tensor;
-  v: tf.Tensor;
-  o: tf.Tensor;
+  q: LinearWeight;
+  k: LinearWeight;
+  v: LinearWeight;
+  o: LinearWeight;
   qBias?: tf.Tensor;
   kBias?: tf.Tensor;
   vBias?: tf.Tensor;

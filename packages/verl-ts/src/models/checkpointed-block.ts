@@ -9,11 +9,13 @@
 import * as tf from "@tensorflow/tfjs";
 import type { SequenceAttention } from "./attention.js";
 import { type BlockWeights, decoderBlock } from "./decoder-block.js";
+import { tensorWeight } from "./linear.js";
 
 /** The weights of a block as a list (customGrad takes tensors only), and back. */
 function weightList(w: BlockWeights): tf.Tensor[] {
   const a = w.attention;
-  const list = [w.inputNorm, a.q, a.k, a.v, a.o, w.postNorm, w.mlp.gate, w.mlp.up, w.mlp.down];
+  const m = w.mlp;
+  const list = [w.inputNorm, a.q, a.k, a.v, a.o, w.postNorm, m.gate, m.up, m.down].map(tensorWeight);
   if (a.qBias && a.kBias && a.vBias) list.push(a.qBias, a.kBias, a.vBias);
   if (a.qkNorm) list.push(a.qkNorm.q, a.qkNorm.k);
   return list;

@@ -110,7 +110,7 @@ async function generateBatch(
     return rows.map(() => ({ tokenIds: [], text: "", finishReason: "length", stopReason: null }));
   const batch = padBatch(prompts, "left", tokenizer.padTokenId);
   const cache = new KVCache(model.config, batch.batch);
-  const lmHead = model.lmHead();
+  const lmHead = model.lmHead(true);
   let active = rows.slice(); // rows in cache order
   try {
     let logits: tf.Tensor = await model.prefill(batch, cache);

@@ -4,7 +4,14 @@
  * gradient is written out for the same reason.
  */
 import * as tf from "@tensorflow/tfjs";
+import { Bf16Weight, matmulBf16 } from "./native-matmul-bf16.js";
 import { nativeMatmulActive } from "./native-state.js";
+
+/**
+ * A linear layer's weight: a float32 tensor, or bfloat16 bits read in place (native-matmul-bf16.ts), which
+ * the model hands out for generation only (no gradient tape).
+ */
+export type LinearWeight = tf.Tensor | Bf16Weight;
 
 /**
  * x [N, in] @ w [in, out]. The gradient transposes explicitly for XNNPACK (faster on untransposed
@@ -31,9 +38,26 @@ const linearOp = tf.customGrad(((...args: unknown[]) => {
   };
 }) as any) as unknown as (x: tf.Tensor, w: tf.Tensor) => tf.Tensor2D;
 
-export function linear(x: tf.Tensor2D, w: tf.Tensor, b?: tf.Tensor): tf.Tensor2D {
-  const y = linearOp(x, w);
+export function linear(x: tf.Tensor2D, w: LinearWeight, b?: tf.Tensor): tf.Tensor2D {
+  const y = w instanceof Bf16Weight ? matmulBf16(x, w, false) : linearOp(x, w);
   return b ? tf.add(y, b) : y;
+}
+
+/**
+ * x @ w (or x @ w^T with `transposed`) with no gradient of its own: a plain product for a float32 weight,
+ * the product read from the bits for a bfloat16 one (a decode step's projections and its LM head).
+ */
+export function project(x: tf.Tensor2D, w: LinearWeight, transposed = false): tf.Tensor2D {
+  return w instanceof Bf16Weight
+    ? matmulBf16(x, w, transposed)
+    : tf.matMul(x, w as tf.Tensor2D, false, transposed);
+}
+
+/** The tensor of a weight that a gradient is taken through: bits read in place have no gradient. */
+export function tensorWeight(w: LinearWeight): tf.Tensor {
+  if (w instanceof Bf16Weight)
+    throw new Error("a weight read from its bfloat16 bits has no gradient: under a tape the model widens it");
+  return w;
 }
 
 /**
@@ -57,7 +81,8 @@ const linearTransposedOp = tf.customGrad(((...args: unknown[]) => {
   };
 }) as any) as unknown as (x: tf.Tensor, w: tf.Tensor) => tf.Tensor2D;
 
-export function linearTransposed(x: tf.Tensor2D, w: tf.Tensor): tf.Tensor2D {
+export function linearTransposed(x: tf.Tensor2D, w: LinearWeight): tf.Tensor2D {
+  if (w instanceof Bf16Weight) return matmulBf16(x, w, true);
   if (!nativeMatmulActive(tf.getBackend()))
     throw new Error("linearTransposed reads its weight transposed in place: OpenBLAS's matrix product only");
   return linearTransposedOp(x, w);

@@ -1,14 +1,14 @@
 /** The SwiGLU MLP: down(silu(gate(x)) * up(x)) (the gate one native kernel where they run). */
 import * as tf from "@tensorflow/tfjs";
-import { linear } from "./linear.js";
+import { type LinearWeight, linear } from "./linear.js";
 import { nativeSwiglu } from "./native-layers.js";
 import { nativeMatmulActive } from "./native-state.js";
 
 /** A layer's MLP weights, [in, out] each. */
 export interface MlpWeights {
-  gate: tf.Tensor;
-  up: tf.Tensor;
-  down: tf.Tensor;
+  gate: LinearWeight;
+  up: LinearWeight;
+  down: LinearWeight;
 }
 
 export function mlp(x: tf.Tensor2D, w: MlpWeights): tf.Tensor2D {

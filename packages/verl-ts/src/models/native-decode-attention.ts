@@ -8,6 +8,7 @@
 import * as tf from "@tensorflow/tfjs";
 import type { NativeBlas } from "@torl-ts/blas";
 import { type AttentionShape, type AttentionWeights, qkvProjections } from "./attention.js";
+import { project } from "./linear.js";
 import type { WasmHeap } from "./wasm-heap.js";
 
 /** The kernel's name in the tfjs registry (registered on wasm by installNativeMatmul). */
@@ -88,13 +89,7 @@ export function nativeDecodeAttention(
 ): tf.Tensor2D {
   // With per-head norms of q and k (Qwen3), the projections are finished here, biases and norms
   // included, and the kernel only rotates; otherwise it adds the biases itself.
-  const [q, k, v] = w.qkNorm
-    ? qkvProjections(hn, w)
-    : [
-        tf.matMul(hn, w.q as tf.Tensor2D),
-        tf.matMul(hn, w.k as tf.Tensor2D),
-        tf.matMul(hn, w.v as tf.Tensor2D),
-      ];
+  const [q, k, v] = w.qkNorm ? qkvProjections(hn, w) : [project(hn, w.q), project(hn, w.k), project(hn, w.v)];
   const inputs: tf.NamedTensorMap = {
     q,
     k,

@@ -13,6 +13,7 @@ import { ADAMW_KERNEL, wasmAdamWKernel } from "./native-adam.js";
 import { DECODE_ATTENTION_KERNEL, wasmDecodeAttentionKernel } from "./native-decode-attention.js";
 import { wasmLayerKernels } from "./native-layers.js";
 import { PICK_GRAD_KERNEL, PICK_KERNEL, wasmPickGradKernel, wasmPickKernel } from "./native-log-prob.js";
+import { MATMUL_BF16_KERNEL, wasmMatmulBf16Kernel } from "./native-matmul-bf16.js";
 import {
   type NativeMatmulBackend,
   type NativeMatmulState,
@@ -137,7 +138,7 @@ export function nativeKernelsState(
   const version = load.config.split(" ").slice(0, 2).join(" ");
   return {
     native: true,
-    line: `native kernels on: ${version} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW, log-prob pick, RMSNorm, SwiGLU and decode attention`,
+    line: `native kernels on: ${version} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW, log-prob pick, RMSNorm, SwiGLU, decode attention and bf16 weight products`,
   };
 }
 
@@ -154,6 +155,7 @@ function registerNativeKernels(backendName: NativeMatmulBackend, blas: NativeBla
     backendName,
     kernelFunc: wasmDecodeAttentionKernel(blas),
   });
+  tf.registerKernel({ kernelName: MATMUL_BF16_KERNEL, backendName, kernelFunc: wasmMatmulBf16Kernel(blas) });
   for (const [kernelName, kernelFunc] of wasmLayerKernels(blas))
     tf.registerKernel({ kernelName, backendName, kernelFunc });
 }

@@ -14,14 +14,15 @@ import { type BlockWeights, blockFinish, blockProjections, decoderBlock } from "
 import { ModelFormatError } from "./errors.js";
 import { HalfArray, type StoredValues, type WeightDtype } from "./half-precision.js";
 import type { KVCache } from "./kv-cache.js";
-import { linear, linearTransposed } from "./linear.js";
+import { type LinearWeight, linear, linearTransposed, project } from "./linear.js";
 import { type AdapterSpec, LoraAdapters, type LoraConfig } from "./lora.js";
 import { type DecodeStepTables, nativeDecodeAttention } from "./native-decode-attention.js";
+import type { Bf16Weight } from "./native-matmul-bf16.js";
 import { nativeMatmulActive } from "./native-state.js";
 import { rmsNorm } from "./rms-norm.js";
 import { Rotary } from "./rotary.js";
 import { type TokenBatch, tokenPositions } from "./token-batch.js";
-import { embeddingRows } from "./wasm-host-kernels.js";
+import { embeddingRows, widenedRows } from "./wasm-host-kernels.js";
 import { transposeStored, WeightStore, type WeightStoreOptions } from "./weight-store.js";
 
 /** One parameter: HF name, HF shape, and whether we hold it transposed. */
@@ -88,6 +89,12 @@ export interface ForwardOptions {
    * prefill() to read back and write into a cache after the forward.
    */
   keysValues?: [tf.Tensor, tf.Tensor][];
+  /**
+   * Read a bfloat16 model's matrices and LM head straight from their bits where that runs (see
+   * Qwen2Model.lmHead): generation's prefill does. The log-prob passes do not: their numbers must be those
+   * the update computes under its tape from the widened weights (the first on-policy ratio is exactly 1).
+   */
+  bf16Bits?: boolean;
 }
 
 /**
@@ -102,10 +109,15 @@ export type Qwen2ModelOptions = WeightStoreOptions & {
   lora?: { config: LoraConfig; values?: Map<string, Float32Array> };
 };
 
+const EMBEDDING = "model.embed_tokens.weight";
+
 /** The LM head a decode loop holds (Qwen2Model.lmHead). */
 export interface LmHead {
-  /** [h, V]; or [V, h] when `transposed`: the tied embedding, read transposed in place. */
-  weight: tf.Tensor2D;
+  /**
+   * [h, V]; or [V, h] when `transposed`: the tied embedding, read transposed in place. A bfloat16 model's
+   * generation head (lmHead(true)) is its bits, read in place (native-matmul-bf16.ts).
+   */
+  weight: tf.Tensor2D | Bf16Weight;
   transposed: boolean;
 }
 
@@ -328,21 +340,25 @@ export class Qwen2Model {
   /**
    * Decoder layer i's weights, as the model holds them (or as `get` gives the trained ones, by parameter
    * name). With LoRA, `get` gives the adapters and the base comes from the model, merged (lora.ts).
+   * `fromBits`: a bfloat16 model's matrices as their bits where that runs (generation; see lmHead).
    */
-  blockWeights(i: number, get?: (name: string) => tf.Tensor): BlockWeights {
+  blockWeights(i: number, get?: (name: string) => tf.Tensor, fromBits = false): BlockWeights {
     const p = `model.layers.${i}.`;
     const lora = this.lora;
     const w = lora
       ? (n: string) => lora.effective(p + n, this.weights.tensor(p + n), get)
       : (n: string) => (get ?? ((name: string) => this.weights.tensor(name)))(p + n);
+    // The matrices of a bf16 model, in a pass without a tape, as their bits (no float32 copy).
+    const bits = !get && fromBits && this.readsBf16Bits();
+    const m = (n: string): LinearWeight => (bits ? this.weights.bf16Weight(p + n) : w(n));
     const bias = (n: string) => (this.config.attentionBias ? w(n) : undefined);
     return {
       inputNorm: w("input_layernorm.weight"),
       attention: {
-        q: w("self_attn.q_proj.weight"),
-        k: w("self_attn.k_proj.weight"),
-        v: w("self_attn.v_proj.weight"),
-        o: w("self_attn.o_proj.weight"),
+        q: m("self_attn.q_proj.weight"),
+        k: m("self_attn.k_proj.weight"),
+        v: m("self_attn.v_proj.weight"),
+        o: m("self_attn.o_proj.weight"),
         qBias: bias("self_attn.q_proj.bias"),
         kBias: bias("self_attn.k_proj.bias"),
         vBias: bias("self_attn.v_proj.bias"),
@@ -351,8 +367,40 @@ export class Qwen2Model {
           : undefined,
       },
       postNorm: w("post_attention_layernorm.weight"),
-      mlp: { gate: w("mlp.gate_proj.weight"), up: w("mlp.up_proj.weight"), down: w("mlp.down_proj.weight") },
+      mlp: { gate: m("mlp.gate_proj.weight"), up: m("mlp.up_proj.weight"), down: m("mlp.down_proj.weight") },
     };
+  }
+
+  /**
+   * Whether a pass that asks for it (generation: see lmHead) can read the linear layers and the LM head of
+   * a bfloat16 model straight from their bits (native-matmul-bf16.ts): the addon's kernels run on this
+   * backend, no gradient tape is recording (the kernel has no gradient) and no LoRA adapters are merged
+   * into the base. Otherwise weights are widened.
+   */
+  private readsBf16Bits(): boolean {
+    return (
+      this.weights.dtype === "bfloat16" &&
+      !this.lora &&
+      nativeMatmulActive(tf.getBackend()) &&
+      !tapeIsRecording()
+    );
+  }
+
+  /** The LM head's weight as bits: the tied embedding [V, h] (read transposed) or lm_head [h, V]. */
+  private bf16Head(): LmHead {
+    const tied = this.config.tieWordEmbeddings;
+    return { weight: this.weights.bf16Weight(tied ? EMBEDDING : "lm_head.weight"), transposed: tied };
+  }
+
+  /**
+   * The embeddings of `ids` [rows, h]: in a pass without a tape, a half-stored model widens just those
+   * rows of its bits; otherwise rows of the float32 table (`gather`: a plain gather, no gradient kernel).
+   */
+  private tokenRows(ids: Int32Array, gather = false): tf.Tensor2D {
+    const half = tapeIsRecording() ? undefined : this.weights.halfValues(EMBEDDING);
+    if (half) return widenedRows(half, ids, this.config.hiddenSize);
+    const table = this.weights.tensor(EMBEDDING);
+    return gather ? (tf.gather(table, tf.tensor1d(ids, "int32")) as tf.Tensor2D) : embeddingRows(table, ids);
   }
 
   /**
@@ -377,8 +425,13 @@ export class Qwen2Model {
    * The LM head as a decode loop holds it (decodeStep): the weight [h, V], or the tied embedding [V, h]
    * itself (`transposed`) where the backend reads it so. The caller owns `weight` (kept: no tidy frees
    * it) and disposes it after the generation; that never disposes the model's own variable.
+   *
+   * `fromBits` (a generation's head): a bfloat16 model's head is its bits, read in place by the addon's
+   * matmulBf16 (native-matmul-bf16.ts), where that runs: the wasm backend with the addon, no gradient
+   * tape, no LoRA adapters. Its decode steps read the layers' matrices from the bits likewise.
    */
-  lmHead(): LmHead {
+  lmHead(fromBits = false): LmHead {
+    if (fromBits && this.readsBf16Bits()) return this.bf16Head();
     const weight = this.headInPlace()
       ? tf.clone(this.weights.tensor("model.embed_tokens.weight"))
       : this.lmHeadWeight();
@@ -398,6 +451,7 @@ export class Qwen2Model {
       throw new RangeError(
         `the given layer output has shape [${given.shape}], the batch needs [${B * L}, ${c.hiddenSize}]`,
       );
+    const fromBits = options.bf16Bits === true && this.readsBf16Bits();
     return tf.tidy(() => {
       let x: tf.Tensor2D;
       if (given) x = given;
@@ -407,7 +461,7 @@ export class Qwen2Model {
         // without a tape there is nothing to recompute for
         const block = this.gradientCheckpointing && tapeIsRecording() ? checkpointedBlock : decoderBlock;
         for (let i = 0; i < c.numHiddenLayers; i++) {
-          x = block(x, this.blockWeights(i), seq, c.rmsNormEps);
+          x = block(x, this.blockWeights(i, undefined, fromBits), seq, c.rmsNormEps);
           this.layerDone(i);
         }
       }
@@ -420,9 +474,12 @@ export class Qwen2Model {
       hfinal = rmsNorm(hfinal, this.weights.tensor("model.norm.weight"), c.rmsNormEps);
       if (options.hidden)
         return tf.reshape(hfinal, options.lastOnly ? [B, c.hiddenSize] : [B, L, c.hiddenSize]);
-      const logits = this.headInPlace()
-        ? linearTransposed(hfinal, this.weights.tensor("model.embed_tokens.weight"))
-        : linear(hfinal, this.lmHeadWeight());
+      const bits = fromBits ? this.bf16Head() : undefined;
+      const logits = bits
+        ? project(hfinal, bits.weight, bits.transposed)
+        : this.headInPlace()
+          ? linearTransposed(hfinal, this.weights.tensor(EMBEDDING))
+          : linear(hfinal, this.lmHeadWeight());
       return options.lastOnly ? logits : tf.reshape(logits, [B, L, c.vocabSize]);
     });
   }
@@ -447,7 +504,7 @@ export class Qwen2Model {
 
   /** The token embeddings of a batch, [B*L, h]. */
   embed(batch: TokenBatch): tf.Tensor2D {
-    return embeddingRows(this.weights.tensor("model.embed_tokens.weight"), batch.ids);
+    return this.tokenRows(batch.ids);
   }
 
   /**
@@ -483,7 +540,7 @@ export class Qwen2Model {
       };
       const keysValues: [tf.Tensor, tf.Tensor][] = [];
       try {
-        parts.push(tf.tidy(() => this.forward(sub, { lastOnly: true, keysValues })));
+        parts.push(tf.tidy(() => this.forward(sub, { lastOnly: true, keysValues, bf16Bits: true })));
         // Every layer's keys and values in one round trip, then into the cache on the host side.
         const host = await Promise.all(keysValues.flat().map((t) => t.data() as Promise<Float32Array>));
         for (const [layer, [k, v]] of keysValues.entries())
@@ -513,16 +570,14 @@ export class Qwen2Model {
    */
   async decodeStep(tokens: Int32Array, cache: KVCache, head: LmHead): Promise<tf.Tensor2D> {
     cache.reserve(1);
-    const x = tf.tidy(() =>
-      tf.gather(this.weights.tensor("model.embed_tokens.weight"), tf.tensor1d(tokens, "int32")),
-    ) as tf.Tensor2D;
+    const x = tf.tidy(() => this.tokenRows(tokens, true));
     const native = nativeMatmulActive(tf.getBackend()) && cache.inPlaceLayer(0) !== undefined;
     const last = await (native ? this.nativeDecodeLayers(x, cache) : this.hostDecodeLayers(x, cache));
     try {
       const c = this.config;
       const logits = tf.tidy(() => {
         const hfinal = rmsNorm(last, this.weights.tensor("model.norm.weight"), c.rmsNormEps);
-        return tf.matMul(hfinal, head.weight, false, head.transposed) as tf.Tensor2D;
+        return project(hfinal, head.weight, head.transposed);
       });
       cache.advance(tokens);
       return logits;
@@ -619,7 +674,7 @@ export class Qwen2Model {
     try {
       for (let i = 0; i < this.config.numHiddenLayers; i++) {
         const prev = x;
-        x = await layer(i, this.blockWeights(i), prev);
+        x = await layer(i, this.blockWeights(i, undefined, true), prev);
         prev.dispose();
         this.layerDone(i);
       }

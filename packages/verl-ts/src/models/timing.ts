@@ -36,7 +36,7 @@ export async function decodeTiming(
 ): Promise<{ wallMs: number; cpuMs: number }> {
   const prompt = randomBatch(B, ctx, model.config.vocabSize, 7);
   const cache = new KVCache(model.config, B);
-  const lmHead = model.lmHead();
+  const lmHead = model.lmHead(true);
   try {
     (await model.prefill(prompt, cache)).dispose();
     const tok = new Int32Array(B).fill(1);

@@ -12,10 +12,11 @@
  * Both are plain TypeScript over heap views (no addon needed). Other backends keep the generic ops.
  */
 import * as tf from "@tensorflow/tfjs";
-import type { HalfArray } from "./half-precision.js";
+import { HalfArray } from "./half-precision.js";
 import type { WasmHeap } from "./wasm-heap.js";
 
 export const WIDEN_KERNEL = "TorlWidenHalf";
+export const WIDEN_ROWS_KERNEL = "TorlWidenHalfRows";
 export const EMBEDDING_GRAD_KERNEL = "TorlEmbeddingGrad";
 
 interface WidenAttrs {
@@ -28,6 +29,31 @@ function widenKernel({ attrs, backend }: Parameters<tf.KernelFunc>[0]): tf.Tenso
   const wasm = backend as unknown as WasmHeap;
   const out = wasm.makeOutput(shape, "float32");
   values.toFloat32(wasm.typedArrayFromHeap(out));
+  return out;
+}
+
+interface WidenRowsAttrs {
+  values: HalfArray;
+  ids: Int32Array;
+  width: number;
+}
+
+/** Rows `ids` of 16-bit values [rows, width], widened into `out` [ids.length, width]. */
+function widenRowsInto(values: HalfArray, ids: Int32Array, width: number, out: Float32Array): void {
+  const rows = values.length / width;
+  for (let r = 0; r < ids.length; r++) {
+    const id = ids[r]!;
+    if (!(id >= 0 && id < rows)) throw new RangeError(`row ${id} outside 0..${rows - 1}`);
+    const row = new HalfArray(values.dtype, values.bits.subarray(id * width, (id + 1) * width));
+    row.toFloat32(out.subarray(r * width, (r + 1) * width));
+  }
+}
+
+function widenRowsKernel({ attrs, backend }: Parameters<tf.KernelFunc>[0]): tf.TensorInfo {
+  const { values, ids, width } = attrs as unknown as WidenRowsAttrs;
+  const wasm = backend as unknown as WasmHeap;
+  const out = wasm.makeOutput([ids.length, width], "float32");
+  widenRowsInto(values, ids, width, wasm.typedArrayFromHeap(out));
   return out;
 }
 
@@ -74,6 +100,7 @@ let installed = false;
 export function installWasmHostKernels(): void {
   if (installed) return;
   tf.registerKernel({ kernelName: WIDEN_KERNEL, backendName: "wasm", kernelFunc: widenKernel });
+  tf.registerKernel({ kernelName: WIDEN_ROWS_KERNEL, backendName: "wasm", kernelFunc: widenRowsKernel });
   tf.registerKernel({
     kernelName: EMBEDDING_GRAD_KERNEL,
     backendName: "wasm",
@@ -91,6 +118,21 @@ export function widenedTensor(values: HalfArray, shape: number[]): tf.Tensor {
   if (!onWasm()) return tf.tensor(values.toFloat32(), shape, "float32");
   const attrs = { values, shape } as unknown as tf.NamedAttrMap;
   return tf.engine().runKernel(WIDEN_KERNEL, {}, attrs) as tf.Tensor;
+}
+
+/**
+ * Rows `ids` of 16-bit values [rows, width] as a float32 tensor [ids.length, width]: only those rows are
+ * widened (a pass without a gradient tape looks tokens up in the bf16 embedding without a float32 copy of
+ * it). No gradient.
+ */
+export function widenedRows(values: HalfArray, ids: Int32Array, width: number): tf.Tensor2D {
+  if (!onWasm()) {
+    const out = new Float32Array(ids.length * width);
+    widenRowsInto(values, ids, width, out);
+    return tf.tensor2d(out, [ids.length, width]);
+  }
+  const attrs = { values, ids: ids.slice(), width } as unknown as tf.NamedAttrMap;
+  return tf.engine().runKernel(WIDEN_ROWS_KERNEL, {}, attrs) as tf.Tensor2D;
 }
 
 /**

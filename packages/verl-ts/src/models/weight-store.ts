@@ -18,6 +18,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { WeightNotHeldError } from "./errors.js";
 import { bytesPerValue, HalfArray, type StoredValues, toStored, type WeightDtype } from "./half-precision.js";
+import { Bf16Weight } from "./native-matmul-bf16.js";
 import { uid } from "./variable-names.js";
 import { widenedTensor } from "./wasm-host-kernels.js";
 
@@ -144,6 +145,27 @@ export class WeightStore {
       this.compute.delete(name);
     }
     return bytes;
+  }
+
+  /**
+   * A host weight's 16-bit values as the store holds them (no float32 copy is made), for reading straight
+   * from the bits; undefined where the weights are float32. Throws WeightNotHeldError when evicted.
+   */
+  halfValues(name: string): HalfArray | undefined {
+    this.shapeOf(name);
+    if (this.dtype === "float32") return undefined;
+    const v = this.host.get(name);
+    if (!v) throw new WeightNotHeldError(name);
+    return v as HalfArray;
+  }
+
+  /** A bfloat16 weight's bits in place, with its shape, for products read from them (native-matmul-bf16.ts). */
+  bf16Weight(name: string): Bf16Weight {
+    const shape = this.shapeOf(name);
+    const v = this.halfValues(name);
+    if (!v || shape.length !== 2)
+      throw new RangeError(`${name} is not a bfloat16 matrix (${this.dtype} [${shape}])`);
+    return new Bf16Weight(v, [shape[0]!, shape[1]!]);
   }
 
   /** A weight's values as float32 (resident: read from its tensor; host: widened). */

@@ -373,7 +373,7 @@ class TirEngine {
         versionMax: Number.NEGATIVE_INFINITY,
       };
     });
-    let lmHead = this.model.lmHead();
+    let lmHead = this.model.lmHead(true);
     let queued = 0; // rows[0..queued) were admitted
     const signal = this.o.signal;
     const onAbort = () => this.wake?.();
@@ -387,7 +387,7 @@ class TirEngine {
           if (signal?.aborted) throw signal.reason ?? new Error("the rollout was aborted");
           if (this.o.policy && (await this.o.policy.boundary())) {
             lmHead.weight.dispose();
-            lmHead = this.model.lmHead();
+            lmHead = this.model.lmHead(true);
             await this.recomputeContexts();
             await this.dispatch();
             continue;

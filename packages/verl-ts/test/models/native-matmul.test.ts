@@ -106,7 +106,7 @@ test("BatchMatMul on wasm matches a plain-loop product for transposes, batches a
     t.true(state.native);
     t.is(
       state.line,
-      `native kernels on: ${load.config.split(" ").slice(0, 2).join(" ")} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW, log-prob pick, RMSNorm, SwiGLU and decode attention`,
+      `native kernels on: ${load.config.split(" ").slice(0, 2).join(" ")} sgemm, 1 thread, ${coreChoice(load.coreName)}; fused AdamW, log-prob pick, RMSNorm, SwiGLU, decode attention and bf16 weight products`,
     );
   }
   for (const [i, c] of CASES.entries()) {

@@ -1,0 +1,79 @@
+/**
+ * Products read straight from bfloat16 weights: x [m, k] (float32, on the wasm heap) times a weight held
+ * as its 16-bit patterns on the host, widened in registers by the addon's matmulBf16 and written into
+ * the output tensor's memory on the heap. The widened path makes a float32 tensor of the whole weight
+ * first (2x the bytes, written and then read again), for every layer at every decode step where the store
+ * widens layer by layer.
+ *
+ * Used by the model (qwen2.ts) for generation (the prefill's forward, the decode steps, the LM head) on
+ * the wasm backend with the addon loaded. The kernel has no gradient, and its summation order is not
+ * sgemm's: the log-prob passes widen, so that their numbers are exactly those the update computes under
+ * its tape; so do passes under a tape, float16 storage, LoRA, a missing addon and the other backends.
+ */
+import * as tf from "@tensorflow/tfjs";
+import type { NativeBlas } from "@torl-ts/blas";
+import type { HalfArray } from "./half-precision.js";
+import type { WasmHeap } from "./wasm-heap.js";
+
+/** Kernel name in the tfjs registry (registered on wasm by installNativeMatmul). */
+export const MATMUL_BF16_KERNEL = "TorlMatmulBf16";
+
+/**
+ * A 2-D weight read from its bfloat16 bits in place (the store's own array: nothing is copied, and there
+ * is nothing to free). `shape` is the weight's shape as stored: [in, out] for a linear layer's weight, or
+ * [out, in] when it is read transposed (the tied LM head's embedding [V, h]).
+ */
+export class Bf16Weight {
+  constructor(
+    readonly values: HalfArray,
+    readonly shape: readonly [number, number],
+  ) {
+    if (values.dtype !== "bfloat16")
+      throw new RangeError(`products from 16-bit bits read bfloat16 only, got ${values.dtype}`);
+    if (values.length !== shape[0] * shape[1])
+      throw new RangeError(`a [${shape}] weight needs ${shape[0] * shape[1]} values, got ${values.length}`);
+  }
+
+  /** Nothing to free (the bits belong to the weight store); here so a holder disposes any head alike. */
+  dispose(): void {}
+}
+
+interface MatmulBf16Attrs {
+  weight: Bf16Weight;
+  transposeW: boolean;
+}
+
+/** The kernel: out [m, n] on the heap from x [m, k] on the heap and the weight's bits on the host. */
+export function wasmMatmulBf16Kernel(blas: NativeBlas): tf.KernelFunc {
+  return ({ inputs, attrs, backend }) => {
+    const { x } = inputs as { x: tf.TensorInfo };
+    const { weight, transposeW } = attrs as unknown as MatmulBf16Attrs;
+    const [rows, cols] = weight.shape;
+    const [n, k] = transposeW ? [rows, cols] : [cols, rows];
+    if (x.dtype !== "float32" || x.shape.length !== 2 || x.shape[1] !== k)
+      throw new Error(
+        `${MATMUL_BF16_KERNEL}: x must be float32 [m, ${k}] for a [${weight.shape}] weight${transposeW ? " read transposed" : ""}, got ${x.dtype} [${x.shape}]`,
+      );
+    const m = x.shape[0]!;
+    const wasm = backend as unknown as WasmHeap;
+    // Allocate first: growing the wasm heap detaches views taken before it.
+    const out = wasm.makeOutput([m, n], "float32");
+    blas.matmulBf16(
+      wasm.typedArrayFromHeap(x),
+      weight.values.bits,
+      wasm.typedArrayFromHeap(out),
+      m,
+      n,
+      k,
+      transposeW,
+      "auto",
+    );
+    return out;
+  };
+}
+
+/** x [m, k] times `weight` ([k, n], or [n, k] read transposed): [m, n]. No gradient. */
+export function matmulBf16(x: tf.Tensor2D, weight: Bf16Weight, transposeW: boolean): tf.Tensor2D {
+  const attrs: MatmulBf16Attrs = { weight, transposeW };
+  return tf.engine().runKernel(MATMUL_BF16_KERNEL, { x }, attrs as unknown as tf.NamedAttrMap) as tf.Tensor2D;
+}
