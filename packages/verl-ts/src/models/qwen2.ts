@@ -393,8 +393,8 @@ export class Qwen2Model {
   }
 
   /**
-   * The embeddings of `ids` [rows, h]: in a pass without a tape, a half-stored model widens just those
-   * rows of its bits; otherwise rows of the float32 table (`gather`: a plain gather, no gradient kernel).
+   * The embeddings of `ids`, shape [rows, h]. In a pass without a tape, a half-stored model widens just
+   * those rows of its bits; otherwise rows of the float32 table (`gather`: a plain gather, no gradient kernel).
    */
   private tokenRows(ids: Int32Array, gather = false): tf.Tensor2D {
     const half = tapeIsRecording() ? undefined : this.weights.halfValues(EMBEDDING);
