@@ -176,7 +176,6 @@ export class LayerSharding {
     const unitSize = (u: number) => sharded.units[u]!.end - sharded.units[u]!.start;
     // the outer units' gradients gather contributions from the head and the embedding
     const outer = new Map(this.outerUnits.map((u) => [u, this.zeroedOuter(u)]));
-    /** The part of its outer unit's buffer parameter `name` takes. */
     /** The `size` values of parameter `name` in its outer unit's buffer. */
     const bufferOf = (name: string, size: number): Float32Array => {
       const offset = sharded.offsetOf(name);
@@ -190,10 +189,9 @@ export class LayerSharding {
       }
       throw new WorkerStateError(`parameter ${name} is not in a unit outside the layers`);
     };
-    const addInto = (name: string, values: Float32Array) => {
-      const buf = bufferOf(name, values.length);
-      for (let k = 0; k < values.length; k++) buf[k]! += values[k]!;
-    };
+    // a head parameter's gradient is the first of the micro-batch in its part of the zeroed buffer: copied
+    // in, not added (0 + x is x but for -0, and a -0 sums into the shard gradient as +0 does)
+    const setInto = (name: string, values: Float32Array) => bufferOf(name, values.length).set(values);
     await layerwiseStep(this.model, tokens, this.headVariables, loss, {
       layerWeights: async (i) => {
         const u = this.layerUnit[i]!;
@@ -234,7 +232,7 @@ export class LayerSharding {
         await readServing(
           pending(),
           entries.map(([, g]) => g),
-          (k, values) => addInto(this.paramNameOf.get(entries[k]![0])!, values),
+          (k, values) => setInto(this.paramNameOf.get(entries[k]![0])!, values),
         );
       },
       // the embedding's gradient is zero but for the batch's tokens' rows: only those are added (no
