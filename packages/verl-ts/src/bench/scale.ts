@@ -250,7 +250,8 @@ qwen2.5-0.5b: about 1.5 GB per rank).
 --lora-rank R runs the probe again with LoRA (rank R, alpha 2R, all-linear) after full fine-tuning, in
 the same invocation: its figures are under "lora" (twice the time; the LoRA run needs less memory).
 --json adds scale_<phase>_seconds_torl for the phases generate, old_log_prob, ref_log_prob and
-update_actor (the full fine-tuning run's: scale_fine_tuning "full"), and torch: the PyTorch side's
+update_actor (the full fine-tuning run's: scale_fine_tuning "full"), scale_<phase>_cpu_seconds_rank<r>
+(the CPU seconds of rank r's worker over the phase), and torch: the PyTorch side's
 version, or why it did not run (the installed command has none; the torl-ts repository's has).`;
 
 /** `bench scale`'s flags, for a recipe's command that extends it (the ToRL recipe's PyTorch peer). */
@@ -304,13 +305,23 @@ export function scaleRound(x: number): number {
 
 /**
  * The probe's figures under the names `bench scale --json` carries: `scale_<phase>_seconds_torl` for each
- * phase it reached, and `scale_fine_tuning` (what they measure).
+ * phase it reached, `scale_<phase>_cpu_seconds_rank<r>` (the CPU seconds of rank r's worker process over
+ * the phase: on a loaded machine a steadier figure than the wall clock) and `scale_fine_tuning` (what
+ * they measure).
  */
 export function scaleTorlFigures(probe: ScaleProbeResult): Record<string, number | string> {
   const out: Record<string, number | string> = { scale_fine_tuning: SCALE_FINE_TUNING };
+  const recorded = Object.keys(probe.memory);
   for (const phase of SCALE_PHASES) {
     const mine = probe.seconds[phase];
     if (mine !== undefined) out[`scale_${phase}_seconds_torl`] = scaleRound(mine);
+    // the workers' CPU time after this phase less after the phase before it (the spawn's, at least)
+    const i = recorded.indexOf(phase);
+    const after = probe.memory[phase];
+    const before = i > 0 ? probe.memory[recorded[i - 1]!] : undefined;
+    if (!after || !before) continue;
+    for (const [r, m] of after.entries())
+      out[`scale_${phase}_cpu_seconds_rank${r}`] = scaleRound(m.cpuSeconds - before[r]!.cpuSeconds);
   }
   return out;
 }

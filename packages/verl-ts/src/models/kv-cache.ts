@@ -11,6 +11,7 @@
 import * as tf from "@tensorflow/tfjs";
 import type { Qwen2Config } from "./config.js";
 import type { TokenBatch } from "./token-batch.js";
+import { hostMemory } from "./wasm-heap.js";
 
 const NEG = -1e9;
 
@@ -61,9 +62,12 @@ export class KVCache {
 
   /** A writable view of a tensor's memory (wasm heap or cpu backend array). */
   private view(t: tf.Tensor): Float32Array {
-    const backend = tf.backend() as any;
-    if (tf.getBackend() === "wasm") return backend.typedArrayFromHeap(t) as Float32Array;
-    return backend.data.get(t.dataId).values as Float32Array;
+    const values = hostMemory(t);
+    if (!values)
+      throw new RangeError(
+        `KV cache in place on backend ${tf.getBackend()}: its tensors are not in host memory`,
+      );
+    return values;
   }
 
   /** The layer's keys (0) or values (1), [B, KV, capacity, D] in memory: write it, then call `stored`. */

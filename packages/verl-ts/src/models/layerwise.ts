@@ -21,6 +21,11 @@ export class LayerwisePass {
   private readonly seq: SequenceAttention;
   private readonly batchIds: Int32Array;
 
+  /** The batch's token ids, [B*L] (the embedding's rows the pass looks up). */
+  get ids(): Int32Array {
+    return this.batchIds;
+  }
+
   constructor(
     private readonly model: Qwen2Model,
     batch: TokenBatch,
@@ -95,8 +100,23 @@ export interface LayerwiseHooks {
   layerGradients(i: number, grads: LayerTensors | null): Promise<void>;
   /** The head's parameter gradients by variable name (null in an empty round); disposed once this resolves. */
   headGradients(grads: Map<string, tf.Tensor> | null): Promise<void>;
-  /** The embedding matrix's gradient through the first layer (null in an empty round); disposed after. */
-  embeddingGradient(grad: tf.Tensor | null): Promise<void>;
+  /**
+   * The embedding matrix's gradient through the first layer (null in an empty round); disposed after.
+   * Give this or embeddingRowGradient, not both.
+   */
+  embeddingGradient?(grad: tf.Tensor | null): Promise<void>;
+  /**
+   * The same gradient as rows, without the [vocab, h] matrix that is zero but for them: row `ids[r]` of
+   * it is the sum of rows `r` of `dy` with that id (null in an empty round; `dy` is disposed after).
+   * addEmbeddingGradRows adds it into a host buffer with the dense gradient's bits.
+   */
+  embeddingRowGradient?(grad: EmbeddingRowGradient | null): Promise<void>;
+}
+
+/** The embedding matrix's gradient as the rows of `dy` [tokens, h] at the tokens' `ids`. */
+export interface EmbeddingRowGradient {
+  ids: Int32Array;
+  dy: tf.Tensor2D;
 }
 
 /**
@@ -113,6 +133,10 @@ export async function layerwiseStep(
   loss: () => tf.Scalar,
   hooks: LayerwiseHooks,
 ): Promise<void> {
+  if (!hooks.embeddingGradient === !hooks.embeddingRowGradient)
+    throw new TypeError(
+      "layerwiseStep: give exactly one of the hooks embeddingGradient and embeddingRowGradient",
+    );
   const layers = model.config.numHiddenLayers;
   const pass = batch ? new LayerwisePass(model, batch) : null;
   const inputs: tf.Tensor2D[] = [];
@@ -173,11 +197,15 @@ export async function layerwiseStep(
         release(grads);
       }
     }
-    const embedding = pass && dy ? pass.embeddingGradient(dy) : null;
-    try {
-      await hooks.embeddingGradient(embedding);
-    } finally {
-      embedding?.dispose();
+    if (hooks.embeddingRowGradient) {
+      await hooks.embeddingRowGradient(pass && dy ? { ids: pass.ids, dy } : null);
+    } else {
+      const embedding = pass && dy ? pass.embeddingGradient(dy) : null;
+      try {
+        await hooks.embeddingGradient!(embedding);
+      } finally {
+        embedding?.dispose();
+      }
     }
   } finally {
     dy?.dispose();

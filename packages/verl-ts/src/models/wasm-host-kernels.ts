@@ -62,8 +62,7 @@ interface EmbeddingGradAttrs {
   vocab: number;
 }
 
-/** dy [rows, h] and ids [rows] -> d table [vocab, h]: zero but for the rows ids name (repeats add up). */
-export function embeddingGradInto(
+function checkEmbeddingGradSizes(
   dy: Float32Array,
   ids: Int32Array,
   vocab: number,
@@ -74,6 +73,17 @@ export function embeddingGradInto(
     throw new RangeError(
       `embedding gradient: ${dy.length} values of dy for ${ids.length} ids x ${hidden}, ${out.length} for ${vocab} x ${hidden}`,
     );
+}
+
+/** dy [rows, h] and ids [rows] -> d table [vocab, h]: zero but for the rows ids name (repeats add up). */
+export function embeddingGradInto(
+  dy: Float32Array,
+  ids: Int32Array,
+  vocab: number,
+  hidden: number,
+  out: Float32Array,
+): void {
+  checkEmbeddingGradSizes(dy, ids, vocab, hidden, out);
   out.fill(0);
   for (let r = 0; r < ids.length; r++) {
     const id = ids[r]!;
@@ -81,6 +91,39 @@ export function embeddingGradInto(
     const o = id * hidden;
     const s = r * hidden;
     for (let j = 0; j < hidden; j++) out[o + j]! += dy[s + j]!;
+  }
+}
+
+/**
+ * Adds the embedding's gradient from dy [rows, h] and ids [rows] into `out` [vocab, h] (a buffer that
+ * holds other gradients of the same matrix) touching only the rows ids name: per id the rows of dy are
+ * summed from zero in the order embeddingGradInto adds them, then that sum is added to `out`, so each
+ * such row of `out` gets the bits that adding embeddingGradInto's dense result gives. The other rows
+ * would get `+ 0`, which changes no value (only a -0 into +0).
+ */
+export function addEmbeddingGradRows(
+  dy: Float32Array,
+  ids: Int32Array,
+  vocab: number,
+  hidden: number,
+  out: Float32Array,
+): void {
+  checkEmbeddingGradSizes(dy, ids, vocab, hidden, out);
+  const slotOf = new Map<number, number>();
+  for (const id of ids) {
+    if (id < 0 || id >= vocab) throw new RangeError(`embedding gradient: id ${id} outside 0..${vocab - 1}`);
+    if (!slotOf.has(id)) slotOf.set(id, slotOf.size);
+  }
+  const sums = new Float32Array(slotOf.size * hidden);
+  for (let r = 0; r < ids.length; r++) {
+    const o = slotOf.get(ids[r]!)! * hidden;
+    const s = r * hidden;
+    for (let j = 0; j < hidden; j++) sums[o + j]! += dy[s + j]!;
+  }
+  for (const [id, slot] of slotOf) {
+    const o = id * hidden;
+    const s = slot * hidden;
+    for (let j = 0; j < hidden; j++) out[o + j]! += sums[s + j]!;
   }
 }
 

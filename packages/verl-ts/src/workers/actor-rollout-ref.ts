@@ -99,6 +99,8 @@ export interface WorkerMemory {
   adapterParameters: number;
   /** Peak resident set of the process so far. */
   peakRssBytes: number;
+  /** CPU seconds (user and system) of the process so far: what a phase took is the difference. */
+  cpuSeconds: number;
 }
 
 export class ActorRolloutRefWorker extends ShardedWorker {
@@ -529,6 +531,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       actorBaseShardBytes: this.baseShards?.bytes ?? 0,
       adapterParameters: this.model?.lora?.numParameters() ?? 0,
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
+      cpuSeconds: cpuSecondsSoFar(),
     };
   }
 
@@ -840,4 +843,10 @@ export function layoutForMiniBatches(data: DataProto, worldSize: number, miniBat
   for (let r = 0; r < worldSize; r++)
     for (let j = 0; j < minis; j++) for (let i = 0; i < per; i++) idx.push(j * miniBatchRows + r * per + i);
   return data.selectRows(idx);
+}
+
+/** The process's CPU seconds (user and system) so far. */
+function cpuSecondsSoFar(): number {
+  const { user, system } = process.cpuUsage();
+  return (user + system) / 1e6;
 }

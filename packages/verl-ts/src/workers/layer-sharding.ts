@@ -21,7 +21,8 @@ import { HalfArray } from "../models/half-precision.js";
 import { type LayerTensors, layerwiseStep } from "../models/layerwise.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
-import { widenedTensor } from "../models/wasm-host-kernels.js";
+import { hostMemory } from "../models/wasm-heap.js";
+import { addEmbeddingGradRows, widenedTensor } from "../models/wasm-host-kernels.js";
 import { WorkerStateError } from "./errors.js";
 import type { ShardedParameters } from "./sharded-parameters.js";
 
@@ -45,17 +46,25 @@ export interface PendingRead {
 }
 
 /**
- * Reads `tensors` to the host and serves `reads` in the same round trip (a GPU backend maps its
- * buffers together); the reads' tensors are disposed, `tensors` are the caller's.
+ * Serves `reads` and hands each of `tensors`' float32 values to `use` (the reads' tensors are disposed,
+ * `tensors` are the caller's). Where the backend keeps tensors in host memory (wasm heap, cpu) `use` gets
+ * the tensor's own memory, no copy: it must not make tensors (a heap view dies when the heap grows).
+ * Elsewhere everything is read in one round trip (a GPU backend maps its buffers together).
  */
-async function readServing(reads: PendingRead[], tensors: tf.Tensor[]): Promise<Float32Array[]> {
+async function readServing(
+  reads: PendingRead[],
+  tensors: tf.Tensor[],
+  use: (k: number, values: Float32Array) => void,
+): Promise<void> {
+  const readAll = (ts: tf.Tensor[]) => Promise.all(ts.map((t) => t.data() as Promise<Float32Array>));
   try {
+    const inPlace = tensors.every((t) => hostMemory(t) !== null);
     const [values, host] = await Promise.all([
-      Promise.all(reads.map((r) => Promise.all(r.tensors.map((t) => t.data() as Promise<Float32Array>)))),
-      Promise.all(tensors.map((t) => t.data() as Promise<Float32Array>)),
+      Promise.all(reads.map((r) => readAll(r.tensors))),
+      inPlace ? null : readAll(tensors),
     ]);
     for (const [i, r] of reads.entries()) r.use(values[i]!);
-    return host;
+    for (const [k, t] of tensors.entries()) use(k, host ? host[k]! : hostMemory(t)!);
   } finally {
     for (const r of reads) for (const t of r.tensors) t.dispose();
   }
@@ -72,6 +81,13 @@ export class LayerSharding {
   /** Every trained variable, and by parameter name (the whole-model path). */
   private readonly variables: tf.Variable[];
   private readonly variableOf: Map<string, tf.Variable>;
+  /**
+   * Gradient buffers kept for the micro-batches of this update (this object lives for one update): the
+   * outer units' (the embedding's is vocabulary-sized) and one the size of the largest decoder layer.
+   * Reused memory is rewritten at a fraction of the cost of first touching fresh pages.
+   */
+  private readonly outerBuffers = new Map<number, Float32Array>();
+  private layerBuffer: Float32Array | null = null;
 
   constructor(
     private readonly sharded: ShardedParameters,
@@ -134,11 +150,11 @@ export class LayerSharding {
           return g ? [{ e, g }] : [];
         });
         try {
-          const host = await readServing(
+          await readServing(
             reads,
             present.map(({ g }) => g),
+            (k, values) => buf.set(values, present[k]!.e.offset - unit.start),
           );
-          for (const [k, { e }] of present.entries()) buf.set(host[k]!, e.offset - unit.start);
         } finally {
           for (const { g } of present) g.dispose();
         }
@@ -159,20 +175,23 @@ export class LayerSharding {
     const sharded = this.sharded;
     const unitSize = (u: number) => sharded.units[u]!.end - sharded.units[u]!.start;
     // the outer units' gradients gather contributions from the head and the embedding
-    const outer = new Map(this.outerUnits.map((u) => [u, new Float32Array(unitSize(u))]));
-    const addInto = (name: string, values: Float32Array) => {
+    const outer = new Map(this.outerUnits.map((u) => [u, this.zeroedOuter(u)]));
+    /** The `size` values of parameter `name` in its outer unit's buffer. */
+    const bufferOf = (name: string, size: number): Float32Array => {
       const offset = sharded.offsetOf(name);
       for (const u of this.outerUnits) {
         const unit = sharded.units[u]!;
         if (offset >= unit.start && offset < unit.end) {
-          const buf = outer.get(u)!;
-          const at = offset - unit.start;
-          for (let k = 0; k < values.length; k++) buf[at + k]! += values[k]!;
-          return;
+          if (offset + size > unit.end)
+            throw new RangeError(`parameter ${name}: ${size} values run past its unit ${unit.key}`);
+          return outer.get(u)!.subarray(offset - unit.start, offset - unit.start + size);
         }
       }
       throw new WorkerStateError(`parameter ${name} is not in a unit outside the layers`);
     };
+    // a head parameter's gradient is the first of the micro-batch in its part of the zeroed buffer: copied
+    // in, not added (0 + x is x but for -0, and a -0 sums into the shard gradient as +0 does)
+    const setInto = (name: string, values: Float32Array) => bufferOf(name, values.length).set(values);
     await layerwiseStep(this.model, tokens, this.headVariables, loss, {
       layerWeights: async (i) => {
         const u = this.layerUnit[i]!;
@@ -197,28 +216,58 @@ export class LayerSharding {
       layerGradients: async (i, grads) => {
         const u = this.layerUnit[i]!;
         const unit = sharded.units[u]!;
-        const buf = new Float32Array(unitSize(u));
+        const buf = this.zeroedLayer(unitSize(u));
         if (grads) {
           const entries = [...grads];
-          const host = await Promise.all(entries.map(([, g]) => g.data() as Promise<Float32Array>));
-          for (const [k, [name]] of entries.entries()) buf.set(host[k]!, sharded.offsetOf(name) - unit.start);
+          await readServing(
+            [],
+            entries.map(([, g]) => g),
+            (k, values) => buf.set(values, sharded.offsetOf(entries[k]![0]) - unit.start),
+          );
         }
         await sharded.reduceScatterUnit(u, buf, shardGrad);
       },
       headGradients: async (grads) => {
         const entries = grads ? [...grads] : [];
-        const host = await readServing(
+        await readServing(
           pending(),
           entries.map(([, g]) => g),
+          (k, values) => setInto(this.paramNameOf.get(entries[k]![0])!, values),
         );
-        for (const [k, [vname]] of entries.entries()) addInto(this.paramNameOf.get(vname)!, host[k]!);
       },
-      embeddingGradient: async (grad) => {
+      // the embedding's gradient is zero but for the batch's tokens' rows: only those are added (no
+      // [vocab, h] tensor on the heap, no read of it, no pass over the vocabulary)
+      embeddingRowGradient: async (grad) => {
+        const name = "model.embed_tokens.weight";
         // a frozen embedding (LoRA: the adapters are the trained parameters) takes no gradient
-        if (grad && this.variableOf.has("model.embed_tokens.weight"))
-          addInto("model.embed_tokens.weight", (await grad.data()) as Float32Array);
+        if (grad && this.variableOf.has(name)) {
+          const [vocab, hidden] = this.shapes.get(name)!;
+          const dy = (await grad.dy.data()) as Float32Array;
+          addEmbeddingGradRows(dy, grad.ids, vocab!, hidden!, bufferOf(name, vocab! * hidden!));
+        }
         for (const u of this.outerUnits) await sharded.reduceScatterUnit(u, outer.get(u)!, shardGrad);
       },
     });
+  }
+
+  /** Outer unit `u`'s gradient buffer, zeroed (kept from the last micro-batch where there was one). */
+  private zeroedOuter(u: number): Float32Array {
+    const kept = this.outerBuffers.get(u);
+    if (kept) return kept.fill(0);
+    const unit = this.sharded.units[u]!;
+    const buf = new Float32Array(unit.end - unit.start);
+    this.outerBuffers.set(u, buf);
+    return buf;
+  }
+
+  /** A zeroed buffer of `size` values for one decoder layer's gradient (the same memory every layer). */
+  private zeroedLayer(size: number): Float32Array {
+    if (!this.layerBuffer || this.layerBuffer.length < size) {
+      const most = Math.max(
+        ...this.layerUnit.map((u) => this.sharded.units[u]!.end - this.sharded.units[u]!.start),
+      );
+      this.layerBuffer = new Float32Array(Math.max(most, size));
+    }
+    return this.layerBuffer.subarray(0, size).fill(0);
   }
 }

@@ -25,6 +25,7 @@ import {
   selectBackend,
   writeRandomModelDir,
 } from "../../src/index.js";
+import type { WorkerMemory } from "../../src/workers/index.js";
 
 const tokenizer = loadTokenizer(bundledQwenTokenizerDir());
 // Qwen2.5-0.5B's vocabulary, grouped-query heads, rope and norm settings on a tiny width and depth
@@ -132,8 +133,12 @@ test.serial(
   },
 );
 
-test("--json carries scale_<phase>_seconds_torl of the full fine-tuning run and says why no torch figures (the installed command)", (t) => {
-  const probe = (seconds: Record<string, number>): ScaleProbeResult => ({
+/** A probe's result with these seconds and memory figures (the rest placeholders). */
+function fakeProbe(
+  seconds: Record<string, number>,
+  memory: Record<string, WorkerMemory[]>,
+): ScaleProbeResult {
+  return {
     parameters: 1,
     ranks: 2,
     lora_rank: 0,
@@ -141,9 +146,36 @@ test("--json carries scale_<phase>_seconds_torl of the full fine-tuning run and 
     weight_file_bytes: 1,
     largest_tensor: { name: "x", shape: [1], fp32Bytes: 4, bf16Bytes: 2 },
     seconds,
-    memory: {},
+    memory,
     peak_rss_bytes_per_rank: [],
-  });
+  };
+}
+
+test("--json carries each rank's CPU seconds per phase: the workers' CPU time after it less after the phase before", (t) => {
+  const mem = (cpu: number[]) => cpu.map((c, rank) => ({ rank, cpuSeconds: c }) as WorkerMemory);
+  const probe = fakeProbe(
+    { spawn: 1, load: 1, generate: 1, old_log_prob: 1, ref_log_prob: 1, update_actor: 1 },
+    {
+      spawn: mem([0.5, 0.25]),
+      load: mem([3, 2]),
+      generate: mem([10, 9.5]),
+      old_log_prob: mem([12, 11]),
+      ref_log_prob: mem([13, 12.5]),
+      update_actor: mem([53, 52]),
+    },
+  );
+  const out = scaleJson(probe);
+  t.is(out.scale_generate_cpu_seconds_rank0, 7);
+  t.is(out.scale_generate_cpu_seconds_rank1, 7.5);
+  t.is(out.scale_old_log_prob_cpu_seconds_rank1, 1.5);
+  t.is(out.scale_update_actor_cpu_seconds_rank0, 40);
+  t.is(out.scale_update_actor_cpu_seconds_rank1, 39.5);
+  t.false("scale_load_cpu_seconds_rank0" in out, "only the side-by-side phases");
+  t.regex(benchScaleCommand.usage, /scale_<phase>_cpu_seconds_rank<r>/);
+});
+
+test("--json carries scale_<phase>_seconds_torl of the full fine-tuning run and says why no torch figures (the installed command)", (t) => {
+  const probe = (seconds: Record<string, number>) => fakeProbe(seconds, {});
   const full = probe({ load: 9, generate: 2.123456, old_log_prob: 1, ref_log_prob: 1, update_actor: 4 });
   const out = scaleJson({ ...full, lora: { ...probe({ generate: 3 }), lora_rank: 8 } });
   t.deepEqual(

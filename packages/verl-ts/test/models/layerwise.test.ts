@@ -1,7 +1,8 @@
 import * as tf from "@tensorflow/tfjs";
 import test from "ava";
 import { padBatch, Qwen2Model, selectBackend, tokenLogProbs } from "../../src/index.js";
-import { type LayerTensors, layerwiseStep } from "../../src/models/layerwise.js";
+import { type LayerTensors, type LayerwiseHooks, layerwiseStep } from "../../src/models/layerwise.js";
+import { addEmbeddingGradRows } from "../../src/models/wasm-host-kernels.js";
 import { threeLayerTestConfig } from "./tiny-config.js";
 
 // The layer-by-layer step FSDP trains with gives the gradients of one whole-model tape, for every
@@ -122,3 +123,79 @@ for (const tied of [false, true]) {
     },
   );
 }
+
+test.serial(
+  "the embedding's gradient as rows, added to the tied head's, gives the dense gradient's sum",
+  async (t) => {
+    const cfg = threeLayerTestConfig({ tieWordEmbeddings: true });
+    const model = Qwen2Model.random(cfg, { seed: 5, std: 0.3 });
+    // repeated tokens: their rows add up in the dense gradient's order
+    const batch = padBatch(
+      [
+        [1, 2, 3, 2, 5, 2],
+        [7, 1],
+      ],
+      "left",
+    );
+    const loss = () => tf.sum(tokenLogProbs(model, batch, {}).logProbs) as tf.Scalar;
+    const vars = model.variables();
+    const names = model.specs.map((s) => s.name);
+    const embed = "model.embed_tokens.weight";
+    const [V, h] = model.specs.find((s) => s.name === embed)!.shape as [number, number];
+    const headVars = vars.filter((_, i) => !LAYER.test(names[i]!));
+    const embedVar = vars[names.indexOf(embed)]!.name;
+    type EmbeddingHooks = Pick<LayerwiseHooks, "embeddingGradient" | "embeddingRowGradient">;
+    const run = async (embedding: (sum: Float32Array) => EmbeddingHooks) => {
+      const sum = new Float32Array(V * h);
+      await layerwiseStep(model, batch, headVars, loss, {
+        layerWeights: async (i) =>
+          new Map(
+            names
+              .filter((n) => n.startsWith(`model.layers.${i}.`))
+              .map((n) => [n, tf.clone(model.variable(n))]),
+          ) as LayerTensors,
+        layerGradients: async () => {},
+        headGradients: async (grads) => sum.set((await grads!.get(embedVar)!.data()) as Float32Array),
+        ...embedding(sum),
+      });
+      return sum;
+    };
+    const tensorsBefore = tf.memory().numTensors;
+    const dense = await run((sum) => ({
+      embeddingGradient: async (g) => {
+        const d = (await g!.data()) as Float32Array;
+        for (let k = 0; k < d.length; k++) sum[k]! += d[k]!;
+      },
+    }));
+    let rowsSeen = 0;
+    const rows = await run((sum) => ({
+      embeddingRowGradient: async (g) => {
+        rowsSeen = g!.ids.length;
+        addEmbeddingGradRows((await g!.dy.data()) as Float32Array, g!.ids, V, h, sum);
+      },
+    }));
+    t.is(rowsSeen, batch.batch * batch.length);
+    t.is(tf.memory().numTensors, tensorsBefore, "no tensor left behind");
+    // the same values to the bit (=== : a -0 of the dense sum may be +0 here)
+    let differ = 0;
+    for (let k = 0; k < dense.length; k++) if (dense[k] !== rows[k]) differ++;
+    t.is(differ, 0);
+    t.true(dense.some((x) => x !== 0));
+    // the two hooks are alternatives: both or neither is refused
+    const noop = async () => {};
+    for (const hooks of [{ embeddingGradient: noop, embeddingRowGradient: noop }, {}])
+      await t.throwsAsync(
+        layerwiseStep(model, null, headVars, loss, {
+          layerWeights: async () => new Map() as LayerTensors,
+          layerGradients: noop,
+          headGradients: noop,
+          ...hooks,
+        }),
+        {
+          instanceOf: TypeError,
+          message: /exactly one of the hooks embeddingGradient and embeddingRowGradient/,
+        },
+      );
+    model.dispose();
+  },
+);

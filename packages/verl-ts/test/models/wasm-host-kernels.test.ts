@@ -6,7 +6,12 @@
 import * as tf from "@tensorflow/tfjs";
 import test from "ava";
 import { HalfArray, installNativeMatmul, selectBackend, WeightStore } from "../../src/index.js";
-import { embeddingGradInto, embeddingRows, widenedTensor } from "../../src/models/wasm-host-kernels.js";
+import {
+  addEmbeddingGradRows,
+  embeddingGradInto,
+  embeddingRows,
+  widenedTensor,
+} from "../../src/models/wasm-host-kernels.js";
 import { seededUniform as random } from "./helpers.js";
 
 test.before(async () => {
@@ -68,4 +73,23 @@ test("the embedding gradient refuses an id outside the vocabulary and mismatched
   t.throws(() => embeddingGradInto(new Float32Array(3), Int32Array.from([1]), 4, 2, out), {
     instanceOf: RangeError,
   });
+});
+
+test("the embedding's gradient added as rows gives the bits of adding the dense gradient, repeats included", (t) => {
+  const V = 29;
+  const h = 5;
+  const ids = Int32Array.from([4, 0, 28, 4, 4, 17, 0, 9]);
+  const dy = Float32Array.from(random(ids.length * h, 6, 100));
+  const base = Float32Array.from(random(V * h, 7, 1e-3)); // another gradient of the same matrix (the tied head's)
+  const dense = new Float32Array(V * h);
+  embeddingGradInto(dy, ids, V, h, dense);
+  const expected = base.map((b, k) => Math.fround(b + dense[k]!));
+  const mine = base.slice();
+  addEmbeddingGradRows(dy, ids, V, h, mine);
+  t.deepEqual(new Uint32Array(mine.buffer), new Uint32Array(expected.buffer));
+  t.throws(() => addEmbeddingGradRows(dy, Int32Array.from([...ids.subarray(1), V]), V, h, mine), {
+    instanceOf: RangeError,
+    message: /id 29 outside 0..28/,
+  });
+  t.throws(() => addEmbeddingGradRows(dy.subarray(1), ids, V, h, mine), { instanceOf: RangeError });
 });
