@@ -27,7 +27,7 @@ function report(clientId: string, events?: TraceEvent[]): ProcessReport {
     borrowed: [],
     metrics: [],
     activity: {},
-    ...(events ? { trace: { events, dropped: 0 } } : {}),
+    ...(events ? { trace: { events, dropped: 0, toUs: nowUs() } } : {}),
   };
 }
 

@@ -1,6 +1,7 @@
 // A run's trace file keeps the work of task executors that come and go while it records: one started
 // after the file was opened records from its start, and one killed before the file is closed (as an
-// idle executor is reaped, or a task cancelled with force) keeps what it ran in the file.
+// idle executor is reaped, or a task cancelled with force) keeps what it ran in the file. A process whose
+// clock runs ahead of the driver's keeps the call it answered just before close.
 
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -10,6 +11,7 @@ import {
   type ChromeTrace,
   cancel,
   clusterProcesses,
+  createActor,
   get,
   init,
   shutdown,
@@ -17,6 +19,7 @@ import {
   TaskCancelledError,
   TimelineWriter,
 } from "../src/index.js";
+import type { ClockAhead } from "./fixtures/clock-ahead.js";
 import { WORKLOAD } from "./fixtures/timeline-cluster.js";
 
 let dir = "";
@@ -75,4 +78,24 @@ test("a task run by an executor killed before close, and one by an executor star
   t.is(squareRows.size, 2, `two executors: ${what}`);
   for (const row of squareRows) t.regex(row, /^task executor pid=\d+/);
   t.is(trace.otherData.silent_processes, undefined);
+});
+
+test("a call answered just before close is in the file though its process's clock runs ahead of the driver's", async (t) => {
+  const ahead = createActor<ClockAhead>(
+    new URL("./fixtures/clock-ahead.ts", import.meta.url).href,
+    "ClockAhead",
+    [200],
+  );
+  t.is(await ahead.work(1), 2);
+  const file = join(dir, "ahead.json");
+  const writer = await TimelineWriter.open(file);
+  for (let i = 0; i < 3; i++) {
+    t.is(await ahead.work(i), 2 * i);
+    // its span ended, by its clock, after the driver's now: collected by the next flush all the same
+    if (i < 2) await writer.flush();
+  }
+  await writer.close();
+  const trace = JSON.parse(readFileSync(file, "utf8")) as ChromeTrace;
+  const calls = trace.traceEvents.filter((e) => e.ph === "X" && e.name === "ClockAhead.work");
+  t.is(calls.length, 3, "each call once, the last one too");
 });

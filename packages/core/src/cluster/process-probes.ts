@@ -136,7 +136,11 @@ export class ProcessProbes {
           .filter((r) => !answered.has(r.clientId))
           .map((r) => ({
             ...r,
-            trace: { ...r.trace!, events: r.trace!.events.filter((e) => endsIn(e, window)) },
+            trace: {
+              ...r.trace!,
+              events: r.trace!.events.filter((e) => endsIn(e, window)),
+              toUs: Math.min(r.trace!.toUs, window.toUs),
+            },
           }))
       : [];
     q.answer({

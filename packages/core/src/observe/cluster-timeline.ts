@@ -36,6 +36,9 @@ export async function timeline(opts: { seconds: number }): Promise<ChromeTrace> 
 
 let writers = 0;
 
+/** How far a process's clock may run behind the driver's (microseconds): clocks of one machine agree to about a millisecond. */
+const CLOCK_SKEW_MARGIN_US = 1_000_000;
+
 /** How a process that did not answer is named in errors: `pid 123 (actor ab12)`. */
 function named(s: ProcessesReport["silent"][number]): string {
   return `pid ${s.pid}${s.actorId ? ` (actor ${s.actorId})` : ""}`;
@@ -57,8 +60,15 @@ function named(s: ProcessesReport["silent"][number]): string {
 export class TimelineWriter {
   private rows = new TraceRows();
   private closed = false;
-  /** Processes that did not answer a flush: the end of the window they were last collected to, and their name. */
-  private behind = new Map<string, { since: number; who: string }>();
+  /**
+   * Per process, the end (by its own clock) of what was collected from it: the next flush takes its
+   * events that ended after that. The driver's clock would do for all only if the clocks agreed; they
+   * differ by up to a millisecond on one machine, and a span that ended just before its reply reached
+   * the driver could be stamped after the driver's now.
+   */
+  private collectedTo = new Map<string, number>();
+  /** Processes that did not answer a flush, by name: their events since are collected by a later one. */
+  private behind = new Map<string, string>();
 
   private constructor(
     private file: TraceFile,
@@ -88,15 +98,27 @@ export class TimelineWriter {
   async flush(): Promise<void> {
     if (this.closed) return;
     const toUs = nowUs();
-    const fromUs = Math.min(this.fromUs, ...[...this.behind.values()].map((b) => b.since));
-    const report = await clusterProcesses({ traceFromUs: fromUs, traceToUs: toUs });
+    // a process first seen now joined since the last flush; its clock may run behind the driver's
+    const firstSeenFrom = Math.max(this.startUs, this.fromUs - CLOCK_SKEW_MARGIN_US);
+    const fromUs = Math.min(firstSeenFrom, ...this.collectedTo.values());
+    // each process answers up to its own now (trace.toUs), which may be later than the driver's
+    const report = await clusterProcesses({ traceFromUs: fromUs, traceToUs: Number.MAX_SAFE_INTEGER });
+    const seen = new Set<string>();
     for (const p of report.processes) {
-      const since = this.behind.get(p.clientId)?.since ?? this.fromUs;
+      seen.add(p.clientId);
       this.behind.delete(p.clientId);
-      if (p.trace && since > fromUs) p.trace.events = p.trace.events.filter((e) => e.ts! + e.dur! > since);
+      if (!p.trace) continue;
+      const since = this.collectedTo.get(p.clientId) ?? firstSeenFrom;
+      if (since > fromUs) p.trace.events = p.trace.events.filter((e) => e.ts! + e.dur! > since);
+      this.collectedTo.set(p.clientId, Math.max(since, p.trace.toUs));
     }
-    for (const s of report.silent)
-      if (!this.behind.has(s.clientId)) this.behind.set(s.clientId, { since: this.fromUs, who: named(s) });
+    for (const s of report.silent) {
+      seen.add(s.clientId);
+      if (!this.behind.has(s.clientId)) this.behind.set(s.clientId, named(s));
+      if (!this.collectedTo.has(s.clientId)) this.collectedTo.set(s.clientId, firstSeenFrom);
+    }
+    // a process gone (and its events, kept by the head, collected) is not asked for again
+    for (const id of this.collectedTo.keys()) if (!seen.has(id)) this.collectedTo.delete(id);
     this.fromUs = toUs;
     this.file.append(this.rows.take(report));
   }
@@ -116,7 +138,7 @@ export class TimelineWriter {
     }
     if (this.behind.size > 0)
       throw new HeadError(
-        `timeline ${this.file.path}: ${[...this.behind.values()].map((b) => b.who).join(", ")} did not answer (or died before answering); their events since then are missing from the file`,
+        `timeline ${this.file.path}: ${[...this.behind.values()].join(", ")} did not answer (or died before answering); their events since then are missing from the file`,
       );
   }
 }

@@ -78,8 +78,14 @@ export interface ProcessReport {
   metrics: MetricFamily[];
   /** What the process says it is doing, by topic (setProcessActivity), e.g. a trainer's step and phase. */
   activity: Record<string, Activity>;
-  /** Asked for: the events that ended in the window, and how many the ring buffer overwrote so far. */
-  trace?: { events: TraceEvent[]; dropped: number };
+  /**
+   * Asked for: the events that ended in the window, how many the ring buffer overwrote so far, and
+   * the end of the window as this process covered it, by its own clock: the earlier of the window's
+   * end and its now. Clocks of processes differ (by about a millisecond on one machine, more between
+   * machines): a reader that collects again should ask this process from `toUs` on, not from the
+   * window's end by its own clock, or an event that ended just before the answer may be missed.
+   */
+  trace?: { events: TraceEvent[]; dropped: number; toUs: number };
 }
 
 export const OWNED_OBJECTS_LISTED = 100;

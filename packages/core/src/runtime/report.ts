@@ -9,7 +9,7 @@ import {
   type OwnedObject,
   type ProcessReport,
 } from "../observe/process-report.js";
-import { traceRecorder } from "../observe/timeline.js";
+import { nowUs, traceRecorder } from "../observe/timeline.js";
 import { FAILED, PENDING } from "./object-store.js";
 import type { Runtime } from "./runtime.js";
 import { threadActorReports } from "./thread-actor.js";
@@ -78,6 +78,8 @@ export function reportOf(rt: Runtime, probe: { traceFromUs?: number; traceToUs?:
           trace: {
             events: traceRecorder.endingIn(probe.traceFromUs, probe.traceToUs),
             dropped: traceRecorder.dropped,
+            // every event recorded so far ended by this process's now (its clock, not the asker's)
+            toUs: Math.min(probe.traceToUs, nowUs()),
           },
         }
       : {}),
