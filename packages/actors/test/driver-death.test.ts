@@ -23,7 +23,7 @@ async function torl(...args: string[]): Promise<string> {
   return (await run(process.execPath, ["--import", "tsx", CLI, ...args], { env })).stdout;
 }
 
-function startDriver(address: string, name: string, blockMs = 0) {
+function startDriver(address: string, name: string, blockMs: number | "exit" = 0) {
   const child = spawn(process.execPath, ["--import", "tsx", DRIVER, address, name, String(blockMs)], {
     env,
     stdio: ["ignore", "pipe", "inherit"],
@@ -95,6 +95,27 @@ test.serial(
     const status = await torl("status");
     t.regex(status, /DEAD .*its owner \(pid \d+\) is gone: it sent no heartbeat/);
     t.notRegex(status, /killed by kill\(\)/);
+  },
+);
+
+test.serial(
+  "a driver that exits without shutdown() says goodbye: its actors are freed at once, and why",
+  async (t) => {
+    const d = startDriver(address, "dd-exited", "exit");
+    await d.line(/ready/);
+    const code = await new Promise<number | null>((resolve) =>
+      d.child.exitCode !== null ? resolve(d.child.exitCode) : d.child.once("exit", resolve),
+    );
+    t.is(code, 0, "exits cleanly (its heartbeat thread closed its socket first)");
+    const orphan = await getActor<any>("dd-exited").catch((e: Error) => e);
+    if (!(orphan instanceof Error)) {
+      const err = await t.throwsAsync(orphan.inc!(1), { instanceOf: ActorDiedError });
+      t.is(err!.cause.kind, "owner_died");
+      // not "it sent no heartbeat for ...": the head heard the goodbye, not the silence
+      t.regex(err!.message, /its owner \(pid \d+\) is gone: it exited without calling shutdown\(\)/);
+    } else t.regex(orphan.message, /dd-exited/, "already freed: its name is gone");
+    const status = await torl("status");
+    t.regex(status, /DEAD .*its owner \(pid \d+\) is gone: it exited without calling shutdown\(\)/);
   },
 );
 

@@ -151,7 +151,10 @@ export class Head {
         this.clients.heartbeat(m.clientId);
         return NO_REPLY;
       case "bye":
-        this.clientGone(m.clientId, "it called shutdown()");
+        this.clientGone(
+          m.clientId,
+          m.exited ? "it exited without calling shutdown()" : "it called shutdown()",
+        );
         return null;
       case "clientAlive":
         return this.clients.has(m.clientId);

@@ -29,7 +29,8 @@ export type ClientToHead =
       logs?: boolean;
     }
   | { t: "clientHeartbeat"; clientId: string }
-  | { t: "bye"; clientId: string }
+  /** A driver leaves: it called shutdown(), or (`exited`) its process is exiting without it. */
+  | { t: "bye"; clientId: string; exited?: boolean }
   | { t: "clientAlive"; clientId: string }
   | { t: "createActor"; spec: ActorSpec }
   | { t: "subscribe"; actorId: string }

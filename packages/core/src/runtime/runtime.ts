@@ -24,7 +24,7 @@ import { traceRecorder } from "../observe/timeline.js";
 import { Streams } from "./call-stream.js";
 import { setRuntime } from "./current.js";
 import { HeadClient } from "./head-client.js";
-import type { HeartbeatThreadData } from "./heartbeat-thread.js";
+import type { HeartbeatThreadData, HeartbeatThreadOrder } from "./heartbeat-thread.js";
 import { randomId } from "./ids.js";
 import { ObjectRef, type OwnerAddress } from "./object-ref.js";
 import { FAILED, ObjectStore, PENDING, READY } from "./object-store.js";
@@ -78,6 +78,10 @@ const OWNER_CHECK_MS = 10_000;
 
 /** How often a driver tells the head it is alive (the head's TORL_CLIENT_TIMEOUT_MS is several of these). */
 const DRIVER_HEARTBEAT_MS = 1000;
+/** How long shutdown() waits for the heartbeat thread to close its socket before ending it anyway. */
+const HEARTBEAT_THREAD_STOP_MS = 30_000;
+/** How long a goodbye for a driver whose process exits may take to leave (the exit waits that long at most). */
+const GOODBYE_LINGER_MS = 500;
 
 export class Runtime {
   readonly clientId = randomId();
@@ -124,7 +128,7 @@ export class Runtime {
   private pushHandlers: Array<(m: any) => void> = [];
   sessionDir = "";
   private heartbeat: NodeJS.Timeout | null = null;
-  private heartbeatThread: Worker | null = null;
+  private heartbeatThread: { thread: Worker; closed: Int32Array; onExit: () => void } | null = null;
   closed = false;
 
   nextSeq(): number {
@@ -195,32 +199,60 @@ export class Runtime {
     if (heartbeats) this.startHeartbeats(headAddress);
   }
 
-  /** Asks the heartbeat thread to close its socket and end (terminate() with a socket open aborts). */
+  /**
+   * Asks the heartbeat thread to close its socket and end. terminate() with its socket open can abort
+   * the process, so a thread slow to end is terminated only once it closed its socket (or after
+   * HEARTBEAT_THREAD_STOP_MS, with a warning, rather than never).
+   */
   private async stopHeartbeatThread(): Promise<void> {
-    const thread = this.heartbeatThread;
-    if (!thread) return;
+    const hb = this.heartbeatThread;
+    if (!hb) return;
     this.heartbeatThread = null;
-    const ended = new Promise<void>((resolve) => thread.once("exit", () => resolve()));
-    thread.postMessage("stop");
-    const t = setTimeout(() => void thread.terminate(), 2000);
+    process.off("exit", hb.onExit);
+    const ended = new Promise<void>((resolve) => hb.thread.once("exit", () => resolve()));
+    hb.thread.postMessage("stop" satisfies HeartbeatThreadOrder);
+    const since = Date.now();
+    const check = setInterval(() => {
+      if (Atomics.load(hb.closed, 0) === 1) void hb.thread.terminate();
+      else if (Date.now() - since > HEARTBEAT_THREAD_STOP_MS) {
+        logWarn(
+          `heartbeat thread did not close its socket within ${HEARTBEAT_THREAD_STOP_MS / 1000} s of shutdown(); ending it anyway`,
+        );
+        void hb.thread.terminate();
+      }
+    }, 2000);
     await ended;
-    clearTimeout(t);
+    clearInterval(check);
   }
 
   /** A driver's heartbeats come from a thread: they go on while its event loop is busy. */
   private startHeartbeats(headAddress: string): void {
+    const closed = new Int32Array(new SharedArrayBuffer(4));
     const data: HeartbeatThreadData = {
       headEndpoint: `tcp://${headAddress}`,
       clientId: this.clientId,
       intervalMs: DRIVER_HEARTBEAT_MS,
       keys: clusterKeys(),
+      closed,
+      goodbyeLingerMs: GOODBYE_LINGER_MS,
     };
     const thread = new Worker(threadEntry(siblingModule(import.meta.url, "./heartbeat-thread")), {
       workerData: data,
     });
     thread.unref();
+    // The process exits without shutdown() (process.exit, or its last callback ran): the thread says
+    // goodbye for this driver, so the head frees its actors now and says why, and closes its socket
+    // before the process tears the thread down. Blocking here is allowed (and bounded): nothing else
+    // runs after 'exit'.
+    const onExit = () => {
+      if (Atomics.load(closed, 0) === 1) return;
+      thread.postMessage("exit" satisfies HeartbeatThreadOrder);
+      Atomics.wait(closed, 0, 0, GOODBYE_LINGER_MS + 1000);
+    };
+    process.on("exit", onExit);
     thread.on("error", (e) => {
       logWarn(`heartbeat thread failed (${e.message}); heartbeats now come from the event loop`);
+      process.off("exit", onExit);
       this.heartbeatThread = null;
       if (this.closed) return;
       this.heartbeat = setInterval(
@@ -229,7 +261,7 @@ export class Runtime {
       );
       this.heartbeat.unref();
     });
-    this.heartbeatThread = thread;
+    this.heartbeatThread = { thread, closed, onExit };
   }
 
   addPushHandler(f: (m: any) => void): void {
