@@ -54,7 +54,8 @@ export interface WorkerGroupOptions {
   /**
    * Extra environment for every worker process. Setting MALLOC_MMAP_THRESHOLD_,
    * MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES here (or in the driver's environment) replaces
-   * KEEP_FREED_MEMORY_ENV.
+   * KEEP_FREED_MEMORY_ENV. Workers on other nodes start from their node agent's environment, not the
+   * driver's: to give them your own malloc settings, set them here.
    */
   env?: Record<string, string>;
   /** Calls that may run at once in a worker (async methods). Default 1. */
