@@ -85,13 +85,7 @@ export function embeddingGradInto(
 ): void {
   checkEmbeddingGradSizes(dy, ids, vocab, hidden, out);
   out.fill(0);
-  for (let r = 0; r < ids.length; r++) {
-    const id = ids[r]!;
-    if (id < 0 || id >= vocab) throw new RangeError(`embedding gradient: id ${id} outside 0..${vocab - 1}`);
-    const o = id * hidden;
-    const s = r * hidden;
-    for (let j = 0; j < hidden; j++) out[o + j]! += dy[s + j]!;
-  }
+  addRowsById(dy, ids, vocab, hidden, out, (id) => id);
 }
 
 /**
@@ -110,20 +104,35 @@ export function addEmbeddingGradRows(
 ): void {
   checkEmbeddingGradSizes(dy, ids, vocab, hidden, out);
   const slotOf = new Map<number, number>();
-  for (const id of ids) {
-    if (id < 0 || id >= vocab) throw new RangeError(`embedding gradient: id ${id} outside 0..${vocab - 1}`);
-    if (!slotOf.has(id)) slotOf.set(id, slotOf.size);
-  }
-  const sums = new Float32Array(slotOf.size * hidden);
-  for (let r = 0; r < ids.length; r++) {
-    const o = slotOf.get(ids[r]!)! * hidden;
-    const s = r * hidden;
-    for (let j = 0; j < hidden; j++) sums[o + j]! += dy[s + j]!;
-  }
+  const sums = new Float32Array(ids.length * hidden);
+  // every id is checked before `out` is touched
+  addRowsById(dy, ids, vocab, hidden, sums, (id) => {
+    let slot = slotOf.get(id);
+    if (slot === undefined) slotOf.set(id, (slot = slotOf.size));
+    return slot;
+  });
   for (const [id, slot] of slotOf) {
     const o = id * hidden;
     const s = slot * hidden;
     for (let j = 0; j < hidden; j++) out[o + j]! += sums[s + j]!;
+  }
+}
+
+/** Adds row r of dy [rows, h] to row rowOf(ids[r]) of `into`, in order of r; refuses an id outside the vocabulary. */
+function addRowsById(
+  dy: Float32Array,
+  ids: Int32Array,
+  vocab: number,
+  hidden: number,
+  into: Float32Array,
+  rowOf: (id: number) => number,
+): void {
+  for (let r = 0; r < ids.length; r++) {
+    const id = ids[r]!;
+    if (id < 0 || id >= vocab) throw new RangeError(`embedding gradient: id ${id} outside 0..${vocab - 1}`);
+    const o = rowOf(id) * hidden;
+    const s = r * hidden;
+    for (let j = 0; j < hidden; j++) into[o + j]! += dy[s + j]!;
   }
 }
 
