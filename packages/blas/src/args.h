@@ -49,6 +49,19 @@ inline bool ReadNumber(const Napi::Env& env, const Napi::Value& value, const cha
   return true;
 }
 
+// A Uint16Array of bfloat16 bits: its data and length; else throws a TypeError naming it.
+inline bool ReadBf16Bits(const Napi::Env& env, const Napi::Value& value, const char* name, uint16_t** data,
+                         size_t* length) {
+  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_uint16_array) {
+    Napi::TypeError::New(env, std::string(name) + " must be a Uint16Array of bfloat16 bits").ThrowAsJavaScriptException();
+    return false;
+  }
+  Napi::Uint16Array array = value.As<Napi::Uint16Array>();
+  *data = array.Data();
+  *length = array.ElementLength();
+  return true;
+}
+
 inline bool ReadInt32Array(const Napi::Env& env, const Napi::Value& value, const char* name, const int32_t** data,
                            size_t* length) {
   if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {

@@ -9,9 +9,6 @@ import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
-/** Which build of matmulBf16's loops runs: the widest the CPU has, or one by name. */
-export type Bf16Build = "auto" | "avx512f" | "avx2" | "baseline";
-
 /** What the addon exports (src/gemm.cc). */
 export interface NativeBlas {
   /**
@@ -112,11 +109,11 @@ export interface NativeBlas {
     span: number,
   ): void;
   /**
-   * out (m x n) = x (m x k) . W for a weight W held as bfloat16 bits, widened in registers (x, the sums
-   * and out stay float32): W is [n, k] read transposed when `transposeW` (out[i][j] = x[i] . W[j]), else
-   * [k, n]. The order of every sum is fixed (src/matmul-bf16.cc), so each `build` ("auto": the widest the
-   * CPU runs; "avx512f", "avx2", "baseline") gives the same bits. Throws a RangeError when an operand is
-   * shorter than m, n and k say, or for a build this CPU cannot run.
+   * out (m x n) = x (m x k) . W for a weight W held as bfloat16 bits (x, the sums and out stay float32): W
+   * is [n, k] read transposed when `transposeW` (out[i][j] = x[i] . W[j]), else [k, n]. W is widened one
+   * cache-sized tile at a time and each tile multiplied by OpenBLAS (src/matmul-bf16.cc): no float32 copy
+   * of W is made, and the same shapes and values always give the same bits. Throws a RangeError when an
+   * operand is shorter than m, n and k say.
    */
   matmulBf16(
     x: Float32Array,
@@ -126,8 +123,18 @@ export interface NativeBlas {
     n: number,
     k: number,
     transposeW: boolean,
-    build: Bf16Build,
   ): void;
+  /** out[i] = the float32 value of bfloat16 bits[i] (exact). Throws a RangeError when the lengths differ. */
+  widenBf16(bits: Uint16Array, out: Float32Array): void;
+  /**
+   * bits[i] = values[i] rounded to bfloat16, to nearest even (NaN to the quiet NaN 0x7fc0, overflow to
+   * infinity: torch's `.to(torch.bfloat16)`). Throws a RangeError when the lengths differ.
+   */
+  roundBf16(values: Float32Array, bits: Uint16Array): void;
+  /** y[i] += x[i] (float32, the bits of the same JS loop). Throws a RangeError when the lengths differ. */
+  addInto(x: Float32Array, y: Float32Array): void;
+  /** The sum of x[i]^2 in double precision, in index order (the bits of the same JS loop). */
+  sumSquares(x: Float32Array): number;
   /** The OpenBLAS build, the CPU kernel it runs and its thread count. */
   info(): { config: string; coreName: string; threads: number };
   /** Sets OpenBLAS's thread count for this process. */
@@ -146,6 +153,10 @@ const ADDON_FUNCTIONS: ReadonlyArray<keyof NativeBlas> = [
   "swigluGrad",
   "decodeAttention",
   "matmulBf16",
+  "widenBf16",
+  "roundBf16",
+  "addInto",
+  "sumSquares",
   "info",
   "setThreads",
 ];

@@ -1,8 +1,9 @@
 import test, { type ExecutionContext } from "ava";
-import { type Bf16Build, loadNativeBlas, type NativeBlas } from "../src/index.js";
+import { loadNativeBlas, type NativeBlas } from "../src/index.js";
 
 // matmulBf16: float32 rows times a weight held as bfloat16 bits, against a float64 reference over the
-// widened weight, in both layouts; its bounds checks; and the same bits from every build the CPU runs.
+// widened weight, in both layouts, on one tile and on many (the weight is widened a tile at a time); its
+// bounds checks; and the same bits from call to call whatever ran before.
 
 function addon(t: ExecutionContext): NativeBlas | undefined {
   const load = loadNativeBlas();
@@ -74,6 +75,10 @@ function maxScaledError(
 const shapes: [number, number, number][] = [];
 for (let m = 1; m <= 9; m++) shapes.push([m, 37, 83]);
 shapes.push([33, 300, 129], [2, 17, 1000], [5, 64, 16], [3, 16, 64], [4, 1, 1], [1, 257, 7], [6, 80, 33]);
+// k = 4096 makes tiles of 64 columns: several whole tiles and a short last one, for one row (sgemv) and more
+shapes.push([1, 150, 4096], [3, 200, 4096], [17, 64, 4096]);
+// k past 65,536: a [k, n] weight is tiled by runs of rows, each added onto the sums before it
+shapes.push([2, 20, 70000], [1, 24, 70000]);
 
 test("matmulBf16 matches a float64 product over the widened weight, both layouts, many shapes", (t) => {
   const blas = addon(t);
@@ -83,7 +88,7 @@ test("matmulBf16 matches a float64 product over the widened weight, both layouts
       const x = floats(m * k, m * 1000 + k);
       const w = bf16Weight(n * k, n * 7 + k);
       const out = new Float32Array(m * n).fill(Number.NaN);
-      blas.matmulBf16(x, w.bits, out, m, n, k, transposeW, "auto");
+      blas.matmulBf16(x, w.bits, out, m, n, k, transposeW);
       const err = maxScaledError(x, w.values, out, m, n, k, transposeW);
       // float32 sums of k terms: within a few k float32 epsilons of the float64 sum
       t.true(err <= (k + 2) * 2 ** -24, `m=${m} n=${n} k=${k} transposeW=${transposeW}: ${err}`);
@@ -95,16 +100,16 @@ test("matmulBf16 with empty dimensions: k = 0 writes zeros, m or n = 0 writes no
   if (!blas) return;
   for (const transposeW of [true, false]) {
     const out = new Float32Array(6).fill(7);
-    blas.matmulBf16(new Float32Array(0), new Uint16Array(0), out, 2, 3, 0, transposeW, "auto");
+    blas.matmulBf16(new Float32Array(0), new Uint16Array(0), out, 2, 3, 0, transposeW);
     t.deepEqual(Array.from(out), [0, 0, 0, 0, 0, 0]);
     const untouched = new Float32Array(3).fill(7);
-    blas.matmulBf16(new Float32Array(0), new Uint16Array(12), untouched, 0, 3, 4, transposeW, "auto");
-    blas.matmulBf16(new Float32Array(8), new Uint16Array(0), untouched, 2, 0, 4, transposeW, "auto");
+    blas.matmulBf16(new Float32Array(0), new Uint16Array(12), untouched, 0, 3, 4, transposeW);
+    blas.matmulBf16(new Float32Array(8), new Uint16Array(0), untouched, 2, 0, 4, transposeW);
     t.deepEqual(Array.from(untouched), [7, 7, 7]);
   }
 });
 
-test("matmulBf16 refuses operands shorter than m, n and k say, wrong array types and unknown builds", (t) => {
+test("matmulBf16 refuses operands shorter than m, n and k say, wrong array types and a transposeW that is not a boolean", (t) => {
   const blas = addon(t);
   if (!blas) return;
   const [m, n, k] = [3, 5, 7];
@@ -112,59 +117,97 @@ test("matmulBf16 refuses operands shorter than m, n and k say, wrong array types
   const w = new Uint16Array(n * k);
   const out = new Float32Array(m * n);
   const short = /an operand is shorter than m, n and k say/;
-  t.throws(() => blas.matmulBf16(x.subarray(1), w, out, m, n, k, true, "auto"), { message: short });
-  t.throws(() => blas.matmulBf16(x, w.subarray(1), out, m, n, k, false, "auto"), { message: short });
-  t.throws(() => blas.matmulBf16(x, w, out.subarray(1), m, n, k, true, "auto"), { message: short });
-  t.throws(
-    () => blas.matmulBf16(x, new Float32Array(n * k) as unknown as Uint16Array, out, m, n, k, true, "auto"),
-    {
-      message: /w must be a Uint16Array of bfloat16 bits/,
-    },
-  );
-  t.throws(() => blas.matmulBf16(x, w, out, -1, n, k, true, "auto"), { message: /m must be in/ });
-  t.throws(() => blas.matmulBf16(x, w, out, m, n, k, true, "sse9" as Bf16Build), {
-    message: /build must be auto, avx512f, avx2 or baseline, got 'sse9'/,
+  t.throws(() => blas.matmulBf16(x.subarray(1), w, out, m, n, k, true), { message: short });
+  t.throws(() => blas.matmulBf16(x, w.subarray(1), out, m, n, k, false), { message: short });
+  t.throws(() => blas.matmulBf16(x, w, out.subarray(1), m, n, k, true), { message: short });
+  t.throws(() => blas.matmulBf16(x, new Float32Array(n * k) as unknown as Uint16Array, out, m, n, k, true), {
+    message: /w must be a Uint16Array of bfloat16 bits/,
+  });
+  t.throws(() => blas.matmulBf16(x, w, out, -1, n, k, true), { message: /m must be in/ });
+  t.throws(() => blas.matmulBf16(x, w, out, m, n, k, 1 as unknown as boolean), {
+    message: /transposeW must be a boolean/,
   });
   // the checks run before any write
   t.deepEqual(Array.from(out), new Array(m * n).fill(0));
 });
 
-test("matmulBf16 gives the same bits from every build this CPU runs, and from call to call", (t) => {
+test("matmulBf16 gives the same bits from call to call, whatever product ran before", (t) => {
   const blas = addon(t);
   if (!blas) return;
-  const builds: Bf16Build[] = ["auto", "avx512f", "avx2", "baseline"];
-  const runnable = builds.filter((b) => {
-    try {
-      blas.matmulBf16(new Float32Array(1), new Uint16Array(1), new Float32Array(1), 1, 1, 1, true, b);
-      return true;
-    } catch (error) {
-      t.regex((error as Error).message, /does not run the|only the baseline build/);
-      return false;
-    }
-  });
-  t.true(runnable.includes("baseline"));
-  t.log(`builds compared: ${runnable.join(", ")}`);
   for (const transposeW of [true, false])
     for (const [m, n, k] of [
       [2, 300, 897],
-      [9, 70, 130],
+      [1, 150, 4096],
       [33, 40, 50],
     ] as const) {
       const x = floats(m * k, 11 + m);
       const w = bf16Weight(n * k, 12 + n);
-      const outs = runnable.map((b) => {
-        const out = new Float32Array(m * n);
-        blas.matmulBf16(x, w.bits, out, m, n, k, transposeW, b);
-        return new Uint32Array(out.buffer);
-      });
+      const first = new Float32Array(m * n);
+      blas.matmulBf16(x, w.bits, first, m, n, k, transposeW);
+      // a larger product between: the tile buffer then holds other values, and more of them
+      const big = bf16Weight(64 * 8192, 5);
+      blas.matmulBf16(floats(3 * 8192, 6), big.bits, new Float32Array(3 * 64), 3, 64, 8192, true);
       const again = new Float32Array(m * n);
-      blas.matmulBf16(x, w.bits, again, m, n, k, transposeW, "auto");
-      for (const [i, o] of outs.entries())
-        t.deepEqual(
-          o,
-          outs[0]!,
-          `${runnable[i]} vs ${runnable[0]}, m=${m} n=${n} k=${k} transposeW=${transposeW}`,
-        );
-      t.deepEqual(new Uint32Array(again.buffer), outs[0]!);
+      blas.matmulBf16(x, w.bits, again, m, n, k, transposeW);
+      t.deepEqual(new Uint32Array(again.buffer), new Uint32Array(first.buffer), `m=${m} n=${n} k=${k}`);
     }
+});
+
+test("roundBf16 rounds to nearest even (NaN quiet, overflow to infinity) and widenBf16 widens exactly", (t) => {
+  const blas = addon(t);
+  if (!blas) return;
+  const special = [
+    0x3f808000, 0x3f818000, 0x3f80ffff, 0x7f800000, 0xff800000, 0x7f800001, 0xffc00000, 0x7f7fffff,
+    0xff7fffff, 0x00000001, 0x80008000, 0x00018000,
+  ];
+  const words = new Uint32Array(100_003);
+  words.set(special);
+  const r = uniform(77);
+  for (let i = special.length; i < words.length; i++) words[i] = Math.floor(((r() + 1) / 2) * 2 ** 32) >>> 0;
+  const bits = new Uint16Array(words.length);
+  blas.roundBf16(new Float32Array(words.buffer), bits);
+  for (let i = 0; i < words.length; i++) {
+    const b = words[i]!;
+    const want = (b & 0x7fffffff) > 0x7f800000 ? 0x7fc0 : ((b + 0x7fff + ((b >>> 16) & 1)) >>> 16) & 0xffff;
+    if (bits[i] !== want)
+      return t.fail(`word ${b.toString(16)}: got ${bits[i]!.toString(16)}, want ${want.toString(16)}`);
+  }
+  t.deepEqual(
+    Array.from(bits.subarray(0, 9)),
+    [0x3f80, 0x3f82, 0x3f81, 0x7f80, 0xff80, 0x7fc0, 0x7fc0, 0x7f80, 0xff80],
+  );
+  const widened = new Float32Array(bits.length);
+  blas.widenBf16(bits, widened);
+  const u = new Uint32Array(widened.buffer);
+  for (let i = 0; i < bits.length; i++)
+    if (u[i] !== (bits[i]! << 16) >>> 0)
+      return t.fail(`bits ${bits[i]!.toString(16)} widened to ${u[i]!.toString(16)}`);
+  t.throws(() => blas.roundBf16(new Float32Array(3), new Uint16Array(2)), {
+    message: /3 values into 2 bits/,
+  });
+  t.throws(() => blas.widenBf16(new Uint16Array(3), new Float32Array(4)), {
+    message: /3 values into an array of 4/,
+  });
+  t.throws(() => blas.widenBf16(new Float32Array(3) as unknown as Uint16Array, new Float32Array(3)), {
+    message: /bits must be a Uint16Array/,
+  });
+});
+
+test("addInto and sumSquares give the bits of their JavaScript loops; mismatched lengths are refused", (t) => {
+  const blas = addon(t);
+  if (!blas) return;
+  const n = 50_001;
+  const x = floats(n, 31).map((v, i) => v * 2 ** ((i % 40) - 20));
+  const y = floats(n, 32);
+  const want = y.slice();
+  for (let i = 0; i < n; i++) want[i]! += x[i]!;
+  blas.addInto(x, y);
+  t.deepEqual(new Uint32Array(y.buffer), new Uint32Array(want.buffer));
+  let s = 0;
+  for (let i = 0; i < n; i++) s += x[i]! * x[i]!;
+  t.is(blas.sumSquares(x), s);
+  t.is(blas.sumSquares(new Float32Array(0)), 0);
+  t.throws(() => blas.addInto(new Float32Array(3), new Float32Array(2)), {
+    message: /3 values into an array of 2/,
+  });
 });

@@ -4,7 +4,7 @@
  * gradient is written out for the same reason.
  */
 import * as tf from "@tensorflow/tfjs";
-import { Bf16Weight, matmulBf16 } from "./native-matmul-bf16.js";
+import { Bf16Weight, bf16BitsOf, matmulBf16 } from "./native-matmul-bf16.js";
 import { nativeMatmulActive } from "./native-state.js";
 
 /**
@@ -38,19 +38,57 @@ const linearOp = tf.customGrad(((...args: unknown[]) => {
   };
 }) as any) as unknown as (x: tf.Tensor, w: tf.Tensor) => tf.Tensor2D;
 
+/**
+ * The bits a weight tensor was widened from, where products read them: on a backend where the addon's
+ * kernels run (the same condition under which the model hands out bits in passes without a tape).
+ */
+function bitsBehind(w: tf.Tensor): Bf16Weight | undefined {
+  return nativeMatmulActive(tf.getBackend()) ? bf16BitsOf(w) : undefined;
+}
+
+/**
+ * x @ w for a float32 weight widened from bfloat16 bits: the product reads the bits, as a pass without a
+ * tape does (the same kernel, so the same numbers); the gradient of x reads them too, and w's gradient
+ * x^T dy is float32.
+ */
+function linearFromBits(x: tf.Tensor2D, w: tf.Tensor, bits: Bf16Weight, transposed: boolean): tf.Tensor2D {
+  const op = tf.customGrad(((...args: unknown[]) => {
+    const [xi, , save] = args as [tf.Tensor2D, tf.Tensor, tf.GradSaveFunc];
+    save([xi]);
+    return {
+      value: matmulBf16(xi, bits, transposed),
+      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) =>
+        tf.tidy(() => {
+          const xs = saved[0] as tf.Tensor2D;
+          const d = dy as tf.Tensor2D;
+          return [
+            matmulBf16(d, bits, !transposed),
+            transposed ? tf.matMul(d, xs, true, false) : tf.matMul(xs, d, true, false),
+          ];
+        }),
+    };
+  }) as any) as unknown as (x: tf.Tensor, w: tf.Tensor) => tf.Tensor2D;
+  return op(x, w);
+}
+
 export function linear(x: tf.Tensor2D, w: LinearWeight, b?: tf.Tensor): tf.Tensor2D {
-  const y = w instanceof Bf16Weight ? matmulBf16(x, w, false) : linearOp(x, w);
+  let y: tf.Tensor2D;
+  if (w instanceof Bf16Weight) y = matmulBf16(x, w, false);
+  else {
+    const bits = bitsBehind(w);
+    y = bits ? linearFromBits(x, w, bits, false) : linearOp(x, w);
+  }
   return b ? tf.add(y, b) : y;
 }
 
 /**
  * x @ w (or x @ w^T with `transposed`) with no gradient of its own: a plain product for a float32 weight,
- * the product read from the bits for a bfloat16 one (a decode step's projections and its LM head).
+ * the product read from the bits for a bfloat16 one or a tensor widened from one (a decode step's
+ * projections and its LM head).
  */
 export function project(x: tf.Tensor2D, w: LinearWeight, transposed = false): tf.Tensor2D {
-  return w instanceof Bf16Weight
-    ? matmulBf16(x, w, transposed)
-    : tf.matMul(x, w as tf.Tensor2D, false, transposed);
+  const bits = w instanceof Bf16Weight ? w : bitsBehind(w);
+  return bits ? matmulBf16(x, bits, transposed) : tf.matMul(x, w as tf.Tensor2D, false, transposed);
 }
 
 /** The tensor of a weight that a gradient is taken through: bits read in place have no gradient. */
@@ -83,6 +121,8 @@ const linearTransposedOp = tf.customGrad(((...args: unknown[]) => {
 
 export function linearTransposed(x: tf.Tensor2D, w: LinearWeight): tf.Tensor2D {
   if (w instanceof Bf16Weight) return matmulBf16(x, w, true);
+  const bits = bitsBehind(w);
+  if (bits) return linearFromBits(x, w, bits, true);
   if (!nativeMatmulActive(tf.getBackend()))
     throw new Error("linearTransposed reads its weight transposed in place: OpenBLAS's matrix product only");
   return linearTransposedOp(x, w);

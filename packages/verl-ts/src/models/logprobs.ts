@@ -84,9 +84,10 @@ export function chunkedTokenLogProbs(
   if (!Number.isInteger(rows) || rows < 1)
     throw new RangeError(`chunkRows must be a positive integer, got ${rows}`);
   const native = nativeMatmulActive(tf.getBackend());
-  const head = model.lmHead();
+  // a bf16 model's matrices are read from their bits (qwen2.ts); the update's products read the same bits
+  const head = model.lmHead(true);
   try {
-    const hidden = model.forward(batch, { hidden: true });
+    const hidden = model.forward(batch, { hidden: true, bf16Bits: true });
     const h = hidden.shape[2]!;
     const flat = tf.reshape(hidden, [B * L, h]) as tf.Tensor2D;
     const targets = successorTargets(batch.ids, B, L);

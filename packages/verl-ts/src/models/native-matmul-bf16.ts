@@ -1,14 +1,15 @@
 /**
  * Products read straight from bfloat16 weights: x [m, k] (float32, on the wasm heap) times a weight held
- * as its 16-bit patterns on the host, widened in registers by the addon's matmulBf16 and written into
- * the output tensor's memory on the heap. The widened path makes a float32 tensor of the whole weight
- * first (2x the bytes, written and then read again), for every layer at every decode step where the store
- * widens layer by layer.
+ * as its 16-bit patterns on the host, widened a cache-sized tile at a time by the addon's matmulBf16 and
+ * multiplied by OpenBLAS straight into the output tensor's memory on the heap. The widened path makes a
+ * float32 tensor of the whole weight first (2x the bytes, written and then read again), for every layer
+ * at every decode step where the store widens layer by layer.
  *
- * Used by the model (qwen2.ts) for generation (the prefill's forward, the decode steps, the LM head) on
- * the wasm backend with the addon loaded. The kernel has no gradient, and its summation order is not
- * sgemm's: the log-prob passes widen, so that their numbers are exactly those the update computes under
- * its tape; so do passes under a tape, float16 storage, LoRA, a missing addon and the other backends.
+ * Used by the model (qwen2.ts) for every pass without a tape (the prefill's forward, the decode steps, the
+ * log-prob passes, the LM head) on the wasm backend with the addon loaded. Under a tape the weights are
+ * widened tensors, for their gradients, but their products still read the bits they were widened from
+ * (bf16BitsOf; linear.ts), so the update's numbers are exactly those of the log-prob passes. Float16
+ * storage, LoRA, a missing addon and the other backends widen.
  */
 import * as tf from "@tensorflow/tfjs";
 import type { NativeBlas } from "@torl-ts/blas";
@@ -66,10 +67,44 @@ export function wasmMatmulBf16Kernel(blas: NativeBlas): tf.KernelFunc {
       n,
       k,
       transposeW,
-      "auto",
     );
     return out;
   };
+}
+
+/**
+ * Float32 tensors widened from bfloat16 bits, by their data (a variable built from one shares it; a
+ * variable assigned new values gets new data, so the tie ends there), with those bits: a product with such
+ * a tensor reads the bits (linear.ts), so a pass under a tape computes the very products a pass without
+ * one makes from the stored bits, and the first PPO ratio is exactly 1.
+ */
+const bitsOfData = new WeakMap<object, Bf16Weight>();
+
+/** Ties `t` (float32, the widened values of `weight`) to the bits it was widened from. */
+export function rememberBf16Bits(t: tf.Tensor, weight: Bf16Weight): void {
+  if (
+    t.dtype !== "float32" ||
+    t.shape.length !== 2 ||
+    t.shape[0] !== weight.shape[0] ||
+    t.shape[1] !== weight.shape[1]
+  )
+    throw new RangeError(
+      `a ${t.dtype} [${t.shape}] tensor cannot stand for a [${weight.shape}] bfloat16 weight`,
+    );
+  bitsOfData.set(t.dataId, weight);
+}
+
+/** The bits a float32 tensor was widened from (rememberBf16Bits), if any. */
+export function bf16BitsOf(t: tf.Tensor): Bf16Weight | undefined {
+  return bitsOfData.get(t.dataId);
+}
+
+/** A clone of `t` (its own tensor, the same values) that keeps `t`'s tie to its bits, if it has one. */
+export function cloneKeepingBits(t: tf.Tensor): tf.Tensor {
+  const c = tf.clone(t);
+  const bits = bf16BitsOf(t);
+  if (bits) rememberBf16Bits(c, bits);
+  return c;
 }
 
 /** x [m, k] times `weight` ([k, n], or [n, k] read transposed): [m, n]. No gradient. */

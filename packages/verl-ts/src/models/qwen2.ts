@@ -17,7 +17,7 @@ import type { KVCache } from "./kv-cache.js";
 import { type LinearWeight, linear, linearTransposed, project } from "./linear.js";
 import { type AdapterSpec, LoraAdapters, type LoraConfig } from "./lora.js";
 import { type DecodeStepTables, nativeDecodeAttention } from "./native-decode-attention.js";
-import type { Bf16Weight } from "./native-matmul-bf16.js";
+import { type Bf16Weight, cloneKeepingBits } from "./native-matmul-bf16.js";
 import { nativeMatmulActive } from "./native-state.js";
 import { rmsNorm } from "./rms-norm.js";
 import { Rotary } from "./rotary.js";
@@ -410,7 +410,7 @@ export class Qwen2Model {
   lmHeadWeight(): tf.Tensor {
     return this.config.tieWordEmbeddings
       ? tf.transpose(this.weights.tensor("model.embed_tokens.weight"))
-      : tf.clone(this.weights.tensor("lm_head.weight"));
+      : cloneKeepingBits(this.weights.tensor("lm_head.weight"));
   }
 
   /**
@@ -433,7 +433,7 @@ export class Qwen2Model {
   lmHead(fromBits = false): LmHead {
     if (fromBits && this.readsBf16Bits()) return this.bf16Head();
     const weight = this.headInPlace()
-      ? tf.clone(this.weights.tensor("model.embed_tokens.weight"))
+      ? cloneKeepingBits(this.weights.tensor("model.embed_tokens.weight"))
       : this.lmHeadWeight();
     return { weight: tf.keep(weight) as tf.Tensor2D, transposed: this.headInPlace() };
   }

@@ -13,6 +13,7 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import { HalfArray } from "./half-precision.js";
+import { Bf16Weight, rememberBf16Bits } from "./native-matmul-bf16.js";
 import type { WasmHeap } from "./wasm-heap.js";
 
 export const WIDEN_KERNEL = "TorlWidenHalf";
@@ -165,11 +166,19 @@ function onWasm(): boolean {
   return installed && tf.getBackend() === "wasm";
 }
 
-/** A float32 tensor of 16-bit values: widened in the tensor's own memory on wasm, via a host copy elsewhere. */
+/**
+ * A float32 tensor of 16-bit values: widened in the tensor's own memory on wasm, via a host copy elsewhere.
+ * On wasm a bfloat16 matrix's tensor is tied to its bits (bf16BitsOf), which the caller must leave as they
+ * are while the tensor lives (a variable assigned new values gets new data and loses the tie).
+ */
 export function widenedTensor(values: HalfArray, shape: number[]): tf.Tensor {
   if (!onWasm()) return tf.tensor(values.toFloat32(), shape, "float32");
   const attrs = { values, shape } as unknown as tf.NamedAttrMap;
-  return tf.engine().runKernel(WIDEN_KERNEL, {}, attrs) as tf.Tensor;
+  const t = tf.engine().runKernel(WIDEN_KERNEL, {}, attrs) as tf.Tensor;
+  // A bf16 matrix keeps its bits beside it: products read them (linear.ts), as a pass without a tape does.
+  if (values.dtype === "bfloat16" && shape.length === 2)
+    rememberBf16Bits(t, new Bf16Weight(values, [shape[0]!, shape[1]!]));
+  return t;
 }
 
 /**

@@ -206,7 +206,11 @@ export class WeightStore {
     if (h instanceof HalfArray) h.assign(values);
     else h.set(values);
     const c = this.compute.get(name);
-    if (c) tf.tidy(() => c.assign(tf.tensor(h instanceof HalfArray ? h.toFloat32() : h, shape, "float32")));
+    // widened like the copy it replaces, so that a bf16 matrix stays tied to its bits
+    if (c)
+      tf.tidy(() =>
+        c.assign(h instanceof HalfArray ? widenedTensor(h, shape) : tf.tensor(h, shape, "float32")),
+      );
   }
 
   /**

@@ -10,6 +10,7 @@
 import { statSync } from "node:fs";
 import { collective, shardRange } from "@torl-ts/actors";
 import { float32Range, HalfArray, type StoredValues, type WeightDtype } from "../models/half-precision.js";
+import { nativeBlas } from "../models/native-matmul.js";
 import { CheckpointError, readAllShards, writeShard } from "./checkpoint-files.js";
 import { WorkerStateError } from "./errors.js";
 import { type FlatEntry, FlatLayout } from "./flat-params.js";
@@ -79,6 +80,8 @@ export class ShardedParameters {
   /** The shard's parameters, the pieces end to end (the master copy). */
   readonly params: Float32Array;
   readonly optim: ShardedAdamW;
+  /** Where reduceScatterUnit receives this rank's reduced piece (the largest piece's size, kept). */
+  private reduceScratch: Float32Array | undefined;
   /** Where gatherUnitStored rounds this rank's piece (the largest piece's size, kept between gathers). */
   private roundScratch: Uint16Array | undefined;
   /** Scheduler steps taken (one per update call). */
@@ -137,11 +140,18 @@ export class ShardedParameters {
       throw new RangeError(
         `unit ${unit.key}: gradient of ${unitGrad.length} values, expected ${unit.end - unit.start}`,
       );
-    const mine =
-      this.ctx.worldSize > 1
-        ? ((await collective.reduceScatter(unitGrad, "sum", this.ctx.group!)) as Float32Array)
-        : unitGrad.subarray(piece.start - unit.start, piece.end - unit.start);
-    for (let k = 0; k < mine.length; k++) shardGrad[piece.local + k]! += mine[k]!;
+    const own = piece.end - piece.start;
+    let mine: Float32Array;
+    if (this.ctx.worldSize > 1) {
+      // reduced into memory kept between calls: a fresh array per call is a first write to fresh pages
+      if (!this.reduceScratch || this.reduceScratch.length < own) {
+        const most = Math.max(...this.pieces.map((p) => p.end - p.start));
+        this.reduceScratch = new Float32Array(most);
+      }
+      const out = this.reduceScratch.subarray(0, own);
+      mine = (await collective.reduceScatter(unitGrad, "sum", this.ctx.group!, out)) as Float32Array;
+    } else mine = unitGrad.subarray(piece.start - unit.start, piece.end - unit.start);
+    addInto(mine, shardGrad.subarray(piece.local, piece.local + own));
   }
 
   /**
@@ -152,8 +162,7 @@ export class ShardedParameters {
    */
   async step(shardGrad: Float32Array, lr: number, gradClip: number): Promise<number> {
     const g = shardGrad;
-    const sq = new Float64Array(1);
-    for (let i = 0; i < g.length; i++) sq[0]! += g[i]! * g[i]!;
+    const sq = new Float64Array([sumSquares(g)]);
     await allReduceSum(this.ctx, sq);
     const norm = Math.sqrt(sq[0]!);
     if (!Number.isFinite(norm)) return norm;
@@ -270,4 +279,20 @@ function copyFlatRange(
     if (from < to)
       float32Range(values.get(e.name)!, from - e.offset, to - e.offset, out.subarray(from - start));
   }
+}
+
+/** y[i] += x[i]: the addon's pass where it loads, else the same loop here (the same bits). */
+function addInto(x: Float32Array, y: Float32Array): void {
+  const blas = x.length >= 4096 ? nativeBlas() : undefined;
+  if (blas) blas.addInto(x, y);
+  else for (let k = 0; k < x.length; k++) y[k]! += x[k]!;
+}
+
+/** The sum of squares in double precision, in index order (the addon's pass where it loads: the same bits). */
+function sumSquares(x: Float32Array): number {
+  const blas = x.length >= 4096 ? nativeBlas() : undefined;
+  if (blas) return blas.sumSquares(x);
+  let s = 0;
+  for (let i = 0; i < x.length; i++) s += x[i]! * x[i]!;
+  return s;
 }

@@ -1,21 +1,22 @@
 /**
- * A bfloat16 model's generation reads its matrices straight from the bits (the addon's matmulBf16,
- * native-matmul-bf16.ts): the same logits and greedy tokens as float32 compute on the rounded weights (the
- * widened path), with no float32 copy of any matrix made. The log-prob passes, passes under a tape, and
- * float16 models widen as before.
+ * A bfloat16 model's passes read its matrices straight from the bits (the addon's matmulBf16,
+ * native-matmul-bf16.ts): generation and the log-prob passes give the logits, greedy tokens and log-probs
+ * of float32 compute on the rounded weights (the widened path), with no float32 copy of any matrix made.
+ * Under a tape the matrices are widened for their gradients, but the products still read the bits, so the
+ * tape's log-probs are the log-prob pass's, bit for bit. Float16 models widen as before.
  */
 import * as tf from "@tensorflow/tfjs";
 import test from "ava";
 import {
   buildByteBpeTokenizer,
   computeLogProbs,
-  forwardBackward,
   generate,
   HalfArray,
   installNativeMatmul,
   padBatch,
   Qwen2Model,
   selectBackend,
+  tokenLogProbs,
 } from "../../src/index.js";
 import type { Qwen2Config } from "../../src/models/config.js";
 import { MATMUL_BF16_KERNEL } from "../../src/models/native-matmul-bf16.js";
@@ -56,7 +57,7 @@ function maxRel(a: ArrayLike<number>, b: ArrayLike<number>): number {
 /** The kernels a function ran, by name, and the ranks of the weights it widened whole. */
 async function kernelsOf(
   f: () => tf.Tensor | Promise<unknown>,
-): Promise<{ names: Set<string>; widenedRanks: Set<number> }> {
+): Promise<{ names: Set<string>; widenedRanks: Set<number>; bitsProducts: number }> {
   const info = await tf.profile(async () => {
     const r = await f();
     if (r instanceof tf.Tensor) r.dispose();
@@ -65,6 +66,7 @@ async function kernelsOf(
   return {
     names: new Set(info.kernelNames),
     widenedRanks: new Set(widened.flatMap((k) => k.outputShapes.map((s) => s!.length))),
+    bitsProducts: info.kernels.filter((k) => k.name === MATMUL_BF16_KERNEL).length,
   };
 }
 
@@ -75,7 +77,7 @@ function vectorBytes(model: Qwen2Model): number {
 
 for (const tied of [true, false])
   test.serial(
-    `bf16 generation reads the bits: logits and greedy tokens of the widened path; log-prob passes widen (tied head: ${tied})`,
+    `bf16 generation and log-prob passes read the bits: logits, greedy tokens and log-probs of the widened path (tied head: ${tied})`,
     async (t) => {
       if (!nativeAddon(t)) return;
       const config = tinyTestConfig(tok.vocabSize, { tieWordEmbeddings: tied });
@@ -106,12 +108,18 @@ for (const tied of [true, false])
           m.releaseComputeWeights();
           return r;
         };
-        // the log-prob passes widen: their numbers are those the update's tape computes, bit for bit
         const [a, b] = [await lp(bf16), await lp(fp32)];
-        t.deepEqual(a, b);
+        t.true(
+          maxRel(a.logProbs, b.logProbs) <= 1e-5,
+          `log-probs differ by ${maxRel(a.logProbs, b.logProbs)}`,
+        );
+        t.true(
+          maxRel(a.entropy!, b.entropy!) <= 1e-5,
+          `entropy differs by ${maxRel(a.entropy!, b.entropy!)}`,
+        );
         const scoring = await kernelsOf(() => lp(bf16));
-        t.false(scoring.names.has(MATMUL_BF16_KERNEL));
-        t.true(scoring.widenedRanks.has(2));
+        t.true(scoring.names.has(MATMUL_BF16_KERNEL), "the log-prob pass read the bits");
+        t.deepEqual([...scoring.widenedRanks], [1], "the log-prob pass widened no matrix");
 
         const prompts = [tok.encode("12+7="), tok.encode("x"), tok.encode("the answer is")];
         const greedy = async (m: Qwen2Model) => {
@@ -130,30 +138,66 @@ for (const tied of [true, false])
     },
   );
 
-test.serial("under a gradient tape, and for float16, the weights are widened as before", async (t) => {
-  if (!nativeAddon(t)) return;
-  const config = tinyTestConfig(tok.vocabSize);
-  const values = Qwen2Model.randomParameters(config, { seed: 3, std: 0.3 });
-  const bf16 = new Qwen2Model(config, values, { dtype: "bfloat16" });
-  const kernels = await kernelsOf(async () => {
-    const { loss, grads } = await forwardBackward(
-      bf16,
-      batch,
-      (mb) => tf.neg(tf.mean(mb.scores.logProbs)) as tf.Scalar,
-    );
-    t.true(Number.isFinite(loss));
-    for (const g of grads.values()) g.dispose();
-  });
-  t.true(kernels.widenedRanks.has(2), "the matrices are widened");
-  t.false(kernels.names.has(MATMUL_BF16_KERNEL), "the bits kernel has no gradient: not under a tape");
-  bf16.releaseComputeWeights();
-  bf16.dispose();
-  const [fp16, fp32] = pair(config, "float16");
-  const f16 = await kernelsOf(() => fp16.forward(batch));
-  t.true(f16.widenedRanks.has(2));
-  t.false(f16.names.has(MATMUL_BF16_KERNEL));
-  for (const m of [fp16, fp32]) {
-    m.releaseComputeWeights();
-    m.dispose();
-  }
-});
+for (const tied of [true, false])
+  test.serial(
+    `under a gradient tape the matrices are widened but products read the bits: the log-prob pass's numbers, bit for bit; float16 widens (tied head: ${tied})`,
+    async (t) => {
+      if (!nativeAddon(t)) return;
+      const config = tinyTestConfig(tok.vocabSize, { tieWordEmbeddings: tied });
+      const values = Qwen2Model.randomParameters(config, { seed: 3, std: 0.3 });
+      const bf16 = new Qwen2Model(config, values, { dtype: "bfloat16" });
+      const rounded = new Map(
+        [...values].map(([k, v]) => [k, HalfArray.fromFloat32(v, "bfloat16").toFloat32()]),
+      );
+      const fp32 = new Qwen2Model(config, rounded);
+      const rows = batch.batch * batch.length;
+      // the pass without a tape, in one micro-batch and one head chunk: the tape's calls, same shapes
+      const untaped = await computeLogProbs(bf16, batch, { microBatchSize: batch.batch, chunkRows: rows });
+      bf16.releaseComputeWeights();
+      const taped = (m: Qwen2Model) => {
+        let logProbs: Float32Array = new Float32Array(0);
+        const { value, grads } = tf.variableGrads(() => {
+          const s = tokenLogProbs(m, batch);
+          logProbs = s.logProbs.dataSync() as Float32Array;
+          return tf.neg(tf.mean(s.logProbs)) as tf.Scalar;
+        }, m.variables());
+        value.dispose();
+        return { logProbs, grads };
+      };
+      let bitsGrads: tf.NamedTensorMap = {};
+      const kernels = await kernelsOf(() => {
+        const r = taped(bf16);
+        bitsGrads = r.grads;
+        t.deepEqual(
+          new Uint32Array(r.logProbs.buffer),
+          new Uint32Array(untaped.logProbs.buffer),
+          "the tape's log-probs are the log-prob pass's, bit for bit",
+        );
+        return Promise.resolve();
+      });
+      t.true(kernels.widenedRanks.has(2), "the matrices are widened (their gradients need tensors)");
+      // every matrix product, the head's included, forward and for the input's gradient: 7 per layer + 1, twice
+      t.is(kernels.bitsProducts, 2 * (7 * config.numHiddenLayers + 1), "every product read the bits");
+      // the gradients are the widened path's within float32 rounding
+      const want = taped(fp32).grads;
+      const names = fp32.variables().map((v) => v.name);
+      bf16.variables().forEach((v, i) => {
+        const got = bitsGrads[v.name]!.dataSync();
+        const w = want[names[i]!]!.dataSync();
+        t.true(maxRel(got, w) <= 1e-4, `${bf16.specs[i]!.name}: gradients differ by ${maxRel(got, w)}`);
+      });
+      for (const g of [...Object.values(bitsGrads), ...Object.values(want)]) g.dispose();
+      for (const m of [bf16, fp32]) {
+        m.releaseComputeWeights();
+        m.dispose();
+      }
+      const [fp16, f32] = pair(config, "float16");
+      const f16 = await kernelsOf(() => fp16.forward(batch));
+      t.true(f16.widenedRanks.has(2));
+      t.false(f16.names.has(MATMUL_BF16_KERNEL));
+      for (const m of [fp16, f32]) {
+        m.releaseComputeWeights();
+        m.dispose();
+      }
+    },
+  );
