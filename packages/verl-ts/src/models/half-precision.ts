@@ -4,7 +4,7 @@
  * exact, so a bf16-stored model computes with exactly the bf16-rounded weights. Rounding is to nearest
  * even (what torch's `.to(torch.bfloat16)` / `.half()` do).
  */
-import { nativeBlas } from "./native-matmul.js";
+import { nativeBlas } from "./native-blas.js";
 
 /** Arrays at least this long are converted by the addon where it loads (the same bits, ~10x faster). */
 const NATIVE_CONVERT_MIN = 4096;

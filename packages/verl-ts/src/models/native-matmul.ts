@@ -8,8 +8,8 @@
 
 import * as tf from "@tensorflow/tfjs";
 import { coreChoice, loadNativeBlas, type NativeBlas } from "@torl-ts/blas";
-import { BackendUnavailableError } from "./errors.js";
 import { ADAMW_KERNEL, wasmAdamWKernel } from "./native-adam.js";
+import { nativeMatmulWanted } from "./native-blas.js";
 import { DECODE_ATTENTION_KERNEL, wasmDecodeAttentionKernel } from "./native-decode-attention.js";
 import { wasmLayerKernels } from "./native-layers.js";
 import { PICK_GRAD_KERNEL, PICK_KERNEL, wasmPickGradKernel, wasmPickKernel } from "./native-log-prob.js";
@@ -23,6 +23,8 @@ import {
 import type { WasmHeap } from "./wasm-heap.js";
 import { installWasmHostKernels } from "./wasm-host-kernels.js";
 import { installSharedIdentity } from "./wasm-identity.js";
+
+export { nativeBlas, nativeMatmulWanted } from "./native-blas.js";
 
 interface MatmulShape {
   batch: number;
@@ -103,27 +105,6 @@ function wasmKernel(blas: NativeBlas): tf.KernelFunc {
     );
     return out;
   };
-}
-
-/**
- * The loaded addon when native kernels are wanted (TORL_NATIVE_MATMUL) and it loads, for host-side users
- * (the sharded optimizer); undefined otherwise.
- */
-export function nativeBlas(): NativeBlas | undefined {
-  if (!nativeMatmulWanted()) return undefined;
-  const load = loadNativeBlas(1);
-  return load.ok ? load.blas : undefined;
-}
-
-/**
- * `TORL_NATIVE_MATMUL`: `on` (default: use OpenBLAS where it loads) or `off`. Read before any backend is
- * tried, so a bad value stops the start instead of making `auto` skip to another backend.
- */
-export function nativeMatmulWanted(): boolean {
-  const v = process.env.TORL_NATIVE_MATMUL?.trim() ?? "";
-  if (v === "" || v === "on") return true;
-  if (v === "off") return false;
-  throw new BackendUnavailableError("wasm", `TORL_NATIVE_MATMUL must be on or off, got '${v}'`);
 }
 
 /**

@@ -2,7 +2,7 @@
  * The actor's optimizer, FSDP-style: AdamW over this rank's shard of the flat parameter vector, with
  * its exp_avg / exp_avg_sq shards, global gradient-norm clipping and veRL's learning-rate schedules.
  */
-import { nativeBlas } from "../models/native-matmul.js";
+import { nativeBlas } from "../models/native-blas.js";
 
 /** The optimizer keys of actor_rollout_ref.actor.optim (veRL's names). */
 export interface OptimSettings {

@@ -10,7 +10,7 @@
 import { statSync } from "node:fs";
 import { collective, shardRange } from "@torl-ts/actors";
 import { float32Range, HalfArray, type StoredValues, type WeightDtype } from "../models/half-precision.js";
-import { nativeBlas } from "../models/native-matmul.js";
+import { nativeBlas } from "../models/native-blas.js";
 import { CheckpointError, readAllShards, writeShard } from "./checkpoint-files.js";
 import { WorkerStateError } from "./errors.js";
 import { type FlatEntry, FlatLayout } from "./flat-params.js";
