@@ -49,28 +49,32 @@ inline bool ReadNumber(const Napi::Env& env, const Napi::Value& value, const cha
   return true;
 }
 
-// A Uint16Array of bfloat16 bits: its data and length; else throws a TypeError naming it.
-inline bool ReadBf16Bits(const Napi::Env& env, const Napi::Value& value, const char* name, uint16_t** data,
-                         size_t* length) {
-  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_uint16_array) {
-    Napi::TypeError::New(env, std::string(name) + " must be a Uint16Array of bfloat16 bits").ThrowAsJavaScriptException();
+// A typed array of element type T (napi type `kind`): its data and length; else throws a TypeError saying
+// `name` must be `what`.
+template <typename T>
+inline bool ReadTypedArray(const Napi::Env& env, const Napi::Value& value, const char* name, napi_typedarray_type kind,
+                           const char* what, T** data, size_t* length) {
+  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != kind) {
+    Napi::TypeError::New(env, std::string(name) + " must be " + what).ThrowAsJavaScriptException();
     return false;
   }
-  Napi::Uint16Array array = value.As<Napi::Uint16Array>();
+  Napi::TypedArrayOf<T> array = value.As<Napi::TypedArrayOf<T>>();
   *data = array.Data();
   *length = array.ElementLength();
   return true;
 }
 
+// A Uint16Array of bfloat16 bits.
+inline bool ReadBf16Bits(const Napi::Env& env, const Napi::Value& value, const char* name, uint16_t** data,
+                         size_t* length) {
+  return ReadTypedArray<uint16_t>(env, value, name, napi_uint16_array, "a Uint16Array of bfloat16 bits", data, length);
+}
+
 inline bool ReadInt32Array(const Napi::Env& env, const Napi::Value& value, const char* name, const int32_t** data,
                            size_t* length) {
-  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
-    Napi::TypeError::New(env, std::string(name) + " must be an Int32Array").ThrowAsJavaScriptException();
-    return false;
-  }
-  Napi::Int32Array array = value.As<Napi::Int32Array>();
-  *data = array.Data();
-  *length = array.ElementLength();
+  int32_t* mutableData;
+  if (!ReadTypedArray<int32_t>(env, value, name, napi_int32_array, "an Int32Array", &mutableData, length)) return false;
+  *data = mutableData;
   return true;
 }
 

@@ -124,6 +124,11 @@ export class ShardedParameters {
     return o;
   }
 
+  /** Values in this rank's largest piece of a unit (the size of the scratch buffers kept between calls). */
+  private largestPiece(): number {
+    return Math.max(...this.pieces.map((p) => p.end - p.start));
+  }
+
   /** A zero gradient the size of this rank's shard (what reduceScatterUnit adds into). */
   newGradient(): Float32Array {
     return new Float32Array(this.params.length);
@@ -144,10 +149,8 @@ export class ShardedParameters {
     let mine: Float32Array;
     if (this.ctx.worldSize > 1) {
       // reduced into memory kept between calls: a fresh array per call is a first write to fresh pages
-      if (!this.reduceScratch || this.reduceScratch.length < own) {
-        const most = Math.max(...this.pieces.map((p) => p.end - p.start));
-        this.reduceScratch = new Float32Array(most);
-      }
+      if (!this.reduceScratch || this.reduceScratch.length < own)
+        this.reduceScratch = new Float32Array(this.largestPiece());
       const out = this.reduceScratch.subarray(0, own);
       mine = (await collective.reduceScatter(unitGrad, "sum", this.ctx.group!, out)) as Float32Array;
     } else mine = unitGrad.subarray(piece.start - unit.start, piece.end - unit.start);
@@ -200,10 +203,8 @@ export class ShardedParameters {
     if (this.ctx.worldSize === 1) return HalfArray.fromFloat32(own, dtype);
     // rounded into memory kept for the next gather (the collective copies what it sends before it
     // returns): fresh pages of a new array cost more than the rounding itself (see docs/gpus.md)
-    if (!this.roundScratch || this.roundScratch.length < own.length) {
-      const most = Math.max(...this.pieces.map((p) => p.end - p.start));
-      this.roundScratch = new Uint16Array(most);
-    }
+    if (!this.roundScratch || this.roundScratch.length < own.length)
+      this.roundScratch = new Uint16Array(this.largestPiece());
     const mine = this.roundScratch.subarray(0, own.length);
     new HalfArray(dtype, mine).assign(own);
     const full = await collective.allGather(mine, this.ctx.group!, new Uint16Array(unit.end - unit.start));
