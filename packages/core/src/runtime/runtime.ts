@@ -82,6 +82,11 @@ const DRIVER_HEARTBEAT_MS = 1000;
 const HEARTBEAT_THREAD_STOP_MS = 30_000;
 /** How long a goodbye for a driver whose process exits may take to leave (the exit waits that long at most). */
 const GOODBYE_LINGER_MS = 500;
+/**
+ * How long a driver exiting without shutdown() waits for its heartbeat thread to say goodbye: the linger,
+ * plus time for a thread still loading (it takes the order once loaded; seconds on a loaded machine).
+ */
+const EXIT_GOODBYE_WAIT_MS = GOODBYE_LINGER_MS + 5000;
 
 export class Runtime {
   readonly clientId = randomId();
@@ -247,7 +252,7 @@ export class Runtime {
     const onExit = () => {
       if (Atomics.load(closed, 0) === 1) return;
       thread.postMessage("exit" satisfies HeartbeatThreadOrder);
-      Atomics.wait(closed, 0, 0, GOODBYE_LINGER_MS + 1000);
+      Atomics.wait(closed, 0, 0, EXIT_GOODBYE_WAIT_MS);
     };
     process.on("exit", onExit);
     thread.on("error", (e) => {
