@@ -4,13 +4,14 @@ weights: the timings do not depend on their values).
 
 Reads one JSON spec on stdin:
   {"threads": 1, "dtype": "float32" | "bfloat16", "config": {HF config.json keys},
-   "rows": 2, "prompt_length": 32, "new_tokens": 16, "ranks": 2}
+   "rows": 2, "prompt_length": 32, "new_tokens": 16, "ranks": 2, "steps": 1}
 Runs, timing each: generate (prefill of rows x prompt_length, then new_tokens decode steps with a KV
 cache, sampling), old_log_prob and ref_log_prob (one row per micro-batch, no gradient), update_actor
 (per row: forward and backward with each decoder layer checkpointed, then AdamW over the parameters a
-rank of `ranks` owns: the first 1/ranks of them by element count). Prints one JSON object on stdout:
-seconds per phase (update_actor also split into update_forward_backward and update_adamw) and the peak
-resident set. Exits 3 with a message on stderr when torch cannot be imported.
+rank of `ranks` owns: the first 1/ranks of them by element count), `steps` times in a row (default 1;
+the optimizer and its state carry over). Prints one JSON object on stdout: the last step's seconds per
+phase (update_actor also split into update_forward_backward and update_adamw), every step's under
+step_seconds, and the peak resident set. Exits 3 with a message on stderr when torch cannot be imported.
 """
 import json
 import resource
@@ -112,24 +113,9 @@ def main():
     c = spec["config"]
     rows, prompt, new = spec["rows"], spec["prompt_length"], spec["new_tokens"]
     model = Model(c, dtype, seed=1)
-    seconds = {}
 
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(0, c["vocab_size"], (rows, prompt), generator=g)
-    t0 = time.perf_counter()
-    seqs = model.generate(ids, new, seed=1)
-    seconds["generate"] = time.perf_counter() - t0
-
-    def score():
-        with torch.no_grad():
-            return torch.cat([model.log_probs(seqs[r : r + 1]) for r in range(rows)])
-
-    t0 = time.perf_counter()
-    old = score()
-    seconds["old_log_prob"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ref = score()
-    seconds["ref_log_prob"] = time.perf_counter() - t0
 
     # The rank's share of AdamW: the first 1/ranks of the parameters by element count.
     params = list(model.P.values())
@@ -142,20 +128,39 @@ def main():
         count += p.numel()
     opt = torch.optim.AdamW(owned, lr=1e-6)
     adv = torch.linspace(-1, 1, rows)
-    t0 = time.perf_counter()
-    for r in range(rows):
-        lp = model.log_probs(seqs[r : r + 1], checkpointed=True)[:, prompt - 1 :]
-        ratio = torch.exp(lp - old[r : r + 1, prompt - 1 :])
-        kl = torch.exp(ref[r : r + 1, prompt - 1 :] - lp) - (ref[r : r + 1, prompt - 1 :] - lp) - 1
-        loss = (-(ratio * adv[r]) + 0.001 * kl).mean() / rows
-        loss.backward()
-    t1 = time.perf_counter()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    t2 = time.perf_counter()
-    seconds["update_forward_backward"] = t1 - t0
-    seconds["update_adamw"] = t2 - t1
-    seconds["update_actor"] = t2 - t0
+    step_seconds = []
+    for step in range(1, int(spec.get("steps", 1)) + 1):
+        seconds = {}
+        t0 = time.perf_counter()
+        seqs = model.generate(ids, new, seed=step)
+        seconds["generate"] = time.perf_counter() - t0
+
+        def score():
+            with torch.no_grad():
+                return torch.cat([model.log_probs(seqs[r : r + 1]) for r in range(rows)])
+
+        t0 = time.perf_counter()
+        old = score()
+        seconds["old_log_prob"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ref = score()
+        seconds["ref_log_prob"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        for r in range(rows):
+            lp = model.log_probs(seqs[r : r + 1], checkpointed=True)[:, prompt - 1 :]
+            ratio = torch.exp(lp - old[r : r + 1, prompt - 1 :])
+            kl = torch.exp(ref[r : r + 1, prompt - 1 :] - lp) - (ref[r : r + 1, prompt - 1 :] - lp) - 1
+            loss = (-(ratio * adv[r]) + 0.001 * kl).mean() / rows
+            loss.backward()
+        t1 = time.perf_counter()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t2 = time.perf_counter()
+        seconds["update_forward_backward"] = t1 - t0
+        seconds["update_adamw"] = t2 - t1
+        seconds["update_actor"] = t2 - t0
+        step_seconds.append(seconds)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(
         json.dumps(
@@ -164,7 +169,9 @@ def main():
                 "threads": torch.get_num_threads(),
                 "dtype": spec["dtype"],
                 "parameters": total,
-                "seconds": seconds,
+                "steps": len(step_seconds),
+                "seconds": step_seconds[-1],
+                "step_seconds": step_seconds,
                 "peak_rss_bytes": peak,
             }
         )

@@ -36,7 +36,12 @@ function probe(): ScaleProbeResult {
     response_length: 3,
     weight_file_bytes: 1,
     largest_tensor: { name: "x", shape: [1], fp32Bytes: 4, bf16Bytes: 2 },
+    steps: 2,
     seconds: { generate: 2, old_log_prob: 1, ref_log_prob: 1, update_actor: 4 },
+    step_seconds: [
+      { generate: 3, old_log_prob: 1, ref_log_prob: 1, update_actor: 9 },
+      { generate: 2, old_log_prob: 1, ref_log_prob: 1, update_actor: 4 },
+    ],
     memory: {},
     peak_rss_bytes_per_rank: [],
   };
@@ -66,14 +71,16 @@ test("without torch the scale figures carry torl-ts seconds and the reason, no t
 
 test("the PyTorch side runs one rank's share at tiny shapes and every key lands with its ratio", (t) => {
   const spec = torchScaleSpec(TINY, probe(), "float32") as Record<string, unknown>;
-  t.like(spec, { rows: 2, prompt_length: 6, new_tokens: 3, ranks: 2, dtype: "float32" });
+  t.like(spec, { rows: 2, prompt_length: 6, new_tokens: 3, ranks: 2, dtype: "float32", steps: 2 });
   const runs: Parameters<typeof mergeScalePeer>[1] & { ok: true } = { ok: true, runs: {} };
   for (const [short, dtype] of [
     ["fp32", "float32"],
     ["bf16", "bfloat16"],
   ] as const) {
     const r = runTorchScript<{
+      steps: number;
       seconds: Record<string, number>;
+      step_seconds: Record<string, number>[];
       peak_rss_bytes: number;
       torch_version: string;
       threads: number;
@@ -84,12 +91,17 @@ test("the PyTorch side runs one rank's share at tiny shapes and every key lands 
       return;
     }
     t.is(r.out.threads, 1);
+    // both steps ran; the figures are the last one's
+    t.is(r.out.steps, 2);
+    t.is(r.out.step_seconds.length, 2);
+    t.deepEqual(r.out.seconds, r.out.step_seconds[1]);
     for (const phase of [...SCALE_PHASES, "update_forward_backward", "update_adamw"])
       t.true(r.out.seconds[phase]! > 0, `${dtype} ${phase}`);
     runs.runs[short] = r.out;
   }
   const out = mergeScalePeer(probe(), runs);
   t.regex(String(out.torch), /^\d+\.\d+.*, 1 thread$/);
+  t.is(out.scale_steps, 2);
   for (const phase of SCALE_PHASES)
     for (const short of ["fp32", "bf16"]) {
       const theirs = out[`scale_${phase}_seconds_torch_${short}`] as number;

@@ -40,7 +40,7 @@ interface TorchScaleRun {
 /** The one-rank workload the PyTorch side runs for a probe's result: its shapes, rows and lengths. */
 export function torchScaleSpec(
   config: Qwen2Config,
-  probe: Pick<ScaleProbeResult, "ranks" | "rows" | "prompt_length" | "response_length">,
+  probe: Pick<ScaleProbeResult, "ranks" | "rows" | "prompt_length" | "response_length" | "steps">,
   dtype: "float32" | "bfloat16",
 ): object {
   const { rows, prompt_length, response_length } = probe;
@@ -54,6 +54,7 @@ export function torchScaleSpec(
     prompt_length,
     new_tokens: response_length,
     ranks: probe.ranks,
+    steps: probe.steps,
   };
 }
 
@@ -110,6 +111,7 @@ export async function runScalePeer(flags: {
   layers?: number;
   ranks?: number;
   "lora-rank"?: number;
+  steps?: number;
   python?: string;
 }): Promise<ScalePeerResult> {
   const probe = await runScaleProbeFor(flags);
@@ -156,6 +158,7 @@ when \`python3 -c 'import torch'\` works (--python PATH for another interpreter)
       old_log_prob, ref_log_prob, update_actor)
   scale_<phase>_ratio_{fp32,bf16}      torch seconds / torl-ts seconds (above 1: torl-ts is faster)
   scale_peak_rss_bytes_torch_{fp32,bf16}, torch (the version, or why it did not run)
+  scale_steps                          both sides run --steps GRPO steps; the figures are the last one's
   scale_fine_tuning                    "full": the PyTorch side runs full fine-tuning only, so these
       figures are the full fine-tuning run's on both sides; with --lora-rank the LoRA figures under
       "lora" have no PyTorch counterpart (lora.torch says so)`,

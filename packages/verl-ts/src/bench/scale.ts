@@ -2,7 +2,7 @@
  * `pnpm torl bench scale [--json]`: the real-size probe. A model with Qwen2.5-0.5B's exact shapes and
  * random weights (written as bf16 safetensors into a temp dir by scale-fixture.ts: no downloads) loads
  * on the default CPU backend in each of 2 FSDP ranks, generates 16 tokens per row with the KV cache, and
- * runs one GRPO step: old log-probs, reference log-probs, advantages, the actor update. Reported: each
+ * runs one GRPO step (or `steps`): old log-probs, reference log-probs, advantages, the actor update. Reported: each
  * phase's seconds, each rank's peak resident set and bytes in tensors after every phase, and the
  * largest tensor. A benchmark (minutes, GBs), not a test; its pieces are tested on a tiny config.
  *
@@ -73,6 +73,12 @@ export interface ScaleProbeOptions {
   newTokens?: number;
   /** LoRA rank (actor_rollout_ref.model.lora_rank; alpha 2 x rank, all-linear); 0 or absent: full fine-tuning. */
   loraRank?: number;
+  /**
+   * GRPO steps on the same workers (default 1); the figures are the last step's. A later step rewrites
+   * memory the first one wrote fresh (the optimizer's moments, the heap's growth, kept buffers): the
+   * steady state of a training run.
+   */
+  steps?: number;
   log?: (line: string) => void;
 }
 
@@ -89,9 +95,16 @@ export interface ScaleProbeResult {
   response_length?: number;
   weight_file_bytes: number;
   largest_tensor: ReturnType<typeof largestTensor>;
-  /** Seconds per phase that ran, in order. */
+  /** GRPO steps run (generate, both log-prob passes, update each). */
+  steps: number;
+  /** Seconds per phase that ran, in order (the last step's for the step's phases). */
   seconds: Record<string, number>;
-  /** Per rank, after each phase that ran: peak resident set, bytes in tensors, weight bytes held. */
+  /** Each step's seconds of generate, old_log_prob, ref_log_prob and update_actor, in step order. */
+  step_seconds: Record<string, number>[];
+  /**
+   * Per rank, after each phase that ran (the last step's for the step's phases; keys in the order the
+   * phases last ran): peak resident set, bytes in tensors, weight bytes held.
+   */
   memory: Record<string, WorkerMemory[]>;
   peak_rss_bytes_per_rank: number[];
   /** The update's metrics (actor/pg_loss, actor/grad_norm, ...), when it ran. */
@@ -118,6 +131,10 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
   const seconds: Record<string, number> = {};
   const memory: Record<string, WorkerMemory[]> = {};
   const loraRank = opts.loraRank ?? 0;
+  const steps = opts.steps ?? 1;
+  if (!Number.isInteger(steps) || steps < 1)
+    throw new RangeError(`bench scale: steps must be a whole number of at least 1, got ${steps}`);
+  const stepSeconds: Record<string, number>[] = [];
   const result: ScaleProbeResult = {
     parameters: 0,
     lora_rank: loraRank,
@@ -125,21 +142,64 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
     layers: opts.config.numHiddenLayers,
     weight_file_bytes: 0,
     largest_tensor: largestTensor(opts.config),
+    steps,
     seconds,
+    step_seconds: stepSeconds,
     memory,
     peak_rss_bytes_per_rank: [],
   };
   const startedRuntime = !isInitialized();
   let wg: ActorGroup | undefined;
   let phase = "fixture";
+  let stepLabel = "";
   const timed = async <T>(name: string, f: () => Promise<T>): Promise<T> => {
     phase = name;
     const t0 = performance.now();
     const out = await f();
     seconds[name] = (performance.now() - t0) / 1000;
+    // a phase run again moves to the end: the phase before it in key order is the one that ran before it
+    delete memory[name];
     if (wg) memory[name] = (await wg.memoryInfo()) as WorkerMemory[];
-    log(`${name}: ${seconds[name]!.toFixed(1)} s`);
+    log(`${stepLabel}${name}: ${seconds[name]!.toFixed(1)} s`);
     return out;
+  };
+  /** One GRPO step of the probe: generate, both log-prob passes, advantages, the actor's update. */
+  const grpoStep = async (group: ActorGroup, tb: ReturnType<typeof padBatch>, step: number) => {
+    const batch = await timed("generate", () =>
+      group.generateSequences(
+        DataProto.fromDict(
+          {
+            input_ids: { data: tb.ids, shape: [tb.batch, tb.length] },
+            attention_mask: { data: tb.mask, shape: [tb.batch, tb.length] },
+          },
+          {},
+          { seed: step },
+        ),
+      ),
+    );
+    result.rows = batch.length;
+    result.response_length = batch.tensor("responses").shape[1]!;
+    result.prompt_length = batch.tensor("input_ids").shape[1]! - result.response_length;
+    batch.union(await timed("old_log_prob", () => group.computeLogProb(batch)));
+    batch.union(await timed("ref_log_prob", () => group.computeRefLogProb(batch)));
+    // a seeded score per row (the weights are random: there is nothing to grade), GRPO over each prompt's n
+    const mask = batch.tensor("response_mask");
+    const R = mask.shape[1]!;
+    const rewards = new Float32Array(batch.length * R);
+    for (let b = 0; b < batch.length; b++) rewards[b * R + R - 1] = (b * 7919) % 3 === 0 ? 1 : -1;
+    const { advantages } = computeAdvantage("grpo", {
+      tokenLevelRewards: { data: rewards, shape: [batch.length, R] },
+      responseMask: mask,
+      index: Array.from({ length: batch.length }, (_, i) => Math.floor(i / n)),
+    });
+    batch.union(DataProto.fromDict({ advantages }));
+    const metrics = await timed("update_actor", () =>
+      group.updateActor(layoutForMiniBatches(batch, ranks, prompts * n)),
+    );
+    result.update_metrics = (metrics as Record<string, number>[])[0];
+    const gradNorm = result.update_metrics?.["actor/grad_norm"];
+    if (!Number.isFinite(gradNorm))
+      throw new Error(`the update's gradient norm is ${gradNorm}: the step did not train`);
   };
   try {
     const written = await timed("fixture", async () =>
@@ -188,41 +248,11 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
       opts.tokenizer.encode(PROMPTS[Math.floor(i / n) % PROMPTS.length]!),
     );
     const tb = padBatch(rows, "left", opts.tokenizer.padTokenId);
-    const batch = await timed("generate", () =>
-      group.generateSequences(
-        DataProto.fromDict(
-          {
-            input_ids: { data: tb.ids, shape: [tb.batch, tb.length] },
-            attention_mask: { data: tb.mask, shape: [tb.batch, tb.length] },
-          },
-          {},
-          { seed: 1 },
-        ),
-      ),
-    );
-    result.rows = batch.length;
-    result.response_length = batch.tensor("responses").shape[1]!;
-    result.prompt_length = batch.tensor("input_ids").shape[1]! - result.response_length;
-    batch.union(await timed("old_log_prob", () => group.computeLogProb(batch)));
-    batch.union(await timed("ref_log_prob", () => group.computeRefLogProb(batch)));
-    // a seeded score per row (the weights are random: there is nothing to grade), GRPO over each prompt's n
-    const mask = batch.tensor("response_mask");
-    const R = mask.shape[1]!;
-    const rewards = new Float32Array(batch.length * R);
-    for (let b = 0; b < batch.length; b++) rewards[b * R + R - 1] = (b * 7919) % 3 === 0 ? 1 : -1;
-    const { advantages } = computeAdvantage("grpo", {
-      tokenLevelRewards: { data: rewards, shape: [batch.length, R] },
-      responseMask: mask,
-      index: Array.from({ length: batch.length }, (_, i) => Math.floor(i / n)),
-    });
-    batch.union(DataProto.fromDict({ advantages }));
-    const metrics = await timed("update_actor", () =>
-      group.updateActor(layoutForMiniBatches(batch, ranks, prompts * n)),
-    );
-    result.update_metrics = (metrics as Record<string, number>[])[0];
-    const gradNorm = result.update_metrics?.["actor/grad_norm"];
-    if (!Number.isFinite(gradNorm))
-      throw new Error(`the update's gradient norm is ${gradNorm}: the step did not train`);
+    for (let step = 1; step <= steps; step++) {
+      stepLabel = steps > 1 ? `step ${step}/${steps} ` : "";
+      await grpoStep(group, tb, step);
+      stepSeconds.push(Object.fromEntries(SCALE_PHASES.map((p) => [p, seconds[p]!])));
+    }
   } catch (error) {
     result.failed = { phase, error: (error as Error).message ?? String(error) };
     log(`${phase} failed: ${result.failed.error}`);
@@ -236,22 +266,27 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
   return result;
 }
 
-const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R]
+const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R] [--steps N]
 
 The real-size probe (about 5 minutes on 2 idle cores; about 10 GB of memory per rank at the update's
 peak with 2 ranks, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
 qwen2.5-0.5b; qwen3-0.6b and llama-3.2-1b are larger) with random bf16 weights (written to a
 temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU backend, generate 16 tokens
-per row with the KV cache and run one GRPO step. Prints seconds per phase, peak resident set per rank,
+per row with the KV cache and run one GRPO step (--steps N: N). Prints seconds per phase, peak resident set per rank,
 the largest tensor and the update's metrics; --json prints them as one JSON object last.
 --layers N keeps every shape but the number of decoder layers (default the architecture's own): the
 vocabulary and each layer cost what they cost at full size, in a fraction of the memory (2 layers of
 qwen2.5-0.5b: about 1.5 GB per rank).
 --lora-rank R runs the probe again with LoRA (rank R, alpha 2R, all-linear) after full fine-tuning, in
 the same invocation: its figures are under "lora" (twice the time; the LoRA run needs less memory).
+--steps N runs N GRPO steps on the same workers (default 1) and reports the last one's figures, each
+step's seconds under step_seconds: the first step also pays for memory written for the first time (the
+optimizer's moments, buffers kept from then on), a later one is the steady state of training.
 --json adds scale_<phase>_seconds_torl for the phases generate, old_log_prob, ref_log_prob and
-update_actor (the full fine-tuning run's: scale_fine_tuning "full"), scale_<phase>_cpu_seconds_rank<r>
-(the CPU seconds of rank r's worker over the phase), and torch: the PyTorch side's
+update_actor (the full fine-tuning run's: scale_fine_tuning "full"; the last step's: scale_steps),
+scale_<phase>_cpu_seconds_rank<r>
+(the CPU seconds of rank r's worker over the phase), scale_<phase>_fresh_mib_rank<r> (the fresh memory
+it first wrote in the phase, from its minor page faults), and torch: the PyTorch side's
 version, or why it did not run (the installed command has none; the torl-ts repository's has).`;
 
 /** `bench scale`'s flags, for a recipe's command that extends it (the ToRL recipe's PyTorch peer). */
@@ -260,6 +295,7 @@ export const SCALE_FLAGS = {
   arch: { type: "string", choices: Object.keys(SCALE_SHAPES) as (keyof typeof SCALE_SHAPES)[] },
   layers: { type: "integer", min: 1 },
   "lora-rank": { type: "integer", min: 1 },
+  steps: { type: "integer", min: 1 },
 } as const;
 
 /** The probe's model config for `bench scale`'s flags (--arch, --layers). */
@@ -276,6 +312,7 @@ export async function runScaleProbeFor(flags: {
   layers?: number;
   ranks?: number;
   "lora-rank"?: number;
+  steps?: number;
 }): Promise<ScaleProbeResult & { lora?: ScaleProbeResult }> {
   const config = scaleConfig(flags);
   const probe = (loraRank?: number) =>
@@ -284,6 +321,7 @@ export async function runScaleProbeFor(flags: {
       tokenizer: scaleTokenizer(config, loadTokenizer(bundledQwenTokenizerDir())),
       ranks: flags.ranks ?? 2,
       loraRank,
+      steps: flags.steps,
       log: (l) => console.log(loraRank ? `[lora ${loraRank}] ${l}` : l),
     });
   const full = await probe();
@@ -298,6 +336,9 @@ export const SCALE_PHASES = ["generate", "old_log_prob", "ref_log_prob", "update
 /** What the scale_* figures measure: the full fine-tuning run (a LoRA run's figures are under `lora`). */
 export const SCALE_FINE_TUNING = "full";
 
+/** The page size minor page faults count in (x86-64 and most aarch64 kernels). */
+const PAGE_BYTES = 4096;
+
 /** A figure to 4 significant digits. */
 export function scaleRound(x: number): number {
   return Number(x.toPrecision(4));
@@ -306,11 +347,16 @@ export function scaleRound(x: number): number {
 /**
  * The probe's figures under the names `bench scale --json` carries: `scale_<phase>_seconds_torl` for each
  * phase it reached, `scale_<phase>_cpu_seconds_rank<r>` (the CPU seconds of rank r's worker process over
- * the phase: on a loaded machine a steadier figure than the wall clock) and `scale_fine_tuning` (what
- * they measure).
+ * the phase: on a loaded machine a steadier figure than the wall clock), `scale_steps` (the figures are
+ * the last of that many steps'), `scale_<phase>_fresh_mib_rank<r>`
+ * (the fresh memory rank r first wrote in the phase, from its minor page faults) and `scale_fine_tuning`
+ * (what they measure).
  */
 export function scaleTorlFigures(probe: ScaleProbeResult): Record<string, number | string> {
-  const out: Record<string, number | string> = { scale_fine_tuning: SCALE_FINE_TUNING };
+  const out: Record<string, number | string> = {
+    scale_fine_tuning: SCALE_FINE_TUNING,
+    scale_steps: probe.steps,
+  };
   const recorded = Object.keys(probe.memory);
   for (const phase of SCALE_PHASES) {
     const mine = probe.seconds[phase];
@@ -320,8 +366,11 @@ export function scaleTorlFigures(probe: ScaleProbeResult): Record<string, number
     const after = probe.memory[phase];
     const before = i > 0 ? probe.memory[recorded[i - 1]!] : undefined;
     if (!after || !before) continue;
-    for (const [r, m] of after.entries())
+    for (const [r, m] of after.entries()) {
       out[`scale_${phase}_cpu_seconds_rank${r}`] = scaleRound(m.cpuSeconds - before[r]!.cpuSeconds);
+      const faults = m.minorPageFaults - before[r]!.minorPageFaults;
+      out[`scale_${phase}_fresh_mib_rank${r}`] = scaleRound((faults * PAGE_BYTES) / 2 ** 20);
+    }
   }
   return out;
 }

@@ -101,6 +101,12 @@ export interface WorkerMemory {
   peakRssBytes: number;
   /** CPU seconds (user and system) of the process so far: what a phase took is the difference. */
   cpuSeconds: number;
+  /**
+   * Minor page faults of the process so far: times it first wrote a page of fresh memory (4 KiB each). A
+   * phase's difference times 4 KiB is the fresh memory it touched, which costs far more than reusing
+   * memory (much more again in a virtual machine whose host takes freed memory back).
+   */
+  minorPageFaults: number;
 }
 
 export class ActorRolloutRefWorker extends ShardedWorker {
@@ -532,6 +538,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       adapterParameters: this.model?.lora?.numParameters() ?? 0,
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
       cpuSeconds: cpuSecondsSoFar(),
+      minorPageFaults: process.resourceUsage().minorPageFault,
     };
   }
 

@@ -72,11 +72,27 @@ test("the fixture writes bf16 safetensors with the config's shapes, and they loa
 });
 
 test.serial(
-  "the probe loads, generates 16 tokens and runs one GRPO step on 2 ranks, timing each phase",
+  "the probe loads, generates 16 tokens and runs GRPO steps on 2 ranks, timing each phase of each step",
   async (t) => {
-    const result = await runScaleProbe({ config: tiny, tokenizer, ranks: 2 });
+    const result = await runScaleProbe({ config: tiny, tokenizer, ranks: 2, steps: 2 });
     t.is(result.failed, undefined, JSON.stringify(result.failed));
-    t.log(JSON.stringify(result.seconds));
+    t.log(JSON.stringify(result.step_seconds));
+    t.is(result.steps, 2);
+    // each step's phases, the last step's in `seconds`
+    t.is(result.step_seconds.length, 2);
+    for (const s of result.step_seconds) t.deepEqual(Object.keys(s), [...SCALE_PHASES]);
+    t.deepEqual(result.step_seconds[1], Object.fromEntries(SCALE_PHASES.map((p) => [p, result.seconds[p]])));
+    // the memory after each phase in the order the phases last ran: step 2's figures are differences
+    // against step 2's phase before (its generate against step 1's update)
+    t.deepEqual(Object.keys(result.memory).slice(-4), [...SCALE_PHASES]);
+    const figures = scaleJson(result);
+    t.is(figures.scale_steps, 2);
+    for (const phase of SCALE_PHASES)
+      for (const r of [0, 1]) {
+        const cpu = figures[`scale_${phase}_cpu_seconds_rank${r}`] as number;
+        t.true(cpu >= 0 && cpu <= 2 * result.seconds[phase]! + 1, `${phase} rank ${r}: ${cpu}`);
+        t.true((figures[`scale_${phase}_fresh_mib_rank${r}`] as number) >= 0);
+      }
     t.deepEqual(Object.keys(result.seconds), [
       "fixture",
       "spawn",
@@ -145,14 +161,18 @@ function fakeProbe(
     layers: 2,
     weight_file_bytes: 1,
     largest_tensor: { name: "x", shape: [1], fp32Bytes: 4, bf16Bytes: 2 },
+    steps: 1,
     seconds,
+    step_seconds: [],
     memory,
     peak_rss_bytes_per_rank: [],
   };
 }
 
-test("--json carries each rank's CPU seconds per phase: the workers' CPU time after it less after the phase before", (t) => {
-  const mem = (cpu: number[]) => cpu.map((c, rank) => ({ rank, cpuSeconds: c }) as WorkerMemory);
+test("--json carries each rank's CPU seconds and fresh memory per phase: the workers' counts after it less after the phase before", (t) => {
+  // fresh memory: 256 page faults of 4 KiB per CPU second
+  const mem = (cpu: number[]) =>
+    cpu.map((c, rank) => ({ rank, cpuSeconds: c, minorPageFaults: c * 256 }) as WorkerMemory);
   const probe = fakeProbe(
     { spawn: 1, load: 1, generate: 1, old_log_prob: 1, ref_log_prob: 1, update_actor: 1 },
     {
@@ -170,8 +190,12 @@ test("--json carries each rank's CPU seconds per phase: the workers' CPU time af
   t.is(out.scale_old_log_prob_cpu_seconds_rank1, 1.5);
   t.is(out.scale_update_actor_cpu_seconds_rank0, 40);
   t.is(out.scale_update_actor_cpu_seconds_rank1, 39.5);
+  t.is(out.scale_update_actor_fresh_mib_rank0, 40);
+  t.is(out.scale_generate_fresh_mib_rank1, 7.5);
   t.false("scale_load_cpu_seconds_rank0" in out, "only the side-by-side phases");
+  t.false("scale_load_fresh_mib_rank0" in out, "only the side-by-side phases");
   t.regex(benchScaleCommand.usage, /scale_<phase>_cpu_seconds_rank<r>/);
+  t.regex(benchScaleCommand.usage, /scale_<phase>_fresh_mib_rank<r>/);
 });
 
 test("--json carries scale_<phase>_seconds_torl of the full fine-tuning run and says why no torch figures (the installed command)", (t) => {
