@@ -43,6 +43,7 @@ function probe(): ScaleProbeResult {
       { generate: 2, old_log_prob: 1, ref_log_prob: 1, update_actor: 4 },
     ],
     memory: {},
+    usage: {},
     peak_rss_bytes_per_rank: [],
   };
 }

@@ -82,6 +82,14 @@ export interface ScaleProbeOptions {
   log?: (line: string) => void;
 }
 
+/** What one phase cost a worker process. */
+export interface PhaseUsage {
+  /** CPU seconds, user and system. */
+  cpuSeconds: number;
+  /** Minor page faults: pages of fresh memory first written. */
+  minorPageFaults: number;
+}
+
 export interface ScaleProbeResult {
   parameters: number;
   /** The LoRA rank the probe trained with; 0: full fine-tuning. */
@@ -102,10 +110,12 @@ export interface ScaleProbeResult {
   /** Each step's seconds of generate, old_log_prob, ref_log_prob and update_actor, in step order. */
   step_seconds: Record<string, number>[];
   /**
-   * Per rank, after each phase that ran (the last step's for the step's phases; keys in the order the
-   * phases last ran): peak resident set, bytes in tensors, weight bytes held.
+   * Per rank, after each phase that ran (the last step's for the step's phases): peak resident set, bytes
+   * in tensors, weight bytes held.
    */
   memory: Record<string, WorkerMemory[]>;
+  /** Per rank, what each phase after the spawn cost its worker process (the last step's for the step's phases). */
+  usage: Record<string, PhaseUsage[]>;
   peak_rss_bytes_per_rank: number[];
   /** The update's metrics (actor/pg_loss, actor/grad_norm, ...), when it ran. */
   update_metrics?: Record<string, number>;
@@ -130,6 +140,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
   const dir = mkdtempSync(join(tmpdir(), "torl-scale-"));
   const seconds: Record<string, number> = {};
   const memory: Record<string, WorkerMemory[]> = {};
+  const usage: Record<string, PhaseUsage[]> = {};
   const loraRank = opts.loraRank ?? 0;
   const steps = opts.steps ?? 1;
   if (!Number.isInteger(steps) || steps < 1)
@@ -146,20 +157,31 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
     seconds,
     step_seconds: stepSeconds,
     memory,
+    usage,
     peak_rss_bytes_per_rank: [],
   };
   const startedRuntime = !isInitialized();
   let wg: ActorGroup | undefined;
   let phase = "fixture";
   let stepLabel = "";
+  let lastMemory: WorkerMemory[] | undefined;
   const timed = async <T>(name: string, f: () => Promise<T>): Promise<T> => {
     phase = name;
     const t0 = performance.now();
     const out = await f();
     seconds[name] = (performance.now() - t0) / 1000;
-    // a phase run again moves to the end: the phase before it in key order is the one that ran before it
-    delete memory[name];
-    if (wg) memory[name] = (await wg.memoryInfo()) as WorkerMemory[];
+    if (wg) {
+      const after = (await wg.memoryInfo()) as WorkerMemory[];
+      memory[name] = after;
+      // what each worker spent over the phase: its counts now less after the phase that ran before it
+      const before = lastMemory;
+      if (before)
+        usage[name] = after.map((m, r) => ({
+          cpuSeconds: m.cpuSeconds - before[r]!.cpuSeconds,
+          minorPageFaults: m.minorPageFaults - before[r]!.minorPageFaults,
+        }));
+      lastMemory = after;
+    }
     log(`${stepLabel}${name}: ${seconds[name]!.toFixed(1)} s`);
     return out;
   };
@@ -357,19 +379,12 @@ export function scaleTorlFigures(probe: ScaleProbeResult): Record<string, number
     scale_fine_tuning: SCALE_FINE_TUNING,
     scale_steps: probe.steps,
   };
-  const recorded = Object.keys(probe.memory);
   for (const phase of SCALE_PHASES) {
     const mine = probe.seconds[phase];
     if (mine !== undefined) out[`scale_${phase}_seconds_torl`] = scaleRound(mine);
-    // the workers' CPU time after this phase less after the phase before it (the spawn's, at least)
-    const i = recorded.indexOf(phase);
-    const after = probe.memory[phase];
-    const before = i > 0 ? probe.memory[recorded[i - 1]!] : undefined;
-    if (!after || !before) continue;
-    for (const [r, m] of after.entries()) {
-      out[`scale_${phase}_cpu_seconds_rank${r}`] = scaleRound(m.cpuSeconds - before[r]!.cpuSeconds);
-      const faults = m.minorPageFaults - before[r]!.minorPageFaults;
-      out[`scale_${phase}_fresh_mib_rank${r}`] = scaleRound((faults * PAGE_BYTES) / 2 ** 20);
+    for (const [r, u] of (probe.usage[phase] ?? []).entries()) {
+      out[`scale_${phase}_cpu_seconds_rank${r}`] = scaleRound(u.cpuSeconds);
+      out[`scale_${phase}_fresh_mib_rank${r}`] = scaleRound((u.minorPageFaults * PAGE_BYTES) / 2 ** 20);
     }
   }
   return out;
