@@ -5,7 +5,9 @@
  * With gradient checkpointing (the model's gradientCheckpointing), FSDP per decoder layer: the forward
  * all-gathers each layer's parameters from the shards just before the layer runs and frees them after;
  * the backward gathers them again, recomputes the layer, and reduce-scatters its gradient at once, so
- * a rank holds the full gradient of one unit at a time and otherwise only its shard (models/layerwise.ts).
+ * a rank holds the full gradient of one layer at a time and otherwise only its shard (models/layerwise.ts).
+ * The units outside the layers (the embedding, vocabulary-sized) sum their gradient over the
+ * mini-batch's micro-batches in a kept buffer and are reduce-scattered once per mini-batch.
  * A tfjs backward cannot wait for a collective, so gathering in the backward needs the recompute.
  *
  * Without it, one tape over the whole model keeps every layer's activations and computes with the
@@ -24,7 +26,7 @@ import type { TokenBatch } from "../models/token-batch.js";
 import { hostMemory } from "../models/wasm-heap.js";
 import { addEmbeddingGradRows, widenedTensor } from "../models/wasm-host-kernels.js";
 import { WorkerStateError } from "./errors.js";
-import type { ShardedParameters } from "./sharded-parameters.js";
+import { addInto, type ShardedParameters } from "./sharded-parameters.js";
 
 const LAYER_PARAM = /^model\.layers\.(\d+)\./;
 
@@ -83,7 +85,8 @@ export class LayerSharding {
   private readonly variableOf: Map<string, tf.Variable>;
   /**
    * Gradient buffers kept for the micro-batches of this update (this object lives for one update): the
-   * outer units' (the embedding's is vocabulary-sized) and one the size of the largest decoder layer.
+   * outer units' (the embedding's is vocabulary-sized; they sum a mini-batch's rounds) and one the size
+   * of the largest decoder layer.
    * Reused memory is rewritten at a fraction of the cost of first touching fresh pages.
    */
   private readonly outerBuffers = new Map<number, Float32Array>();
@@ -115,15 +118,18 @@ export class LayerSharding {
    * Adds one micro-batch's gradient (of `loss`, which runs the model's forward on `tokens`) into this
    * rank's shard gradient, layer by layer when the model checkpoints its layers, else over the whole
    * model (see the file comment). `tokens` null: an empty round. `pending` gives the reads the loss
-   * asked for, served together with the first gradients read.
+   * asked for, served together with the first gradients read. `round`: which of the mini-batch's rounds
+   * this is (every rank calls with the same); layer by layer, the gradients outside the layers (the
+   * vocabulary-sized embedding's) add up over the rounds and are reduce-scattered once, in the last.
    */
   async microBatch(
     tokens: TokenBatch | null,
     loss: () => tf.Scalar,
     pending: () => PendingRead[],
     shardGrad: Float32Array,
+    round: { first: boolean; last: boolean },
   ): Promise<void> {
-    if (this.model.gradientCheckpointing) await this.layerByLayer(tokens, loss, pending, shardGrad);
+    if (this.model.gradientCheckpointing) await this.layerByLayer(tokens, loss, pending, shardGrad, round);
     else await this.wholeModel(tokens, loss, pending, shardGrad);
   }
 
@@ -165,17 +171,23 @@ export class LayerSharding {
     }
   }
 
-  /** FSDP per decoder layer (see the file comment). */
+  /**
+   * FSDP per decoder layer (see the file comment). Each layer's gradient is reduce-scattered as soon as
+   * it exists; the outer units' (the head's and the embedding's) add up in kept buffers over the
+   * mini-batch's rounds and are reduce-scattered in its last round: one collective over the
+   * vocabulary-sized gradient per optimizer step instead of one per micro-batch.
+   */
   private async layerByLayer(
     tokens: TokenBatch | null,
     loss: () => tf.Scalar,
     pending: () => PendingRead[],
     shardGrad: Float32Array,
+    round: { first: boolean; last: boolean },
   ): Promise<void> {
     const sharded = this.sharded;
     const unitSize = (u: number) => sharded.units[u]!.end - sharded.units[u]!.start;
-    // the outer units' gradients gather contributions from the head and the embedding
-    const outer = new Map(this.outerUnits.map((u) => [u, this.zeroedOuter(u)]));
+    // the outer units' gradients gather contributions from the head and the embedding, over the rounds
+    const outer = new Map(this.outerUnits.map((u) => [u, this.outerBuffer(u, round.first)]));
     /** The `size` values of parameter `name` in its outer unit's buffer. */
     const bufferOf = (name: string, size: number): Float32Array => {
       const offset = sharded.offsetOf(name);
@@ -189,9 +201,14 @@ export class LayerSharding {
       }
       throw new WorkerStateError(`parameter ${name} is not in a unit outside the layers`);
     };
-    // a head parameter's gradient is the first of the micro-batch in its part of the zeroed buffer: copied
-    // in, not added (0 + x is x but for -0, and a -0 sums into the shard gradient as +0 does)
-    const setInto = (name: string, values: Float32Array) => bufferOf(name, values.length).set(values);
+    // in the first round a head parameter's gradient is the first in its part of the zeroed buffer: copied
+    // in, not added (0 + x is x but for -0, and a -0 sums into the shard gradient as +0 does); in a later
+    // round it adds onto the rounds before
+    const setInto = (name: string, values: Float32Array) => {
+      const into = bufferOf(name, values.length);
+      if (round.first) into.set(values);
+      else addInto(values, into);
+    };
     await layerwiseStep(this.model, tokens, this.headVariables, loss, {
       layerWeights: async (i) => {
         const u = this.layerUnit[i]!;
@@ -245,15 +262,20 @@ export class LayerSharding {
           const dy = (await grad.dy.data()) as Float32Array;
           addEmbeddingGradRows(dy, grad.ids, vocab!, hidden!, bufferOf(name, vocab! * hidden!));
         }
-        for (const u of this.outerUnits) await sharded.reduceScatterUnit(u, outer.get(u)!, shardGrad);
+        if (round.last)
+          for (const u of this.outerUnits) await sharded.reduceScatterUnit(u, outer.get(u)!, shardGrad);
       },
     });
   }
 
-  /** Outer unit `u`'s gradient buffer, zeroed (kept from the last micro-batch where there was one). */
-  private zeroedOuter(u: number): Float32Array {
+  /**
+   * Outer unit `u`'s gradient buffer, kept from the round before: zeroed for the first round of a
+   * mini-batch, as the rounds before left it for a later one.
+   */
+  private outerBuffer(u: number, first: boolean): Float32Array {
     const kept = this.outerBuffers.get(u);
-    if (kept) return kept.fill(0);
+    if (kept) return first ? kept.fill(0) : kept;
+    if (!first) throw new WorkerStateError(`unit ${u}: a later round before the mini-batch's first`);
     const unit = this.sharded.units[u]!;
     const buf = new Float32Array(unit.end - unit.start);
     this.outerBuffers.set(u, buf);

@@ -283,7 +283,7 @@ function copyFlatRange(
 }
 
 /** y[i] += x[i]: the addon's pass where it loads, else the same loop here (the same bits). */
-function addInto(x: Float32Array, y: Float32Array): void {
+export function addInto(x: Float32Array, y: Float32Array): void {
   const blas = x.length >= 4096 ? nativeBlas() : undefined;
   if (blas) blas.addInto(x, y);
   else for (let k = 0; k < x.length; k++) y[k]! += x[k]!;

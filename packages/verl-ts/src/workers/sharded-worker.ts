@@ -194,6 +194,7 @@ export abstract class ShardedWorker extends Worker {
               () => tf.scalar(0),
               () => [],
               grad,
+              { first: round === 0, last: round === rounds - 1 },
             );
             continue;
           }
@@ -214,6 +215,7 @@ export abstract class ShardedWorker extends Worker {
             () => loss(step),
             () => step.pending.splice(0),
             grad,
+            { first: round === 0, last: round === rounds - 1 },
           );
         }
         await allReduceSum(this.ctx, mb);
