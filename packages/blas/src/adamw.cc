@@ -18,7 +18,7 @@ namespace {
 // take 4x fewer instructions in AVX-512's 8 lanes than in SSE2's 2; without FMA contraction (binding.gyp)
 // each lane computes the same bits as the scalar loop.
 TORL_CPU_CLONES __attribute__((noinline)) void Update(const float* param, const float* __restrict grad, float* __restrict m, float* __restrict v, float* out,
-            size_t n, double lr, double b1, double b2, double eps, double wd, double step) {
+            size_t n, double lr, double b1, double b2, double eps, double wd, double step, double gradScale) {
   const double c1 = 1 - std::pow(b1, step);
   const double c2 = std::sqrt(1 - std::pow(b2, step));
   const double decay = 1 - lr * wd;
@@ -27,7 +27,9 @@ TORL_CPU_CLONES __attribute__((noinline)) void Update(const float* param, const 
   const double keep2 = 1 - b2;
 #pragma GCC ivdep
   for (size_t i = 0; i < n; i++) {
-    const double gi = grad[i];
+    // the gradient scaled and stored as float first, as a pass of `grad[i] *= scale` over the array would
+    // (a scale of 1 leaves every value as it is)
+    const double gi = static_cast<float>(static_cast<double>(grad[i]) * gradScale);
     const float mi = static_cast<float>(b1 * m[i] + keep1 * gi);
     const float vi = static_cast<float>(b2 * v[i] + keep2 * gi * gi);
     m[i] = mi;
@@ -38,14 +40,18 @@ TORL_CPU_CLONES __attribute__((noinline)) void Update(const float* param, const 
 
 }  // namespace
 
-// adamw(param, grad, expAvg, expAvgSq, out, lr, beta1, beta2, eps, weightDecay, step):
+// adamw(param, grad, expAvg, expAvgSq, out, lr, beta1, beta2, eps, weightDecay, step[, gradScale]):
+//   g <- float(grad * gradScale) (gradScale default 1: clipping folded into the pass; grad is not written)
 //   m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2   (in place)
 //   out <- param (1 - lr wd) - lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)
 // `out` may be `param` (an update in place). Each value is computed in double and stored as float, as
 // the same loop in JavaScript does, so both give the same bits.
 Napi::Value AdamW(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!HasArity(info, "adamw", 11)) return env.Undefined();
+  if (info.Length() != 11 && info.Length() != 12) {
+    Napi::TypeError::New(env, "adamw takes 11 or 12 arguments").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
   Operand p, g, m, v, out;
   if (!ReadOperand(env, info[0], "param", &p) || !ReadOperand(env, info[1], "grad", &g) ||
       !ReadOperand(env, info[2], "expAvg", &m) || !ReadOperand(env, info[3], "expAvgSq", &v) ||
@@ -61,11 +67,13 @@ Napi::Value AdamW(const Napi::CallbackInfo& info) {
       !ReadNumber(env, info[7], "beta2", &b2) || !ReadNumber(env, info[8], "eps", &eps) ||
       !ReadNumber(env, info[9], "weightDecay", &wd) || !ReadNumber(env, info[10], "step", &step))
     return env.Undefined();
+  double gradScale = 1.0;
+  if (info.Length() == 12 && !ReadNumber(env, info[11], "gradScale", &gradScale)) return env.Undefined();
   if (!(step >= 1)) {
     Napi::RangeError::New(env, "adamw: step counts updates from 1").ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  Update(p.data, g.data, m.data, v.data, out.data, p.length, lr, b1, b2, eps, wd, step);
+  Update(p.data, g.data, m.data, v.data, out.data, p.length, lr, b1, b2, eps, wd, step, gradScale);
   return env.Undefined();
 }
 

@@ -33,6 +33,8 @@ export interface NativeBlas {
    * One AdamW update in one pass (weight decay 0: Adam): m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2
    * (in place), out <- param (1 - lr wd) - lr / (1 - b1^step) m / (sqrt(v) / sqrt(1 - b2^step) + eps).
    * `out` may be `param`. Values are computed in double and stored as float, like the same loop in JS.
+   * `gradScale` (default 1; gradient clipping's coefficient) scales each gradient value, stored as float,
+   * before use: the bits of scaling `grad` in a pass of its own first, without writing it.
    */
   adamw(
     param: Float32Array,
@@ -46,6 +48,7 @@ export interface NativeBlas {
     eps: number,
     weightDecay: number,
     step: number,
+    gradScale?: number,
   ): void;
   /**
    * For each row r of `logits` ([rows, vocab]) with t = targets[r]: stats[3r] = log softmax(row)[t],

@@ -61,7 +61,8 @@ export function learningRate(o: OptimSettings, step: number): number {
 
 /**
  * One AdamW update with the native addon's signature (NativeBlas.adamw): moments in place, the new
- * parameters into `out` (which may be `param`), each value computed in double and stored as float.
+ * parameters into `out` (which may be `param`), each value computed in double and stored as float; each
+ * gradient value is first scaled by `gradScale` and stored as float (clipping, without a pass of its own).
  */
 export function adamwLoop(
   param: Float32Array,
@@ -75,13 +76,14 @@ export function adamwLoop(
   eps: number,
   weightDecay: number,
   step: number,
+  gradScale = 1,
 ): void {
   const c1 = 1 - b1 ** step;
   const c2 = Math.sqrt(1 - b2 ** step);
   const decay = 1 - lr * weightDecay;
   const stepSize = lr / c1;
   for (let i = 0; i < param.length; i++) {
-    const g = grad[i]!;
+    const g = Math.fround(grad[i]! * gradScale);
     m[i] = b1 * m[i]! + (1 - b1) * g;
     v[i] = b2 * v[i]! + (1 - b2) * g * g;
     out[i] = param[i]! * decay - (stepSize * m[i]!) / (Math.sqrt(v[i]!) / c2 + eps);
@@ -125,8 +127,11 @@ export class ShardedAdamW {
     return this.expAvg.byteLength + this.expAvgSq.byteLength;
   }
 
-  /** One update of `params` (this rank's shard, in place) with gradient shard `grad` and rate `lr`. */
-  update(params: Float32Array, grad: Float32Array, lr: number): void {
+  /**
+   * One update of `params` (this rank's shard, in place) with gradient shard `grad` times `gradScale`
+   * (clipping's coefficient, applied as each value is read: `grad` is left as it is) and rate `lr`.
+   */
+  update(params: Float32Array, grad: Float32Array, lr: number, gradScale = 1): void {
     if (params.length !== this.expAvg.length || grad.length !== this.expAvg.length) {
       throw new RangeError(
         `AdamW shard holds ${this.expAvg.length} values, got params ${params.length} / grad ${grad.length}`,
@@ -147,6 +152,7 @@ export class ShardedAdamW {
       this.eps,
       this.weightDecay,
       this.step,
+      gradScale,
     );
   }
 

@@ -159,9 +159,9 @@ export class ShardedParameters {
 
   /**
    * The global gradient norm of the reduced shard gradient, clipping, AdamW on the shard. Returns the
-   * (pre-clip) norm; a non-finite norm skips the update (veRL does the same). Clipping scales
-   * `shardGrad` in place (no second shard-sized array; the gradient is spent by the step). Call `gather`
-   * afterwards to get the parameters the model should hold.
+   * (pre-clip) norm; a non-finite norm skips the update (veRL does the same). Clipping scales each
+   * gradient value as the AdamW pass reads it (no second shard-sized array, no pass of its own). Call
+   * `gather` afterwards to get the parameters the model should hold.
    */
   async step(shardGrad: Float32Array, lr: number, gradClip: number): Promise<number> {
     const g = shardGrad;
@@ -169,11 +169,8 @@ export class ShardedParameters {
     await allReduceSum(this.ctx, sq);
     const norm = Math.sqrt(sq[0]!);
     if (!Number.isFinite(norm)) return norm;
-    const coef = clipCoefficient(norm, gradClip);
-    // a loop, not Float32Array.from(g, f): that collects every value into a JS array first (a shard of
-    // 247M values overflowed the JS heap in the real-size probe)
-    if (coef !== 1) for (let i = 0; i < g.length; i++) g[i] = g[i]! * coef;
-    this.optim.update(this.params, g, lr);
+    // clipping folded into the AdamW pass: the bits of scaling the gradient first, one pass fewer
+    this.optim.update(this.params, g, lr, clipCoefficient(norm, gradClip));
     return norm;
   }
 

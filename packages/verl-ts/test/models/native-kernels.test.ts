@@ -218,6 +218,39 @@ test.serial("the sharded optimizer's native AdamW update gives the JS loop's bit
 });
 
 test.serial(
+  "AdamW with a gradient scale (clipping folded in) gives the bits of scaling the gradient first, native and JS",
+  (t) => {
+    const blas = addon(t);
+    if (!blas) return;
+    const n = 1001;
+    const start = random(n, 2);
+    const state = () => ({ p: start.slice(), m: new Float32Array(n), v: new Float32Array(n) });
+    const [scaledNative, scaledJs, reference] = [state(), state(), state()];
+    for (let step = 1; step <= 3; step++) {
+      const g = random(n, 60 + step, 0.5);
+      const coef = 0.37 / step;
+      const before = g.slice();
+      const hyper = [1e-3, 0.9, 0.999, 1e-8, 0.01, step] as const;
+      blas.adamw(scaledNative.p, g, scaledNative.m, scaledNative.v, scaledNative.p, ...hyper, coef);
+      adamwLoop(scaledJs.p, g, scaledJs.m, scaledJs.v, scaledJs.p, ...hyper, coef);
+      t.deepEqual(g, before, "the gradient is read, not written");
+      // the reference: a pass of its own scales the gradient (what clipping did before), then AdamW
+      const clipped = g.map((x) => x * coef);
+      adamwLoop(reference.p, clipped, reference.m, reference.v, reference.p, ...hyper);
+    }
+    for (const s of [scaledNative, scaledJs]) {
+      t.deepEqual(s.p, reference.p);
+      t.deepEqual(s.m, reference.m);
+      t.deepEqual(s.v, reference.v);
+    }
+    const err = t.throws(() =>
+      (blas.adamw as (...a: unknown[]) => void)(start, start, start, start, start, 1),
+    );
+    t.regex(err!.message, /adamw takes 11 or 12 arguments/);
+  },
+);
+
+test.serial(
   "on wasm a clone shares its data (tfjs clones every tensor it saves for the backward pass)",
   (t) => {
     const x = tf.tensor2d(random(64 * 32, 9), [64, 32]);
