@@ -38,6 +38,7 @@ function probe(): ScaleProbeResult {
     largest_tensor: { name: "x", shape: [1], fp32Bytes: 4, bf16Bytes: 2 },
     steps: 2,
     seconds: { generate: 2, old_log_prob: 1, ref_log_prob: 1, update_actor: 4 },
+    step_grad_norms: [],
     step_seconds: [
       { generate: 3, old_log_prob: 1, ref_log_prob: 1, update_actor: 9 },
       { generate: 2, old_log_prob: 1, ref_log_prob: 1, update_actor: 4 },

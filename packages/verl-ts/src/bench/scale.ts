@@ -117,8 +117,10 @@ export interface ScaleProbeResult {
   /** Per rank, what each phase after the spawn cost its worker process (the last step's for the step's phases). */
   usage: Record<string, PhaseUsage[]>;
   peak_rss_bytes_per_rank: number[];
-  /** The update's metrics (actor/pg_loss, actor/grad_norm, ...), when it ran. */
+  /** The (last step's) update's metrics (actor/pg_loss, actor/grad_norm, ...), when it ran. */
   update_metrics?: Record<string, number>;
+  /** Each step's `actor/grad_norm`, in step order (the first step's compares across code versions). */
+  step_grad_norms: number[];
   /** The phase that failed and its error, when one did (the figures before it stand). */
   failed?: { phase: string; error: string };
 }
@@ -156,6 +158,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
     steps,
     seconds,
     step_seconds: stepSeconds,
+    step_grad_norms: [],
     memory,
     usage,
     peak_rss_bytes_per_rank: [],
@@ -220,6 +223,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
     );
     result.update_metrics = (metrics as Record<string, number>[])[0];
     const gradNorm = result.update_metrics?.["actor/grad_norm"];
+    result.step_grad_norms.push(gradNorm ?? Number.NaN);
     if (!Number.isFinite(gradNorm))
       throw new Error(`the update's gradient norm is ${gradNorm}: the step did not train`);
   };

@@ -80,6 +80,9 @@ test.serial(
     t.is(result.steps, 2);
     // each step's phases, the last step's in `seconds`
     t.is(result.step_seconds.length, 2);
+    t.is(result.step_grad_norms.length, 2);
+    t.is(result.step_grad_norms[1], result.update_metrics!["actor/grad_norm"]);
+    t.not(result.step_grad_norms[0], result.step_grad_norms[1], "step 2 trains on step 1's weights");
     for (const s of result.step_seconds) t.deepEqual(Object.keys(s), [...SCALE_PHASES]);
     t.deepEqual(result.step_seconds[1], Object.fromEntries(SCALE_PHASES.map((p) => [p, result.seconds[p]])));
     // each phase's usage is step 2's own: a worker (one JS thread) spends about the phase's wall time at
@@ -159,6 +162,7 @@ function fakeProbe(seconds: Record<string, number>, usage: Record<string, PhaseU
     largest_tensor: { name: "x", shape: [1], fp32Bytes: 4, bf16Bytes: 2 },
     steps: 1,
     seconds,
+    step_grad_norms: [],
     step_seconds: [],
     memory: {},
     usage,
