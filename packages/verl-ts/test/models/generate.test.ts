@@ -11,6 +11,8 @@ import {
   RaggedKVCache,
   selectBackend,
 } from "../../src/index.js";
+import { sample } from "../../src/models/generate.js";
+import { mulberry32 } from "../../src/random.js";
 import { TINY_TEST_ARCH, tinyTestConfig } from "./tiny-config.js";
 
 const tok = buildByteBpeTokenizer();
@@ -229,4 +231,37 @@ test("generation leaves an untied model's lm_head usable (the head weight handed
   const logits = tf.tidy(() => untied.forward(padBatch([tok.encode("ab")]), { lastOnly: true }));
   t.is(logits.shape[1], tok.vocabSize);
   logits.dispose();
+});
+
+test("sampling from every token (no top-k, no top-p) draws what the index-array path drew, draw for draw", (t) => {
+  // the path before the typed-array draw: probabilities over an index array, summed and walked in order
+  const reference = (logits: Float32Array, T: number, rng: () => number): number => {
+    let max = Number.NEGATIVE_INFINITY;
+    for (const x of logits) if (x > max) max = x;
+    const idx = Array.from({ length: logits.length }, (_, i) => i);
+    const probs = idx.map((i) => Math.exp((logits[i]! - max) / T));
+    const total = probs.reduce((a, b) => a + b, 0);
+    let u = rng() * total;
+    for (let k = 0; k < probs.length; k++) {
+      u -= probs[k]!;
+      if (u <= 0) return idx[k]!;
+    }
+    return idx[probs.length - 1]!;
+  };
+  const noise = mulberry32(11);
+  for (const [V, T] of [
+    [7, 1],
+    [1000, 0.7],
+    [5003, 1.3],
+  ] as const) {
+    const logits = Float32Array.from({ length: V }, () => 8 * noise() - 4);
+    const [mine, theirs] = [mulberry32(V), mulberry32(V)];
+    const draws = Array.from({ length: 500 }, () => sample(logits, { maxNewTokens: 1, temperature: T }, mine));
+    t.deepEqual(
+      draws,
+      Array.from({ length: 500 }, () => reference(logits, T, theirs)),
+      `V ${V}, temperature ${T}`,
+    );
+    t.true(new Set(draws).size > 1, "the draws vary");
+  }
 });
