@@ -25,16 +25,20 @@ TORL_CPU_CLONES __attribute__((noinline)) void Update(const float* param, const 
   const double stepSize = lr / c1;
   const double keep1 = 1 - b1;
   const double keep2 = 1 - b2;
-#pragma GCC ivdep
-  for (size_t i = 0; i < n; i++) {
-    // the gradient scaled and stored as float first, as a pass of `grad[i] *= scale` over the array would
-    // (a scale of 1 leaves every value as it is)
-    const double gi = static_cast<float>(static_cast<double>(grad[i]) * gradScale);
+  const auto element = [&](size_t i, double gi) __attribute__((always_inline)) {
     const float mi = static_cast<float>(b1 * m[i] + keep1 * gi);
     const float vi = static_cast<float>(b2 * v[i] + keep2 * gi * gi);
     m[i] = mi;
     v[i] = vi;
     out[i] = static_cast<float>(param[i] * decay - (stepSize * mi) / (std::sqrt(static_cast<double>(vi)) / c2 + eps));
+  };
+  if (gradScale == 1.0) {
+#pragma GCC ivdep
+    for (size_t i = 0; i < n; i++) element(i, grad[i]);
+  } else {
+    // the gradient scaled and stored as float first, as a pass of `grad[i] *= scale` over the array would
+#pragma GCC ivdep
+    for (size_t i = 0; i < n; i++) element(i, static_cast<float>(static_cast<double>(grad[i]) * gradScale));
   }
 }
 
