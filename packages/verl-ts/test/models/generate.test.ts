@@ -256,7 +256,9 @@ test("sampling from every token (no top-k, no top-p) draws what the index-array 
   ] as const) {
     const logits = Float32Array.from({ length: V }, () => 8 * noise() - 4);
     const [mine, theirs] = [mulberry32(V), mulberry32(V)];
-    const draws = Array.from({ length: 500 }, () => sample(logits, { maxNewTokens: 1, temperature: T }, mine));
+    const draws = Array.from({ length: 500 }, () =>
+      sample(logits, { maxNewTokens: 1, temperature: T }, mine),
+    );
     t.deepEqual(
       draws,
       Array.from({ length: 500 }, () => reference(logits, T, theirs)),
