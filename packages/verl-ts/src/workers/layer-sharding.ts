@@ -26,7 +26,7 @@ import type { TokenBatch } from "../models/token-batch.js";
 import { hostMemory } from "../models/wasm-heap.js";
 import { addEmbeddingGradRows, widenedTensor } from "../models/wasm-host-kernels.js";
 import { WorkerStateError } from "./errors.js";
-import { addInto, type ShardedParameters } from "./sharded-parameters.js";
+import type { ShardedParameters } from "./sharded-parameters.js";
 
 const LAYER_PARAM = /^model\.layers\.(\d+)\./;
 
@@ -207,7 +207,7 @@ export class LayerSharding {
     const setInto = (name: string, values: Float32Array) => {
       const into = bufferOf(name, values.length);
       if (round.first) into.set(values);
-      else addInto(values, into);
+      else for (let k = 0; k < values.length; k++) into[k]! += values[k]!;
     };
     await layerwiseStep(this.model, tokens, this.headVariables, loss, {
       layerWeights: async (i) => {
