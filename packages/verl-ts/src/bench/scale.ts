@@ -2,9 +2,9 @@
  * `pnpm torl bench scale [--json]`: the real-size probe. A model with Qwen2.5-0.5B's exact shapes and
  * random weights (written as bf16 safetensors into a temp dir by scale-fixture.ts: no downloads) loads
  * on the default CPU backend in each of 2 FSDP ranks, generates 16 tokens per row with the KV cache, and
- * runs one GRPO step (or `steps`): old log-probs, reference log-probs, advantages, the actor update. Reported: each
- * phase's seconds, each rank's peak resident set and bytes in tensors after every phase, and the
- * largest tensor. A benchmark (minutes, GBs), not a test; its pieces are tested on a tiny config.
+ * runs one GRPO step (or `steps`): old log-probs, reference log-probs, advantages, the actor update.
+ * Reported: each phase's seconds, each rank's peak resident set and bytes in tensors after every phase,
+ * and the largest tensor. A benchmark (minutes, GBs), not a test; its pieces are tested on a tiny config.
  *
  * Settings: weights stored in bfloat16 (actor_rollout_ref.model.dtype), the reference offloaded
  * (ref.fsdp_config.param_offload), one row per micro-batch, the actor sharded at rest
@@ -298,8 +298,8 @@ The real-size probe (about 5 minutes on 2 idle cores; about 10 GB of memory per 
 peak with 2 ranks, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
 qwen2.5-0.5b; qwen3-0.6b and llama-3.2-1b are larger) with random bf16 weights (written to a
 temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU backend, generate 16 tokens
-per row with the KV cache and run one GRPO step (--steps N: N). Prints seconds per phase, peak resident set per rank,
-the largest tensor and the update's metrics; --json prints them as one JSON object last.
+per row with the KV cache and run one GRPO step (--steps N: N). Prints seconds per phase, peak resident
+set per rank, the largest tensor and the update's metrics; --json prints them as one JSON object last.
 --layers N keeps every shape but the number of decoder layers (default the architecture's own): the
 vocabulary and each layer cost what they cost at full size, in a fraction of the memory (2 layers of
 qwen2.5-0.5b: about 1.5 GB per rank).
@@ -310,10 +310,10 @@ step's seconds under step_seconds: the first step also pays for memory written f
 optimizer's moments, buffers kept from then on), a later one is the steady state of training.
 --json adds scale_<phase>_seconds_torl for the phases generate, old_log_prob, ref_log_prob and
 update_actor (the full fine-tuning run's: scale_fine_tuning "full"; the last step's: scale_steps),
-scale_<phase>_cpu_seconds_rank<r>
-(the CPU seconds of rank r's worker over the phase), scale_<phase>_fresh_mib_rank<r> (the fresh memory
-it first wrote in the phase, from its minor page faults), and torch: the PyTorch side's
-version, or why it did not run (the installed command has none; the torl-ts repository's has).`;
+scale_<phase>_cpu_seconds_rank<r> (the CPU seconds of rank r's worker over the phase),
+scale_<phase>_fresh_mib_rank<r> (the fresh memory it first wrote in the phase, from its minor page
+faults, 4 KiB pages), and torch: the PyTorch side's version, or why it did not run (the installed
+command has none; the torl-ts repository's has).`;
 
 /** `bench scale`'s flags, for a recipe's command that extends it (the ToRL recipe's PyTorch peer). */
 export const SCALE_FLAGS = {

@@ -27,6 +27,7 @@ import { hostMemory } from "../models/wasm-heap.js";
 import { addEmbeddingGradRows, widenedTensor } from "../models/wasm-host-kernels.js";
 import { WorkerStateError } from "./errors.js";
 import type { ShardedParameters } from "./sharded-parameters.js";
+import { addInto } from "./vector-ops.js";
 
 const LAYER_PARAM = /^model\.layers\.(\d+)\./;
 
@@ -207,7 +208,7 @@ export class LayerSharding {
     const setInto = (name: string, values: Float32Array) => {
       const into = bufferOf(name, values.length);
       if (round.first) into.set(values);
-      else for (let k = 0; k < values.length; k++) into[k]! += values[k]!;
+      else addInto(values, into);
     };
     await layerwiseStep(this.model, tokens, this.headVariables, loss, {
       layerWeights: async (i) => {

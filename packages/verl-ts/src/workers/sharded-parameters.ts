@@ -10,13 +10,13 @@
 import { statSync } from "node:fs";
 import { collective, shardRange } from "@torl-ts/actors";
 import { float32Range, HalfArray, type StoredValues, type WeightDtype } from "../models/half-precision.js";
-import { nativeBlas } from "../models/native-blas.js";
 import { CheckpointError, readAllShards, writeShard } from "./checkpoint-files.js";
 import { WorkerStateError } from "./errors.js";
 import { type FlatEntry, FlatLayout } from "./flat-params.js";
 import { layerUnitKey } from "./layer-sharding.js";
 import { clipCoefficient, type OptimSettings, ShardedAdamW } from "./optim.js";
 import { allReduceSum, type RankContext } from "./rank-context.js";
+import { addInto, sumSquares } from "./vector-ops.js";
 
 /** Consecutive parameters gathered and reduce-scattered together; [start, end) of the flat vector. */
 export interface FlatUnit {
@@ -277,20 +277,4 @@ function copyFlatRange(
     if (from < to)
       float32Range(values.get(e.name)!, from - e.offset, to - e.offset, out.subarray(from - start));
   }
-}
-
-/** y[i] += x[i]: the addon's pass where it loads, else the same loop here (the same bits). */
-export function addInto(x: Float32Array, y: Float32Array): void {
-  const blas = x.length >= 4096 ? nativeBlas() : undefined;
-  if (blas) blas.addInto(x, y);
-  else for (let k = 0; k < x.length; k++) y[k]! += x[k]!;
-}
-
-/** The sum of squares in double precision, in index order (the addon's pass where it loads: the same bits). */
-function sumSquares(x: Float32Array): number {
-  const blas = x.length >= 4096 ? nativeBlas() : undefined;
-  if (blas) return blas.sumSquares(x);
-  let s = 0;
-  for (let i = 0; i < x.length; i++) s += x[i]! * x[i]!;
-  return s;
 }

@@ -1,0 +1,22 @@
+/**
+ * Elementwise passes over long Float32Arrays for the sharded optimizer and the layer-by-layer update:
+ * the addon's where it loads (arrays of 4096 values and more), else the same loops here, with the same
+ * bits.
+ */
+import { nativeBlas } from "../models/native-blas.js";
+
+/** y[i] += x[i]: the addon's pass where it loads, else the same loop here (the same bits). */
+export function addInto(x: Float32Array, y: Float32Array): void {
+  const blas = x.length >= 4096 ? nativeBlas() : undefined;
+  if (blas) blas.addInto(x, y);
+  else for (let k = 0; k < x.length; k++) y[k]! += x[k]!;
+}
+
+/** The sum of squares in double precision, in index order (the addon's pass where it loads: the same bits). */
+export function sumSquares(x: Float32Array): number {
+  const blas = x.length >= 4096 ? nativeBlas() : undefined;
+  if (blas) return blas.sumSquares(x);
+  let s = 0;
+  for (let i = 0; i < x.length; i++) s += x[i]! * x[i]!;
+  return s;
+}
