@@ -53,6 +53,7 @@ import {
   type ShardInfo,
   WorkerStateError,
 } from "./fsdp.js";
+import type { GatherTake } from "./gather-buffers.js";
 import { isLayerUnit } from "./layer-sharding.js";
 import type { OptimSettings } from "./optim.js";
 import { type FlatUnit, shardedLayout } from "./sharded-parameters.js";
@@ -97,6 +98,11 @@ export interface WorkerMemory {
   actorBaseShardBytes: number;
   /** With LoRA: the adapters' parameters (the trained ones); else 0. */
   adapterParameters: number;
+  /**
+   * Arrays kept for the gathers of the next phase (sharded at rest): between phases no model's weights are
+   * in them, but they stay allocated, up to one model's weights in model.dtype (gather-buffers.ts).
+   */
+  gatherBufferBytes: number;
   /** Peak resident set of the process so far. */
   peakRssBytes: number;
   /** CPU seconds (user and system) of the process so far: what a phase took is the difference. */
@@ -374,10 +380,17 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    */
   protected async actorPhaseBegins(model: Qwen2Model, which?: (unit: FlatUnit) => boolean): Promise<void> {
     if (this.holdsAllWeights(model)) return;
+    // sharded at rest, the gathered weights go into kept arrays that actorPhaseEnded takes back
+    const borrower = this.shardedAtRest ? ACTOR : undefined;
     // LoRA: the frozen base first (all of it: FSDP per layer gathers the adapters only), then the adapters
     if (this.baseShards && !model.specs.every((s) => model.holdsWeight(s.name)))
-      await this.baseShards.gatherInto(model);
-    await this.gatherWeightsInto(model, which);
+      await this.baseShards.gatherInto(model, borrower ? this.lendTo(borrower) : undefined);
+    await this.gatherWeightsInto(model, which, undefined, borrower);
+  }
+
+  /** GatherBuffers.take for `borrower`. */
+  private lendTo(borrower: string): GatherTake {
+    return (ctor, length) => this.gatherBuffers.take(borrower, ctor, length);
   }
 
   /**
@@ -385,8 +398,10 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    * float32 copies of host-held weights (model.dtype half) go back to rest.
    */
   protected actorPhaseEnded(model: Qwen2Model): void {
-    if (this.shardedAtRest) model.evictWeights();
-    else model.releaseComputeWeights();
+    if (this.shardedAtRest) {
+      model.evictWeights();
+      this.gatherBuffers.reclaim(ACTOR);
+    } else model.releaseComputeWeights();
   }
 
   protected needModel(): Qwen2Model {
@@ -536,6 +551,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       refIsActorBase: this.hasRef && this.model?.lora !== undefined,
       actorBaseShardBytes: this.baseShards?.bytes ?? 0,
       adapterParameters: this.model?.lora?.numParameters() ?? 0,
+      gatherBufferBytes: this.gatherBuffers.bytes,
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
       cpuSeconds: cpuSecondsSoFar(),
       minorPageFaults: process.resourceUsage().minorPageFault,
@@ -566,11 +582,14 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const ref = this.ref;
     if (!ref) throw new WorkerStateError(`rank ${this.rank}: this worker holds no reference model`);
     let logProbs: Float32Array | undefined;
-    await this.refShards?.gatherInto(ref);
     try {
+      await this.refShards?.gatherInto(ref, this.lendTo(REF));
       [logProbs] = await this.responseLogProbs(ref, data, "ref", false);
     } finally {
-      if (this.refShards) ref.evictWeights();
+      if (this.refShards) {
+        ref.evictWeights();
+        this.gatherBuffers.reclaim(REF);
+      }
     }
     return DataProto.fromDict({
       ref_log_prob: { data: logProbs!, shape: [data.length, data.tensor("responses").shape[1]!] },
@@ -851,6 +870,10 @@ export function layoutForMiniBatches(data: DataProto, worldSize: number, miniBat
     for (let j = 0; j < minis; j++) for (let i = 0; i < per; i++) idx.push(j * miniBatchRows + r * per + i);
   return data.selectRows(idx);
 }
+
+/** Borrowers of gatherBuffers: the actor's gathered weights and the reference's, one phase each. */
+const ACTOR = "actor";
+const REF = "ref";
 
 /** The process's CPU seconds (user and system) so far. */
 function cpuSecondsSoFar(): number {

@@ -9,6 +9,7 @@ import { collective } from "@torl-ts/actors";
 import { HalfArray, type HalfDtype, type StoredValues, type WeightDtype } from "../models/half-precision.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { FlatLayout } from "./flat-params.js";
+import type { GatherTake } from "./gather-buffers.js";
 import type { RankContext } from "./rank-context.js";
 import { type FlatUnit, type ShardPiece, shardedLayout } from "./sharded-parameters.js";
 
@@ -52,21 +53,24 @@ export class FrozenShards {
 
   /**
    * All-gathers every unit, one at a time, into `model`, whose evicted weights are held again as the
-   * gathered values (already in its storage dtype: nothing is rounded). Every rank calls it at the same
-   * point.
+   * gathered values (already in its storage dtype: nothing is rounded). With `take`, each unit of half
+   * bits is gathered into the array it returns (a Uint16Array of the unit's length) instead of a new one;
+   * one rank copies its shard. Every rank calls it at the same point.
    */
-  async gatherInto(model: Qwen2Model): Promise<void> {
+  async gatherInto(model: Qwen2Model, take?: GatherTake): Promise<void> {
     for (const [u, unit] of this.units.entries()) {
       const piece = this.pieces[u]!;
       const mine = this.shard.subarray(piece.local, piece.local + piece.end - piece.start);
       const size = unit.end - unit.start;
+      const ctor = mine instanceof Float32Array ? Float32Array : Uint16Array;
       const full =
         this.ctx.worldSize === 1
           ? mine.slice()
           : await collective.allGather(
               mine,
               this.ctx.group!,
-              mine instanceof Float32Array ? new Float32Array(size) : new Uint16Array(size),
+              // kept arrays for half bits only: a float32 tensor made from an array may keep reading it
+              take && ctor === Uint16Array ? take(ctor, size) : new ctor(size),
             );
       model.setStoredParameters(
         new Map(

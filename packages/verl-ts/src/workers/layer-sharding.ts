@@ -26,6 +26,7 @@ import type { TokenBatch } from "../models/token-batch.js";
 import { hostMemory } from "../models/wasm-heap.js";
 import { addEmbeddingGradRows, widenedTensor } from "../models/wasm-host-kernels.js";
 import { WorkerStateError } from "./errors.js";
+import type { GatherTake } from "./gather-buffers.js";
 import type { ShardedParameters } from "./sharded-parameters.js";
 import { addInto } from "./vector-ops.js";
 
@@ -92,12 +93,20 @@ export class LayerSharding {
    */
   private readonly outerBuffers = new Map<number, Float32Array>();
   private layerBuffer: Float32Array | null = null;
+  /**
+   * Where each decoder layer's half bits are gathered, one array per length, overwritten by the next
+   * layer's gather: a layer's tensors (widened from these bits, which its products read) are disposed
+   * before the step asks for the next layer's (layerwise.ts).
+   */
+  private readonly layerGathered = new Map<number, Uint16Array>();
 
+  /** `take`: where the arrays layers are gathered into come from (new ones without it). */
   constructor(
     private readonly sharded: ShardedParameters,
     private readonly model: Qwen2Model,
     variables: tf.Variable[],
     private readonly paramNameOf: Map<string, string>,
+    private readonly take: GatherTake = (ctor, length) => new ctor(length) as InstanceType<typeof ctor>,
   ) {
     const L = model.config.numHiddenLayers;
     this.layerUnit = Array.from({ length: L }, (_, i) => {
@@ -216,7 +225,10 @@ export class LayerSharding {
         // the update computes with the weights the rollout and old log-probs used: rounded to model.dtype
         // (LoRA adapters are held in float32 whatever the base's dtype)
         // (half: gathered as half bits, widened straight into the tensors; the same values)
-        const values = await sharded.gatherUnitStored(u, this.model.lora ? "float32" : this.model.dtype);
+        const dtype = this.model.lora ? "float32" : this.model.dtype;
+        // half bits into the kept array; float32 into a new one (a tensor made from it may keep reading it)
+        const out = dtype === "float32" ? undefined : this.layerGatherOut(unitSize(u));
+        const values = await sharded.gatherUnitStored(u, dtype, out);
         const unit = sharded.units[u]!;
         return new Map(
           unit.entries.map((e) => {
@@ -284,6 +296,16 @@ export class LayerSharding {
   }
 
   /** A zeroed buffer of `size` values for one decoder layer's gradient (the same memory every layer). */
+  /** The array a layer's half bits of `size` values are gathered into (see layerGathered). */
+  private layerGatherOut(size: number): Uint16Array {
+    let out = this.layerGathered.get(size);
+    if (!out) {
+      out = this.take(Uint16Array, size);
+      this.layerGathered.set(size, out);
+    }
+    return out;
+  }
+
   private zeroedLayer(size: number): Float32Array {
     if (!this.layerBuffer || this.layerBuffer.length < size) {
       const most = Math.max(

@@ -174,38 +174,74 @@ export class ShardedParameters {
     return norm;
   }
 
-  /** All-gathers unit `u`'s parameters (unit size, in flat order). */
-  async gatherUnit(u: number): Promise<Float32Array> {
+  /**
+   * All-gathers unit `u`'s parameters (unit size, in flat order), into `out` when given (one rank: the
+   * shard's own values, unless `out` is given).
+   */
+  async gatherUnit(u: number, out?: Float32Array): Promise<Float32Array> {
     const unit = this.units[u]!;
     const piece = this.pieces[u]!;
     const mine = this.params.subarray(piece.local, piece.local + piece.end - piece.start);
-    if (this.ctx.worldSize === 1) return mine;
+    this.checkUnitOut(u, out);
+    if (this.ctx.worldSize === 1) {
+      out?.set(mine);
+      return out ?? mine;
+    }
     return (await collective.allGather(
       mine,
       this.ctx.group!,
-      new Float32Array(unit.end - unit.start),
+      out ?? new Float32Array(unit.end - unit.start),
     )) as Float32Array;
   }
 
   /**
-   * All-gathers unit `u`'s parameters rounded into `dtype` (half dtypes: their bit patterns). Each rank
-   * rounds only its own piece and the ring moves 2 bytes a value instead of 4; rounding is elementwise,
-   * so the result has the bits of gatherUnit's values rounded after the gather.
+   * All-gathers unit `u`'s parameters rounded into `dtype` (half dtypes: their bit patterns), into `out`
+   * when given (a Float32Array for float32, else a Uint16Array of the bits). Each rank rounds only its own
+   * piece and the ring moves 2 bytes a value instead of 4; rounding is elementwise, so the result has the
+   * bits of gatherUnit's values rounded after the gather.
    */
-  async gatherUnitStored(u: number, dtype: WeightDtype): Promise<StoredValues> {
-    if (dtype === "float32") return this.gatherUnit(u);
+  async gatherUnitStored(
+    u: number,
+    dtype: WeightDtype,
+    out?: Float32Array | Uint16Array,
+  ): Promise<StoredValues> {
+    if (dtype === "float32") {
+      if (out !== undefined && !(out instanceof Float32Array))
+        throw new TypeError(`unit ${this.units[u]!.key}: a float32 gather needs a Float32Array out`);
+      return this.gatherUnit(u, out);
+    }
+    if (out !== undefined && !(out instanceof Uint16Array))
+      throw new TypeError(`unit ${this.units[u]!.key}: a ${dtype} gather needs a Uint16Array out (the bits)`);
+    this.checkUnitOut(u, out);
     const unit = this.units[u]!;
     const piece = this.pieces[u]!;
     const own = this.params.subarray(piece.local, piece.local + piece.end - piece.start);
-    if (this.ctx.worldSize === 1) return HalfArray.fromFloat32(own, dtype);
+    if (this.ctx.worldSize === 1) {
+      if (!out) return HalfArray.fromFloat32(own, dtype);
+      const half = new HalfArray(dtype, out);
+      half.assign(own);
+      return half;
+    }
     // rounded into memory kept for the next gather (the collective copies what it sends before it
     // returns): fresh pages of a new array cost more than the rounding itself (see docs/gpus.md)
     if (!this.roundScratch || this.roundScratch.length < own.length)
       this.roundScratch = new Uint16Array(this.largestPiece());
     const mine = this.roundScratch.subarray(0, own.length);
     new HalfArray(dtype, mine).assign(own);
-    const full = await collective.allGather(mine, this.ctx.group!, new Uint16Array(unit.end - unit.start));
+    const full = await collective.allGather(
+      mine,
+      this.ctx.group!,
+      out ?? new Uint16Array(unit.end - unit.start),
+    );
     return new HalfArray(dtype, full as Uint16Array);
+  }
+
+  private checkUnitOut(u: number, out: Float32Array | Uint16Array | undefined): void {
+    const unit = this.units[u]!;
+    if (out !== undefined && out.length !== unit.end - unit.start)
+      throw new RangeError(
+        `unit ${unit.key}: out holds ${out.length} values, the unit ${unit.end - unit.start}`,
+      );
   }
 
   /** All-gathers every unit into the full parameters, by name. */

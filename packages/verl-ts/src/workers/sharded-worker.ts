@@ -14,6 +14,7 @@ import { Dispatch, type Registrations } from "../single-controller/registration.
 import { Worker } from "../single-controller/worker.js";
 import { WorkerStateError } from "./errors.js";
 import { FaultInjector } from "./fault-injection.js";
+import { GatherBuffers } from "./gather-buffers.js";
 import { LayerSharding } from "./layer-sharding.js";
 import { globalMaskSum, lossTokenWeights } from "./loss-weights.js";
 import { microBatches, miniBatchPlan } from "./micro-batches.js";
@@ -78,6 +79,8 @@ export abstract class ShardedWorker extends Worker {
   } satisfies Registrations<ShardedWorker>;
 
   protected sharded?: ShardedParameters;
+  /** Where units are gathered into, kept between phases (gather-buffers.ts). */
+  protected readonly gatherBuffers = new GatherBuffers();
   /** The tensor backend initModel selected, and its line. */
   protected backendName = "";
   protected backendLine = "";
@@ -161,7 +164,10 @@ export abstract class ShardedWorker extends Worker {
     loss: (step: MicroStep) => tf.Scalar,
   ): Promise<{ sums: Float64Array; miniBatches: number; gradNorm: number; skipped: number; lr: number }> {
     const sharded = this.needSharded();
-    const layers = new LayerSharding(sharded, model, vars, paramNameOf);
+    // the layers' gathers go into one kept array (taken back when this update ends)
+    const layers = new LayerSharding(sharded, model, vars, paramNameOf, (ctor, length) =>
+      this.gatherBuffers.take(LAYERS, ctor, length),
+    );
     const { localMini, micro } = miniBatchPlan(
       this.ctx,
       data.length,
@@ -174,69 +180,74 @@ export abstract class ShardedWorker extends Worker {
     let gradNormSum = 0;
     let updates = 0;
     let skipped = 0;
-    for (let epoch = 0; epoch < plan.epochs; epoch++) {
-      for (let ms = 0; ms < data.length; ms += localMini) {
-        const mini = data.slice(ms, ms + localMini);
-        const R = mini.tensor("responses").shape[1]!;
-        const mask = mini.batch.loss_mask ?? mini.tensor("response_mask");
-        const globalTokens = await globalMaskSum(this.ctx, mask);
-        const weights = lossTokenWeights(mask, plan.lossAggMode, globalTokens, plan.globalMiniRows);
-        const grad = sharded.newGradient();
-        const mb = new Float64Array(plan.sums);
-        const groups = microBatches(mini, micro, plan.maxTokens);
-        // every rank runs as many rounds as the rank with the most micro-batches (layer-sharding.ts)
-        const rounds = await allReduceMax(this.ctx, groups.length);
-        for (let round = 0; round < rounds; round++) {
-          const rows = groups[round];
-          if (!rows) {
+    try {
+      for (let epoch = 0; epoch < plan.epochs; epoch++) {
+        for (let ms = 0; ms < data.length; ms += localMini) {
+          const mini = data.slice(ms, ms + localMini);
+          const R = mini.tensor("responses").shape[1]!;
+          const mask = mini.batch.loss_mask ?? mini.tensor("response_mask");
+          const globalTokens = await globalMaskSum(this.ctx, mask);
+          const weights = lossTokenWeights(mask, plan.lossAggMode, globalTokens, plan.globalMiniRows);
+          const grad = sharded.newGradient();
+          const mb = new Float64Array(plan.sums);
+          const groups = microBatches(mini, micro, plan.maxTokens);
+          // every rank runs as many rounds as the rank with the most micro-batches (layer-sharding.ts)
+          const rounds = await allReduceMax(this.ctx, groups.length);
+          for (let round = 0; round < rounds; round++) {
+            const rows = groups[round];
+            if (!rows) {
+              await layers.microBatch(
+                null,
+                () => tf.scalar(0),
+                () => [],
+                grad,
+                { first: round === 0, last: round === rounds - 1 },
+              );
+              continue;
+            }
+            const part = rowsOf(mini, rows);
+            const step: MicroStep = {
+              part,
+              tokens: responseTokenBatch(part),
+              weights: { data: pickRows(weights, R, rows), shape: [rows.length, R] },
+              sums: mb,
+              pending: [],
+              afterBackward(tensors, use) {
+                // A clone shares the data, so the loss the tape hands back can be disposed independently.
+                this.pending.push({ tensors: tensors.map((t) => tf.keep(tf.clone(t))), use });
+              },
+            };
             await layers.microBatch(
-              null,
-              () => tf.scalar(0),
-              () => [],
+              step.tokens.tb,
+              () => loss(step),
+              () => step.pending.splice(0),
               grad,
               { first: round === 0, last: round === rounds - 1 },
             );
-            continue;
           }
-          const part = rowsOf(mini, rows);
-          const step: MicroStep = {
-            part,
-            tokens: responseTokenBatch(part),
-            weights: { data: pickRows(weights, R, rows), shape: [rows.length, R] },
-            sums: mb,
-            pending: [],
-            afterBackward(tensors, use) {
-              // A clone shares the data, so the loss the tape hands back can be disposed independently.
-              this.pending.push({ tensors: tensors.map((t) => tf.keep(tf.clone(t))), use });
-            },
-          };
-          await layers.microBatch(
-            step.tokens.tb,
-            () => loss(step),
-            () => step.pending.splice(0),
-            grad,
-            { first: round === 0, last: round === rounds - 1 },
-          );
+          await allReduceSum(this.ctx, mb);
+          for (let i = 0; i < plan.sums; i++) sums[i]! += mb[i]!;
+          const norm = await sharded.step(grad, lr, plan.gradClip);
+          if (Number.isFinite(norm)) {
+            const more = epoch < plan.epochs - 1 || ms + localMini < data.length;
+            await this.afterOptimizerStep(model, more);
+            gradNormSum += norm;
+            updates++;
+          } else skipped++;
         }
-        await allReduceSum(this.ctx, mb);
-        for (let i = 0; i < plan.sums; i++) sums[i]! += mb[i]!;
-        const norm = await sharded.step(grad, lr, plan.gradClip);
-        if (Number.isFinite(norm)) {
-          const more = epoch < plan.epochs - 1 || ms + localMini < data.length;
-          await this.afterOptimizerStep(model, more);
-          gradNormSum += norm;
-          updates++;
-        } else skipped++;
       }
+      sharded.schedulerStep++;
+      return {
+        sums,
+        miniBatches: plan.epochs * (data.length / localMini),
+        gradNorm: updates ? gradNormSum / updates : Number.NaN,
+        skipped,
+        lr,
+      };
+    } finally {
+      // the layers' weights were disposed with their tensors: nothing reads the kept array now
+      this.gatherBuffers.reclaim(LAYERS);
     }
-    sharded.schedulerStep++;
-    return {
-      sums,
-      miniBatches: plan.epochs * (data.length / localMini),
-      gradNorm: updates ? gradNormSum / updates : Number.NaN,
-      skipped,
-      lr,
-    };
   }
 
   /**
@@ -253,17 +264,31 @@ export abstract class ShardedWorker extends Worker {
    * values at most. A unit the model stores in a half dtype is gathered in it (each rank rounds its own
    * piece, the ring moves half the bytes, nothing is rounded after: the same bits as rounding the
    * gathered float32 values). `assign` puts a unit's float32 values elsewhere instead of into the model.
-   * Every rank calls it at the same point with the same selection.
+   * A unit the model holds already is gathered into a kept array (the model copies the values); with
+   * `borrower`, an evicted one is gathered into arrays of `gatherBuffers` lent to it, which the caller
+   * reclaims once it has evicted the model again. Every rank calls it at the same point with the same
+   * selection.
    */
   protected async gatherWeightsInto(
     model: Qwen2Model,
     which: (unit: FlatUnit) => boolean = () => true,
     assign?: (values: Map<string, Float32Array>) => void,
+    borrower?: string,
   ): Promise<void> {
     const sharded = this.needSharded();
     for (const [u, unit] of sharded.units.entries()) {
       if (!which(unit)) continue;
-      const values = await sharded.gatherUnitStored(u, assign ? "float32" : unitStorageDtype(model, unit));
+      const dtype = assign ? "float32" : unitStorageDtype(model, unit);
+      // kept arrays for half bits only: a float32 tensor made from an array (tfjs's cpu backend) or a
+      // variable assigned one keeps reading that array, which the next gather would overwrite
+      const lender =
+        dtype === "float32"
+          ? undefined
+          : unit.entries.every((e) => model.holdsWeight(e.name))
+            ? SCRATCH
+            : borrower;
+      const out = lender ? this.gatherBuffers.take(lender, Uint16Array, unit.end - unit.start) : undefined;
+      const values = await sharded.gatherUnitStored(u, dtype, out);
       const parts = new Map(
         unit.entries.map((e) => {
           const at = e.offset - unit.start;
@@ -273,6 +298,8 @@ export abstract class ShardedWorker extends Worker {
       if (assign) assign(parts as Map<string, Float32Array>);
       else if (values instanceof HalfArray) model.setStoredParameters(parts);
       else model.setParameters(parts as Map<string, Float32Array>);
+      // the model copied the values of weights it held: the array is free for the next unit
+      if (lender === SCRATCH) this.gatherBuffers.reclaim(SCRATCH);
     }
   }
 
@@ -293,6 +320,11 @@ export abstract class ShardedWorker extends Worker {
     return { rank: this.rank, schedulerStep: sharded.schedulerStep };
   }
 }
+
+/** The borrower of gatherBuffers' arrays gathered into for a copy (returned after each unit). */
+const SCRATCH = "scratch";
+/** The borrower of the array an update's layers are gathered into (returned when the update ends). */
+const LAYERS = "layers";
 
 /** The dtype every parameter of `unit` is stored in by `model`; float32 where they differ. */
 function unitStorageDtype(model: Qwen2Model, unit: FlatUnit): WeightDtype {

@@ -137,6 +137,17 @@ test.serial(
         }
       }
       if (v.name === "fp32") t.true(b.between[0]![0]!.actorWeightTensorBytes === weightBytes);
+      // gathers of half bits go into arrays kept between phases (none for float32): after the first
+      // generation exactly one model's weights; from the end of the first update on, none more (the
+      // update's optimizer steps add arrays for the units it gathers into a held model once)
+      const pooled = (x: typeof a, k: number) => x.between[k]!.map((m) => m.gatherBufferBytes);
+      t.deepEqual(pooled(a, 0), [0, 0], "nothing is kept before the first gather");
+      if (v.name === "fp32") t.deepEqual(pooled(a, 6), [0, 0], "float32 gathers keep no arrays");
+      else
+        t.deepEqual(pooled(a, 1), [weightBytes, weightBytes], "one model's gathered bits after generation");
+      for (const x of [a, b])
+        for (const k of [4, 5, 6])
+          t.deepEqual(pooled(x, k), pooled(x, 3), `step 2 reuses step 1's arrays (${k})`);
       t.log(
         `${v.name}: ${info.numParameters} parameters; between phases a rank holds ${a.between[1]![0]!.actorShardBytes} bytes of FSDP state ` +
           `and ${a.between[1]![0]!.tensorBytes} tensor bytes sharded at rest, ${b.between[1]![0]!.actorWeightBytes} more bytes of weights (${b.between[1]![0]!.tensorBytes} tensor bytes) kept`,
