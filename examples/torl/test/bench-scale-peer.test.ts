@@ -112,6 +112,10 @@ test("the PyTorch side runs one rank's share at tiny shapes and every key lands 
       t.true(Math.abs(ratio - theirs / probe().seconds[phase]!) <= 1e-3 * ratio, `${phase} ${short}`);
     }
   t.true((out.scale_peak_rss_bytes_torch_bf16 as number) > 0);
+  // every PyTorch step's seconds, the last of them the figures'
+  const steps = out.scale_step_seconds_torch_fp32 as Record<string, number>[];
+  t.is(steps.length, 2);
+  t.is(steps[1]!.update_actor, out.scale_update_actor_seconds_torch_fp32 as number);
 });
 
 test("torchScaleSpec refuses a probe that never generated", (t) => {

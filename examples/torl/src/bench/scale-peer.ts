@@ -34,6 +34,8 @@ interface TorchScaleRun {
   torch_version: string;
   threads: number;
   seconds: Record<string, number>;
+  /** Every step's seconds by phase (seconds is the last one's); older scripts print none. */
+  step_seconds?: Record<string, number>[];
   peak_rss_bytes: number;
 }
 
@@ -70,7 +72,8 @@ export type ScalePeerResult = ScaleProbeResult & { lora?: ScaleProbeResult & { t
 /**
  * The probe's result with the side-by-side keys: `scale_<phase>_seconds_torl`, and where torch ran,
  * `scale_<phase>_seconds_torch_{fp32,bf16}` and `scale_<phase>_ratio_{fp32,bf16}` (torch seconds over
- * torl-ts seconds: above 1, torl-ts is faster), `scale_peak_rss_bytes_torch_{fp32,bf16}`; `torch` says
+ * torl-ts seconds: above 1, torl-ts is faster), `scale_peak_rss_bytes_torch_{fp32,bf16}`,
+ * `scale_step_seconds_torch_{fp32,bf16}` (every step's seconds by phase); `torch` says
  * which torch ran or why none did; `scale_fine_tuning` names what both sides' figures are (full
  * fine-tuning), and a LoRA run's figures (`lora`) get `torch` saying that PyTorch did not run them.
  */
@@ -101,6 +104,11 @@ export function mergeScalePeer(
     for (const part of ["update_forward_backward", "update_adamw"])
       if (run.seconds[part] !== undefined)
         out[`scale_${part}_seconds_torch_${short}`] = scaleRound(run.seconds[part]);
+    // every step's, beside the probe's own step_seconds: the first step of each side pays first writes
+    if (run.step_seconds)
+      out[`scale_step_seconds_torch_${short}`] = run.step_seconds.map((step) =>
+        Object.fromEntries(Object.entries(step).map(([k, v]) => [k, scaleRound(v)])),
+      );
   }
   return out;
 }
@@ -159,6 +167,7 @@ when \`python3 -c 'import torch'\` works (--python PATH for another interpreter)
   scale_<phase>_ratio_{fp32,bf16}      torch seconds / torl-ts seconds (above 1: torl-ts is faster)
   scale_peak_rss_bytes_torch_{fp32,bf16}, torch (the version, or why it did not run)
   scale_steps                          both sides run --steps GRPO steps; the figures are the last one's
+  scale_step_seconds_torch_{fp32,bf16} every PyTorch step's seconds by phase (step_seconds: torl-ts's)
   scale_fine_tuning                    "full": the PyTorch side runs full fine-tuning only, so these
       figures are the full fine-tuning run's on both sides; with --lora-rank the LoRA figures under
       "lora" have no PyTorch counterpart (lora.torch says so)`,

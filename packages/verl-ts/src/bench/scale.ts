@@ -16,6 +16,7 @@
  * 2N, all-linear; the reference is then the base with the adapters off, so it is not offloaded): full
  * fine-tuning and LoRA side by side, each with its own worker processes.
  */
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -312,7 +313,7 @@ optimizer's moments, buffers kept from then on), a later one is the steady state
 update_actor (the full fine-tuning run's: scale_fine_tuning "full"; the last step's: scale_steps),
 scale_<phase>_cpu_seconds_rank<r> (the CPU seconds of rank r's worker over the phase),
 scale_<phase>_fresh_mib_rank<r> (the fresh memory it first wrote in the phase, from its minor page
-faults, 4 KiB pages), and torch: the PyTorch side's version, or why it did not run (the installed
+faults times scale_page_bytes, the kernel's page size from getconf), and torch: the PyTorch side's version, or why it did not run (the installed
 command has none; the torl-ts repository's has).`;
 
 /** `bench scale`'s flags, for a recipe's command that extends it (the ToRL recipe's PyTorch peer). */
@@ -362,8 +363,23 @@ export const SCALE_PHASES = ["generate", "old_log_prob", "ref_log_prob", "update
 /** What the scale_* figures measure: the full fine-tuning run (a LoRA run's figures are under `lora`). */
 export const SCALE_FINE_TUNING = "full";
 
-/** The page size minor page faults count in (x86-64 and most aarch64 kernels). */
-const PAGE_BYTES = 4096;
+let pageBytesFound: number | string | undefined;
+
+/**
+ * The kernel's page size, the unit minor page faults count in (4 KiB on x86-64; 16 or 64 KiB on some
+ * aarch64 kernels), from `getconf PAGESIZE`; a string saying why where it cannot be read.
+ */
+export function systemPageBytes(): number | string {
+  if (pageBytesFound === undefined) {
+    try {
+      const n = Number(execFileSync("getconf", ["PAGESIZE"], { encoding: "utf8", timeout: 10_000 }).trim());
+      pageBytesFound = Number.isInteger(n) && n > 0 ? n : `getconf PAGESIZE printed ${JSON.stringify(n)}`;
+    } catch (e) {
+      pageBytesFound = `getconf PAGESIZE failed: ${(e as Error).message.split("\n")[0]}`;
+    }
+  }
+  return pageBytesFound;
+}
 
 /** A figure to 4 significant digits. */
 export function scaleRound(x: number): number {
@@ -375,20 +391,26 @@ export function scaleRound(x: number): number {
  * phase it reached, `scale_<phase>_cpu_seconds_rank<r>` (the CPU seconds of rank r's worker process over
  * the phase: on a loaded machine a steadier figure than the wall clock), `scale_steps` (the figures are
  * the last of that many steps'), `scale_<phase>_fresh_mib_rank<r>`
- * (the fresh memory rank r first wrote in the phase, from its minor page faults) and `scale_fine_tuning`
- * (what they measure).
+ * (the fresh memory rank r first wrote in the phase: its minor page faults times `pageBytes`, given as
+ * `scale_page_bytes`; none where the page size is unknown) and `scale_fine_tuning` (what they measure).
  */
-export function scaleTorlFigures(probe: ScaleProbeResult): Record<string, number | string> {
+export function scaleTorlFigures(
+  probe: ScaleProbeResult,
+  pageBytes: number | string = systemPageBytes(),
+): Record<string, number | string> {
   const out: Record<string, number | string> = {
     scale_fine_tuning: SCALE_FINE_TUNING,
     scale_steps: probe.steps,
+    // a page size that cannot be read says why, and no fresh-memory figure is given in a guessed unit
+    scale_page_bytes: typeof pageBytes === "number" ? pageBytes : `unknown (${pageBytes})`,
   };
   for (const phase of SCALE_PHASES) {
     const mine = probe.seconds[phase];
     if (mine !== undefined) out[`scale_${phase}_seconds_torl`] = scaleRound(mine);
     for (const [r, u] of (probe.usage[phase] ?? []).entries()) {
       out[`scale_${phase}_cpu_seconds_rank${r}`] = scaleRound(u.cpuSeconds);
-      out[`scale_${phase}_fresh_mib_rank${r}`] = scaleRound((u.minorPageFaults * PAGE_BYTES) / 2 ** 20);
+      if (typeof pageBytes === "number")
+        out[`scale_${phase}_fresh_mib_rank${r}`] = scaleRound((u.minorPageFaults * pageBytes) / 2 ** 20);
     }
   }
   return out;

@@ -108,8 +108,8 @@ export interface WorkerMemory {
   /** CPU seconds (user and system) of the process so far: what a phase took is the difference. */
   cpuSeconds: number;
   /**
-   * Minor page faults of the process so far: times it first wrote a page of fresh memory (4 KiB each). A
-   * phase's difference times 4 KiB is the fresh memory it touched, which costs far more than reusing
+   * Minor page faults of the process so far: times it first wrote a page of fresh memory (4 KiB on
+   * x86-64: `getconf PAGESIZE`). A phase's difference times the page size is the fresh memory it touched, which costs far more than reusing
    * memory (much more again in a virtual machine whose host takes freed memory back).
    */
   minorPageFaults: number;

@@ -15,6 +15,8 @@ import {
   SCALE_PHASES,
   type ScaleProbeResult,
   scaleJson,
+  scaleTorlFigures,
+  systemPageBytes,
 } from "../../src/bench/scale.js";
 import {
   bundledQwenTokenizerDir,
@@ -195,6 +197,19 @@ test("--json carries each rank's CPU seconds and fresh memory (MiB of page fault
   t.false("scale_load_fresh_mib_rank0" in out, "only the side-by-side phases");
   t.regex(benchScaleCommand.usage, /scale_<phase>_cpu_seconds_rank<r>/);
   t.regex(benchScaleCommand.usage, /scale_<phase>_fresh_mib_rank<r>/);
+  // faults count pages of the kernel's size, which the JSON names
+  t.is(out.scale_page_bytes, systemPageBytes());
+  t.is(typeof systemPageBytes(), "number", "getconf PAGESIZE reads on Linux");
+  const big = scaleTorlFigures(probe, 65536);
+  t.is(big.scale_page_bytes, 65536);
+  t.is(big.scale_update_actor_fresh_mib_rank0, (40 * 256 * 65536) / 2 ** 20, "64 KiB pages: 16x the MiB");
+  const unknown = scaleTorlFigures(probe, "getconf PAGESIZE failed: ENOENT");
+  t.regex(String(unknown.scale_page_bytes), /^unknown \(getconf PAGESIZE failed: ENOENT\)$/);
+  t.false(
+    Object.keys(unknown).some((k) => k.includes("fresh_mib")),
+    "no fresh memory figure in a guessed unit",
+  );
+  t.is(unknown.scale_update_actor_cpu_seconds_rank0, 40);
 });
 
 test("--json carries scale_<phase>_seconds_torl of the full fine-tuning run and says why no torch figures (the installed command)", (t) => {
