@@ -3,7 +3,14 @@
  * ProcessMember or invokeInActor). Data is generated from (rank, index) so the test can compute
  * the expected result on its own.
  */
-import { actor, type CollectiveArray, collective, getRuntimeContext, type ReduceOp } from "@torl-ts/actors";
+import {
+  actor,
+  type CollectiveArray,
+  collective,
+  getRuntimeContext,
+  type ReduceOp,
+  registerReduceKernel,
+} from "@torl-ts/actors";
 
 export type DtypeName =
   | "Float32Array"
@@ -63,6 +70,29 @@ export async function doReduceScatter(group: string, dtype: DtypeName, n: number
   const again = makeData(dtype, n, rank);
   if (!a.every((v, i) => v === again[i])) throw new Error("reduceScatter modified its input");
   return { shard, range: collective.shardRange(n, group) };
+}
+
+/**
+ * reduceScatter and allReduce of float32 with a registered sum kernel that counts its calls and the
+ * values it added (then put back): what the ring's own loop gives must come out unchanged.
+ */
+export async function doRegisteredKernel(group: string, n: number) {
+  const rank = collective.getRank(group);
+  let calls = 0;
+  let values = 0;
+  const restore = registerReduceKernel("sum", Float32Array, (acc, src) => {
+    calls++;
+    values += acc.length;
+    for (let i = 0; i < acc.length; i++) acc[i]! += src[i]!;
+  });
+  try {
+    const shard = await collective.reduceScatter(makeData("Float32Array", n, rank), "sum", group);
+    const all = makeData("Float32Array", n, rank);
+    await collective.allReduce(all, "sum", group);
+    return { calls, values, shard, all };
+  } finally {
+    restore();
+  }
 }
 
 /** reduceScatter then allGather into a preallocated array: the FSDP pattern; equals allReduce. */

@@ -3,12 +3,14 @@
 import test from "ava";
 import { benchCollectivesCommand, runCollectiveBench } from "../src/bench/collectives.js";
 import {
+  CollectiveArgumentError,
   type CollectiveGroup,
   createCollectiveGroupOn,
   destroyCollectiveGroup,
   getCollectiveGroup,
   ProcessMember,
   type ReduceOp,
+  registerReduceKernel,
   shardBounds,
   shardRange,
 } from "../src/collective/index.js";
@@ -407,6 +409,45 @@ test.serial("bad arguments are refused with a clear error and do not break the g
     await g.destroy();
   }
 });
+
+test.serial(
+  "a registered float32 sum kernel does the ring's additions, with the same results; it is refused for other ops and types",
+  async (t) => {
+    const g = await group(2);
+    try {
+      const n = 10_001;
+      const res = await onAll<{ calls: number; values: number; shard: Float32Array; all: Float32Array }>(
+        g,
+        "doRegisteredKernel",
+        () => [g.name, n],
+      );
+      const want = expectedReduce("Float32Array", n, 2, "sum");
+      for (const [r, x] of res.entries()) {
+        // each rank adds the half it receives in the reduce-scatter, and again in the all-reduce
+        const range = shardRange(n, 2, r);
+        t.true(x.calls >= 2, `rank ${r}: the kernel ran (${x.calls} calls)`);
+        t.is(x.values, 2 * (range.end - range.start), `rank ${r}: every received value of its chunk`);
+        t.deepEqual(Array.from(x.shard), want.slice(range.start, range.end), `rank ${r} reduce-scatter`);
+        t.deepEqual(Array.from(x.all), want, `rank ${r} all-reduce`);
+      }
+    } finally {
+      await g.destroy();
+    }
+    const add = () => {};
+    t.throws(() => registerReduceKernel("max", Float32Array, add), {
+      instanceOf: CollectiveArgumentError,
+      message: /op must be "sum" or "mean", got "max"/,
+    });
+    t.throws(() => registerReduceKernel("sum", Int32Array as never, add), {
+      instanceOf: CollectiveArgumentError,
+      message: /Float32Array or Float64Array, got Int32Array/,
+    });
+    t.throws(() => registerReduceKernel("sum", Float32Array, 3 as never), {
+      instanceOf: CollectiveArgumentError,
+      message: /kernel must be a function, got number/,
+    });
+  },
+);
 
 test.serial("the collective benchmark reports every figure next to its baselines", async (t) => {
   const lines: string[] = [];

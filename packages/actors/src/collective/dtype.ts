@@ -1,3 +1,5 @@
+import { CollectiveArgumentError } from "./errors.js";
+
 /** Typed arrays the collectives accept (BigInt arrays and Uint8ClampedArray are not supported). */
 export type CollectiveArray =
   | Float32Array
@@ -72,6 +74,8 @@ const KERNEL_BODIES: Record<ReduceOp, string> = {
 const IMUL_BODY = "for (let i = 0; i < n; i++) acc[i] = Math.imul(acc[i], src[i]);";
 
 const kernels = new Map<string, Kernel>();
+/** Kernels registered by the process (registerReduceKernel), by op and element type. */
+const registered = new Map<string, Kernel>();
 
 /**
  * One compiled loop per (op, element type): each `new Function` gets its own type feedback, so
@@ -79,7 +83,7 @@ const kernels = new Map<string, Kernel>();
  */
 function kernel(op: ReduceOp, code: number): Kernel {
   const key = `${op}/${code}`;
-  let k = kernels.get(key);
+  let k = registered.get(key) ?? kernels.get(key);
   if (!k) {
     const isInt32 = code === 4 || code === 7;
     const body = op === "prod" && isInt32 ? IMUL_BODY : KERNEL_BODIES[op];
@@ -100,4 +104,46 @@ export function finalize(op: ReduceOp, acc: CollectiveArray, worldSize: number):
   const n = acc.length;
   // Integer arrays truncate toward zero on assignment (ToInt32 / ToUint32 semantics).
   for (let i = 0; i < n; i++) acc[i] = acc[i]! / worldSize;
+}
+
+/** The element types a reduce kernel can be registered for (the float ones: see registerReduceKernel). */
+export type ReduceKernelArray = Float32ArrayConstructor | Float64ArrayConstructor;
+
+/**
+ * Makes `kernel(acc, src)` this process's loop for `op` ("sum" or "mean", whose loop is the sum's) on
+ * arrays of `ctor`, in place of the built-in JavaScript loop: a native one, for instance, where the
+ * reductions of large arrays are a visible share of a step. It must compute `acc[i] += src[i]` for every
+ * i, one IEEE addition per element in the arrays' own precision, so that the results are the same bits
+ * as the built-in loop's (a loop that sums in another precision or order is not a drop-in). Returns a
+ * function that puts back the kernel registered before. Refuses other ops, types and non-functions
+ * with a CollectiveArgumentError.
+ */
+export function registerReduceKernel(
+  op: ReduceOp,
+  ctor: ReduceKernelArray,
+  kernel: (acc: Float32Array | Float64Array, src: Float32Array | Float64Array) => void,
+): () => void {
+  if (op !== "sum" && op !== "mean")
+    throw new CollectiveArgumentError(
+      `registerReduceKernel: op must be "sum" or "mean", got ${JSON.stringify(op)}`,
+      "",
+    );
+  const code = CTORS.indexOf(ctor as unknown as Ctor);
+  if (code < 0 || code > 1)
+    throw new CollectiveArgumentError(
+      `registerReduceKernel: the array type must be Float32Array or Float64Array, got ${String((ctor as { name?: string })?.name ?? ctor)}`,
+      "",
+    );
+  if (typeof kernel !== "function")
+    throw new CollectiveArgumentError(
+      `registerReduceKernel: kernel must be a function, got ${typeof kernel}`,
+      "",
+    );
+  const key = `${op}/${code}`;
+  const before = registered.get(key);
+  registered.set(key, kernel as Kernel);
+  return () => {
+    if (before) registered.set(key, before);
+    else registered.delete(key);
+  };
 }

@@ -1,6 +1,11 @@
 // Collective communication among actor processes (ring-based, over ZeroMQ).
 export { createCollectiveGroup } from "./actors.js";
-export type { CollectiveArray, ReduceOp } from "./dtype.js";
+export {
+  type CollectiveArray,
+  type ReduceKernelArray,
+  type ReduceOp,
+  registerReduceKernel,
+} from "./dtype.js";
 export {
   CollectiveArgumentError,
   CollectiveError,

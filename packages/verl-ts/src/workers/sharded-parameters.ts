@@ -16,7 +16,7 @@ import { type FlatEntry, FlatLayout } from "./flat-params.js";
 import { layerUnitKey } from "./layer-sharding.js";
 import { clipCoefficient, type OptimSettings, ShardedAdamW } from "./optim.js";
 import { allReduceSum, type RankContext } from "./rank-context.js";
-import { addInto, sumSquares } from "./vector-ops.js";
+import { addInto, sumSquares, useNativeReductions } from "./vector-ops.js";
 
 /** Consecutive parameters gathered and reduce-scattered together; [start, end) of the flat vector. */
 export interface FlatUnit {
@@ -105,6 +105,8 @@ export class ShardedParameters {
     optim: OptimSettings,
     unitKey: (name: string) => string = layerUnitKey,
   ) {
+    // the gradients' reduce-scatters add in the addon's loop (the same bits as the ring's own)
+    if (ctx.worldSize > 1) useNativeReductions();
     const sharding = shardedLayout(values, ctx, unitKey);
     this.layout = sharding.layout;
     this.units = sharding.units;
