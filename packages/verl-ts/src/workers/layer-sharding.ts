@@ -295,7 +295,6 @@ export class LayerSharding {
     return buf;
   }
 
-  /** A zeroed buffer of `size` values for one decoder layer's gradient (the same memory every layer). */
   /** The array a layer's half bits of `size` values are gathered into (see layerGathered). */
   private layerGatherOut(size: number): Uint16Array {
     let out = this.layerGathered.get(size);
@@ -306,6 +305,7 @@ export class LayerSharding {
     return out;
   }
 
+  /** A zeroed buffer of `size` values for one decoder layer's gradient (the same memory every layer). */
   private zeroedLayer(size: number): Float32Array {
     if (!this.layerBuffer || this.layerBuffer.length < size) {
       const most = Math.max(
