@@ -87,10 +87,14 @@ def main():
     warm_up(CONFIG.get("preload", []))
     how = "sympy and numpy imported and warmed once; each run is a fork"
     ranges = huge_ranges() if huge_off is None else []
+    # why "auto" chose the heap it did (the cost of a page fault, measured by Node), if it chose
+    choice = CONFIG.get("heap_choice")
     if ranges:
         how += f"; heap in {sum(n for _, n in ranges) // HUGE} huge pages, copied whole per run"
+        how += f" ({choice})" if choice else ""
     else:
-        how += f"; heap in 4 KiB pages ({huge_off or 'glibc made no huge mapping'})"
+        why = choice if choice and not CONFIG.get("huge_pages") else huge_off or "glibc made no huge mapping"
+        how += f"; heap in 4 KiB pages ({why})"
     PROTECTIONS["warm_pool"] = {"active": True, "how": how}
     PROTECTIONS["env_scrubbed"] = {"active": True, "how": "the server drops its environment; runs get a fixed minimal one"}
     is_root = os.geteuid() == 0

@@ -31,8 +31,8 @@ export interface ExecutorOptions {
   /** Isolation steps to leave out; for tests that show what a protection does. */
   disable?: IsolationStep[];
   preload?: string[];
-  /** Warm heap in 2 MiB huge pages (default true); see WorkerOptions.hugePages. */
-  hugePages?: boolean;
+  /** Warm heap in 2 MiB huge pages: true, false or "auto" (the default: by the cost of a page fault here); see WorkerOptions.hugePages. */
+  hugePages?: boolean | "auto";
   /** This executor's maxima (run_timeout, memory_limit_MB, request size); a request over one is refused. */
   limits?: Partial<RequestLimits>;
   /** Called with each line worth saying loudly (missing protections, restarts). Default: stderr. */
@@ -146,6 +146,7 @@ export class SandboxExecutor implements CodeRunner {
       completed: this.completed,
       restarts: this.restarts,
       protections: this.protections,
+      heap: this.workers.find((w) => w.heap !== undefined)?.heap ?? null,
       warnings: this.warnings,
     };
   }

@@ -4,6 +4,7 @@ export { sandboxCommand } from "./cli/serve.js";
 export { SandboxFusionClient, type SandboxFusionClientOptions } from "./client.js";
 export * from "./errors.js";
 export { type ExecutorOptions, SandboxExecutor, sandboxError } from "./executor.js";
+export { HUGE_HEAP_MIN_FAULT_US, pageFaultMicros } from "./python.js";
 export {
   checkRunLimits,
   DEFAULT_LIMITS,

@@ -62,6 +62,9 @@ export interface Protection {
   reason?: string;
 }
 
+/** A warm heap in 2 MiB hugetlb pages, or in the machine's ordinary pages. */
+export type HeapPages = "huge" | "small";
+
 /** What `GET /health` and `SandboxExecutor.health()` report. */
 export interface SandboxHealth {
   status: "ok" | "degraded" | "down";
@@ -70,6 +73,9 @@ export interface SandboxHealth {
   completed: number;
   restarts: number;
   protections: Record<string, Protection>;
+  /** The page size of the workers' warm heap: 2 MiB hugetlb pages or ordinary ones (see `hugePages`);
+   * null while no worker has started. */
+  heap: HeapPages | null;
   /** Every protection that is not active, in words; empty when isolation is complete. */
   warnings: string[];
 }

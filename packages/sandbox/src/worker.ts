@@ -2,9 +2,16 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, readdirSync, rmdirSync } from "node:fs";
 import type { Writable } from "node:stream";
 import { SandboxInternalError, SandboxStartError, SandboxWorkerDiedError } from "./errors.js";
-import { forkServerArgs, forkServerBundle, forkServerEnv, resolvePython } from "./python.js";
+import {
+  forkServerArgs,
+  forkServerBundle,
+  forkServerEnv,
+  HUGE_HEAP_MIN_FAULT_US,
+  pageFaultMicros,
+  resolvePython,
+} from "./python.js";
 import { DEFAULT_LIMITS, type NormalizedRequest } from "./request.js";
-import type { Protection } from "./types.js";
+import type { HeapPages, Protection } from "./types.js";
 
 /** What the fork server reports for one run. */
 export interface RawRunResult {
@@ -41,12 +48,14 @@ export interface WorkerOptions {
   /** Extra modules imported into the warm interpreter. */
   preload?: string[];
   /**
-   * Keep the warm interpreter's heap in 2 MiB huge pages (default true): a run then copies each
-   * 2 MiB page it writes in one step instead of hundreds of 4 KiB copy-on-write faults. As root the
-   * worker allows surplus huge pages (vm.nr_overcommit_hugepages, up to a quarter of RAM); they are
-   * taken from free memory when used and given back when released.
+   * Keep the warm interpreter's heap in 2 MiB huge pages: a run then copies each 2 MiB page it
+   * writes in one step instead of hundreds of 4 KiB copy-on-write faults. As root the worker allows
+   * surplus huge pages (vm.nr_overcommit_hugepages, up to a quarter of RAM); they are taken from free
+   * memory when used and given back when released. Default "auto": huge pages where a page fault
+   * costs at least HUGE_HEAP_MIN_FAULT_US (measured once per process with `pageFaultMicros`), as under
+   * shadow paging; ordinary pages where faults are cheap, as on hardware or a nested-paging guest.
    */
-  hugePages?: boolean;
+  hugePages?: boolean | "auto";
   /** How long a start may take, ms (default 60 s: importing sympy on a loaded machine is slow). */
   startTimeoutMs?: number;
   /** Extra wall time after run_timeout before the host kills a worker that does not answer, ms. */
@@ -145,6 +154,8 @@ export class SandboxWorker {
   warnings: string[] = [];
   /** The uid the runs execute as (host view). */
   runUid: number | undefined;
+  /** The page size of the warm heap the runs are forked from, once started (see WorkerOptions.hugePages). */
+  heap: HeapPages | undefined;
   /** Pid of the outer process (in the host's pid namespace). */
   pid: number | undefined;
   private proc: ChildProcess | undefined;
@@ -177,14 +188,16 @@ export class SandboxWorker {
   }
 
   /** Starts the process and waits for its `ready` frame (with the protections it put in force). */
-  start(): Promise<void> {
+  async start(): Promise<void> {
+    const heap = await this.heapChoice();
     const config = {
       name: this.name,
       max_output_bytes: this.options.maxOutputBytes ?? 1 << 20,
       tmpfs_mb: this.options.tmpfsMb ?? 256,
       disable: this.options.disable ?? [],
       preload: this.options.preload ?? [],
-      huge_pages: this.options.hugePages ?? true,
+      huge_pages: heap.huge,
+      heap_choice: heap.why,
       // per-phase timings in each raw result, for profiling the run cycle
       trace: process.env.TORL_SANDBOX_TRACE === "1",
     };
@@ -248,6 +261,28 @@ export class SandboxWorker {
       this.onExit?.(died);
     });
     return started.finally(() => clearTimeout(timer));
+  }
+
+  /** Whether the warm heap goes in huge pages (see WorkerOptions.hugePages), and why when "auto" chose. */
+  private async heapChoice(): Promise<{ huge: boolean; why?: string }> {
+    const wanted = this.options.hugePages ?? "auto";
+    if (wanted !== "auto") return { huge: wanted };
+    let us: number;
+    try {
+      us = await pageFaultMicros(this.python);
+    } catch (err) {
+      throw new SandboxStartError(
+        this.name,
+        this.python,
+        `the page-fault probe that picks the heap (hugePages "auto") failed: ${(err as Error).message}`,
+      );
+    }
+    const huge = us >= HUGE_HEAP_MIN_FAULT_US;
+    const than = huge ? "at least" : "under";
+    return {
+      huge,
+      why: `auto: a page fault costs ${us.toFixed(1)} us here, ${than} ${HUGE_HEAP_MIN_FAULT_US}`,
+    };
   }
 
   /** Runs one request; rejects with SandboxWorkerDiedError if the worker dies meanwhile. */
@@ -336,6 +371,7 @@ export class SandboxWorker {
       this.protections = frame.protections as Record<string, Protection>;
       this.warnings = frame.warnings as string[];
       this.runUid = frame.uid as number;
+      this.heap = frame.heap === "huge" ? "huge" : "small";
       this.readyWaiter?.resolve();
       this.readyWaiter = undefined;
       return;

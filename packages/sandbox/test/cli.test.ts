@@ -90,8 +90,10 @@ test("sandbox serve reads --flag value and --flag=value the same way, naming the
 });
 
 test("the benchmark reports every figure with isolation on (tiny run)", async (t) => {
-  const r = await benchSandbox({ workers: 1, runs: 6, naiveRuns: 1, latencyRuns: 3, bareRuns: 8 });
+  const r = await benchSandbox({ workers: 1, runs: 6, rounds: 2, naiveRuns: 1, latencyRuns: 3, bareRuns: 8 });
   t.is(r.isolation, "full");
+  t.true(r.pool_heap === "huge" || r.pool_heap === "small", r.pool_heap);
+  t.is(r.rounds, 2);
   const figures = [
     "naive_spawn_per_s",
     "pool_per_s",
@@ -104,8 +106,18 @@ test("the benchmark reports every figure with isolation on (tiny run)", async (t
     "bare_fork_code_cpu_ms_per_run",
     "pool_cpu_ms_per_run",
     "pool_vs_bare_fork_cpu",
+    "bare_fork_code_per_s_huge",
+    "bare_fork_code_per_s_small",
+    "pool_vs_best_bare_fork",
   ] as const;
   for (const k of figures) t.true(Number.isFinite(r[k]) && r[k] > 0, `${k} = ${r[k]}`);
+  // the ceiling is the loop with the pool's own heap; against the faster heap's the pool can only do worse
+  t.is(
+    r.bare_fork_code_per_s,
+    r.pool_heap === "huge" ? r.bare_fork_code_per_s_huge : r.bare_fork_code_per_s_small,
+  );
+  t.is(r.pool_vs_bare_fork_rounds.length, 2);
+  t.true(r.pool_vs_best_bare_fork <= r.pool_vs_bare_fork);
   // the CPU split by process adds up to the totals (each part rounded to 0.01 ms)
   const parts = [r.pool_cpu_ms_node, r.pool_cpu_ms_server, r.pool_cpu_ms_template, r.pool_cpu_ms_runs];
   for (const p of parts) t.true(Number.isFinite(p) && p >= 0);

@@ -6,7 +6,8 @@ import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import test from "ava";
-import { SandboxExecutor } from "../src/index.js";
+import { HUGE_HEAP_MIN_FAULT_US, pageFaultMicros, SandboxExecutor } from "../src/index.js";
+import { resolvePython } from "../src/python.js";
 import { eventually, isRoot, leftovers, processesOf } from "./helpers.js";
 
 let ex: SandboxExecutor;
@@ -18,6 +19,9 @@ test.before(async () => {
     workers: 2,
     maxOutputBytes: 1 << 20,
     maxProcesses: 32,
+    // the huge-page heap whatever a fault costs here (its copies and their cap are tested below);
+    // the other suites run the default ("auto"), which picks ordinary pages where faults are cheap
+    hugePages: true,
     log: () => {},
   }).start();
 });
@@ -454,6 +458,7 @@ test("seccomp: no user namespace (it would hand the run capabilities), no ptrace
 
 test("the warm heap is in huge pages: a run holds its own copy of each 2 MiB page", async (t) => {
   t.regex(ex.health().protections.warm_pool?.how ?? "", /heap in \d+ huge pages/);
+  t.is(ex.health().heap, "huge");
   const probe = "print(int(open('/proc/self/status').read().split('HugetlbPages:')[1].split()[0]) > 0)";
   const r = await ex.run(probe);
   t.is(r.run_result?.stdout, "True\n");
@@ -464,10 +469,29 @@ test("the warm heap is in huge pages: a run holds its own copy of each 2 MiB pag
       /heap in 4 KiB pages \(huge pages off by configuration\)/,
     );
     t.is(plain.health().status, "ok", "a speed feature that is off does not degrade the health");
+    t.is(plain.health().heap, "small");
     t.is((await plain.run(probe)).run_result?.stdout, "False\n");
     const same = "import sympy\nx = sympy.symbols('x')\nprint(sympy.factor(x**6 - 1))";
     t.is((await plain.run(same)).run_result?.stdout, (await ex.run(same)).run_result?.stdout);
   } finally {
     await plain.close();
+  }
+});
+
+test("the default heap (auto) is the one the cost of a page fault here calls for, and says so", async (t) => {
+  const us = await pageFaultMicros(resolvePython());
+  t.true(Number.isFinite(us) && us > 0, `${us}`);
+  t.is(pageFaultMicros(resolvePython()), pageFaultMicros(resolvePython()), "measured once per process");
+  const auto = await new SandboxExecutor({ workers: 1, log: () => {} }).start();
+  try {
+    const how = auto.health().protections.warm_pool?.how ?? "";
+    const said = /auto: a page fault costs ([\d.]+) us here, (at least|under) (\d+)/.exec(how);
+    t.truthy(said, how);
+    t.is(Number(said![3]), HUGE_HEAP_MIN_FAULT_US);
+    t.is(auto.health().heap, Number(said![1]) >= HUGE_HEAP_MIN_FAULT_US ? "huge" : "small", how);
+    t.is(auto.health().status, "ok");
+    t.is((await auto.run("print(6 * 7)")).run_result?.stdout, "42\n");
+  } finally {
+    await auto.close();
   }
 });

@@ -16,7 +16,8 @@ import traceback
 from torl_sandbox.framing import read_frame
 from torl_sandbox.isolation import RunIpc, drop_capability_bounding_set
 from torl_sandbox.linux import CLONE_NEWIPC, PR_SET_NO_NEW_PRIVS, check, fork_bare, libc
-from torl_sandbox.prefault import MADV_POPULATE_WRITE, exclusive_pages, populate_while_idle
+from torl_sandbox.huge_heap import HUGE
+from torl_sandbox.prefault import MADV_POPULATE_WRITE, SMALL_CHUNK, exclusive_pages, populate_while_idle
 from torl_sandbox.seccomp import PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 from torl_sandbox.warm import StateReseeder, reseed_generators
 
@@ -167,10 +168,16 @@ def zygote_main(state, ctrl_r, out_w, err_w, status_w):
         mark("cgroup_join")
         t_pop = time.perf_counter()
         if not state.get("learning"):
-            # small pages always: one madvise per range costs ~25 us a page, the fault it saves ~65 us
-            for addr, length in state["hot_pages"]:
-                libc.madvise(addr, length, MADV_POPULATE_WRITE)
-            timings["zygote_populated_ranges"] = populate_while_idle(state["hot_huge"], ctrl_r)
+            if state["huge_ranges"]:
+                # a huge-page heap leaves ~160 small hot pages (libraries' data, stacks): always
+                # copied, as under shadow paging one madvise costs ~25 us a page, the fault it saves ~65 us
+                for addr, length in state["hot_pages"]:
+                    libc.madvise(addr, length, MADV_POPULATE_WRITE)
+                timings["zygote_populated_ranges"] = populate_while_idle(state["hot_huge"], ctrl_r, HUGE)
+            else:
+                # in an ordinary-page heap the hot list is most of what a run writes (~1,400 pages,
+                # 8 ms to copy on a KVM guest): copying it under load costs more than the faults
+                timings["zygote_populated_ranges"] = populate_while_idle(state["hot_pages"], ctrl_r, SMALL_CHUNK)
         timings["zygote_populate_ms"] = (time.perf_counter() - t_pop) * 1000
         mark("prefault")
         ends = (out_w, err_w, status_w, ctrl_r)

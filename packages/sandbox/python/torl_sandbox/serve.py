@@ -282,6 +282,7 @@ def serve(state):
     state["parked"] = []
     z, ended = template.next_zygote()
     write_frame(resp_fd, {"type": "ready", "uid": state["uid"] if state["drop_uid"] else os.geteuid(),
+                          "heap": "huge" if state["huge_ranges"] else "small",
                           "protections": PROTECTIONS, "warnings": WARNINGS})
     while True:
         req = read_frame(req_fd)
