@@ -8,7 +8,8 @@ import { repositoryFiles } from "./repository-files.js";
 /** The files allowed to start Python, and why each runs only our own code. */
 const ALLOWED: Record<string, string> = {
   "packages/sandbox/src/worker.ts": "the sandbox's own launcher: the fork server, inside its namespaces",
-  "packages/sandbox/src/python.ts": "asks python3 for its sys.executable, the interpreter the sandbox runs",
+  "packages/sandbox/src/python.ts":
+    "asks python3 for its sys.executable, the interpreter the sandbox runs, and times page faults in it (a fixed probe)",
   "packages/sandbox/src/bench/sandbox.ts":
     "the sandbox benchmark: fixed bench code and the bare fork-server baseline",
   "packages/verl-ts/src/rollout/code-interpreter-tool.ts":
@@ -19,6 +20,8 @@ const ALLOWED: Record<string, string> = {
     "the PyTorch peer benchmarks: our scripts scripts/bench_peer.py and scripts/bench_scale_peer.py",
   "packages/verl-ts/test/core/parquet-writer.test.ts": "pyarrow reads a parquet file our writer made",
   "packages/verl-ts/test/core/tiny-data.test.ts": "the task generator's own answer programs, as a fixture",
+  "packages/sandbox/test/prefault.test.ts":
+    "drives the run child's page-copying loop on a mapping of its own: a fixed probe, no run code",
   "packages/sandbox/test/host-resources.test.ts":
     "the host's side of the isolation checks: a fixed probe that locks devices and binds vsock on the host",
   "packages/verl-ts/test/models/helpers.ts":
