@@ -16,7 +16,13 @@ import type {
   RunCodeResponse,
   SandboxHealth,
 } from "./types.js";
-import { type IsolationStep, type RawRunResult, SandboxWorker, sweepStaleCgroups } from "./worker.js";
+import {
+  checkHugePages,
+  type IsolationStep,
+  type RawRunResult,
+  SandboxWorker,
+  sweepStaleCgroups,
+} from "./worker.js";
 
 export interface ExecutorOptions {
   /** Warm interpreters (each runs one request at a time). Default 2. */
@@ -82,6 +88,7 @@ export class SandboxExecutor implements CodeRunner {
     if (!Number.isInteger(maxProcesses) || maxProcesses < 1) {
       throw new SandboxConfigError("maxProcesses", `must be an integer >= 1, got ${maxProcesses}`);
     }
+    checkHugePages(options.hugePages);
     this.log = options.log ?? ((line) => process.stderr.write(`[sandbox] ${line}\n`));
   }
 

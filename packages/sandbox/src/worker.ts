@@ -1,7 +1,12 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, readdirSync, rmdirSync } from "node:fs";
 import type { Writable } from "node:stream";
-import { SandboxInternalError, SandboxStartError, SandboxWorkerDiedError } from "./errors.js";
+import {
+  SandboxConfigError,
+  SandboxInternalError,
+  SandboxStartError,
+  SandboxWorkerDiedError,
+} from "./errors.js";
 import {
   forkServerArgs,
   forkServerBundle,
@@ -60,6 +65,12 @@ export interface WorkerOptions {
   startTimeoutMs?: number;
   /** Extra wall time after run_timeout before the host kills a worker that does not answer, ms. */
   watchdogGraceMs?: number;
+}
+
+/** Refuses a `hugePages` that is none of true, false, "auto" (or absent), naming what it got. */
+export function checkHugePages(value: unknown): void {
+  if (value !== undefined && value !== true && value !== false && value !== "auto")
+    throw new SandboxConfigError("hugePages", `must be true, false or "auto", got ${JSON.stringify(value)}`);
 }
 
 interface Pending {
@@ -175,6 +186,7 @@ export class SandboxWorker {
   onExit: ((error: SandboxWorkerDiedError) => void) | undefined;
 
   constructor(readonly options: WorkerOptions) {
+    checkHugePages(options.hugePages);
     this.name = options.name;
     this.python = options.python ?? resolvePython();
   }

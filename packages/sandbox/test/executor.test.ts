@@ -176,6 +176,16 @@ test("limits a request asks for are checked on every path: <= 0 or over the exec
     instanceOf: SandboxConfigError,
     message: /maxProcesses/,
   });
+  // a value JavaScript callers could pass that would otherwise read as "on"
+  for (const hugePages of ["yes", 1, null, "Auto"])
+    for (const make of [
+      () => new SandboxExecutor({ hugePages: hugePages as never }),
+      () => new SandboxWorker({ name: "unused", hugePages: hugePages as never }),
+    ])
+      t.throws(make, {
+        instanceOf: SandboxConfigError,
+        message: /hugePages: must be true, false or "auto", got /,
+      });
 });
 
 test("the fork server refuses a limit that would be off, whatever reaches it", async (t) => {
