@@ -277,11 +277,14 @@ export async function benchSandbox(
   const rounds = opts.rounds ?? 3;
   const bareRuns = opts.bareRuns ?? 100;
   log(`ceiling: ${workers} bare fork loops of each warm heap (huge and small pages), no isolation`);
-  const bareLoops = {
-    huge: await startBareForkLoops(python, workers, true),
-    small: await startBareForkLoops(python, workers, false),
+  const started: { close(): void }[] = [];
+  const startLoops = async (hugePages: boolean) => {
+    const loops = await startBareForkLoops(python, workers, hugePages);
+    started.push(loops);
+    return loops;
   };
   try {
+    const bareLoops = { huge: await startLoops(true), small: await startLoops(false) };
     const health = ex.health();
     const off = Object.entries(health.protections)
       .filter(([, p]) => !p.active)
@@ -424,8 +427,7 @@ export async function benchSandbox(
       target_pool_p50_le_10ms: p50 <= 10,
     };
   } finally {
-    bareLoops.huge.close();
-    bareLoops.small.close();
+    for (const loops of started) loops.close();
     await ex.close();
   }
 }
