@@ -16,19 +16,20 @@ def bare_fork_loop(config):
     """The machine's ceiling for any fork-per-run pool, for `bench sandbox`: the same huge-page heap,
     warmed the same way, forking children in a plain loop with no isolation, no IPC and no Node.
 
-    Line protocol on stdin/stdout: prints `ready`; each `go exit N` (fork, then exit at once) or
+    Line protocol on stdin/stdout: prints `ready huge` or `ready small <why>` (the heap it got: huge
+    pages asked for may be unavailable); each `go exit N` (fork, then exit at once) or
     `go code N` (fork, run config["code"] with stdout on /dev/null, exit) answers one JSON line
     `{"mode", "runs", "seconds"}`; end of input ends it.
     """
     import gc
 
-    huge_heap_setup(config.get("huge_pages"))
+    huge_off = huge_heap_setup(config.get("huge_pages"))
     warm_up()
     compiled = compile(config.get("code", "pass"), "main.py", "exec")
     gc.collect()
     gc.freeze()
     devnull = os.open(os.devnull, os.O_WRONLY)
-    print("ready", flush=True)
+    print("ready huge" if huge_off is None else f"ready small {huge_off}", flush=True)
     for line in sys.stdin:
         _, mode, runs = line.split()
         started = time.perf_counter()

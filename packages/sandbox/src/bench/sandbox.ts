@@ -149,7 +149,12 @@ async function startBareForkLoops(
   python: string,
   processes: number,
   hugePages: boolean,
-): Promise<{ rate(mode: "exit" | "code", runs: number): Promise<BareRate>; close(): void }> {
+): Promise<{
+  /** Why the loops' heap is in ordinary pages although huge ones were asked for; undefined when not. */
+  hugeUnavailable: string | undefined;
+  rate(mode: "exit" | "code", runs: number): Promise<BareRate>;
+  close(): void;
+}> {
   const config = JSON.stringify({ huge_pages: hugePages, code: BENCH_CODE });
   const procs = Array.from({ length: processes }, () => {
     const proc = spawn(python, [BENCH_FORK_LOOP_PATH, config], {
@@ -167,10 +172,14 @@ async function startBareForkLoops(
   const close = () => {
     for (const p of procs) p.proc.kill("SIGKILL");
   };
+  let hugeUnavailable: string | undefined;
   try {
-    await Promise.all(
-      procs.map(async (p) => (await p.next()) === "ready" || Promise.reject(new Error("no ready line"))),
-    );
+    const said = await Promise.all(procs.map((p) => p.next()));
+    for (const line of said) {
+      const [word, heap, ...why] = line.split(" ");
+      if (word !== "ready") throw new Error(`bare fork loop: no ready line (got ${JSON.stringify(line)})`);
+      if (hugePages && heap !== "huge") hugeUnavailable = why.join(" ") || "no huge-page heap";
+    }
   } catch (err) {
     close();
     throw err;
@@ -189,7 +198,7 @@ async function startBareForkLoops(
       parentCpuMsPerRun: (((cpu1[0] ?? 0) - (cpu0[0] ?? 0)) * 1000) / (processes * runs),
     };
   };
-  return { rate, close };
+  return { hugeUnavailable, rate, close };
 }
 
 export interface SandboxBenchResult {
@@ -214,7 +223,9 @@ export interface SandboxBenchResult {
   /** Each round's pool_per_s / bare_fork_code_per_s, in order: the spread the machine gives. */
   pool_vs_bare_fork_rounds: number[];
   /** The bare loop's code throughput with each heap; the faster one is the machine's ceiling for any heap. */
-  bare_fork_code_per_s_huge: number;
+  bare_fork_code_per_s_huge: number | null;
+  /** Why the huge-page loop could not have huge pages here (then bare_fork_code_per_s_huge is null); absent when it had them. */
+  bare_fork_huge_unavailable?: string;
   bare_fork_code_per_s_small: number;
   /** pool_per_s / the faster heap's bare loop, median of the rounds': whether the pool's heap is the right one here. */
   pool_vs_best_bare_fork: number;
@@ -273,8 +284,11 @@ export async function benchSandbox(
 
   log(`pool: starting ${workers} warm workers`);
   const ex = await new SandboxExecutor({ workers, log }).start();
-  const poolHeap = ex.health().heap ?? "small";
+  const poolHeap = ex.health().heap;
+  if (poolHeap === null) throw new Error("the pool started without saying which heap its workers have");
   const rounds = opts.rounds ?? 3;
+  if (!Number.isInteger(rounds) || rounds < 1)
+    throw new RangeError(`rounds must be an integer >= 1, got ${rounds}`);
   const bareRuns = opts.bareRuns ?? 100;
   log(`ceiling: ${workers} bare fork loops of each warm heap (huge and small pages), no isolation`);
   const started: { close(): void }[] = [];
@@ -285,6 +299,12 @@ export async function benchSandbox(
   };
   try {
     const bareLoops = { huge: await startLoops(true), small: await startLoops(false) };
+    const hugeUnavailable = bareLoops.huge.hugeUnavailable;
+    if (hugeUnavailable !== undefined) {
+      if (poolHeap === "huge")
+        throw new Error(`the pool has huge pages but the bare loop could not get them: ${hugeUnavailable}`);
+      log(`  no huge pages for the bare loop (${hugeUnavailable}): bare_fork_code_per_s_huge is left out`);
+    }
     const health = ex.health();
     const off = Object.entries(health.protections)
       .filter(([, p]) => !p.active)
@@ -404,7 +424,8 @@ export async function benchSandbox(
       bare_fork_code_speedup_vs_naive: round(bareCode / naive, 1),
       pool_vs_bare_fork: round(median(perRound.map((r) => r.pool / same(r).perS)), 3),
       pool_vs_bare_fork_rounds: perRound.map((r) => round(r.pool / same(r).perS, 3)),
-      bare_fork_code_per_s_huge: round(bare("huge")),
+      bare_fork_code_per_s_huge: hugeUnavailable === undefined ? round(bare("huge")) : null,
+      ...(hugeUnavailable === undefined ? {} : { bare_fork_huge_unavailable: hugeUnavailable }),
       bare_fork_code_per_s_small: round(bare("small")),
       pool_vs_best_bare_fork: round(
         median(perRound.map((r) => r.pool / Math.max(r.huge.perS, r.small.perS))),
@@ -556,7 +577,7 @@ export const benchSandboxCommand = defineBench({
     row(
       "pool_vs_best_bare_fork",
       result.pool_vs_best_bare_fork,
-      `against the faster heap's loop: huge ${result.bare_fork_code_per_s_huge}/s, small ${result.bare_fork_code_per_s_small}/s; the pool's heap: ${result.pool_heap}`,
+      `against the faster heap's loop: huge ${result.bare_fork_code_per_s_huge ?? `- (${result.bare_fork_huge_unavailable})`}/s, small ${result.bare_fork_code_per_s_small}/s; the pool's heap: ${result.pool_heap}`,
     );
     row(
       "pool_vs_bare_fork_cpu",
