@@ -148,5 +148,9 @@ test("the benchmark's --steps mode reports what each isolation step costs per ru
     "server_end_run_us",
   ])
     t.true(Number.isFinite(steps[k]) && steps[k]! >= 0, `${k} = ${steps[k]}`);
+  // the run child's whole life as its parent reaps it: at least what it had used when its code returned
+  t.true(steps.zygote_cpu_total_ms! > 0, `zygote_cpu_total_ms = ${steps.zygote_cpu_total_ms}`);
+  t.true(steps.zygote_cpu_total_ms! >= steps.zygote_cpu_after_exec_ms! - 0.1);
+  t.true(steps.zygote_faults_total! > 0, `zygote_faults_total = ${steps.zygote_faults_total}`);
   t.is(process.env.TORL_SANDBOX_TRACE, before, "the mode leaves the environment as it found it");
 });

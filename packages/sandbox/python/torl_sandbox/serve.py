@@ -188,6 +188,9 @@ def run_one(z, req, state, template):
         ended = template.end_run()
         if trace is not None:
             trace["server_end_run_us"] = (time.perf_counter_ns() - t_end) / 1000
+            # the run child's whole life, fork to exit, as its parent reaps it: less the CPU it had
+            # used when its code returned (zygote_cpu_after_exec_ms), what its exit costs
+            trace["zygote_cpu_total_ms"], trace["zygote_faults_total"] = ended["cpu_ms"], ended["faults"]
         st = ended["status"]
         if st is None:
             raise RuntimeError(f"run child {z.pid} ended but its parent holds no wait status for it")
@@ -308,8 +311,7 @@ def serve(state):
         t_next = time.perf_counter_ns(), time.thread_time_ns()
         z, ended = template.next_zygote()
         if state["trace"] is not None:
-            state["trace"] = {"prev_zygote_cpu_ms": ended["cpu_ms"], "prev_zygote_faults": ended["faults"],
-                              "prev_cycle_ms": ended["cycle_ms"], "prev_next_ms": (time.monotonic() - t) * 1000,
+            state["trace"] = {"prev_cycle_ms": ended["cycle_ms"], "prev_next_ms": (time.monotonic() - t) * 1000,
                               "server_fresh_scratch_us": (t_next[0] - t_scratch[0]) / 1000,
                               "server_fresh_scratch_cpu_us": (t_next[1] - t_scratch[1]) / 1000}
             state["trace"].update({f"template_{k}": v for k, v in ended.items() if k.endswith(("_us", "_faults"))})

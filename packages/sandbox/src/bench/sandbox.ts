@@ -473,7 +473,9 @@ function medians(traces: Record<string, number>[]): Record<string, number> {
  * `pool_per_s` measures). The medians of every timing: `step_*_us` in the run child before its
  * request (setsid, cgroup join, prefault, rlimits, reseed, IPC namespace, capability and uid drop,
  * seccomp...), `template_*_us` between runs (kill and reap, fresh /tmp and /dev/shm, fork),
- * `server_*_us` (cgroup limits, ending the run and reading its exit status).
+ * `server_*_us` (cgroup limits, ending the run and reading its exit status), and the run child's
+ * CPU (`zygote_cpu_*_ms`: at its start, ready, before and after the code, and in all as its parent
+ * reaped it, so that the total less `zygote_cpu_after_exec_ms` is what its exit costs) and faults.
  */
 export async function benchSandboxSteps(
   opts: { workers?: number; runs?: number } = {},
