@@ -7,6 +7,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { TokenizerLoader } from "@lenml/tokenizers";
 import { ModelFormatError } from "./errors.js";
+import { PackedStringMap, PackedStrings } from "./packed-strings.js";
 
 /** GPT-2's byte <-> printable-character table used by byte-level BPE. */
 function bytesToUnicode(): string[] {
@@ -43,16 +44,19 @@ export interface TokenizerJson {
 
 export class Tokenizer {
   private readonly impl: any;
-  private readonly idToToken: string[];
+  private readonly idToToken: PackedStrings;
   private readonly added: Map<number, AddedTokenSpec>;
   private readonly byteLevel: boolean;
   private readonly bytesCache = new Map<number, Uint8Array>();
+  /** tokenizer.json as UTF-8 (see `json`). */
+  private readonly jsonBytes: Uint8Array;
+  private jsonCache: WeakRef<TokenizerJson> | undefined;
   readonly vocabSize: number;
   readonly eosTokenId: number | undefined;
   readonly padTokenId: number;
 
   constructor(
-    readonly json: TokenizerJson,
+    json: TokenizerJson,
     readonly config: Record<string, unknown> = {},
     readonly source = "<memory>",
   ) {
@@ -73,9 +77,10 @@ export class Tokenizer {
     for (const id of Object.values(vocab)) max = Math.max(max, id);
     for (const id of this.added.keys()) max = Math.max(max, id);
     this.vocabSize = max + 1;
-    this.idToToken = new Array(this.vocabSize);
-    for (const [tok, id] of Object.entries(vocab)) this.idToToken[id] = tok;
-    for (const t of this.added.values()) this.idToToken[t.id] = t.content;
+    const idToToken: (string | undefined)[] = new Array(this.vocabSize);
+    for (const [tok, id] of Object.entries(vocab)) idToToken[id] = tok;
+    for (const t of this.added.values()) idToToken[t.id] = t.content;
+    this.idToToken = new PackedStrings(idToToken);
     this.byteLevel = json.decoder?.type === "ByteLevel";
     const tokenId = (v: unknown): number | undefined => {
       const s = typeof v === "string" ? v : (v as { content?: string })?.content;
@@ -85,6 +90,19 @@ export class Tokenizer {
     };
     this.eosTokenId = tokenId(config.eos_token) ?? tokenId("<|endoftext|>");
     this.padTokenId = tokenId(config.pad_token) ?? this.eosTokenId ?? 0;
+    // neither the parsed file nor the library's tables stay as one object per token (packed-strings.ts)
+    this.jsonBytes = encoder.encode(JSON.stringify(json));
+    packBpeTables(this.impl.model);
+  }
+
+  /** The tokenizer.json this tokenizer was built from (parsed again when no earlier copy is alive). */
+  get json(): TokenizerJson {
+    let json = this.jsonCache?.deref();
+    if (!json) {
+      json = JSON.parse(new TextDecoder().decode(this.jsonBytes)) as TokenizerJson;
+      this.jsonCache = new WeakRef(json);
+    }
+    return json;
   }
 
   /** Token ids of text. Special tokens written in the text are recognised as such. */
@@ -102,7 +120,7 @@ export class Tokenizer {
 
   /** The token's string in the vocabulary (byte-level form for BPE pieces). */
   idToTokenString(id: number): string | undefined {
-    return this.idToToken[id];
+    return this.idToToken.at(id);
   }
 
   isSpecial(id: number): boolean {
@@ -116,7 +134,7 @@ export class Tokenizer {
   /** Id of a token string (added tokens included). */
   tokenToId(token: string): number | undefined {
     for (const t of this.added.values()) if (t.content === token) return t.id;
-    return this.json.model?.vocab?.[token];
+    return this.impl.model.tokens_to_ids.get(token);
   }
 
   /** The UTF-8 bytes a token stands for (added tokens: their content). */
@@ -124,7 +142,7 @@ export class Tokenizer {
     let b = this.bytesCache.get(id);
     if (b) return b;
     const added = this.added.get(id);
-    const tok = this.idToToken[id];
+    const tok = this.idToToken.at(id);
     if (added || tok === undefined) b = encoder.encode(added?.content ?? "");
     else if (this.byteLevel) {
       b = new Uint8Array(tok.length);
@@ -192,7 +210,7 @@ export class Tokenizer {
    */
   save(dir: string): void {
     mkdirSync(dir, { recursive: true });
-    writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(this.json));
+    writeFileSync(join(dir, "tokenizer.json"), this.jsonBytes);
     writeHfTokenizerConfig(dir, this.config);
   }
 }
@@ -251,6 +269,36 @@ export function maskFromCharRanges(offsets: [number, number][], ranges: [number,
       }
   });
   return mask;
+}
+
+/**
+ * Packs the tables of the library's BPE model (its token -> id Map, id -> token array and merge ranks,
+ * ~150k entries each for Qwen or Llama 3) into PackedStringMap / PackedStrings, and drops what it keeps
+ * only from its construction (the merges and the file's vocab). Other model types stay as built.
+ */
+function packBpeTables(model: any): void {
+  if (!(model?.bpe_ranks instanceof Map && model.tokens_to_ids instanceof Map && Array.isArray(model.vocab)))
+    return;
+  const tokensToIds = PackedStringMap.from(model.tokens_to_ids);
+  const ranks = PackedStringMap.from(model.bpe_ranks);
+  if (!tokensToIds || !ranks) return;
+  const vocab = new PackedStrings(model.vocab);
+  model.tokens_to_ids = tokensToIds;
+  model.bpe_ranks = ranks;
+  model.convert_ids_to_tokens = (ids: number[]) => ids.map((id) => vocab.at(id) ?? model.unk_token);
+  model.vocab = new Proxy([], {
+    get: (target, key) => {
+      if (key === "length") return vocab.length;
+      if (typeof key === "string" && /^(0|[1-9][0-9]*)$/.test(key)) return vocab.at(Number(key));
+      return Reflect.get(target, key);
+    },
+    set: (_target, key) => {
+      throw new TypeError(`the tokenizer's packed vocabulary is read-only (writing ${String(key)})`);
+    },
+  });
+  model.merges = undefined;
+  const { vocab: _vocab, merges: _merges, ...config } = model.config ?? {};
+  model.config = config;
 }
 
 /** Loads tokenizer.json (and tokenizer_config.json if present) from a model directory or a file path. */
