@@ -50,7 +50,6 @@ export class Tokenizer {
   private readonly bytesCache = new Map<number, Uint8Array>();
   /** tokenizer.json as UTF-8 (see `json`). */
   private readonly jsonBytes: Uint8Array;
-  private jsonCache: WeakRef<TokenizerJson> | undefined;
   readonly vocabSize: number;
   readonly eosTokenId: number | undefined;
   readonly padTokenId: number;
@@ -92,17 +91,12 @@ export class Tokenizer {
     this.padTokenId = tokenId(config.pad_token) ?? this.eosTokenId ?? 0;
     // neither the parsed file nor the library's tables stay as one object per token (packed-strings.ts)
     this.jsonBytes = encoder.encode(JSON.stringify(json));
-    packBpeTables(this.impl.model);
+    packBpeTables(this.impl.model, this.idToToken);
   }
 
-  /** The tokenizer.json this tokenizer was built from (parsed again when no earlier copy is alive). */
+  /** The tokenizer.json this tokenizer was built from: a new copy on each call (changing it changes nothing here). */
   get json(): TokenizerJson {
-    let json = this.jsonCache?.deref();
-    if (!json) {
-      json = JSON.parse(new TextDecoder().decode(this.jsonBytes)) as TokenizerJson;
-      this.jsonCache = new WeakRef(json);
-    }
-    return json;
+    return JSON.parse(new TextDecoder().decode(this.jsonBytes)) as TokenizerJson;
   }
 
   /** Token ids of text. Special tokens written in the text are recognised as such. */
@@ -133,7 +127,7 @@ export class Tokenizer {
 
   /** Id of a token string (added tokens included). */
   tokenToId(token: string): number | undefined {
-    for (const t of this.added.values()) if (t.content === token) return t.id;
+    // the library's table holds the added tokens too, set over the vocabulary's entries of the same text
     return this.impl.model.tokens_to_ids.get(token);
   }
 
@@ -275,14 +269,15 @@ export function maskFromCharRanges(offsets: [number, number][], ranges: [number,
  * Packs the tables of the library's BPE model (its token -> id Map, id -> token array and merge ranks,
  * ~150k entries each for Qwen or Llama 3) into PackedStringMap / PackedStrings, and drops what it keeps
  * only from its construction (the merges and the file's vocab). Other model types stay as built.
+ * `idToToken` (the Tokenizer's own) stands in for the library's id -> token array where they agree.
  */
-function packBpeTables(model: any): void {
+function packBpeTables(model: any, idToToken: PackedStrings): void {
   if (!(model?.bpe_ranks instanceof Map && model.tokens_to_ids instanceof Map && Array.isArray(model.vocab)))
     return;
   const tokensToIds = PackedStringMap.from(model.tokens_to_ids);
   const ranks = PackedStringMap.from(model.bpe_ranks);
   if (!tokensToIds || !ranks) return;
-  const vocab = new PackedStrings(model.vocab);
+  const vocab = sameEntries(model.vocab, idToToken) ? idToToken : new PackedStrings(model.vocab);
   model.tokens_to_ids = tokensToIds;
   model.bpe_ranks = ranks;
   model.convert_ids_to_tokens = (ids: number[]) => ids.map((id) => vocab.at(id) ?? model.unk_token);
@@ -299,6 +294,15 @@ function packBpeTables(model: any): void {
   model.merges = undefined;
   const { vocab: _vocab, merges: _merges, ...config } = model.config ?? {};
   model.config = config;
+}
+
+function sameEntries(strings: (string | undefined)[], packed: PackedStrings): boolean {
+  if (strings.length !== packed.length) return false;
+  for (let i = 0; i < strings.length; i++) {
+    const s = strings[i];
+    if (s === undefined ? packed.at(i) !== undefined : !packed.equals(i, s)) return false;
+  }
+  return true;
 }
 
 /** Loads tokenizer.json (and tokenizer_config.json if present) from a model directory or a file path. */
