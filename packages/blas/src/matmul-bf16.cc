@@ -1,8 +1,8 @@
-// Matrix products of float32 rows with a weight held as bfloat16 bits. The weight is widened one tile at a
-// time into a small float32 buffer that stays in cache, and OpenBLAS multiplies each tile where it lies:
+// Matrix products of float32 rows with a weight held as bfloat16 bits. Up to kFewRows rows our own loops
+// read the bits (below). From there the weight is widened one tile at a time into a small float32 buffer
+// that stays in cache, and OpenBLAS multiplies each tile where it lies:
 // the weight is read once, 2 bytes a value, no float32 copy of the whole of it is ever written, and the
-// arithmetic is sgemm's (sgemv's for one row), so the speed is close to a float32 product on the widened
-// weight.
+// arithmetic is sgemm's, so the speed is close to a float32 product on the widened weight.
 //
 // Two layouts of the weight W, both row-major:
 // - [n, k] (transposeW): out[i][j] = x[i] . W[j]; a tile is a run of W's rows (contiguous);
@@ -23,14 +23,16 @@
 #include "args.h"
 #include "cpu-clones.h"
 #include "functions.h"
+#include "lanes.h"
 
 namespace torl_blas {
 
 namespace {
 
-// About 4 MB of float32 per tile: big enough that each sgemm call's packing of x is paid over many
-// columns, small enough to stay in the last-level cache beside x.
-constexpr int64_t kTileFloats = 1 << 20;
+// 512 KB of float32 per tile: big enough that each sgemm call's packing of x is paid over many columns,
+// small enough to stay in a core's L2 cache beside OpenBLAS's packed copy of it (2 MB on Sapphire Rapids,
+// 512 KB on Zen 3; 4 MB tiles were 10-40% slower on the first at 48 rows).
+constexpr int64_t kTileFloats = 1 << 17;
 
 // Tile width in columns (or depth in rows) for lines of `length` floats: a multiple of 16, at least 16.
 int64_t TileColumns(int64_t length) {
@@ -68,15 +70,11 @@ struct Product {
 };
 
 // out[:, j0:j0+cols] = x[:, p0:p0+depth] . T (beta 0), or += (beta 1), for the widened tile T: [depth, cols]
-// (ld cols), or [cols, depth] read transposed (ld depth). sgemv for one row, as gemm (src/gemm.cc) does.
+// (ld cols), or [cols, depth] read transposed (ld depth). Only for more than kFewRows rows.
 void MultiplyTile(const Product& a, const float* tile, bool transposed, int64_t p0, int64_t depth, int64_t j0,
                   int64_t cols, float beta) {
   const int d = static_cast<int>(depth), c = static_cast<int>(cols), ld = transposed ? d : c;
-  if (a.m == 1)
-    cblas_sgemv(CblasRowMajor, transposed ? CblasNoTrans : CblasTrans, transposed ? c : d, transposed ? d : c, 1.0f,
-                tile, ld, a.x + p0, 1, beta, a.out + j0, 1);
-  else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, transposed ? CblasTrans : CblasNoTrans, static_cast<int>(a.m), c, d, 1.0f,
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, transposed ? CblasTrans : CblasNoTrans, static_cast<int>(a.m), c, d, 1.0f,
                 a.x + p0, static_cast<int>(a.k), tile, ld, beta, a.out + j0, static_cast<int>(a.n));
 }
 
@@ -98,6 +96,133 @@ void DepthTile(const Product& a, float* tile, int64_t p0, int64_t kb) {
   MultiplyTile(a, tile, false, p0, kb, 0, a.n, p0 == 0 ? 0.0f : 1.0f);
 }
 
+// Up to kFewRows rows of x (a decode step's batch, generation's rows) the product reads the bits where
+// they lie, widening 16 at a time in registers: no tile is written, no OpenBLAS call packs one, and the
+// weight's 2 bytes a value are read once, which is all such a product's time. The arithmetic is fixed by
+// the code alone (GCC's vector extension, no fused multiply-adds: every build gives the same bits), and
+// each output is computed from its own row of x alone, whatever the number of rows:
+// - [n, k] read transposed: out[i][j] = x[i] . W[j], 16 running sums (lane l takes the indices p = l mod 16
+//   of the whole chunks of 16) added up by SumLanes, plus the rest in order;
+// - [k, n]: out[i][j] = sum over p of x[i][p] W[p][j], added in order of p from 0 (a lane per column).
+constexpr int64_t kFewRows = 8;
+
+typedef uint16_t Bits16 __attribute__((vector_size(32)));
+typedef uint32_t Words16 __attribute__((vector_size(64)));
+
+__attribute__((always_inline)) inline Lanes Widen16(const uint16_t* src) {
+  Bits16 bits;
+  __builtin_memcpy(&bits, src, sizeof bits);
+  const Words16 words = __builtin_convertvector(bits, Words16) << 16;
+  Lanes values;
+  __builtin_memcpy(&values, &words, sizeof values);
+  return values;
+}
+
+__attribute__((always_inline)) inline float Widen1(uint16_t bits) {
+  const uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float value;
+  __builtin_memcpy(&value, &word, sizeof value);
+  return value;
+}
+
+// out[i][j..j+R) for the M rows of x and R rows of W [n, k] from row j: each W chunk is widened once
+// for all M rows.
+template <int M, int R>
+__attribute__((always_inline)) inline void DotRows(const Product& a, int64_t j) {
+  const int64_t k = a.k;
+  Lanes acc[R][M] = {};
+  int64_t p = 0;
+  for (; p + 16 <= k; p += 16) {
+    Lanes xs[M];
+    for (int i = 0; i < M; i++) __builtin_memcpy(&xs[i], a.x + i * k + p, sizeof xs[i]);
+    for (int r = 0; r < R; r++) {
+      const Lanes w = Widen16(a.w + (j + r) * k + p);
+      for (int i = 0; i < M; i++) acc[r][i] += xs[i] * w;
+    }
+  }
+  for (int r = 0; r < R; r++) {
+    const uint16_t* wr = a.w + (j + r) * k;
+    for (int i = 0; i < M; i++) {
+      float rest = 0.0f;
+      for (int64_t q = p; q < k; q++) rest += a.x[i * k + q] * Widen1(wr[q]);
+      a.out[i * a.n + j + r] = SumLanes(acc[r][i], rest);
+    }
+  }
+}
+
+template <int M>
+__attribute__((always_inline)) inline void FewRowsTransposed(const Product& a) {
+  // Accumulators for R rows of W at once, within AVX-512's 32 registers: R x M <= 24.
+  constexpr int R = M <= 3 ? 8 : M <= 4 ? 6 : M <= 6 ? 4 : 3;
+  int64_t j = 0;
+  for (; j + R <= a.n; j += R) DotRows<M, R>(a, j);
+  for (; j < a.n; j++) DotRows<M, 1>(a, j);
+}
+
+// Rows p0..p1 of W [k, n] added onto out's columns j0..j0+16C for the M rows of x (out already holds the
+// sum over rows before p0, or p0 is 0): the sum of each output stays in the order of p however the rows
+// are split, since a float stored and loaded back is the same float.
+template <int M, int C>
+__attribute__((always_inline)) inline void AxpyBlock(const Product& a, int64_t p0, int64_t p1, int64_t j0) {
+  Lanes acc[M][C];
+  for (int i = 0; i < M; i++)
+    for (int c = 0; c < C; c++) {
+      if (p0 == 0) acc[i][c] = Lanes{};
+      else __builtin_memcpy(&acc[i][c], a.out + i * a.n + j0 + 16 * c, sizeof(Lanes));
+    }
+  for (int64_t p = p0; p < p1; p++) {
+    Lanes w[C];
+    for (int c = 0; c < C; c++) w[c] = Widen16(a.w + p * a.n + j0 + 16 * c);
+    for (int i = 0; i < M; i++) {
+      const float xp = a.x[i * a.k + p];
+      for (int c = 0; c < C; c++) acc[i][c] += xp * w[c];
+    }
+  }
+  for (int i = 0; i < M; i++)
+    for (int c = 0; c < C; c++) __builtin_memcpy(a.out + i * a.n + j0 + 16 * c, &acc[i][c], sizeof(Lanes));
+}
+
+// Rows of W are taken kDepthChunk at a time across all columns, so W is read front to back (a band of
+// columns down all k rows would stride through memory) while out's M rows stay in cache.
+constexpr int64_t kDepthChunk = 32;
+
+template <int M>
+__attribute__((always_inline)) inline void FewRowsPlain(const Product& a) {
+  constexpr int C = M <= 6 ? 4 : 3;
+  for (int64_t p0 = 0; p0 < a.k; p0 += kDepthChunk) {
+    const int64_t p1 = p0 + kDepthChunk < a.k ? p0 + kDepthChunk : a.k;
+    int64_t j0 = 0;
+    for (; j0 + 16 * C <= a.n; j0 += 16 * C) AxpyBlock<M, C>(a, p0, p1, j0);
+    for (; j0 + 16 <= a.n; j0 += 16) AxpyBlock<M, 1>(a, p0, p1, j0);
+    for (; j0 < a.n; j0++)
+      for (int i = 0; i < M; i++) {
+        float acc = p0 == 0 ? 0.0f : a.out[i * a.n + j0];
+        for (int64_t p = p0; p < p1; p++) acc += a.x[i * a.k + p] * Widen1(a.w[p * a.n + j0]);
+        a.out[i * a.n + j0] = acc;
+      }
+  }
+}
+
+// Built per CPU family (cpu-clones.h); the templates are inlined into each build.
+TORL_CPU_CLONES void FewRows(const Product& a, bool transposeW) {
+  switch (a.m) {
+#define TORL_FEW_ROWS(M)            \
+  case M:                           \
+    if (transposeW) FewRowsTransposed<M>(a); \
+    else FewRowsPlain<M>(a);        \
+    return;
+    TORL_FEW_ROWS(1)
+    TORL_FEW_ROWS(2)
+    TORL_FEW_ROWS(3)
+    TORL_FEW_ROWS(4)
+    TORL_FEW_ROWS(5)
+    TORL_FEW_ROWS(6)
+    TORL_FEW_ROWS(7)
+    TORL_FEW_ROWS(8)
+#undef TORL_FEW_ROWS
+  }
+}
+
 // k past which a [k, n] weight is tiled by rows whatever its width: a band of columns would be a few
 // columns wide, and each sgemm call would pack all of x (k floats a row) again for them.
 constexpr int64_t kLongDepth = 1 << 16;
@@ -105,6 +230,11 @@ constexpr int64_t kLongDepth = 1 << 16;
 // One tile buffer per thread, kept between calls: the addon's callers run on the JS thread, one product at
 // a time.
 void Run(const Product& a, bool transposeW) {
+  if (a.m <= kFewRows) {
+    FewRows(a, transposeW);
+    return;
+  }
+
   thread_local std::vector<float> tile;
   if (!transposeW && (a.k > kLongDepth || a.k > a.n)) {
     const int64_t depth = TileColumns(a.n);

@@ -2,8 +2,9 @@ import test, { type ExecutionContext } from "ava";
 import { loadNativeBlas, type NativeBlas } from "../src/index.js";
 
 // matmulBf16: float32 rows times a weight held as bfloat16 bits, against a float64 reference over the
-// widened weight, in both layouts, on one tile and on many (the weight is widened a tile at a time); its
-// bounds checks; and the same bits from call to call whatever ran before.
+// widened weight, in both layouts, on one tile and on many (past 8 rows the weight is widened a tile at a
+// time); up to 8 rows, the bits of its arithmetic written out; its bounds checks; and the same bits from
+// call to call whatever ran before.
 
 function addon(t: ExecutionContext): NativeBlas | undefined {
   const load = loadNativeBlas();
@@ -75,10 +76,10 @@ function maxScaledError(
 const shapes: [number, number, number][] = [];
 for (let m = 1; m <= 9; m++) shapes.push([m, 37, 83]);
 shapes.push([33, 300, 129], [2, 17, 1000], [5, 64, 16], [3, 16, 64], [4, 1, 1], [1, 257, 7], [6, 80, 33]);
-// k = 4096 makes tiles of 64 columns: several whole tiles and a short last one, for one row (sgemv) and more
-shapes.push([1, 150, 4096], [3, 200, 4096], [17, 64, 4096]);
+// k = 4096 makes tiles of 32 columns past 8 rows: several whole tiles and a short last one
+shapes.push([1, 150, 4096], [3, 200, 4096], [17, 150, 4096], [9, 64, 4096]);
 // k past 65,536: a [k, n] weight is tiled by runs of rows, each added onto the sums before it
-shapes.push([2, 20, 70000], [1, 24, 70000]);
+shapes.push([2, 20, 70000], [9, 24, 70000]);
 
 test("matmulBf16 matches a float64 product over the widened weight, both layouts, many shapes", (t) => {
   const blas = addon(t);
@@ -150,6 +151,68 @@ test("matmulBf16 gives the same bits from call to call, whatever product ran bef
       const again = new Float32Array(m * n);
       blas.matmulBf16(x, w.bits, again, m, n, k, transposeW);
       t.deepEqual(new Uint32Array(again.buffer), new Uint32Array(first.buffer), `m=${m} n=${n} k=${k}`);
+    }
+});
+
+/**
+ * The few-rows path's arithmetic written out in float32 (Math.fround after every operation): [n, k] read
+ * transposed takes 16 running sums (lane l: the indices l mod 16 of the whole chunks of 16), halved twice
+ * into 4 and added ((l0 + l1) + (l2 + l3)), then the rest in order; [k, n] adds x[p] W[p][j] in order of p.
+ */
+function fewRowsReference(
+  x: Float32Array,
+  w: Float32Array,
+  m: number,
+  n: number,
+  k: number,
+  transposeW: boolean,
+) {
+  const f = Math.fround;
+  const out = new Float32Array(m * n);
+  for (let i = 0; i < m; i++)
+    for (let j = 0; j < n; j++) {
+      if (!transposeW) {
+        let acc = 0;
+        for (let p = 0; p < k; p++) acc = f(acc + f(x[i * k + p]! * w[p * n + j]!));
+        out[i * n + j] = acc;
+        continue;
+      }
+      const lanes = new Array<number>(16).fill(0);
+      const whole = k - (k % 16);
+      for (let p = 0; p < whole; p++) lanes[p % 16] = f(lanes[p % 16]! + f(x[i * k + p]! * w[j * k + p]!));
+      let rest = 0;
+      for (let p = whole; p < k; p++) rest = f(rest + f(x[i * k + p]! * w[j * k + p]!));
+      const half = lanes.slice(0, 8).map((v, l) => f(v + lanes[l + 8]!));
+      const quarter = half.slice(0, 4).map((v, l) => f(v + half[l + 4]!));
+      out[i * n + j] = f(f(f(quarter[0]! + quarter[1]!) + f(quarter[2]! + quarter[3]!)) + rest);
+    }
+  return out;
+}
+
+test("matmulBf16 of up to 8 rows (decode steps) has the bits of its arithmetic written out, each row's whatever the others", (t) => {
+  const blas = addon(t);
+  if (!blas) return;
+  // n past the kernel's blocks of rows and columns and short of them; k with and without a rest of 16
+  for (const transposeW of [true, false])
+    for (const [n, k] of [
+      [37, 83],
+      [200, 96],
+      [65, 33],
+      [16, 16],
+      [3, 7],
+    ] as const) {
+      const x = floats(8 * k, n + k);
+      const w = bf16Weight(n * k, 3 * n + k);
+      const want = fewRowsReference(x, w.values, 8, n, k, transposeW);
+      for (let m = 1; m <= 8; m++) {
+        const out = new Float32Array(m * n).fill(Number.NaN);
+        blas.matmulBf16(x.subarray(0, m * k), w.bits, out, m, n, k, transposeW);
+        t.deepEqual(
+          new Uint32Array(out.buffer),
+          new Uint32Array(want.slice(0, m * n).buffer),
+          `m=${m} n=${n} k=${k} transposeW=${transposeW}`,
+        );
+      }
     }
 });
 

@@ -13,6 +13,60 @@ export interface LogProbOptions {
   /** Divide logits by this before the softmax (the rollout's sampling temperature). Default 1. */
   temperature?: number;
   withEntropy?: boolean;
+  /**
+   * Score only columns [from, to) (the response's): the LM head then runs on the positions that predict
+   * them alone, and the other columns are 0. Default every column.
+   */
+  scoreColumns?: { from: number; to: number };
+}
+
+/**
+ * The positions of a row of length L that predict the scored columns (column t is predicted by position
+ * t - 1; column 0 by none), and each one's target: the token after it. null when nothing is scored.
+ */
+function scoredPositions(
+  ids: Int32Array,
+  B: number,
+  L: number,
+  columns: LogProbOptions["scoreColumns"],
+): { from: number; to: number; targets: Int32Array } | null {
+  const { from, to } = columns ?? { from: 1, to: L };
+  if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to > L || from > to)
+    throw new RangeError(`scoreColumns [${from}, ${to}) must be a range of whole numbers from 0 to ${L}`);
+  const first = Math.max(from, 1);
+  if (first >= to) return null;
+  const S = to - first;
+  const targets = new Int32Array(B * S);
+  for (let b = 0; b < B; b++) targets.set(ids.subarray(b * L + first, b * L + to), b * S);
+  return { from: first - 1, to: to - 1, targets };
+}
+
+/** [B * S] per-position values of positions [from, from + S) as columns [from + 1, from + 1 + S) of [B, L]. */
+function asColumns(values: tf.Tensor, B: number, L: number, from: number): tf.Tensor2D {
+  const S = values.size / B;
+  return tf.pad(tf.reshape(values, [B, S]), [
+    [0, 0],
+    [from + 1, L - from - 1 - S],
+  ]) as tf.Tensor2D;
+}
+
+/** [B, L] zeros for both scores, where no column is scored. */
+function zeroScores(B: number, L: number, withEntropy: boolean): TokenScores {
+  const z = () => tf.zeros([B, L]) as tf.Tensor2D;
+  return { logProbs: z(), ...(withEntropy ? { entropy: z() } : {}) };
+}
+
+/** The scores from [rows, 2 or 3] statistics (log p, entropy, ...) of the scored positions. */
+function scoresFromStats(
+  stats: tf.Tensor2D,
+  B: number,
+  L: number,
+  from: number,
+  withEntropy: boolean,
+): TokenScores {
+  const rows = stats.shape[0];
+  const column = (c: number) => asColumns(tf.slice(stats, [0, c], [rows, 1]), B, L, from);
+  return withEntropy ? { logProbs: column(0), entropy: column(1) } : { logProbs: column(0) };
 }
 
 /** Float32 logits one chunk of a pass without gradients may hold at once (computeLogProbs): 32 MiB. */
@@ -48,16 +102,18 @@ export function tokenLogProbs(
   options: LogProbOptions = {},
 ): TokenScores {
   const { batch: B, length: L } = batch;
-  let logits = model.forward(batch) as tf.Tensor3D; // [B, L, V]
-  if (L < 2) {
-    const z = tf.zeros([B, L]) as tf.Tensor2D;
-    return { logProbs: z, ...(options.withEntropy ? { entropy: tf.zeros([B, L]) as tf.Tensor2D } : {}) };
-  }
-  if (options.temperature && options.temperature !== 1) logits = tf.div(logits, options.temperature);
   const withEntropy = options.withEntropy ?? false;
-  return nativeMatmulActive(tf.getBackend())
-    ? nativePick(logits, batch.ids, withEntropy)
-    : opByOpPick(logits, batch.ids, withEntropy);
+  const scored = scoredPositions(batch.ids, B, L, options.scoreColumns);
+  if (!scored) return zeroScores(B, L, withEntropy);
+  const { from, to, targets } = scored;
+  let logits = model.forward(batch, { positions: { from, to } }); // [B, S, V]
+  if (options.temperature && options.temperature !== 1) logits = tf.div(logits, options.temperature);
+  const flat = tf.reshape(logits, [targets.length, model.config.vocabSize]) as tf.Tensor2D;
+  // the native kernels score each row straight from the logits, so not even a slice of them is copied
+  const stats = nativeMatmulActive(tf.getBackend())
+    ? nativeLogSoftmaxPick(flat, targets)
+    : opByOpStats(flat, targets);
+  return scoresFromStats(stats, B, L, from, withEntropy);
 }
 
 /**
@@ -75,10 +131,9 @@ export function chunkedTokenLogProbs(
 ): TokenScores {
   const { batch: B, length: L } = batch;
   const withEntropy = options.withEntropy ?? false;
-  if (L < 2) {
-    const z = () => tf.zeros([B, L]) as tf.Tensor2D;
-    return { logProbs: z(), ...(withEntropy ? { entropy: z() } : {}) };
-  }
+  const scored = scoredPositions(batch.ids, B, L, options.scoreColumns);
+  if (!scored) return zeroScores(B, L, withEntropy);
+  const { from, to, targets } = scored;
   const V = model.config.vocabSize;
   const rows = options.chunkRows ?? headChunkRows(V);
   if (!Number.isInteger(rows) || rows < 1)
@@ -90,13 +145,20 @@ export function chunkedTokenLogProbs(
     const hidden = model.forward(batch, { hidden: true, bf16Bits: true });
     const h = hidden.shape[2]!;
     const flat = tf.reshape(hidden, [B * L, h]) as tf.Tensor2D;
-    const targets = successorTargets(batch.ids, B, L);
+    // scored position i is position from + i % S of row i / S: each chunk gathers its own rows, so no
+    // copy of all the scored positions' hidden states is made
+    const N = targets.length;
+    const S = to - from;
     const parts: tf.Tensor2D[] = [];
-    for (let s = 0; s < B * L; s += rows) {
-      const e = Math.min(B * L, s + rows);
+    for (let s = 0; s < N; s += rows) {
+      const e = Math.min(N, s + rows);
+      const at = Int32Array.from(
+        { length: e - s },
+        (_, i) => Math.floor((s + i) / S) * L + from + ((s + i) % S),
+      );
       parts.push(
         tf.tidy(() => {
-          const x = tf.slice(flat, [s, 0], [e - s, h]) as tf.Tensor2D;
+          const x = tf.gather(flat, tf.tensor1d(at, "int32")) as tf.Tensor2D;
           let logits = head.transposed ? linearTransposed(x, head.weight) : linear(x, head.weight);
           if (options.temperature && options.temperature !== 1) logits = tf.div(logits, options.temperature);
           const t = targets.subarray(s, e);
@@ -107,9 +169,7 @@ export function chunkedTokenLogProbs(
       );
     }
     const stats = parts.length === 1 ? parts[0]! : (tf.concat(parts, 0) as tf.Tensor2D);
-    const column = (c: number) =>
-      shiftRight(tf.reshape(tf.slice(stats, [0, c], [B * L, 1]), [B, L]) as tf.Tensor2D);
-    return withEntropy ? { logProbs: column(0), entropy: column(1) } : { logProbs: column(0) };
+    return scoresFromStats(stats, B, L, from, withEntropy);
   } finally {
     head.weight.dispose();
   }
@@ -121,66 +181,6 @@ function opByOpStats(logits: tf.Tensor2D, targets: Int32Array): tf.Tensor2D {
   const picked = tf.sum(tf.mul(logp, tf.oneHot(tf.tensor1d(targets, "int32"), logits.shape[1])), -1);
   const ent = tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), -1));
   return tf.stack([picked, ent], 1) as tf.Tensor2D;
-}
-
-/** Per position of [B, L] ids, the token it scores: its successor; -1 at a row's last position (none). */
-function successorTargets(ids: Int32Array, B: number, L: number): Int32Array {
-  const targets = new Int32Array(B * L);
-  for (let b = 0; b < B; b++) {
-    targets.set(ids.subarray(b * L + 1, (b + 1) * L), b * L);
-    targets[b * L + L - 1] = -1;
-  }
-  return targets;
-}
-
-/** Column t of the result is column t - 1 of `x` ([B, L]); column 0 is 0. */
-function shiftRight(x: tf.Tensor2D): tf.Tensor2D {
-  const [B, L] = x.shape;
-  return tf.pad(tf.slice(x, [0, 0], [B, L - 1]), [
-    [0, 0],
-    [1, 0],
-  ]) as tf.Tensor2D;
-}
-
-/**
- * The native kernels score every position's successor straight from the [B * L, V] logits (the last
- * position of a row scores nothing), so not even the slice of the logits is copied.
- */
-function nativePick(logits: tf.Tensor3D, ids: Int32Array, withEntropy: boolean): TokenScores {
-  const [B, L, V] = logits.shape;
-  const targets = successorTargets(ids, B, L);
-  const stats = nativeLogSoftmaxPick(tf.reshape(logits, [B * L, V]) as tf.Tensor2D, targets); // [B * L, 3]
-  const column = (c: number) =>
-    shiftRight(tf.reshape(tf.slice(stats, [0, c], [B * L, 1]), [B, L]) as tf.Tensor2D);
-  return withEntropy ? { logProbs: column(0), entropy: column(1) } : { logProbs: column(0) };
-}
-
-/**
- * Op by op: log-softmax of the predicting positions, the targets' entries picked with a one-hot
- * product. (A gather is cheaper forward, but its gradient is an unsorted segment sum over rows x vocab
- * segments, which the cpu backend computes one segment at a time: a training step never ends.)
- */
-function opByOpPick(logits: tf.Tensor3D, ids: Int32Array, withEntropy: boolean): TokenScores {
-  const [B, L, V] = logits.shape;
-  const rows = B * (L - 1);
-  const logp = tf.logSoftmax(tf.reshape(tf.slice(logits, [0, 0, 0], [B, L - 1, V]), [rows, V]));
-  const targets = new Int32Array(rows);
-  for (let b = 0; b < B; b++) targets.set(ids.subarray(b * L + 1, (b + 1) * L), b * (L - 1));
-  const onehot = tf.oneHot(tf.tensor1d(targets, "int32"), V);
-  const picked = tf.reshape(tf.sum(tf.mul(logp, onehot), -1), [B, L - 1]);
-  const logProbs = tf.pad(picked, [
-    [0, 0],
-    [1, 0],
-  ]) as tf.Tensor2D;
-  if (!withEntropy) return { logProbs };
-  const ent = tf.reshape(tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), -1)), [B, L - 1]);
-  return {
-    logProbs,
-    entropy: tf.pad(ent, [
-      [0, 0],
-      [1, 0],
-    ]) as tf.Tensor2D,
-  };
 }
 
 /**

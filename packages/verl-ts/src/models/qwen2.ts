@@ -85,6 +85,12 @@ export interface ForwardOptions {
   /** Return the final hidden states instead of logits. */
   hidden?: boolean;
   /**
+   * Only positions [from, to) of every row go through the final norm and the LM head: logits [B, to -
+   * from, V] (or hidden states [B, to - from, h]). A log-prob pass needs the head only where a scored
+   * token is predicted, and the head is most of a pass at a large vocabulary. Ignored with lastOnly.
+   */
+  positions?: { from: number; to: number };
+  /**
    * Collects each layer's keys and values [B, KV, L, D] here (kept tensors the caller disposes), for
    * prefill() to read back and write into a cache after the forward.
    */
@@ -95,6 +101,17 @@ export interface ForwardOptions {
    * the update computes under its tape from the widened weights (the first on-policy ratio is exactly 1).
    */
   bf16Bits?: boolean;
+}
+
+/** ForwardOptions.positions checked against a row length L: every position when absent. */
+function keptPositions(positions: ForwardOptions["positions"], L: number): { from: number; to: number } {
+  if (!positions) return { from: 0, to: L };
+  const { from, to } = positions;
+  if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to > L || from >= to)
+    throw new RangeError(
+      `positions [${from}, ${to}) must be a non-empty range of whole numbers from 0 to ${L}`,
+    );
+  return { from, to };
 }
 
 /**
@@ -465,22 +482,24 @@ export class Qwen2Model {
           this.layerDone(i);
         }
       }
+      const { from, to } = options.lastOnly ? { from: L - 1, to: L } : keptPositions(options.positions, L);
+      const S = to - from;
       let hfinal = x;
-      if (options.lastOnly)
+      if (S !== L)
         hfinal = tf.reshape(
-          tf.slice(tf.reshape(x, [B, L, c.hiddenSize]), [0, L - 1, 0], [B, 1, c.hiddenSize]),
-          [B, c.hiddenSize],
+          tf.slice(tf.reshape(x, [B, L, c.hiddenSize]), [0, from, 0], [B, S, c.hiddenSize]),
+          [B * S, c.hiddenSize],
         );
       hfinal = rmsNorm(hfinal, this.weights.tensor("model.norm.weight"), c.rmsNormEps);
       if (options.hidden)
-        return tf.reshape(hfinal, options.lastOnly ? [B, c.hiddenSize] : [B, L, c.hiddenSize]);
+        return tf.reshape(hfinal, options.lastOnly ? [B, c.hiddenSize] : [B, S, c.hiddenSize]);
       const bits = fromBits ? this.bf16Head() : undefined;
       const logits = bits
         ? project(hfinal, bits.weight, bits.transposed)
         : this.headInPlace()
           ? linearTransposed(hfinal, this.weights.tensor(EMBEDDING))
           : linear(hfinal, this.lmHeadWeight());
-      return options.lastOnly ? logits : tf.reshape(logits, [B, L, c.vocabSize]);
+      return options.lastOnly ? logits : tf.reshape(logits, [B, S, c.vocabSize]);
     });
   }
 

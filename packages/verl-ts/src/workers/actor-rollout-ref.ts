@@ -522,7 +522,13 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     try {
       return await byMicroBatch(data, this.logProbGroups(key, data), R, async (part) => {
         const { tb, P, kept } = responseTokenBatch(part);
-        const r = await computeLogProbs(model, tb, { temperature, withEntropy, microBatchSize: tb.batch });
+        const r = await computeLogProbs(model, tb, {
+          temperature,
+          withEntropy,
+          microBatchSize: tb.batch,
+          // the head runs only where a response token is predicted
+          scoreColumns: { from: P, to: P + kept },
+        });
         const cols = (full: Float32Array) => rowColumns(full, tb.batch, tb.length, P, kept, R);
         return withEntropy ? [cols(r.logProbs), cols(r.entropy!)] : [cols(r.logProbs)];
       });
@@ -695,7 +701,11 @@ export class ActorRolloutRefWorker extends ShardedWorker {
         const b = part.length;
         const old = part.tensor("old_log_probs");
         const adv = part.tensor("advantages");
-        const sc = tokenLogProbs(model, tb, { temperature, withEntropy: entCoef !== 0 });
+        const sc = tokenLogProbs(model, tb, {
+          temperature,
+          withEntropy: entCoef !== 0,
+          scoreColumns: { from: P, to: P + kept },
+        });
         const logp = padColumns(tf.slice(sc.logProbs, [0, P], [b, kept]) as tf.Tensor2D, R);
         const pmask = part.batch.loss_mask ?? part.tensor("response_mask");
         const weights = asTfTensor(w);

@@ -108,3 +108,68 @@ test("the default chunk holds 32 MiB of float32 logits: 55 positions at Qwen2.5'
   t.is(headChunkRows(151936), 55);
   t.is(headChunkRows(1e9), 1);
 });
+
+for (const backend of ["wasm", "cpu"] as const)
+  test.serial(
+    `${backend}: scoreColumns scores those columns alone, the head running on their predicting positions only`,
+    async (t) => {
+      await selectBackend({ backend, log: null });
+      const V = 300;
+      const model = Qwen2Model.random(tinyTestConfig(V), { seed: 5, std: 0.3 });
+      try {
+        const L = batch.length;
+        const full = await read(() => tokenLogProbs(model, batch, { withEntropy: true }));
+        for (const [from, to] of [
+          [5, 9],
+          [1, 3],
+          [8, 9],
+          [0, 2],
+        ] as const) {
+          const scoreColumns = { from, to };
+          const heads: number[][] = [];
+          const profile = async (f: () => { logProbs: tf.Tensor; entropy?: tf.Tensor }) => {
+            let got: [Float32Array, Float32Array] | undefined;
+            const info = await tf.profile(async () => {
+              got = await read(f);
+            });
+            // the LM head's products: matrix products V wide
+            heads.push(
+              info.kernels
+                .filter((k) => /matmul/i.test(k.name))
+                .flatMap((k) => k.outputShapes)
+                .filter((shape) => shape.length === 2 && shape[1] === V)
+                .map((shape) => shape[0]!),
+            );
+            return got!;
+          };
+          const viaTape = await profile(() =>
+            tokenLogProbs(model, batch, { withEntropy: true, scoreColumns }),
+          );
+          const chunked = await profile(() =>
+            chunkedTokenLogProbs(model, batch, { withEntropy: true, scoreColumns, chunkRows: 1000 }),
+          );
+          const scored = batch.batch * (to - Math.max(from, 1));
+          for (const rows of heads) t.deepEqual([...new Set(rows)], [scored], `[${from}, ${to}): head rows`);
+          for (const got of [viaTape, chunked])
+            for (let i = 0; i < batch.batch * L; i++) {
+              const c = i % L;
+              const inside = c >= Math.max(from, 1) && c < to;
+              for (const k of [0, 1] as const) {
+                if (inside) t.true(Math.abs(got[k][i]! - full[k][i]!) < 1e-5, `[${from}, ${to}) column ${c}`);
+                else t.is(got[k][i], 0, `[${from}, ${to}) column ${c} is not scored`);
+              }
+            }
+          // the passes' products are the same calls: the same bits (the update's first ratio is exactly 1)
+          t.deepEqual(chunked, viaTape);
+        }
+        t.throws(() => tokenLogProbs(model, batch, { scoreColumns: { from: 3, to: L + 1 } }), {
+          message: /scoreColumns/,
+        });
+        t.throws(() => chunkedTokenLogProbs(model, batch, { scoreColumns: { from: 2.5, to: 4 } }), {
+          message: /scoreColumns/,
+        });
+      } finally {
+        model.dispose();
+      }
+    },
+  );
