@@ -23,6 +23,8 @@ export interface LogProbOptions {
 /**
  * The positions of a row of length L that predict the scored columns (column t is predicted by position
  * t - 1; column 0 by none), and each one's target: the token after it. null when nothing is scored.
+ * Without scoreColumns every position runs, the last one with target -1 (it predicts nothing), so the
+ * whole-sequence pass slices nothing out of the hidden states.
  */
 function scoredPositions(
   ids: Int32Array,
@@ -30,7 +32,16 @@ function scoredPositions(
   L: number,
   columns: LogProbOptions["scoreColumns"],
 ): { from: number; to: number; targets: Int32Array } | null {
-  const { from, to } = columns ?? { from: 1, to: L };
+  if (!columns) {
+    if (L < 2) return null;
+    const targets = new Int32Array(B * L);
+    for (let b = 0; b < B; b++) {
+      targets.set(ids.subarray(b * L + 1, (b + 1) * L), b * L);
+      targets[b * L + L - 1] = -1;
+    }
+    return { from: 0, to: L, targets };
+  }
+  const { from, to } = columns;
   if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to > L || from > to)
     throw new RangeError(`scoreColumns [${from}, ${to}) must be a range of whole numbers from 0 to ${L}`);
   const first = Math.max(from, 1);
@@ -41,12 +52,17 @@ function scoredPositions(
   return { from: first - 1, to: to - 1, targets };
 }
 
-/** [B * S] per-position values of positions [from, from + S) as columns [from + 1, from + 1 + S) of [B, L]. */
+/**
+ * [B * S] per-position values of positions [from, from + S) as columns [from + 1, from + 1 + S) of [B, L];
+ * a row's last position, which scores nothing, is dropped.
+ */
 function asColumns(values: tf.Tensor, B: number, L: number, from: number): tf.Tensor2D {
   const S = values.size / B;
-  return tf.pad(tf.reshape(values, [B, S]), [
+  const kept = Math.min(S, L - from - 1);
+  const rows = tf.reshape(values, [B, S]);
+  return tf.pad(kept === S ? rows : tf.slice(rows, [0, 0], [B, kept]), [
     [0, 0],
-    [from + 1, L - from - 1 - S],
+    [from + 1, L - from - 1 - kept],
   ]) as tf.Tensor2D;
 }
 
