@@ -9,6 +9,7 @@ import test from "ava";
 import {
   chunkedTokenLogProbs,
   computeLogProbs,
+  forwardBackward,
   headChunkRows,
   padBatch,
   Qwen2Model,
@@ -173,3 +174,53 @@ for (const backend of ["wasm", "cpu"] as const)
       }
     },
   );
+
+test.serial(
+  "wasm: a loss over scored columns has the gradients of the whole pass's loss over the same columns",
+  async (t) => {
+    await selectBackend({ backend: "wasm", log: null });
+    const model = Qwen2Model.random(tinyTestConfig(300, { tieWordEmbeddings: true }), { seed: 9, std: 0.3 });
+    try {
+      const L = batch.length;
+      const [from, to] = [4, 8];
+      // weights per scored column: a loss like the policy loss's, a weighted sum over the response
+      const weights = tf.tensor2d(
+        Float32Array.from({ length: batch.batch * L }, (_, i) =>
+          i % L >= from && i % L < to ? 1 + (i % 5) : 0,
+        ),
+        [batch.batch, L],
+      );
+      const gradsOf = async (scoreColumns?: { from: number; to: number }) => {
+        const { grads } = await forwardBackward(
+          model,
+          batch,
+          ({ scores }) =>
+            tf.sum(tf.mul(tf.add(scores.logProbs, tf.mul(scores.entropy!, 0.3)), weights)) as tf.Scalar,
+          { withEntropy: true, microBatchSize: batch.batch, ...(scoreColumns ? { scoreColumns } : {}) },
+        );
+        const out = new Map<string, Float32Array>();
+        for (const [name, g] of grads) {
+          out.set(name, (await g.data()) as Float32Array);
+          g.dispose();
+        }
+        return out;
+      };
+      const whole = await gradsOf();
+      const scored = await gradsOf({ from, to });
+      t.deepEqual([...scored.keys()].sort(), [...whole.keys()].sort());
+      for (const [name, w] of whole) {
+        const s = scored.get(name)!;
+        let worst = 0;
+        let scale = 0;
+        for (let i = 0; i < w.length; i++) {
+          worst = Math.max(worst, Math.abs(s[i]! - w[i]!));
+          scale = Math.max(scale, Math.abs(w[i]!));
+        }
+        t.true(worst <= 1e-5 * Math.max(scale, 1), `${name}: max |diff| ${worst} of max |grad| ${scale}`);
+      }
+      weights.dispose();
+    } finally {
+      model.dispose();
+    }
+  },
+);
