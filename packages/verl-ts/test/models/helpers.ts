@@ -80,7 +80,8 @@ export function runJsonScript<T>(
 /**
  * Runs a python script that uses transformers (offline, quiet) with `input` as JSON on stdin and parses
  * the last line it prints; or gives the reason it cannot run here (no python3, or no torch / transformers
- * / tokenizers: CI has none of them, so there the comparison is not made). Any other failure throws.
+ * / tokenizers / peft: CI has none of them, so there the comparison is not made; a machine may have
+ * transformers without peft). Any other failure throws.
  */
 export function runTransformers<T>(
   lines: string[],
@@ -96,7 +97,8 @@ export function runTransformers<T>(
   if (r.error) return { reason: `python3 did not run (${r.error.message})` };
   if (r.status !== 0) {
     const last = r.stderr.trim().split("\n").at(-1) ?? "";
-    if (/No module named '(torch|transformers|tokenizers)'/.test(last)) return { reason: `python3: ${last}` };
+    if (/No module named '(torch|transformers|tokenizers|peft)'/.test(last))
+      return { reason: `python3: ${last}` };
     throw new Error(`python3 ${args.join(" ")} failed (exit ${r.status}):\n${r.stderr}`);
   }
   return { value: JSON.parse(r.stdout.trim().split("\n").at(-1)!) as T };
