@@ -118,6 +118,8 @@ test("force: true kills the worker of a running task, which no plain cancel coul
   const spinning = spinForeverTask.remote(pidFile);
   await appeared(pidFile);
   const pid = Number(readFileSync(pidFile, "utf8"));
+  // pid 0 would probe this process group, which is always alive
+  t.true(Number.isInteger(pid) && pid > 0, `the task wrote its pid: ${pid}`);
   cancel(spinning, { force: true });
   const err = await t.throwsAsync(spinning, { instanceOf: TaskCancelledError });
   t.regex(err!.message, /task spinForever was cancelled/);
