@@ -87,7 +87,8 @@ export interface ForwardOptions {
   /**
    * Only positions [from, to) of every row go through the final norm and the LM head: logits [B, to -
    * from, V] (or hidden states [B, to - from, h]). A log-prob pass needs the head only where a scored
-   * token is predicted, and the head is most of a pass at a large vocabulary. Ignored with lastOnly.
+   * token is predicted, and the head is most of a pass at a large vocabulary. lastOnly already names its
+   * one position: asking for both is a RangeError.
    */
   positions?: { from: number; to: number };
   /**
@@ -468,6 +469,8 @@ export class Qwen2Model {
       throw new RangeError(
         `the given layer output has shape [${given.shape}], the batch needs [${B * L}, ${c.hiddenSize}]`,
       );
+    if (options.lastOnly && options.positions)
+      throw new RangeError("forward: lastOnly and positions both name the kept positions; pass one");
     const fromBits = options.bf16Bits === true && this.readsBf16Bits();
     return tf.tidy(() => {
       let x: tf.Tensor2D;

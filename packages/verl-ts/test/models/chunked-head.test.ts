@@ -169,6 +169,11 @@ for (const backend of ["wasm", "cpu"] as const)
         t.throws(() => chunkedTokenLogProbs(model, batch, { scoreColumns: { from: 2.5, to: 4 } }), {
           message: /scoreColumns/,
         });
+        // lastOnly names its one position: a range beside it is refused, not ignored
+        t.throws(() => model.forward(batch, { lastOnly: true, positions: { from: 0, to: 2 } }), {
+          instanceOf: RangeError,
+          message: /lastOnly and positions/,
+        });
       } finally {
         model.dispose();
       }
