@@ -18,6 +18,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("swigluGrad", Napi::Function::New(env, torl_blas::SwigluGrad, "swigluGrad"));
   exports.Set("decodeAttention", Napi::Function::New(env, torl_blas::DecodeAttention, "decodeAttention"));
   exports.Set("matmulBf16", Napi::Function::New(env, torl_blas::MatmulBf16, "matmulBf16"));
+  exports.Set("amx", Napi::Function::New(env, torl_blas::AmxInfo, "amx"));
+  exports.Set("setAmx", Napi::Function::New(env, torl_blas::SetAmx, "setAmx"));
   exports.Set("widenBf16", Napi::Function::New(env, torl_blas::WidenBf16, "widenBf16"));
   exports.Set("roundBf16", Napi::Function::New(env, torl_blas::RoundBf16, "roundBf16"));
   exports.Set("addInto", Napi::Function::New(env, torl_blas::AddInto, "addInto"));

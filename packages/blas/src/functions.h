@@ -16,6 +16,8 @@ Napi::Value Swiglu(const Napi::CallbackInfo& info);
 Napi::Value SwigluGrad(const Napi::CallbackInfo& info);
 Napi::Value DecodeAttention(const Napi::CallbackInfo& info);
 Napi::Value MatmulBf16(const Napi::CallbackInfo& info);
+Napi::Value AmxInfo(const Napi::CallbackInfo& info);
+Napi::Value SetAmx(const Napi::CallbackInfo& info);
 Napi::Value WidenBf16(const Napi::CallbackInfo& info);
 Napi::Value RoundBf16(const Napi::CallbackInfo& info);
 Napi::Value AddInto(const Napi::CallbackInfo& info);

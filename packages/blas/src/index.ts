@@ -127,6 +127,14 @@ export interface NativeBlas {
     k: number,
     transposeW: boolean,
   ): void;
+  /**
+   * Whether matmulBf16 past 8 rows runs on AMX tiles (Intel Xeons from Sapphire Rapids on, with a kernel
+   * that grants them): supported, enabled (on by default where supported; TORL_BLAS_AMX=off turns it off),
+   * and why not where unsupported.
+   */
+  amx(): { supported: boolean; enabled: boolean; reason: string };
+  /** Turns the AMX tiles on or off for this process; turning them on where unsupported throws, naming why. */
+  setAmx(enabled: boolean): void;
   /** out[i] = the float32 value of bfloat16 bits[i] (exact). Throws a RangeError when the lengths differ. */
   widenBf16(bits: Uint16Array, out: Float32Array): void;
   /**
@@ -156,6 +164,8 @@ const ADDON_FUNCTIONS: ReadonlyArray<keyof NativeBlas> = [
   "swigluGrad",
   "decodeAttention",
   "matmulBf16",
+  "amx",
+  "setAmx",
   "widenBf16",
   "roundBf16",
   "addInto",
@@ -221,15 +231,39 @@ export function sourcesNewerThan(addonPath: string, root: string = packageRoot):
 let loaded: BlasLoad | undefined;
 
 /**
+ * TORL_BLAS_AMX: "on" (fails where the machine has no AMX tiles), "off" (the float32 sgemm path past 8
+ * rows, as on other CPUs), or unset (on where supported). Any other value throws: a misspelt setting
+ * must not quietly leave the default in place.
+ */
+export function applyAmxSetting(
+  blas: Pick<NativeBlas, "amx" | "setAmx">,
+  env: NodeJS.ProcessEnv = process.env,
+) {
+  const value = env.TORL_BLAS_AMX?.trim() ?? "";
+  if (value === "") return;
+  if (value !== "on" && value !== "off")
+    throw new Error(`TORL_BLAS_AMX must be "on" or "off" (or unset for on where supported), not "${value}"`);
+  const { supported, reason } = blas.amx();
+  if (value === "on" && !supported)
+    throw new Error(`TORL_BLAS_AMX=on, but this machine has no AMX tiles: ${reason}`);
+  blas.setAmx(value === "on");
+}
+
+/**
  * Loads the addon once per process and sets OpenBLAS to `threads` threads (default 1: this project
  * scales over processes, one per core). The result names OpenBLAS's CPU kernel, which OpenBLAS picks
  * from the processor at load time unless the environment's OPENBLAS_CORETYPE forces one.
  */
 export function loadNativeBlas(threads = 1): BlasLoad {
-  if (loaded) {
-    if (loaded.ok) loaded.blas.setThreads(threads);
-    return loaded;
-  }
+  if (!loaded) loaded = load(threads);
+  else if (loaded.ok) loaded.blas.setThreads(threads);
+  // outside load's catch: a bad TORL_BLAS_AMX throws to the caller rather than turning the addon off
+  if (loaded.ok) applyAmxSetting(loaded.blas);
+  return loaded;
+}
+
+function load(threads: number): BlasLoad {
+  let loaded: BlasLoad;
   if (!existsSync(ADDON_PATH)) {
     loaded = { ok: false, reason: addonMissingReason() };
     return loaded;

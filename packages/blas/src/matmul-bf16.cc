@@ -20,6 +20,7 @@
 #include <cstring>
 #include <vector>
 
+#include "amx.h"
 #include "args.h"
 #include "cpu-clones.h"
 #include "functions.h"
@@ -234,6 +235,7 @@ void Run(const Product& a, bool transposeW) {
     FewRows(a, transposeW);
     return;
   }
+  if (AmxMatmulBf16(a.x, a.w, a.out, a.m, a.n, a.k, transposeW)) return;
 
   thread_local std::vector<float> tile;
   if (!transposeW && (a.k > kLongDepth || a.k > a.n)) {
@@ -286,6 +288,31 @@ Napi::Value MatmulBf16(const Napi::CallbackInfo& info) {
     return env.Undefined();
   }
   Run(Product{x.data, w, out.data, m, n, k}, transposeW);
+  return env.Undefined();
+}
+
+// amx(): { supported, enabled, reason } of the AMX tiles that products past kFewRows rows run on.
+Napi::Value AmxInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!HasArity(info, "amx", 0)) return env.Undefined();
+  const AmxStatus& status = Amx();
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("supported", status.supported);
+  result.Set("enabled", status.enabled);
+  result.Set("reason", status.reason);
+  return result;
+}
+
+// setAmx(enabled): tiles on or off for this process; asking for tiles the machine lacks throws, naming why.
+Napi::Value SetAmx(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!HasArity(info, "setAmx", 1)) return env.Undefined();
+  if (!info[0].IsBoolean()) {
+    Napi::TypeError::New(env, "setAmx: enabled must be a boolean").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  if (!SetAmxEnabled(info[0].As<Napi::Boolean>().Value()))
+    Napi::Error::New(env, "setAmx: no AMX tiles here: " + Amx().reason).ThrowAsJavaScriptException();
   return env.Undefined();
 }
 

@@ -1,5 +1,5 @@
 import test, { type ExecutionContext } from "ava";
-import { loadNativeBlas, type NativeBlas } from "../src/index.js";
+import { applyAmxSetting, loadNativeBlas, type NativeBlas } from "../src/index.js";
 
 // matmulBf16: float32 rows times a weight held as bfloat16 bits, against a float64 reference over the
 // widened weight, in both layouts, on one tile and on many (past 8 rows the weight is widened a tile at a
@@ -274,3 +274,147 @@ test("addInto and sumSquares give the bits of their JavaScript loops; mismatched
     message: /3 values into an array of 2/,
   });
 });
+
+/** The addon with its AMX tiles on (undefined, with the reason logged, where the machine has none). */
+function withTiles(t: ExecutionContext, blas: NativeBlas): boolean {
+  const { supported, reason } = blas.amx();
+  if (!supported) t.log(`AMX not checked: ${reason}`);
+  return supported;
+}
+
+test.serial(
+  "past 8 rows, on AMX tiles and off them, matmulBf16 has float32 accuracy in both layouts",
+  (t) => {
+    const blas = addon(t);
+    if (!blas) return;
+    const settings = withTiles(t, blas) ? [true, false] : [false];
+    // whole tiles and short ones (m, n not multiples of 16, k not of 32); k past one depth block (1024)
+    const tileShapes: [number, number, number][] = [
+      [9, 16, 32],
+      [16, 32, 64],
+      [32, 64, 1024],
+      [17, 40, 70],
+      [48, 96, 896],
+      [33, 48, 2100],
+      [20, 200, 1030],
+      [40, 24, 3000],
+    ];
+    try {
+      for (const tiles of settings) {
+        blas.setAmx(tiles);
+        t.is(blas.amx().enabled, tiles);
+        for (const transposeW of [true, false])
+          for (const [m, n, k] of [...tileShapes, ...shapes.filter(([m]) => m > 8)]) {
+            const x = floats(m * k, m * 31 + k);
+            const w = bf16Weight(n * k, n * 5 + k);
+            const out = new Float32Array(m * n).fill(Number.NaN);
+            blas.matmulBf16(x, w.bits, out, m, n, k, transposeW);
+            const err = maxScaledError(x, w.values, out, m, n, k, transposeW);
+            t.true(
+              err <= (k + 2) * 2 ** -24,
+              `tiles ${tiles} m=${m} n=${n} k=${k} transposeW=${transposeW}: ${err}`,
+            );
+          }
+      }
+    } finally {
+      blas.setAmx(blas.amx().supported);
+    }
+  },
+);
+
+test.serial(
+  "on AMX tiles each float32 x is split exactly: a product with the identity gives x back, bit for bit",
+  (t) => {
+    const blas = addon(t);
+    if (!blas || !withTiles(t, blas)) return t.pass();
+    // x of full float32 precision (24 significant bits); one bfloat16 piece alone would keep 8 of them
+    const [m, k] = [24, 64];
+    const x = floats(m * k, 77).map((v) => v * 1e3 + 1 / 3);
+    const identity = new Uint16Array(k * k);
+    for (let i = 0; i < k; i++) identity[i * k + i] = 0x3f80;
+    for (const transposeW of [true, false]) {
+      const out = new Float32Array(m * k);
+      blas.matmulBf16(x, identity, out, m, k, k, transposeW);
+      t.deepEqual(new Uint32Array(out.buffer), new Uint32Array(x.buffer), `transposeW=${transposeW}`);
+    }
+    // infinities and NaNs come through as in a float32 product: inf times a nonzero weight, inf times 0 NaN
+    const special = new Float32Array(m * k);
+    special[0] = Number.POSITIVE_INFINITY;
+    special[k + 1] = Number.NEGATIVE_INFINITY;
+    special[2 * k + 2] = Number.NaN;
+    const out = new Float32Array(m * k);
+    blas.matmulBf16(special, identity, out, m, k, k, false);
+    t.is(out[0], Number.POSITIVE_INFINITY);
+    t.true(Number.isNaN(out[1]!), "inf x 0 is NaN");
+    t.is(out[k + 1], Number.NEGATIVE_INFINITY);
+    t.true(Number.isNaN(out[2 * k + 2]!));
+    t.is(out[3 * k + 3], 0);
+  },
+);
+
+test.serial(
+  "on AMX tiles a row's outputs have the same bits whatever rows share its call (a pass and its recomputation agree)",
+  (t) => {
+    const blas = addon(t);
+    if (!blas || !withTiles(t, blas)) return t.pass();
+    for (const transposeW of [true, false])
+      for (const [n, k] of [
+        [96, 1500],
+        [40, 70],
+      ] as const) {
+        const m = 45;
+        const x = floats(m * k, n + k);
+        const w = bf16Weight(n * k, 2 * n + k);
+        const all = new Float32Array(m * n);
+        blas.matmulBf16(x, w.bits, all, m, n, k, transposeW);
+        for (const [from, rows] of [
+          [0, 9],
+          [7, 16],
+          [20, 25],
+          [3, 33],
+        ] as const) {
+          const part = new Float32Array(rows * n);
+          blas.matmulBf16(x.subarray(from * k, (from + rows) * k), w.bits, part, rows, n, k, transposeW);
+          t.deepEqual(
+            new Uint32Array(part.buffer),
+            new Uint32Array(all.slice(from * n, (from + rows) * n).buffer),
+            `rows ${from}..${from + rows} n=${n} k=${k} transposeW=${transposeW}`,
+          );
+        }
+      }
+  },
+);
+
+test.serial(
+  "TORL_BLAS_AMX is on, off or unset; any other value, or on without tiles, throws naming it",
+  (t) => {
+    const state = { supported: true, enabled: true, reason: "" };
+    const fake = {
+      amx: () => ({ ...state }),
+      setAmx: (enabled: boolean) => {
+        if (enabled && !state.supported) throw new Error("no tiles");
+        state.enabled = enabled;
+      },
+    };
+    applyAmxSetting(fake, {});
+    t.true(state.enabled);
+    applyAmxSetting(fake, { TORL_BLAS_AMX: "off" });
+    t.false(state.enabled);
+    applyAmxSetting(fake, { TORL_BLAS_AMX: " on " });
+    t.true(state.enabled);
+    t.throws(() => applyAmxSetting(fake, { TORL_BLAS_AMX: "0" }), {
+      message: /TORL_BLAS_AMX must be "on" or "off"/,
+    });
+    state.supported = false;
+    state.reason = "the CPU has no AMX-BF16";
+    t.throws(() => applyAmxSetting(fake, { TORL_BLAS_AMX: "on" }), {
+      message: "TORL_BLAS_AMX=on, but this machine has no AMX tiles: the CPU has no AMX-BF16",
+    });
+    applyAmxSetting(fake, { TORL_BLAS_AMX: "off" });
+    t.false(state.enabled);
+    const blas = addon(t);
+    if (!blas) return;
+    t.throws(() => blas.setAmx(1 as unknown as boolean), { message: /setAmx: enabled must be a boolean/ });
+    if (!blas.amx().supported) t.throws(() => blas.setAmx(true), { message: /setAmx: no AMX tiles here/ });
+  },
+);

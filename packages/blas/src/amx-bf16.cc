@@ -1,0 +1,310 @@
+// Products of float32 rows with bfloat16 weights on AMX tiles (Sapphire Rapids and later Xeons).
+//
+// A tile product multiplies bfloat16 by bfloat16 into float32 sums, and x is float32. Each x is split
+// exactly into three bfloat16 pieces, x = hi + mid + lo (hi its top 8 significant bits, mid the next 8, lo
+// the last 8), and out = hi.W + mid.W + lo.W: every product of a piece and a weight is exact in float32, so
+// the result has a float32 product's accuracy (only the order of the float32 sums differs) at a third of
+// the tiles' bfloat16 speed, still several times sgemm's on widened weights. Pieces below float32's normal
+// range (|x| under ~2^-110) are flushed to zero by the tiles.
+//
+// Layout. out = A . B with A = x's pieces, [m, k] row-major, and B = W packed, a strip of 32 of its columns
+// at a time, into the tiles' pair-interleaved ("VNNI") rows: packed row r holds (B[2r][j], B[2r+1][j]) for
+// the strip's j. k is taken kDepthBlock at a time so x's pieces for the block stay in L2 while the strips
+// stream past them; out holds the running sums between blocks (a float32 stored and loaded back is the
+// same float). Each output's sum runs over k in order, a tile's 32 values at a time, hi, mid then lo
+// within each: it depends on its own row of x and column of W alone, never on m or the other rows.
+#include "amx.h"
+
+#include <cstring>
+#include <vector>
+
+// AMX intrinsics arrived in GCC 11 and Clang 12: an older compiler builds the addon without them.
+#if defined(__x86_64__) && defined(__linux__) && \
+    (defined(__clang__) ? __clang_major__ >= 12 : (defined(__GNUC__) && __GNUC__ >= 11))
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define TORL_HAS_AMX_BUILD 1
+#endif
+
+namespace torl_blas {
+
+namespace {
+
+AmxStatus Probe() {
+#ifdef TORL_HAS_AMX_BUILD
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return {false, false, "the CPU reports no leaf 7"};
+  const bool amxBf16 = (edx >> 22) & 1, amxTile = (edx >> 24) & 1;
+  if (!amxTile || !amxBf16) return {false, false, "the CPU has no AMX-BF16"};
+  // Linux hands out the 8 KB tile state only on request, per process (arch/x86/include/uapi/asm/prctl.h).
+  constexpr long kReqXcompPerm = 0x1023, kXfeatureTileData = 18;
+  if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureTileData) != 0)
+    return {false, false, "the kernel refused this process the AMX tile state"};
+  return {true, true, ""};
+#else
+  return {false, false, "this build of the addon has no AMX kernels (x86-64 Linux with GCC 11 or Clang 12 and later)"};
+#endif
+}
+
+AmxStatus& State() {
+  static AmxStatus state = Probe();
+  return state;
+}
+
+}  // namespace
+
+const AmxStatus& Amx() { return State(); }
+
+bool SetAmxEnabled(bool enabled) {
+  AmxStatus& state = State();
+  if (enabled && !state.supported) return false;
+  state.enabled = enabled;
+  return true;
+}
+
+#ifdef TORL_HAS_AMX_BUILD
+
+namespace {
+
+#define TORL_AMX_TARGET __attribute__((target("avx512f,avx512bw,amx-tile,amx-bf16")))
+
+constexpr int64_t kStrip = 32;          // W's columns per packed strip: two tiles of 16
+constexpr int64_t kDepthBlock = 1024;   // k values per block: x's three pieces then take m x 6 KB
+constexpr int64_t kRowSlack = 32;       // pieces' row stride is the block plus this: a 2 KB stride would
+                                        // map a tile's 16 rows onto two L1 sets
+
+int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+struct alignas(64) TileConfig {
+  uint8_t palette;
+  uint8_t startRow;
+  uint8_t reserved[14];
+  uint16_t bytesPerRow[16];
+  uint8_t rows[16];
+};
+
+// Tiles 0-3 the sums (2 x 2 tiles of 16 x 16 float32), 4-5 x's pieces (16 rows x 32 bfloat16), 6-7 the
+// packed weight (16 pair-rows x 16 columns): all 16 rows of 64 bytes.
+TORL_AMX_TARGET void ConfigureTiles() {
+  TileConfig config;
+  std::memset(&config, 0, sizeof config);
+  config.palette = 1;
+  for (int t = 0; t < 8; t++) {
+    config.bytesPerRow[t] = 64;
+    config.rows[t] = 16;
+  }
+  _tile_loadconfig(&config);
+}
+
+inline float FromBits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+inline uint32_t ToBits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+// Rows 0..mPad of x[:, p0:p0+kb] split into the three pieces' planes (row stride ld; rows past m and
+// columns past kb are zero). Infinities and NaNs ride whole in hi (their remainders would be NaN).
+TORL_AMX_TARGET void SplitPieces(const float* x, int64_t k, int64_t m, int64_t p0, int64_t kb, int64_t mPad,
+                                 int64_t ld, uint16_t* pieces) {
+  const int64_t plane = mPad * ld;
+  for (int64_t i = 0; i < mPad; i++) {
+    uint16_t* hi = pieces + i * ld;
+    uint16_t* mid = hi + plane;
+    uint16_t* lo = mid + plane;
+    int64_t q = 0;
+    if (i < m) {
+      const float* src = x + i * k + p0;
+      for (; q < kb; q++) {
+        const uint32_t b = ToBits(src[q]);
+        const bool finite = (b & 0x7f800000u) != 0x7f800000u;
+        const uint32_t top = b & 0xffff0000u;
+        const float rest = src[q] - FromBits(top);
+        const uint32_t next = ToBits(rest) & 0xffff0000u;
+        const float last = rest - FromBits(next);
+        const bool nan = (b & 0x7fffffffu) > 0x7f800000u;
+        hi[q] = nan ? 0x7fc0 : static_cast<uint16_t>(b >> 16);
+        mid[q] = finite ? static_cast<uint16_t>(next >> 16) : 0;
+        lo[q] = finite ? static_cast<uint16_t>(ToBits(last) >> 16) : 0;
+      }
+    }
+    for (; q < ld; q++) hi[q] = mid[q] = lo[q] = 0;
+  }
+}
+
+// The strip of W's columns j0..j0+cols (cols <= 32) over rows p0..p0+kb of B, packed: word [r][c] holds
+// (B[p0+2r][j0+c], B[p0+2r+1][j0+c]) for r < kbPad/2, c < 32, zero outside B. B = W [k, n], or W^T for
+// W [n, k] read transposed.
+TORL_AMX_TARGET void PackStrip(const uint16_t* w, int64_t n, int64_t k, bool transposeW, int64_t p0, int64_t kb,
+                               int64_t kbPad, int64_t j0, int64_t cols, uint16_t* strip) {
+  const int64_t pairs = kbPad / 2;
+  const bool full = cols == kStrip && kb == kbPad;
+  if (full && !transposeW) {
+    // two rows of W, 32 values each, interleaved
+    const __m512i low = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                         37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i high = _mm512_set_epi16(63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24, 55, 23,
+                                          54, 22, 53, 21, 52, 20, 51, 19, 50, 18, 49, 17, 48, 16);
+    for (int64_t r = 0; r < pairs; r++) {
+      const __m512i even = _mm512_loadu_si512(w + (p0 + 2 * r) * n + j0);
+      const __m512i odd = _mm512_loadu_si512(w + (p0 + 2 * r + 1) * n + j0);
+      _mm512_storeu_si512(strip + r * 64, _mm512_permutex2var_epi16(even, low, odd));
+      _mm512_storeu_si512(strip + r * 64 + 32, _mm512_permutex2var_epi16(even, high, odd));
+    }
+    return;
+  }
+  if (full) {
+    // W [n, k]: word r of W's row j0+c goes to packed [r][c], a 32-bit transpose, 16 x 16 at a time
+    for (int64_t c0 = 0; c0 < kStrip; c0 += 16)
+      for (int64_t r0 = 0; r0 < pairs; r0 += 16) {
+        __m512i v[16], t[16];
+        for (int c = 0; c < 16; c++) v[c] = _mm512_loadu_si512(w + (j0 + c0 + c) * k + p0 + 2 * r0);
+        for (int c = 0; c < 16; c += 2) {
+          t[c] = _mm512_unpacklo_epi32(v[c], v[c + 1]);
+          t[c + 1] = _mm512_unpackhi_epi32(v[c], v[c + 1]);
+        }
+        // v[4g + d]: words 4L + d of rows 4g..4g+3, 128-bit lane L
+        for (int g = 0; g < 4; g++) {
+          v[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+          v[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+          v[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+          v[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+        }
+        // t[d] (t[d + 4]): words d and d + 8 (d + 4 and d + 12) of rows 0-7; t[d + 8], t[d + 12]: rows 8-15
+        for (int d = 0; d < 4; d++) {
+          t[d] = _mm512_shuffle_i32x4(v[d], v[4 + d], 0x88);
+          t[d + 4] = _mm512_shuffle_i32x4(v[d], v[4 + d], 0xdd);
+          t[d + 8] = _mm512_shuffle_i32x4(v[8 + d], v[12 + d], 0x88);
+          t[d + 12] = _mm512_shuffle_i32x4(v[8 + d], v[12 + d], 0xdd);
+        }
+        uint32_t* out = reinterpret_cast<uint32_t*>(strip);
+        for (int d = 0; d < 8; d++) {
+          const __m512i a = _mm512_shuffle_i32x4(t[d], t[d + 8], 0x88);  // word d
+          const __m512i b = _mm512_shuffle_i32x4(t[d], t[d + 8], 0xdd);  // word d + 8
+          _mm512_storeu_si512(out + (r0 + d) * kStrip + c0, a);
+          _mm512_storeu_si512(out + (r0 + d + 8) * kStrip + c0, b);
+        }
+      }
+    return;
+  }
+  for (int64_t r = 0; r < pairs; r++)
+    for (int64_t c = 0; c < kStrip; c++)
+      for (int64_t h = 0; h < 2; h++) {
+        const int64_t p = p0 + 2 * r + h, j = j0 + c;
+        uint16_t value = 0;
+        if (p < p0 + kb && c < cols) value = transposeW ? w[j * k + p] : w[p * n + j];
+        strip[(r * kStrip + c) * 2 + h] = value;
+      }
+}
+
+// The sums for rows row0..row0+16MT and the strip's first 16NT columns: c (row stride ldc floats) is
+// loaded (accumulate) or zeroed, the block's depth added, and stored back.
+template <int MT, int NT>
+TORL_AMX_TARGET void MultiplyBlock(const uint16_t* pieces, int64_t plane, int64_t ld, int64_t kbPad,
+                                   const uint16_t* strip, float* c, int64_t ldc, bool accumulate) {
+  const long cStride = static_cast<long>(ldc * 4), aStride = static_cast<long>(ld * 2),
+             bStride = static_cast<long>(kStrip * 4);
+  float* c1 = c + 16 * ldc;
+  if (accumulate) {
+    _tile_loadd(0, c, cStride);
+    if (NT == 2) _tile_loadd(1, c + 16, cStride);
+    if (MT == 2) _tile_loadd(2, c1, cStride);
+    if (MT == 2 && NT == 2) _tile_loadd(3, c1 + 16, cStride);
+  } else {
+    _tile_zero(0);
+    if (NT == 2) _tile_zero(1);
+    if (MT == 2) _tile_zero(2);
+    if (MT == 2 && NT == 2) _tile_zero(3);
+  }
+  for (int64_t p = 0; p < kbPad; p += 32) {
+    const uint16_t* b = strip + p * kStrip;  // pair-rows p/2 .. p/2 + 16
+    _tile_loadd(6, b, bStride);
+    if (NT == 2) _tile_loadd(7, b + 32, bStride);
+    for (int s = 0; s < 3; s++) {
+      const uint16_t* a = pieces + s * plane + p;
+      _tile_loadd(4, a, aStride);
+      if (MT == 2) _tile_loadd(5, a + 16 * ld, aStride);
+      _tile_dpbf16ps(0, 4, 6);
+      if (NT == 2) _tile_dpbf16ps(1, 4, 7);
+      if (MT == 2) _tile_dpbf16ps(2, 5, 6);
+      if (MT == 2 && NT == 2) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, cStride);
+  if (NT == 2) _tile_stored(1, c + 16, cStride);
+  if (MT == 2) _tile_stored(2, c1, cStride);
+  if (MT == 2 && NT == 2) _tile_stored(3, c1 + 16, cStride);
+}
+
+// count values of a buffer kept between calls, at a 64-byte boundary: a tile row that straddles two cache
+// lines loads several times slower.
+template <typename T>
+T* Aligned(std::vector<T>& buffer, int64_t count) {
+  buffer.resize(static_cast<size_t>(count) + 64 / sizeof(T));
+  const uintptr_t at = reinterpret_cast<uintptr_t>(buffer.data());
+  return reinterpret_cast<T*>((at + 63) & ~uintptr_t{63});
+}
+
+TORL_AMX_TARGET void Run(const float* x, const uint16_t* w, float* out, int64_t m, int64_t n, int64_t k,
+                         bool transposeW) {
+  const int64_t mPad = RoundUp(m, 16), nPad = RoundUp(n, 16);
+  // Sums straight into out where its rows and columns fill whole tiles and it lies on a cache line, else
+  // into a padded copy.
+  const bool direct = m == mPad && n == nPad && reinterpret_cast<uintptr_t>(out) % 64 == 0;
+  thread_local std::vector<float> padded;
+  thread_local std::vector<uint16_t> pieceBuffer, stripBuffer;
+  float* sums = direct ? out : Aligned(padded, mPad * nPad);
+  const int64_t ldc = direct ? n : nPad;
+  const int64_t blockPad = RoundUp(k < kDepthBlock ? k : kDepthBlock, 32), ld = blockPad + kRowSlack;
+  const int64_t plane = mPad * ld;
+  uint16_t* pieces = Aligned(pieceBuffer, 3 * plane);
+  uint16_t* strip = Aligned(stripBuffer, blockPad * kStrip);
+
+  ConfigureTiles();
+  for (int64_t p0 = 0; p0 < k; p0 += kDepthBlock) {
+    const int64_t kb = p0 + kDepthBlock < k ? kDepthBlock : k - p0, kbPad = RoundUp(kb, 32);
+    SplitPieces(x, k, m, p0, kb, mPad, ld, pieces);
+    for (int64_t j0 = 0; j0 < n; j0 += kStrip) {
+      const int64_t cols = j0 + kStrip < n ? kStrip : n - j0;
+      PackStrip(w, n, k, transposeW, p0, kb, kbPad, j0, cols, strip);
+      // the tile loads are asm the compiler cannot see reading memory: the stores above must land first
+      __asm__ volatile("" ::: "memory");
+      for (int64_t i0 = 0; i0 < mPad; i0 += 32) {
+        const uint16_t* a = pieces + i0 * ld;
+        float* c = sums + i0 * ldc + j0;
+        const bool twoRows = mPad - i0 > 16, twoCols = cols > 16, more = p0 > 0;
+        if (twoRows && twoCols) MultiplyBlock<2, 2>(a, plane, ld, kbPad, strip, c, ldc, more);
+        else if (twoRows) MultiplyBlock<2, 1>(a, plane, ld, kbPad, strip, c, ldc, more);
+        else if (twoCols) MultiplyBlock<1, 2>(a, plane, ld, kbPad, strip, c, ldc, more);
+        else MultiplyBlock<1, 1>(a, plane, ld, kbPad, strip, c, ldc, more);
+      }
+    }
+  }
+  _tile_release();
+  if (!direct)
+    for (int64_t i = 0; i < m; i++) std::memcpy(out + i * n, sums + i * nPad, static_cast<size_t>(n) * 4);
+}
+
+}  // namespace
+
+bool AmxMatmulBf16(const float* x, const uint16_t* w, float* out, int64_t m, int64_t n, int64_t k,
+                   bool transposeW) {
+  if (!State().enabled) return false;
+  Run(x, w, out, m, n, k, transposeW);
+  return true;
+}
+
+#else
+
+bool AmxMatmulBf16(const float*, const uint16_t*, float*, int64_t, int64_t, int64_t, bool) { return false; }
+
+#endif
+
+}  // namespace torl_blas
