@@ -256,7 +256,18 @@ test("roundBf16 rounds to nearest even (NaN quiet, overflow to infinity) and wid
   });
 });
 
-test("addInto and sumSquares give the bits of their JavaScript loops; mismatched lengths are refused", (t) => {
+/** Sums of squares in the documented order: 8 running sums over whole chunks of 8, paired, then the rest. */
+function laneSumSquares(x: Float32Array): number {
+  const lanes = [0, 0, 0, 0, 0, 0, 0, 0];
+  const whole = x.length - (x.length % 8);
+  for (let i = 0; i < whole; i++) lanes[i % 8]! += x[i]! * x[i]!;
+  const [a, b, c, d, e, f, g, h] = lanes as [number, number, number, number, number, number, number, number];
+  let s = a + b + (c + d) + (e + f + (g + h));
+  for (let i = whole; i < x.length; i++) s += x[i]! * x[i]!;
+  return s;
+}
+
+test("addInto gives the bits of its JavaScript loop, sumSquares those of its documented order; mismatched lengths are refused", (t) => {
   const blas = addon(t);
   if (!blas) return;
   const n = 50_001;
@@ -266,10 +277,9 @@ test("addInto and sumSquares give the bits of their JavaScript loops; mismatched
   for (let i = 0; i < n; i++) want[i]! += x[i]!;
   blas.addInto(x, y);
   t.deepEqual(new Uint32Array(y.buffer), new Uint32Array(want.buffer));
-  let s = 0;
-  for (let i = 0; i < n; i++) s += x[i]! * x[i]!;
-  t.is(blas.sumSquares(x), s);
-  t.is(blas.sumSquares(new Float32Array(0)), 0);
+  t.is(blas.sumSquares(x), laneSumSquares(x));
+  for (const short of [0, 3, 8, 13])
+    t.is(blas.sumSquares(x.subarray(0, short)), laneSumSquares(x.subarray(0, short)));
   t.throws(() => blas.addInto(new Float32Array(3), new Float32Array(2)), {
     message: /3 values into an array of 2/,
   });

@@ -103,6 +103,11 @@ export interface WorkerMemory {
    * in them, but they stay allocated, up to one model's weights in model.dtype (gather-buffers.ts).
    */
   gatherBufferBytes: number;
+  /**
+   * Bytes of gathers not made so far because the kept arrays still held them (the old log-prob pass right
+   * after generation, with no optimizer step between, takes generation's gathered bits back).
+   */
+  gatherReusedBytes: number;
   /** Peak resident set of the process so far. */
   peakRssBytes: number;
   /** CPU seconds (user and system) of the process so far: what a phase took is the difference. */
@@ -558,6 +563,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       actorBaseShardBytes: this.baseShards?.bytes ?? 0,
       adapterParameters: this.model?.lora?.numParameters() ?? 0,
       gatherBufferBytes: this.gatherBuffers.bytes,
+      gatherReusedBytes: this.gatherBuffers.reusedBytes,
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
       cpuSeconds: cpuSecondsSoFar(),
       minorPageFaults: process.resourceUsage().minorPageFault,

@@ -18,6 +18,14 @@ export type GatherTake = <C extends GatherCtor>(ctor: C, length: number) => Inst
 export class GatherBuffers {
   private readonly idle: GatherArray[] = [];
   private readonly lent = new Map<string, GatherArray[]>();
+  /**
+   * What a whole gather left in an array (markHolding), until the array is lent for another: a phase
+   * that would gather the same values again (the old log-prob pass after generation, with no optimizer
+   * step between) takes them back instead (takeHolding).
+   */
+  private readonly contents = new Map<GatherArray, string>();
+  /** Bytes taken back by takeHolding so far: gathers not made. */
+  reusedBytes = 0;
 
   /**
    * An array of `length` elements of `ctor` lent to `borrower` until `reclaim(borrower)`: one kept from
@@ -25,12 +33,48 @@ export class GatherBuffers {
    * overwrites every element), else a new one.
    */
   take<C extends GatherCtor>(borrower: string, ctor: C, length: number): InstanceType<C> {
-    const i = this.idle.findIndex((a) => a.constructor === ctor && a.length === length);
+    // an idle array that names no content first: one that does may be asked for by takeHolding
+    const fits = (a: GatherArray) => a.constructor === ctor && a.length === length;
+    let i = this.idle.findIndex((a) => fits(a) && !this.contents.has(a));
+    if (i < 0) i = this.idle.findIndex(fits);
     const arr = (i >= 0 ? this.idle.splice(i, 1)[0]! : new ctor(length)) as InstanceType<C>;
+    // its borrower will write it: whatever it held is gone
+    this.contents.delete(arr);
+    this.lend(borrower, arr);
+    return arr;
+  }
+
+  /** Whether an idle array holds `content` (markHolding), for takeHolding. */
+  holds(content: string): boolean {
+    for (const a of this.idle) if (this.contents.get(a) === content) return true;
+    return false;
+  }
+
+  /**
+   * The idle array that holds `content`, lent to `borrower` with its values as they are (it keeps naming
+   * them: the borrower only reads it); undefined when none does.
+   */
+  takeHolding(borrower: string, content: string): GatherArray | undefined {
+    const i = this.idle.findIndex((a) => this.contents.get(a) === content);
+    if (i < 0) return undefined;
+    const arr = this.idle.splice(i, 1)[0]!;
+    this.lend(borrower, arr);
+    this.reusedBytes += arr.byteLength;
+    return arr;
+  }
+
+  /** `array`, lent and just written whole by a gather, holds `content` (the gather's source and version). */
+  markHolding(array: GatherArray, content: string): void {
+    if (![...this.lent.values()].some((mine) => mine.includes(array)))
+      throw new RangeError("markHolding: the array is not lent from these buffers");
+    for (const [a, c] of this.contents) if (c === content) this.contents.delete(a);
+    this.contents.set(array, content);
+  }
+
+  private lend(borrower: string, arr: GatherArray): void {
     const mine = this.lent.get(borrower);
     if (mine) mine.push(arr);
     else this.lent.set(borrower, [arr]);
-    return arr;
   }
 
   /**

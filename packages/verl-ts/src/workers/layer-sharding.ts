@@ -246,7 +246,9 @@ export class LayerSharding {
       layerGradients: async (i, grads) => {
         const u = this.layerUnit[i]!;
         const unit = sharded.units[u]!;
-        const buf = this.zeroedLayer(unitSize(u));
+        // gradients that fill the whole unit overwrite every value: zeroing it first is a wasted pass
+        const whole = grads !== null && this.coversUnit(u, grads);
+        const buf = whole ? this.layerArray(unitSize(u)) : this.zeroedLayer(unitSize(u));
         if (grads) {
           const entries = [...grads];
           await readServing(
@@ -305,14 +307,30 @@ export class LayerSharding {
     return out;
   }
 
+  /** Whether `grads` has every entry of unit `u` and its entries leave no gap in the unit. */
+  private coversUnit(u: number, grads: LayerTensors): boolean {
+    const unit = this.sharded.units[u]!;
+    let filled = 0;
+    for (const e of unit.entries) {
+      if (!grads.has(e.name)) return false;
+      filled += e.size;
+    }
+    return filled === unit.end - unit.start;
+  }
+
   /** A zeroed buffer of `size` values for one decoder layer's gradient (the same memory every layer). */
   private zeroedLayer(size: number): Float32Array {
+    return this.layerArray(size).fill(0);
+  }
+
+  /** `size` values of the memory kept for a decoder layer's gradient, as the layer before left them. */
+  private layerArray(size: number): Float32Array {
     if (!this.layerBuffer || this.layerBuffer.length < size) {
       const most = Math.max(
         ...this.layerUnit.map((u) => this.sharded.units[u]!.end - this.sharded.units[u]!.start),
       );
       this.layerBuffer = new Float32Array(Math.max(most, size));
     }
-    return this.layerBuffer.subarray(0, size).fill(0);
+    return this.layerBuffer.subarray(0, size);
   }
 }

@@ -72,6 +72,9 @@ export function shardedLayout(
   return { layout, units, pieces, length };
 }
 
+/** ShardedParameters made in this process so far (each names itself by its count). */
+let shardInstances = 0;
+
 export class ShardedParameters {
   readonly layout: FlatLayout;
   readonly units: FlatUnit[];
@@ -93,6 +96,9 @@ export class ShardedParameters {
   weightDtype: WeightDtype = "float32";
   /** Where each parameter starts in the flat vector. */
   private readonly offsets: Map<string, number>;
+  /** Which shard this is (distinct per instance in a process) and how many times step or load wrote it. */
+  private readonly instance = ++shardInstances;
+  private writes = 0;
 
   /**
    * `values`: every parameter (float32, or half bits widened here); only this rank's pieces are copied,
@@ -117,6 +123,22 @@ export class ShardedParameters {
       copyFlatRange(values, this.layout, p.start, p.end, this.params.subarray(p.local));
     this.offsets = new Map(this.layout.entries.map((e) => [e.name, e.offset]));
     this.optim = new ShardedAdamW(local, optim);
+  }
+
+  /**
+   * Names the shard's values as they are now: it changes whenever step or load writes them. A copy
+   * gathered under one version holds the values of any later gather under the same version.
+   */
+  get version(): string {
+    return `shard ${this.instance}.${this.writes}`;
+  }
+
+  /** Whether `mine` holds on every rank (an all-reduce of one number; one rank: `mine`). */
+  async everyRank(mine: boolean): Promise<boolean> {
+    if (this.ctx.worldSize === 1) return mine;
+    const misses = new Float64Array([mine ? 0 : 1]);
+    await allReduceSum(this.ctx, misses);
+    return misses[0] === 0;
   }
 
   /** Where parameter `name` starts in the flat vector. */
@@ -172,6 +194,7 @@ export class ShardedParameters {
     const norm = Math.sqrt(sq[0]!);
     if (!Number.isFinite(norm)) return norm;
     // clipping folded into the AdamW pass: the bits of scaling the gradient first, one pass fewer
+    this.writes++;
     this.optim.update(this.params, g, lr, clipCoefficient(norm, gradClip));
     return norm;
   }
@@ -294,6 +317,7 @@ export class ShardedParameters {
       for (const p of this.pieces) out.set(flat.subarray(p.start, p.end), p.local);
       return out;
     };
+    this.writes++;
     this.params.set(mine(full.params));
     this.optim.loadState({ step: full.adamStep, expAvg: mine(full.expAvg), expAvgSq: mine(full.expAvgSq) });
     this.schedulerStep = full.schedulerStep;

@@ -5,7 +5,13 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import type { LossAggMode } from "../algorithms/loss-aggregation.js";
-import { bytesPerValue, HalfArray, type StoredValues, type WeightDtype } from "../models/half-precision.js";
+import {
+  bytesPerValue,
+  HalfArray,
+  type HalfDtype,
+  type StoredValues,
+  type WeightDtype,
+} from "../models/half-precision.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
 import type { DataProto } from "../protocol/data-proto.js";
@@ -276,19 +282,38 @@ export abstract class ShardedWorker extends Worker {
     borrower?: string,
   ): Promise<void> {
     const sharded = this.needSharded();
-    for (const [u, unit] of sharded.units.entries()) {
-      if (!which(unit)) continue;
-      const dtype = assign ? "float32" : unitStorageDtype(model, unit);
-      // kept arrays for half bits only: a float32 tensor made from an array (tfjs's cpu backend) or a
-      // variable assigned one keeps reading that array, which the next gather would overwrite
-      const lender =
-        dtype === "float32"
-          ? undefined
-          : unit.entries.every((e) => model.holdsWeight(e.name))
-            ? SCRATCH
-            : borrower;
-      const out = lender ? this.gatherBuffers.take(lender, Uint16Array, unit.end - unit.start) : undefined;
-      const values = await sharded.gatherUnitStored(u, dtype, out);
+    const selected = [...sharded.units.entries()].filter(([, unit]) => which(unit));
+    const dtypeOf = (unit: FlatUnit) => (assign ? "float32" : unitStorageDtype(model, unit));
+    // kept arrays for half bits only: a float32 tensor made from an array (tfjs's cpu backend) or a
+    // variable assigned one keeps reading that array, which the next gather would overwrite
+    const lenderOf = (unit: FlatUnit) =>
+      dtypeOf(unit) === "float32"
+        ? undefined
+        : unit.entries.every((e) => model.holdsWeight(e.name))
+          ? SCRATCH
+          : borrower;
+    // What a borrower's gather of half bits leaves in its arrays is named by the shard's version: when
+    // every such unit is still there, unchanged on every rank (generation, then the old log-prob pass,
+    // with no step between), the arrays are taken back and nothing is gathered. One all-reduce decides,
+    // so the ranks gather together or not at all.
+    const contentOf = (u: number, unit: FlatUnit) => `${sharded.version} unit ${u} ${dtypeOf(unit)}`;
+    const kept = selected.filter(([, unit]) => borrower !== undefined && lenderOf(unit) === borrower);
+    const reuse =
+      kept.length > 0 &&
+      (await sharded.everyRank(kept.every(([u, unit]) => this.gatherBuffers.holds(contentOf(u, unit)))));
+    for (const [u, unit] of selected) {
+      const dtype = dtypeOf(unit);
+      const lender = lenderOf(unit);
+      const content = lender === borrower ? contentOf(u, unit) : undefined;
+      const held =
+        reuse && content !== undefined ? this.gatherBuffers.takeHolding(lender!, content) : undefined;
+      let values: StoredValues;
+      if (held) values = new HalfArray(dtype as HalfDtype, held as Uint16Array);
+      else {
+        const out = lender ? this.gatherBuffers.take(lender, Uint16Array, unit.end - unit.start) : undefined;
+        values = await sharded.gatherUnitStored(u, dtype, out);
+        if (out && content !== undefined) this.gatherBuffers.markHolding(out, content);
+      }
       const parts = new Map(
         unit.entries.map((e) => {
           const at = e.offset - unit.start;

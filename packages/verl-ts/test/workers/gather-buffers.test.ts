@@ -63,3 +63,54 @@ test("gatherUnitStored writes into the array it is given, and refuses one of the
     message: /Float32Array/,
   });
 });
+
+test("an array marked as holding a gather's content is taken back with it until it is lent to be written", (t) => {
+  const pool = new GatherBuffers();
+  const a = pool.take("actor", Uint16Array, 8);
+  a.fill(7);
+  pool.markHolding(a, "shard 1.0 unit 0 bfloat16");
+  t.false(pool.holds("shard 1.0 unit 0 bfloat16"), "lent, not idle: nothing to take back yet");
+  pool.reclaim("actor");
+  t.true(pool.holds("shard 1.0 unit 0 bfloat16"));
+  t.false(pool.holds("shard 1.1 unit 0 bfloat16"), "another version is other content");
+  const back = pool.takeHolding("actor", "shard 1.0 unit 0 bfloat16");
+  t.is(back, a);
+  t.deepEqual([...back!], new Array(8).fill(7));
+  t.is(pool.takeHolding("actor", "shard 1.0 unit 0 bfloat16"), undefined, "lent again: not idle");
+  pool.reclaim("actor");
+  // a plain take prefers an array that holds nothing; once it must take the marked one, the mark is gone
+  const plain = pool.take("ref", Uint16Array, 8);
+  t.is(plain, a, "the only array of that length");
+  pool.reclaim("ref");
+  t.false(pool.holds("shard 1.0 unit 0 bfloat16"), "written by its last borrower: it holds nothing known");
+  const b = pool.take("actor", Uint16Array, 8);
+  const c = pool.take("actor", Uint16Array, 8);
+  pool.markHolding(c, "x");
+  pool.markHolding(b, "x");
+  pool.reclaim("actor");
+  t.is(pool.takeHolding("ref", "x"), b, "the last array marked with a content is the one holding it");
+  t.is(pool.take("ref", Uint16Array, 8), c);
+  t.throws(() => pool.markHolding(new Uint16Array(8), "y"), { message: /not lent from these buffers/ });
+});
+
+test("a shard's version changes with every optimizer step and load, and differs between shards", async (t) => {
+  const optim: OptimSettings = {
+    lr: 1e-3,
+    lr_warmup_steps: -1,
+    lr_warmup_steps_ratio: 0,
+    min_lr_ratio: null,
+    warmup_style: "constant",
+    total_training_steps: 1,
+    weight_decay: 0,
+  };
+  const values = new Map([["w", Float32Array.from([1, 2, 3, 4])]]);
+  const s = new ShardedParameters(values, { rank: 0, worldSize: 1 }, optim);
+  const other = new ShardedParameters(values, { rank: 0, worldSize: 1 }, optim);
+  t.not(s.version, other.version);
+  const before = s.version;
+  t.is(s.version, before, "reading it changes nothing");
+  await s.step(Float32Array.from([0.1, 0.2, 0.3, 0.4]), 1e-3, 1);
+  t.not(s.version, before);
+  t.true(await s.everyRank(true));
+  t.false(await s.everyRank(false));
+});

@@ -145,6 +145,18 @@ test.serial(
       if (v.name === "fp32") t.deepEqual(pooled(a, 6), [0, 0], "float32 gathers keep no arrays");
       else
         t.deepEqual(pooled(a, 1), [weightBytes, weightBytes], "one model's gathered bits after generation");
+      // the old log-prob pass right after generation takes generation's gathered bits back (no optimizer
+      // step between: the same values, as the bit-identical log-probs above show); every other phase gathers
+      const reused = (x: typeof a, k: number) => x.between[k]!.map((m) => m.gatherReusedBytes);
+      const once = v.name === "fp32" ? 0 : weightBytes;
+      t.deepEqual(reused(a, 1), [0, 0], "generation gathers");
+      t.deepEqual(reused(a, 2), [once, once], "the old log-prob pass gathers nothing");
+      t.deepEqual(reused(a, 4), [once, once], "the update and the next generation gather (new weights)");
+      t.deepEqual(reused(a, 5), [2 * once, 2 * once], "again in the second step");
+      // (the second update may take back outer units that generation gathered and the reference's pass
+      // left alone: the same version, so the same values)
+      for (const r of [0, 1]) t.true(reused(a, 6)[r]! >= 2 * once);
+      t.deepEqual(reused(b, 6), [0, 0], "weights kept between phases: nothing is gathered to take back");
       for (const x of [a, b])
         for (const k of [4, 5, 6])
           t.deepEqual(pooled(x, k), pooled(x, 3), `step 2 reuses step 1's arrays (${k})`);
