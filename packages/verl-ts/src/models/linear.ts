@@ -4,7 +4,7 @@
  * gradient is written out for the same reason.
  */
 import * as tf from "@tensorflow/tfjs";
-import { Bf16Weight, bf16BitsOf, matmulBf16 } from "./native-matmul-bf16.js";
+import { Bf16Weight, bf16BitsOf, matmulBf16, refuseUnwritten } from "./native-matmul-bf16.js";
 import { nativeMatmulActive } from "./native-state.js";
 
 /**
@@ -43,7 +43,9 @@ const linearOp = tf.customGrad(((...args: unknown[]) => {
  * kernels run (the same condition under which the model hands out bits in passes without a tape).
  */
 function bitsBehind(w: tf.Tensor): Bf16Weight | undefined {
-  return nativeMatmulActive(tf.getBackend()) ? bf16BitsOf(w) : undefined;
+  const bits = nativeMatmulActive(tf.getBackend()) ? bf16BitsOf(w) : undefined;
+  if (!bits) refuseUnwritten(w, "a linear layer");
+  return bits;
 }
 
 /**

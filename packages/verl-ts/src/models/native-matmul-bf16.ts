@@ -99,6 +99,26 @@ export function bf16BitsOf(t: tf.Tensor): Bf16Weight | undefined {
   return bitsOfData.get(t.dataId);
 }
 
+/** Data of tensors that stand for bits whose widened values were never written (bitsOnlyTensor). */
+const unwrittenData = new WeakSet<object>();
+
+/** Marks `t`, tied to its bits, as holding no values: only products that read the bits may take it. */
+export function markValuesUnwritten(t: tf.Tensor): void {
+  if (!bitsOfData.has(t.dataId)) throw new RangeError("only a tensor tied to its bits can go unwritten");
+  unwrittenData.add(t.dataId);
+}
+
+/**
+ * Throws where a product would read `t`'s values and they were never written: a weight made by
+ * bitsOnlyTensor reached a path that does not read its bits.
+ */
+export function refuseUnwritten(t: tf.Tensor, what: string): void {
+  if (unwrittenData.has(t.dataId))
+    throw new Error(
+      `${what}: this [${t.shape}] weight holds its bfloat16 bits only (its float32 values were never written), and this product would read the values`,
+    );
+}
+
 /** A clone of `t` (its own tensor, the same values) that keeps `t`'s tie to its bits, if it has one. */
 export function cloneKeepingBits(t: tf.Tensor): tf.Tensor {
   const c = tf.clone(t);

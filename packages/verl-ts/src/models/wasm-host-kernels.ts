@@ -13,16 +13,24 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import { HalfArray } from "./half-precision.js";
-import { Bf16Weight, rememberBf16Bits } from "./native-matmul-bf16.js";
+import { Bf16Weight, markValuesUnwritten, rememberBf16Bits } from "./native-matmul-bf16.js";
+import { nativeMatmulActive } from "./native-state.js";
 import type { WasmHeap } from "./wasm-heap.js";
 
 export const WIDEN_KERNEL = "TorlWidenHalf";
 export const WIDEN_ROWS_KERNEL = "TorlWidenHalfRows";
+export const ALLOCATE_KERNEL = "TorlAllocate";
 export const EMBEDDING_GRAD_KERNEL = "TorlEmbeddingGrad";
 
 interface WidenAttrs {
   values: HalfArray;
   shape: number[];
+}
+
+/** A float32 tensor's memory on the heap, its values not written (bitsOnlyTensor). */
+function allocateKernel({ attrs, backend }: Parameters<tf.KernelFunc>[0]): tf.TensorInfo {
+  const { shape } = attrs as unknown as { shape: number[] };
+  return (backend as unknown as WasmHeap).makeOutput(shape, "float32");
 }
 
 function widenKernel({ attrs, backend }: Parameters<tf.KernelFunc>[0]): tf.TensorInfo {
@@ -153,6 +161,7 @@ let installed = false;
 export function installWasmHostKernels(): void {
   if (installed) return;
   tf.registerKernel({ kernelName: WIDEN_KERNEL, backendName: "wasm", kernelFunc: widenKernel });
+  tf.registerKernel({ kernelName: ALLOCATE_KERNEL, backendName: "wasm", kernelFunc: allocateKernel });
   tf.registerKernel({ kernelName: WIDEN_ROWS_KERNEL, backendName: "wasm", kernelFunc: widenRowsKernel });
   tf.registerKernel({
     kernelName: EMBEDDING_GRAD_KERNEL,
@@ -178,6 +187,23 @@ export function widenedTensor(values: HalfArray, shape: number[]): tf.Tensor {
   // A bf16 matrix keeps its bits beside it: products read them (linear.ts), as a pass without a tape does.
   if (values.dtype === "bfloat16" && shape.length === 2)
     rememberBf16Bits(t, new Bf16Weight(values, [shape[0]!, shape[1]!]));
+  return t;
+}
+
+/**
+ * The tensor a tape takes a bfloat16 matrix's gradient through, where every product with it reads its bits
+ * (linear.ts, on wasm with the addon's products): its float32 values are never written, which saves
+ * writing 4 bytes a value per use (at Qwen2.5-0.5B's size 60 MB a layer, four times a layer per update).
+ * The linear layers refuse it where they would read the values instead (no addon). For weights that go
+ * into linear layers only (the update's per-layer gathers); elsewhere, and off wasm, widenedTensor.
+ */
+export function bitsOnlyTensor(values: HalfArray, shape: [number, number]): tf.Tensor {
+  if (!onWasm() || values.dtype !== "bfloat16" || !nativeMatmulActive("wasm"))
+    return widenedTensor(values, shape);
+  const attrs = { shape } as unknown as tf.NamedAttrMap;
+  const t = tf.engine().runKernel(ALLOCATE_KERNEL, {}, attrs) as tf.Tensor;
+  rememberBf16Bits(t, new Bf16Weight(values, shape));
+  markValuesUnwritten(t);
   return t;
 }
 

@@ -24,7 +24,7 @@ import { type LayerTensors, layerwiseStep } from "../models/layerwise.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
 import { hostMemory } from "../models/wasm-heap.js";
-import { addEmbeddingGradRows, widenedTensor } from "../models/wasm-host-kernels.js";
+import { addEmbeddingGradRows, bitsOnlyTensor, widenedTensor } from "../models/wasm-host-kernels.js";
 import { WorkerStateError } from "./errors.js";
 import type { GatherTake } from "./gather-buffers.js";
 import type { ShardedParameters } from "./sharded-parameters.js";
@@ -234,11 +234,15 @@ export class LayerSharding {
           unit.entries.map((e) => {
             const at = e.offset - unit.start;
             const shape = this.shapes.get(e.name)!;
+            if (!(values instanceof HalfArray))
+              return [e.name, tf.tensor(values.subarray(at, at + e.size), shape, "float32")];
+            const half = new HalfArray(values.dtype, values.bits.subarray(at, at + e.size));
+            // a layer's matrices go into its linear layers alone, which read their bits
             return [
               e.name,
-              values instanceof HalfArray
-                ? widenedTensor(new HalfArray(values.dtype, values.bits.subarray(at, at + e.size)), shape)
-                : tf.tensor(values.subarray(at, at + e.size), shape, "float32"),
+              shape.length === 2
+                ? bitsOnlyTensor(half, shape as [number, number])
+                : widenedTensor(half, shape),
             ];
           }),
         ) as LayerTensors;

@@ -19,8 +19,13 @@ import {
   tokenLogProbs,
 } from "../../src/index.js";
 import type { Qwen2Config } from "../../src/models/config.js";
-import { MATMUL_BF16_KERNEL } from "../../src/models/native-matmul-bf16.js";
-import { WIDEN_KERNEL } from "../../src/models/wasm-host-kernels.js";
+import { linear } from "../../src/models/linear.js";
+import {
+  MATMUL_BF16_KERNEL,
+  markValuesUnwritten,
+  refuseUnwritten,
+} from "../../src/models/native-matmul-bf16.js";
+import { bitsOnlyTensor, WIDEN_KERNEL, widenedTensor } from "../../src/models/wasm-host-kernels.js";
 import { nativeAddon } from "./helpers.js";
 import { tinyTestConfig } from "./tiny-config.js";
 
@@ -201,3 +206,44 @@ for (const tied of [true, false])
       }
     },
   );
+
+test.serial(
+  "a bits-only weight (values never written) gives the widened weight's products and gradients, and refuses other readers",
+  async (t) => {
+    if (!nativeAddon(t)) return;
+    const [k, n, m] = [24, 40, 12];
+    const values = HalfArray.fromFloat32(
+      Float32Array.from({ length: k * n }, (_, i) => Math.sin(i * 0.37)),
+      "bfloat16",
+    );
+    const x = tf.tensor2d(
+      Float32Array.from({ length: m * k }, (_, i) => Math.cos(i * 0.11)),
+      [m, k],
+    );
+    const dy = tf.tensor2d(
+      Float32Array.from({ length: m * n }, (_, i) => Math.sin(i * 0.05)),
+      [m, n],
+    );
+    const bitsOnly = bitsOnlyTensor(values, [k, n]);
+    const widened = widenedTensor(values, [k, n]);
+    const run = async (w: tf.Tensor) => {
+      const y = linear(x, w);
+      const [dx, dw] = tf.grads((xi, wi) => linear(xi as tf.Tensor2D, wi!))([x, w], dy);
+      const out = [await y.data(), await dx!.data(), await dw!.data()];
+      tf.dispose([y, dx!, dw!]);
+      return out.map((a) => new Uint32Array((a as Float32Array).buffer));
+    };
+    t.deepEqual(
+      await run(bitsOnly),
+      await run(widened),
+      "output, input gradient and weight gradient, bit for bit",
+    );
+    // no widening kernel ran for it: only the allocation
+    const made = await kernelsOf(() => bitsOnlyTensor(values, [k, n]));
+    t.false(made.names.has(WIDEN_KERNEL));
+    t.throws(() => refuseUnwritten(bitsOnly, "a test"), { message: /holds its bfloat16 bits only/ });
+    t.notThrows(() => refuseUnwritten(widened, "a test"));
+    t.throws(() => markValuesUnwritten(x), { message: /only a tensor tied to its bits/ });
+    tf.dispose([x, dy, bitsOnly, widened]);
+  },
+);

@@ -9,6 +9,16 @@ import { GatherBuffers } from "../../src/workers/gather-buffers.js";
 import type { OptimSettings } from "../../src/workers/optim.js";
 import { ShardedParameters } from "../../src/workers/sharded-parameters.js";
 
+const optim: OptimSettings = {
+  lr: 1e-3,
+  lr_warmup_steps: -1,
+  lr_warmup_steps_ratio: 0,
+  min_lr_ratio: null,
+  warmup_style: "constant",
+  total_training_steps: 1,
+  weight_decay: 0,
+};
+
 test("a reclaimed array is lent again for the same type and length, and only then", (t) => {
   const pool = new GatherBuffers();
   const a = pool.take("actor", Uint16Array, 8);
@@ -31,15 +41,6 @@ test("a reclaimed array is lent again for the same type and length, and only the
 });
 
 test("gatherUnitStored writes into the array it is given, and refuses one of the wrong type or length", async (t) => {
-  const optim: OptimSettings = {
-    lr: 1e-3,
-    lr_warmup_steps: -1,
-    lr_warmup_steps_ratio: 0,
-    min_lr_ratio: null,
-    warmup_style: "constant",
-    total_training_steps: 1,
-    weight_decay: 0,
-  };
   const w = Float32Array.from({ length: 6 }, (_, i) => 1 + i / 3);
   const s = new ShardedParameters(new Map([["w", w]]), { rank: 0, worldSize: 1 }, optim);
   const out = new Uint16Array(6);
@@ -94,15 +95,6 @@ test("an array marked as holding a gather's content is taken back with it until 
 });
 
 test("a shard's version changes with every optimizer step and load, and differs between shards", async (t) => {
-  const optim: OptimSettings = {
-    lr: 1e-3,
-    lr_warmup_steps: -1,
-    lr_warmup_steps_ratio: 0,
-    min_lr_ratio: null,
-    warmup_style: "constant",
-    total_training_steps: 1,
-    weight_decay: 0,
-  };
   const values = new Map([["w", Float32Array.from([1, 2, 3, 4])]]);
   const s = new ShardedParameters(values, { rank: 0, worldSize: 1 }, optim);
   const other = new ShardedParameters(values, { rank: 0, worldSize: 1 }, optim);
