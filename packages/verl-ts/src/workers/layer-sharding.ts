@@ -19,7 +19,7 @@
  * fewer runs empty rounds that take part in the same collectives with zero gradients.
  */
 import * as tf from "@tensorflow/tfjs";
-import { HalfArray } from "../models/half-precision.js";
+import { HalfArray, type HalfDtype, type WeightDtype } from "../models/half-precision.js";
 import { type LayerTensors, layerwiseStep } from "../models/layerwise.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
@@ -74,6 +74,15 @@ async function readServing(
   }
 }
 
+/** Decoder layers' gathered bits kept from an earlier phase (see LayerSharding's constructor). */
+export interface HeldLayers {
+  /** The shard's version when they were gathered. */
+  version: string;
+  dtype: WeightDtype;
+  /** The bits of each layer's unit, by unit index. */
+  arrays: Map<number, Uint16Array>;
+}
+
 export class LayerSharding {
   /** The unit of each decoder layer. */
   private readonly layerUnit: number[];
@@ -100,13 +109,18 @@ export class LayerSharding {
    */
   private readonly layerGathered = new Map<number, Uint16Array>();
 
-  /** `take`: where the arrays layers are gathered into come from (new ones without it). */
+  /**
+   * `take`: where the arrays layers are gathered into come from (new ones without it). `held`: layers
+   * whose bits an earlier gather left in kept arrays, at the shard's version then: read from there, with
+   * no gather, for as long as the shard is at that version (until this update's first optimizer step).
+   */
   constructor(
     private readonly sharded: ShardedParameters,
     private readonly model: Qwen2Model,
     variables: tf.Variable[],
     private readonly paramNameOf: Map<string, string>,
     private readonly take: GatherTake = (ctor, length) => new ctor(length) as InstanceType<typeof ctor>,
+    private readonly held?: HeldLayers,
   ) {
     const L = model.config.numHiddenLayers;
     this.layerUnit = Array.from({ length: L }, (_, i) => {
@@ -227,8 +241,17 @@ export class LayerSharding {
         // (half: gathered as half bits, widened straight into the tensors; the same values)
         const dtype = this.model.lora ? "float32" : this.model.dtype;
         // half bits into the kept array; float32 into a new one (a tensor made from it may keep reading it)
-        const out = dtype === "float32" ? undefined : this.layerGatherOut(unitSize(u));
-        const values = await sharded.gatherUnitStored(u, dtype, out);
+        const kept =
+          this.held?.version === sharded.version && this.held.dtype === dtype
+            ? this.held.arrays.get(u)
+            : undefined;
+        const values = kept
+          ? new HalfArray(dtype as HalfDtype, kept)
+          : await sharded.gatherUnitStored(
+              u,
+              dtype,
+              dtype === "float32" ? undefined : this.layerGatherOut(unitSize(u)),
+            );
         const unit = sharded.units[u]!;
         return new Map(
           unit.entries.map((e) => {

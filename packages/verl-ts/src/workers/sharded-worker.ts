@@ -21,7 +21,7 @@ import { Worker } from "../single-controller/worker.js";
 import { WorkerStateError } from "./errors.js";
 import { FaultInjector } from "./fault-injection.js";
 import { GatherBuffers } from "./gather-buffers.js";
-import { LayerSharding } from "./layer-sharding.js";
+import { type HeldLayers, isLayerUnit, LayerSharding } from "./layer-sharding.js";
 import { globalMaskSum, lossTokenWeights } from "./loss-weights.js";
 import { microBatches, miniBatchPlan } from "./micro-batches.js";
 import { learningRate, type OptimSettings } from "./optim.js";
@@ -170,9 +170,15 @@ export abstract class ShardedWorker extends Worker {
     loss: (step: MicroStep) => tf.Scalar,
   ): Promise<{ sums: Float64Array; miniBatches: number; gradNorm: number; skipped: number; lr: number }> {
     const sharded = this.needSharded();
-    // the layers' gathers go into one kept array (taken back when this update ends)
-    const layers = new LayerSharding(sharded, model, vars, paramNameOf, (ctor, length) =>
-      this.gatherBuffers.take(LAYERS, ctor, length),
+    // the layers' gathers go into one kept array (taken back when this update ends), unless an earlier
+    // phase's gather left every layer's bits of this version in kept arrays
+    const layers = new LayerSharding(
+      sharded,
+      model,
+      vars,
+      paramNameOf,
+      (ctor, length) => this.gatherBuffers.take(LAYERS, ctor, length),
+      await this.heldLayers(model),
     );
     const { localMini, micro } = miniBatchPlan(
       this.ctx,
@@ -296,7 +302,7 @@ export abstract class ShardedWorker extends Worker {
     // every such unit is still there, unchanged on every rank (generation, then the old log-prob pass,
     // with no step between), the arrays are taken back and nothing is gathered. One all-reduce decides,
     // so the ranks gather together or not at all.
-    const contentOf = (u: number, unit: FlatUnit) => `${sharded.version} unit ${u} ${dtypeOf(unit)}`;
+    const contentOf = (u: number, unit: FlatUnit) => this.unitContent(u, dtypeOf(unit));
     const kept = selected.filter(([, unit]) => borrower !== undefined && lenderOf(unit) === borrower);
     const reuse =
       kept.length > 0 &&
@@ -326,6 +332,35 @@ export abstract class ShardedWorker extends Worker {
       // the model copied the values of weights it held: the array is free for the next unit
       if (lender === SCRATCH) this.gatherBuffers.reclaim(SCRATCH);
     }
+  }
+
+  /** What a whole gather of unit `u` in `dtype` leaves in its array, named by the shard's version. */
+  private unitContent(u: number, dtype: WeightDtype): string {
+    return `${this.needSharded().version} unit ${u} ${dtype}`;
+  }
+
+  /**
+   * For an update layer by layer: when every decoder layer's bits, gathered at the shard's current version
+   * and in the dtype the update gathers them in, are still in kept arrays on every rank (generation and
+   * the old log-prob pass gathered them, and no other pass took the arrays since), those arrays, lent to
+   * the update. One all-reduce decides, so the ranks gather together or not at all.
+   */
+  private async heldLayers(model: Qwen2Model): Promise<HeldLayers | undefined> {
+    if (!model.gradientCheckpointing) return undefined;
+    const sharded = this.needSharded();
+    // as LayerSharding gathers them: LoRA's base is frozen, its adapters float32
+    const dtype: WeightDtype = model.lora ? "float32" : model.dtype;
+    const units = sharded.units.flatMap((unit, u) => (isLayerUnit(unit) ? [u] : []));
+    if (dtype === "float32" || units.length === 0) return undefined;
+    const mine = units.every((u) => this.gatherBuffers.holds(this.unitContent(u, dtype)));
+    if (!(await sharded.everyRank(mine))) return undefined;
+    const arrays = new Map(
+      units.map((u) => [
+        u,
+        this.gatherBuffers.takeHolding(LAYERS, this.unitContent(u, dtype)) as Uint16Array,
+      ]),
+    );
+    return { version: sharded.version, dtype, arrays };
   }
 
   /** The gathered parameters as one flat vector (checkpoint order); every rank returns the same. */

@@ -209,3 +209,51 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  "without a reference pass between them, the update takes generation's gathered layers back: the same update as keeping the weights",
+  async (t) => {
+    const dir = tinyModelDir(7);
+    const extra = [
+      "actor_rollout_ref.model.dtype=bfloat16",
+      "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+      "actor_rollout_ref.actor.use_kl_loss=false",
+    ];
+    const [rest, kept] = await Promise.all([
+      group("nokl-rest", config(dir, extra)),
+      group("nokl-kept", config(dir, [...extra, "actor_rollout_ref.rollout.free_cache_engine=false"])),
+    ]);
+    const info = ((await rest.initModel()) as ShardInfo[])[0]!;
+    await kept.initModel();
+    const steps = async (wg: Group) => {
+      const out = { metrics: [] as Record<string, number>[], reused: [] as number[][] };
+      for (let step = 0; step < 2; step++) {
+        const batch = await wg.generateSequences(prompts(step));
+        batch.union(await wg.computeLogProb(batch));
+        const B = batch.length;
+        const adv = new Float32Array(B * R);
+        for (let b = 0; b < B; b++) adv.fill(b % 2 === 0 ? 1 : -1, b * R, (b + 1) * R);
+        batch.union(DataProto.fromDict({ advantages: { data: adv, shape: [B, R] } }));
+        const metrics = (await wg.updateActor(layoutForMiniBatches(batch, RANKS, 2 * N))) as Record<
+          string,
+          number
+        >[];
+        out.metrics.push(metrics[0]!);
+        out.reused.push(((await wg.memoryInfo()) as WorkerMemory[]).map((m) => m.gatherReusedBytes));
+      }
+      return { ...out, params: (await wg.gatheredParameters()) as Float32Array[] };
+    };
+    const a = await steps(rest);
+    const b = await steps(kept);
+    t.deepEqual(a.metrics, b.metrics, "the same update metrics");
+    t.deepEqual(a.params[0], b.params[0], "the same parameters after two steps");
+    // each step: the old log-prob pass takes all of generation's bits back, then the update takes the
+    // layers and the units around them (its first mini-batch; the second one follows an optimizer step and gathers)
+    const weightBytes = info.gatheredParamBytes;
+    for (const [step, ranks] of a.reused.entries())
+      t.deepEqual(ranks, [2 * (step + 1) * weightBytes, 2 * (step + 1) * weightBytes], `step ${step + 1}`);
+    t.deepEqual(b.reused[1], [0, 0]);
+    await rest.release();
+    await kept.release();
+  },
+);
