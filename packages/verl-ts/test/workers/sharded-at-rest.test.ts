@@ -47,6 +47,15 @@ const group = (name: string, cfg: ReturnType<typeof config>) => actorGroup(name,
 /** Left-padded prompts (each repeated n times), seeded for sampling. */
 const prompts = (step: number) => seededPrompts(PROMPTS, N, P, step);
 
+/** Fixed advantages (alternating rows +1 / -1) into `batch`, then the actor's update on it: its metrics per rank. */
+async function update(wg: Group, batch: DataProto): Promise<Record<string, number>[]> {
+  const B = batch.length;
+  const adv = new Float32Array(B * R);
+  for (let b = 0; b < B; b++) adv.fill(b % 2 === 0 ? 1 : -1, b * R, (b + 1) * R);
+  batch.union(DataProto.fromDict({ advantages: { data: adv, shape: [B, R] } }));
+  return (await wg.updateActor(layoutForMiniBatches(batch, RANKS, 2 * N))) as Record<string, number>[];
+}
+
 /** Two GRPO-style steps (generate, old and ref log-probs, update); what came out and memory between phases. */
 async function run(wg: Group) {
   const out = {
@@ -64,14 +73,7 @@ async function run(wg: Group) {
     await rest();
     batch.union(lp);
     batch.union(await wg.computeRefLogProb(batch));
-    const B = batch.length;
-    const adv = new Float32Array(B * R);
-    for (let b = 0; b < B; b++) adv.fill(b % 2 === 0 ? 1 : -1, b * R, (b + 1) * R);
-    batch.union(DataProto.fromDict({ advantages: { data: adv, shape: [B, R] } }));
-    const metrics = (await wg.updateActor(layoutForMiniBatches(batch, RANKS, 2 * N))) as Record<
-      string,
-      number
-    >[];
+    const metrics = await update(wg, batch);
     await rest();
     out.responses.push(Array.from(batch.tensor("responses").data));
     out.oldLogProbs.push(lp.tensor("old_log_probs").data as Float32Array);
@@ -230,15 +232,7 @@ test.serial(
       for (let step = 0; step < 2; step++) {
         const batch = await wg.generateSequences(prompts(step));
         batch.union(await wg.computeLogProb(batch));
-        const B = batch.length;
-        const adv = new Float32Array(B * R);
-        for (let b = 0; b < B; b++) adv.fill(b % 2 === 0 ? 1 : -1, b * R, (b + 1) * R);
-        batch.union(DataProto.fromDict({ advantages: { data: adv, shape: [B, R] } }));
-        const metrics = (await wg.updateActor(layoutForMiniBatches(batch, RANKS, 2 * N))) as Record<
-          string,
-          number
-        >[];
-        out.metrics.push(metrics[0]!);
+        out.metrics.push((await update(wg, batch))[0]!);
         out.reused.push(((await wg.memoryInfo()) as WorkerMemory[]).map((m) => m.gatherReusedBytes));
       }
       return { ...out, params: (await wg.gatheredParameters()) as Float32Array[] };
