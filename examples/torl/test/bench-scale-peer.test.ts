@@ -30,6 +30,7 @@ function probe(): ScaleProbeResult {
     parameters: 1,
     ranks: 2,
     lora_rank: 0,
+    keep_ref: false,
     layers: 2,
     rows: 4,
     prompt_length: 6,

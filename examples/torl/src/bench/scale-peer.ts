@@ -120,6 +120,7 @@ export async function runScalePeer(flags: {
   ranks?: number;
   "lora-rank"?: number;
   steps?: number;
+  "keep-ref"?: boolean;
   python?: string;
 }): Promise<ScalePeerResult> {
   const probe = await runScaleProbeFor(flags);

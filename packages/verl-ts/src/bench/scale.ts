@@ -75,6 +75,11 @@ export interface ScaleProbeOptions {
   /** LoRA rank (actor_rollout_ref.model.lora_rank; alpha 2 x rank, all-linear); 0 or absent: full fine-tuning. */
   loraRank?: number;
   /**
+   * Keep the reference's gathered weights between its passes (ref.fsdp_config.reshard_after_forward=false):
+   * it is gathered once, and the actor's gathered arrays outlive its pass. Full fine-tuning only.
+   */
+  keepRef?: boolean;
+  /**
    * GRPO steps on the same workers (default 1); the figures are the last step's. A later step rewrites
    * memory the first one wrote fresh (the optimizer's moments, the heap's growth, kept buffers): the
    * steady state of a training run.
@@ -95,6 +100,8 @@ export interface ScaleProbeResult {
   parameters: number;
   /** The LoRA rank the probe trained with; 0: full fine-tuning. */
   lora_rank: number;
+  /** Whether the reference's gathered weights were kept between its passes (--keep-ref). */
+  keep_ref: boolean;
   ranks: number;
   /** Decoder layers of the probed model (the architecture's own, or --layers). */
   layers: number;
@@ -152,6 +159,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
   const result: ScaleProbeResult = {
     parameters: 0,
     lora_rank: loraRank,
+    keep_ref: opts.keepRef === true,
     ranks,
     layers: opts.config.numHiddenLayers,
     weight_file_bytes: 0,
@@ -245,7 +253,10 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
               `actor_rollout_ref.model.lora_alpha=${2 * loraRank}`,
               "actor_rollout_ref.model.target_modules=all-linear",
             ]
-          : ["actor_rollout_ref.ref.fsdp_config.param_offload=true"]),
+          : [
+              "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+              ...(opts.keepRef ? ["actor_rollout_ref.ref.fsdp_config.reshard_after_forward=false"] : []),
+            ]),
         "actor_rollout_ref.model.enable_gradient_checkpointing=true",
         `actor_rollout_ref.rollout.n=${n}`,
         "actor_rollout_ref.rollout.ignore_eos=true",
@@ -293,7 +304,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
   return result;
 }
 
-const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R] [--steps N]
+const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R] [--steps N] [--keep-ref]
 
 The real-size probe (about 5 minutes on 2 idle cores; about 10 GB of memory per rank at the update's
 peak with 2 ranks, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
@@ -306,6 +317,11 @@ vocabulary and each layer cost what they cost at full size, in a fraction of the
 qwen2.5-0.5b: about 1.5 GB per rank).
 --lora-rank R runs the probe again with LoRA (rank R, alpha 2R, all-linear) after full fine-tuning, in
 the same invocation: its figures are under "lora" (twice the time; the LoRA run needs less memory).
+--keep-ref keeps the reference's gathered weights between its passes
+(actor_rollout_ref.ref.fsdp_config.reshard_after_forward=false): it is gathered in the first step only,
+and the actor's gathered arrays outlive the reference's pass, so the update takes them back; each rank
+then holds the whole reference in bf16 too (about 1 GB more at this size). Full fine-tuning only
+(keep_ref in the JSON).
 --steps N runs N GRPO steps on the same workers (default 1) and reports the last one's figures, each
 step's seconds under step_seconds: the first step also pays for memory written for the first time (the
 optimizer's moments, buffers kept from then on), a later one is the steady state of training.
@@ -323,6 +339,7 @@ export const SCALE_FLAGS = {
   layers: { type: "integer", min: 1 },
   "lora-rank": { type: "integer", min: 1 },
   steps: { type: "integer", min: 1 },
+  "keep-ref": { type: "boolean" },
 } as const;
 
 /** The probe's model config for `bench scale`'s flags (--arch, --layers). */
@@ -340,6 +357,7 @@ export async function runScaleProbeFor(flags: {
   ranks?: number;
   "lora-rank"?: number;
   steps?: number;
+  "keep-ref"?: boolean;
 }): Promise<ScaleProbeResult & { lora?: ScaleProbeResult }> {
   const config = scaleConfig(flags);
   const probe = (loraRank?: number) =>
@@ -348,6 +366,7 @@ export async function runScaleProbeFor(flags: {
       tokenizer: scaleTokenizer(config, loadTokenizer(bundledQwenTokenizerDir())),
       ranks: flags.ranks ?? 2,
       loraRank,
+      keepRef: !loraRank && flags["keep-ref"] === true,
       steps: flags.steps,
       log: (l) => console.log(loraRank ? `[lora ${loraRank}] ${l}` : l),
     });

@@ -216,6 +216,11 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
       "actor_rollout_ref.ref.fsdp_config.param_offload",
       "is true but with lora_rank > 0 the reference is the actor's base with the adapters off (no weights of its own to offload); remove the key",
     );
+  if (model.lora_rank > 0 && !cfg.actor_rollout_ref.ref.fsdp_config.reshard_after_forward)
+    add(
+      "actor_rollout_ref.ref.fsdp_config.reshard_after_forward",
+      "is false but with lora_rank > 0 the reference is the actor's base with the adapters off (no weights of its own to keep gathered); remove the key",
+    );
   if (opts.worldSize) {
     const rows = cfg.data.train_batch_size * ro.n;
     if (rows % opts.worldSize !== 0) {

@@ -158,7 +158,9 @@ export interface TrainerConfig extends Open {
       target_modules: string | string[];
     } & Open;
     actor: ActorConfig;
-    ref: LogProbConfig & { fsdp_config: { param_offload: boolean } & Open } & Open;
+    ref: LogProbConfig & {
+      fsdp_config: { param_offload: boolean; reshard_after_forward: boolean } & Open;
+    } & Open;
     rollout: RolloutConfig;
   } & Open;
   critic: CriticConfig;

@@ -53,7 +53,7 @@ import {
   type ShardInfo,
   WorkerStateError,
 } from "./fsdp.js";
-import type { GatherTake } from "./gather-buffers.js";
+import { GatherBuffers, type GatherTake } from "./gather-buffers.js";
 import { isLayerUnit } from "./layer-sharding.js";
 import type { OptimSettings } from "./optim.js";
 import { type FlatUnit, shardedLayout } from "./sharded-parameters.js";
@@ -150,6 +150,8 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   private multiTurn?: ReturnType<typeof multiTurnSettings>;
   /** rollout.free_cache_engine: the actor's full weights are freed after each phase (see the file comment). */
   private readonly shardedAtRest: boolean;
+  /** The reference's own arrays, with ref.fsdp_config.reshard_after_forward=false (its gathered weights, kept). */
+  private readonly refGatherBuffers = new GatherBuffers();
   /** A rollout-only worker: the parameters' sizes in the trained actor's flat order (receiveWeights). */
   private parameterSizes?: Map<string, { length: number }>;
   /** A rollout-only worker: when weight updates go in while it generates (weight-swap.ts). */
@@ -562,7 +564,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       refIsActorBase: this.hasRef && this.model?.lora !== undefined,
       actorBaseShardBytes: this.baseShards?.bytes ?? 0,
       adapterParameters: this.model?.lora?.numParameters() ?? 0,
-      gatherBufferBytes: this.gatherBuffers.bytes,
+      gatherBufferBytes: this.gatherBuffers.bytes + this.refGatherBuffers.bytes,
       gatherReusedBytes: this.gatherBuffers.reusedBytes,
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
       cpuSeconds: cpuSecondsSoFar(),
@@ -594,13 +596,22 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const ref = this.ref;
     if (!ref) throw new WorkerStateError(`rank ${this.rank}: this worker holds no reference model`);
     let logProbs: Float32Array | undefined;
+    // ref.fsdp_config.reshard_after_forward=false: the gathered weights stay for the next pass (the
+    // reference is frozen), in arrays kept lent to it, so the actor's gathers never take them
+    const keep = !this.cfg.actor_rollout_ref.ref.fsdp_config.reshard_after_forward;
+    // kept, they live in arrays of their own: the actor's gathers keep theirs (taken back by the update)
+    const pool = keep ? this.refGatherBuffers : this.gatherBuffers;
+    let done = false;
     try {
-      await this.refShards?.gatherInto(ref, this.lendTo(REF));
+      if (!(keep && this.holdsAllWeights(ref)))
+        await this.refShards?.gatherInto(ref, (ctor, length) => pool.take(REF, ctor, length));
       [logProbs] = await this.responseLogProbs(ref, data, "ref", false);
+      done = true;
     } finally {
-      if (this.refShards) {
+      // a failed pass frees them whatever the setting: the next one gathers whole weights again
+      if (this.refShards && !(keep && done)) {
         ref.evictWeights();
-        this.gatherBuffers.reclaim(REF);
+        pool.reclaim(REF);
       }
     }
     return DataProto.fromDict({

@@ -159,6 +159,7 @@ function fakeProbe(seconds: Record<string, number>, usage: Record<string, PhaseU
     parameters: 1,
     ranks: 2,
     lora_rank: 0,
+    keep_ref: false,
     layers: 2,
     weight_file_bytes: 1,
     largest_tensor: { name: "x", shape: [1], fp32Bytes: 4, bf16Bytes: 2 },

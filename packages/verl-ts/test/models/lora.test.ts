@@ -154,6 +154,13 @@ test("LoRA keys: invalid values are refused naming the key", (t) => {
       ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.ref.fsdp_config.param_offload=true"],
       /^actor_rollout_ref\.ref\.fsdp_config\.param_offload is true but with lora_rank > 0/,
     ],
+    [
+      [
+        "actor_rollout_ref.model.lora_rank=4",
+        "actor_rollout_ref.ref.fsdp_config.reshard_after_forward=false",
+      ],
+      /^actor_rollout_ref\.ref\.fsdp_config\.reshard_after_forward is false but with lora_rank > 0/,
+    ],
   ];
   for (const [overrides, want] of cases) {
     const got = issues(overrides);

@@ -251,3 +251,53 @@ test.serial(
     await kept.release();
   },
 );
+
+test.serial(
+  "ref.fsdp_config.reshard_after_forward=false: the reference's gathered weights stay between its passes, the same log-probs",
+  async (t) => {
+    const dir = tinyModelDir(6);
+    const dtype = "bfloat16";
+    const [resharded, kept] = await Promise.all([
+      group("ref-reshard", config(dir, [`actor_rollout_ref.model.dtype=${dtype}`])),
+      group(
+        "ref-kept",
+        config(dir, [
+          `actor_rollout_ref.model.dtype=${dtype}`,
+          "actor_rollout_ref.ref.fsdp_config.reshard_after_forward=false",
+        ]),
+      ),
+    ]);
+    const info = ((await kept.initModel()) as ShardInfo[])[0]!;
+    await resharded.initModel();
+    const refPasses = async (wg: Group) => {
+      const batch = await wg.generateSequences(prompts(0));
+      const out: Float32Array[] = [];
+      const between: WorkerMemory[][] = [];
+      for (let pass = 0; pass < 2; pass++) {
+        out.push((await wg.computeRefLogProb(batch)).tensor("ref_log_prob").data as Float32Array);
+        between.push((await wg.memoryInfo()) as WorkerMemory[]);
+      }
+      return { out, between };
+    };
+    const a = await refPasses(resharded);
+    const b = await refPasses(kept);
+    t.deepEqual(b.out, a.out, "the same reference log-probs, pass after pass");
+    t.deepEqual(b.out[1], b.out[0]);
+    for (const [pass, ranks] of b.between.entries())
+      for (const m of ranks) {
+        t.is(
+          m.refWeightBytes,
+          info.numParameters * 2,
+          `kept, pass ${pass + 1}, rank ${m.rank}: the whole reference`,
+        );
+        t.is(a.between[pass]![m.rank]!.refWeightBytes, 0, "resharded: none");
+      }
+    // the second pass gathered nothing: the actor's generation and the kept reference each have their arrays
+    t.deepEqual(
+      b.between[1]!.map((m) => m.gatherBufferBytes),
+      b.between[0]!.map((m) => m.gatherBufferBytes),
+    );
+    await resharded.release();
+    await kept.release();
+  },
+);
