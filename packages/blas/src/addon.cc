@@ -20,6 +20,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("matmulBf16", Napi::Function::New(env, torl_blas::MatmulBf16, "matmulBf16"));
   exports.Set("amx", Napi::Function::New(env, torl_blas::AmxInfo, "amx"));
   exports.Set("setAmx", Napi::Function::New(env, torl_blas::SetAmx, "setAmx"));
+  exports.Set("setActivationDtype", Napi::Function::New(env, torl_blas::SetActivationDtype, "setActivationDtype"));
+  exports.Set("activationDtype", Napi::Function::New(env, torl_blas::ActivationDtype, "activationDtype"));
   exports.Set("widenBf16", Napi::Function::New(env, torl_blas::WidenBf16, "widenBf16"));
   exports.Set("roundBf16", Napi::Function::New(env, torl_blas::RoundBf16, "roundBf16"));
   exports.Set("addInto", Napi::Function::New(env, torl_blas::AddInto, "addInto"));

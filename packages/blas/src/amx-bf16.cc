@@ -111,15 +111,25 @@ inline uint32_t ToBits(float f) {
 }
 
 // Rows 0..mPad of x[:, p0:p0+kb] split into the three pieces' planes (row stride ld; rows past m and
-// columns past kb are zero). Infinities and NaNs ride whole in hi (their remainders would be NaN).
+// columns past kb are zero). Infinities and NaNs ride whole in hi (their remainders would be NaN). With
+// one piece, x rounded to bfloat16 (nearest even, as RoundRun) into the first plane alone.
 TORL_AMX_TARGET void SplitPieces(const float* x, int64_t k, int64_t m, int64_t p0, int64_t kb, int64_t mPad,
-                                 int64_t ld, uint16_t* pieces) {
+                                 int64_t ld, int pieceCount, uint16_t* pieces) {
   const int64_t plane = mPad * ld;
   for (int64_t i = 0; i < mPad; i++) {
     uint16_t* hi = pieces + i * ld;
     uint16_t* mid = hi + plane;
     uint16_t* lo = mid + plane;
     int64_t q = 0;
+    if (i < m && pieceCount == 1) {
+      RoundRun(x + i * k + p0, hi, kb);
+      for (q = kb; q < ld; q++) hi[q] = 0;
+      continue;
+    }
+    if (i >= m && pieceCount == 1) {
+      for (; q < ld; q++) hi[q] = 0;
+      continue;
+    }
     if (i < m) {
       const float* src = x + i * k + p0;
       for (; q < kb; q++) {
@@ -206,7 +216,7 @@ TORL_AMX_TARGET void PackStrip(const uint16_t* w, int64_t n, int64_t k, bool tra
 
 // The sums for rows row0..row0+16MT and the strip's first 16NT columns: c (row stride ldc floats) is
 // loaded (accumulate) or zeroed, the block's depth added, and stored back.
-template <int MT, int NT>
+template <int MT, int NT, int S>
 TORL_AMX_TARGET void MultiplyBlock(const uint16_t* pieces, int64_t plane, int64_t ld, int64_t kbPad,
                                    const uint16_t* strip, float* c, int64_t ldc, bool accumulate) {
   const long cStride = static_cast<long>(ldc * 4), aStride = static_cast<long>(ld * 2),
@@ -227,7 +237,7 @@ TORL_AMX_TARGET void MultiplyBlock(const uint16_t* pieces, int64_t plane, int64_
     const uint16_t* b = strip + p * kStrip;  // pair-rows p/2 .. p/2 + 16
     _tile_loadd(6, b, bStride);
     if (NT == 2) _tile_loadd(7, b + 32, bStride);
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < S; s++) {
       const uint16_t* a = pieces + s * plane + p;
       _tile_loadd(4, a, aStride);
       if (MT == 2) _tile_loadd(5, a + 16 * ld, aStride);
@@ -252,8 +262,17 @@ T* Aligned(std::vector<T>& buffer, int64_t count) {
   return reinterpret_cast<T*>((at + 63) & ~uintptr_t{63});
 }
 
+template <int S>
+TORL_AMX_TARGET void Block(bool twoRows, bool twoCols, const uint16_t* a, int64_t plane, int64_t ld, int64_t kbPad,
+                           const uint16_t* strip, float* c, int64_t ldc, bool more) {
+  if (twoRows && twoCols) MultiplyBlock<2, 2, S>(a, plane, ld, kbPad, strip, c, ldc, more);
+  else if (twoRows) MultiplyBlock<2, 1, S>(a, plane, ld, kbPad, strip, c, ldc, more);
+  else if (twoCols) MultiplyBlock<1, 2, S>(a, plane, ld, kbPad, strip, c, ldc, more);
+  else MultiplyBlock<1, 1, S>(a, plane, ld, kbPad, strip, c, ldc, more);
+}
+
 TORL_AMX_TARGET void Run(const float* x, const uint16_t* w, float* out, int64_t m, int64_t n, int64_t k,
-                         bool transposeW) {
+                         bool transposeW, int pieceCount) {
   const int64_t mPad = RoundUp(m, 16), nPad = RoundUp(n, 16);
   // Sums straight into out where its rows and columns fill whole tiles and it lies on a cache line, else
   // into a padded copy.
@@ -264,13 +283,13 @@ TORL_AMX_TARGET void Run(const float* x, const uint16_t* w, float* out, int64_t 
   const int64_t ldc = direct ? n : nPad;
   const int64_t blockPad = RoundUp(k < kDepthBlock ? k : kDepthBlock, 32), ld = blockPad + kRowSlack;
   const int64_t plane = mPad * ld;
-  uint16_t* pieces = Aligned(pieceBuffer, 3 * plane);
+  uint16_t* pieces = Aligned(pieceBuffer, pieceCount * plane);
   uint16_t* strip = Aligned(stripBuffer, blockPad * kStrip);
 
   ConfigureTiles();
   for (int64_t p0 = 0; p0 < k; p0 += kDepthBlock) {
     const int64_t kb = p0 + kDepthBlock < k ? kDepthBlock : k - p0, kbPad = RoundUp(kb, 32);
-    SplitPieces(x, k, m, p0, kb, mPad, ld, pieces);
+    SplitPieces(x, k, m, p0, kb, mPad, ld, pieceCount, pieces);
     for (int64_t j0 = 0; j0 < n; j0 += kStrip) {
       const int64_t cols = j0 + kStrip < n ? kStrip : n - j0;
       PackStrip(w, n, k, transposeW, p0, kb, kbPad, j0, cols, strip);
@@ -280,10 +299,8 @@ TORL_AMX_TARGET void Run(const float* x, const uint16_t* w, float* out, int64_t 
         const uint16_t* a = pieces + i0 * ld;
         float* c = sums + i0 * ldc + j0;
         const bool twoRows = mPad - i0 > 16, twoCols = cols > 16, more = p0 > 0;
-        if (twoRows && twoCols) MultiplyBlock<2, 2>(a, plane, ld, kbPad, strip, c, ldc, more);
-        else if (twoRows) MultiplyBlock<2, 1>(a, plane, ld, kbPad, strip, c, ldc, more);
-        else if (twoCols) MultiplyBlock<1, 2>(a, plane, ld, kbPad, strip, c, ldc, more);
-        else MultiplyBlock<1, 1>(a, plane, ld, kbPad, strip, c, ldc, more);
+        if (pieceCount == 1) Block<1>(twoRows, twoCols, a, plane, ld, kbPad, strip, c, ldc, more);
+        else Block<3>(twoRows, twoCols, a, plane, ld, kbPad, strip, c, ldc, more);
       }
     }
   }
@@ -295,15 +312,15 @@ TORL_AMX_TARGET void Run(const float* x, const uint16_t* w, float* out, int64_t 
 }  // namespace
 
 bool AmxMatmulBf16(const float* x, const uint16_t* w, float* out, int64_t m, int64_t n, int64_t k,
-                   bool transposeW) {
+                   bool transposeW, bool roundX) {
   if (!State().enabled) return false;
-  Run(x, w, out, m, n, k, transposeW);
+  Run(x, w, out, m, n, k, transposeW, roundX ? 1 : 3);
   return true;
 }
 
 #else
 
-bool AmxMatmulBf16(const float*, const uint16_t*, float*, int64_t, int64_t, int64_t, bool) { return false; }
+bool AmxMatmulBf16(const float*, const uint16_t*, float*, int64_t, int64_t, int64_t, bool, bool) { return false; }
 
 #endif
 

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "cpu-clones.h"
+
 namespace torl_blas {
 
 struct AmxStatus {
@@ -19,9 +21,12 @@ const AmxStatus& Amx();
 bool SetAmxEnabled(bool enabled);
 
 // out (m x n) = x (m x k) . W with W's bfloat16 bits [n, k] read transposed when transposeW, else [k, n],
-// to float32 accuracy: each x is split exactly into three bfloat16 pieces. Returns false, touching nothing,
-// when the tiles are off.
+// to float32 accuracy: each x is split exactly into three bfloat16 pieces; with roundX, x rounded to
+// bfloat16 (nearest even) instead, one piece. Returns false, touching nothing, when the tiles are off.
 bool AmxMatmulBf16(const float* x, const uint16_t* w, float* out, int64_t m, int64_t n, int64_t k,
-                   bool transposeW);
+                   bool transposeW, bool roundX);
+
+// count float32 values rounded to bfloat16 bits, to nearest even (matmul-bf16.cc).
+TORL_CPU_CLONES void RoundRun(const float* src, uint16_t* dst, int64_t count);
 
 }  // namespace torl_blas

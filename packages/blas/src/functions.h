@@ -18,6 +18,8 @@ Napi::Value DecodeAttention(const Napi::CallbackInfo& info);
 Napi::Value MatmulBf16(const Napi::CallbackInfo& info);
 Napi::Value AmxInfo(const Napi::CallbackInfo& info);
 Napi::Value SetAmx(const Napi::CallbackInfo& info);
+Napi::Value SetActivationDtype(const Napi::CallbackInfo& info);
+Napi::Value ActivationDtype(const Napi::CallbackInfo& info);
 Napi::Value WidenBf16(const Napi::CallbackInfo& info);
 Napi::Value RoundBf16(const Napi::CallbackInfo& info);
 Napi::Value AddInto(const Napi::CallbackInfo& info);

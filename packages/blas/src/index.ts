@@ -135,6 +135,14 @@ export interface NativeBlas {
   amx(): { supported: boolean; enabled: boolean; reason: string };
   /** Turns the AMX tiles on or off for this process; turning them on where unsupported throws, naming why. */
   setAmx(enabled: boolean): void;
+  /**
+   * "bfloat16": every matmulBf16 from then on rounds x to bfloat16 (nearest even) before the product, as
+   * PyTorch's bfloat16 compute does, which on AMX tiles takes one tile product instead of three;
+   * "float32" (the default) multiplies x whole. Process-wide; anything else throws.
+   */
+  setActivationDtype(dtype: "float32" | "bfloat16"): void;
+  /** What setActivationDtype set. */
+  activationDtype(): "float32" | "bfloat16";
   /** out[i] = the float32 value of bfloat16 bits[i] (exact). Throws a RangeError when the lengths differ. */
   widenBf16(bits: Uint16Array, out: Float32Array): void;
   /**
@@ -166,6 +174,8 @@ const ADDON_FUNCTIONS: ReadonlyArray<keyof NativeBlas> = [
   "matmulBf16",
   "amx",
   "setAmx",
+  "setActivationDtype",
+  "activationDtype",
   "widenBf16",
   "roundBf16",
   "addInto",

@@ -285,6 +285,27 @@ test("addInto gives the bits of its JavaScript loop, sumSquares those of its doc
   });
 });
 
+/**
+ * matmulBf16(x, w) checked against a float64 product of `against` (x itself, or what x should become) and
+ * the widened weight: within a few k float32 epsilons of each output's sum of |terms|. Returns the output.
+ */
+function checkProduct(
+  t: ExecutionContext,
+  blas: NativeBlas,
+  x: Float32Array,
+  w: { bits: Uint16Array; values: Float32Array },
+  [m, n, k]: readonly [number, number, number],
+  transposeW: boolean,
+  against: Float32Array,
+  label: string,
+): Float32Array {
+  const out = new Float32Array(m * n).fill(Number.NaN);
+  blas.matmulBf16(x, w.bits, out, m, n, k, transposeW);
+  const err = maxScaledError(against, w.values, out, m, n, k, transposeW);
+  t.true(err <= (k + 2) * 2 ** -24, `${label} m=${m} n=${n} k=${k} transposeW=${transposeW}: ${err}`);
+  return out;
+}
+
 /** The addon with its AMX tiles on (undefined, with the reason logged, where the machine has none). */
 function withTiles(t: ExecutionContext, blas: NativeBlas): boolean {
   const { supported, reason } = blas.amx();
@@ -317,13 +338,7 @@ test.serial(
           for (const [m, n, k] of [...tileShapes, ...shapes.filter(([m]) => m > 8)]) {
             const x = floats(m * k, m * 31 + k);
             const w = bf16Weight(n * k, n * 5 + k);
-            const out = new Float32Array(m * n).fill(Number.NaN);
-            blas.matmulBf16(x, w.bits, out, m, n, k, transposeW);
-            const err = maxScaledError(x, w.values, out, m, n, k, transposeW);
-            t.true(
-              err <= (k + 2) * 2 ** -24,
-              `tiles ${tiles} m=${m} n=${n} k=${k} transposeW=${transposeW}: ${err}`,
-            );
+            checkProduct(t, blas, x, w, [m, n, k], transposeW, x, `tiles ${tiles}`);
           }
       }
     } finally {
@@ -426,5 +441,45 @@ test.serial(
     if (!blas) return;
     t.throws(() => blas.setAmx(1 as unknown as boolean), { message: /setAmx: enabled must be a boolean/ });
     if (!blas.amx().supported) t.throws(() => blas.setAmx(true), { message: /setAmx: no AMX tiles here/ });
+  },
+);
+
+test.serial(
+  "with bfloat16 activations every product takes x rounded to bfloat16 first, on the tiles and off them",
+  (t) => {
+    const blas = addon(t);
+    if (!blas) return;
+    t.is(blas.activationDtype(), "float32");
+    t.throws(() => blas.setActivationDtype("float16" as "float32"), {
+      message: /must be "float32" or "bfloat16"/,
+    });
+    const settings = withTiles(t, blas) ? [true, false] : [false];
+    try {
+      blas.setActivationDtype("bfloat16");
+      t.is(blas.activationDtype(), "bfloat16");
+      for (const tiles of settings) {
+        blas.setAmx(tiles);
+        for (const transposeW of [true, false])
+          for (const [m, n, k] of [
+            [3, 40, 70],
+            [8, 16, 32],
+            [9, 48, 64],
+            [33, 96, 1500],
+          ] as const) {
+            const x = floats(m * k, m + 7 * k);
+            const w = bf16Weight(n * k, n + 3 * k);
+            const rounded = new Float32Array(m * k);
+            const bits = new Uint16Array(m * k);
+            blas.roundBf16(x, bits);
+            blas.widenBf16(bits, rounded);
+            const out = checkProduct(t, blas, x, w, [m, n, k], transposeW, rounded, `tiles ${tiles}`);
+            // and not the product of x whole: bfloat16 keeps 8 significant bits
+            t.true(maxScaledError(x, w.values, out, m, n, k, transposeW) > 1e-4);
+          }
+      }
+    } finally {
+      blas.setActivationDtype("float32");
+      blas.setAmx(blas.amx().supported);
+    }
   },
 );

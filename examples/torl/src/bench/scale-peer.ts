@@ -121,6 +121,7 @@ export async function runScalePeer(flags: {
   "lora-rank"?: number;
   steps?: number;
   "keep-ref"?: boolean;
+  "bf16-compute"?: boolean;
   python?: string;
 }): Promise<ScalePeerResult> {
   const probe = await runScaleProbeFor(flags);

@@ -79,6 +79,8 @@ export interface ScaleProbeOptions {
    * it is gathered once, and the actor's gathered arrays outlive its pass. Full fine-tuning only.
    */
   keepRef?: boolean;
+  /** Round the products' activations to bfloat16 (actor_rollout_ref.model.compute_dtype=bfloat16). */
+  bf16Compute?: boolean;
   /**
    * GRPO steps on the same workers (default 1); the figures are the last step's. A later step rewrites
    * memory the first one wrote fresh (the optimizer's moments, the heap's growth, kept buffers): the
@@ -102,6 +104,8 @@ export interface ScaleProbeResult {
   lora_rank: number;
   /** Whether the reference's gathered weights were kept between its passes (--keep-ref). */
   keep_ref: boolean;
+  /** The products' activations: float32, or bfloat16 with --bf16-compute. */
+  compute_dtype: "float32" | "bfloat16";
   ranks: number;
   /** Decoder layers of the probed model (the architecture's own, or --layers). */
   layers: number;
@@ -160,6 +164,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
     parameters: 0,
     lora_rank: loraRank,
     keep_ref: opts.keepRef === true,
+    compute_dtype: opts.bf16Compute ? "bfloat16" : "float32",
     ranks,
     layers: opts.config.numHiddenLayers,
     weight_file_bytes: 0,
@@ -246,6 +251,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
       overrides: [
         `actor_rollout_ref.model.path=${dir}`,
         "actor_rollout_ref.model.dtype=bfloat16",
+        ...(opts.bf16Compute ? ["actor_rollout_ref.model.compute_dtype=bfloat16"] : []),
         // with LoRA the reference is the actor's base (nothing of its own to offload)
         ...(loraRank > 0
           ? [
@@ -304,7 +310,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
   return result;
 }
 
-const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R] [--steps N] [--keep-ref]
+const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R] [--steps N] [--keep-ref] [--bf16-compute]
 
 The real-size probe (about 5 minutes on 2 idle cores; about 10 GB of memory per rank at the update's
 peak with 2 ranks, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
@@ -322,6 +328,9 @@ the same invocation: its figures are under "lora" (twice the time; the LoRA run 
 and the actor's gathered arrays outlive the reference's pass, so the update takes them back; each rank
 then holds the whole reference in bf16 too (about 1 GB more at this size). Full fine-tuning only
 (keep_ref in the JSON).
+--bf16-compute rounds the activations of every product with the weights to bfloat16
+(actor_rollout_ref.model.compute_dtype=bfloat16), as PyTorch's bfloat16 side computes (compute_dtype in
+the JSON).
 --steps N runs N GRPO steps on the same workers (default 1) and reports the last one's figures, each
 step's seconds under step_seconds: the first step also pays for memory written for the first time (the
 optimizer's moments, buffers kept from then on), a later one is the steady state of training.
@@ -340,6 +349,7 @@ export const SCALE_FLAGS = {
   "lora-rank": { type: "integer", min: 1 },
   steps: { type: "integer", min: 1 },
   "keep-ref": { type: "boolean" },
+  "bf16-compute": { type: "boolean" },
 } as const;
 
 /** The probe's model config for `bench scale`'s flags (--arch, --layers). */
@@ -358,6 +368,7 @@ export async function runScaleProbeFor(flags: {
   "lora-rank"?: number;
   steps?: number;
   "keep-ref"?: boolean;
+  "bf16-compute"?: boolean;
 }): Promise<ScaleProbeResult & { lora?: ScaleProbeResult }> {
   const config = scaleConfig(flags);
   const probe = (loraRank?: number) =>
@@ -367,6 +378,7 @@ export async function runScaleProbeFor(flags: {
       ranks: flags.ranks ?? 2,
       loraRank,
       keepRef: !loraRank && flags["keep-ref"] === true,
+      bf16Compute: flags["bf16-compute"] === true,
       steps: flags.steps,
       log: (l) => console.log(loraRank ? `[lora ${loraRank}] ${l}` : l),
     });

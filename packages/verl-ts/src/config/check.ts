@@ -216,6 +216,11 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
       "actor_rollout_ref.ref.fsdp_config.param_offload",
       "is true but with lora_rank > 0 the reference is the actor's base with the adapters off (no weights of its own to offload); remove the key",
     );
+  if (model.compute_dtype === "bfloat16" && model.dtype !== "bfloat16")
+    add(
+      "actor_rollout_ref.model.compute_dtype",
+      `is bfloat16 but model.dtype is ${model.dtype}: bfloat16 activations go with bfloat16 weights (set model.dtype=bfloat16, or remove the key)`,
+    );
   if (model.lora_rank > 0 && !cfg.actor_rollout_ref.ref.fsdp_config.reshard_after_forward)
     add(
       "actor_rollout_ref.ref.fsdp_config.reshard_after_forward",

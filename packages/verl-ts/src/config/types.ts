@@ -153,6 +153,7 @@ export interface TrainerConfig extends Open {
       override_config: Open;
       enable_gradient_checkpointing: boolean;
       dtype: "float32" | "bfloat16" | "float16";
+      compute_dtype: "float32" | "bfloat16";
       lora_rank: number;
       lora_alpha: number;
       target_modules: string | string[];

@@ -14,6 +14,8 @@
 import * as tf from "@tensorflow/tfjs";
 import type { NativeBlas } from "@torl-ts/blas";
 import type { HalfArray } from "./half-precision.js";
+import { nativeBlas } from "./native-blas.js";
+import { nativeMatmulActive } from "./native-state.js";
 import type { WasmHeap } from "./wasm-heap.js";
 
 /** Kernel name in the tfjs registry (registered on wasm by installNativeMatmul). */
@@ -131,4 +133,21 @@ export function cloneKeepingBits(t: tf.Tensor): tf.Tensor {
 export function matmulBf16(x: tf.Tensor2D, weight: Bf16Weight, transposeW: boolean): tf.Tensor2D {
   const attrs: MatmulBf16Attrs = { weight, transposeW };
   return tf.engine().runKernel(MATMUL_BF16_KERNEL, { x }, attrs as unknown as tf.NamedAttrMap) as tf.Tensor2D;
+}
+
+/**
+ * actor_rollout_ref.model.compute_dtype for this process: "bfloat16" makes every product with bfloat16
+ * bits (matmulBf16) round its activations to bfloat16 first. Only where products read the bits (the wasm
+ * backend with the addon): elsewhere a bfloat16 model computes in float32, and the setting is refused
+ * rather than ignored.
+ */
+export function setActivationDtype(dtype: "float32" | "bfloat16", backendName: string): void {
+  const blas = nativeMatmulActive(backendName) ? nativeBlas() : undefined;
+  if (!blas) {
+    if (dtype === "float32") return;
+    throw new Error(
+      `actor_rollout_ref.model.compute_dtype=bfloat16 needs the products that read bfloat16 bits (the wasm backend with the OpenBLAS addon); this process runs ${backendName} without them: remove the key, or run on wasm with the addon`,
+    );
+  }
+  blas.setActivationDtype(dtype);
 }

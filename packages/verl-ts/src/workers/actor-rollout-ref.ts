@@ -26,6 +26,7 @@ import type { RolloutConfig, TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
 import { computeLogProbs, tokenLogProbs } from "../models/logprobs.js";
 import { initialAdapterValues, loraConfigOf } from "../models/lora.js";
+import { setActivationDtype } from "../models/native-matmul-bf16.js";
 import { loadModelValues } from "../models/pretrained.js";
 import { Qwen2Model } from "../models/qwen2.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
@@ -188,6 +189,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     // (not rounded to the storage dtype first). The reference is its own copy, read again.
     const ar = this.cfg.actor_rollout_ref;
     const dtype = ar.model.dtype;
+    setActivationDtype(ar.model.compute_dtype, this.backendName);
     this.tokenizer = loadTokenizer(path);
     if (this.role === "rollout") {
       const { config, values } = loadModelValues(path);

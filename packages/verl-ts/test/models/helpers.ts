@@ -118,3 +118,34 @@ export function fixtureBatch(expected: { ids: number[][]; mask: number[][] }): {
     length: expected.ids[0]!.length,
   };
 }
+
+/**
+ * Whether bfloat16 products past 8 rows run on AMX tiles here (the addon loaded, the CPU has them): their
+ * results then have float32 accuracy in another summation order than sgemm's on the widened weights.
+ */
+export function amxProducts(): boolean {
+  const load = loadNativeBlas();
+  return load.ok && load.blas.amx().enabled;
+}
+
+/**
+ * `f` with the addon's AMX tiles off (sgemm on widened tiles past 8 rows), restored after. The setting is
+ * the process's: only in serial tests, or a concurrent one computes with the tiles off too.
+ */
+export async function withoutAmx<T>(f: () => Promise<T>): Promise<T> {
+  const load = loadNativeBlas();
+  if (!load.ok || !load.blas.amx().enabled) return f();
+  load.blas.setAmx(false);
+  try {
+    return await f();
+  } finally {
+    load.blas.setAmx(true);
+  }
+}
+
+/** max |a - b| / max(1, |b|) over the elements. */
+export function maxRelativeDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]! - b[i]!) / Math.max(1, Math.abs(b[i]!)));
+  return m;
+}

@@ -8,7 +8,16 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import test from "ava";
-import { exportCheckpoint, HalfArray, loadModel, loadTrainerConfig, selectBackend } from "../../src/index.js";
+import {
+  checkTrainerConfig,
+  DataProto,
+  exportCheckpoint,
+  HalfArray,
+  loadModel,
+  loadTrainerConfig,
+  selectBackend,
+} from "../../src/index.js";
+import { nativeBlas } from "../../src/models/native-blas.js";
 import { FlatLayout } from "../../src/workers/flat-params.js";
 import { ActorRolloutRefWorker, CheckpointError, readAllShards } from "../../src/workers/index.js";
 import { responseBatch, tinyModelDir } from "./helpers.js";
@@ -172,5 +181,58 @@ test.serial(
       t.is(metrics["actor/ppo_kl"], 0, `checkpointing ${checkpointing}`);
       t.is(metrics["actor/pg_clipfrac"], 0);
     }
+  },
+);
+
+test.serial(
+  "model.compute_dtype=bfloat16 rounds the products' activations: other log-probs, near the float32 ones, and the first ratio still exactly 1",
+  async (t) => {
+    const blas = nativeBlas();
+    if (!blas) {
+      if (process.env.CI) t.fail("CI must build the OpenBLAS addon");
+      t.log("not checked: no OpenBLAS addon (products read no bits)");
+      t.pass();
+      return;
+    }
+    const batch = data.slice(0, 4);
+    const oldLogProbs = async (extra: string[]) => {
+      const w = worker(["actor_rollout_ref.model.dtype=bfloat16", ...extra]);
+      await w.initModel();
+      return { w, lp: (await w.computeLogProb(batch)).tensor("old_log_probs").data as Float32Array };
+    };
+    const whole = await oldLogProbs([]);
+    t.is(blas.activationDtype(), "float32");
+    for (const checkpointing of [false, true]) {
+      const rounded = await oldLogProbs([
+        "actor_rollout_ref.model.compute_dtype=bfloat16",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        `actor_rollout_ref.model.enable_gradient_checkpointing=${checkpointing}`,
+      ]);
+      t.is(blas.activationDtype(), "bfloat16");
+      t.notDeepEqual(rounded.lp, whole.lp, "bfloat16 activations give other log-probs");
+      let worst = 0;
+      for (let i = 0; i < whole.lp.length; i++)
+        worst = Math.max(worst, Math.abs(rounded.lp[i]! - whole.lp[i]!));
+      t.true(worst < 0.05, `within 0.05 of float32 compute: ${worst}`);
+      const b = batch.slice(0, 4);
+      b.union(DataProto.fromDict({ old_log_probs: { data: rounded.lp, shape: [4, rounded.lp.length / 4] } }));
+      const metrics = await rounded.w.updateActor(b);
+      // the update's products round the same activations: on-policy, the ratio is exactly 1
+      t.is(metrics["actor/ppo_kl"], 0, `checkpointing ${checkpointing}`);
+      t.is(metrics["actor/pg_clipfrac"], 0);
+    }
+    // a worker without the key computes whole again
+    await oldLogProbs([]);
+    t.is(blas.activationDtype(), "float32");
+    // with float32 weights there are no bits to read: refused, naming the key
+    const issues = checkTrainerConfig(
+      loadTrainerConfig({ overrides: ["actor_rollout_ref.model.compute_dtype=bfloat16"] }),
+    ).map((i) => i.message);
+    t.true(
+      issues.some((m) =>
+        /^actor_rollout_ref\.model\.compute_dtype is bfloat16 but model\.dtype is float32/.test(m),
+      ),
+      issues.join("; "),
+    );
   },
 );
