@@ -306,6 +306,20 @@ function load(threads: number): BlasLoad {
   return loaded;
 }
 
+/**
+ * The sum of x[i]^2 in double precision in the addon's order (sumSquares), written in JavaScript for
+ * where the addon does not run: eight running sums, sum l over the indices l mod 8 of the whole chunks
+ * of 8, added ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)), then the rest in index order.
+ */
+export function sumSquaresInOrder(x: Float32Array): number {
+  const acc = new Float64Array(8);
+  const whole = x.length - (x.length % 8);
+  for (let i = 0; i < whole; i += 8) for (let l = 0; l < 8; l++) acc[l]! += x[i + l]! * x[i + l]!;
+  let s = acc[0]! + acc[1]! + (acc[2]! + acc[3]!) + (acc[4]! + acc[5]! + (acc[6]! + acc[7]!));
+  for (let i = whole; i < x.length; i++) s += x[i]! * x[i]!;
+  return s;
+}
+
 /** How OpenBLAS chose its kernel: forced by OPENBLAS_CORETYPE, or detected from the CPU. */
 export function coreChoice(coreName: string, env: NodeJS.ProcessEnv = process.env): string {
   const forced = env.OPENBLAS_CORETYPE?.trim();

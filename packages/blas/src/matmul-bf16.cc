@@ -235,8 +235,9 @@ bool roundActivations = false;
 // One tile buffer per thread, kept between calls: the addon's callers run on the JS thread, one product at
 // a time.
 void Run(const Product& given, bool transposeW) {
-  if (roundActivations && given.m > kFewRows &&
-      AmxMatmulBf16(given.x, given.w, given.out, given.m, given.n, given.k, transposeW, true))
+  // the tiles round x themselves (one piece) or split it (three)
+  if (given.m > kFewRows &&
+      AmxMatmulBf16(given.x, given.w, given.out, given.m, given.n, given.k, transposeW, roundActivations))
     return;
   Product a = given;
   if (roundActivations) {
@@ -254,7 +255,6 @@ void Run(const Product& given, bool transposeW) {
     FewRows(a, transposeW);
     return;
   }
-  if (AmxMatmulBf16(a.x, a.w, a.out, a.m, a.n, a.k, transposeW, false)) return;
 
   thread_local std::vector<float> tile;
   if (!transposeW && (a.k > kLongDepth || a.k > a.n)) {

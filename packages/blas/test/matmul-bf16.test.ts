@@ -1,5 +1,5 @@
 import test, { type ExecutionContext } from "ava";
-import { applyAmxSetting, loadNativeBlas, type NativeBlas } from "../src/index.js";
+import { applyAmxSetting, loadNativeBlas, type NativeBlas, sumSquaresInOrder } from "../src/index.js";
 
 // matmulBf16: float32 rows times a weight held as bfloat16 bits, against a float64 reference over the
 // widened weight, in both layouts, on one tile and on many (past 8 rows the weight is widened a tile at a
@@ -278,6 +278,7 @@ test("addInto gives the bits of its JavaScript loop, sumSquares those of its doc
   blas.addInto(x, y);
   t.deepEqual(new Uint32Array(y.buffer), new Uint32Array(want.buffer));
   t.is(blas.sumSquares(x), laneSumSquares(x));
+  t.is(sumSquaresInOrder(x), laneSumSquares(x), "the JavaScript spelling of the order");
   for (const short of [0, 3, 8, 13])
     t.is(blas.sumSquares(x.subarray(0, short)), laneSumSquares(x.subarray(0, short)));
   t.throws(() => blas.addInto(new Float32Array(3), new Float32Array(2)), {

@@ -299,20 +299,21 @@ export abstract class ShardedWorker extends Worker {
           ? SCRATCH
           : borrower;
     // What a borrower's gather of half bits leaves in its arrays is named by the shard's version: when
-    // every such unit is still there, unchanged on every rank (generation, then the old log-prob pass,
-    // with no step between), the arrays are taken back and nothing is gathered. One all-reduce decides,
-    // so the ranks gather together or not at all.
-    const contentOf = (u: number, unit: FlatUnit) => this.unitContent(u, dtypeOf(unit));
-    const kept = selected.filter(([, unit]) => borrower !== undefined && lenderOf(unit) === borrower);
-    const reuse =
-      kept.length > 0 &&
-      (await sharded.everyRank(kept.every(([u, unit]) => this.gatherBuffers.holds(contentOf(u, unit)))));
+    // every such unit is still there on every rank (generation, then the old log-prob pass, with no step
+    // between), the arrays are taken back and nothing is gathered.
+    const keptUnits = selected.filter(([, unit]) => borrower !== undefined && lenderOf(unit) === borrower);
+    const takenBack =
+      borrower === undefined
+        ? undefined
+        : await this.takeBack(
+            keptUnits.map(([u, unit]) => [u, dtypeOf(unit)]),
+            borrower,
+          );
     for (const [u, unit] of selected) {
       const dtype = dtypeOf(unit);
       const lender = lenderOf(unit);
-      const content = lender === borrower ? contentOf(u, unit) : undefined;
-      const held =
-        reuse && content !== undefined ? this.gatherBuffers.takeHolding(lender!, content) : undefined;
+      const content = lender === borrower ? this.unitContent(u, dtype) : undefined;
+      const held = takenBack?.get(u);
       let values: StoredValues;
       if (held) values = new HalfArray(dtype as HalfDtype, held as Uint16Array);
       else {
@@ -334,6 +335,24 @@ export abstract class ShardedWorker extends Worker {
     }
   }
 
+  /**
+   * The kept arrays that hold `units`' bits (unit, dtype) at the shard's current version, lent to
+   * `borrower`, when every one of them is still there on every rank; else undefined, nothing taken. One
+   * all-reduce decides, so the ranks gather together or not at all: every rank calls it at the same point.
+   */
+  private async takeBack(
+    units: [number, WeightDtype][],
+    borrower: string,
+  ): Promise<Map<number, Uint16Array> | undefined> {
+    if (units.length === 0) return undefined;
+    const contents = units.map(([u, dtype]) => this.unitContent(u, dtype));
+    const mine = contents.every((c) => this.gatherBuffers.holds(c));
+    if (!(await this.needSharded().everyRank(mine))) return undefined;
+    return new Map(
+      units.map(([u], i) => [u, this.gatherBuffers.takeHolding(borrower, contents[i]!) as Uint16Array]),
+    );
+  }
+
   /** What a whole gather of unit `u` in `dtype` leaves in its array, named by the shard's version. */
   private unitContent(u: number, dtype: WeightDtype): string {
     return `${this.needSharded().version} unit ${u} ${dtype}`;
@@ -352,14 +371,11 @@ export abstract class ShardedWorker extends Worker {
     const dtype: WeightDtype = model.lora ? "float32" : model.dtype;
     const units = sharded.units.flatMap((unit, u) => (isLayerUnit(unit) ? [u] : []));
     if (dtype === "float32" || units.length === 0) return undefined;
-    const mine = units.every((u) => this.gatherBuffers.holds(this.unitContent(u, dtype)));
-    if (!(await sharded.everyRank(mine))) return undefined;
-    const arrays = new Map(
-      units.map((u) => [
-        u,
-        this.gatherBuffers.takeHolding(LAYERS, this.unitContent(u, dtype)) as Uint16Array,
-      ]),
+    const arrays = await this.takeBack(
+      units.map((u) => [u, dtype]),
+      LAYERS,
     );
+    if (!arrays) return undefined;
     return { version: sharded.version, dtype, arrays };
   }
 

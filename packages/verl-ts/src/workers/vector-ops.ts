@@ -4,6 +4,7 @@
  * bits.
  */
 import { registerReduceKernel } from "@torl-ts/actors";
+import { sumSquaresInOrder } from "@torl-ts/blas";
 import { nativeBlas } from "../models/native-blas.js";
 
 /** y[i] += x[i]: the addon's pass where it loads, else the same loop here (the same bits). */
@@ -13,20 +14,10 @@ export function addInto(x: Float32Array, y: Float32Array): void {
   else for (let k = 0; k < x.length; k++) y[k]! += x[k]!;
 }
 
-/**
- * The sum of squares in double precision, in the addon's order (the addon's pass where it loads: the same
- * bits): eight running sums, sum l over the indices l mod 8 of the whole chunks of 8, added
- * ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)), then the rest in index order.
- */
+/** The sum of squares in double precision, in the addon's order (its pass where it loads: the same bits). */
 export function sumSquares(x: Float32Array): number {
   const blas = x.length >= 4096 ? nativeBlas() : undefined;
-  if (blas) return blas.sumSquares(x);
-  const acc = new Float64Array(8);
-  const whole = x.length - (x.length % 8);
-  for (let i = 0; i < whole; i += 8) for (let l = 0; l < 8; l++) acc[l]! += x[i + l]! * x[i + l]!;
-  let s = acc[0]! + acc[1]! + (acc[2]! + acc[3]!) + (acc[4]! + acc[5]! + (acc[6]! + acc[7]!));
-  for (let i = whole; i < x.length; i++) s += x[i]! * x[i]!;
-  return s;
+  return blas ? blas.sumSquares(x) : sumSquaresInOrder(x);
 }
 
 let reductionsRegistered = false;
