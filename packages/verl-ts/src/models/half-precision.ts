@@ -155,6 +155,13 @@ export function roundedTo(values: Float32Array, dtype: WeightDtype): Float32Arra
   return dtype === "float32" ? values : HalfArray.fromFloat32(values, dtype).toFloat32();
 }
 
+/** Values [from, to) of stored values, in their dtype (a view, not a copy). */
+export function storedRange(values: StoredValues, from: number, to: number): StoredValues {
+  return values instanceof HalfArray
+    ? new HalfArray(values.dtype, values.bits.subarray(from, to))
+    : values.subarray(from, to);
+}
+
 /** Values [from, to) of stored values as float32, written into `out` (widened when half). */
 export function float32Range(values: StoredValues, from: number, to: number, out: Float32Array): void {
   if (values instanceof HalfArray)

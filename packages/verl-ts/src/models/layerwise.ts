@@ -9,6 +9,7 @@
 import * as tf from "@tensorflow/tfjs";
 import type { SequenceAttention } from "./attention.js";
 import { decoderBlock } from "./decoder-block.js";
+import { chunkedTokenLogProbs, type LogProbOptions } from "./logprobs.js";
 import type { Qwen2Model } from "./qwen2.js";
 import type { TokenBatch } from "./token-batch.js";
 import { uid } from "./variable-names.js";
@@ -211,5 +212,59 @@ export async function layerwiseStep(
     dy?.dispose();
     for (const t of inputs) t.dispose();
     pass?.dispose();
+  }
+}
+
+/**
+ * Log-probs (and entropy) without gradients of several batches, layer by layer: each decoder layer's
+ * weights are brought in once (`layerWeights`; FSDP: all-gathered) and run on every batch before the
+ * next layer's come, so a sharded model is gathered once per pass and holds one layer at a time. Every
+ * batch's hidden state [B*L, h] is kept between layers. The embedding, the final norm and the head come
+ * from the model (it must hold them); the head runs as chunkedTokenLogProbs runs it. The kernels are
+ * those of the whole-model pass, so are the numbers. Per batch (each with its own options, as
+ * computeLogProbs takes them): [B*L] host arrays.
+ */
+export async function layerwiseLogProbs(
+  model: Qwen2Model,
+  batches: { tokens: TokenBatch; options: LogProbOptions & { chunkRows?: number } }[],
+  layerWeights: (i: number) => Promise<LayerTensors>,
+): Promise<{ logProbs: Float32Array; entropy?: Float32Array }[]> {
+  const passes = batches.map((b) => new LayerwisePass(model, b.tokens));
+  let states: tf.Tensor2D[] = [];
+  try {
+    // the model's own lookup: a bf16 embedding widens only the batch's rows
+    states = batches.map((b) => model.embed(b.tokens));
+    for (let i = 0; i < model.config.numHiddenLayers; i++) {
+      const weights = await layerWeights(i);
+      try {
+        states = states.map((x, k) => {
+          const y = passes[k]!.forwardLayer(i, x, weights);
+          x.dispose();
+          return y;
+        });
+      } finally {
+        for (const t of weights.values()) t.dispose();
+      }
+    }
+    const out: { logProbs: Float32Array; entropy?: Float32Array }[] = [];
+    for (const [k, { tokens, options }] of batches.entries()) {
+      const scores = model.withLayerOutput(states[k]!, () =>
+        tf.tidy(() => {
+          const r = chunkedTokenLogProbs(model, tokens, options);
+          return r.entropy ? [r.logProbs, r.entropy] : [r.logProbs];
+        }),
+      );
+      states[k]!.dispose();
+      try {
+        const [logProbs, entropy] = (await Promise.all(scores.map((t) => t.data()))) as Float32Array[];
+        out.push({ logProbs: logProbs!, ...(entropy ? { entropy } : {}) });
+      } finally {
+        for (const t of scores) t.dispose();
+      }
+    }
+    return out;
+  } finally {
+    for (const x of states) if (!x.isDisposed) x.dispose();
+    for (const p of passes) p.dispose();
   }
 }

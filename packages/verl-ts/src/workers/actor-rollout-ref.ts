@@ -24,6 +24,7 @@ import { aggLossTf, asTfTensor, klLossTf } from "../algorithms/tf-ops.js";
 import { miniBatchRows } from "../config/derived.js";
 import type { RolloutConfig, TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
+import { layerwiseLogProbs } from "../models/layerwise.js";
 import { computeLogProbs, tokenLogProbs } from "../models/logprobs.js";
 import { initialAdapterValues, loraConfigOf } from "../models/lora.js";
 import { setActivationDtype } from "../models/native-matmul-bf16.js";
@@ -49,14 +50,16 @@ import {
   perWorkerRows,
   responseTokenBatch,
   rowColumns,
+  rowsOf,
   ShardedParameters,
   ShardedWorker,
   type ShardInfo,
   WorkerStateError,
 } from "./fsdp.js";
 import { GatherBuffers, type GatherTake } from "./gather-buffers.js";
-import { isLayerUnit } from "./layer-sharding.js";
+import { isLayerUnit, unitLayerTensors } from "./layer-sharding.js";
 import type { OptimSettings } from "./optim.js";
+import { allReduceMax } from "./rank-context.js";
 import { type FlatUnit, shardedLayout } from "./sharded-parameters.js";
 import { streamedChunk, tagChunk, WeightSwapGate } from "./weight-swap.js";
 
@@ -605,20 +608,99 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const pool = keep ? this.refGatherBuffers : this.gatherBuffers;
     let done = false;
     try {
-      if (!(keep && this.holdsAllWeights(ref)))
-        await this.refShards?.gatherInto(ref, (ctor, length) => pool.take(REF, ctor, length));
-      [logProbs] = await this.responseLogProbs(ref, data, "ref", false);
+      const shards = this.refShards;
+      if (shards && !keep && (await this.refByLayer(data)))
+        logProbs = await this.refLogProbsByLayer(ref, shards, data);
+      else {
+        if (!(keep && this.holdsAllWeights(ref)))
+          await shards?.gatherInto(ref, (ctor, length) => pool.take(REF, ctor, length));
+        [logProbs] = await this.responseLogProbs(ref, data, "ref", false);
+      }
       done = true;
     } finally {
       // a failed pass frees them whatever the setting: the next one gathers whole weights again
       if (this.refShards && !(keep && done)) {
         ref.evictWeights();
         pool.reclaim(REF);
+        this.refGatherBuffers.reclaim(REF_LAYERS);
       }
     }
     return DataProto.fromDict({
       ref_log_prob: { data: logProbs!, shape: [data.length, data.tensor("responses").shape[1]!] },
     });
+  }
+
+  /**
+   * Whether this reference pass runs layer by layer (refLogProbsByLayer): sharded at rest over more than
+   * one rank, reshard_after_forward, and every rank's hidden states within REF_BY_LAYER_STATE_BYTES.
+   * One all-reduce decides, so the ranks gather alike: every rank calls it at the same point.
+   */
+  private async refByLayer(data: DataProto): Promise<boolean> {
+    if (this.worldSize < 2) return false;
+    const h = this.ref!.config.hiddenSize;
+    const groups = this.logProbGroups("ref", data);
+    const bytes = groups.reduce((n, g) => {
+      const { tb } = responseTokenBatch(rowsOf(data, g));
+      return n + tb.batch * tb.length * h * 4;
+    }, 0);
+    return (await allReduceMax(this.ctx, bytes)) <= REF_BY_LAYER_STATE_BYTES;
+  }
+
+  /**
+   * The reference's log-probs with its decoder layers gathered one at a time (FSDP's
+   * reshard_after_forward), each run on every micro-batch before the next is gathered into the same
+   * array: the reference never holds more than one layer, and the actor's kept arrays keep the layers
+   * generation gathered, which the update takes back. The units around the layers (the embedding) go
+   * into the actor's kept arrays as a whole gather's would. The same numbers as the whole pass.
+   */
+  private async refLogProbsByLayer(
+    ref: Qwen2Model,
+    shards: FrozenShards,
+    data: DataProto,
+  ): Promise<Float32Array> {
+    const R = data.tensor("responses").shape[1]!;
+    const temperature = this.cfg.actor_rollout_ref.rollout.temperature || 1;
+    const groups = this.logProbGroups("ref", data);
+    const parts = groups.map((g) => responseTokenBatch(rowsOf(data, g)));
+    await shards.gatherInto(
+      ref,
+      (ctor, length) => this.gatherBuffers.take(REF, ctor, length),
+      (u) => !isLayerUnit(u),
+    );
+    const unitOfLayer = new Map(
+      shards.units.flatMap((u, k) => (isLayerUnit(u) ? [[u.key, k] as const] : [])),
+    );
+    const shapes = new Map(ref.specs.map((s) => [s.name, [...s.shape]]));
+    const arrays = new Map<number, Uint16Array>();
+    const into: GatherTake = (ctor, length) => {
+      let a = arrays.get(length);
+      if (!a) {
+        a = this.refGatherBuffers.take(REF_LAYERS, Uint16Array, length);
+        arrays.set(length, a);
+      }
+      return a as InstanceType<typeof ctor>;
+    };
+    const scores = await layerwiseLogProbs(
+      ref,
+      parts.map(({ tb, P, kept }) => ({
+        tokens: tb,
+        // the head runs only where a response token is predicted
+        options: { temperature, scoreColumns: { from: P, to: P + kept } },
+      })),
+      async (i) => {
+        const u = unitOfLayer.get(`layer ${i}`);
+        if (u === undefined)
+          throw new WorkerStateError(`the reference's shards hold no unit for decoder layer ${i}`);
+        return unitLayerTensors(shards.units[u]!, await shards.gatherUnit(u, into), shapes);
+      },
+    );
+    const out = new Float32Array(data.length * R);
+    for (const [k, g] of groups.entries()) {
+      const { tb, P, kept } = parts[k]!;
+      const cols = rowColumns(scores[k]!.logProbs, tb.batch, tb.length, P, kept, R);
+      for (const [i, row] of g.entries()) out.set(cols.subarray(i * R, (i + 1) * R), row * R);
+    }
+    return out;
   }
 
   /**
@@ -903,6 +985,13 @@ export function layoutForMiniBatches(data: DataProto, worldSize: number, miniBat
 /** Borrowers of gatherBuffers: the actor's gathered weights and the reference's, one phase each. */
 const ACTOR = "actor";
 const REF = "ref";
+/** The reference pass layer by layer borrows its layer arrays under this name (refGatherBuffers). */
+const REF_LAYERS = "ref layers";
+/**
+ * Hidden states a reference pass layer by layer keeps at once, every micro-batch's [tokens, h] float32 on
+ * the tensor backend: 256 MiB. A pass that needs more gathers the whole reference instead.
+ */
+const REF_BY_LAYER_STATE_BYTES = 256 * 2 ** 20;
 
 /** The process's CPU seconds (user and system) so far. */
 function cpuSecondsSoFar(): number {

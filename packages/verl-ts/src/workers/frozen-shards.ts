@@ -6,7 +6,13 @@
  * veRL's FSDP-wrapped reference does. Frozen: no master copy, no optimizer state, no gradient.
  */
 import { collective } from "@torl-ts/actors";
-import { HalfArray, type HalfDtype, type StoredValues, type WeightDtype } from "../models/half-precision.js";
+import {
+  HalfArray,
+  type HalfDtype,
+  type StoredValues,
+  storedRange,
+  type WeightDtype,
+} from "../models/half-precision.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { FlatLayout } from "./flat-params.js";
 import type { GatherTake } from "./gather-buffers.js";
@@ -40,7 +46,7 @@ export class FrozenShards {
         const to = Math.min(p.end, e.offset + e.size);
         if (from < to)
           this.shard.set(
-            storedRange(values.get(e.name)!, from - e.offset, to - e.offset, dtype),
+            fileRange(values.get(e.name)!, from - e.offset, to - e.offset, dtype),
             p.local + from - p.start,
           );
       }
@@ -52,44 +58,46 @@ export class FrozenShards {
   }
 
   /**
-   * All-gathers every unit, one at a time, into `model`, whose evicted weights are held again as the
-   * gathered values (already in its storage dtype: nothing is rounded). With `take`, each unit of half
-   * bits is gathered into the array it returns (a Uint16Array of the unit's length) instead of a new one;
-   * one rank copies its shard. Every rank calls it at the same point.
+   * All-gathers every unit (or those `which` selects), one at a time, into `model`, whose evicted weights
+   * are held again as the gathered values (already in its storage dtype: nothing is rounded). With `take`,
+   * each unit of half bits is gathered into the array it returns (a Uint16Array of the unit's length)
+   * instead of a new one; one rank copies its shard. Every rank calls it at the same point.
    */
-  async gatherInto(model: Qwen2Model, take?: GatherTake): Promise<void> {
+  async gatherInto(model: Qwen2Model, take?: GatherTake, which?: (unit: FlatUnit) => boolean): Promise<void> {
     for (const [u, unit] of this.units.entries()) {
-      const piece = this.pieces[u]!;
-      const mine = this.shard.subarray(piece.local, piece.local + piece.end - piece.start);
-      const size = unit.end - unit.start;
-      const ctor = mine instanceof Float32Array ? Float32Array : Uint16Array;
-      const full =
-        this.ctx.worldSize === 1
-          ? mine.slice()
-          : await collective.allGather(
-              mine,
-              this.ctx.group!,
-              // kept arrays for half bits only: a float32 tensor made from an array may keep reading it
-              take && ctor === Uint16Array ? take(ctor, size) : new ctor(size),
-            );
+      if (which && !which(unit)) continue;
+      const values = await this.gatherUnit(u, take);
       model.setStoredParameters(
         new Map(
           unit.entries.map((e) => {
             const at = e.offset - unit.start;
-            const part = full.subarray(at, at + e.size);
-            return [
-              e.name,
-              part instanceof Uint16Array ? new HalfArray(this.dtype as HalfDtype, part) : part,
-            ];
+            return [e.name, storedRange(values, at, at + e.size)];
           }),
         ),
       );
     }
   }
+
+  /**
+   * Unit `u` all-gathered: its values in the storage dtype (half: as a HalfArray over the gathered bits),
+   * the bits in the array `take` returns when given, float32 always in a new array (a float32 tensor made
+   * from an array may keep reading it). Every rank calls it at the same point.
+   */
+  async gatherUnit(u: number, take?: GatherTake): Promise<StoredValues> {
+    const unit = this.units[u]!;
+    const piece = this.pieces[u]!;
+    const mine = this.shard.subarray(piece.local, piece.local + piece.end - piece.start);
+    const size = unit.end - unit.start;
+    const ctor = mine instanceof Float32Array ? Float32Array : Uint16Array;
+    const out = take && ctor === Uint16Array ? take(ctor, size) : new ctor(size);
+    const full = this.ctx.worldSize === 1 ? out : await collective.allGather(mine, this.ctx.group!, out);
+    if (this.ctx.worldSize === 1) full.set(mine);
+    return full instanceof Uint16Array ? new HalfArray(this.dtype as HalfDtype, full) : full;
+  }
 }
 
 /** Elements [from, to) of one parameter's values in `dtype` (half: bit patterns), as WeightStore holds them. */
-function storedRange(
+function fileRange(
   v: StoredValues,
   from: number,
   to: number,

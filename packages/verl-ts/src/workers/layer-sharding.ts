@@ -19,7 +19,7 @@
  * fewer runs empty rounds that take part in the same collectives with zero gradients.
  */
 import * as tf from "@tensorflow/tfjs";
-import { HalfArray, type HalfDtype, type WeightDtype } from "../models/half-precision.js";
+import { HalfArray, type HalfDtype, type StoredValues, type WeightDtype } from "../models/half-precision.js";
 import { type LayerTensors, layerwiseStep } from "../models/layerwise.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
@@ -27,7 +27,7 @@ import { hostMemory } from "../models/wasm-heap.js";
 import { addEmbeddingGradRows, bitsOnlyTensor, widenedTensor } from "../models/wasm-host-kernels.js";
 import { WorkerStateError } from "./errors.js";
 import type { GatherTake } from "./gather-buffers.js";
-import type { ShardedParameters } from "./sharded-parameters.js";
+import type { FlatUnit, ShardedParameters } from "./sharded-parameters.js";
 import { addInto } from "./vector-ops.js";
 
 const LAYER_PARAM = /^model\.layers\.(\d+)\./;
@@ -41,6 +41,31 @@ export function layerUnitKey(name: string): string {
 /** Whether a unit is one decoder layer's parameters (else: a run of those around the layers). */
 export function isLayerUnit(unit: { key: string }): boolean {
   return unit.key.startsWith("layer ");
+}
+
+/**
+ * A decoder layer's weights as tensors from its unit's gathered values: float32 values as tensors over
+ * them, half bits widened, but for the matrices, which go into the layer's linear layers alone and are
+ * read from their bits (bitsOnlyTensor). `shapes`: each parameter's shape by name.
+ */
+export function unitLayerTensors(
+  unit: FlatUnit,
+  values: StoredValues,
+  shapes: ReadonlyMap<string, number[]>,
+): LayerTensors {
+  return new Map(
+    unit.entries.map((e) => {
+      const at = e.offset - unit.start;
+      const shape = shapes.get(e.name)!;
+      if (!(values instanceof HalfArray))
+        return [e.name, tf.tensor(values.subarray(at, at + e.size), shape, "float32")];
+      const half = new HalfArray(values.dtype, values.bits.subarray(at, at + e.size));
+      return [
+        e.name,
+        shape.length === 2 ? bitsOnlyTensor(half, shape as [number, number]) : widenedTensor(half, shape),
+      ];
+    }),
+  );
 }
 
 /** A read the loss asked for (MicroStep.afterBackward), served with the head's gradients. */
@@ -252,23 +277,7 @@ export class LayerSharding {
               dtype,
               dtype === "float32" ? undefined : this.layerGatherOut(unitSize(u)),
             );
-        const unit = sharded.units[u]!;
-        return new Map(
-          unit.entries.map((e) => {
-            const at = e.offset - unit.start;
-            const shape = this.shapes.get(e.name)!;
-            if (!(values instanceof HalfArray))
-              return [e.name, tf.tensor(values.subarray(at, at + e.size), shape, "float32")];
-            const half = new HalfArray(values.dtype, values.bits.subarray(at, at + e.size));
-            // a layer's matrices go into its linear layers alone, which read their bits
-            return [
-              e.name,
-              shape.length === 2
-                ? bitsOnlyTensor(half, shape as [number, number])
-                : widenedTensor(half, shape),
-            ];
-          }),
-        ) as LayerTensors;
+        return unitLayerTensors(sharded.units[u]!, values, this.shapes);
       },
       layerGradients: async (i, grads) => {
         const u = this.layerUnit[i]!;

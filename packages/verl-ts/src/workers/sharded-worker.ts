@@ -10,6 +10,7 @@ import {
   HalfArray,
   type HalfDtype,
   type StoredValues,
+  storedRange,
   type WeightDtype,
 } from "../models/half-precision.js";
 import type { Qwen2Model } from "../models/qwen2.js";
@@ -406,11 +407,4 @@ const LAYERS = "layers";
 function unitStorageDtype(model: Qwen2Model, unit: FlatUnit): WeightDtype {
   const dtypes = new Set(unit.entries.map((e) => model.storageDtypeOf(e.name)));
   return dtypes.size === 1 ? [...dtypes][0]! : "float32";
-}
-
-/** Values [from, to) of stored values, in their dtype (a view, not a copy). */
-function storedRange(values: StoredValues, from: number, to: number): StoredValues {
-  return values instanceof HalfArray
-    ? new HalfArray(values.dtype, values.bits.subarray(from, to))
-    : values.subarray(from, to);
 }

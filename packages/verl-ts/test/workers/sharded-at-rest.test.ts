@@ -5,6 +5,8 @@
  * Float32 with the whole-model tape, and bfloat16 with FSDP per layer (gradient checkpointing: the
  * update gathers only the parameters around the layers).
  */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import { loadTrainerConfig } from "../../src/config/index.js";
@@ -41,6 +43,12 @@ function config(modelPath: string, extra: string[]) {
 }
 
 type Group = ActorGroup;
+
+/** Parameters of the model in `dir` outside its decoder layers: the embedding (and an untied head), the final norm. */
+function outerParameters(dir: string): number {
+  const c = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"));
+  return c.vocab_size * c.hidden_size * (c.tie_word_embeddings ? 1 : 2) + c.hidden_size;
+}
 
 const group = (name: string, cfg: ReturnType<typeof config>) => actorGroup(name, RANKS, cfg);
 
@@ -153,11 +161,16 @@ test.serial(
       const once = v.name === "fp32" ? 0 : weightBytes;
       t.deepEqual(reused(a, 1), [0, 0], "generation gathers");
       t.deepEqual(reused(a, 2), [once, once], "the old log-prob pass gathers nothing");
-      t.deepEqual(reused(a, 4), [once, once], "the update and the next generation gather (new weights)");
-      t.deepEqual(reused(a, 5), [2 * once, 2 * once], "again in the second step");
-      // (the second update may take back outer units that generation gathered and the reference's pass
-      // left alone: the same version, so the same values)
-      for (const r of [0, 1]) t.true(reused(a, 6)[r]! >= 2 * once);
+      // the reference's pass gathers its decoder layers one at a time into an array of its own (and the
+      // units around the layers into the actor's kept arrays): the update takes back the decoder layers
+      // generation gathered, and gathers the rest
+      const layers = v.name === "fp32" ? 0 : once - outerParameters(dir) * 2;
+      t.deepEqual(reused(a, 3), [once + layers, once + layers], "the update takes back the decoder layers");
+      t.deepEqual(reused(a, 4), reused(a, 3), "the next generation gathers (new weights)");
+      // from the second step on the arrays the first update gathered the units around the layers into are
+      // idle: the reference's pass takes those, so the update takes all of generation's back
+      const second = once + layers + 2 * once;
+      t.deepEqual(reused(a, 6), [second, second], "the second step takes back the whole model");
       t.deepEqual(reused(b, 6), [0, 0], "weights kept between phases: nothing is gathered to take back");
       for (const x of [a, b])
         for (const k of [4, 5, 6])
@@ -199,10 +212,15 @@ test.serial(
       const ref = (await wg.computeRefLogProb(batch)).tensor("ref_log_prob").data as Float32Array;
       t.deepEqual(ref, old, `${dtype}: reference log-probs are the actor's`);
       t.true(ref.some((v) => v < 0));
+      // over 2 ranks the pass gathers the reference's decoder layers one at a time, into one array of
+      // its own (float32 gathers keep no arrays), beside the actor's generation left
+      const c = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"));
+      const oneLayer = ((info.numParameters - outerParameters(dir)) / c.num_hidden_layers) * bytesPerValue;
       for (const m of (await wg.memoryInfo()) as WorkerMemory[]) {
         t.is(m.refWeightBytes, 0, `${dtype} rank ${m.rank}: the pass's gathered weights are freed`);
         t.is(m.refWeightTensorBytes, 0);
         t.is(m.refShardBytes, atRest[m.rank]!.refShardBytes);
+        t.is(m.gatherBufferBytes, dtype === "float32" ? 0 : info.gatheredParamBytes + oneLayer);
       }
       t.log(
         `${dtype}: ${info.numParameters} parameters; the reference takes ${atRest[0]!.refShardBytes} + ${atRest[1]!.refShardBytes} bytes at rest over 2 ranks (unsharded: ${info.numParameters * bytesPerValue} on each)`,
