@@ -109,6 +109,40 @@ export async function doReduceScatterAllGather(group: string, n: number, rounds:
 }
 
 /**
+ * allGathers with `inputUnchanged`, the inputs kept as the option asks: two arrays in turn, each
+ * overwritten with garbage only once a later allGather has returned. Returns the number of wrong
+ * elements seen; with `badOption`, passes a non-boolean option instead and returns the error's name.
+ */
+export async function doInputUnchangedLoop(group: string, n: number, rounds: number, badOption = false) {
+  const rank = collective.getRank(group);
+  const W = collective.getWorldSize(group);
+  const b = collective.shardRange(n, group);
+  const inputs = [0, 1].map(() => new Float64Array(b.end - b.start));
+  const full = new Float64Array(n);
+  if (badOption) {
+    try {
+      await collective.allGather(inputs[0]!, group, full, { inputUnchanged: "yes" as never });
+      return "resolved";
+    } catch (e) {
+      return (e as Error).name;
+    }
+  }
+  let wrong = 0;
+  for (let k = 1; k <= rounds; k++) {
+    const input = inputs[k % 2]!;
+    input.fill(k + rank * 0.5);
+    await collective.allGather(input, group, full, { inputUnchanged: true });
+    // the input of the call before this one: a later allGather (this one) has returned
+    inputs[(k + 1) % 2]!.fill(Number.NaN);
+    for (let r = 0, i = 0; r < W; r++) {
+      const end = i + (r === rank ? b.end - b.start : shardLen(n, W, r));
+      for (; i < end; i++) if (full[i] !== k + r * 0.5) wrong++;
+    }
+  }
+  return wrong;
+}
+
+/**
  * Many rounds of reduceScatter + allGather (+ a broadcast every third round) whose inputs are
  * overwritten with garbage as soon as each call returns: results must not see the garbage
  * (checks the staging of sent data). Returns the number of wrong elements seen.

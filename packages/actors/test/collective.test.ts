@@ -294,6 +294,29 @@ test.serial("inputs overwritten right after each call never leak into other rank
 });
 
 test.serial(
+  "allGather with inputUnchanged sends the caller's own array: right results while the caller keeps its promise",
+  async (t) => {
+    for (const W of [2, 3]) {
+      const g = await group(W, { sliceBytes: 4096 });
+      try {
+        t.deepEqual(
+          await onAll<number>(g, "doInputUnchangedLoop", () => [g.name, 20_011, 30]),
+          Array(W).fill(0),
+          `W=${W}`,
+        );
+        t.deepEqual(
+          await onAll<string>(g, "doInputUnchangedLoop", () => [g.name, 8, 1, true]),
+          Array(W).fill("TypeError"),
+          "a non-boolean option is refused on every rank before anything is sent",
+        );
+      } finally {
+        await g.destroy();
+      }
+    }
+  },
+);
+
+test.serial(
   "collectives issued without awaiting run in call order; barrier returns on all ranks",
   async (t) => {
     const W = 4;

@@ -23,7 +23,7 @@ export {
   destroyCollectiveGroup,
   getCollectiveGroup,
 } from "./group.js";
-export { collective } from "./member.js";
+export { type AllGatherOptions, collective } from "./member.js";
 export { ProcessMember, ProcessMemberError, ProcessMemberExitedError } from "./process-member.js";
 export type { CollectiveTransport } from "./ring.js";
 export { type ShardRange, shardBounds, shardRange } from "./shard.js";

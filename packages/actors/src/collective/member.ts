@@ -121,6 +121,15 @@ function lookup(group: string): RingMember {
   return member;
 }
 
+/** Options of collective.allGather. */
+export interface AllGatherOptions {
+  /**
+   * The caller promises to leave its input as it is until this rank's next allReduce, allGather,
+   * reduceScatter or barrier of the group has returned: the input is then sent without a copy.
+   */
+  inputUnchanged?: boolean;
+}
+
 /**
  * Collective operations, called from inside member processes. Every rank of the group must make
  * the same calls in the same order, with arrays of the same type (and length, except allGather).
@@ -142,9 +151,23 @@ export const collective = {
   /**
    * Concatenation of every rank's `arr` in rank order (lengths may differ). With `out`, writes
    * into it; rank i's `arr` must then be `shardRange(out.length, worldSize, i)` long.
+   * `options.inputUnchanged`: the caller leaves `arr` as it is until this rank's next allReduce,
+   * allGather, reduceScatter or barrier of the group has returned, so its bytes are sent from `arr`
+   * itself; otherwise they are sent from a copy (a pass over `arr`, and fresh memory above 64 MiB).
    */
-  async allGather<T extends CollectiveArray>(arr: T, group: string = DEFAULT_GROUP, out?: T): Promise<T> {
-    return traced("allGather", group, arr, () => lookup(group).allGather(arr, out));
+  async allGather<T extends CollectiveArray>(
+    arr: T,
+    group: string = DEFAULT_GROUP,
+    out?: T,
+    options: AllGatherOptions = {},
+  ): Promise<T> {
+    if (options.inputUnchanged !== undefined && typeof options.inputUnchanged !== "boolean")
+      throw new TypeError(
+        `allGather: options.inputUnchanged must be a boolean, got ${String(options.inputUnchanged)}`,
+      );
+    return traced("allGather", group, arr, () =>
+      lookup(group).allGather(arr, out, options.inputUnchanged === true),
+    );
   },
   /**
    * Element-wise reduction, of which this rank receives only its shard:

@@ -705,7 +705,7 @@ export class RingMember {
    * writes into it instead of allocating: `out.length` is the total and rank i's part must be
    * `shardRange(out.length, worldSize, i)` long (the layout reduceScatter produces).
    */
-  allGather<T extends CollectiveArray>(arr: T, out?: T): Promise<T> {
+  allGather<T extends CollectiveArray>(arr: T, out?: T, inputUnchanged = false): Promise<T> {
     const dtype = this.checkArray(arr, "allGather");
     const W = this.worldSize;
     const r = this.rank;
@@ -738,8 +738,9 @@ export class RingMember {
       const pieces: { origin: number; off: number; data: CollectiveArray }[] = [];
       const lengths = new Array<number>(W).fill(0);
       lengths[r] = arr.length;
-      // Copied: nothing makes the successor consume it before this call returns.
-      this.sendSlices(seq, OP_ALLGATHER, dtype, 0, r, arr, true);
+      // Copied (nothing makes the successor consume it before this call returns), unless the caller
+      // leaves it unchanged until a later full collective returns, which implies the successor has it
+      this.sendSlices(seq, OP_ALLGATHER, dtype, 0, r, arr, !inputUnchanged);
       for (let s = 0; s < W - 1; s++) {
         const origin = mod(r - s - 1, W);
         let off = 0;

@@ -90,7 +90,11 @@ export class FrozenShards {
     const size = unit.end - unit.start;
     const ctor = mine instanceof Float32Array ? Float32Array : Uint16Array;
     const out = take && ctor === Uint16Array ? take(ctor, size) : new ctor(size);
-    const full = this.ctx.worldSize === 1 ? out : await collective.allGather(mine, this.ctx.group!, out);
+    // the shard never changes: the ring sends it without a copy
+    const full =
+      this.ctx.worldSize === 1
+        ? out
+        : await collective.allGather(mine, this.ctx.group!, out, { inputUnchanged: true });
     if (this.ctx.worldSize === 1) full.set(mine);
     return full instanceof Uint16Array ? new HalfArray(this.dtype as HalfDtype, full) : full;
   }

@@ -86,7 +86,9 @@ export class ShardedParameters {
   /** Where reduceScatterUnit receives this rank's reduced piece (the largest piece's size, kept). */
   private reduceScratch: Float32Array | undefined;
   /** Where gatherUnitStored rounds this rank's piece (the largest piece's size, kept between gathers). */
-  private roundScratch: Uint16Array | undefined;
+  private readonly roundScratch: (Uint16Array | undefined)[] = [undefined, undefined];
+  /** Which of the two roundScratch arrays the next gather rounds into. */
+  private nextRound = 0;
   /** Scheduler steps taken (one per update call). */
   schedulerStep = 0;
   /**
@@ -247,16 +249,25 @@ export class ShardedParameters {
       half.assign(own);
       return half;
     }
-    // rounded into memory kept for the next gather (the collective copies what it sends before it
-    // returns): fresh pages of a new array cost more than the rounding itself (see docs/gpus.md)
-    if (!this.roundScratch || this.roundScratch.length < own.length)
-      this.roundScratch = new Uint16Array(this.largestPiece());
-    const mine = this.roundScratch.subarray(0, own.length);
+    // rounded into memory kept between gathers (fresh pages of a new array cost more than the rounding
+    // itself, see docs/gpus.md), two arrays in turn: the ring sends from this one without a copy, and a
+    // gather's input must stay as it is until a later gather has returned
+    const k = this.nextRound;
+    this.nextRound = 1 - k;
+    let scratch = this.roundScratch[k];
+    if (!scratch || scratch.length < own.length) {
+      scratch = new Uint16Array(this.largestPiece());
+      this.roundScratch[k] = scratch;
+    }
+    const mine = scratch.subarray(0, own.length);
     new HalfArray(dtype, mine).assign(own);
     const full = await collective.allGather(
       mine,
       this.ctx.group!,
       out ?? new Uint16Array(unit.end - unit.start),
+      {
+        inputUnchanged: true,
+      },
     );
     return new HalfArray(dtype, full as Uint16Array);
   }
