@@ -496,4 +496,13 @@ test.serial("the collective benchmark reports every figure next to its baselines
   t.true(lines.some((l) => l.includes("W=2 allReduce")));
   await t.throwsAsync(benchCollectivesCommand.run(["--world-sizes", "0"]), { name: "UsageError" });
   await t.throwsAsync(benchCollectivesCommand.run(["--bogus"]), { message: /unknown flag --bogus/ });
+  // slices past the largest frame a member accepts: refused before any process starts (the receiving
+  // socket would drop them, and the one-way floor wait for them forever)
+  await t.throwsAsync(benchCollectivesCommand.run(["--slice-bytes", String(4 << 20)]), {
+    name: "UsageError",
+  });
+  await t.throwsAsync(runCollectiveBench({ sliceBytes: 4 << 20 }), {
+    instanceOf: RangeError,
+    message: /sliceBytes must be an integer from 8 to 1048576/,
+  });
 });

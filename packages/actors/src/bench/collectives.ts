@@ -9,7 +9,7 @@
  * rank, so at W=2 it cannot beat the one-way transfer of the whole array.
  */
 import { tmpdir } from "node:os";
-import { siblingModule } from "@torl-ts/core";
+import { MAX_FRAME_BYTES, siblingModule } from "@torl-ts/core";
 import { defineBench } from "@torl-ts/core/cli";
 import { createCollectiveGroupOn } from "../collective/group.js";
 import { ProcessMember } from "../collective/process-member.js";
@@ -51,6 +51,11 @@ export async function runCollectiveBench(opts: CollectiveBenchOptions = {}): Pro
   const worldSizes = opts.worldSizes ?? [2, 3, 4];
   const iters = opts.iters ?? 10;
   const sliceBytes = opts.sliceBytes ?? 1 << 20;
+  // a larger message would be refused by the receiving socket, and the one-way floor would wait forever
+  if (!Number.isInteger(sliceBytes) || sliceBytes < 8 || sliceBytes > MAX_FRAME_BYTES)
+    throw new RangeError(
+      `sliceBytes must be an integer from 8 to ${MAX_FRAME_BYTES} (the largest frame a member accepts), got ${sliceBytes}`,
+    );
   const transport = opts.transport ?? "auto";
   const say = opts.progress ?? (() => {});
   const out: CollectiveBenchResult = { array_mib: mib, iters, transport, slice_bytes: sliceBytes };
@@ -128,7 +133,7 @@ export const benchCollectivesCommand = defineBench({
     iters: { type: "integer", min: 1 },
     "world-sizes": { type: "integers", min: 1, max: 16 },
     transport: { type: "string", choices: ["auto", "tcp", "ipc"] },
-    "slice-bytes": { type: "integer", min: 4 },
+    "slice-bytes": { type: "integer", min: 8, max: MAX_FRAME_BYTES },
   },
   measure: (flags) =>
     runCollectiveBench({
