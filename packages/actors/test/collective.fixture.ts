@@ -1,3 +1,4 @@
+import { existsSync, readdirSync } from "node:fs";
 /**
  * Functions run inside member processes by the collective tests and the benchmark (through
  * ProcessMember or invokeInActor). Data is generated from (rank, index) so the test can compute
@@ -215,6 +216,14 @@ export async function doMismatch(group: string) {
   } catch (err) {
     return (err as Error).name;
   }
+}
+
+/** Whether the group's allGather goes through shared memory here, and the /dev/shm files this process left named. */
+export function sharedState(group: string) {
+  const leftNamed = existsSync("/dev/shm")
+    ? readdirSync("/dev/shm").filter((f) => f.startsWith(`torl-collective-${process.pid}-`)).length
+    : 0;
+  return { shared: collective.gathersThroughSharedMemory(group), leftNamed };
 }
 
 /** Benchmark body: `iters` allReduces of a Float32Array of `n` elements; returns seconds. */

@@ -196,27 +196,39 @@ for (const W of [1, 2, 3, 4]) {
   });
 }
 
-for (const W of [1, 2, 3, 4]) {
-  test.serial(`allGather of unequal lengths and into a preallocated array, world size ${W}`, async (t) => {
-    const g = await group(W, { sliceBytes: 48 });
-    try {
-      for (const dtype of ["Float64Array", "Int32Array", "Float32Array"] as DtypeName[]) {
-        // Free lengths (zero included) without `out`.
-        const lengths = [5, 0, 17, 101].slice(0, W);
-        const res = await onAll<ArrayLike<number>>(g, "doAllGather", () => [g.name, dtype, lengths, false]);
-        const want = lengths.flatMap((len, r) => Array.from(makeData(dtype, len, r)));
-        for (let r = 0; r < W; r++) t.deepEqual(Array.from(res[r]!), want, `${dtype} rank ${r}`);
-        // Shard lengths of a 1003-element array, written into `out`.
-        const b = shardBounds(1003, W);
-        const shardLens = Array.from({ length: W }, (_, r) => b[r + 1]! - b[r]!);
-        const res2 = await onAll<ArrayLike<number>>(g, "doAllGather", () => [g.name, dtype, shardLens, true]);
-        const want2 = shardLens.flatMap((len, r) => Array.from(makeData(dtype, len, r)));
-        for (let r = 0; r < W; r++) t.deepEqual(Array.from(res2[r]!), want2, `${dtype} out rank ${r}`);
+for (const [W, sharedMemory] of [1, 2, 3, 4].flatMap((w) => [[w, true] as const, [w, false] as const])) {
+  const through = sharedMemory ? "shared memory where it can" : "the ring";
+  test.serial(
+    `allGather of unequal lengths and into a preallocated array, world size ${W}, ${through}`,
+    async (t) => {
+      const g = await group(W, { sliceBytes: 48, sharedMemory });
+      try {
+        // one host: every member opens the others' files, unless the group is told not to
+        for (const s of await onAll<{ shared: boolean; leftNamed: number }>(g, "sharedState", () => [g.name]))
+          t.deepEqual(s, { shared: sharedMemory && W > 1, leftNamed: 0 });
+        for (const dtype of ["Float64Array", "Int32Array", "Float32Array"] as DtypeName[]) {
+          // Free lengths (zero included) without `out`.
+          const lengths = [5, 0, 17, 101].slice(0, W);
+          const res = await onAll<ArrayLike<number>>(g, "doAllGather", () => [g.name, dtype, lengths, false]);
+          const want = lengths.flatMap((len, r) => Array.from(makeData(dtype, len, r)));
+          for (let r = 0; r < W; r++) t.deepEqual(Array.from(res[r]!), want, `${dtype} rank ${r}`);
+          // Shard lengths of a 1003-element array, written into `out`.
+          const b = shardBounds(1003, W);
+          const shardLens = Array.from({ length: W }, (_, r) => b[r + 1]! - b[r]!);
+          const res2 = await onAll<ArrayLike<number>>(g, "doAllGather", () => [
+            g.name,
+            dtype,
+            shardLens,
+            true,
+          ]);
+          const want2 = shardLens.flatMap((len, r) => Array.from(makeData(dtype, len, r)));
+          for (let r = 0; r < W; r++) t.deepEqual(Array.from(res2[r]!), want2, `${dtype} out rank ${r}`);
+        }
+      } finally {
+        await g.destroy();
       }
-    } finally {
-      await g.destroy();
-    }
-  });
+    },
+  );
 }
 
 for (const W of [1, 2, 3, 4]) {
@@ -297,7 +309,8 @@ test.serial(
   "allGather with inputUnchanged sends the caller's own array: right results while the caller keeps its promise",
   async (t) => {
     for (const W of [2, 3]) {
-      const g = await group(W, { sliceBytes: 4096 });
+      // the ring's path (through shared memory every piece is written into a file: nothing to keep)
+      const g = await group(W, { sliceBytes: 4096, sharedMemory: false });
       try {
         t.deepEqual(
           await onAll<number>(g, "doInputUnchangedLoop", () => [g.name, 20_011, 30]),
@@ -315,6 +328,24 @@ test.serial(
     }
   },
 );
+
+test.serial("over TCP the group gathers around the ring, whatever sharedMemory says", async (t) => {
+  const g = await group(2, { transport: "tcp" });
+  try {
+    for (const s of await onAll<{ shared: boolean }>(g, "sharedState", () => [g.name])) t.false(s.shared);
+    const lengths = [3, 5];
+    const res = await onAll<ArrayLike<number>>(g, "doAllGather", () => [
+      g.name,
+      "Float32Array",
+      lengths,
+      false,
+    ]);
+    const want = lengths.flatMap((len, r) => Array.from(makeData("Float32Array", len, r)));
+    for (const r of [0, 1]) t.deepEqual(Array.from(res[r]!), want);
+  } finally {
+    await g.destroy();
+  }
+});
 
 test.serial(
   "collectives issued without awaiting run in call order; barrier returns on all ranks",

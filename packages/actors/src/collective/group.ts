@@ -6,7 +6,9 @@
  *      and answers with its addresses (TCP, plus IPC when allowed) and a host id;
  *   2. `connectCollectiveGroup(group, successorAddress)`: the member connects to its successor
  *      (IPC when both share a host and the transport allows it) and waits for its predecessor's
- *      hello, so the call returns only once the whole ring carries messages.
+ *      hello, so the call returns only once the whole ring carries messages;
+ *   3. and 4. where every member shares one host: `openSharedCollective`, then `useSharedCollective`
+ *      (allGather through shared memory; see shared-memory.ts).
  * Data never passes through the driver.
  */
 import { MAX_FRAME_BYTES } from "@torl-ts/core";
@@ -33,6 +35,12 @@ export interface CollectiveGroupOptions {
   sliceBytes?: number;
   /** A member waiting longer than this for its predecessor fails the call. Default 30 min; 0 = never. */
   timeoutMs?: number;
+  /**
+   * allGather through files in /dev/shm where every member shares one host and can open the others'
+   * (shared-memory.ts), instead of the ring: two copies per byte. Default true; false keeps the ring.
+   * Not with transport "tcp".
+   */
+  sharedMemory?: boolean;
 }
 
 const DEFAULT_SLICE_BYTES = 1 << 20;
@@ -173,7 +181,44 @@ export async function createCollectiveGroupOn(
       rank,
     );
   }
+  if (options.sharedMemory !== false && transport !== "tcp") await shareMemory(group, addresses);
   return group;
+}
+
+/**
+ * Steps 3 and 4: where every member is on one host and made its shared files, each opens the others';
+ * if all of them could, every member gathers through them from then on, else none does. A member
+ * that fails to switch (it died) leaves the group broken: it is destroyed and the error thrown.
+ */
+async function shareMemory(group: CollectiveGroup, addresses: MemberAddress[]): Promise<void> {
+  const W = addresses.length;
+  const regions = addresses.map((a) => a.shared);
+  if (
+    W < 2 ||
+    regions.some((r) => r === undefined) ||
+    addresses.some((a) => a.hostId !== addresses[0]!.hostId)
+  )
+    return;
+  const opened = await Promise.allSettled(
+    group.members.map((m) =>
+      Promise.resolve(m.invoke(MEMBER_MODULE_URL, "openSharedCollective", [group.name, regions])),
+    ),
+  );
+  if (!opened.every((o) => o.status === "fulfilled" && o.value === true)) return;
+  const used = await Promise.allSettled(
+    group.members.map((m) =>
+      Promise.resolve(m.invoke(MEMBER_MODULE_URL, "useSharedCollective", [group.name])),
+    ),
+  );
+  const failed = used.findIndex((u) => u.status === "rejected");
+  if (failed >= 0) {
+    await group.destroy();
+    throw new CollectiveError(
+      `rank ${failed} could not switch collective group "${group.name}" to shared memory: ${describe((used[failed] as PromiseRejectedResult).reason)}`,
+      group.name,
+      failed,
+    );
+  }
 }
 
 /** Destroys a group made by this driver, by object or by name. Returns false if unknown. */

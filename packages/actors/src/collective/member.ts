@@ -5,11 +5,13 @@
  * every member through `invokeInActor`; after that, actor code calls `collective.allReduce(...)`
  * and friends with the group's name.
  */
+
 import { getRuntimeContext, isInitialized, traceSpan } from "@torl-ts/core";
 import type { CollectiveArray, ReduceOp } from "./dtype.js";
 import { CollectiveArgumentError, CollectiveGroupNotFoundError } from "./errors.js";
 import { type CollectiveTransport, type MemberAddress, RingMember } from "./ring.js";
 import { type ShardRange, shardRange } from "./shard.js";
+import type { SharedRegions } from "./shared-memory.js";
 
 /** URL of this module, for `invokeInActor(handle, MEMBER_MODULE_URL, "joinCollectiveGroup", ...)`. */
 export const MEMBER_MODULE_URL: string = import.meta.url;
@@ -83,6 +85,16 @@ export async function connectCollectiveGroup(
     throw err;
   }
   return member.rank;
+}
+
+/** Step 3, where every member made shared files on one host: opens the peers' files; whether all opened. */
+export function openSharedCollective(group: string, regions: SharedRegions[]): boolean {
+  return lookup(group).openShared(regions);
+}
+
+/** Step 4, once every member opened its peers' files: allGather goes through them from now on. */
+export function useSharedCollective(group: string): void {
+  lookup(group).useShared();
 }
 
 /** Closes this process's sockets of `group`; returns false when it was not a member. */
@@ -190,6 +202,13 @@ export const collective = {
   },
   getWorldSize(group: string = DEFAULT_GROUP): number {
     return lookup(group).worldSize;
+  },
+  /**
+   * Whether this group's allGather goes through shared memory (every member on one host, each able
+   * to open the others' files; see createCollectiveGroup's `sharedMemory`) rather than the ring.
+   */
+  gathersThroughSharedMemory(group: string = DEFAULT_GROUP): boolean {
+    return lookup(group).gathersThroughSharedMemory;
   },
   /** This rank's `[start, end)` of an array of `length` elements, as reduceScatter splits it. */
   shardRange(length: number, group: string = DEFAULT_GROUP): ShardRange {

@@ -24,6 +24,7 @@
  * caller's arrays is sent zero-copy only where the algorithm guarantees the successor has consumed
  * it before the call returns (allReduce, broadcast); elsewhere it is copied once before sending.
  */
+
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
@@ -54,6 +55,7 @@ import {
   CollectiveTimeoutError,
 } from "./errors.js";
 import { shardBounds } from "./shard.js";
+import { SharedGather, type SharedRegions } from "./shared-memory.js";
 
 const OP_HELLO = 1;
 const OP_ALLREDUCE = 2;
@@ -79,6 +81,8 @@ const OP_NAMES = [
 const HEADER_BYTES = 24;
 /** The step of a broadcast's announcement ([n, src] in a, chunkLen), sent by every rank but the source. */
 const ANNOUNCE_STEP = 2;
+/** The dtype code of Float64Array (the lengths a shared-memory allGather exchanges). */
+const FLOAT64 = dtypeCode(new Float64Array(0));
 /** Larger staged copies are not kept for reuse. */
 const MAX_STAGING_BYTES = 64 << 20;
 
@@ -88,6 +92,8 @@ export interface MemberAddress {
   hostId: string;
   tcp?: string;
   ipc?: string;
+  /** The member's files for allGather through shared memory (shared-memory.ts), where it could make them. */
+  shared?: SharedRegions;
 }
 
 export type CollectiveTransport = "auto" | "tcp" | "ipc";
@@ -188,6 +194,10 @@ export class RingMember {
   private lastFullSeq = 0;
   /** Mismatch errors that came from a peer's abort (passed on already, not announced again). */
   private readonly fromPeer = new WeakSet<object>();
+  /** This member's files for allGather through shared memory (made in bind where the transport allows IPC). */
+  private shared: SharedGather | null = null;
+  /** Whether allGather goes through them (every member of the group alike; see group.ts). */
+  private sharedOn = false;
 
   constructor(
     readonly group: string,
@@ -223,6 +233,8 @@ export class RingMember {
       this.ipcPath = join(tmpdir(), `torl-coll-${process.pid}-${randomBytes(6).toString("hex")}.ipc`);
       await pull.bind(`ipc://${this.ipcPath}`);
       address.ipc = `ipc://${this.ipcPath}`;
+      this.shared = SharedGather.create();
+      if (this.shared) address.shared = this.shared.regions;
     }
     this.address = address;
     return address;
@@ -253,9 +265,31 @@ export class RingMember {
     }
   }
 
+  /** Opens every peer's shared files (`regions` by rank); whether all of them opened. */
+  openShared(regions: SharedRegions[]): boolean {
+    return (
+      this.shared !== null && regions.length === this.worldSize && this.shared.openPeers(regions, this.rank)
+    );
+  }
+
+  /** From now on allGather goes through the shared files (every member of the group is told alike). */
+  useShared(): void {
+    if (!this.shared)
+      throw new CollectiveArgumentError("this member made no shared files", this.group, this.rank);
+    this.sharedOn = true;
+  }
+
+  /** Whether allGather goes through shared memory. */
+  get gathersThroughSharedMemory(): boolean {
+    return this.sharedOn;
+  }
+
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    this.shared?.close();
+    this.shared = null;
+    this.sharedOn = false;
     this.pull?.close();
     this.push?.close();
     this.unsecure?.();
@@ -728,57 +762,134 @@ export class RingMember {
       }
     }
     return this.enqueue(async (seq) => {
-      const C = ctorOf(dtype);
       if (W === 1) {
-        const res = (out ?? new C(arr.length)) as T;
+        const res = (out ?? new (ctorOf(dtype))(arr.length)) as T;
         res.set(arr);
         return res;
       }
-      if (b) out!.set(arr, b[r]!);
-      const pieces: { origin: number; off: number; data: CollectiveArray }[] = [];
-      const lengths = new Array<number>(W).fill(0);
-      lengths[r] = arr.length;
-      // Copied (nothing makes the successor consume it before this call returns), unless the caller
-      // leaves it unchanged until a later full collective returns, which implies the successor has it
-      this.sendSlices(seq, OP_ALLGATHER, dtype, 0, r, arr, !inputUnchanged);
-      for (let s = 0; s < W - 1; s++) {
-        const origin = mod(r - s - 1, W);
-        let off = 0;
-        let chunkLen = 0;
-        do {
-          const m = await this.recv(seq, OP_ALLGATHER, s);
-          if (off === 0) {
-            chunkLen = m.chunkLen;
-            if (b && chunkLen !== b[origin + 1]! - b[origin]!) {
-              throw new CollectiveMismatchError(
-                `allGather into ${out!.length} elements: rank ${origin} sent ${chunkLen} elements, its shard holds ${b[origin + 1]! - b[origin]!}`,
-                this.group,
-                r,
-              );
-            }
-          }
-          const sl = Math.min(this.sliceElems(dtype), chunkLen - off);
-          const got = this.sliceOf(m, OP_ALLGATHER, dtype, origin, chunkLen, off, sl);
-          if (b) out!.set(got, b[origin]! + off);
-          else pieces.push({ origin, off, data: got });
-          if (s < W - 2) this.sendSlice(seq, OP_ALLGATHER, dtype, s + 1, origin, chunkLen, off, got);
-          off += sl;
-        } while (off < chunkLen);
-        lengths[origin] = chunkLen;
-      }
-      this.lastFullSeq = seq;
-      if (b) return out!;
-      const starts = new Array<number>(W);
-      let total = 0;
-      for (let i = 0; i < W; i++) {
-        starts[i] = total;
-        total += lengths[i]!;
-      }
-      const res = new C(total) as T;
-      res.set(arr, starts[r]!);
-      for (const p of pieces) res.set(p.data, starts[p.origin]! + p.off);
-      return res;
+      return this.sharedOn
+        ? this.gatherShared(seq, dtype, arr, out, b)
+        : this.gatherRing(seq, dtype, arr, out, b, !inputUnchanged);
     });
+  }
+
+  /** allGather's steps around the ring (see allGather); `copy`: send a staged copy of `arr`. */
+  private async gatherRing<T extends CollectiveArray>(
+    seq: number,
+    dtype: number,
+    arr: T,
+    out: T | undefined,
+    b: number[] | undefined,
+    copy: boolean,
+  ): Promise<T> {
+    const W = this.worldSize;
+    const r = this.rank;
+    const C = ctorOf(dtype);
+    if (b) out!.set(arr, b[r]!);
+    const pieces: { origin: number; off: number; data: CollectiveArray }[] = [];
+    const lengths = new Array<number>(W).fill(0);
+    lengths[r] = arr.length;
+    // Copied (nothing makes the successor consume it before this call returns), unless the caller
+    // leaves it unchanged until a later full collective returns, which implies the successor has it
+    this.sendSlices(seq, OP_ALLGATHER, dtype, 0, r, arr, copy);
+    for (let s = 0; s < W - 1; s++) {
+      const origin = mod(r - s - 1, W);
+      let off = 0;
+      let chunkLen = 0;
+      do {
+        const m = await this.recv(seq, OP_ALLGATHER, s);
+        if (off === 0) {
+          chunkLen = m.chunkLen;
+          if (b && chunkLen !== b[origin + 1]! - b[origin]!)
+            throw this.gatherLengthError(out!, origin, chunkLen, b);
+        }
+        const sl = Math.min(this.sliceElems(dtype), chunkLen - off);
+        const got = this.sliceOf(m, OP_ALLGATHER, dtype, origin, chunkLen, off, sl);
+        if (b) out!.set(got, b[origin]! + off);
+        else pieces.push({ origin, off, data: got });
+        if (s < W - 2) this.sendSlice(seq, OP_ALLGATHER, dtype, s + 1, origin, chunkLen, off, got);
+        off += sl;
+      } while (off < chunkLen);
+      lengths[origin] = chunkLen;
+    }
+    this.lastFullSeq = seq;
+    if (b) return out!;
+    const starts = new Array<number>(W);
+    let total = 0;
+    for (let i = 0; i < W; i++) {
+      starts[i] = total;
+      total += lengths[i]!;
+    }
+    const res = new C(total) as T;
+    res.set(arr, starts[r]!);
+    for (const p of pieces) res.set(p.data, starts[p.origin]! + p.off);
+    return res;
+  }
+
+  /**
+   * allGather through the members' shared files (shared-memory.ts): this rank's piece into its file,
+   * every rank's length and dtype around the ring (each leaves once its piece is written), then the
+   * other pieces read straight into the result.
+   */
+  private async gatherShared<T extends CollectiveArray>(
+    seq: number,
+    dtype: number,
+    arr: T,
+    out: T | undefined,
+    b: number[] | undefined,
+  ): Promise<T> {
+    const W = this.worldSize;
+    const r = this.rank;
+    const C = ctorOf(dtype);
+    const shared = this.shared!;
+    const slot = shared.nextSlot();
+    shared.write(slot, new Uint8Array(arr.buffer, arr.byteOffset, arr.byteLength));
+    const info = await this.gatherRing(
+      seq,
+      FLOAT64,
+      new Float64Array([arr.length, dtype]),
+      new Float64Array(2 * W),
+      shardBounds(2 * W, W),
+      true,
+    );
+    const lengths = Array.from({ length: W }, (_, i) => info[2 * i]!);
+    for (let origin = 0; origin < W; origin++) {
+      const theirs = info[2 * origin + 1]!;
+      if (theirs !== dtype)
+        throw new CollectiveMismatchError(
+          `rank ${r} in allGather of group "${this.group}" has ${dtypeName(dtype)}, rank ${origin} ${dtypeName(theirs)}: arrays must have the same type on every rank`,
+          this.group,
+          r,
+        );
+      if (b && lengths[origin] !== b[origin + 1]! - b[origin]!)
+        throw this.gatherLengthError(out!, origin, lengths[origin]!, b);
+    }
+    const starts = b ?? [0];
+    if (!b) for (let i = 0; i < W; i++) starts.push(starts[i]! + lengths[i]!);
+    const res = (out ?? new C(starts[W]!)) as T;
+    const B = C.BYTES_PER_ELEMENT;
+    res.set(arr, starts[r]!);
+    for (let origin = 0; origin < W; origin++)
+      if (origin !== r)
+        shared.read(
+          origin,
+          slot,
+          new Uint8Array(res.buffer, res.byteOffset + starts[origin]! * B, lengths[origin]! * B),
+        );
+    return res;
+  }
+
+  private gatherLengthError(
+    out: CollectiveArray,
+    origin: number,
+    got: number,
+    b: number[],
+  ): CollectiveMismatchError {
+    return new CollectiveMismatchError(
+      `allGather into ${out.length} elements: rank ${origin} sent ${got} elements, its shard holds ${b[origin + 1]! - b[origin]!}`,
+      this.group,
+      this.rank,
+    );
   }
 
   /**

@@ -1,0 +1,119 @@
+/**
+ * allGather through shared memory, for a group whose members all share one host: each rank writes its
+ * piece into a file of its own in /dev/shm and reads the others' pieces straight into its output, two
+ * copies per byte in all, against the ring's copies through ZeroMQ and the kernel's socket buffers.
+ *
+ * A member's files are unlinked as soon as they are made: only processes that hold them open can reach
+ * them, and a peer opens them through `/proc/<pid>/fd/<fd>`, which Linux allows only to processes that
+ * may read the owner's memory (the same user). So nothing is left behind when a member dies, and no
+ * other user can open them. Where a member cannot make its files, or cannot open a peer's, the group
+ * gathers through the ring (group.ts decides at formation, for every member alike).
+ *
+ * Reuse: a rank writes its two files in turn, gather after gather. It writes a file again two gathers
+ * later, once the gather in between has returned; every peer took part in that one, so every peer has
+ * finished reading the file (a member runs its collectives one at a time).
+ */
+import { closeSync, existsSync, openSync, readSync, unlinkSync, writeSync } from "node:fs";
+import { join } from "node:path";
+
+/** Where a member's files can be opened by its peers: its pid and the two files' descriptors. */
+export interface SharedRegions {
+  pid: number;
+  fds: [number, number];
+}
+
+const SHM_DIR = "/dev/shm";
+/** Largest read or write per system call (Node's limit is just under 2 GiB). */
+const IO_CHUNK = 1 << 30;
+
+export class SharedGather {
+  /** This member's two files, open for reading and writing (unlinked). */
+  private readonly own: [number, number];
+  /** Each peer's two files, opened read-only; undefined for this member. */
+  private peers: ([number, number] | undefined)[] = [];
+  private calls = 0;
+
+  private constructor(own: [number, number]) {
+    this.own = own;
+  }
+
+  /** A member's files, made and unlinked; null where there is no /dev/shm or it cannot be written. */
+  static create(): SharedGather | null {
+    if (!existsSync(SHM_DIR)) return null;
+    const made: number[] = [];
+    try {
+      for (let k = 0; k < 2; k++) {
+        const path = join(
+          SHM_DIR,
+          `torl-collective-${process.pid}-${Math.random().toString(36).slice(2)}-${k}`,
+        );
+        // wx: never an existing file; 0600: the owner only, and unlinked at once
+        made.push(openSync(path, "wx+", 0o600));
+        unlinkSync(path);
+      }
+      return new SharedGather([made[0]!, made[1]!]);
+    } catch {
+      for (const fd of made) closeSync(fd);
+      return null;
+    }
+  }
+
+  get regions(): SharedRegions {
+    return { pid: process.pid, fds: [this.own[0], this.own[1]] };
+  }
+
+  /** Opens every peer's files (`regions[rank]`, this member's own skipped); false, with nothing kept open, where one fails. */
+  openPeers(regions: SharedRegions[], rank: number): boolean {
+    const opened: ([number, number] | undefined)[] = [];
+    try {
+      for (const [r, reg] of regions.entries()) {
+        if (r === rank) {
+          opened.push(undefined);
+          continue;
+        }
+        const a = openSync(`/proc/${reg.pid}/fd/${reg.fds[0]}`, "r");
+        try {
+          opened.push([a, openSync(`/proc/${reg.pid}/fd/${reg.fds[1]}`, "r")]);
+        } catch (err) {
+          closeSync(a);
+          throw err;
+        }
+      }
+      this.peers = opened;
+      return true;
+    } catch {
+      for (const p of opened) if (p) for (const fd of p) closeSync(fd);
+      return false;
+    }
+  }
+
+  /** Which of the two files this gather uses, the next the other. */
+  nextSlot(): number {
+    return this.calls++ % 2;
+  }
+
+  /** Writes `bytes` into this member's file `slot`, from its start. */
+  write(slot: number, bytes: Uint8Array): void {
+    const fd = this.own[slot]!;
+    for (let done = 0; done < bytes.length; ) {
+      done += writeSync(fd, bytes, done, Math.min(IO_CHUNK, bytes.length - done), done);
+    }
+  }
+
+  /** Reads `into.length` bytes of peer `origin`'s file `slot`, from its start. */
+  read(origin: number, slot: number, into: Uint8Array): void {
+    const fds = this.peers[origin];
+    if (!fds) throw new Error(`no shared file of rank ${origin} is open here`);
+    for (let done = 0; done < into.length; ) {
+      const n = readSync(fds[slot]!, into, done, Math.min(IO_CHUNK, into.length - done), done);
+      if (n === 0) throw new Error(`rank ${origin}'s shared file ended ${into.length - done} bytes early`);
+      done += n;
+    }
+  }
+
+  close(): void {
+    for (const fd of this.own) closeSync(fd);
+    for (const p of this.peers) if (p) for (const fd of p) closeSync(fd);
+    this.peers = [];
+  }
+}
