@@ -329,6 +329,32 @@ test.serial(
   },
 );
 
+test.serial(
+  "reduceScatter through shared memory gives the ring's bits (the same order of additions)",
+  async (t) => {
+    for (const W of [2, 3, 4]) {
+      const results: ArrayLike<number>[][] = [];
+      for (const sharedMemory of [true, false]) {
+        const g = await group(W, { sliceBytes: 64, sharedMemory });
+        try {
+          for (const s of await onAll<{ shared: boolean }>(g, "sharedState", () => [g.name]))
+            t.is(s.shared, sharedMemory);
+          const res = await onAll<{ shard: ArrayLike<number> }>(g, "doReduceScatter", () => [
+            g.name,
+            "Float32Array",
+            1001,
+            "sum",
+          ]);
+          results.push(res.map((x) => Array.from(x.shard)));
+        } finally {
+          await g.destroy();
+        }
+      }
+      t.deepEqual(results[0], results[1], `W=${W}`);
+    }
+  },
+);
+
 test.serial("over TCP the group gathers around the ring, whatever sharedMemory says", async (t) => {
   const g = await group(2, { transport: "tcp" });
   try {

@@ -8,7 +8,7 @@
  *      (IPC when both share a host and the transport allows it) and waits for its predecessor's
  *      hello, so the call returns only once the whole ring carries messages;
  *   3. and 4. where every member shares one host: `openSharedCollective`, then `useSharedCollective`
- *      (allGather through shared memory; see shared-memory.ts).
+ *      (allGather and reduceScatter through shared memory; see shared-memory.ts).
  * Data never passes through the driver.
  */
 import { MAX_FRAME_BYTES } from "@torl-ts/core";
@@ -36,9 +36,9 @@ export interface CollectiveGroupOptions {
   /** A member waiting longer than this for its predecessor fails the call. Default 30 min; 0 = never. */
   timeoutMs?: number;
   /**
-   * allGather through files in /dev/shm where every member shares one host and can open the others'
-   * (shared-memory.ts), instead of the ring: two copies per byte. Default true; false keeps the ring.
-   * Not with transport "tcp".
+   * allGather and reduceScatter through files in /dev/shm where every member shares one host and can
+   * open the others' (shared-memory.ts), instead of the ring: two copies per byte. Default true; false
+   * keeps the ring. Not with transport "tcp".
    */
   sharedMemory?: boolean;
 }

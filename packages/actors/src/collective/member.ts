@@ -92,7 +92,7 @@ export function openSharedCollective(group: string, regions: SharedRegions[]): b
   return lookup(group).openShared(regions);
 }
 
-/** Step 4, once every member opened its peers' files: allGather goes through them from now on. */
+/** Step 4, once every member opened its peers' files: allGather and reduceScatter go through them from now on. */
 export function useSharedCollective(group: string): void {
   lookup(group).useShared();
 }
@@ -204,8 +204,9 @@ export const collective = {
     return lookup(group).worldSize;
   },
   /**
-   * Whether this group's allGather goes through shared memory (every member on one host, each able
-   * to open the others' files; see createCollectiveGroup's `sharedMemory`) rather than the ring.
+   * Whether this group's allGather and reduceScatter go through shared memory (every member on one
+   * host, each able to open the others' files; see createCollectiveGroup's `sharedMemory`) rather than
+   * the ring.
    */
   gathersThroughSharedMemory(group: string = DEFAULT_GROUP): boolean {
     return lookup(group).gathersThroughSharedMemory;

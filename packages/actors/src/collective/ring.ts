@@ -81,6 +81,11 @@ const OP_NAMES = [
 const HEADER_BYTES = 24;
 /** The step of a broadcast's announcement ([n, src] in a, chunkLen), sent by every rank but the source. */
 const ANNOUNCE_STEP = 2;
+/** The bytes of a typed array (a view). */
+function bytesOfArray(a: CollectiveArray): Uint8Array {
+  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+}
+
 /** The dtype code of Float64Array (the lengths a shared-memory allGather exchanges). */
 const FLOAT64 = dtypeCode(new Float64Array(0));
 /** Larger staged copies are not kept for reuse. */
@@ -92,7 +97,7 @@ export interface MemberAddress {
   hostId: string;
   tcp?: string;
   ipc?: string;
-  /** The member's files for allGather through shared memory (shared-memory.ts), where it could make them. */
+  /** The member's files for allGather and reduceScatter through shared memory (shared-memory.ts), where it could make them. */
   shared?: SharedRegions;
 }
 
@@ -194,10 +199,12 @@ export class RingMember {
   private lastFullSeq = 0;
   /** Mismatch errors that came from a peer's abort (passed on already, not announced again). */
   private readonly fromPeer = new WeakSet<object>();
-  /** This member's files for allGather through shared memory (made in bind where the transport allows IPC). */
+  /** This member's files for collectives through shared memory (made in bind where the transport allows IPC). */
   private shared: SharedGather | null = null;
-  /** Whether allGather goes through them (every member of the group alike; see group.ts). */
+  /** Whether allGather and reduceScatter go through them (every member of the group alike; see group.ts). */
   private sharedOn = false;
+  /** reduceScatterShared's scratch, kept between calls. */
+  private scratch: ArrayBuffer | undefined;
 
   constructor(
     readonly group: string,
@@ -272,14 +279,14 @@ export class RingMember {
     );
   }
 
-  /** From now on allGather goes through the shared files (every member of the group is told alike). */
+  /** From now on allGather and reduceScatter go through the shared files (every member is told alike). */
   useShared(): void {
     if (!this.shared)
       throw new CollectiveArgumentError("this member made no shared files", this.group, this.rank);
     this.sharedOn = true;
   }
 
-  /** Whether allGather goes through shared memory. */
+  /** Whether allGather and reduceScatter go through shared memory. */
   get gathersThroughSharedMemory(): boolean {
     return this.sharedOn;
   }
@@ -827,9 +834,42 @@ export class RingMember {
   }
 
   /**
-   * allGather through the members' shared files (shared-memory.ts): this rank's piece into its file,
-   * every rank's length and dtype around the ring (each leaves once its piece is written), then the
-   * other pieces read straight into the result.
+   * The first step of a collective through the members' shared files (shared-memory.ts), once this rank
+   * wrote its part: every rank's (length, dtype, op) around the ring, each rank's leaving once its part is
+   * written. Ranks in different collectives, or with arrays of different types, fail with
+   * CollectiveMismatchError on every rank (every rank sees every triple). Returns the lengths.
+   */
+  private async exchangeShared(
+    seq: number,
+    opcode: number,
+    dtype: number,
+    length: number,
+  ): Promise<number[]> {
+    const W = this.worldSize;
+    const r = this.rank;
+    const info = await this.gatherRing(
+      seq,
+      FLOAT64,
+      new Float64Array([length, dtype, opcode]),
+      new Float64Array(3 * W),
+      shardBounds(3 * W, W),
+      true,
+    );
+    for (let origin = 0; origin < W; origin++) {
+      const [theirType, theirOp] = [info[3 * origin + 1]!, info[3 * origin + 2]!];
+      if (theirOp !== opcode || theirType !== dtype)
+        throw new CollectiveMismatchError(
+          `rank ${r} is in ${OP_NAMES[opcode]} #${seq} of group "${this.group}" with ${dtypeName(dtype)}, rank ${origin} in ${OP_NAMES[theirOp] ?? theirOp} with ${dtypeName(theirType)}: ranks must call the same collectives in the same order, with arrays of the same type`,
+          this.group,
+          r,
+        );
+    }
+    return Array.from({ length: W }, (_, i) => info[3 * i]!);
+  }
+
+  /**
+   * allGather through the members' shared files: this rank's piece into its file, the exchange
+   * (exchangeShared), then the other pieces read straight into the result.
    */
   private async gatherShared<T extends CollectiveArray>(
     seq: number,
@@ -843,27 +883,12 @@ export class RingMember {
     const C = ctorOf(dtype);
     const shared = this.shared!;
     const slot = shared.nextSlot();
-    shared.write(slot, new Uint8Array(arr.buffer, arr.byteOffset, arr.byteLength));
-    const info = await this.gatherRing(
-      seq,
-      FLOAT64,
-      new Float64Array([arr.length, dtype]),
-      new Float64Array(2 * W),
-      shardBounds(2 * W, W),
-      true,
-    );
-    const lengths = Array.from({ length: W }, (_, i) => info[2 * i]!);
-    for (let origin = 0; origin < W; origin++) {
-      const theirs = info[2 * origin + 1]!;
-      if (theirs !== dtype)
-        throw new CollectiveMismatchError(
-          `rank ${r} in allGather of group "${this.group}" has ${dtypeName(dtype)}, rank ${origin} ${dtypeName(theirs)}: arrays must have the same type on every rank`,
-          this.group,
-          r,
-        );
-      if (b && lengths[origin] !== b[origin + 1]! - b[origin]!)
-        throw this.gatherLengthError(out!, origin, lengths[origin]!, b);
-    }
+    shared.write(slot, bytesOfArray(arr));
+    const lengths = await this.exchangeShared(seq, OP_ALLGATHER, dtype, arr.length);
+    if (b)
+      for (let origin = 0; origin < W; origin++)
+        if (lengths[origin] !== b[origin + 1]! - b[origin]!)
+          throw this.gatherLengthError(out!, origin, lengths[origin]!, b);
     const starts = b ?? [0];
     if (!b) for (let i = 0; i < W; i++) starts.push(starts[i]! + lengths[i]!);
     const res = (out ?? new C(starts[W]!)) as T;
@@ -877,6 +902,59 @@ export class RingMember {
           new Uint8Array(res.buffer, res.byteOffset + starts[origin]! * B, lengths[origin]! * B),
         );
     return res;
+  }
+
+  /**
+   * reduceScatter through the members' shared files: this rank writes every chunk but its own at its
+   * place in its file, then, after the exchange, reads the others' values of its own chunk and reduces
+   * them in the ring's order (the successor's values first, the others' in ring order, its own last),
+   * so the result has the ring's bits.
+   */
+  private async reduceScatterShared<T extends CollectiveArray>(
+    seq: number,
+    dtype: number,
+    op: ReduceOp,
+    arr: T,
+    b: number[],
+    res: T,
+  ): Promise<void> {
+    const W = this.worldSize;
+    const r = this.rank;
+    const n = arr.length;
+    const B = ctorOf(dtype).BYTES_PER_ELEMENT;
+    const shared = this.shared!;
+    const slot = shared.nextSlot();
+    const bytes = bytesOfArray(arr);
+    // the own chunk stays a hole in the file
+    shared.write(slot, bytes.subarray(0, b[r]! * B));
+    shared.write(slot, bytes.subarray(b[r + 1]! * B), b[r + 1]! * B);
+    const lengths = await this.exchangeShared(seq, OP_REDUCESCATTER, dtype, n);
+    for (let origin = 0; origin < W; origin++)
+      if (lengths[origin] !== n)
+        throw new CollectiveMismatchError(
+          `rank ${r} in reduceScatter #${seq} of group "${this.group}" has ${n} elements, rank ${origin} ${lengths[origin]}: arrays must have the same length on every rank`,
+          this.group,
+          r,
+        );
+    const at = b[r]! * B;
+    shared.read(mod(r + 1, W), slot, bytesOfArray(res), at);
+    if (W > 2) {
+      const part = this.sharedScratch(dtype, res.length);
+      for (let s = 2; s < W; s++) {
+        shared.read(mod(r + s, W), slot, bytesOfArray(part), at);
+        accumulate(op, res, part);
+      }
+    }
+    accumulate(op, res, arr.subarray(b[r]!, b[r + 1]!));
+    finalize(op, res, W);
+  }
+
+  /** An array of `length` elements of `dtype`, kept between calls (reduceScatterShared's other ranks' values). */
+  private sharedScratch(dtype: number, length: number): CollectiveArray {
+    const C = ctorOf(dtype);
+    const bytes = length * C.BYTES_PER_ELEMENT;
+    if (!this.scratch || this.scratch.byteLength < bytes) this.scratch = new ArrayBuffer(bytes);
+    return new C(this.scratch, 0, length);
   }
 
   private gatherLengthError(
@@ -918,6 +996,11 @@ export class RingMember {
       if (W === 1) {
         res.set(arr);
         finalize(op, res, 1);
+        return res;
+      }
+      if (this.sharedOn) {
+        await this.reduceScatterShared(seq, dtype, op, arr, b, res);
+        this.lastFullSeq = seq;
         return res;
       }
       const c0 = mod(r - 1, W);

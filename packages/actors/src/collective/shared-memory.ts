@@ -1,7 +1,8 @@
 /**
- * allGather through shared memory, for a group whose members all share one host: each rank writes its
- * piece into a file of its own in /dev/shm and reads the others' pieces straight into its output, two
- * copies per byte in all, against the ring's copies through ZeroMQ and the kernel's socket buffers.
+ * allGather and reduceScatter through shared memory, for a group whose members all share one host: each
+ * rank writes what the others need into a file of its own in /dev/shm and reads what it needs of theirs
+ * straight into its output (reduceScatter: and adds it there), two copies per byte in all, against the
+ * ring's copies through ZeroMQ and the kernel's socket buffers.
  *
  * A member's files are unlinked as soon as they are made: only processes that hold them open can reach
  * them, and a peer opens them through `/proc/<pid>/fd/<fd>`, which Linux allows only to processes that
@@ -9,9 +10,9 @@
  * other user can open them. Where a member cannot make its files, or cannot open a peer's, the group
  * gathers through the ring (group.ts decides at formation, for every member alike).
  *
- * Reuse: a rank writes its two files in turn, gather after gather. It writes a file again two gathers
- * later, once the gather in between has returned; every peer took part in that one, so every peer has
- * finished reading the file (a member runs its collectives one at a time).
+ * Reuse: a rank writes its two files in turn, call after call. It writes a file again two calls later,
+ * once the call in between has returned; every peer took part in that one, so every peer has finished
+ * reading the file (a member runs its collectives one at a time).
  */
 import { closeSync, existsSync, openSync, readSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
@@ -92,20 +93,20 @@ export class SharedGather {
     return this.calls++ % 2;
   }
 
-  /** Writes `bytes` into this member's file `slot`, from its start. */
-  write(slot: number, bytes: Uint8Array): void {
+  /** Writes `bytes` into this member's file `slot`, from byte `at` (default its start). */
+  write(slot: number, bytes: Uint8Array, at = 0): void {
     const fd = this.own[slot]!;
     for (let done = 0; done < bytes.length; ) {
-      done += writeSync(fd, bytes, done, Math.min(IO_CHUNK, bytes.length - done), done);
+      done += writeSync(fd, bytes, done, Math.min(IO_CHUNK, bytes.length - done), at + done);
     }
   }
 
-  /** Reads `into.length` bytes of peer `origin`'s file `slot`, from its start. */
-  read(origin: number, slot: number, into: Uint8Array): void {
+  /** Reads `into.length` bytes of peer `origin`'s file `slot`, from byte `at` (default its start). */
+  read(origin: number, slot: number, into: Uint8Array, at = 0): void {
     const fds = this.peers[origin];
     if (!fds) throw new Error(`no shared file of rank ${origin} is open here`);
     for (let done = 0; done < into.length; ) {
-      const n = readSync(fds[slot]!, into, done, Math.min(IO_CHUNK, into.length - done), done);
+      const n = readSync(fds[slot]!, into, done, Math.min(IO_CHUNK, into.length - done), at + done);
       if (n === 0) throw new Error(`rank ${origin}'s shared file ended ${into.length - done} bytes early`);
       done += n;
     }
