@@ -226,6 +226,30 @@ export function sharedState(group: string) {
   return { shared: collective.gathersThroughSharedMemory(group), leftNamed };
 }
 
+/**
+ * Makes this member's next writes to its shared-memory files fail (as a full /dev/shm would), then
+ * runs an allGather; returns the error's name and message (rank `failing` only breaks; the others call
+ * allGather as usual).
+ */
+export async function doSharedWriteFailure(group: string, failing: number) {
+  const rank = collective.getRank(group);
+  if (rank === failing) {
+    const registry = (globalThis as Record<symbol, unknown>)[Symbol.for("torl-ts.collective.groups")] as Map<
+      string,
+      { shared: { write: () => void } }
+    >;
+    registry.get(group)!.shared.write = () => {
+      throw new Error("ENOSPC: no space left on device, write");
+    };
+  }
+  try {
+    await collective.allGather(new Float32Array(16).fill(rank), group);
+    return { name: "resolved", message: "" };
+  } catch (e) {
+    return { name: (e as Error).name, message: (e as Error).message };
+  }
+}
+
 /** Benchmark body: `iters` allReduces of a Float32Array of `n` elements; returns seconds. */
 export async function benchAllReduce(group: string, n: number, iters: number, op: ReduceOp = "sum") {
   const a = new Float32Array(n).fill(1);

@@ -355,6 +355,35 @@ test.serial(
   },
 );
 
+test.serial(
+  "a rank that cannot write its shared-memory part fails, and the others fail at once, naming it",
+  async (t) => {
+    for (const W of [2, 3]) {
+      // far beyond the test's own time: a rank left waiting for the timeout would hang the test
+      const g = await group(W, { timeoutMs: 600_000 });
+      try {
+        const started = Date.now();
+        const res = await onAll<{ name: string; message: string }>(g, "doSharedWriteFailure", () => [
+          g.name,
+          0,
+        ]);
+        t.true(Date.now() - started < 30_000, `W=${W}: settled in ${Date.now() - started} ms`);
+        t.is(res[0]!.name, "CollectiveError");
+        t.regex(
+          res[0]!.message,
+          /rank 0 could not write its piece to shared memory in allGather #\d+ .*ENOSPC.*sharedMemory: false/,
+        );
+        for (const other of res.slice(1)) {
+          t.is(other.name, "CollectiveGroupBrokenError", other.message);
+          t.regex(other.message, /rank 0 failed: rank 0 could not write its piece to shared memory/);
+        }
+      } finally {
+        await g.destroy();
+      }
+    }
+  },
+);
+
 test.serial("over TCP the group gathers around the ring, whatever sharedMemory says", async (t) => {
   const g = await group(2, { transport: "tcp" });
   try {

@@ -86,6 +86,8 @@ function bytesOfArray(a: CollectiveArray): Uint8Array {
   return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 }
 
+/** The step of an abort that tells of a rank's own failure (announceFailure), not of a mismatch. */
+const ABORT_FAILED = 1;
 /** The dtype code of Float64Array (the lengths a shared-memory allGather exchanges). */
 const FLOAT64 = dtypeCode(new Float64Array(0));
 /** Larger staged copies are not kept for reuse. */
@@ -400,18 +402,58 @@ export class RingMember {
     };
   }
 
-  /** A peer's abort: passed on to the successor unless it is the origin; the error this rank fails with. */
-  private onAbort(frames: Buffer[], op: number, seq: number): CollectiveMismatchError {
+  /**
+   * A peer's abort: passed on to the successor unless it is the origin; the error this rank fails with
+   * (a mismatch the peer found, or, with step ABORT_FAILED, a failure of the peer's own: announceFailure).
+   */
+  private onAbort(
+    frames: Buffer[],
+    op: number,
+    seq: number,
+  ): CollectiveMismatchError | CollectiveGroupBrokenError {
     const origin = frames[0]!.readUInt32LE(8);
     const why = frames[1]?.toString("utf8") ?? "(no reason given)";
     if ((this.rank + 1) % this.worldSize !== origin) this.send(frames);
-    const err = new CollectiveMismatchError(
-      `rank ${this.rank} in ${OP_NAMES[op]} #${seq} of group "${this.group}": rank ${origin} found that the ranks disagree: ${why}`,
-      this.group,
-      this.rank,
-    );
+    const where = `rank ${this.rank} in ${OP_NAMES[op]} #${seq} of group "${this.group}"`;
+    const err =
+      (frames[0]!.readUInt32LE(4) & 0xffff) === ABORT_FAILED
+        ? new CollectiveGroupBrokenError(
+            `${where}: rank ${origin} failed: ${why}`,
+            this.group,
+            this.rank,
+            why,
+          )
+        : new CollectiveMismatchError(
+            `${where}: rank ${origin} found that the ranks disagree: ${why}`,
+            this.group,
+            this.rank,
+          );
     this.fromPeer.add(err);
     return err;
+  }
+
+  /**
+   * Tells the rest of the ring that this rank failed a collective on its own (its shared-memory part
+   * could not be written or read), so that no rank waits for it until the group's timeout.
+   */
+  private announceFailure(why: string): void {
+    if (this.closed || !this.push) return;
+    this.send([header(0, OP_ABORT, 0, ABORT_FAILED, this.rank, 0, 0, 0), Buffer.from(why, "utf8")]);
+  }
+
+  /** Runs a shared-memory read or write of `what`; a failure is announced to the ring and thrown as a CollectiveError. */
+  private sharedIo(seq: number, opcode: number, what: string, io: () => void): void {
+    try {
+      io();
+    } catch (e) {
+      const why = `rank ${this.rank} could not ${what} in ${OP_NAMES[opcode]} #${seq} of group "${this.group}": ${(e as Error).message}`;
+      this.announceFailure(why);
+      throw new CollectiveError(
+        `${why} (the group is broken; with too little space in /dev/shm, recreate it with sharedMemory: false)`,
+        this.group,
+        this.rank,
+      );
+    }
   }
 
   /** Tells the rest of the ring that this rank found a mismatch (see the header comment). */
@@ -883,7 +925,9 @@ export class RingMember {
     const C = ctorOf(dtype);
     const shared = this.shared!;
     const slot = shared.nextSlot();
-    shared.write(slot, bytesOfArray(arr));
+    this.sharedIo(seq, OP_ALLGATHER, "write its piece to shared memory", () =>
+      shared.write(slot, bytesOfArray(arr)),
+    );
     const lengths = await this.exchangeShared(seq, OP_ALLGATHER, dtype, arr.length);
     if (b)
       for (let origin = 0; origin < W; origin++)
@@ -894,13 +938,15 @@ export class RingMember {
     const res = (out ?? new C(starts[W]!)) as T;
     const B = C.BYTES_PER_ELEMENT;
     res.set(arr, starts[r]!);
-    for (let origin = 0; origin < W; origin++)
-      if (origin !== r)
-        shared.read(
-          origin,
-          slot,
-          new Uint8Array(res.buffer, res.byteOffset + starts[origin]! * B, lengths[origin]! * B),
-        );
+    this.sharedIo(seq, OP_ALLGATHER, "read the other pieces from shared memory", () => {
+      for (let origin = 0; origin < W; origin++)
+        if (origin !== r)
+          shared.read(
+            origin,
+            slot,
+            new Uint8Array(res.buffer, res.byteOffset + starts[origin]! * B, lengths[origin]! * B),
+          );
+    });
     return res;
   }
 
@@ -926,8 +972,10 @@ export class RingMember {
     const slot = shared.nextSlot();
     const bytes = bytesOfArray(arr);
     // the own chunk stays a hole in the file
-    shared.write(slot, bytes.subarray(0, b[r]! * B));
-    shared.write(slot, bytes.subarray(b[r + 1]! * B), b[r + 1]! * B);
+    this.sharedIo(seq, OP_REDUCESCATTER, "write its chunks to shared memory", () => {
+      shared.write(slot, bytes.subarray(0, b[r]! * B));
+      shared.write(slot, bytes.subarray(b[r + 1]! * B), b[r + 1]! * B);
+    });
     const lengths = await this.exchangeShared(seq, OP_REDUCESCATTER, dtype, n);
     for (let origin = 0; origin < W; origin++)
       if (lengths[origin] !== n)
@@ -937,14 +985,16 @@ export class RingMember {
           r,
         );
     const at = b[r]! * B;
-    shared.read(mod(r + 1, W), slot, bytesOfArray(res), at);
-    if (W > 2) {
-      const part = this.sharedScratch(dtype, res.length);
-      for (let s = 2; s < W; s++) {
-        shared.read(mod(r + s, W), slot, bytesOfArray(part), at);
-        accumulate(op, res, part);
+    this.sharedIo(seq, OP_REDUCESCATTER, "read the others' chunks from shared memory", () => {
+      shared.read(mod(r + 1, W), slot, bytesOfArray(res), at);
+      if (W > 2) {
+        const part = this.sharedScratch(dtype, res.length);
+        for (let s = 2; s < W; s++) {
+          shared.read(mod(r + s, W), slot, bytesOfArray(part), at);
+          accumulate(op, res, part);
+        }
       }
-    }
+    });
     accumulate(op, res, arr.subarray(b[r]!, b[r + 1]!));
     finalize(op, res, W);
   }
