@@ -223,7 +223,7 @@ export function sharedState(group: string) {
   const leftNamed = existsSync("/dev/shm")
     ? readdirSync("/dev/shm").filter((f) => f.startsWith(`torl-collective-${process.pid}-`)).length
     : 0;
-  return { shared: collective.gathersThroughSharedMemory(group), leftNamed };
+  return { shared: collective.usesSharedMemory(group), leftNamed };
 }
 
 /**

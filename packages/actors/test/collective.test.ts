@@ -384,23 +384,34 @@ test.serial(
   },
 );
 
-test.serial("over TCP the group gathers around the ring, whatever sharedMemory says", async (t) => {
-  const g = await group(2, { transport: "tcp" });
-  try {
-    for (const s of await onAll<{ shared: boolean }>(g, "sharedState", () => [g.name])) t.false(s.shared);
-    const lengths = [3, 5];
-    const res = await onAll<ArrayLike<number>>(g, "doAllGather", () => [
-      g.name,
-      "Float32Array",
-      lengths,
-      false,
-    ]);
-    const want = lengths.flatMap((len, r) => Array.from(makeData("Float32Array", len, r)));
-    for (const r of [0, 1]) t.deepEqual(Array.from(res[r]!), want);
-  } finally {
-    await g.destroy();
-  }
-});
+test.serial(
+  "over TCP the group gathers around the ring; sharedMemory true with TCP, or not a boolean, is refused",
+  async (t) => {
+    await t.throwsAsync(group(2, { transport: "tcp", sharedMemory: true }), {
+      instanceOf: CollectiveArgumentError,
+      message: /sharedMemory: true needs members that may share a host/,
+    });
+    await t.throwsAsync(group(2, { sharedMemory: "no" as never }), {
+      instanceOf: CollectiveArgumentError,
+      message: /sharedMemory must be true or false, got "no"/,
+    });
+    const g = await group(2, { transport: "tcp" });
+    try {
+      for (const s of await onAll<{ shared: boolean }>(g, "sharedState", () => [g.name])) t.false(s.shared);
+      const lengths = [3, 5];
+      const res = await onAll<ArrayLike<number>>(g, "doAllGather", () => [
+        g.name,
+        "Float32Array",
+        lengths,
+        false,
+      ]);
+      const want = lengths.flatMap((len, r) => Array.from(makeData("Float32Array", len, r)));
+      for (const r of [0, 1]) t.deepEqual(Array.from(res[r]!), want);
+    } finally {
+      await g.destroy();
+    }
+  },
+);
 
 test.serial(
   "collectives issued without awaiting run in call order; barrier returns on all ranks",

@@ -37,8 +37,9 @@ export interface CollectiveGroupOptions {
   timeoutMs?: number;
   /**
    * allGather and reduceScatter through files in /dev/shm where every member shares one host and can
-   * open the others' (shared-memory.ts), instead of the ring: two copies per byte. Default true; false
-   * keeps the ring. Not with transport "tcp".
+   * open the others' (shared-memory.ts), instead of the ring: two copies per byte. Default true (where
+   * the members cannot, the ring: `collective.usesSharedMemory(group)` says which); false keeps the ring.
+   * `true` with transport "tcp" is refused.
    */
   sharedMemory?: boolean;
 }
@@ -96,6 +97,16 @@ export async function createCollectiveGroupOn(
     );
   }
   const transport = options.transport ?? "auto";
+  if (options.sharedMemory !== undefined && typeof options.sharedMemory !== "boolean")
+    throw new CollectiveArgumentError(
+      `sharedMemory must be true or false, got ${JSON.stringify(options.sharedMemory)}`,
+      name,
+    );
+  if (options.sharedMemory === true && transport === "tcp")
+    throw new CollectiveArgumentError(
+      'sharedMemory: true needs members that may share a host; transport "tcp" keeps every byte on sockets (leave sharedMemory out, or use transport "auto" or "ipc")',
+      name,
+    );
   if (!["auto", "tcp", "ipc"].includes(transport)) {
     throw new CollectiveArgumentError(`unknown transport "${transport}" (auto, tcp or ipc)`, name);
   }

@@ -208,8 +208,8 @@ export const collective = {
    * host, each able to open the others' files; see createCollectiveGroup's `sharedMemory`) rather than
    * the ring.
    */
-  gathersThroughSharedMemory(group: string = DEFAULT_GROUP): boolean {
-    return lookup(group).gathersThroughSharedMemory;
+  usesSharedMemory(group: string = DEFAULT_GROUP): boolean {
+    return lookup(group).usesSharedMemory;
   },
   /** This rank's `[start, end)` of an array of `length` elements, as reduceScatter splits it. */
   shardRange(length: number, group: string = DEFAULT_GROUP): ShardRange {

@@ -289,7 +289,7 @@ export class RingMember {
   }
 
   /** Whether allGather and reduceScatter go through shared memory. */
-  get gathersThroughSharedMemory(): boolean {
+  get usesSharedMemory(): boolean {
     return this.sharedOn;
   }
 
