@@ -58,6 +58,7 @@ import {
 } from "./fsdp.js";
 import { GatherBuffers, type GatherTake } from "./gather-buffers.js";
 import { isLayerUnit, unitLayerTensors } from "./layer-sharding.js";
+import { placeRows } from "./micro-batches.js";
 import type { OptimSettings } from "./optim.js";
 import { allReduceMax } from "./rank-context.js";
 import { type FlatUnit, shardedLayout } from "./sharded-parameters.js";
@@ -609,8 +610,8 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     let done = false;
     try {
       const shards = this.refShards;
-      if (shards && !keep && (await this.refByLayer(data)))
-        logProbs = await this.refLogProbsByLayer(ref, shards, data);
+      const byLayer = shards && !keep ? await this.refByLayer(ref, data) : undefined;
+      if (shards && byLayer) logProbs = await this.refLogProbsByLayer(ref, shards, data, byLayer);
       else {
         if (!(keep && this.holdsAllWeights(ref)))
           await shards?.gatherInto(ref, (ctor, length) => pool.take(REF, ctor, length));
@@ -631,19 +632,17 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   }
 
   /**
-   * Whether this reference pass runs layer by layer (refLogProbsByLayer): sharded at rest over more than
-   * one rank, reshard_after_forward, and every rank's hidden states within REF_BY_LAYER_STATE_BYTES.
-   * One all-reduce decides, so the ranks gather alike: every rank calls it at the same point.
+   * The micro-batches of a reference pass that runs layer by layer (refLogProbsByLayer), or undefined
+   * where it does not: it runs sharded at rest over more than one rank, with reshard_after_forward, when
+   * every rank's hidden states stay within REF_BY_LAYER_STATE_BYTES. One all-reduce decides, so the
+   * ranks gather alike: every rank calls it at the same point.
    */
-  private async refByLayer(data: DataProto): Promise<boolean> {
-    if (this.worldSize < 2) return false;
-    const h = this.ref!.config.hiddenSize;
+  private async refByLayer(ref: Qwen2Model, data: DataProto): Promise<RefMicroBatches | undefined> {
+    if (this.worldSize < 2) return undefined;
     const groups = this.logProbGroups("ref", data);
-    const bytes = groups.reduce((n, g) => {
-      const { tb } = responseTokenBatch(rowsOf(data, g));
-      return n + tb.batch * tb.length * h * 4;
-    }, 0);
-    return (await allReduceMax(this.ctx, bytes)) <= REF_BY_LAYER_STATE_BYTES;
+    const parts = groups.map((g) => responseTokenBatch(rowsOf(data, g)));
+    const bytes = parts.reduce((n, { tb }) => n + tb.batch * tb.length * ref.config.hiddenSize * 4, 0);
+    return (await allReduceMax(this.ctx, bytes)) <= REF_BY_LAYER_STATE_BYTES ? { groups, parts } : undefined;
   }
 
   /**
@@ -657,11 +656,10 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     ref: Qwen2Model,
     shards: FrozenShards,
     data: DataProto,
+    { groups, parts }: RefMicroBatches,
   ): Promise<Float32Array> {
     const R = data.tensor("responses").shape[1]!;
     const temperature = this.cfg.actor_rollout_ref.rollout.temperature || 1;
-    const groups = this.logProbGroups("ref", data);
-    const parts = groups.map((g) => responseTokenBatch(rowsOf(data, g)));
     await shards.gatherInto(
       ref,
       (ctor, length) => this.gatherBuffers.take(REF, ctor, length),
@@ -697,8 +695,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const out = new Float32Array(data.length * R);
     for (const [k, g] of groups.entries()) {
       const { tb, P, kept } = parts[k]!;
-      const cols = rowColumns(scores[k]!.logProbs, tb.batch, tb.length, P, kept, R);
-      for (const [i, row] of g.entries()) out.set(cols.subarray(i * R, (i + 1) * R), row * R);
+      placeRows(out, rowColumns(scores[k]!.logProbs, tb.batch, tb.length, P, kept, R), g, R);
     }
     return out;
   }
@@ -992,6 +989,12 @@ const REF_LAYERS = "ref layers";
  * the tensor backend: 256 MiB. A pass that needs more gathers the whole reference instead.
  */
 const REF_BY_LAYER_STATE_BYTES = 256 * 2 ** 20;
+
+/** A reference pass's micro-batches (row indices) and each one's token batch, as refByLayer found them. */
+interface RefMicroBatches {
+  groups: number[][];
+  parts: ReturnType<typeof responseTokenBatch>[];
+}
 
 /** The process's CPU seconds (user and system) so far. */
 function cpuSecondsSoFar(): number {

@@ -106,8 +106,12 @@ export async function byMicroBatch(
   for (const g of groups) {
     const res = await score(rowsOf(data, g));
     outs ??= res.map(() => new Float32Array(data.length * R));
-    for (const [k, r] of res.entries())
-      for (const [i, row] of g.entries()) outs[k]!.set(r.subarray(i * R, (i + 1) * R), row * R);
+    for (const [k, r] of res.entries()) placeRows(outs[k]!, r, g, R);
   }
   return outs ?? [];
+}
+
+/** Rows of `part` ([group.length, R]) into `into` ([rows, R]) at the rows `group` names. */
+export function placeRows(into: Float32Array, part: Float32Array, group: readonly number[], R: number): void {
+  for (const [i, row] of group.entries()) into.set(part.subarray(i * R, (i + 1) * R), row * R);
 }
