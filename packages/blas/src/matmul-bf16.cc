@@ -98,13 +98,16 @@ void DepthTile(const Product& a, float* tile, int64_t p0, int64_t kb) {
 }
 
 // Up to kFewRows rows of x (a decode step's batch, generation's rows) the product reads the bits where
-// they lie, widening 16 at a time in registers: no tile is written, no OpenBLAS call packs one, and the
-// weight's 2 bytes a value are read once, which is all such a product's time. The arithmetic is fixed by
-// the code alone (GCC's vector extension, no fused multiply-adds: every build gives the same bits), and
-// each output is computed from its own row of x alone, whatever the number of rows:
+// they lie, widening them in registers: no tile is written, no OpenBLAS call packs one, and the weight's
+// 2 bytes a value are read once, which is all such a product's time. The arithmetic is fixed by the code
+// alone (GCC's vector extension, no fused multiply-adds: every build gives the same bits), and each output
+// is computed from its own row of x alone, whatever the number of rows:
 // - [n, k] read transposed: out[i][j] = x[i] . W[j], 16 running sums (lane l takes the indices p = l mod 16
 //   of the whole chunks of 16) added up by SumLanes, plus the rest in order;
 // - [k, n]: out[i][j] = sum over p of x[i][p] W[p][j], added in order of p from 0 (a lane per column).
+// Such a product waits on memory: each loop asks for the weight's lines a block ahead of where it reads
+// (kAheadRows rows of W further on), so that the loads find them in cache; without that the reads and the
+// arithmetic took turns, at about half the speed the core draws from memory.
 constexpr int64_t kFewRows = 8;
 
 typedef uint16_t Bits16 __attribute__((vector_size(32)));
@@ -119,6 +122,21 @@ __attribute__((always_inline)) inline Lanes Widen16(const uint16_t* src) {
   return values;
 }
 
+// 32 values at src, widened into two vectors in order: one 64-byte load, a shift and a mask (the even and
+// the odd values) and two permutes back into order. GCC 12 splits Widen16's conversion into halves and
+// inserts, twice the work per value.
+__attribute__((always_inline)) inline void Widen32(const uint16_t* src, Lanes& first, Lanes& second) {
+  Words16 words;
+  __builtin_memcpy(&words, src, sizeof words);
+  const Words16 even = words << 16;
+  const Words16 odd = words & 0xffff0000u;
+  const Words16 lo = __builtin_shufflevector(even, odd, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const Words16 hi =
+      __builtin_shufflevector(even, odd, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  __builtin_memcpy(&first, &lo, sizeof first);
+  __builtin_memcpy(&second, &hi, sizeof second);
+}
+
 __attribute__((always_inline)) inline float Widen1(uint16_t bits) {
   const uint32_t word = static_cast<uint32_t>(bits) << 16;
   float value;
@@ -126,17 +144,42 @@ __attribute__((always_inline)) inline float Widen1(uint16_t bits) {
   return value;
 }
 
+// Into the cache for reading soon (prefetcht0); never faults, so the line may lie past W's end.
+__attribute__((always_inline)) inline void ReadSoon(const uint16_t* base, int64_t offset) {
+  __builtin_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(base) + 2 * offset), 0, 3);
+}
+
 // out[i][j..j+R) for the M rows of x and R rows of W [n, k] from row j: each W chunk is widened once
-// for all M rows.
+// for all M rows; the R rows after them are asked for meanwhile. Chunks of 32 take x in two halves
+// (2M registers) where that fits beside the sums, else chunks of 16; the order of the sums is the same.
 template <int M, int R>
 __attribute__((always_inline)) inline void DotRows(const Product& a, int64_t j) {
   const int64_t k = a.k;
   Lanes acc[R][M] = {};
   int64_t p = 0;
+  if constexpr ((R + 2) * M + 2 <= 32) {
+    for (; p + 32 <= k; p += 32) {
+      Lanes xs[M], xt[M];
+      for (int i = 0; i < M; i++) {
+        __builtin_memcpy(&xs[i], a.x + i * k + p, sizeof xs[i]);
+        __builtin_memcpy(&xt[i], a.x + i * k + p + 16, sizeof xt[i]);
+      }
+      for (int r = 0; r < R; r++) {
+        ReadSoon(a.w, (j + r + R) * k + p);
+        Lanes w0, w1;
+        Widen32(a.w + (j + r) * k + p, w0, w1);
+        for (int i = 0; i < M; i++) {
+          acc[r][i] += xs[i] * w0;
+          acc[r][i] += xt[i] * w1;
+        }
+      }
+    }
+  }
   for (; p + 16 <= k; p += 16) {
     Lanes xs[M];
     for (int i = 0; i < M; i++) __builtin_memcpy(&xs[i], a.x + i * k + p, sizeof xs[i]);
     for (int r = 0; r < R; r++) {
+      if (p % 32 == 0) ReadSoon(a.w, (j + r + R) * k + p);
       const Lanes w = Widen16(a.w + (j + r) * k + p);
       for (int i = 0; i < M; i++) acc[r][i] += xs[i] * w;
     }
@@ -154,17 +197,23 @@ __attribute__((always_inline)) inline void DotRows(const Product& a, int64_t j) 
 template <int M>
 __attribute__((always_inline)) inline void FewRowsTransposed(const Product& a) {
   // Accumulators for R rows of W at once, within AVX-512's 32 registers: R x M <= 24.
-  constexpr int R = M <= 3 ? 8 : M <= 4 ? 6 : M <= 6 ? 4 : 3;
+  constexpr int R = M <= 2 ? 8 : M <= 3 ? 6 : M <= 4 ? 4 : 3;
   int64_t j = 0;
   for (; j + R <= a.n; j += R) DotRows<M, R>(a, j);
   for (; j < a.n; j++) DotRows<M, 1>(a, j);
 }
 
+// Rows of W are taken kDepthChunk at a time across all columns, so W is read front to back (a band of
+// columns down all k rows would stride through memory) while out's M rows stay in cache; the same columns
+// of the next chunk's rows are asked for meanwhile.
+constexpr int64_t kDepthChunk = 8;
+
 // Rows p0..p1 of W [k, n] added onto out's columns j0..j0+16C for the M rows of x (out already holds the
 // sum over rows before p0, or p0 is 0): the sum of each output stays in the order of p however the rows
-// are split, since a float stored and loaded back is the same float.
+// are split, since a float stored and loaded back is the same float. C is even: W is widened 32 at a time.
 template <int M, int C>
 __attribute__((always_inline)) inline void AxpyBlock(const Product& a, int64_t p0, int64_t p1, int64_t j0) {
+  static_assert(C % 2 == 0, "columns are widened 32 at a time");
   Lanes acc[M][C];
   for (int i = 0; i < M; i++)
     for (int c = 0; c < C; c++) {
@@ -172,8 +221,10 @@ __attribute__((always_inline)) inline void AxpyBlock(const Product& a, int64_t p
       else __builtin_memcpy(&acc[i][c], a.out + i * a.n + j0 + 16 * c, sizeof(Lanes));
     }
   for (int64_t p = p0; p < p1; p++) {
+    const uint16_t* row = a.w + p * a.n + j0;
+    for (int c = 0; c < C; c += 2) ReadSoon(row, kDepthChunk * a.n + 16 * c);
     Lanes w[C];
-    for (int c = 0; c < C; c++) w[c] = Widen16(a.w + p * a.n + j0 + 16 * c);
+    for (int c = 0; c < C; c += 2) Widen32(row + 16 * c, w[c], w[c + 1]);
     for (int i = 0; i < M; i++) {
       const float xp = a.x[i * a.k + p];
       for (int c = 0; c < C; c++) acc[i][c] += xp * w[c];
@@ -183,18 +234,31 @@ __attribute__((always_inline)) inline void AxpyBlock(const Product& a, int64_t p
     for (int c = 0; c < C; c++) __builtin_memcpy(a.out + i * a.n + j0 + 16 * c, &acc[i][c], sizeof(Lanes));
 }
 
-// Rows of W are taken kDepthChunk at a time across all columns, so W is read front to back (a band of
-// columns down all k rows would stride through memory) while out's M rows stay in cache.
-constexpr int64_t kDepthChunk = 32;
+// One band of 16 columns (what is left of n after the blocks of 32), in the same order.
+template <int M>
+__attribute__((always_inline)) inline void AxpyBand(const Product& a, int64_t p0, int64_t p1, int64_t j0) {
+  Lanes acc[M];
+  for (int i = 0; i < M; i++) {
+    if (p0 == 0) acc[i] = Lanes{};
+    else __builtin_memcpy(&acc[i], a.out + i * a.n + j0, sizeof(Lanes));
+  }
+  for (int64_t p = p0; p < p1; p++) {
+    const Lanes w = Widen16(a.w + p * a.n + j0);
+    for (int i = 0; i < M; i++) acc[i] += a.x[i * a.k + p] * w;
+  }
+  for (int i = 0; i < M; i++) __builtin_memcpy(a.out + i * a.n + j0, &acc[i], sizeof(Lanes));
+}
 
 template <int M>
 __attribute__((always_inline)) inline void FewRowsPlain(const Product& a) {
-  constexpr int C = M <= 6 ? 4 : 3;
+  // M x C sums and C widened values within AVX-512's 32 registers
+  constexpr int C = M <= 2 ? 8 : M <= 6 ? 4 : 2;
   for (int64_t p0 = 0; p0 < a.k; p0 += kDepthChunk) {
     const int64_t p1 = p0 + kDepthChunk < a.k ? p0 + kDepthChunk : a.k;
     int64_t j0 = 0;
     for (; j0 + 16 * C <= a.n; j0 += 16 * C) AxpyBlock<M, C>(a, p0, p1, j0);
-    for (; j0 + 16 <= a.n; j0 += 16) AxpyBlock<M, 1>(a, p0, p1, j0);
+    for (; j0 + 32 <= a.n; j0 += 32) AxpyBlock<M, 2>(a, p0, p1, j0);
+    for (; j0 + 16 <= a.n; j0 += 16) AxpyBand<M>(a, p0, p1, j0);
     for (; j0 < a.n; j0++)
       for (int i = 0; i < M; i++) {
         float acc = p0 == 0 ? 0.0f : a.out[i * a.n + j0];

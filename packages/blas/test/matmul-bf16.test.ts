@@ -192,10 +192,12 @@ function fewRowsReference(
 test("matmulBf16 of up to 8 rows (decode steps) has the bits of its arithmetic written out, each row's whatever the others", (t) => {
   const blas = addon(t);
   if (!blas) return;
-  // n past the kernel's blocks of rows and columns and short of them; k with and without a rest of 16
+  // n past the kernel's blocks of rows and columns (of 128, 64 and 32) and short of them, with a band of
+  // 16 left; k with and without a rest of 16 after its chunks of 32, over several chunks of depth
   for (const transposeW of [true, false])
     for (const [n, k] of [
       [37, 83],
+      [178, 83],
       [200, 96],
       [65, 33],
       [16, 16],
