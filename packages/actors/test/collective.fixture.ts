@@ -144,6 +144,41 @@ export async function doInputUnchangedLoop(group: string, n: number, rounds: num
 }
 
 /**
+ * allGathers in place (each rank's input is its own part of `out`), `rounds` times into one array, then
+ * once (rank 0) with an input that overlaps `out` elsewhere. Returns the number of wrong elements and the
+ * overlap's error name.
+ */
+export async function doInPlaceGather(group: string, n: number, rounds: number) {
+  const rank = collective.getRank(group);
+  const W = collective.getWorldSize(group);
+  const b = collective.shardRange(n, group);
+  const full = new Float32Array(n).fill(Number.NaN);
+  let wrong = 0;
+  for (let k = 1; k <= rounds; k++) {
+    const mine = full.subarray(b.start, b.end).fill(k + rank * 0.5);
+    const res = await collective.allGather(mine, group, full);
+    if (res !== full) wrong++;
+    for (let r = 0, i = 0; r < W; r++) {
+      const end = i + shardLen(n, W, r);
+      for (; i < end; i++) if (full[i] !== k + r * 0.5) wrong++;
+    }
+  }
+  let overlap = "not tried";
+  // rank 0 alone: refused before anything is sent, so the others need not take part
+  if (rank === 0)
+    try {
+      // one element off its part: the parts written would overwrite it
+      await collective.allGather(full.subarray(b.start + 1, b.end + 1), group, full);
+      overlap = "resolved";
+    } catch (e) {
+      overlap = (e as Error).name;
+    }
+  // the group still works
+  await collective.allGather(full.slice(b.start, b.end), group, full);
+  return { wrong, overlap };
+}
+
+/**
  * Many rounds of reduceScatter + allGather (+ a broadcast every third round) whose inputs are
  * overwritten with garbage as soon as each call returns: results must not see the garbage
  * (checks the staging of sent data). Returns the number of wrong elements seen.

@@ -330,6 +330,31 @@ test.serial(
 );
 
 test.serial(
+  "allGather in place (each rank's input its own part of out) is right on both paths; another overlap is refused",
+  async (t) => {
+    for (const sharedMemory of [true, false])
+      for (const W of [2, 3]) {
+        const g = await group(W, { sliceBytes: 4096, sharedMemory });
+        try {
+          const res = await onAll<{ wrong: number; overlap: string }>(g, "doInPlaceGather", () => [
+            g.name,
+            10_007,
+            4,
+          ]);
+          t.is(res[0]!.overlap, "CollectiveArgumentError", `W=${W} shared=${sharedMemory}`);
+          t.deepEqual(
+            res.map((r) => r.wrong),
+            Array(W).fill(0),
+            `W=${W} shared=${sharedMemory}`,
+          );
+        } finally {
+          await g.destroy();
+        }
+      }
+  },
+);
+
+test.serial(
   "reduceScatter through shared memory gives the ring's bits (the same order of additions)",
   async (t) => {
     for (const W of [2, 3, 4]) {

@@ -162,7 +162,8 @@ export const collective = {
   },
   /**
    * Concatenation of every rank's `arr` in rank order (lengths may differ). With `out`, writes
-   * into it; rank i's `arr` must then be `shardRange(out.length, worldSize, i)` long.
+   * into it; rank i's `arr` must then be `shardRange(out.length, worldSize, i)` long, and may be that
+   * range of `out` itself (an in-place gather: nothing copied); other overlaps are refused.
    * `options.inputUnchanged`: the caller leaves `arr` as it is until this rank's next allReduce,
    * allGather, reduceScatter or barrier of the group has returned, so its bytes are sent from `arr`
    * itself; otherwise they are sent from a copy (a pass over `arr`, and fresh memory above 64 MiB).

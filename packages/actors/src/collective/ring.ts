@@ -786,7 +786,8 @@ export class RingMember {
   /**
    * Concatenates every rank's `arr` in rank order. Ranks may pass different lengths. With `out`,
    * writes into it instead of allocating: `out.length` is the total and rank i's part must be
-   * `shardRange(out.length, worldSize, i)` long (the layout reduceScatter produces).
+   * `shardRange(out.length, worldSize, i)` long (the layout reduceScatter produces). `arr` may be that
+   * part of `out` itself (in place: not copied); any other overlap with `out` is refused.
    */
   allGather<T extends CollectiveArray>(arr: T, out?: T, inputUnchanged = false): Promise<T> {
     const dtype = this.checkArray(arr, "allGather");
@@ -810,10 +811,22 @@ export class RingMember {
         );
       }
     }
+    if (
+      out !== undefined &&
+      arr.buffer === out.buffer &&
+      !inPlace(arr, out, b![r]!) &&
+      arr.byteOffset < out.byteOffset + out.byteLength &&
+      out.byteOffset < arr.byteOffset + arr.byteLength
+    )
+      throw new CollectiveArgumentError(
+        `allGather: the input overlaps out but is not rank ${r}'s part of it (elements ${b![r]}..${b![r + 1]}), which the other parts would overwrite: pass that part itself (an in-place gather) or separate memory`,
+        this.group,
+        r,
+      );
     return this.enqueue(async (seq) => {
       if (W === 1) {
         const res = (out ?? new (ctorOf(dtype))(arr.length)) as T;
-        res.set(arr);
+        if (!inPlace(arr, res, 0)) res.set(arr);
         return res;
       }
       return this.sharedOn
@@ -834,7 +847,7 @@ export class RingMember {
     const W = this.worldSize;
     const r = this.rank;
     const C = ctorOf(dtype);
-    if (b) out!.set(arr, b[r]!);
+    if (b && !inPlace(arr, out!, b[r]!)) out!.set(arr, b[r]!);
     const pieces: { origin: number; off: number; data: CollectiveArray }[] = [];
     const lengths = new Array<number>(W).fill(0);
     lengths[r] = arr.length;
@@ -937,7 +950,7 @@ export class RingMember {
     if (!b) for (let i = 0; i < W; i++) starts.push(starts[i]! + lengths[i]!);
     const res = (out ?? new C(starts[W]!)) as T;
     const B = C.BYTES_PER_ELEMENT;
-    res.set(arr, starts[r]!);
+    if (!inPlace(arr, res, starts[r]!)) res.set(arr, starts[r]!);
     this.sharedIo(seq, OP_ALLGATHER, "read the other pieces from shared memory", () => {
       for (let origin = 0; origin < W; origin++)
         if (origin !== r)
@@ -1092,4 +1105,9 @@ export async function cancelFormation(endpoint: string, reason: string): Promise
   } finally {
     push.close();
   }
+}
+
+/** Whether `arr` is `out`'s elements from `start` on: an in-place gather, with nothing of it to copy. */
+function inPlace(arr: CollectiveArray, out: CollectiveArray, start: number): boolean {
+  return arr.buffer === out.buffer && arr.byteOffset === out.byteOffset + start * out.BYTES_PER_ELEMENT;
 }

@@ -249,6 +249,16 @@ export class ShardedParameters {
       half.assign(own);
       return half;
     }
+    const group = this.ctx.group!;
+    if (out && collective.usesSharedMemory(group)) {
+      // rounded straight into this rank's part of out and gathered in place: through shared memory the
+      // gather copies the part into its file before it returns, so nothing else need hold it
+      const part = shardRange(out.length, this.ctx.worldSize, this.ctx.rank);
+      const mine = out.subarray(part.start, part.end);
+      new HalfArray(dtype, mine).assign(own);
+      await collective.allGather(mine, group, out);
+      return new HalfArray(dtype, out);
+    }
     // rounded into memory kept between gathers (fresh pages of a new array cost more than the rounding
     // itself, see docs/gpus.md), two arrays in turn: the ring sends from this one without a copy, and a
     // gather's input must stay as it is until a later gather has returned
@@ -261,14 +271,9 @@ export class ShardedParameters {
     }
     const mine = scratch.subarray(0, own.length);
     new HalfArray(dtype, mine).assign(own);
-    const full = await collective.allGather(
-      mine,
-      this.ctx.group!,
-      out ?? new Uint16Array(unit.end - unit.start),
-      {
-        inputUnchanged: true,
-      },
-    );
+    const full = await collective.allGather(mine, group, out ?? new Uint16Array(unit.end - unit.start), {
+      inputUnchanged: true,
+    });
     return new HalfArray(dtype, full as Uint16Array);
   }
 
