@@ -74,6 +74,35 @@ export async function doReduceScatter(group: string, dtype: DtypeName, n: number
 }
 
 /**
+ * reduceScatter of the same data into a new array and in place (out: the input's own part), then once
+ * (rank 0) with an out that overlaps the input elsewhere. Returns both results (the in-place one as the
+ * input's part holds it), whether the rest of the input was left alone, and the overlap's error name.
+ */
+export async function doInPlaceReduceScatter(group: string, dtype: DtypeName, n: number, op: ReduceOp) {
+  const rank = collective.getRank(group);
+  const b = collective.shardRange(n, group);
+  const shard = await collective.reduceScatter(makeData(dtype, n, rank), op, group);
+  const a = makeData(dtype, n, rank);
+  const mine = a.subarray(b.start, b.end);
+  const res = await collective.reduceScatter(a, op, group, mine);
+  const before = makeData(dtype, n, rank);
+  let othersChanged = 0;
+  for (let i = 0; i < n; i++) if ((i < b.start || i >= b.end) && a[i] !== before[i]) othersChanged++;
+  let overlap = "not tried";
+  // rank 0 alone: refused before anything is sent, so the others need not take part
+  if (rank === 0)
+    try {
+      await collective.reduceScatter(a, op, group, a.subarray(b.start + 1, b.end + 1));
+      overlap = "resolved";
+    } catch (e) {
+      overlap = (e as Error).name;
+    }
+  // the group still works
+  await collective.reduceScatter(makeData(dtype, n, rank), op, group);
+  return { shard, inPlace: mine, sameObject: res === mine, othersChanged, overlap };
+}
+
+/**
  * reduceScatter and allReduce of float32 with a registered sum kernel that counts its calls and the
  * values it added (then put back): what the ring's own loop gives must come out unchanged.
  */

@@ -355,6 +355,39 @@ test.serial(
 );
 
 test.serial(
+  "reduceScatter in place (out: the input's own part) gives the bits of a separate out on both paths; another overlap is refused",
+  async (t) => {
+    for (const sharedMemory of [true, false])
+      for (const W of [2, 3])
+        for (const [dtype, op] of [
+          ["Float32Array", "sum"],
+          ["Float64Array", "max"],
+        ] as const) {
+          const g = await group(W, { sliceBytes: 4096, sharedMemory });
+          const what = `W=${W} shared=${sharedMemory} ${dtype} ${op}`;
+          try {
+            // over a MiB a part: through shared memory the others' values come in several pieces
+            const res = await onAll<{
+              shard: ArrayLike<number>;
+              inPlace: ArrayLike<number>;
+              sameObject: boolean;
+              othersChanged: number;
+              overlap: string;
+            }>(g, "doInPlaceReduceScatter", () => [g.name, dtype, 700_001, op]);
+            t.is(res[0]!.overlap, "CollectiveArgumentError", what);
+            for (const r of res) {
+              t.true(r.sameObject, what);
+              t.is(r.othersChanged, 0, what);
+              t.deepEqual(Array.from(r.inPlace), Array.from(r.shard), what);
+            }
+          } finally {
+            await g.destroy();
+          }
+        }
+  },
+);
+
+test.serial(
   "reduceScatter through shared memory gives the ring's bits (the same order of additions)",
   async (t) => {
     for (const W of [2, 3, 4]) {

@@ -10,12 +10,13 @@
 
 namespace torl_blas {
 
-// gemm(a, b, c, batch, m, n, k, transposeA, transposeB, strideA, strideB):
+// gemm(a, b, c, batch, m, n, k, transposeA, transposeB, strideA, strideB, accumulate):
 // for each i < batch, c[i] (m x n) = op(a[i]) (m x k) * op(b[i]) (k x n), row-major, where a[i] starts at
-// i * strideA floats (0 broadcasts one matrix to every batch entry), likewise b[i]; c is dense.
+// i * strideA floats (0 broadcasts one matrix to every batch entry), likewise b[i]; c is dense. With
+// `accumulate` the product is added to what c holds (sgemm's beta = 1) instead of replacing it.
 Napi::Value Gemm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!HasArity(info, "gemm", 11)) return env.Undefined();
+  if (!HasArity(info, "gemm", 12)) return env.Undefined();
   Operand a, b, c;
   if (!ReadOperand(env, info[0], "a", &a) || !ReadOperand(env, info[1], "b", &b) ||
       !ReadOperand(env, info[2], "c", &c))
@@ -27,6 +28,8 @@ Napi::Value Gemm(const Napi::CallbackInfo& info) {
     return env.Undefined();
   const bool transposeA = info[7].ToBoolean().Value();
   const bool transposeB = info[8].ToBoolean().Value();
+  const bool accumulate = info[11].ToBoolean().Value();
+  const float beta = accumulate ? 1.0f : 0.0f;
   // Bounds: the last batch entry of each operand must lie inside its array, so a wrong shape can never
   // read or write past the memory the caller handed over.
   const int64_t last = batch > 0 ? batch - 1 : 0;
@@ -43,7 +46,8 @@ Napi::Value Gemm(const Napi::CallbackInfo& info) {
   for (int64_t i = 0; i < batch; i++) {
     float* ci = c.data + i * m * n;
     if (k == 0) {
-      for (int64_t j = 0; j < m * n; j++) ci[j] = 0.0f;
+      if (!accumulate)
+        for (int64_t j = 0; j < m * n; j++) ci[j] = 0.0f;
       continue;
     }
     if (m == 1) {
@@ -51,15 +55,15 @@ Napi::Value Gemm(const Napi::CallbackInfo& info) {
       // b where it lies, whereas sgemm would first pack all of b, which costs as much as the product.
       if (transposeB)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f, b.data + i * strideB,
-                    ldb, a.data + i * strideA, 1, 0.0f, ci, 1);
+                    ldb, a.data + i * strideA, 1, beta, ci, 1);
       else
         cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(k), static_cast<int>(n), 1.0f, b.data + i * strideB,
-                    ldb, a.data + i * strideA, 1, 0.0f, ci, 1);
+                    ldb, a.data + i * strideA, 1, beta, ci, 1);
       continue;
     }
     cblas_sgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans,
                 static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a.data + i * strideA, lda,
-                b.data + i * strideB, ldb, 0.0f, ci, static_cast<int>(n));
+                b.data + i * strideB, ldb, beta, ci, static_cast<int>(n));
   }
   return env.Undefined();
 }

@@ -184,7 +184,10 @@ export const collective = {
   },
   /**
    * Element-wise reduction, of which this rank receives only its shard:
-   * elements `shardRange(arr.length, worldSize, rank)`. `arr` is left unchanged.
+   * elements `shardRange(arr.length, worldSize, rank)`, in `out` when given (of the shard's length).
+   * `arr` is left unchanged, unless `out` is `arr`'s own shard itself (in place: the result replaces
+   * those elements and needs no memory of its own); an `out` that overlaps `arr` anywhere else is
+   * refused with CollectiveArgumentError.
    */
   async reduceScatter<T extends CollectiveArray>(
     arr: T,

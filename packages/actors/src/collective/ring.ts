@@ -79,6 +79,8 @@ const OP_NAMES = [
 ];
 
 const HEADER_BYTES = 24;
+/** reduceScatter through shared memory reads the others' values in pieces of this size (cache-sized). */
+const SHARED_PIECE_BYTES = 1 << 20;
 /** The step of a broadcast's announcement ([n, src] in a, chunkLen), sent by every rank but the source. */
 const ANNOUNCE_STEP = 2;
 /** The bytes of a typed array (a view). */
@@ -811,13 +813,7 @@ export class RingMember {
         );
       }
     }
-    if (
-      out !== undefined &&
-      arr.buffer === out.buffer &&
-      !inPlace(arr, out, b![r]!) &&
-      arr.byteOffset < out.byteOffset + out.byteLength &&
-      out.byteOffset < arr.byteOffset + arr.byteLength
-    )
+    if (out !== undefined && overlaps(arr, out) && !inPlace(arr, out, b![r]!))
       throw new CollectiveArgumentError(
         `allGather: the input overlaps out but is not rank ${r}'s part of it (elements ${b![r]}..${b![r + 1]}), which the other parts would overwrite: pass that part itself (an in-place gather) or separate memory`,
         this.group,
@@ -967,7 +963,9 @@ export class RingMember {
    * reduceScatter through the members' shared files: this rank writes every chunk but its own at its
    * place in its file, then, after the exchange, reads the others' values of its own chunk and reduces
    * them in the ring's order (the successor's values first, the others' in ring order, its own last),
-   * so the result has the ring's bits.
+   * so the result has the ring's bits. In place (`res` is arr's own chunk) the others' values are read
+   * a piece at a time into a small scratch and added onto the own values: each op is commutative, so
+   * own + others has the bits of others + own.
    */
   private async reduceScatterShared<T extends CollectiveArray>(
     seq: number,
@@ -998,26 +996,36 @@ export class RingMember {
           r,
         );
     const at = b[r]! * B;
+    const own = arr.subarray(b[r]!, b[r + 1]!);
+    const inPlaceResult = inPlace(res, arr, b[r]!);
     this.sharedIo(seq, OP_REDUCESCATTER, "read the others' chunks from shared memory", () => {
-      shared.read(mod(r + 1, W), slot, bytesOfArray(res), at);
-      if (W > 2) {
-        const part = this.sharedScratch(dtype, res.length);
+      // the others' values, a piece at a time: the successor's, then the rest in ring order
+      const piece = Math.max(1, Math.floor(SHARED_PIECE_BYTES / B));
+      for (let off = 0; off < res.length; off += piece) {
+        const len = Math.min(piece, res.length - off);
+        // not in place, the successor's values go straight into the result, the own ones added last
+        const sum = inPlaceResult ? this.sharedScratch(dtype, 0, len) : res.subarray(off, off + len);
+        shared.read(mod(r + 1, W), slot, bytesOfArray(sum), at + off * B);
         for (let s = 2; s < W; s++) {
-          shared.read(mod(r + s, W), slot, bytesOfArray(part), at);
-          accumulate(op, res, part);
+          const part = this.sharedScratch(dtype, 1, len);
+          shared.read(mod(r + s, W), slot, bytesOfArray(part), at + off * B);
+          accumulate(op, sum, part);
         }
+        if (inPlaceResult) accumulate(op, res.subarray(off, off + len), sum);
       }
     });
-    accumulate(op, res, arr.subarray(b[r]!, b[r + 1]!));
+    if (!inPlaceResult) accumulate(op, res, own);
     finalize(op, res, W);
   }
 
-  /** An array of `length` elements of `dtype`, kept between calls (reduceScatterShared's other ranks' values). */
-  private sharedScratch(dtype: number, length: number): CollectiveArray {
+  /**
+   * Scratch `which` (0 or 1) of `length` elements of `dtype`, at most SHARED_PIECE_BYTES, kept between
+   * calls (reduceScatterShared's pieces of the other ranks' values).
+   */
+  private sharedScratch(dtype: number, which: 0 | 1, length: number): CollectiveArray {
     const C = ctorOf(dtype);
-    const bytes = length * C.BYTES_PER_ELEMENT;
-    if (!this.scratch || this.scratch.byteLength < bytes) this.scratch = new ArrayBuffer(bytes);
-    return new C(this.scratch, 0, length);
+    if (!this.scratch) this.scratch = new ArrayBuffer(2 * SHARED_PIECE_BYTES);
+    return new C(this.scratch, which * SHARED_PIECE_BYTES, length);
   }
 
   private gatherLengthError(
@@ -1035,8 +1043,10 @@ export class RingMember {
 
   /**
    * Reduces `arr` element-wise across ranks and returns this rank's shard of the result, i.e.
-   * elements `shardRange(arr.length, worldSize, rank)`. `arr` is not modified. With `out`
-   * (of the shard's length) the result is written there instead of a new array.
+   * elements `shardRange(arr.length, worldSize, rank)`. `arr` is not modified, unless `out` is its own
+   * shard's elements: with `out` (of the shard's length) the result is written there instead of a new
+   * array, and `out` may be that part of `arr` itself (in place: no memory for the result); any other
+   * overlap with `arr` is refused.
    */
   reduceScatter<T extends CollectiveArray>(arr: T, op: ReduceOp, out?: T): Promise<T> {
     const dtype = this.checkArray(arr, "reduceScatter");
@@ -1054,10 +1064,16 @@ export class RingMember {
         r,
       );
     }
+    if (out !== undefined && overlaps(arr, out) && !inPlace(out, arr, ownStart))
+      throw new CollectiveArgumentError(
+        `reduceScatter: out overlaps the input but is not rank ${r}'s part of it (elements ${ownStart}..${ownStart + ownLen}), which the reduction still reads: pass that part itself (in place) or separate memory`,
+        this.group,
+        r,
+      );
     return this.enqueue(async (seq) => {
       const res = (out ?? new (ctorOf(dtype))(ownLen)) as T;
       if (W === 1) {
-        res.set(arr);
+        if (!inPlace(res, arr, 0)) res.set(arr);
         finalize(op, res, 1);
         return res;
       }
@@ -1107,7 +1123,21 @@ export async function cancelFormation(endpoint: string, reason: string): Promise
   }
 }
 
-/** Whether `arr` is `out`'s elements from `start` on: an in-place gather, with nothing of it to copy. */
-function inPlace(arr: CollectiveArray, out: CollectiveArray, start: number): boolean {
-  return arr.buffer === out.buffer && arr.byteOffset === out.byteOffset + start * out.BYTES_PER_ELEMENT;
+/**
+ * Whether `part` is `whole`'s elements from `start` on: an in-place gather (the input is out's part) or
+ * reduce-scatter (out is the input's part), with nothing of it to copy.
+ */
+function inPlace(part: CollectiveArray, whole: CollectiveArray, start: number): boolean {
+  return (
+    part.buffer === whole.buffer && part.byteOffset === whole.byteOffset + start * whole.BYTES_PER_ELEMENT
+  );
+}
+
+/** Whether two arrays share any byte. */
+function overlaps(a: CollectiveArray, b: CollectiveArray): boolean {
+  return (
+    a.buffer === b.buffer &&
+    a.byteOffset < b.byteOffset + b.byteLength &&
+    b.byteOffset < a.byteOffset + a.byteLength
+  );
 }

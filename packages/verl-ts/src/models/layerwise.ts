@@ -9,11 +9,13 @@
 import * as tf from "@tensorflow/tfjs";
 import type { SequenceAttention } from "./attention.js";
 import { decoderBlock } from "./decoder-block.js";
+import { withHostWeightGradients } from "./linear.js";
 import { chunkedTokenLogProbs, type LogProbOptions } from "./logprobs.js";
+import { bf16BitsOf } from "./native-matmul-bf16.js";
 import type { Qwen2Model } from "./qwen2.js";
 import type { TokenBatch } from "./token-batch.js";
 import { uid } from "./variable-names.js";
-import { embeddingRows } from "./wasm-host-kernels.js";
+import { embeddingRows, widenedRows } from "./wasm-host-kernels.js";
 
 /** One layer's weights by parameter name (HF names, our layout). */
 export type LayerTensors = Map<string, tf.Tensor>;
@@ -35,9 +37,16 @@ export class LayerwisePass {
     this.batchIds = batch.ids;
   }
 
-  /** The token embeddings [B*L, h] (the first layer's input), from the model's embedding. */
+  /**
+   * The token embeddings [B*L, h] (the first layer's input), from the model's embedding: widened from its
+   * bfloat16 bits where it has them (the same values; its tensor may hold the bits only).
+   */
   embed(): tf.Tensor2D {
-    return embeddingRows(this.model.variable("model.embed_tokens.weight"), this.batchIds);
+    const table = this.model.variable("model.embed_tokens.weight");
+    const bits = bf16BitsOf(table);
+    return bits
+      ? widenedRows(bits.values, this.batchIds, bits.shape[1])
+      : embeddingRows(table, this.batchIds);
   }
 
   /** Layer `i` on `x` without a tape: its output. */
@@ -99,8 +108,18 @@ export interface LayerwiseHooks {
   layerWeights(i: number): Promise<LayerTensors>;
   /** Layer i's weight gradients (null in an empty round); disposed once this resolves. */
   layerGradients(i: number, grads: LayerTensors | null): Promise<void>;
-  /** The head's parameter gradients by variable name (null in an empty round); disposed once this resolves. */
+  /**
+   * The head's parameter gradients by variable name (null in an empty round); disposed once this resolves.
+   * A variable whose gradient went to its headGradientInto array is not among them.
+   */
   headGradients(grads: Map<string, tf.Tensor> | null): Promise<void>;
+  /**
+   * A host array (the variable's size) that the gradient of head variable `v` is added into, where the LM
+   * head reads `v` from its bfloat16 bits (withHostWeightGradients: no tensor of the vocabulary's size is
+   * made, and headGradients does not get it); undefined, or a head that does not read bits: the gradient
+   * goes to headGradients. Asked once per round with a batch, before the head runs.
+   */
+  headGradientInto?(v: tf.Variable): Float32Array | undefined;
   /**
    * The embedding matrix's gradient through the first layer (null in an empty round); disposed after.
    * Give this or embeddingRowGradient, not both.
@@ -161,12 +180,17 @@ export async function layerwiseStep(
       const out = tf.variable(last, true, `layer-output#${uid()}`);
       last.dispose(); // the variable holds the same data
       try {
+        const routes = headVariables.flatMap((v): [tf.Variable, Float32Array][] => {
+          const into = hooks.headGradientInto?.(v);
+          return into ? [[v, into]] : [];
+        });
         const { value, grads } = model.withLayerOutput(out, () =>
-          tf.variableGrads(loss, [...headVariables, out]),
+          withHostWeightGradients(routes, () => tf.variableGrads(loss, [...headVariables, out])),
         );
         value.dispose();
         dy = grads[out.name] as tf.Tensor2D;
-        // a head variable the loss does not reach (the untied embedding) has no gradient here
+        // a head variable the loss does not reach (the untied embedding), or whose gradient went to its
+        // host array, has no gradient here
         head = new Map(headVariables.filter((v) => grads[v.name]).map((v) => [v.name, grads[v.name]!]));
       } finally {
         out.dispose();

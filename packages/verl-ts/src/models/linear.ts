@@ -4,8 +4,10 @@
  * gradient is written out for the same reason.
  */
 import * as tf from "@tensorflow/tfjs";
+import { nativeBlas } from "./native-blas.js";
 import { Bf16Weight, bf16BitsOf, matmulBf16, refuseUnwritten } from "./native-matmul-bf16.js";
 import { nativeMatmulActive } from "./native-state.js";
+import { hostMemory } from "./wasm-heap.js";
 
 /**
  * A linear layer's weight: a float32 tensor, or bfloat16 bits read in place (native-matmul-bf16.ts), which
@@ -48,12 +50,96 @@ function bitsBehind(w: tf.Tensor): Bf16Weight | undefined {
   return bits;
 }
 
+/** Where a weight's gradient goes instead of the tape (withHostWeightGradients), and how often it went. */
+interface HostGradient {
+  into: Float32Array;
+  /** Products made with the weight while the route stood, and backward passes that added into `into`. */
+  products: number;
+  added: number;
+}
+
+/** The routes standing now, by the weight's data. */
+const hostGradients = new WeakMap<object, HostGradient>();
+
+/**
+ * Runs `f` (a forward and its backward: tf.grads, tf.variableGrads) with each weight's gradient routed
+ * to a host array: where a linear layer reads the weight `w` from its bfloat16 bits (the wasm backend with
+ * the addon), the layer's backward adds w's gradient into `into` (w's shape, row-major) with one sgemm,
+ * in place, and the tape has no gradient for `w`. No tensor of w's size is made: for the tied LM head,
+ * none of the vocabulary's size. Where the layer does not read bits, the tape gives w's gradient as
+ * usual and `into` is left alone. Throws when a product routed its gradient but `f` never ran the
+ * product's backward (the gradient would be missing without a word).
+ */
+export function withHostWeightGradients<T>(routes: [tf.Tensor, Float32Array][], f: () => T): T {
+  const standing: HostGradient[] = [];
+  for (const [w, into] of routes) {
+    if (into.length !== w.size)
+      throw new RangeError(`a [${w.shape}] weight's gradient needs ${w.size} values, got ${into.length}`);
+    if (hostGradients.has(w.dataId)) throw new Error(`the [${w.shape}] weight's gradient is routed already`);
+    const route: HostGradient = { into, products: 0, added: 0 };
+    hostGradients.set(w.dataId, route);
+    standing.push(route);
+  }
+  try {
+    const result = f();
+    for (const [k, route] of standing.entries())
+      if (route.added !== route.products)
+        throw new Error(
+          `the [${routes[k]![0].shape}] weight's gradient was routed to the host by ${route.products} product(s), but ${route.added} backward pass(es) added it: run the backward inside withHostWeightGradients`,
+        );
+    return result;
+  } finally {
+    for (const [w] of routes) hostGradients.delete(w.dataId);
+  }
+}
+
+/**
+ * into += w's gradient for y = x @ w (x^T dy, w [in, out]) or y = x @ w^T (dy^T x, w [out, in]), by
+ * OpenBLAS on the heap's memory: the same sgemm call as the tape's product for it, added in place.
+ */
+function addWeightGradient(x: tf.Tensor, dy: tf.Tensor, transposed: boolean, into: Float32Array): void {
+  const blas = nativeBlas();
+  const xs = hostMemory(x);
+  const d = hostMemory(dy);
+  if (!blas || !xs || !d)
+    throw new Error("a weight gradient routed to the host needs OpenBLAS's products on the wasm heap");
+  const [rows, inner] = x.shape as [number, number];
+  const outer = dy.shape[1]!;
+  if (transposed) blas.gemm(d, xs, into, 1, outer, inner, rows, true, false, 0, 0, true);
+  else blas.gemm(xs, d, into, 1, inner, outer, rows, true, false, 0, 0, true);
+}
+
+/** linearFromBits for a weight whose gradient goes to the host (withHostWeightGradients): x's only. */
+function linearFromBitsToHost(
+  x: tf.Tensor2D,
+  bits: Bf16Weight,
+  transposed: boolean,
+  route: HostGradient,
+): tf.Tensor2D {
+  const op = tf.customGrad(((...args: unknown[]) => {
+    const [xi, save] = args as [tf.Tensor2D, tf.GradSaveFunc];
+    save([xi]);
+    return {
+      value: matmulBf16(xi, bits, transposed),
+      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+        addWeightGradient(saved[0]!, dy, transposed, route.into);
+        route.added++;
+        return [matmulBf16(dy as tf.Tensor2D, bits, !transposed)];
+      },
+    };
+  }) as any) as unknown as (x: tf.Tensor) => tf.Tensor2D;
+  route.products++;
+  return op(x);
+}
+
 /**
  * x @ w for a float32 weight widened from bfloat16 bits: the product reads the bits, as a pass without a
  * tape does (the same kernel, so the same numbers); the gradient of x reads them too, and w's gradient
- * x^T dy is float32.
+ * x^T dy is float32 (a tensor, or added into a host array: withHostWeightGradients).
  */
 function linearFromBits(x: tf.Tensor2D, w: tf.Tensor, bits: Bf16Weight, transposed: boolean): tf.Tensor2D {
+  const route = hostGradients.get(w.dataId);
+  if (route) return linearFromBitsToHost(x, bits, transposed, route);
   const op = tf.customGrad(((...args: unknown[]) => {
     const [xi, , save] = args as [tf.Tensor2D, tf.Tensor, tf.GradSaveFunc];
     save([xi]);

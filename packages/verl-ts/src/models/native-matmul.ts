@@ -75,7 +75,7 @@ function runGemm(
 ): void {
   const strideA = s.batchA === 1 ? 0 : s.m * s.k;
   const strideB = s.batchB === 1 ? 0 : s.k * s.n;
-  blas.gemm(av, bv, cv, s.batch, s.m, s.n, s.k, transposeA, transposeB, strideA, strideB);
+  blas.gemm(av, bv, cv, s.batch, s.m, s.n, s.k, transposeA, transposeB, strideA, strideB, false);
 }
 
 function checkFloat(a: tf.TensorInfo, b: tf.TensorInfo): void {

@@ -17,7 +17,7 @@ import type { KVCache } from "./kv-cache.js";
 import { type LinearWeight, linear, linearTransposed, project } from "./linear.js";
 import { type AdapterSpec, LoraAdapters, type LoraConfig } from "./lora.js";
 import { type DecodeStepTables, nativeDecodeAttention } from "./native-decode-attention.js";
-import { type Bf16Weight, cloneKeepingBits } from "./native-matmul-bf16.js";
+import { type Bf16Weight, cloneKeepingBits, refuseUnwritten } from "./native-matmul-bf16.js";
 import { nativeMatmulActive } from "./native-state.js";
 import { rmsNorm } from "./rms-norm.js";
 import { Rotary } from "./rotary.js";
@@ -213,12 +213,14 @@ export class Qwen2Model {
 
   /**
    * The variables the model computes with, in checkpoint order (what an optimizer updates and a
-   * gradient tape differentiates), or those of `names`. Host-held weights are widened for the current pass.
+   * gradient tape differentiates), or those of `names`. Host-held weights are widened for the current pass;
+   * `bitsOnly`: bfloat16 matrices get tensors of their bits only (WeightStore.variables), for a caller
+   * whose every use reads the bits (the layer-by-layer update: layerwise.ts).
    */
-  variables(names?: readonly string[]): tf.Variable[] {
+  variables(names?: readonly string[], options: { bitsOnly?: boolean } = {}): tf.Variable[] {
     if (this.lora && names?.some((n) => this.lora!.has(n)))
-      return names.map((n) => this.storeOf(n).tensor(n));
-    return this.weights.variables(names);
+      return names.map((n) => this.storeOf(n).tensor(n, options.bitsOnly));
+    return this.weights.variables(names, options);
   }
 
   variable(name: string): tf.Variable {
@@ -418,6 +420,7 @@ export class Qwen2Model {
     const half = tapeIsRecording() ? undefined : this.weights.halfValues(EMBEDDING);
     if (half) return widenedRows(half, ids, this.config.hiddenSize);
     const table = this.weights.tensor(EMBEDDING);
+    refuseUnwritten(table, "an embedding lookup");
     return gather ? (tf.gather(table, tf.tensor1d(ids, "int32")) as tf.Tensor2D) : embeddingRows(table, ids);
   }
 
@@ -501,7 +504,10 @@ export class Qwen2Model {
         ? project(hfinal, bits.weight, bits.transposed)
         : this.headInPlace()
           ? linearTransposed(hfinal, this.weights.tensor(EMBEDDING))
-          : linear(hfinal, this.lmHeadWeight());
+          : this.config.tieWordEmbeddings
+            ? linear(hfinal, this.lmHeadWeight())
+            : // the weight itself, no copy: a gradient routed to the host finds it (linear.ts)
+              linear(hfinal, this.weights.tensor("lm_head.weight"));
       return options.lastOnly ? logits : tf.reshape(logits, [B, S, c.vocabSize]);
     });
   }

@@ -13,7 +13,7 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import { HalfArray } from "./half-precision.js";
-import { Bf16Weight, markValuesUnwritten, rememberBf16Bits } from "./native-matmul-bf16.js";
+import { Bf16Weight, markValuesUnwritten, refuseUnwritten, rememberBf16Bits } from "./native-matmul-bf16.js";
 import { nativeMatmulActive } from "./native-state.js";
 import type { WasmHeap } from "./wasm-heap.js";
 
@@ -227,6 +227,7 @@ export function widenedRows(values: HalfArray, ids: Int32Array, width: number): 
  * one-pass kernel above, elsewhere tf.gather's own.
  */
 export function embeddingRows(table: tf.Tensor, ids: Int32Array): tf.Tensor2D {
+  refuseUnwritten(table, "an embedding lookup");
   if (!onWasm()) return tf.gather(table, tf.tensor1d(ids, "int32")) as tf.Tensor2D;
   // the backward reads the ids later: a copy of its own, whatever the caller does with its array
   const attrs = { ids: ids.slice(), vocab: table.shape[0] } as unknown as tf.NamedAttrMap;

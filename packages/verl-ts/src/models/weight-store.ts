@@ -20,7 +20,7 @@ import { WeightNotHeldError } from "./errors.js";
 import { bytesPerValue, HalfArray, type StoredValues, toStored, type WeightDtype } from "./half-precision.js";
 import { Bf16Weight } from "./native-matmul-bf16.js";
 import { uid } from "./variable-names.js";
-import { widenedTensor } from "./wasm-host-kernels.js";
+import { bitsOnlyTensor, widenedTensor } from "./wasm-host-kernels.js";
 
 export interface WeightStoreOptions {
   /** Storage dtype. Default float32. */
@@ -55,6 +55,8 @@ export class WeightStore {
   private readonly host = new Map<string, StoredValues>();
   private readonly resident = new Map<string, tf.Variable>();
   private readonly compute = new Map<string, tf.Variable>();
+  /** Compute copies made with `bitsOnly` (their values never written): an assign keeps them so. */
+  private readonly bitsOnlyCompute = new Set<string>();
 
   /**
    * `values` in the layout the model computes in; float32 values are copied or rounded into `dtype`;
@@ -92,14 +94,24 @@ export class WeightStore {
     return this.resident.has(name) || this.host.has(name);
   }
 
-  private newVariable(name: string, values: StoredValues): tf.Variable {
-    const shape = this.shapes.get(name)!;
-    // Half values widen straight into the tensor's memory where the backend allows (wasm-host-kernels.ts).
-    const t =
-      values instanceof HalfArray ? widenedTensor(values, shape) : tf.tensor(values, shape, "float32");
+  private newVariable(name: string, values: StoredValues, bitsOnly = false): tf.Variable {
+    const t = this.newTensor(name, values, bitsOnly);
     const v = tf.variable(t, this.trainable, `${name}#${uid()}`);
     t.dispose();
     return v;
+  }
+
+  /**
+   * A weight's float32 tensor from its stored values. Half values widen straight into the tensor's memory
+   * where the backend allows; `bitsOnly`: a bfloat16 matrix's values are not written at all, where every
+   * product reads its bits (bitsOnlyTensor; elsewhere it widens).
+   */
+  private newTensor(name: string, values: StoredValues, bitsOnly: boolean): tf.Tensor {
+    const shape = this.shapes.get(name)!;
+    if (!(values instanceof HalfArray)) return tf.tensor(values, shape, "float32");
+    return bitsOnly && shape.length === 2
+      ? bitsOnlyTensor(values, shape as [number, number])
+      : widenedTensor(values, shape);
   }
 
   private shapeOf(name: string): number[] {
@@ -108,8 +120,12 @@ export class WeightStore {
     return s;
   }
 
-  /** The float32 tensor of a weight for the current pass (a host weight is widened on first use). */
-  tensor(name: string): tf.Variable {
+  /**
+   * The float32 tensor of a weight for the current pass (a host weight is widened on first use; with
+   * `bitsOnly` a bfloat16 matrix not yet widened in this pass gets a tensor of its bits only, see
+   * `variables`).
+   */
+  tensor(name: string, bitsOnly = false): tf.Variable {
     this.shapeOf(name);
     const r = this.resident.get(name);
     if (r) return r;
@@ -117,19 +133,24 @@ export class WeightStore {
     if (!c) {
       const v = this.host.get(name);
       if (!v) throw new WeightNotHeldError(name);
-      c = this.newVariable(name, v);
+      c = this.newVariable(name, v, bitsOnly);
       this.compute.set(name, c);
+      if (bitsOnly) this.bitsOnlyCompute.add(name);
     }
     return c;
   }
 
   /**
    * Every weight's compute tensor, in spec order (what an optimizer or a gradient tape needs), or those of
-   * `names` in that order.
+   * `names` in that order. `bitsOnly`: the bfloat16 matrices' tensors hold their bits only, their float32
+   * values never written (no 4 bytes a value per pass; the embedding's is 545 MB at Qwen2.5-0.5B's size),
+   * for a caller whose every use of them reads the bits: the products of the linear layers and the LM
+   * head, and lookups widened from the bits (the layer-by-layer update). A kernel that would read the
+   * values throws instead (refuseUnwritten). Until `release`, the tensor stays as first made.
    */
-  variables(names?: readonly string[]): tf.Variable[] {
+  variables(names?: readonly string[], options: { bitsOnly?: boolean } = {}): tf.Variable[] {
     const only = names && new Set(names);
-    return this.order.filter((n) => !only || only.has(n)).map((n) => this.tensor(n));
+    return this.order.filter((n) => !only || only.has(n)).map((n) => this.tensor(n, options.bitsOnly));
   }
 
   /**
@@ -143,6 +164,7 @@ export class WeightStore {
       bytes += v.size * 4;
       v.dispose();
       this.compute.delete(name);
+      this.bitsOnlyCompute.delete(name);
     }
     return bytes;
   }
@@ -206,11 +228,8 @@ export class WeightStore {
     if (h instanceof HalfArray) h.assign(values);
     else h.set(values);
     const c = this.compute.get(name);
-    // widened like the copy it replaces, so that a bf16 matrix stays tied to its bits
-    if (c)
-      tf.tidy(() =>
-        c.assign(h instanceof HalfArray ? widenedTensor(h, shape) : tf.tensor(h, shape, "float32")),
-      );
+    // made like the copy it replaces, so that a bf16 matrix stays tied to its bits (and bits only if it was)
+    if (c) tf.tidy(() => c.assign(this.newTensor(name, h, this.bitsOnlyCompute.has(name))));
   }
 
   /**

@@ -758,7 +758,8 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const lossMetrics = getPolicyLoss(lossMode).metrics;
     const temperature = ar.rollout.temperature || 1;
     const held = model.trainedSpecs.filter((s) => model.holdsWeight(s.name)).map((s) => s.name);
-    const vars = model.variables(held);
+    // layer by layer every use of a bf16 matrix reads its bits: its tensor needs no float32 values
+    const vars = model.variables(held, { bitsOnly: model.gradientCheckpointing });
     const nameOf = new Map(vars.map((v, i) => [v.name, held[i]!]));
     const useKl = a.use_kl_loss;
     const entCoef = a.entropy_coeff;

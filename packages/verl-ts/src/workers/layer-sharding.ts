@@ -250,12 +250,14 @@ export class LayerSharding {
       }
       throw new WorkerStateError(`parameter ${name} is not in a unit outside the layers`);
     };
+    // head matrices whose gradient the LM head adds into their buffer in place (headGradientInto)
+    const routed = new Set<string>();
     // in the first round a head parameter's gradient is the first in its part of the zeroed buffer: copied
     // in, not added (0 + x is x but for -0, and a -0 sums into the shard gradient as +0 does); in a later
-    // round it adds onto the rounds before
+    // round, or onto what the head added in place, it adds
     const setInto = (name: string, values: Float32Array) => {
       const into = bufferOf(name, values.length);
-      if (round.first) into.set(values);
+      if (round.first && !routed.has(name)) into.set(values);
       else addInto(values, into);
     };
     await layerwiseStep(this.model, tokens, this.headVariables, loss, {
@@ -294,6 +296,14 @@ export class LayerSharding {
           );
         }
         await sharded.reduceScatterUnit(u, buf, shardGrad);
+      },
+      // the LM head's matrix (the tied embedding, or lm_head) adds its gradient into the outer buffer in
+      // place where it reads bf16 bits: no vocabulary-sized tensor on the heap, no pass to copy it
+      headGradientInto: (v) => {
+        const name = this.paramNameOf.get(v.name)!;
+        if (this.shapes.get(name)?.length !== 2) return undefined;
+        routed.add(name);
+        return bufferOf(name, v.size);
       },
       headGradients: async (grads) => {
         const entries = grads ? [...grads] : [];

@@ -56,7 +56,8 @@ export class SftWorker extends ActorRolloutRefWorker {
     const a = this.sftConfig.actor_rollout_ref.actor;
     // the trained parameters: every weight, or with LoRA the adapters (the base is frozen)
     const held = model.trainedSpecs.filter((s) => model.holdsWeight(s.name)).map((s) => s.name);
-    const vars = model.variables(held);
+    // layer by layer every use of a bf16 matrix reads its bits: its tensor needs no float32 values
+    const vars = model.variables(held, { bitsOnly: model.gradientCheckpointing });
     const nameOf = new Map(vars.map((v, i) => [v.name, held[i]!]));
     const run = await this.updateEpochs(
       data,

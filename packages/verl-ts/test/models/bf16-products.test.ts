@@ -19,7 +19,7 @@ import {
   tokenLogProbs,
 } from "../../src/index.js";
 import type { Qwen2Config } from "../../src/models/config.js";
-import { linear } from "../../src/models/linear.js";
+import { linear, linearTransposed, withHostWeightGradients } from "../../src/models/linear.js";
 import {
   MATMUL_BF16_KERNEL,
   markValuesUnwritten,
@@ -50,6 +50,24 @@ function pair(config: Qwen2Config, dtype: "bfloat16" | "float16" = "bfloat16"): 
   const half = new Qwen2Model(config, values, { dtype, trainable: false });
   const rounded = new Map([...values].map(([k, v]) => [k, HalfArray.fromFloat32(v, dtype).toFloat32()]));
   return [half, new Qwen2Model(config, rounded, { trainable: false })];
+}
+
+/** A bf16 weight's values (k * n), an input x [m, k] and an output gradient dy [m, n] for the product tests. */
+function productOperands(k: number, n: number, m: number) {
+  return {
+    values: HalfArray.fromFloat32(
+      Float32Array.from({ length: k * n }, (_, i) => Math.sin(i * 0.37)),
+      "bfloat16",
+    ),
+    x: tf.tensor2d(
+      Float32Array.from({ length: m * k }, (_, i) => Math.cos(i * 0.11)),
+      [m, k],
+    ),
+    dy: tf.tensor2d(
+      Float32Array.from({ length: m * n }, (_, i) => Math.sin(i * 0.05)),
+      [m, n],
+    ),
+  };
 }
 
 /** max |a - b| / max(1, |b|). */
@@ -212,18 +230,7 @@ test.serial(
   async (t) => {
     if (!nativeAddon(t)) return;
     const [k, n, m] = [24, 40, 12];
-    const values = HalfArray.fromFloat32(
-      Float32Array.from({ length: k * n }, (_, i) => Math.sin(i * 0.37)),
-      "bfloat16",
-    );
-    const x = tf.tensor2d(
-      Float32Array.from({ length: m * k }, (_, i) => Math.cos(i * 0.11)),
-      [m, k],
-    );
-    const dy = tf.tensor2d(
-      Float32Array.from({ length: m * n }, (_, i) => Math.sin(i * 0.05)),
-      [m, n],
-    );
+    const { values, x, dy } = productOperands(k, n, m);
     const bitsOnly = bitsOnlyTensor(values, [k, n]);
     const widened = widenedTensor(values, [k, n]);
     const run = async (w: tf.Tensor) => {
@@ -245,5 +252,58 @@ test.serial(
     t.notThrows(() => refuseUnwritten(widened, "a test"));
     t.throws(() => markValuesUnwritten(x), { message: /only a tensor tied to its bits/ });
     tf.dispose([x, dy, bitsOnly, widened]);
+  },
+);
+
+test.serial(
+  "a weight's gradient routed to the host is added in place with the tape's bits (plain and read transposed); a product whose backward never ran is named",
+  async (t) => {
+    if (!nativeAddon(t)) return;
+    const [k, n, m] = [24, 40, 12];
+    const { values, x, dy } = productOperands(k, n, m);
+    const bits = (a: Float32Array | Uint32Array) => new Uint32Array(a.buffer, a.byteOffset, a.length);
+    for (const transposed of [false, true]) {
+      // the weight as stored: [k, n] for x @ w, [n, k] for x @ w^T (the tied head's embedding)
+      const shape: [number, number] = transposed ? [n, k] : [k, n];
+      const w = bitsOnlyTensor(values, shape);
+      const apply = (xi: tf.Tensor, wi: tf.Tensor) =>
+        transposed ? linearTransposed(xi as tf.Tensor2D, wi) : linear(xi as tf.Tensor2D, wi);
+      const [dxTape, dwTape] = tf.grads(apply)([x, w], dy);
+      const want = (await dwTape!.data()) as Float32Array;
+      // what the buffer held before: the sum must be added onto it, twice
+      const held = Float32Array.from({ length: k * n }, (_, i) => (i % 7) * 0.125 - 0.5);
+      const into = held.slice();
+      for (let call = 1; call <= 2; call++) {
+        const [dx] = withHostWeightGradients([[w, into]], () => tf.grads((xi) => apply(xi, w))([x], dy));
+        t.deepEqual(bits((await dx!.data()) as Float32Array), bits((await dxTape!.data()) as Float32Array));
+        dx!.dispose();
+        const expected = held.map((h, i) => {
+          let v = h;
+          for (let c = 0; c < call; c++) v = Math.fround(v + want[i]!);
+          return v;
+        });
+        t.deepEqual(
+          bits(into),
+          bits(expected),
+          `transposed=${transposed}, call ${call}: the tape's gradient added`,
+        );
+      }
+      // a forward alone: the product's gradient would never arrive, and that is said
+      const err = t.throws(() => withHostWeightGradients([[w, into]], () => apply(x, w).dispose()));
+      t.regex(err!.message, /routed to the host by 1 product\(s\), but 0 backward pass\(es\) added it/);
+      t.throws(() => withHostWeightGradients([[w, new Float32Array(3)]], () => 0), {
+        instanceOf: RangeError,
+      });
+      tf.dispose([w, dxTape!, dwTape!]);
+    }
+    // a weight not read from bits: the tape keeps its gradient and the array is left alone
+    const plain = tf.tensor2d(values.toFloat32(), [k, n]);
+    const untouched = new Float32Array(k * n);
+    const grads = withHostWeightGradients([[plain, untouched]], () =>
+      tf.grads((xi, wi) => linear(xi as tf.Tensor2D, wi!))([x, plain], dy),
+    );
+    t.is(grads[1]!.shape.join(), [k, n].join());
+    t.true(untouched.every((v) => v === 0));
+    tf.dispose([plain, dy, x, ...grads]);
   },
 );

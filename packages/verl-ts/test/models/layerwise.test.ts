@@ -1,8 +1,10 @@
 import * as tf from "@tensorflow/tfjs";
 import test from "ava";
-import { padBatch, Qwen2Model, selectBackend, tokenLogProbs } from "../../src/index.js";
+import { installNativeMatmul, padBatch, Qwen2Model, selectBackend, tokenLogProbs } from "../../src/index.js";
 import { type LayerTensors, type LayerwiseHooks, layerwiseStep } from "../../src/models/layerwise.js";
-import { addEmbeddingGradRows } from "../../src/models/wasm-host-kernels.js";
+import { cloneKeepingBits } from "../../src/models/native-matmul-bf16.js";
+import { addEmbeddingGradRows, embeddingRows } from "../../src/models/wasm-host-kernels.js";
+import { nativeAddon } from "./helpers.js";
 import { threeLayerTestConfig } from "./tiny-config.js";
 
 // The layer-by-layer step FSDP trains with gives the gradients of one whole-model tape, for every
@@ -199,3 +201,99 @@ test.serial(
     model.dispose();
   },
 );
+
+// last in the file: it installs the addon's products on wasm for the tests after it
+for (const tied of [true, false])
+  test.serial(
+    `a bfloat16 model's step with bits-only matrices and the head's gradient added in place: the same gradients, bit for bit, and no vocabulary-sized tensor (${tied ? "tied" : "untied"})`,
+    async (t) => {
+      if (!nativeAddon(t)) return;
+      installNativeMatmul("wasm");
+      const cfg = threeLayerTestConfig({ tieWordEmbeddings: tied });
+      const values = Qwen2Model.randomParameters(cfg, { seed: 4, std: 0.3 });
+      const model = new Qwen2Model(cfg, values, { dtype: "bfloat16" });
+      const batch = padBatch(
+        [
+          [1, 2, 3, 2, 5, 6],
+          [7, 8],
+          [9, 10, 11, 12],
+        ],
+        "left",
+      );
+      const names = model.specs.map((s) => s.name);
+      const headNames = names.filter((n) => !LAYER.test(n));
+      const embed = "model.embed_tokens.weight";
+      const [V, h] = model.specs.find((s) => s.name === embed)!.shape as [number, number];
+      const run = async (inPlace: boolean) => {
+        const vars = model.variables(headNames, { bitsOnly: inPlace });
+        const nameOf = new Map(vars.map((v, i) => [v.name, headNames[i]!]));
+        if (inPlace)
+          t.throws(() => embeddingRows(vars[headNames.indexOf(embed)]!, batch.ids), {
+            message: /holds its bfloat16 bits only/,
+          });
+        const got = new Map<string, Float32Array>();
+        // the head matrices' buffers (zeroed, as a first round finds them): the head adds into them
+        const buffers = new Map<string, Float32Array>();
+        const bufferOf = (n: string, size: number) => {
+          if (!buffers.has(n)) buffers.set(n, new Float32Array(size));
+          return buffers.get(n)!;
+        };
+        const loss = () => tf.sum(tokenLogProbs(model, batch, {}).logProbs) as tf.Scalar;
+        const info = await tf.profile(() =>
+          layerwiseStep(model, batch, vars, loss, {
+            layerWeights: async (i) =>
+              new Map(
+                names
+                  .filter((n) => n.startsWith(`model.layers.${i}.`))
+                  .map((n) => [n, cloneKeepingBits(model.variable(n))]),
+              ) as LayerTensors,
+            layerGradients: async (_, grads) => {
+              for (const [n, g] of grads!) got.set(n, ((await g.data()) as Float32Array).slice());
+            },
+            headGradients: async (grads) => {
+              for (const [v, g] of grads!) {
+                const n = nameOf.get(v)!;
+                const values = (await g.data()) as Float32Array;
+                if (g.shape.length === 2) bufferOf(n, values.length).set(values);
+                else got.set(n, values.slice());
+              }
+            },
+            ...(inPlace
+              ? {
+                  headGradientInto: (v: tf.Variable) =>
+                    v.shape.length === 2 ? bufferOf(nameOf.get(v.name)!, v.size) : undefined,
+                }
+              : {}),
+            embeddingRowGradient: async (g) => {
+              const dy = (await g!.dy.data()) as Float32Array;
+              addEmbeddingGradRows(dy, g!.ids, V, h, bufferOf(embed, V * h));
+            },
+          }),
+        );
+        for (const [n, b] of buffers) got.set(n, b);
+        model.releaseComputeWeights();
+        // kernels whose output is the head matrix's size
+        const headSized = info.kernels.filter((k) =>
+          k.outputShapes.some((shape) => shape?.reduce((a, b) => a * b, 1) === V * h),
+        ).length;
+        return { got, headSized };
+      };
+      const tensorsBefore = tf.memory().numTensors;
+      const tape = await run(false);
+      const inPlace = await run(true);
+      t.is(tf.memory().numTensors, tensorsBefore, "no tensor left behind");
+      t.deepEqual([...inPlace.got.keys()].sort(), [...tape.got.keys()].sort());
+      for (const [n, want] of tape.got) {
+        const have = inPlace.got.get(n)!;
+        let differ = 0;
+        // === : a -0 of the tape's gradient is +0 once added onto the zeroed buffer
+        for (let k = 0; k < want.length; k++) if (have[k] !== want[k]) differ++;
+        t.is(differ, 0, `${n}: ${differ} values differ`);
+      }
+      t.true(tape.got.get(embed)!.some((x) => x !== 0));
+      // the tape's step makes the head matrix's gradient, [V, h] floats; the in-place one no tensor of that size
+      t.true(tape.headSized > 0);
+      t.is(inPlace.headSized, 0);
+      model.dispose();
+    },
+  );

@@ -211,6 +211,39 @@ test("batches that neither match nor broadcast from 1 are refused with both shap
   t.regex(inner!.message, /inner sizes 4 and 5/);
 });
 
+test("gemm with accumulate adds the product to what c holds, on each of its paths (sgemm, one row, k = 0)", (t) => {
+  const load = loadNativeBlas();
+  if (!load.ok) {
+    if (process.env.CI) t.fail(`CI must build the OpenBLAS addon: ${load.reason}`);
+    t.pass(`no addon: ${load.reason}`);
+    return;
+  }
+  // a [m, k] times b^T ([n, k] read transposed) and a^T ([k, m] read transposed) times b [k, n]
+  for (const [m, n, k] of [
+    [3, 4, 5],
+    [1, 6, 7],
+    [2, 3, 0],
+  ] as const) {
+    for (const [transposeA, transposeB] of [
+      [false, true],
+      [true, false],
+    ] as const) {
+      const a = Float32Array.from({ length: m * k }, (_, i) => Math.sin(i + 1));
+      const b = Float32Array.from({ length: k * n }, (_, i) => Math.cos(i * 0.5));
+      const product = new Float32Array(m * n);
+      load.blas.gemm(a, b, product, 1, m, n, k, transposeA, transposeB, 0, 0, false);
+      const held = Float32Array.from({ length: m * n }, (_, i) => i * 0.25 - 1);
+      const c = held.slice();
+      load.blas.gemm(a, b, c, 1, m, n, k, transposeA, transposeB, 0, 0, true);
+      const what = `[${m}, ${n}, ${k}] transposeA=${transposeA}`;
+      for (let i = 0; i < m * n; i++)
+        t.true(Math.abs(c[i]! - (held[i]! + product[i]!)) <= 1e-6 * (1 + Math.abs(c[i]!)), what);
+      if (k === 0) t.deepEqual(c, held, `${what}: nothing to add`);
+      else t.notDeepEqual(c, product, `${what}: added, not replaced`);
+    }
+  }
+});
+
 test("the addon refuses operands shorter than the sizes say instead of reading past them", (t) => {
   const load = loadNativeBlas();
   if (!load.ok) {
@@ -220,11 +253,11 @@ test("the addon refuses operands shorter than the sizes say instead of reading p
   }
   const c = new Float32Array(4);
   const err = t.throws(() =>
-    load.blas.gemm(new Float32Array(3), new Float32Array(4), c, 1, 2, 2, 2, false, false, 4, 4),
+    load.blas.gemm(new Float32Array(3), new Float32Array(4), c, 1, 2, 2, 2, false, false, 4, 4, false),
   );
   t.regex(err!.message, /shorter than/);
   t.throws(
-    () => load.blas.gemm(new Float32Array(8), new Float32Array(4), c, 2, 2, 2, 2, false, false, 4, 0),
+    () => load.blas.gemm(new Float32Array(8), new Float32Array(4), c, 2, 2, 2, 2, false, false, 4, 0, false),
     {
       message: /shorter than/,
     },
@@ -235,7 +268,7 @@ test("the addon refuses operands shorter than the sizes say instead of reading p
     instanceOf: TypeError,
     message: "setThreads takes 1 arguments",
   });
-  t.throws(() => call(load.blas.gemm, c), { instanceOf: TypeError, message: "gemm takes 11 arguments" });
+  t.throws(() => call(load.blas.gemm, c), { instanceOf: TypeError, message: "gemm takes 12 arguments" });
   t.throws(() => call(load.blas.swiglu, c, c), {
     instanceOf: TypeError,
     message: "swiglu takes 3 arguments",
