@@ -145,8 +145,9 @@ export class WeightStore {
    * `names` in that order. `bitsOnly`: the bfloat16 matrices' tensors hold their bits only, their float32
    * values never written (no 4 bytes a value per pass; the embedding's is 545 MB at Qwen2.5-0.5B's size),
    * for a caller whose every use of them reads the bits: the products of the linear layers and the LM
-   * head, and lookups widened from the bits (the layer-by-layer update). A kernel that would read the
-   * values throws instead (refuseUnwritten). Until `release`, the tensor stays as first made.
+   * head, and lookups widened from the bits (the layer-by-layer update). The linear layers and the
+   * embedding lookup throw where they would read such a tensor's values (refuseUnwritten); other kernels
+   * do not check, so hand these tensors to nothing else. Until `release`, the tensor stays as first made.
    */
   variables(names?: readonly string[], options: { bitsOnly?: boolean } = {}): tf.Variable[] {
     const only = names && new Set(names);
