@@ -312,8 +312,9 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
 
 const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R] [--steps N] [--keep-ref] [--bf16-compute]
 
-The real-size probe (about 5 minutes on 2 idle cores; about 10 GB of memory per rank at the update's
-peak with 2 ranks, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
+The real-size probe (about 5 minutes on 2 idle cores; about 7 GB of memory per rank at the first
+update's end with 2 ranks, and about 9 GB for the PyTorch side after it, so give it an otherwise idle
+24 GB machine): the shapes of --arch (default
 qwen2.5-0.5b; qwen3-0.6b and llama-3.2-1b are larger) with random bf16 weights (written to a
 temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU backend, generate 16 tokens
 per row with the KV cache and run one GRPO step (--steps N: N). Prints seconds per phase, peak resident
