@@ -21,11 +21,13 @@ import {
 import type { Qwen2Config } from "../../src/models/config.js";
 import { linear, linearTransposed, withHostWeightGradients } from "../../src/models/linear.js";
 import {
+  bf16BitsOf,
   MATMUL_BF16_KERNEL,
   markValuesUnwritten,
   refuseUnwritten,
 } from "../../src/models/native-matmul-bf16.js";
 import { bitsOnlyTensor, WIDEN_KERNEL, widenedTensor } from "../../src/models/wasm-host-kernels.js";
+import { WeightStore } from "../../src/models/weight-store.js";
 import { nativeAddon } from "./helpers.js";
 import { tinyTestConfig } from "./tiny-config.js";
 
@@ -305,5 +307,40 @@ test.serial(
     t.is(grads[1]!.shape.join(), [k, n].join());
     t.true(untouched.every((v) => v === 0));
     tf.dispose([plain, dy, x, ...grads]);
+  },
+);
+
+test.serial(
+  "a store's variables with bitsOnly: bf16 matrices hold their bits only, and stay so, tied to the new bits, through an assign; vectors are widened",
+  async (t) => {
+    if (!nativeAddon(t)) return;
+    const bf16 = (xs: number[]) => HalfArray.fromFloat32(Float32Array.from(xs), "bfloat16");
+    const store = new WeightStore(
+      [
+        { name: "m", shape: [2, 3] },
+        { name: "v", shape: [3] },
+      ],
+      new Map([
+        ["m", bf16([0, 1, 2, 3, 4, 5])],
+        ["v", bf16([1, 2, 3])],
+      ]),
+      { dtype: "bfloat16" },
+    );
+    const [m, v] = store.variables(undefined, { bitsOnly: true });
+    t.throws(() => refuseUnwritten(m!, "a test"), { message: /holds its bfloat16 bits only/ });
+    t.deepEqual(Array.from(await v!.data()), [1, 2, 3], "a vector is widened");
+    store.assign("m", Float32Array.from([10, 11, 12, 13, 14, 15]));
+    t.is(store.tensor("m"), m!, "the same variable");
+    t.throws(() => refuseUnwritten(m!, "a test"), { message: /holds its bfloat16 bits only/ });
+    t.deepEqual(Array.from(bf16BitsOf(m!)!.values.toFloat32()), [10, 11, 12, 13, 14, 15]);
+    const y = linear(tf.ones([1, 2]) as tf.Tensor2D, m!);
+    t.deepEqual(Array.from(await y.data()), [23, 25, 27], "a product reads the new bits");
+    y.dispose();
+    // the next pass's copy, asked for without bitsOnly, holds the values
+    store.release();
+    const widened = store.tensor("m");
+    t.notThrows(() => refuseUnwritten(widened, "a test"));
+    t.deepEqual(Array.from(await widened.data()), [10, 11, 12, 13, 14, 15]);
+    store.dispose();
   },
 );
