@@ -10,13 +10,17 @@
 
 namespace torl_blas {
 
-// gemm(a, b, c, batch, m, n, k, transposeA, transposeB, strideA, strideB, accumulate):
+// gemm(a, b, c, batch, m, n, k, transposeA, transposeB, strideA, strideB[, accumulate]):
 // for each i < batch, c[i] (m x n) = op(a[i]) (m x k) * op(b[i]) (k x n), row-major, where a[i] starts at
 // i * strideA floats (0 broadcasts one matrix to every batch entry), likewise b[i]; c is dense. With
 // `accumulate` the product is added to what c holds (sgemm's beta = 1) instead of replacing it.
 Napi::Value Gemm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!HasArity(info, "gemm", 12)) return env.Undefined();
+  // accumulate is optional: a caller of the 11-argument form keeps c = product
+  if (info.Length() != 11 && info.Length() != 12) {
+    Napi::TypeError::New(env, "gemm takes 11 or 12 arguments").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
   Operand a, b, c;
   if (!ReadOperand(env, info[0], "a", &a) || !ReadOperand(env, info[1], "b", &b) ||
       !ReadOperand(env, info[2], "c", &c))
@@ -28,7 +32,12 @@ Napi::Value Gemm(const Napi::CallbackInfo& info) {
     return env.Undefined();
   const bool transposeA = info[7].ToBoolean().Value();
   const bool transposeB = info[8].ToBoolean().Value();
-  const bool accumulate = info[11].ToBoolean().Value();
+  // it changes what c ends up holding: anything but a boolean (or undefined: false) is refused
+  if (info.Length() == 12 && !info[11].IsBoolean() && !info[11].IsUndefined()) {
+    Napi::TypeError::New(env, "gemm: accumulate must be a boolean").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  const bool accumulate = info.Length() == 12 && info[11].IsBoolean() && info[11].ToBoolean().Value();
   const float beta = accumulate ? 1.0f : 0.0f;
   // Bounds: the last batch entry of each operand must lie inside its array, so a wrong shape can never
   // read or write past the memory the caller handed over.

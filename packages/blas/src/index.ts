@@ -14,7 +14,8 @@ export interface NativeBlas {
   /**
    * For each i < batch: c[i] (m x n) = op(a[i]) (m x k) * op(b[i]) (k x n), row-major; a[i] starts at
    * i * strideA floats (0: one matrix shared by every entry), likewise b[i]; c is dense. With
-   * `accumulate` the product is added to what c holds (sgemm's beta = 1) instead of replacing it. Throws
+   * `accumulate` true the product is added to what c holds (sgemm's beta = 1) instead of replacing it
+   * (default false). Throws
    * a RangeError when an operand is shorter than the sizes say.
    */
   gemm(
@@ -29,7 +30,7 @@ export interface NativeBlas {
     transposeB: boolean,
     strideA: number,
     strideB: number,
-    accumulate: boolean,
+    accumulate?: boolean,
   ): void;
   /**
    * One AdamW update in one pass (weight decay 0: Adam): m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2

@@ -233,6 +233,31 @@ test("gemm with accumulate adds the product to what c holds, on each of its path
       const product = new Float32Array(m * n);
       load.blas.gemm(a, b, product, 1, m, n, k, transposeA, transposeB, 0, 0, false);
       const held = Float32Array.from({ length: m * n }, (_, i) => i * 0.25 - 1);
+      // without the 12th argument c is replaced, as before it existed
+      const replaced = held.slice();
+      load.blas.gemm(a, b, replaced, 1, m, n, k, transposeA, transposeB, 0, 0);
+      t.deepEqual(replaced, product, "the 11-argument form replaces c");
+      const noFlag = held.slice();
+      load.blas.gemm(a, b, noFlag, 1, m, n, k, transposeA, transposeB, 0, 0, undefined);
+      t.deepEqual(noFlag, product, "accumulate undefined: replaced");
+      t.throws(
+        () =>
+          (load.blas.gemm as (...args: unknown[]) => void)(
+            a,
+            b,
+            noFlag,
+            1,
+            m,
+            n,
+            k,
+            transposeA,
+            transposeB,
+            0,
+            0,
+            "yes",
+          ),
+        { instanceOf: TypeError, message: "gemm: accumulate must be a boolean" },
+      );
       const c = held.slice();
       load.blas.gemm(a, b, c, 1, m, n, k, transposeA, transposeB, 0, 0, true);
       const what = `[${m}, ${n}, ${k}] transposeA=${transposeA}`;
@@ -268,7 +293,10 @@ test("the addon refuses operands shorter than the sizes say instead of reading p
     instanceOf: TypeError,
     message: "setThreads takes 1 arguments",
   });
-  t.throws(() => call(load.blas.gemm, c), { instanceOf: TypeError, message: "gemm takes 12 arguments" });
+  t.throws(() => call(load.blas.gemm, c), {
+    instanceOf: TypeError,
+    message: "gemm takes 11 or 12 arguments",
+  });
   t.throws(() => call(load.blas.swiglu, c, c), {
     instanceOf: TypeError,
     message: "swiglu takes 3 arguments",
