@@ -322,8 +322,10 @@ test.serial(
     const blas = addon(t);
     if (!blas) return;
     const settings = withTiles(t, blas) ? [true, false] : [false];
-    // whole tiles and short ones (m, n not multiples of 16, k not of 32); k past one depth block (1024)
+    // whole tiles and short ones (m, n not multiples of 16, k not of 32); k past one depth block (1024);
+    // a [k, n] weight too wide for one packed panel of 32 whole rows (n past 24,576), in two panels
     const tileShapes: [number, number, number][] = [
+      [17, 24640, 70],
       [9, 16, 32],
       [16, 32, 64],
       [32, 64, 1024],
