@@ -9,6 +9,7 @@ import {
   type CollectiveArray,
   collective,
   getRuntimeContext,
+  type PublishedArrays,
   type ReduceOp,
   registerReduceKernel,
 } from "@torl-ts/actors";
@@ -312,6 +313,62 @@ export async function doSharedWriteFailure(group: string, failing: number) {
   } catch (e) {
     return { name: (e as Error).name, message: (e as Error).message };
   }
+}
+
+/**
+ * Every rank publishes `n + rank` float32 values (rank 1000 + i), then overwrites its own array: each
+ * rank reads every rank's array whole and in part, its own included, and tries reads that must be
+ * refused. With `failing`, that rank's file cannot be made (as with /dev/shm full). Then an allGather
+ * checks that the group still works. Returns the wrong values seen and each outcome's error name.
+ */
+export async function doPublish(group: string, n: number, failing = -1) {
+  const rank = collective.getRank(group);
+  const W = collective.getWorldSize(group);
+  if (rank === failing) {
+    const registry = (globalThis as Record<symbol, unknown>)[Symbol.for("torl-ts.collective.groups")] as Map<
+      string,
+      { createPublishedFile: () => number }
+    >;
+    registry.get(group)!.createPublishedFile = () => {
+      throw new Error("ENOSPC: no space left on device, write");
+    };
+  }
+  const mine = Float32Array.from({ length: n + rank }, (_, i) => rank * 1000 + i);
+  let wrong = 0;
+  const refused: string[] = [];
+  const nameOf = (f: () => unknown) => {
+    try {
+      f();
+      return "resolved";
+    } catch (e) {
+      return (e as Error).name;
+    }
+  };
+  let published: PublishedArrays<Float32Array> | undefined;
+  try {
+    published = await collective.publish(mine, group);
+  } catch (e) {
+    refused.push(`${(e as Error).name}: ${(e as Error).message}`);
+  }
+  if (published) {
+    mine.fill(Number.NaN);
+    for (let r = 0; r < W; r++) {
+      if (published.lengths[r] !== n + r) wrong++;
+      const whole = published.read(r, 0, new Float32Array(n + r));
+      for (let i = 0; i < n + r; i++) if (whole[i] !== r * 1000 + i) wrong++;
+      const part = published.read(r, 3, new Float32Array(5));
+      for (let i = 0; i < 5; i++) if (part[i] !== r * 1000 + 3 + i) wrong++;
+    }
+    const p = published;
+    refused.push(nameOf(() => p.read(0, n - 2, new Float32Array(3))));
+    refused.push(nameOf(() => p.read(0, 0, new Float64Array(1) as never)));
+    refused.push(nameOf(() => p.read(W, 0, new Float32Array(1))));
+    p.close();
+    refused.push(nameOf(() => p.read(0, 0, new Float32Array(1))));
+  }
+  const gathered = await collective.allGather(new Float32Array([rank]), group);
+  for (let r = 0; r < W; r++) if (gathered[r] !== r) wrong++;
+  return { wrong, refused };
 }
 
 /** Benchmark body: `iters` allReduces of a Float32Array of `n` elements; returns seconds. */

@@ -443,6 +443,50 @@ test.serial(
 );
 
 test.serial(
+  "publish: every rank reads every rank's array at any time, its own included; bad reads are refused; without shared memory, or where one rank cannot write, every rank rejects alike and the group still works",
+  async (t) => {
+    for (const W of [2, 3]) {
+      const g = await group(W, { sliceBytes: 4096 });
+      try {
+        const res = await onAll<{ wrong: number; refused: string[] }>(g, "doPublish", () => [g.name, 10_007]);
+        for (const [rank, r] of res.entries()) {
+          t.is(r.wrong, 0, `W=${W} rank ${rank}`);
+          // past the end, another type, a rank outside the group, after close
+          t.deepEqual(r.refused, Array(4).fill("CollectiveArgumentError"), `W=${W} rank ${rank}`);
+        }
+        const failed = await onAll<{ wrong: number; refused: string[] }>(g, "doPublish", () => [
+          g.name,
+          100,
+          1,
+        ]);
+        for (const [rank, r] of failed.entries()) {
+          t.is(r.wrong, 0, `the group still gathers (W=${W} rank ${rank})`);
+          t.is(r.refused.length, 1);
+          t.regex(
+            r.refused[0]!,
+            rank === 1
+              ? /^CollectiveError: publish: rank 1 of group "\S+" could not write its array to \/dev\/shm \(ENOSPC/
+              : /^CollectiveError: publish: rank 1 of group "\S+" could not write its array to \/dev\/shm; nothing was published/,
+          );
+        }
+      } finally {
+        await g.destroy();
+      }
+    }
+    const ring = await group(2, { sharedMemory: false });
+    try {
+      const res = await onAll<{ wrong: number; refused: string[] }>(ring, "doPublish", () => [ring.name, 64]);
+      for (const r of res) {
+        t.is(r.wrong, 0);
+        t.regex(r.refused[0]!, /^CollectiveArgumentError: publish: group "\S+" does not use shared memory/);
+      }
+    } finally {
+      await ring.destroy();
+    }
+  },
+);
+
+test.serial(
   "over TCP the group gathers around the ring; sharedMemory true with TCP, or not a boolean, is refused",
   async (t) => {
     await t.throwsAsync(group(2, { transport: "tcp", sharedMemory: true }), {

@@ -25,5 +25,6 @@ export {
 } from "./group.js";
 export { type AllGatherOptions, collective } from "./member.js";
 export { ProcessMember, ProcessMemberError, ProcessMemberExitedError } from "./process-member.js";
+export { PublishedArrays } from "./published.js";
 export type { CollectiveTransport } from "./ring.js";
 export { type ShardRange, shardBounds, shardRange } from "./shard.js";

@@ -9,6 +9,7 @@
 import { getRuntimeContext, isInitialized, traceSpan } from "@torl-ts/core";
 import type { CollectiveArray, ReduceOp } from "./dtype.js";
 import { CollectiveArgumentError, CollectiveGroupNotFoundError } from "./errors.js";
+import type { PublishedArrays } from "./published.js";
 import { type CollectiveTransport, type MemberAddress, RingMember } from "./ring.js";
 import { type ShardRange, shardRange } from "./shard.js";
 import type { SharedRegions } from "./shared-memory.js";
@@ -196,6 +197,23 @@ export const collective = {
     out?: T,
   ): Promise<T> {
     return traced("reduceScatter", group, arr, () => lookup(group).reduceScatter(arr, op, out));
+  },
+  /**
+   * Writes this rank's `arr` once into shared memory, as every rank of the group does with its own, and
+   * resolves to the published arrays: from then on any rank reads any rank's array
+   * (`read(rank, start, into)`) at any time, without a collective call, until it closes them. For data
+   * that never changes (a frozen model's shards): an allGather writes its input to shared memory again on
+   * every call. Needs a group that uses shared memory (`usesSharedMemory`), else rejects with
+   * CollectiveArgumentError. Where some rank cannot write its array (no space in /dev/shm) or open the
+   * others', every rank rejects alike with a CollectiveError naming it, and the group stays usable.
+   * The memory is /dev/shm's (shared memory, not the process's own) until every rank closed its arrays
+   * or exited.
+   */
+  async publish<T extends CollectiveArray>(
+    arr: T,
+    group: string = DEFAULT_GROUP,
+  ): Promise<PublishedArrays<T>> {
+    return traced("publish", group, arr, () => lookup(group).publish(arr));
   },
   /** Resolves when every rank has reached the barrier. */
   async barrier(group: string = DEFAULT_GROUP): Promise<void> {

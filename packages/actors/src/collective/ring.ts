@@ -26,7 +26,7 @@
  */
 
 import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { closeSync, readFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -54,8 +54,15 @@ import {
   CollectiveMismatchError,
   CollectiveTimeoutError,
 } from "./errors.js";
+import { PublishedArrays } from "./published.js";
 import { shardBounds } from "./shard.js";
-import { SharedGather, type SharedRegions } from "./shared-memory.js";
+import {
+  createSharedFile,
+  openPeerFile,
+  SharedGather,
+  type SharedRegions,
+  writeAllAt,
+} from "./shared-memory.js";
 
 const OP_HELLO = 1;
 const OP_ALLREDUCE = 2;
@@ -66,6 +73,7 @@ const OP_BARRIER = 6;
 const OP_ABORT = 7;
 /** From the group's creator, not a rank: forming the group failed elsewhere; stop waiting in hello. */
 const OP_CANCEL = 8;
+const OP_PUBLISH = 9;
 const OP_NAMES = [
   "?",
   "hello",
@@ -76,6 +84,7 @@ const OP_NAMES = [
   "barrier",
   "abort",
   "cancel",
+  "publish",
 ];
 
 const HEADER_BYTES = 24;
@@ -207,6 +216,8 @@ export class RingMember {
   private shared: SharedGather | null = null;
   /** Whether allGather and reduceScatter go through them (every member of the group alike; see group.ts). */
   private sharedOn = false;
+  /** Makes the file publish writes this rank's array into (a field, so that a test can make it fail as a full /dev/shm would). */
+  private createPublishedFile: () => number = createSharedFile;
   /** reduceScatterShared's scratch, kept between calls. */
   private scratch: ArrayBuffer | undefined;
 
@@ -829,6 +840,101 @@ export class RingMember {
         ? this.gatherShared(seq, dtype, arr, out, b)
         : this.gatherRing(seq, dtype, arr, out, b, !inputUnchanged);
     });
+  }
+
+  /**
+   * Every rank's `arr` written once into a file of its own in /dev/shm, and every rank's files opened by
+   * every rank: any rank then reads any rank's array (PublishedArrays.read) without a collective call.
+   * Needs a group that uses shared memory. Where a rank cannot write its file (no space in /dev/shm) or
+   * open another's, every rank rejects alike with a CollectiveError naming it, and the group stays usable.
+   */
+  async publish<T extends CollectiveArray>(arr: T): Promise<PublishedArrays<T>> {
+    const dtype = this.checkArray(arr, "publish");
+    if (!this.sharedOn)
+      throw new CollectiveArgumentError(
+        `publish: group "${this.group}" does not use shared memory (collective.usesSharedMemory): its members are on different hosts, cannot open each other's files, or it was created with sharedMemory: false`,
+        this.group,
+        this.rank,
+      );
+    const made = await this.enqueue((seq) => this.publishShared(seq, dtype, arr));
+    if (typeof made === "string") throw new CollectiveError(made, this.group, this.rank);
+    return made;
+  }
+
+  /** publish's steps: a string (the same on every rank) where some rank could not, else the arrays. */
+  private async publishShared<T extends CollectiveArray>(
+    seq: number,
+    dtype: number,
+    arr: T,
+  ): Promise<PublishedArrays<T> | string> {
+    const W = this.worldSize;
+    const r = this.rank;
+    const FIELDS = 6;
+    let own = -1;
+    let ownError = "";
+    try {
+      own = this.createPublishedFile();
+      writeAllAt(own, bytesOfArray(arr), 0);
+    } catch (err) {
+      ownError = (err as Error).message;
+      if (own >= 0) closeSync(own);
+      own = -1;
+    }
+    const info = await this.gatherRing(
+      seq,
+      FLOAT64,
+      new Float64Array([arr.length, dtype, OP_PUBLISH, process.pid, own, own >= 0 ? 1 : 0]),
+      new Float64Array(FIELDS * W),
+      shardBounds(FIELDS * W, W),
+      true,
+    );
+    const row = (origin: number, field: number) => info[FIELDS * origin + field]!;
+    const closeAll = (fds: number[]) => {
+      for (const fd of fds) if (fd >= 0) closeSync(fd);
+    };
+    for (let origin = 0; origin < W; origin++)
+      if (row(origin, 2) !== OP_PUBLISH || row(origin, 1) !== dtype) {
+        closeAll([own]);
+        throw new CollectiveMismatchError(
+          `rank ${r} is in publish #${seq} of group "${this.group}" with ${dtypeName(dtype)}, rank ${origin} in ${OP_NAMES[row(origin, 2)] ?? row(origin, 2)} with ${dtypeName(row(origin, 1))}: ranks must call the same collectives in the same order, with arrays of the same type`,
+          this.group,
+          r,
+        );
+      }
+    const failed = Array.from({ length: W }, (_, i) => i).find((i) => row(i, 5) !== 1);
+    if (failed !== undefined) {
+      closeAll([own]);
+      return `publish: rank ${failed} of group "${this.group}" could not write its array to /dev/shm${failed === r ? ` (${ownError})` : ""}; nothing was published`;
+    }
+    const files = Array.from({ length: W }, (_, i) => (i === r ? own : -1));
+    let openError = "";
+    try {
+      for (let origin = 0; origin < W; origin++)
+        if (origin !== r) files[origin] = openPeerFile(row(origin, 3), row(origin, 4));
+    } catch (err) {
+      openError = (err as Error).message;
+    }
+    // every rank learns whether every rank opened every file, so that all of them agree
+    const opened = await this.gatherRing(
+      seq,
+      FLOAT64,
+      new Float64Array([openError === "" ? 1 : 0]),
+      new Float64Array(W),
+      shardBounds(W, W),
+      true,
+    );
+    const notOpened = opened.findIndex((ok) => ok !== 1);
+    if (notOpened >= 0) {
+      closeAll(files);
+      return `publish: rank ${notOpened} of group "${this.group}" could not open the other ranks' files${notOpened === r ? ` (${openError})` : ""}; nothing was published`;
+    }
+    return new PublishedArrays<T>(
+      this.group,
+      r,
+      files,
+      Array.from({ length: W }, (_, i) => row(i, 0)),
+      dtype,
+    );
   }
 
   /** allGather's steps around the ring (see allGather); `copy`: send a staged copy of `arr`. */

@@ -27,6 +27,36 @@ const SHM_DIR = "/dev/shm";
 /** Largest read or write per system call (Node's limit is just under 2 GiB). */
 const IO_CHUNK = 1 << 30;
 
+/** A new file in /dev/shm, open for reading and writing and already unlinked (see the header); throws where none can be made. */
+export function createSharedFile(): number {
+  const path = join(SHM_DIR, `torl-collective-${process.pid}-${Math.random().toString(36).slice(2)}`);
+  // wx: never an existing file; 0600: the owner only, and unlinked at once
+  const fd = openSync(path, "wx+", 0o600);
+  unlinkSync(path);
+  return fd;
+}
+
+/** Opens a member's shared file, read-only, through /proc (its pid and the file's descriptor there). */
+export function openPeerFile(pid: number, fd: number): number {
+  return openSync(`/proc/${pid}/fd/${fd}`, "r");
+}
+
+/** Writes `bytes` into file `fd` from byte `at`. */
+export function writeAllAt(fd: number, bytes: Uint8Array, at: number): void {
+  for (let done = 0; done < bytes.length; ) {
+    done += writeSync(fd, bytes, done, Math.min(IO_CHUNK, bytes.length - done), at + done);
+  }
+}
+
+/** Reads `into.length` bytes of file `fd` from byte `at`; `whose` names the file in the error where it ends early. */
+export function readAllAt(fd: number, into: Uint8Array, at: number, whose: string): void {
+  for (let done = 0; done < into.length; ) {
+    const n = readSync(fd, into, done, Math.min(IO_CHUNK, into.length - done), at + done);
+    if (n === 0) throw new Error(`${whose} ended ${into.length - done} bytes early`);
+    done += n;
+  }
+}
+
 export class SharedGather {
   /** This member's two files, open for reading and writing (unlinked). */
   private readonly own: [number, number];
@@ -43,15 +73,7 @@ export class SharedGather {
     if (!existsSync(SHM_DIR)) return null;
     const made: number[] = [];
     try {
-      for (let k = 0; k < 2; k++) {
-        const path = join(
-          SHM_DIR,
-          `torl-collective-${process.pid}-${Math.random().toString(36).slice(2)}-${k}`,
-        );
-        // wx: never an existing file; 0600: the owner only, and unlinked at once
-        made.push(openSync(path, "wx+", 0o600));
-        unlinkSync(path);
-      }
+      for (let k = 0; k < 2; k++) made.push(createSharedFile());
       return new SharedGather([made[0]!, made[1]!]);
     } catch {
       for (const fd of made) closeSync(fd);
@@ -72,9 +94,9 @@ export class SharedGather {
           opened.push(undefined);
           continue;
         }
-        const a = openSync(`/proc/${reg.pid}/fd/${reg.fds[0]}`, "r");
+        const a = openPeerFile(reg.pid, reg.fds[0]);
         try {
-          opened.push([a, openSync(`/proc/${reg.pid}/fd/${reg.fds[1]}`, "r")]);
+          opened.push([a, openPeerFile(reg.pid, reg.fds[1])]);
         } catch (err) {
           closeSync(a);
           throw err;
@@ -95,21 +117,14 @@ export class SharedGather {
 
   /** Writes `bytes` into this member's file `slot`, from byte `at` (default its start). */
   write(slot: number, bytes: Uint8Array, at = 0): void {
-    const fd = this.own[slot]!;
-    for (let done = 0; done < bytes.length; ) {
-      done += writeSync(fd, bytes, done, Math.min(IO_CHUNK, bytes.length - done), at + done);
-    }
+    writeAllAt(this.own[slot]!, bytes, at);
   }
 
   /** Reads `into.length` bytes of peer `origin`'s file `slot`, from byte `at` (default its start). */
   read(origin: number, slot: number, into: Uint8Array, at = 0): void {
     const fds = this.peers[origin];
     if (!fds) throw new Error(`no shared file of rank ${origin} is open here`);
-    for (let done = 0; done < into.length; ) {
-      const n = readSync(fds[slot]!, into, done, Math.min(IO_CHUNK, into.length - done), at + done);
-      if (n === 0) throw new Error(`rank ${origin}'s shared file ended ${into.length - done} bytes early`);
-      done += n;
-    }
+    readAllAt(fds[slot]!, into, at, `rank ${origin}'s shared file`);
   }
 
   close(): void {

@@ -101,6 +101,11 @@ export interface WorkerMemory {
   refIsActorBase: boolean;
   /** With LoRA: the frozen base's shard on this rank, in model.dtype (sharded at rest); else 0. */
   actorBaseShardBytes: number;
+  /**
+   * Of refShardBytes and actorBaseShardBytes, the bytes in /dev/shm (shared memory, outside the resident
+   * set): published where the ranks share a host (FrozenShards).
+   */
+  publishedShardBytes: number;
   /** With LoRA: the adapters' parameters (the trained ones); else 0. */
   adapterParameters: number;
   /**
@@ -569,6 +574,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       refShardBytes: this.refShards?.bytes ?? 0,
       refIsActorBase: this.hasRef && this.model?.lora !== undefined,
       actorBaseShardBytes: this.baseShards?.bytes ?? 0,
+      publishedShardBytes: (this.refShards?.publishedBytes ?? 0) + (this.baseShards?.publishedBytes ?? 0),
       adapterParameters: this.model?.lora?.numParameters() ?? 0,
       gatherBufferBytes: this.gatherBuffers.bytes + this.refGatherBuffers.bytes,
       gatherReusedBytes: this.gatherBuffers.reusedBytes,

@@ -68,6 +68,8 @@ export interface CriticMemory {
   shardBytes: number;
   /** With LoRA: the frozen backbone's shard on this rank (float32); else 0. */
   baseShardBytes: number;
+  /** Of baseShardBytes, the bytes in /dev/shm (shared memory, outside the resident set; FrozenShards). */
+  publishedShardBytes: number;
   /** With LoRA: the adapters' parameters (trained with the value head); else 0. */
   adapterParameters: number;
   /** Peak resident set of the process so far. */
@@ -190,6 +192,7 @@ export class CriticWorker extends ShardedWorker {
       weightBytes: this.model?.weightBytes() ?? 0,
       shardBytes: (this.sharded?.params.byteLength ?? 0) + (this.sharded?.optim.stateBytes ?? 0),
       baseShardBytes: this.baseShards?.bytes ?? 0,
+      publishedShardBytes: this.baseShards?.publishedBytes ?? 0,
       adapterParameters: this.model?.lora?.numParameters() ?? 0,
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
     };

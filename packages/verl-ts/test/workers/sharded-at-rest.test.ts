@@ -5,7 +5,7 @@
  * Float32 with the whole-model tape, and bfloat16 with FSDP per layer (gradient checkpointing: the
  * update gathers only the parameters around the layers).
  */
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
@@ -197,6 +197,7 @@ test.serial(
       for (const m of atRest) {
         t.is(m.refWeightBytes, 0, `${dtype} rank ${m.rank}: no full reference weights at rest`);
         t.is(m.refWeightTensorBytes, 0);
+        t.is(m.publishedShardBytes, 0, "published by the first gather, not before");
       }
       t.is(
         atRest.reduce((n, m) => n + m.refShardBytes, 0),
@@ -212,6 +213,10 @@ test.serial(
       const ref = (await wg.computeRefLogProb(batch)).tensor("ref_log_prob").data as Float32Array;
       t.deepEqual(ref, old, `${dtype}: reference log-probs are the actor's`);
       t.true(ref.some((v) => v < 0));
+      // the ranks share a host: the first gather published the shards into /dev/shm, and later passes read
+      // them from there, to the same log-probs
+      const again = (await wg.computeRefLogProb(batch)).tensor("ref_log_prob").data as Float32Array;
+      t.deepEqual(again, old, `${dtype}: the second pass, from the published shards`);
       // over 2 ranks the pass gathers the reference's decoder layers one at a time, into one array of
       // its own (float32 gathers keep no arrays), beside the actor's generation left
       const c = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"));
@@ -220,6 +225,11 @@ test.serial(
         t.is(m.refWeightBytes, 0, `${dtype} rank ${m.rank}: the pass's gathered weights are freed`);
         t.is(m.refWeightTensorBytes, 0);
         t.is(m.refShardBytes, atRest[m.rank]!.refShardBytes);
+        t.is(
+          m.publishedShardBytes,
+          existsSync("/dev/shm") ? m.refShardBytes : 0,
+          "the shard lives in /dev/shm",
+        );
         t.is(m.gatherBufferBytes, dtype === "float32" ? 0 : info.gatheredParamBytes + oneLayer);
       }
       t.log(
