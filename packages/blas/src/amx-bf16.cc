@@ -71,7 +71,7 @@ bool SetAmxEnabled(bool enabled) {
 
 namespace {
 
-#define TORL_AMX_TARGET __attribute__((target("avx512f,avx512bw,amx-tile,amx-bf16")))
+#define TORL_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
 
 constexpr int64_t kStrip = 32;          // W's columns per packed strip: two tiles of 16
 constexpr int64_t kDepthBlock = 1024;   // k values per block for W^T: x's three pieces then take m x 6 KB
@@ -127,7 +127,14 @@ TORL_AMX_TARGET void SplitPieces(const float* x, int64_t k, int64_t m, int64_t p
     uint16_t* lo = mid + plane;
     int64_t q = 0;
     if (i < m && pieceCount == 1) {
-      RoundRun(x + i * k + p0, hi, kb);
+      // vcvtne2ps2bf16 rounds to nearest even as RoundRun does; it reads float32 subnormals as zero, which
+      // the tiles do with the subnormal bfloat16 RoundRun would make, so the products are the same
+      const float* src = x + i * k + p0;
+      for (; q + 32 <= kb; q += 32) {
+        const __m512bh pair = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + q + 16), _mm512_loadu_ps(src + q));
+        _mm512_storeu_si512(hi + q, reinterpret_cast<__m512i>(pair));
+      }
+      RoundRun(src + q, hi + q, kb - q);
       for (q = kb; q < ld; q++) hi[q] = 0;
       continue;
     }
@@ -252,14 +259,15 @@ TORL_AMX_TARGET int64_t PackPanel(const uint16_t* w, int64_t n, int64_t k, bool 
 }
 
 // The sums for rows row0..row0+16MT and the strip's first 16NT columns: c (row stride ldc floats) is
-// loaded (accumulate) or zeroed, the block's depth added, and stored back.
+// loaded (accumulate) or zeroed, the block's depth added, and the sums stored into d (row stride ldd).
 template <int MT, int NT, int S>
 TORL_AMX_TARGET void MultiplyBlock(const uint16_t* pieces, int64_t plane, int64_t ld, int64_t kbPad,
-                                   const uint16_t* strip, int64_t pairRow, float* c, int64_t ldc,
-                                   bool accumulate) {
+                                   const uint16_t* strip, int64_t pairRow, const float* c, int64_t ldc,
+                                   bool accumulate, float* d, int64_t ldd) {
   const long cStride = static_cast<long>(ldc * 4), aStride = static_cast<long>(ld * 2),
-             bStride = static_cast<long>(pairRow * 2);
-  float* c1 = c + 16 * ldc;
+             bStride = static_cast<long>(pairRow * 2), dStride = static_cast<long>(ldd * 4);
+  const float* c1 = c + 16 * ldc;
+  float* d1 = d + 16 * ldd;
   if (accumulate) {
     _tile_loadd(0, c, cStride);
     if (NT == 2) _tile_loadd(1, c + 16, cStride);
@@ -285,10 +293,10 @@ TORL_AMX_TARGET void MultiplyBlock(const uint16_t* pieces, int64_t plane, int64_
       if (MT == 2 && NT == 2) _tile_dpbf16ps(3, 5, 7);
     }
   }
-  _tile_stored(0, c, cStride);
-  if (NT == 2) _tile_stored(1, c + 16, cStride);
-  if (MT == 2) _tile_stored(2, c1, cStride);
-  if (MT == 2 && NT == 2) _tile_stored(3, c1 + 16, cStride);
+  _tile_stored(0, d, dStride);
+  if (NT == 2) _tile_stored(1, d + 16, dStride);
+  if (MT == 2) _tile_stored(2, d1, dStride);
+  if (MT == 2 && NT == 2) _tile_stored(3, d1 + 16, dStride);
 }
 
 // count values of a buffer kept between calls, at a 64-byte boundary: a tile row that straddles two cache
@@ -302,19 +310,23 @@ T* Aligned(std::vector<T>& buffer, int64_t count) {
 
 template <int S>
 TORL_AMX_TARGET void Block(bool twoRows, bool twoCols, const uint16_t* a, int64_t plane, int64_t ld, int64_t kbPad,
-                           const uint16_t* strip, int64_t pairRow, float* c, int64_t ldc, bool more) {
-  if (twoRows && twoCols) MultiplyBlock<2, 2, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more);
-  else if (twoRows) MultiplyBlock<2, 1, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more);
-  else if (twoCols) MultiplyBlock<1, 2, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more);
-  else MultiplyBlock<1, 1, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more);
+                           const uint16_t* strip, int64_t pairRow, const float* c, int64_t ldc, bool more, float* d,
+                           int64_t ldd) {
+  if (twoRows && twoCols) MultiplyBlock<2, 2, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd);
+  else if (twoRows) MultiplyBlock<2, 1, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd);
+  else if (twoCols) MultiplyBlock<1, 2, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd);
+  else MultiplyBlock<1, 1, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd);
 }
 
 TORL_AMX_TARGET void Run(const float* x, const uint16_t* w, float* out, int64_t m, int64_t n, int64_t k,
                          bool transposeW, int pieceCount) {
   const int64_t mPad = RoundUp(m, 16), nPad = RoundUp(n, 16);
   // Sums straight into out where its rows and columns fill whole tiles and it lies on a cache line, else
-  // into a padded copy.
+  // into a padded copy. Where out's rows and columns fill whole tiles off a cache line, the last block
+  // still stores its sums into out (once: a tile row across two cache lines loads and stores several
+  // times slower, which the blocks before would pay on every load and store), so nothing is copied after.
   const bool direct = m == mPad && n == nPad && reinterpret_cast<uintptr_t>(out) % 64 == 0;
+  const bool lastIntoOut = m == mPad && n == nPad;
   thread_local std::vector<float> padded;
   thread_local std::vector<uint16_t> pieceBuffer, stripBuffer;
   float* sums = direct ? out : Aligned(padded, mPad * nPad);
@@ -335,6 +347,7 @@ TORL_AMX_TARGET void Run(const float* x, const uint16_t* w, float* out, int64_t 
   ConfigureTiles();
   for (int64_t p0 = 0; p0 < k; p0 += depth) {
     const int64_t kb = p0 + depth < k ? depth : k - p0, kbPad = RoundUp(kb, 32);
+    const bool last = p0 + depth >= k;
     SplitPieces(x, k, m, p0, kb, mPad, ld, pieceCount, pieces);
     for (int64_t jp = 0; jp < n; jp += kStrip * panelStrips) {
       const int64_t panelCols = jp + kStrip * panelStrips < n ? kStrip * panelStrips : n - jp;
@@ -348,15 +361,17 @@ TORL_AMX_TARGET void Run(const float* x, const uint16_t* w, float* out, int64_t 
         for (int64_t i0 = 0; i0 < mPad; i0 += 32) {
           const uint16_t* a = pieces + i0 * ld;
           float* c = sums + i0 * ldc + j0;
+          float* d = last && lastIntoOut ? out + i0 * n + j0 : c;
+          const int64_t ldd = last && lastIntoOut ? n : ldc;
           const bool twoRows = mPad - i0 > 16, twoCols = cols > 16, more = p0 > 0;
-          if (pieceCount == 1) Block<1>(twoRows, twoCols, a, plane, ld, kbPad, strip, pairRow, c, ldc, more);
-          else Block<3>(twoRows, twoCols, a, plane, ld, kbPad, strip, pairRow, c, ldc, more);
+          if (pieceCount == 1) Block<1>(twoRows, twoCols, a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd);
+          else Block<3>(twoRows, twoCols, a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd);
         }
       }
     }
   }
   _tile_release();
-  if (!direct)
+  if (!lastIntoOut)
     for (int64_t i = 0; i < m; i++) std::memcpy(out + i * n, sums + i * nPad, static_cast<size_t>(n) * 4);
 }
 

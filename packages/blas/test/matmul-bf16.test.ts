@@ -302,8 +302,17 @@ function checkProduct(
   against: Float32Array,
   label: string,
 ): Float32Array {
-  const out = new Float32Array(m * n).fill(Number.NaN);
+  // out at an offset of 0 to 2 floats into its buffer (off a cache line at times, as the tiles' last
+  // stores may then write it), with a guard on both sides that must stay untouched
+  const offset = (m + n + k) % 3;
+  const guarded = new Float32Array(m * n + 8).fill(-1234.5);
+  const out = guarded.subarray(offset, offset + m * n).fill(Number.NaN);
   blas.matmulBf16(x, w.bits, out, m, n, k, transposeW);
+  t.true(
+    guarded.subarray(0, offset).every((v) => v === -1234.5) &&
+      guarded.subarray(offset + m * n).every((v) => v === -1234.5),
+    `${label} m=${m} n=${n} k=${k}: nothing written outside out`,
+  );
   const err = maxScaledError(against, w.values, out, m, n, k, transposeW);
   t.true(err <= (k + 2) * 2 ** -24, `${label} m=${m} n=${n} k=${k} transposeW=${transposeW}: ${err}`);
   return out;
