@@ -195,6 +195,13 @@ const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 export const ADDON_PATH = join(packageRoot, "build", "Release", "torl_blas.node");
 
 /**
+ * matmulBf16 of at most this many rows runs the addon's own loops (a decode step's); past it, on AMX tiles
+ * where they are on, each row of out depends on its own row of x alone: the same bits whatever other rows
+ * share the call.
+ */
+export const MATMUL_BF16_FEW_ROWS = 8;
+
+/**
  * The one command that installs what the build needs (where it can) and builds the addon: the
  * repository's `pnpm setup:native`, or this package's script by path where it is installed as a dependency.
  */

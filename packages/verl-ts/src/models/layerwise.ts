@@ -10,7 +10,7 @@ import * as tf from "@tensorflow/tfjs";
 import type { SequenceAttention } from "./attention.js";
 import { decoderBlock } from "./decoder-block.js";
 import { withHostWeightGradients } from "./linear.js";
-import { chunkedTokenLogProbs, type LogProbOptions } from "./logprobs.js";
+import { computeLogProbsOfBatches, type LogProbOptions } from "./logprobs.js";
 import { bf16BitsOf } from "./native-matmul-bf16.js";
 import type { Qwen2Model } from "./qwen2.js";
 import type { TokenBatch } from "./token-batch.js";
@@ -270,23 +270,12 @@ export async function layerwiseLogProbs(
         for (const t of weights.values()) t.dispose();
       }
     }
-    const out: { logProbs: Float32Array; entropy?: Float32Array }[] = [];
-    for (const [k, { tokens, options }] of batches.entries()) {
-      const scores = model.withLayerOutput(states[k]!, () =>
-        tf.tidy(() => {
-          const r = chunkedTokenLogProbs(model, tokens, options);
-          return r.entropy ? [r.logProbs, r.entropy] : [r.logProbs];
-        }),
-      );
-      states[k]!.dispose();
-      try {
-        const [logProbs, entropy] = (await Promise.all(scores.map((t) => t.data()))) as Float32Array[];
-        out.push({ logProbs: logProbs!, ...(entropy ? { entropy } : {}) });
-      } finally {
-        for (const t of scores) t.dispose();
-      }
-    }
-    return out;
+    // the head over every micro-batch's final states, shared where that gives the same bits
+    return await computeLogProbsOfBatches(
+      model,
+      batches.map(({ tokens, options }) => ({ tokens, options })),
+      (k, f) => model.withLayerOutput(states[k]!, f),
+    );
   } finally {
     for (const x of states) if (!x.isDisposed) x.dispose();
     for (const p of passes) p.dispose();

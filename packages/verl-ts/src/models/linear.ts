@@ -3,7 +3,9 @@
  * from HF's [out, in] because plain matmuls are ~10x faster than transposed ones on the wasm backend; the
  * gradient is written out for the same reason.
  */
+
 import * as tf from "@tensorflow/tfjs";
+import { MATMUL_BF16_FEW_ROWS } from "@torl-ts/blas";
 import { nativeBlas } from "./native-blas.js";
 import { Bf16Weight, bf16BitsOf, matmulBf16, refuseUnwritten } from "./native-matmul-bf16.js";
 import { nativeMatmulActive } from "./native-state.js";
@@ -48,6 +50,16 @@ function bitsBehind(w: tf.Tensor): Bf16Weight | undefined {
   const bits = nativeMatmulActive(tf.getBackend()) ? bf16BitsOf(w) : undefined;
   if (!bits) refuseUnwritten(w, "a linear layer");
   return bits;
+}
+
+/**
+ * Whether a product with `w` of more than MATMUL_BF16_FEW_ROWS rows gives each row of the result from its
+ * own row of x alone (bfloat16 bits on the addon's AMX tiles): rows of several batches may then share one
+ * product and get, bit for bit, what each batch's own product gives.
+ */
+export function rowsIndependentPast(w: LinearWeight): number | undefined {
+  const bits = w instanceof Bf16Weight ? w : nativeMatmulActive(tf.getBackend()) ? bf16BitsOf(w) : undefined;
+  return bits && nativeBlas()?.amx().enabled === true ? MATMUL_BF16_FEW_ROWS : undefined;
 }
 
 /** Where a weight's gradient goes instead of the tape (withHostWeightGradients), and how often it went. */

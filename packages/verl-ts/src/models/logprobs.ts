@@ -3,10 +3,10 @@
  * of a result scores token t given tokens before it (column 0 is 0), so masks line up with token ids.
  */
 import * as tf from "@tensorflow/tfjs";
-import { linear, linearTransposed } from "./linear.js";
+import { linear, linearTransposed, rowsIndependentPast } from "./linear.js";
 import { nativeLogSoftmaxPick } from "./native-log-prob.js";
 import { nativeMatmulActive } from "./native-state.js";
-import type { Qwen2Model } from "./qwen2.js";
+import type { LmHead, Qwen2Model } from "./qwen2.js";
 import type { TokenBatch } from "./token-batch.js";
 
 export interface LogProbOptions {
@@ -145,50 +145,132 @@ export function chunkedTokenLogProbs(
   batch: TokenBatch,
   options: LogProbOptions & { chunkRows?: number } = {},
 ): TokenScores {
+  return scoreMicroBatches(model, [{ tokens: batch, options }])[0]!;
+}
+
+/** A micro-batch's scored positions after the decoder: their final hidden states [N, h] and targets. */
+interface ScoredRows {
+  rows: tf.Tensor2D;
+  targets: Int32Array;
+  from: number;
+}
+
+/** The final hidden states of `batch`'s scored positions (model.forward: the decoder, or withLayerOutput's). */
+function scoredRows(model: Qwen2Model, batch: TokenBatch, options: LogProbOptions): ScoredRows | null {
   const { batch: B, length: L } = batch;
-  const withEntropy = options.withEntropy ?? false;
   const scored = scoredPositions(batch.ids, B, L, options.scoreColumns);
-  if (!scored) return zeroScores(B, L, withEntropy);
+  if (!scored) return null;
   const { from, to, targets } = scored;
-  const V = model.config.vocabSize;
-  const rows = options.chunkRows ?? headChunkRows(V);
-  if (!Number.isInteger(rows) || rows < 1)
-    throw new RangeError(`chunkRows must be a positive integer, got ${rows}`);
+  const hidden = model.forward(batch, { hidden: true, bf16Bits: true });
+  const flat = tf.reshape(hidden, [B * L, hidden.shape[2]!]) as tf.Tensor2D;
+  // scored position i is position from + i % S of row i / S
+  const S = to - from;
+  const at = Int32Array.from({ length: targets.length }, (_, i) => Math.floor(i / S) * L + from + (i % S));
+  return { rows: tf.gather(flat, tf.tensor1d(at, "int32")) as tf.Tensor2D, targets, from };
+}
+
+/** [N, 2] log-softmax statistics of `rows`' targets under the LM head, `chunkRows` rows of logits at a time. */
+function headStats(
+  head: LmHead,
+  rows: tf.Tensor2D,
+  targets: Int32Array,
+  options: LogProbOptions & { chunkRows?: number },
+  vocab: number,
+): tf.Tensor2D {
+  const chunk = options.chunkRows ?? headChunkRows(vocab);
+  if (!Number.isInteger(chunk) || chunk < 1)
+    throw new RangeError(`chunkRows must be a positive integer, got ${chunk}`);
   const native = nativeMatmulActive(tf.getBackend());
+  const N = targets.length;
+  const parts: tf.Tensor2D[] = [];
+  for (let s = 0; s < N; s += chunk) {
+    const e = Math.min(N, s + chunk);
+    parts.push(
+      tf.tidy(() => {
+        const x = N <= chunk ? rows : (tf.slice(rows, [s, 0], [e - s, rows.shape[1]]) as tf.Tensor2D);
+        let logits = head.transposed ? linearTransposed(x, head.weight) : linear(x, head.weight);
+        if (options.temperature && options.temperature !== 1) logits = tf.div(logits, options.temperature);
+        const t = targets.subarray(s, e);
+        return native
+          ? nativeLogSoftmaxPick(logits as tf.Tensor2D, t)
+          : opByOpStats(logits as tf.Tensor2D, t);
+      }),
+    );
+  }
+  return parts.length === 1 ? parts[0]! : (tf.concat(parts, 0) as tf.Tensor2D);
+}
+
+/**
+ * chunkedTokenLogProbs of several micro-batches (`trunk(k, f)` runs f where model.forward gives micro-batch
+ * k's decoder output: by default the decoder itself). Where the LM head's products give each row from its
+ * own row alone (rowsIndependentPast: bfloat16 bits on AMX tiles), the scored positions of every
+ * micro-batch with more than that many of them share one head pass (in chunks of `chunkRows`), so the
+ * largest matrix is read once, not once per micro-batch: the same bits as a head pass each. Call inside
+ * tf.tidy.
+ */
+export function scoreMicroBatches(
+  model: Qwen2Model,
+  batches: { tokens: TokenBatch; options: LogProbOptions & { chunkRows?: number } }[],
+  trunk: <T>(k: number, f: () => T) => T = (_, f) => f(),
+): TokenScores[] {
+  const V = model.config.vocabSize;
+  // each micro-batch's decoder in a scope of its own: only its scored rows outlive it
+  const scored = batches.map(({ tokens, options }, k) => {
+    let kept: ScoredRows | null = null;
+    tf.tidy(() => {
+      kept = trunk(k, () => scoredRows(model, tokens, options));
+      if (kept) tf.keep(kept.rows);
+    });
+    return kept as ScoredRows | null;
+  });
   // a bf16 model's matrices are read from their bits (qwen2.ts); the update's products read the same bits
   const head = model.lmHead(true);
   try {
-    const hidden = model.forward(batch, { hidden: true, bf16Bits: true });
-    const h = hidden.shape[2]!;
-    const flat = tf.reshape(hidden, [B * L, h]) as tf.Tensor2D;
-    // scored position i is position from + i % S of row i / S: each chunk gathers its own rows, so no
-    // copy of all the scored positions' hidden states is made
-    const N = targets.length;
-    const S = to - from;
-    const parts: tf.Tensor2D[] = [];
-    for (let s = 0; s < N; s += rows) {
-      const e = Math.min(N, s + rows);
-      const at = Int32Array.from(
-        { length: e - s },
-        (_, i) => Math.floor((s + i) / S) * L + from + ((s + i) % S),
-      );
-      parts.push(
-        tf.tidy(() => {
-          const x = tf.gather(flat, tf.tensor1d(at, "int32")) as tf.Tensor2D;
-          let logits = head.transposed ? linearTransposed(x, head.weight) : linear(x, head.weight);
-          if (options.temperature && options.temperature !== 1) logits = tf.div(logits, options.temperature);
-          const t = targets.subarray(s, e);
-          return native
-            ? nativeLogSoftmaxPick(logits as tf.Tensor2D, t)
-            : opByOpStats(logits as tf.Tensor2D, t);
-        }),
-      );
+    const stats: (tf.Tensor2D | undefined)[] = batches.map(() => undefined);
+    const past = rowsIndependentPast(head.weight);
+    const shared =
+      past === undefined
+        ? []
+        : scored.flatMap((s, k) =>
+            s && s.targets.length > past && sameHeadOptions(batches[k]!.options, batches[0]!.options)
+              ? [k]
+              : [],
+          );
+    if (shared.length > 1) {
+      const rows = tf.concat(shared.map((k) => scored[k]!.rows)) as tf.Tensor2D;
+      const targets = new Int32Array(shared.reduce((n, k) => n + scored[k]!.targets.length, 0));
+      let at = 0;
+      for (const k of shared) {
+        targets.set(scored[k]!.targets, at);
+        at += scored[k]!.targets.length;
+      }
+      const all = headStats(head, rows, targets, batches[shared[0]!]!.options, V);
+      at = 0;
+      for (const k of shared) {
+        const n = scored[k]!.targets.length;
+        stats[k] = tf.slice(all, [at, 0], [n, all.shape[1]]) as tf.Tensor2D;
+        at += n;
+      }
     }
-    const stats = parts.length === 1 ? parts[0]! : (tf.concat(parts, 0) as tf.Tensor2D);
-    return scoresFromStats(stats, B, L, from, withEntropy);
+    return batches.map(({ tokens, options }, k) => {
+      const { batch: B, length: L } = tokens;
+      const s = scored[k];
+      if (!s) return zeroScores(B, L, options.withEntropy ?? false);
+      const st = stats[k] ?? headStats(head, s.rows, s.targets, options, V);
+      return scoresFromStats(st, B, L, s.from, options.withEntropy ?? false);
+    });
   } finally {
     head.weight.dispose();
+    for (const s of scored) s?.rows.dispose();
   }
+}
+
+/** Whether two micro-batches' head passes compute alike (temperature, chunk size). */
+function sameHeadOptions(
+  a: LogProbOptions & { chunkRows?: number },
+  b: LogProbOptions & { chunkRows?: number },
+) {
+  return (a.temperature ?? 1) === (b.temperature ?? 1) && a.chunkRows === b.chunkRows;
 }
 
 /** [rows, 2]: log p(target) and the entropy of each row of `logits`, op by op (a target of -1 picks 0). */
@@ -201,8 +283,9 @@ function opByOpStats(logits: tf.Tensor2D, targets: Int32Array): tf.Tensor2D {
 
 /**
  * Log-probs (and entropy) without gradients, micro-batched, as host arrays [B * L], the LM head in
- * chunks of `chunkRows` positions (chunkedTokenLogProbs; default headChunkRows of the vocabulary). With
- * `scoreMask` ([B * L], e.g. the response mask), positions outside it are 0.
+ * chunks of `chunkRows` positions (chunkedTokenLogProbs; default headChunkRows of the vocabulary), shared
+ * by the micro-batches where that gives the same bits (scoreMicroBatches). With `scoreMask` ([B * L],
+ * e.g. the response mask), positions outside it are 0.
  */
 export async function computeLogProbs(
   model: Qwen2Model,
@@ -215,23 +298,15 @@ export async function computeLogProbs(
 ): Promise<{ logProbs: Float32Array; entropy?: Float32Array }> {
   const mb = options.microBatchSize ?? 8;
   const L = batch.length;
+  const parts: { tokens: TokenBatch; options: LogProbOptions & { chunkRows?: number } }[] = [];
+  for (let s = 0; s < batch.batch; s += mb)
+    parts.push({ tokens: sliceBatch(batch, s, Math.min(batch.batch, s + mb)), options });
+  const scores = await computeLogProbsOfBatches(model, parts);
   const logProbs = new Float32Array(batch.batch * L);
   const entropy = options.withEntropy ? new Float32Array(batch.batch * L) : undefined;
-  for (let s = 0; s < batch.batch; s += mb) {
-    const e = Math.min(batch.batch, s + mb);
-    const [lp, ent] = tf.tidy(() => {
-      const r = chunkedTokenLogProbs(model, sliceBatch(batch, s, e), options);
-      return [r.logProbs, r.entropy];
-    });
-    try {
-      // Both reads in one round trip (a GPU backend maps its buffers together).
-      const [lpHost, entHost] = await Promise.all([lp!.data(), ent?.data()]);
-      logProbs.set(lpHost as Float32Array, s * L);
-      if (entropy && entHost) entropy.set(entHost as Float32Array, s * L);
-    } finally {
-      lp!.dispose();
-      ent?.dispose();
-    }
+  for (const [k, r] of scores.entries()) {
+    logProbs.set(r.logProbs, k * mb * L);
+    if (entropy && r.entropy) entropy.set(r.entropy, k * mb * L);
   }
   const m = options.scoreMask;
   if (m) {
@@ -244,6 +319,29 @@ export async function computeLogProbs(
       }
   }
   return { logProbs, ...(entropy ? { entropy } : {}) };
+}
+
+/**
+ * Log-probs (and entropy, where asked) without gradients of each of several batches, as host arrays
+ * [B * L] each: scoreMicroBatches over them (`trunk` as there), then read to the host together.
+ */
+export async function computeLogProbsOfBatches(
+  model: Qwen2Model,
+  batches: { tokens: TokenBatch; options: LogProbOptions & { chunkRows?: number } }[],
+  trunk?: <T>(k: number, f: () => T) => T,
+): Promise<{ logProbs: Float32Array; entropy?: Float32Array }[]> {
+  const tensors = tf.tidy(() =>
+    scoreMicroBatches(model, batches, trunk).map((r) => (r.entropy ? [r.logProbs, r.entropy] : [r.logProbs])),
+  );
+  try {
+    // every read in one round trip (a GPU backend maps its buffers together)
+    const host = (await Promise.all(
+      tensors.map((ts) => Promise.all(ts.map((t) => t.data()))),
+    )) as Float32Array[][];
+    return host.map(([logProbs, entropy]) => ({ logProbs: logProbs!, ...(entropy ? { entropy } : {}) }));
+  } finally {
+    for (const ts of tensors) for (const t of ts) t.dispose();
+  }
 }
 
 export interface MicroBatch {

@@ -25,7 +25,7 @@ import { miniBatchRows } from "../config/derived.js";
 import type { RolloutConfig, TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
 import { layerwiseLogProbs } from "../models/layerwise.js";
-import { computeLogProbs, tokenLogProbs } from "../models/logprobs.js";
+import { computeLogProbsOfBatches, tokenLogProbs } from "../models/logprobs.js";
 import { initialAdapterValues, loraConfigOf } from "../models/lora.js";
 import { setActivationDtype } from "../models/native-matmul-bf16.js";
 import { loadModelValues } from "../models/pretrained.js";
@@ -44,7 +44,6 @@ import { importExternalLib } from "./external-lib.js";
 import { FlatLayout } from "./flat-params.js";
 import { FrozenShards } from "./frozen-shards.js";
 import {
-  byMicroBatch,
   microBatches,
   padColumns,
   perWorkerRows,
@@ -538,18 +537,25 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const R = data.tensor("responses").shape[1]!;
     const temperature = this.cfg.actor_rollout_ref.rollout.temperature || 1;
     try {
-      return await byMicroBatch(data, this.logProbGroups(key, data), R, async (part) => {
-        const { tb, P, kept } = responseTokenBatch(part);
-        const r = await computeLogProbs(model, tb, {
-          temperature,
-          withEntropy,
-          microBatchSize: tb.batch,
+      const groups = this.logProbGroups(key, data);
+      const parts = groups.map((g) => responseTokenBatch(rowsOf(data, g)));
+      // every micro-batch in one call: their LM heads share passes where that gives the same bits
+      const scores = await computeLogProbsOfBatches(
+        model,
+        parts.map(({ tb, P, kept }) => ({
+          tokens: tb,
           // the head runs only where a response token is predicted
-          scoreColumns: { from: P, to: P + kept },
-        });
+          options: { temperature, withEntropy, scoreColumns: { from: P, to: P + kept } },
+        })),
+      );
+      const outs = (withEntropy ? [0, 1] : [0]).map(() => new Float32Array(data.length * R));
+      for (const [k, g] of groups.entries()) {
+        const { tb, P, kept } = parts[k]!;
         const cols = (full: Float32Array) => rowColumns(full, tb.batch, tb.length, P, kept, R);
-        return withEntropy ? [cols(r.logProbs), cols(r.entropy!)] : [cols(r.logProbs)];
-      });
+        placeRows(outs[0]!, cols(scores[k]!.logProbs), g, R);
+        if (withEntropy) placeRows(outs[1]!, cols(scores[k]!.entropy!), g, R);
+      }
+      return outs;
     } finally {
       // host-held weights (model.dtype half, or ref.fsdp_config.param_offload) go back to rest
       model.releaseComputeWeights();

@@ -344,3 +344,62 @@ test.serial(
     store.dispose();
   },
 );
+
+test.serial(
+  "a pass of several micro-batches runs their LM heads as one product on AMX tiles (past 8 scored rows each), with each micro-batch's own bits",
+  async (t) => {
+    const blas = nativeAddon(t);
+    if (!blas) return;
+    const config = tinyTestConfig(tok.vocabSize, { tieWordEmbeddings: true });
+    const [model] = pair(config);
+    const V = config.vocabSize;
+    // rows of 12 tokens scoring columns 2..12: 10 scored positions each (past 8)
+    const rows = [0, 1, 2].map((r) => Array.from({ length: 12 }, (_, i) => 3 + ((i * 7 + r * 5) % 200)));
+    const tokens = padBatch(rows, "right");
+    const opts = { withEntropy: true, scoreColumns: { from: 2, to: 12 } };
+    const headRows = async (f: () => Promise<unknown>) => {
+      const info = await tf.profile(async () => {
+        await f();
+      });
+      return info.kernels
+        .filter((k) => k.name === MATMUL_BF16_KERNEL)
+        .flatMap((k) => k.outputShapes)
+        .filter((s) => s!.length === 2 && s![1] === V)
+        .map((s) => s![0]!);
+    };
+    const bits = (r: { logProbs: Float32Array; entropy?: Float32Array }) => [
+      new Uint32Array(r.logProbs.buffer),
+      new Uint32Array(r.entropy!.buffer),
+    ];
+    const amx = blas.amx().supported;
+    try {
+      for (const tiles of amx ? [true, false] : [false]) {
+        blas.setAmx(tiles);
+        let together: { logProbs: Float32Array; entropy?: Float32Array } | undefined;
+        const shared = await headRows(async () => {
+          together = await computeLogProbs(model, tokens, { ...opts, microBatchSize: 1 });
+        });
+        // each micro-batch alone
+        const alone = await Promise.all(
+          rows.map((row) => computeLogProbs(model, padBatch([row], "right"), opts)),
+        );
+        t.deepEqual(shared, tiles ? [30] : [10, 10, 10], `tiles ${tiles}: the head's products`);
+        const L = tokens.length;
+        for (const [r, a] of alone.entries()) {
+          const [lp, ent] = bits(a);
+          const [tlp, tent] = bits(together!).map((b) => b.subarray(r * L, (r + 1) * L));
+          t.deepEqual(tlp, lp, `tiles ${tiles} row ${r}: log-probs, bit for bit`);
+          t.deepEqual(tent, ent, `tiles ${tiles} row ${r}: entropy, bit for bit`);
+        }
+        // a micro-batch of 8 scored positions or fewer keeps a head pass of its own (another kernel)
+        const few = await headRows(() =>
+          computeLogProbs(model, tokens, { ...opts, scoreColumns: { from: 5, to: 12 }, microBatchSize: 1 }),
+        );
+        t.deepEqual(few, [7, 7, 7], `tiles ${tiles}: 7 scored positions each`);
+      }
+    } finally {
+      blas.setAmx(amx);
+      model.dispose();
+    }
+  },
+);
