@@ -26,6 +26,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("roundBf16", Napi::Function::New(env, torl_blas::RoundBf16, "roundBf16"));
   exports.Set("addInto", Napi::Function::New(env, torl_blas::AddInto, "addInto"));
   exports.Set("sumSquares", Napi::Function::New(env, torl_blas::SumSquares, "sumSquares"));
+  exports.Set("mapFile", Napi::Function::New(env, torl_blas::MapFile, "mapFile"));
+  exports.Set("releaseMapped", Napi::Function::New(env, torl_blas::ReleaseMapped, "releaseMapped"));
   return exports;
 }
 

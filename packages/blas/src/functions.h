@@ -24,5 +24,7 @@ Napi::Value WidenBf16(const Napi::CallbackInfo& info);
 Napi::Value RoundBf16(const Napi::CallbackInfo& info);
 Napi::Value AddInto(const Napi::CallbackInfo& info);
 Napi::Value SumSquares(const Napi::CallbackInfo& info);
+Napi::Value MapFile(const Napi::CallbackInfo& info);
+Napi::Value ReleaseMapped(const Napi::CallbackInfo& info);
 
 }  // namespace torl_blas

@@ -157,6 +157,19 @@ export interface NativeBlas {
   addInto(x: Float32Array, y: Float32Array): void;
   /** The sum of x[i]^2 in double precision, in index order (the bits of the same JS loop). */
   sumSquares(x: Float32Array): number;
+  /**
+   * An ArrayBuffer over the first `length` bytes of the file open as `fd` (a file descriptor), mapped into
+   * this process: its bytes are read where the file holds them, nothing is copied (for memory another
+   * process wrote once, such as collective.publish's files in /dev/shm). Private: a write, which the
+   * caller should not make, changes this process's copy of a page, never the file. Unmapped when the buffer
+   * is garbage-collected. Map only bytes the file holds: past its end a read kills the process (SIGBUS).
+   */
+  mapFile(fd: number, length: number): ArrayBuffer;
+  /**
+   * The pages of a mapFile buffer that hold bytes [byteOffset, byteOffset + byteLength) leave this
+   * process's resident set; the file keeps them, and the next read maps them again.
+   */
+  releaseMapped(buffer: ArrayBuffer, byteOffset: number, byteLength: number): void;
   /** The OpenBLAS build, the CPU kernel it runs and its thread count. */
   info(): { config: string; coreName: string; threads: number };
   /** Sets OpenBLAS's thread count for this process. */
@@ -183,6 +196,8 @@ const ADDON_FUNCTIONS: ReadonlyArray<keyof NativeBlas> = [
   "roundBf16",
   "addInto",
   "sumSquares",
+  "mapFile",
+  "releaseMapped",
   "info",
   "setThreads",
 ];

@@ -1,19 +1,11 @@
 import test, { type ExecutionContext } from "ava";
-import { applyAmxSetting, loadNativeBlas, type NativeBlas, sumSquaresInOrder } from "../src/index.js";
+import { applyAmxSetting, type NativeBlas, sumSquaresInOrder } from "../src/index.js";
+import { addon } from "./helpers.js";
 
 // matmulBf16: float32 rows times a weight held as bfloat16 bits, against a float64 reference over the
 // widened weight, in both layouts, on one tile and on many (past 8 rows the weight is widened a tile at a
 // time); up to 8 rows, the bits of its arithmetic written out; its bounds checks; and the same bits from
 // call to call whatever ran before.
-
-function addon(t: ExecutionContext): NativeBlas | undefined {
-  const load = loadNativeBlas();
-  if (load.ok) return load.blas;
-  if (process.env.CI) t.fail(`CI must build the OpenBLAS addon: ${load.reason}`);
-  else t.log(`not checked: ${load.reason}`);
-  t.pass();
-  return undefined;
-}
 
 /** A seeded generator of uniform values in [-1, 1). */
 function uniform(seed: number): () => number {

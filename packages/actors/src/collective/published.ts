@@ -33,19 +33,7 @@ export class PublishedArrays<T extends CollectiveArray> {
    * type); returns `into`. Any rank may read any rank's array, its own included, at any time until close().
    */
   read(origin: number, start: number, into: T): T {
-    const files = this.files;
-    if (!files)
-      throw new CollectiveArgumentError(
-        `the arrays published in group "${this.group}" were closed on rank ${this.rank}`,
-        this.group,
-        this.rank,
-      );
-    if (!Number.isInteger(origin) || origin < 0 || origin >= this.worldSize)
-      throw new CollectiveArgumentError(
-        `read: rank ${origin} is not a rank of group "${this.group}" (0..${this.worldSize - 1})`,
-        this.group,
-        this.rank,
-      );
+    const fd = this.fileOf(origin, "read");
     if (dtypeCode(into) !== this.dtype)
       throw new CollectiveArgumentError(
         `read: the published arrays are ${dtypeName(this.dtype)}, got ${(into as object)?.constructor?.name}`,
@@ -61,7 +49,7 @@ export class PublishedArrays<T extends CollectiveArray> {
       );
     try {
       readAllAt(
-        files[origin]!,
+        fd,
         new Uint8Array(into.buffer, into.byteOffset, into.byteLength),
         start * ctorOf(this.dtype).BYTES_PER_ELEMENT,
         `rank ${origin}'s published file`,
@@ -74,6 +62,33 @@ export class PublishedArrays<T extends CollectiveArray> {
       );
     }
     return into;
+  }
+
+  /**
+   * The file descriptor in this process that holds rank `origin`'s array from its first byte (read-only
+   * for the other ranks' arrays), for a native module to map (mmap) instead of reading; valid until
+   * close().
+   */
+  descriptor(origin: number): number {
+    return this.fileOf(origin, "descriptor");
+  }
+
+  /** Rank `origin`'s file; `what` names the call in the error for a closed set or a rank outside the group. */
+  private fileOf(origin: number, what: string): number {
+    const files = this.files;
+    if (!files)
+      throw new CollectiveArgumentError(
+        `${what}: the arrays published in group "${this.group}" were closed on rank ${this.rank}`,
+        this.group,
+        this.rank,
+      );
+    if (!Number.isInteger(origin) || origin < 0 || origin >= this.worldSize)
+      throw new CollectiveArgumentError(
+        `${what}: rank ${origin} is not a rank of group "${this.group}" (0..${this.worldSize - 1})`,
+        this.group,
+        this.rank,
+      );
+    return files[origin]!;
   }
 
   /** Closes this rank's files; the memory goes once every rank closed its own (or exited). */

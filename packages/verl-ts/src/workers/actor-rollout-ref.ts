@@ -56,7 +56,7 @@ import {
   WorkerStateError,
 } from "./fsdp.js";
 import { GatherBuffers, type GatherTake } from "./gather-buffers.js";
-import { isLayerUnit, unitLayerTensors } from "./layer-sharding.js";
+import { isLayerUnit, layerTensorsOf } from "./layer-sharding.js";
 import { placeRows } from "./micro-batches.js";
 import type { OptimSettings } from "./optim.js";
 import { allReduceMax } from "./rank-context.js";
@@ -105,6 +105,12 @@ export interface WorkerMemory {
    * set): published where the ranks share a host (FrozenShards).
    */
   publishedShardBytes: number;
+  /**
+   * Bytes of every rank's published shards this rank maps and reads in place (the addon's mapFile): the
+   * reference's layer-by-layer pass reads its layers there, nothing copied. Mapped pages it reads count in
+   * the resident set until the pass lets them go, layer by layer.
+   */
+  mappedShardBytes: number;
   /** With LoRA: the adapters' parameters (the trained ones); else 0. */
   adapterParameters: number;
   /**
@@ -581,6 +587,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       refIsActorBase: this.hasRef && this.model?.lora !== undefined,
       actorBaseShardBytes: this.baseShards?.bytes ?? 0,
       publishedShardBytes: (this.refShards?.publishedBytes ?? 0) + (this.baseShards?.publishedBytes ?? 0),
+      mappedShardBytes: (this.refShards?.mappedBytes ?? 0) + (this.baseShards?.mappedBytes ?? 0),
       adapterParameters: this.model?.lora?.numParameters() ?? 0,
       gatherBufferBytes: this.gatherBuffers.bytes + this.refGatherBuffers.bytes,
       gatherReusedBytes: this.gatherBuffers.reusedBytes,
@@ -690,20 +697,31 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       }
       return a as InstanceType<typeof ctor>;
     };
-    const scores = await layerwiseLogProbs(
-      ref,
-      parts.map(({ tb, P, kept }) => ({
-        tokens: tb,
-        // the head runs only where a response token is predicted
-        options: { temperature, scoreColumns: { from: P, to: P + kept } },
-      })),
-      async (i) => {
-        const u = unitOfLayer.get(`layer ${i}`);
-        if (u === undefined)
-          throw new WorkerStateError(`the reference's shards hold no unit for decoder layer ${i}`);
-        return unitLayerTensors(shards.units[u]!, await shards.gatherUnit(u, into), shapes);
-      },
-    );
+    // a layer's values are read where the published shards lie (mapped) or gathered into `into`; the
+    // layer before lets its mapped pages go once the next is asked for (layerwiseLogProbs is done with it)
+    let releaseLast = () => {};
+    let scores: Awaited<ReturnType<typeof layerwiseLogProbs>>;
+    try {
+      scores = await layerwiseLogProbs(
+        ref,
+        parts.map(({ tb, P, kept }) => ({
+          tokens: tb,
+          // the head runs only where a response token is predicted
+          options: { temperature, scoreColumns: { from: P, to: P + kept } },
+        })),
+        async (i) => {
+          const u = unitOfLayer.get(`layer ${i}`);
+          if (u === undefined)
+            throw new WorkerStateError(`the reference's shards hold no unit for decoder layer ${i}`);
+          releaseLast();
+          const { values, release } = await shards.unitParameters(u, into);
+          releaseLast = release;
+          return layerTensorsOf(values, shapes);
+        },
+      );
+    } finally {
+      releaseLast();
+    }
     const out = new Float32Array(data.length * R);
     for (const [k, g] of groups.entries()) {
       const { tb, P, kept } = parts[k]!;

@@ -18,6 +18,7 @@ import {
   storedRange,
   type WeightDtype,
 } from "../models/half-precision.js";
+import { nativeBlas } from "../models/native-blas.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { FlatLayout } from "./flat-params.js";
 import type { GatherTake } from "./gather-buffers.js";
@@ -109,6 +110,105 @@ export class FrozenShards {
 
   /** pieceStarts of every rank, made on first use. */
   private starts: number[][] | undefined;
+
+  /**
+   * Every rank's published shard of half bits mapped into this process (the addon's mapFile), read where
+   * /dev/shm holds it; null where it cannot be (no addon, float32 shards, nothing published).
+   */
+  private mapped: { buffer: ArrayBuffer; bits: Uint16Array }[] | null | undefined;
+  /** Arrays for parameters cut between two ranks' pieces (unitParameters), reused unit after unit. */
+  private readonly cutScratch: Uint16Array[] = [];
+
+  /** Bytes of every rank's shard this rank reads in place (mapped), once the first pass mapped them. */
+  get mappedBytes(): number {
+    return this.mapped ? this.mapped.reduce((n, m) => n + m.buffer.byteLength, 0) : 0;
+  }
+
+  /** Maps the published shards on first use (see `mapped`); whether they are mapped. */
+  private mapPublished(): boolean {
+    if (this.mapped !== undefined) return this.mapped !== null;
+    this.mapped = null;
+    const blas = nativeBlas();
+    const published = this.published;
+    if (!blas || !published || this.dtype === "float32") return false;
+    try {
+      this.mapped = published.lengths.map((n, q) => {
+        const buffer = blas.mapFile(published.descriptor(q), n * 2);
+        return { buffer, bits: new Uint16Array(buffer) };
+      });
+    } catch (err) {
+      console.warn(
+        `rank ${this.ctx.rank}: the frozen shards are read, not mapped: ${(err as Error).message}`,
+      );
+    }
+    return this.mapped !== null;
+  }
+
+  /**
+   * Unit `u`'s parameters, by name, in the storage dtype. Where the shards are published and mapped, each
+   * half-precision parameter is read where /dev/shm holds it, nothing copied, but for one cut between two
+   * ranks' pieces (copied into an array kept for the next unit's: use the values before asking for the
+   * next unit's). Elsewhere the unit is gathered (gatherUnit, with `take`) and cut. `release()` lets the
+   * mapped pages leave the resident set once the values are no longer read. Every rank calls it at the
+   * same point (the first call may publish).
+   */
+  async unitParameters(
+    u: number,
+    take?: GatherTake,
+  ): Promise<{ values: Map<string, StoredValues>; release: () => void }> {
+    const unit = this.units[u]!;
+    const size = unit.end - unit.start;
+    if (!((await this.publish()) && this.mapPublished())) {
+      const whole = await this.gatherUnit(u, take);
+      const values = new Map(
+        unit.entries.map((e) => {
+          const at = e.offset - unit.start;
+          return [e.name, storedRange(whole, at, at + e.size)] as const;
+        }),
+      );
+      return { values, release: () => {} };
+    }
+    const W = this.ctx.worldSize;
+    this.starts ??= Array.from({ length: W }, (_, q) => this.pieceStarts(q));
+    const mapped = this.mapped!;
+    const bounds = Array.from({ length: W }, (_, q) => shardRange(size, W, q));
+    // where element `at` of the unit lies: rank q's mapped shard, from this index
+    const place = (at: number) => {
+      const q = bounds.findIndex((b) => at < b.end);
+      return { q, index: this.starts![q]![u]! + at - bounds[q]!.start };
+    };
+    const values = new Map<string, StoredValues>();
+    const touched: { q: number; from: number; to: number }[] = [];
+    let cuts = 0;
+    for (const e of unit.entries) {
+      const at = e.offset - unit.start;
+      const first = place(at);
+      const last = place(at + e.size - 1);
+      let bits: Uint16Array;
+      if (first.q === last.q) {
+        bits = mapped[first.q]!.bits.subarray(first.index, first.index + e.size);
+        touched.push({ q: first.q, from: first.index, to: first.index + e.size });
+      } else {
+        // cut between ranks: copied piece by piece into a kept array
+        if ((this.cutScratch[cuts]?.length ?? 0) < e.size) this.cutScratch[cuts] = new Uint16Array(e.size);
+        bits = this.cutScratch[cuts++]!.subarray(0, e.size);
+        for (let q = first.q; q <= last.q; q++) {
+          const from = Math.max(at, bounds[q]!.start);
+          const to = Math.min(at + e.size, bounds[q]!.end);
+          const src = this.starts[q]![u]! + from - bounds[q]!.start;
+          bits.set(mapped[q]!.bits.subarray(src, src + to - from), from - at);
+          touched.push({ q, from: src, to: src + to - from });
+        }
+      }
+      values.set(e.name, new HalfArray(this.dtype as HalfDtype, bits));
+    }
+    const release = () => {
+      const blas = nativeBlas();
+      for (const { q, from, to } of touched)
+        blas?.releaseMapped(mapped[q]!.buffer, from * 2, (to - from) * 2);
+    };
+    return { values, release };
+  }
 
   /**
    * All-gathers every unit (or those `which` selects), one at a time, into `model`, whose evicted weights

@@ -19,7 +19,13 @@
  * fewer runs empty rounds that take part in the same collectives with zero gradients.
  */
 import * as tf from "@tensorflow/tfjs";
-import { HalfArray, type HalfDtype, type StoredValues, type WeightDtype } from "../models/half-precision.js";
+import {
+  HalfArray,
+  type HalfDtype,
+  type StoredValues,
+  storedRange,
+  type WeightDtype,
+} from "../models/half-precision.js";
 import { type LayerTensors, layerwiseStep } from "../models/layerwise.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
@@ -53,16 +59,29 @@ export function unitLayerTensors(
   values: StoredValues,
   shapes: ReadonlyMap<string, number[]>,
 ): LayerTensors {
+  return layerTensorsOf(
+    new Map(
+      unit.entries.map((e) => {
+        const at = e.offset - unit.start;
+        return [e.name, storedRange(values, at, at + e.size)] as const;
+      }),
+    ),
+    shapes,
+  );
+}
+
+/** A layer's tensors from its parameters' values by name (see unitLayerTensors). */
+export function layerTensorsOf(
+  values: ReadonlyMap<string, StoredValues>,
+  shapes: ReadonlyMap<string, number[]>,
+): LayerTensors {
   return new Map(
-    unit.entries.map((e) => {
-      const at = e.offset - unit.start;
-      const shape = shapes.get(e.name)!;
-      if (!(values instanceof HalfArray))
-        return [e.name, tf.tensor(values.subarray(at, at + e.size), shape, "float32")];
-      const half = new HalfArray(values.dtype, values.bits.subarray(at, at + e.size));
+    [...values].map(([name, v]) => {
+      const shape = shapes.get(name)!;
+      if (!(v instanceof HalfArray)) return [name, tf.tensor(v, shape, "float32")];
       return [
-        e.name,
-        shape.length === 2 ? bitsOnlyTensor(half, shape as [number, number]) : widenedTensor(half, shape),
+        name,
+        shape.length === 2 ? bitsOnlyTensor(v, shape as [number, number]) : widenedTensor(v, shape),
       ];
     }),
   );

@@ -8,6 +8,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { init, shutdown } from "@torl-ts/actors";
+import { loadNativeBlas } from "@torl-ts/blas";
 import test from "ava";
 import { loadTrainerConfig } from "../../src/config/index.js";
 import { DataProto } from "../../src/protocol/index.js";
@@ -217,11 +218,18 @@ test.serial(
       // them from there, to the same log-probs
       const again = (await wg.computeRefLogProb(batch)).tensor("ref_log_prob").data as Float32Array;
       t.deepEqual(again, old, `${dtype}: the second pass, from the published shards`);
-      // over 2 ranks the pass gathers the reference's decoder layers one at a time, into one array of
-      // its own (float32 gathers keep no arrays), beside the actor's generation left
+      // over 2 ranks the pass reads the reference's decoder layers one at a time: where the addon maps the
+      // published shards (bf16), in place; else gathered into one array of its own (float32 gathers keep
+      // no arrays), beside the actor's generation left
       const c = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"));
       const oneLayer = ((info.numParameters - outerParameters(dir)) / c.num_hidden_layers) * bytesPerValue;
+      const mapped = dtype !== "float32" && existsSync("/dev/shm") && loadNativeBlas().ok;
       for (const m of (await wg.memoryInfo()) as WorkerMemory[]) {
+        t.is(
+          m.mappedShardBytes,
+          mapped ? info.numParameters * bytesPerValue : 0,
+          "every rank's shard, mapped",
+        );
         t.is(m.refWeightBytes, 0, `${dtype} rank ${m.rank}: the pass's gathered weights are freed`);
         t.is(m.refWeightTensorBytes, 0);
         t.is(m.refShardBytes, atRest[m.rank]!.refShardBytes);
@@ -230,7 +238,10 @@ test.serial(
           existsSync("/dev/shm") ? m.refShardBytes : 0,
           "the shard lives in /dev/shm",
         );
-        t.is(m.gatherBufferBytes, dtype === "float32" ? 0 : info.gatheredParamBytes + oneLayer);
+        t.is(
+          m.gatherBufferBytes,
+          dtype === "float32" ? 0 : info.gatheredParamBytes + (mapped ? 0 : oneLayer),
+        );
       }
       t.log(
         `${dtype}: ${info.numParameters} parameters; the reference takes ${atRest[0]!.refShardBytes} + ${atRest[1]!.refShardBytes} bytes at rest over 2 ranks (unsharded: ${info.numParameters * bytesPerValue} on each)`,
