@@ -49,6 +49,12 @@ export interface WorkerGroupOptions {
   name?: string;
   /** Make all ranks a collective group (allReduce etc. inside the workers). Default false. */
   collective?: boolean;
+  /**
+   * With `collective`: whether the group's allGather, reduceScatter and publish may go through /dev/shm
+   * where the ranks share a host (createCollectiveGroup's `sharedMemory`). Default true; false keeps
+   * the ring, and the frozen shards (reference, LoRA base) are then gathered by allGather on every pass.
+   */
+  collectiveSharedMemory?: boolean;
   /** CPUs each worker reserves from its bundle. Default 1. */
   numCpusPerWorker?: number;
   /**
@@ -207,7 +213,11 @@ export class WorkerGroup<T = unknown> {
           clearTimeout(timer);
         }
       } else await ready;
-      if (collectiveGroup) await createCollectiveGroup(handles, { name: collectiveGroup });
+      if (collectiveGroup)
+        await createCollectiveGroup(handles, {
+          name: collectiveGroup,
+          ...(opts.collectiveSharedMemory !== undefined ? { sharedMemory: opts.collectiveSharedMemory } : {}),
+        });
     } catch (e) {
       for (const h of handles) kill(h);
       throw e;

@@ -18,12 +18,13 @@ export async function actorGroup(
   name: string,
   ranks: number,
   config: TrainerConfig,
+  collectiveSharedMemory?: boolean,
 ): Promise<ActorGroup & { release(): Promise<void> }> {
   const pool = new ResourcePool({ processOnNodes: [ranks], useGpu: false, namePrefix: name });
   const group = (await WorkerGroup.create(
     pool,
     workerRole(ActorRolloutRefWorker, { module: WORKER_MODULE }, { config }),
-    { name, collective: true, env: { TORL_BACKEND: "cpu" } },
+    { name, collective: true, env: { TORL_BACKEND: "cpu" }, collectiveSharedMemory },
   )) as ActorGroup;
   // shutdown ends the workers but, as in Ray, keeps the pool's reservation: release gives the CPUs back
   return Object.assign(group, {

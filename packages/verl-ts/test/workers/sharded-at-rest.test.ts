@@ -51,7 +51,8 @@ function outerParameters(dir: string): number {
   return c.vocab_size * c.hidden_size * (c.tie_word_embeddings ? 1 : 2) + c.hidden_size;
 }
 
-const group = (name: string, cfg: ReturnType<typeof config>) => actorGroup(name, RANKS, cfg);
+const group = (name: string, cfg: ReturnType<typeof config>, sharedMemory?: boolean) =>
+  actorGroup(name, RANKS, cfg, sharedMemory);
 
 /** Left-padded prompts (each repeated n times), seeded for sampling. */
 const prompts = (step: number) => seededPrompts(PROMPTS, N, P, step);
@@ -190,8 +191,17 @@ test.serial(
   "the reference sharded at rest: a rank holds its shard in model.dtype; each pass gathers the same weights the actor computes with",
   async (t) => {
     const dir = tinyModelDir(6);
-    for (const dtype of ["float32", "bfloat16"]) {
-      const wg = await group(`ref-${dtype}`, config(dir, [`actor_rollout_ref.model.dtype=${dtype}`]));
+    // bfloat16 also with the group kept off /dev/shm: the shards are then gathered by allGather
+    for (const [dtype, sharedMemory] of [
+      ["float32", true],
+      ["bfloat16", true],
+      ["bfloat16", false],
+    ] as const) {
+      const wg = await group(
+        `ref-${dtype}-${sharedMemory}`,
+        config(dir, [`actor_rollout_ref.model.dtype=${dtype}`]),
+        sharedMemory,
+      );
       const info = ((await wg.initModel()) as ShardInfo[])[0]!;
       const bytesPerValue = dtype === "float32" ? 4 : 2;
       const atRest = (await wg.memoryInfo()) as WorkerMemory[];
@@ -214,16 +224,17 @@ test.serial(
       const ref = (await wg.computeRefLogProb(batch)).tensor("ref_log_prob").data as Float32Array;
       t.deepEqual(ref, old, `${dtype}: reference log-probs are the actor's`);
       t.true(ref.some((v) => v < 0));
-      // the ranks share a host: the first gather published the shards into /dev/shm, and later passes read
-      // them from there, to the same log-probs
+      // the ranks share a host: with shared memory the first gather published the shards into /dev/shm,
+      // and later passes read them from there; without, every pass gathers them: the same log-probs
       const again = (await wg.computeRefLogProb(batch)).tensor("ref_log_prob").data as Float32Array;
-      t.deepEqual(again, old, `${dtype}: the second pass, from the published shards`);
+      t.deepEqual(again, old, `${dtype} (shared memory ${sharedMemory}): the second pass`);
       // over 2 ranks the pass reads the reference's decoder layers one at a time: where the addon maps the
       // published shards (bf16), in place; else gathered into one array of its own (float32 gathers keep
       // no arrays), beside the actor's generation left
       const c = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"));
       const oneLayer = ((info.numParameters - outerParameters(dir)) / c.num_hidden_layers) * bytesPerValue;
-      const mapped = dtype !== "float32" && existsSync("/dev/shm") && loadNativeBlas().ok;
+      const published = sharedMemory && existsSync("/dev/shm");
+      const mapped = published && dtype !== "float32" && loadNativeBlas().ok;
       for (const m of (await wg.memoryInfo()) as WorkerMemory[]) {
         t.is(
           m.mappedShardBytes,
@@ -233,11 +244,7 @@ test.serial(
         t.is(m.refWeightBytes, 0, `${dtype} rank ${m.rank}: the pass's gathered weights are freed`);
         t.is(m.refWeightTensorBytes, 0);
         t.is(m.refShardBytes, atRest[m.rank]!.refShardBytes);
-        t.is(
-          m.publishedShardBytes,
-          existsSync("/dev/shm") ? m.refShardBytes : 0,
-          "the shard lives in /dev/shm",
-        );
+        t.is(m.publishedShardBytes, published ? m.refShardBytes : 0, "the shard lives in /dev/shm");
         t.is(
           m.gatherBufferBytes,
           dtype === "float32" ? 0 : info.gatheredParamBytes + (mapped ? 0 : oneLayer),
