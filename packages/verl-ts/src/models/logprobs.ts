@@ -228,14 +228,12 @@ export function scoreMicroBatches(
   try {
     const stats: (tf.Tensor2D | undefined)[] = batches.map(() => undefined);
     const past = rowsIndependentPast(head.weight);
-    const shared =
-      past === undefined
-        ? []
-        : scored.flatMap((s, k) =>
-            s && s.targets.length > past && sameHeadOptions(batches[k]!.options, batches[0]!.options)
-              ? [k]
-              : [],
-          );
+    const candidates =
+      past === undefined ? [] : scored.flatMap((s, k) => (s && s.targets.length > past ? [k] : []));
+    // those whose head passes compute alike (temperature, chunk size) with the first of them
+    const shared = candidates.filter((k) =>
+      sameHeadOptions(batches[k]!.options, batches[candidates[0]!]!.options),
+    );
     if (shared.length > 1) {
       const rows = tf.concat(shared.map((k) => scored[k]!.rows)) as tf.Tensor2D;
       const targets = new Int32Array(shared.reduce((n, k) => n + scored[k]!.targets.length, 0));
