@@ -28,6 +28,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("sumSquares", Napi::Function::New(env, torl_blas::SumSquares, "sumSquares"));
   exports.Set("mapFile", Napi::Function::New(env, torl_blas::MapFile, "mapFile"));
   exports.Set("releaseMapped", Napi::Function::New(env, torl_blas::ReleaseMapped, "releaseMapped"));
+  exports.Set("reserveMapping", Napi::Function::New(env, torl_blas::ReserveMapping, "reserveMapping"));
+  exports.Set("mapFileInto", Napi::Function::New(env, torl_blas::MapFileInto, "mapFileInto"));
+  exports.Set("pageSize", Napi::Function::New(env, torl_blas::PageSizeOf, "pageSize"));
   return exports;
 }
 

@@ -26,5 +26,8 @@ Napi::Value AddInto(const Napi::CallbackInfo& info);
 Napi::Value SumSquares(const Napi::CallbackInfo& info);
 Napi::Value MapFile(const Napi::CallbackInfo& info);
 Napi::Value ReleaseMapped(const Napi::CallbackInfo& info);
+Napi::Value ReserveMapping(const Napi::CallbackInfo& info);
+Napi::Value MapFileInto(const Napi::CallbackInfo& info);
+Napi::Value PageSizeOf(const Napi::CallbackInfo& info);
 
 }  // namespace torl_blas

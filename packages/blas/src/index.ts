@@ -166,10 +166,29 @@ export interface NativeBlas {
    */
   mapFile(fd: number, length: number): ArrayBuffer;
   /**
-   * The pages of a mapFile buffer that hold bytes [byteOffset, byteOffset + byteLength) leave this
-   * process's resident set; the file keeps them, and the next read maps them again.
+   * The pages of a mapFile or reserveMapping buffer that hold bytes [byteOffset, byteOffset + byteLength)
+   * leave this process's resident set: a file's pages are read from the file again, the others read as
+   * zeros.
    */
   releaseMapped(buffer: ArrayBuffer, byteOffset: number, byteLength: number): void;
+  /**
+   * An ArrayBuffer of `length` bytes of private zero-filled memory, address space only until a page is
+   * touched, into whose pages mapFileInto maps files: one array over the pieces of several files.
+   */
+  reserveMapping(length: number): ArrayBuffer;
+  /**
+   * Bytes [byteOffset, byteOffset + byteLength) of a reserveMapping buffer become file `fd`'s from
+   * `fileOffset`, mapped as mapFile maps. byteOffset, fileOffset and byteLength are whole pages.
+   */
+  mapFileInto(
+    buffer: ArrayBuffer,
+    byteOffset: number,
+    fd: number,
+    fileOffset: number,
+    byteLength: number,
+  ): void;
+  /** The bytes of a memory page here (mapFileInto's unit). */
+  pageSize(): number;
   /** The OpenBLAS build, the CPU kernel it runs and its thread count. */
   info(): { config: string; coreName: string; threads: number };
   /** Sets OpenBLAS's thread count for this process. */
@@ -198,6 +217,9 @@ const ADDON_FUNCTIONS: ReadonlyArray<keyof NativeBlas> = [
   "sumSquares",
   "mapFile",
   "releaseMapped",
+  "reserveMapping",
+  "mapFileInto",
+  "pageSize",
   "info",
   "setThreads",
 ];

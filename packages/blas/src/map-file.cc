@@ -59,14 +59,82 @@ Napi::Value MapFile(const Napi::CallbackInfo& info) {
       new size_t(length));
 }
 
-// releaseMapped(buffer, byteOffset, byteLength): a mapFile buffer's pages that cover those bytes leave
-// this process's resident set (madvise MADV_DONTNEED); the file keeps them, and a later read maps them
-// again. Changes a write made there are dropped.
+// reserveMapping(length): an ArrayBuffer of `length` bytes of private, zero-filled memory whose pages
+// mapFileInto can then map files into (address space only until a page is touched). Unmapped when the
+// buffer is collected.
+Napi::Value ReserveMapping(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!HasArity(info, "reserveMapping", 1)) return env.Undefined();
+  size_t length = 0;
+  if (!ReadBytes(env, info[0], "reserveMapping", "length", 1, &length)) return env.Undefined();
+  void* at = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (at == MAP_FAILED) {
+    Napi::Error::New(env, std::string("reserveMapping: mmap of ") + std::to_string(length) + " bytes failed: " +
+                              strerror(errno))
+        .ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  return Napi::ArrayBuffer::New(
+      env, at, length, [](Napi::Env, void* data, size_t* bytes) {
+        munmap(data, *bytes);
+        delete bytes;
+      },
+      new size_t(length));
+}
+
+// mapFileInto(buffer, byteOffset, fd, fileOffset, byteLength): the bytes [byteOffset, byteOffset +
+// byteLength) of a reserveMapping buffer become file `fd`'s from `fileOffset`, mapped as mapFile maps
+// (private, read where the file holds them). Offsets and length are whole pages (pageSize()).
+Napi::Value MapFileInto(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!HasArity(info, "mapFileInto", 5)) return env.Undefined();
+  if (!info[0].IsArrayBuffer()) {
+    Napi::TypeError::New(env, "mapFileInto: buffer must be an ArrayBuffer from reserveMapping")
+        .ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  Napi::ArrayBuffer buffer = info[0].As<Napi::ArrayBuffer>();
+  size_t offset = 0, fd = 0, fileOffset = 0, length = 0;
+  if (!ReadBytes(env, info[1], "mapFileInto", "byteOffset", 0, &offset) ||
+      !ReadBytes(env, info[2], "mapFileInto", "fd", 0, &fd) ||
+      !ReadBytes(env, info[3], "mapFileInto", "fileOffset", 0, &fileOffset) ||
+      !ReadBytes(env, info[4], "mapFileInto", "byteLength", 1, &length))
+    return env.Undefined();
+  const uintptr_t base = reinterpret_cast<uintptr_t>(buffer.Data()), page = PageSize();
+  if (base % page != 0 || offset % page != 0 || fileOffset % page != 0 || length % page != 0) {
+    Napi::RangeError::New(env, "mapFileInto: the buffer, byteOffset, fileOffset and byteLength must be whole pages of " +
+                                   std::to_string(page) + " bytes")
+        .ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  if (offset + length > buffer.ByteLength()) {
+    Napi::RangeError::New(env, "mapFileInto: the range runs past the buffer").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  void* at = mmap(reinterpret_cast<void*>(base + offset), length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED,
+                  static_cast<int>(fd), static_cast<off_t>(fileOffset));
+  if (at == MAP_FAILED)
+    Napi::Error::New(env, std::string("mapFileInto: mmap of fd ") + std::to_string(fd) + " failed: " + strerror(errno))
+        .ThrowAsJavaScriptException();
+  return env.Undefined();
+}
+
+// pageSize(): the bytes of a page (mapFileInto's unit).
+Napi::Value PageSizeOf(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!HasArity(info, "pageSize", 0)) return env.Undefined();
+  return Napi::Number::New(env, static_cast<double>(PageSize()));
+}
+
+// releaseMapped(buffer, byteOffset, byteLength): a mapFile or reserveMapping buffer's pages that cover
+// those bytes leave this process's resident set (madvise MADV_DONTNEED): a file's pages are read from
+// the file again, the others read as zeros. Changes a write made there are dropped.
 Napi::Value ReleaseMapped(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!HasArity(info, "releaseMapped", 3)) return env.Undefined();
   if (!info[0].IsArrayBuffer()) {
-    Napi::TypeError::New(env, "releaseMapped: buffer must be an ArrayBuffer from mapFile").ThrowAsJavaScriptException();
+    Napi::TypeError::New(env, "releaseMapped: buffer must be an ArrayBuffer from mapFile or reserveMapping")
+        .ThrowAsJavaScriptException();
     return env.Undefined();
   }
   Napi::ArrayBuffer buffer = info[0].As<Napi::ArrayBuffer>();
@@ -80,9 +148,10 @@ Napi::Value ReleaseMapped(const Napi::CallbackInfo& info) {
   }
   if (length == 0) return env.Undefined();
   const uintptr_t base = reinterpret_cast<uintptr_t>(buffer.Data()), page = PageSize();
-  // mapFile's buffers start on a page; pages the range only touches are released too (the file keeps them)
+  // mapFile's buffers start on a page; pages the range only touches are released too
   if (base % page != 0) {
-    Napi::TypeError::New(env, "releaseMapped: buffer must be an ArrayBuffer from mapFile").ThrowAsJavaScriptException();
+    Napi::TypeError::New(env, "releaseMapped: buffer must be an ArrayBuffer from mapFile or reserveMapping")
+        .ThrowAsJavaScriptException();
     return env.Undefined();
   }
   const uintptr_t from = (base + offset) / page * page;

@@ -58,3 +58,52 @@ test("a mapped file reads as written, with nothing copied; released pages read t
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("pieces of files mapped into one reserved array read as the files hold them; offsets off a page are refused", (t) => {
+  const blas = addon(t);
+  if (!blas) return;
+  const page = blas.pageSize();
+  t.true(page >= 4096 && (page & (page - 1)) === 0, `page ${page}`);
+  const dir = mkdtempSync(join(tmpdir(), "torl-map-"));
+  const fds: number[] = [];
+  try {
+    // two files of three pages each, word i of file f holding f * 50000 + i
+    const files = [0, 1].map((f) => {
+      const words = Uint16Array.from({ length: (3 * page) / 2 }, (_, i) => (f * 50000 + i) & 0xffff);
+      const fd = openSync(join(dir, `f${f}`), "w+");
+      fds.push(fd);
+      writeSync(fd, new Uint8Array(words.buffer));
+      return { fd, words };
+    });
+    const buffer = blas.reserveMapping(4 * page);
+    const view = new Uint16Array(buffer);
+    t.true(
+      view.every((w) => w === 0),
+      "reserved memory reads as zeros",
+    );
+    // page 0 <- file 0's page 1; pages 2-3 <- file 1's pages 0-1; page 1 stays private
+    blas.mapFileInto(buffer, 0, files[0]!.fd, page, page);
+    blas.mapFileInto(buffer, 2 * page, files[1]!.fd, 0, 2 * page);
+    view.fill(7, page / 2, page);
+    const words = page / 2;
+    t.deepEqual(view.subarray(0, words), files[0]!.words.subarray(words, 2 * words));
+    t.true(view.subarray(words, 2 * words).every((w) => w === 7));
+    t.deepEqual(view.subarray(2 * words), files[1]!.words.subarray(0, 2 * words));
+    // the mapped pages read from the files again after a release; the private page is zeros then
+    blas.releaseMapped(buffer, 0, 4 * page);
+    t.deepEqual(view.subarray(0, words), files[0]!.words.subarray(words, 2 * words));
+    t.true(view.subarray(words, 2 * words).every((w) => w === 0));
+    t.deepEqual(view.subarray(2 * words), files[1]!.words.subarray(0, 2 * words));
+    t.throws(() => blas.mapFileInto(buffer, 100, files[0]!.fd, 0, page), { message: /must be whole pages/ });
+    t.throws(() => blas.mapFileInto(buffer, 0, files[0]!.fd, 100 * 2, page), {
+      message: /must be whole pages/,
+    });
+    t.throws(() => blas.mapFileInto(buffer, 3 * page, files[0]!.fd, 0, 2 * page), {
+      message: /runs past the buffer/,
+    });
+    t.throws(() => blas.reserveMapping(0), { message: /reserveMapping: length must be a whole number/ });
+  } finally {
+    for (const fd of fds) closeSync(fd);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -679,11 +679,14 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   ): Promise<Float32Array> {
     const R = data.tensor("responses").shape[1]!;
     const temperature = this.cfg.actor_rollout_ref.rollout.temperature || 1;
-    await shards.gatherInto(
+    // the units around the layers (the embedding): read where the published shards lie, or gathered into
+    // the actor's kept arrays as a whole gather's would be
+    const releaseOuter = await shards.holdInto(
       ref,
       (ctor, length) => this.gatherBuffers.take(REF, ctor, length),
       (u) => !isLayerUnit(u),
     );
+    let releaseLast = () => {};
     const unitOfLayer = new Map(
       shards.units.flatMap((u, k) => (isLayerUnit(u) ? [[u.key, k] as const] : [])),
     );
@@ -699,7 +702,6 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     };
     // a layer's values are read where the published shards lie (mapped) or gathered into `into`; the
     // layer before lets its mapped pages go once the next is asked for (layerwiseLogProbs is done with it)
-    let releaseLast = () => {};
     let scores: Awaited<ReturnType<typeof layerwiseLogProbs>>;
     try {
       scores = await layerwiseLogProbs(
@@ -721,6 +723,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       );
     } finally {
       releaseLast();
+      releaseOuter();
     }
     const out = new Float32Array(data.length * R);
     for (const [k, g] of groups.entries()) {

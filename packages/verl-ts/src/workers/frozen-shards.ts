@@ -25,6 +25,12 @@ import type { GatherTake } from "./gather-buffers.js";
 import type { RankContext } from "./rank-context.js";
 import { type FlatUnit, type ShardPiece, shardedLayout } from "./sharded-parameters.js";
 
+/**
+ * Published shards place each piece at a byte offset congruent to its place in its unit modulo this (see
+ * FrozenShards.startsOf): a whole number of pages of 4, 16 or 64 KiB, so that units map page by page.
+ */
+const PLACE_ALIGN = 1 << 16;
+
 export class FrozenShards {
   readonly layout: FlatLayout;
   readonly units: FlatUnit[];
@@ -48,23 +54,28 @@ export class FrozenShards {
     private readonly ctx: RankContext,
     readonly dtype: WeightDtype,
   ) {
-    const { layout, units, pieces, length } = shardedLayout(values, ctx);
+    const { layout, units, pieces } = shardedLayout(values, ctx);
     this.layout = layout;
     this.units = units;
     this.pieces = pieces;
+    // where the shards will be published, each piece sits where a page of the unit would (see placeOf)
+    this.placed = ctx.worldSize > 1 && ctx.group !== undefined && collective.usesSharedMemory(ctx.group);
+    const own = this.startsOf(ctx.rank);
+    const last = pieces.length - 1;
+    const length = last < 0 ? 0 : own[last]! + pieces[last]!.end - pieces[last]!.start;
     const shard = dtype === "float32" ? new Float32Array(length) : new Uint16Array(length);
-    for (const p of this.pieces)
+    for (const [u, p] of this.pieces.entries())
       for (const e of this.layout.entries) {
         const from = Math.max(p.start, e.offset);
         const to = Math.min(p.end, e.offset + e.size);
         if (from < to)
           shard.set(
             fileRange(values.get(e.name)!, from - e.offset, to - e.offset, dtype),
-            p.local + from - p.start,
+            own[u]! + from - p.start,
           );
       }
     this.shard = shard;
-    this.bytes = shard.byteLength;
+    this.bytes = pieces.reduce((n, p) => n + (p.end - p.start), 0) * shard.BYTES_PER_ELEMENT;
   }
 
   /** Bytes of this rank's shard that live in /dev/shm (published), not in the process's own memory. */
@@ -97,68 +108,113 @@ export class FrozenShards {
     return true;
   }
 
-  /** Where rank q's piece of each unit starts in its shard (shardedLayout's `local`, for every rank). */
-  private pieceStarts(q: number): number[] {
+  /** Whether the shard is laid out to be published and mapped (startsOf), not end to end. */
+  private readonly placed: boolean;
+  /** startsOf of every rank, made on first use. */
+  private readonly starts: number[][] = [];
+
+  /**
+   * Where rank q's piece of each unit starts in its shard, in values. End to end (shardedLayout's
+   * `local`), or, where the shards will be published, each piece at a byte offset congruent to its place
+   * in the unit modulo PLACE_ALIGN: a unit can then be mapped from every rank's file into one array, page
+   * by page (mapUnit), its pieces' whole pages read where /dev/shm holds them.
+   */
+  private startsOf(q: number): number[] {
+    const known = this.starts[q];
+    if (known) return known;
+    const B = this.dtype === "float32" ? 4 : 2;
     let at = 0;
-    return this.units.map((u) => {
+    const starts = this.units.map((u) => {
       const { start, end } = shardRange(u.end - u.start, this.ctx.worldSize, q);
+      if (this.placed) at += ((((start * B - at * B) % PLACE_ALIGN) + PLACE_ALIGN) % PLACE_ALIGN) / B;
       const local = at;
       at += end - start;
       return local;
     });
+    this.starts[q] = starts;
+    return starts;
   }
 
-  /** pieceStarts of every rank, made on first use. */
-  private starts: number[][] | undefined;
-
   /**
-   * Every rank's published shard of half bits mapped into this process (the addon's mapFile), read where
-   * /dev/shm holds it; null where it cannot be (no addon, float32 shards, nothing published).
+   * Units mapped from the published files (mapUnit), by unit: one array over the unit whose pieces' whole
+   * pages are the files' own (`mapped`, byte ranges: released after use, read from the files again) and
+   * whose pages at the ranks' cuts hold copies made once (a few KiB a unit, kept).
    */
-  private mapped: { buffer: ArrayBuffer; bits: Uint16Array }[] | null | undefined;
-  /** Arrays for parameters cut between two ranks' pieces (unitParameters), reused unit after unit. */
-  private readonly cutScratch: Uint16Array[] = [];
+  private readonly unitMaps = new Map<
+    number,
+    { buffer: ArrayBuffer; bits: Uint16Array; mapped: { from: number; to: number }[] }
+  >();
+  /** Whether the published shards can be mapped here (canMap), once decided. */
+  private mappable: boolean | undefined;
 
-  /** Bytes of every rank's shard this rank reads in place (mapped), once the first pass mapped them. */
+  /** Bytes of the units this rank reads in place (mapped) so far: every rank's pieces of them. */
   get mappedBytes(): number {
-    return this.mapped ? this.mapped.reduce((n, m) => n + m.buffer.byteLength, 0) : 0;
+    let n = 0;
+    for (const u of this.unitMaps.keys()) n += (this.units[u]!.end - this.units[u]!.start) * 2;
+    return n;
   }
 
-  /** Maps the published shards on first use (see `mapped`); whether they are mapped. */
-  private mapPublished(): boolean {
-    if (this.mapped !== undefined) return this.mapped !== null;
-    this.mapped = null;
-    const blas = nativeBlas();
-    const published = this.published;
-    if (!blas || !published || this.dtype === "float32") return false;
-    try {
-      this.mapped = published.lengths.map((n, q) => {
-        const buffer = blas.mapFile(published.descriptor(q), n * 2);
-        return { buffer, bits: new Uint16Array(buffer) };
-      });
-    } catch (err) {
-      console.warn(
-        `rank ${this.ctx.rank}: the frozen shards are read, not mapped: ${(err as Error).message}`,
-      );
+  /** Whether the published shards can be mapped here (decided once). */
+  private canMap(): boolean {
+    if (this.mappable === undefined) {
+      const blas = nativeBlas();
+      this.mappable =
+        this.published != null &&
+        this.placed &&
+        this.dtype !== "float32" &&
+        blas !== undefined &&
+        PLACE_ALIGN % blas.pageSize() === 0;
     }
-    return this.mapped !== null;
+    return this.mappable;
+  }
+
+  /** Unit u mapped from every rank's published file (see unitMaps), made on first use. */
+  private mapUnit(u: number) {
+    const known = this.unitMaps.get(u);
+    if (known) return known;
+    const blas = nativeBlas()!;
+    const page = blas.pageSize();
+    const published = this.published!;
+    const size = this.units[u]!.end - this.units[u]!.start;
+    const buffer = blas.reserveMapping(Math.ceil((size * 2) / page) * page);
+    const bits = new Uint16Array(buffer, 0, size);
+    const mapped: { from: number; to: number }[] = [];
+    const copy = (q: number, from: number, to: number, pieceStart: number) =>
+      published.read(q, this.startsOf(q)[u]! + from - pieceStart, bits.subarray(from, to));
+    for (let q = 0; q < this.ctx.worldSize; q++) {
+      const { start, end } = shardRange(size, this.ctx.worldSize, q);
+      if (start === end) continue;
+      // the piece's whole pages, mapped; the bytes before and after them, in pages shared with the
+      // neighbouring pieces, copied (the other ranks' parts of those pages come from theirs)
+      const first = Math.ceil((start * 2) / page) * page;
+      const past = Math.floor((end * 2) / page) * page;
+      if (past > first) {
+        const fileAt = this.startsOf(q)[u]! * 2 + first - start * 2;
+        blas.mapFileInto(buffer, first, published.descriptor(q), fileAt, past - first);
+        mapped.push({ from: first, to: past });
+        if (first > start * 2) copy(q, start, first / 2, start);
+        if (end * 2 > past) copy(q, past / 2, end, start);
+      } else copy(q, start, end, start);
+    }
+    const m = { buffer, bits, mapped };
+    this.unitMaps.set(u, m);
+    return m;
   }
 
   /**
-   * Unit `u`'s parameters, by name, in the storage dtype. Where the shards are published and mapped, each
-   * half-precision parameter is read where /dev/shm holds it, nothing copied, but for one cut between two
-   * ranks' pieces (copied into an array kept for the next unit's: use the values before asking for the
-   * next unit's). Elsewhere the unit is gathered (gatherUnit, with `take`) and cut. `release()` lets the
-   * mapped pages leave the resident set once the values are no longer read. Every rank calls it at the
-   * same point (the first call may publish).
+   * Unit `u`'s parameters, by name, in the storage dtype. Where the shards are published and mapped (half
+   * bits, the addon loaded), they are views of one array over the unit whose pages are read where /dev/shm
+   * holds them: nothing is copied but the pages at the ranks' cuts, once. Elsewhere the unit is gathered
+   * (gatherUnit, with `take`) and cut. `release()` lets the mapped pages leave the resident set; the
+   * values stay what they are (read again, from the files). Every rank calls it at the same point (the
+   * first call may publish).
    */
   async unitParameters(
     u: number,
     take?: GatherTake,
   ): Promise<{ values: Map<string, StoredValues>; release: () => void }> {
     const unit = this.units[u]!;
-    const size = unit.end - unit.start;
-    if (!((await this.publish()) && this.mapPublished())) {
+    if (!((await this.publish()) && this.canMap())) {
       const whole = await this.gatherUnit(u, take);
       const values = new Map(
         unit.entries.map((e) => {
@@ -168,46 +224,40 @@ export class FrozenShards {
       );
       return { values, release: () => {} };
     }
-    const W = this.ctx.worldSize;
-    this.starts ??= Array.from({ length: W }, (_, q) => this.pieceStarts(q));
-    const mapped = this.mapped!;
-    const bounds = Array.from({ length: W }, (_, q) => shardRange(size, W, q));
-    // where element `at` of the unit lies: rank q's mapped shard, from this index
-    const place = (at: number) => {
-      const q = bounds.findIndex((b) => at < b.end);
-      return { q, index: this.starts![q]![u]! + at - bounds[q]!.start };
-    };
-    const values = new Map<string, StoredValues>();
-    const touched: { q: number; from: number; to: number }[] = [];
-    let cuts = 0;
-    for (const e of unit.entries) {
-      const at = e.offset - unit.start;
-      const first = place(at);
-      const last = place(at + e.size - 1);
-      let bits: Uint16Array;
-      if (first.q === last.q) {
-        bits = mapped[first.q]!.bits.subarray(first.index, first.index + e.size);
-        touched.push({ q: first.q, from: first.index, to: first.index + e.size });
-      } else {
-        // cut between ranks: copied piece by piece into a kept array
-        if ((this.cutScratch[cuts]?.length ?? 0) < e.size) this.cutScratch[cuts] = new Uint16Array(e.size);
-        bits = this.cutScratch[cuts++]!.subarray(0, e.size);
-        for (let q = first.q; q <= last.q; q++) {
-          const from = Math.max(at, bounds[q]!.start);
-          const to = Math.min(at + e.size, bounds[q]!.end);
-          const src = this.starts[q]![u]! + from - bounds[q]!.start;
-          bits.set(mapped[q]!.bits.subarray(src, src + to - from), from - at);
-          touched.push({ q, from: src, to: src + to - from });
-        }
-      }
-      values.set(e.name, new HalfArray(this.dtype as HalfDtype, bits));
-    }
+    const m = this.mapUnit(u);
+    const values = new Map<string, StoredValues>(
+      unit.entries.map((e) => {
+        const at = e.offset - unit.start;
+        return [e.name, new HalfArray(this.dtype as HalfDtype, m.bits.subarray(at, at + e.size))];
+      }),
+    );
+    // the files' pages leave the resident set; read again, they are the same bytes
     const release = () => {
-      const blas = nativeBlas();
-      for (const { q, from, to } of touched)
-        blas?.releaseMapped(mapped[q]!.buffer, from * 2, (to - from) * 2);
+      for (const { from, to } of m.mapped) nativeBlas()?.releaseMapped(m.buffer, from, to - from);
     };
     return { values, release };
+  }
+
+  /**
+   * Units (those `which` selects) held by `model` as unitParameters gives them: read in place where the
+   * shards are mapped, else gathered (with `take`). Returns what lets their mapped pages go, to call once
+   * the pass is done with them.
+   */
+  async holdInto(
+    model: Qwen2Model,
+    take?: GatherTake,
+    which?: (unit: FlatUnit) => boolean,
+  ): Promise<() => void> {
+    const releases: (() => void)[] = [];
+    for (const [u, unit] of this.units.entries()) {
+      if (which && !which(unit)) continue;
+      const { values, release } = await this.unitParameters(u, take);
+      model.setStoredParameters(values);
+      releases.push(release);
+    }
+    return () => {
+      for (const release of releases) release();
+    };
   }
 
   /**
@@ -245,15 +295,15 @@ export class FrozenShards {
       full instanceof Uint16Array ? new HalfArray(this.dtype as HalfDtype, full) : full;
     if (await this.publish()) {
       const W = this.ctx.worldSize;
-      this.starts ??= Array.from({ length: W }, (_, q) => this.pieceStarts(q));
       for (let q = 0; q < W; q++) {
         const { start, end } = shardRange(size, W, q);
-        this.published!.read(q, this.starts[q]![u]!, out.subarray(start, end));
+        this.published!.read(q, this.startsOf(q)[u]!, out.subarray(start, end));
       }
       return half(out);
     }
     const piece = this.pieces[u]!;
-    const mine = this.shard!.subarray(piece.local, piece.local + piece.end - piece.start);
+    const own = this.startsOf(this.ctx.rank)[u]!;
+    const mine = this.shard!.subarray(own, own + piece.end - piece.start);
     // the shard never changes: the ring sends it without a copy
     const full =
       this.ctx.worldSize === 1

@@ -163,14 +163,16 @@ test.serial(
       const once = v.name === "fp32" ? 0 : weightBytes;
       t.deepEqual(reused(a, 1), [0, 0], "generation gathers");
       t.deepEqual(reused(a, 2), [once, once], "the old log-prob pass gathers nothing");
-      // the reference's pass gathers its decoder layers one at a time into an array of its own (and the
-      // units around the layers into the actor's kept arrays): the update takes back the decoder layers
-      // generation gathered, and gathers the rest
-      const layers = v.name === "fp32" ? 0 : once - outerParameters(dir) * 2;
+      // the reference's pass reads its units where the published shards lie, mapped (half bits, the
+      // addon loaded): the update takes back everything generation gathered. Without the mapping it
+      // gathers its decoder layers into an array of its own and the units around the layers into the
+      // actor's kept arrays: the update takes back the decoder layers, and gathers the rest
+      const refMapped = v.name !== "fp32" && existsSync("/dev/shm") && loadNativeBlas().ok;
+      const layers = v.name === "fp32" ? 0 : refMapped ? once : once - outerParameters(dir) * 2;
       t.deepEqual(reused(a, 3), [once + layers, once + layers], "the update takes back the decoder layers");
       t.deepEqual(reused(a, 4), reused(a, 3), "the next generation gathers (new weights)");
-      // from the second step on the arrays the first update gathered the units around the layers into are
-      // idle: the reference's pass takes those, so the update takes all of generation's back
+      // from the second step on, unmapped, the arrays the first update gathered the units around the
+      // layers into are idle: the reference's pass takes those, so the update takes all of generation's back
       const second = once + layers + 2 * once;
       t.deepEqual(reused(a, 6), [second, second], "the second step takes back the whole model");
       t.deepEqual(reused(b, 6), [0, 0], "weights kept between phases: nothing is gathered to take back");
