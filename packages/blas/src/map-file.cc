@@ -33,6 +33,16 @@ bool ReadBytes(const Napi::Env& env, const Napi::Value& value, const char* fn, c
 
 size_t PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 
+// An ArrayBuffer over `length` mapped bytes at `at`, unmapped when it is collected.
+Napi::ArrayBuffer MappedBuffer(Napi::Env env, void* at, size_t length) {
+  return Napi::ArrayBuffer::New(
+      env, at, length, [](Napi::Env, void* data, size_t* bytes) {
+        munmap(data, *bytes);
+        delete bytes;
+      },
+      new size_t(length));
+}
+
 }  // namespace
 
 // mapFile(fd, length): an ArrayBuffer over the first `length` bytes of the file open as `fd`, mapped
@@ -51,12 +61,7 @@ Napi::Value MapFile(const Napi::CallbackInfo& info) {
         .ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  return Napi::ArrayBuffer::New(
-      env, at, length, [](Napi::Env, void* data, size_t* bytes) {
-        munmap(data, *bytes);
-        delete bytes;
-      },
-      new size_t(length));
+  return MappedBuffer(env, at, length);
 }
 
 // reserveMapping(length): an ArrayBuffer of `length` bytes of private, zero-filled memory whose pages
@@ -74,12 +79,7 @@ Napi::Value ReserveMapping(const Napi::CallbackInfo& info) {
         .ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  return Napi::ArrayBuffer::New(
-      env, at, length, [](Napi::Env, void* data, size_t* bytes) {
-        munmap(data, *bytes);
-        delete bytes;
-      },
-      new size_t(length));
+  return MappedBuffer(env, at, length);
 }
 
 // mapFileInto(buffer, byteOffset, fd, fileOffset, byteLength): the bytes [byteOffset, byteOffset +
