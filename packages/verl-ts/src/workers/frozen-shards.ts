@@ -59,7 +59,13 @@ export class FrozenShards {
     this.units = units;
     this.pieces = pieces;
     // where the shards will be published, each piece sits where a page of the unit would (see placeOf)
-    this.placed = ctx.worldSize > 1 && ctx.group !== undefined && collective.usesSharedMemory(ctx.group);
+    // (a group this process is not a member of, as `bench memory`'s accounting makes, gathers nothing)
+    const group = ctx.group;
+    this.placed =
+      ctx.worldSize > 1 &&
+      group !== undefined &&
+      collective.isInitialized(group) &&
+      collective.usesSharedMemory(group);
     const own = this.startsOf(ctx.rank);
     const last = pieces.length - 1;
     const length = last < 0 ? 0 : own[last]! + pieces[last]!.end - pieces[last]!.start;
