@@ -96,13 +96,13 @@ export class FrozenShards {
    */
   private async publish(): Promise<boolean> {
     if (this.published !== undefined) return this.published !== null;
-    const group = this.ctx.group;
-    if (this.ctx.worldSize === 1 || !group || !collective.usesSharedMemory(group)) {
+    // laid out for publishing exactly where the group can publish (the constructor decided)
+    if (!this.placed) {
       this.published = null;
       return false;
     }
     try {
-      this.published = await collective.publish(this.shard!, group);
+      this.published = await collective.publish(this.shard!, this.ctx.group!);
     } catch (err) {
       this.published = null;
       console.warn(
