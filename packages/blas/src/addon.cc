@@ -31,6 +31,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("reserveMapping", Napi::Function::New(env, torl_blas::ReserveMapping, "reserveMapping"));
   exports.Set("mapFileInto", Napi::Function::New(env, torl_blas::MapFileInto, "mapFileInto"));
   exports.Set("pageSize", Napi::Function::New(env, torl_blas::PageSizeOf, "pageSize"));
+  exports.Set("trimHeap", Napi::Function::New(env, torl_blas::TrimHeap, "trimHeap"));
   return exports;
 }
 

@@ -29,5 +29,6 @@ Napi::Value ReleaseMapped(const Napi::CallbackInfo& info);
 Napi::Value ReserveMapping(const Napi::CallbackInfo& info);
 Napi::Value MapFileInto(const Napi::CallbackInfo& info);
 Napi::Value PageSizeOf(const Napi::CallbackInfo& info);
+Napi::Value TrimHeap(const Napi::CallbackInfo& info);
 
 }  // namespace torl_blas

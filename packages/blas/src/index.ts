@@ -189,6 +189,12 @@ export interface NativeBlas {
   ): void;
   /** The bytes of a memory page here (mapFileInto's unit). */
   pageSize(): number;
+  /**
+   * Gives the kernel back every whole page malloc holds free (glibc's malloc_trim), inside its heaps
+   * too: for after a phase whose transients do not come again. True when pages went back; false where
+   * the C library is not glibc.
+   */
+  trimHeap(): boolean;
   /** The OpenBLAS build, the CPU kernel it runs and its thread count. */
   info(): { config: string; coreName: string; threads: number };
   /** Sets OpenBLAS's thread count for this process. */
@@ -220,6 +226,7 @@ const ADDON_FUNCTIONS: ReadonlyArray<keyof NativeBlas> = [
   "reserveMapping",
   "mapFileInto",
   "pageSize",
+  "trimHeap",
   "info",
   "setThreads",
 ];

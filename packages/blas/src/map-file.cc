@@ -2,6 +2,7 @@
 // the published shards of a frozen model in /dev/shm (@torl-ts/actors' collective.publish), read where
 // they lie instead of copied per pass.
 #include <napi.h>
+#include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -161,6 +162,20 @@ Napi::Value ReleaseMapped(const Napi::CallbackInfo& info) {
     Napi::Error::New(env, std::string("releaseMapped: madvise failed: ") + strerror(errno)).ThrowAsJavaScriptException();
   }
   return env.Undefined();
+}
+
+// trimHeap(): glibc's malloc gives the kernel back every whole free page it holds (malloc_trim), also those
+// inside its heaps: after a phase whose transients will not come again (loading a model), with the
+// worker's thresholds raised to keep freed memory for reuse. True when pages went back; false where
+// the C library is not glibc.
+Napi::Value TrimHeap(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!HasArity(info, "trimHeap", 0)) return env.Undefined();
+#ifdef __GLIBC__
+  return Napi::Boolean::New(env, malloc_trim(0) != 0);
+#else
+  return Napi::Boolean::New(env, false);
+#endif
 }
 
 }  // namespace torl_blas

@@ -60,6 +60,7 @@ import { isLayerUnit, layerTensorsOf } from "./layer-sharding.js";
 import { placeRows } from "./micro-batches.js";
 import type { OptimSettings } from "./optim.js";
 import { allReduceMax } from "./rank-context.js";
+import { releaseTransientMemory } from "./release-memory.js";
 import { type FlatUnit, shardedLayout } from "./sharded-parameters.js";
 import { streamedChunk, tagChunk, WeightSwapGate } from "./weight-swap.js";
 
@@ -190,6 +191,20 @@ export class ActorRolloutRefWorker extends ShardedWorker {
 
   /** Loads the model (every rank from the same directory), shards it and sets up the optimizer. */
   async initModel(): Promise<ShardInfo> {
+    const lora = await this.loadModels();
+    // each rank reads the whole model's values to keep its shard: with the loading frame gone they are
+    // unreachable, and their memory goes back to the kernel (before the reference reads them again)
+    releaseTransientMemory();
+    // with LoRA the reference is the actor's base with the adapters off: nothing more to load
+    if (this.hasRef && !(lora && this.isActor)) {
+      this.loadReference();
+      releaseTransientMemory();
+    }
+    return this.shardInfo();
+  }
+
+  /** The models of this worker's role but the reference, from actor_rollout_ref.model.path; whether with LoRA. */
+  private async loadModels(): Promise<boolean> {
     // the user's module first: the policy loss it registers must exist in this process
     await importExternalLib(this.cfg.actor_rollout_ref.model.external_lib);
     if (this.isActor) getPolicyLoss(this.cfg.actor_rollout_ref.actor.policy_loss.loss_mode);
@@ -232,21 +247,23 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       this.model.gradientCheckpointing = ar.model.enable_gradient_checkpointing;
       if (this.shardedAtRest) this.model.evictWeights();
     }
-    // with LoRA the reference is the actor's base with the adapters off: nothing more to load
-    if (this.hasRef && !(lora && this.isActor)) {
-      const { config, values } = loadModelValues(path);
-      this.ref = new Qwen2Model(config, values, {
-        trainable: false,
-        dtype,
-        offload: ar.ref.fsdp_config.param_offload,
-      });
-      // over several ranks the reference is sharded at rest too: each pass gathers it (computeRefLogProb)
-      if (this.worldSize > 1) {
-        this.refShards = new FrozenShards(values, this.ctx, dtype);
-        this.ref.evictWeights();
-      }
+    return lora !== null;
+  }
+
+  /** The reference: its own copy of the model, read again. */
+  private loadReference(): void {
+    const ar = this.cfg.actor_rollout_ref;
+    const { config, values } = loadModelValues(ar.model.path!);
+    this.ref = new Qwen2Model(config, values, {
+      trainable: false,
+      dtype: ar.model.dtype,
+      offload: ar.ref.fsdp_config.param_offload,
+    });
+    // over several ranks the reference is sharded at rest too: each pass gathers it (computeRefLogProb)
+    if (this.worldSize > 1) {
+      this.refShards = new FrozenShards(values, this.ctx, ar.model.dtype);
+      this.ref.evictWeights();
     }
-    return this.shardInfo();
   }
 
   protected override numParameters(): number {

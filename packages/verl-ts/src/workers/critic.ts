@@ -51,6 +51,7 @@ import {
 } from "./fsdp.js";
 import { isLayerUnit } from "./layer-sharding.js";
 import type { OptimSettings } from "./optim.js";
+import { releaseTransientMemory } from "./release-memory.js";
 import type { FlatUnit } from "./sharded-parameters.js";
 
 export interface CriticOptions {
@@ -155,6 +156,13 @@ export class CriticWorker extends ShardedWorker {
    * parameters and sets up AdamW.
    */
   async initModel(): Promise<ShardInfo> {
+    await this.loadModel();
+    // every rank read the whole model's values to keep its shard: their memory goes back to the kernel
+    releaseTransientMemory();
+    return this.shardInfo();
+  }
+
+  private async loadModel(): Promise<void> {
     const backend = await selectBackend({ log: null });
     this.backendName = backend.name;
     this.backendLine = backend.line;
@@ -181,7 +189,6 @@ export class CriticWorker extends ShardedWorker {
     };
     this.sharded = new ShardedParameters(await this.parameters(), this.ctx, s.optim);
     this.model.evictWeights();
-    return this.shardInfo();
   }
 
   /** What this process holds now (see CriticMemory). */
