@@ -139,6 +139,22 @@ export interface LmHead {
   transposed: boolean;
 }
 
+/** The key of Qwen2Model's bits-only variables: not exported, so only bitsOnlyVariables reaches them. */
+const BITS_ONLY_VARIABLES = Symbol("bitsOnlyVariables");
+
+/**
+ * `model.variables(names)`, but bfloat16 matrices get tensors of their bits only: their float32 values
+ * are never written (no 4 bytes a value per pass; the embedding's is 545 MB at Qwen2.5-0.5B's size).
+ * For a caller whose every use of them reads the bits: the products of the linear layers and the LM head,
+ * and lookups widened from the bits (the layer-by-layer update). The linear layers and the embedding
+ * lookup throw where they would read such a tensor's values; other kernels do not check, so hand these
+ * tensors to nothing else. Internal to the package (not in its public API): through a read of such a
+ * tensor's values a caller would get whatever the memory held.
+ */
+export function bitsOnlyVariables(model: Qwen2Model, names?: readonly string[]): tf.Variable[] {
+  return model[BITS_ONLY_VARIABLES](names);
+}
+
 export class Qwen2Model {
   readonly specs: ParamSpec[];
   private readonly weights: WeightStore;
@@ -213,14 +229,29 @@ export class Qwen2Model {
 
   /**
    * The variables the model computes with, in checkpoint order (what an optimizer updates and a
-   * gradient tape differentiates), or those of `names`. Host-held weights are widened for the current pass;
-   * `bitsOnly`: bfloat16 matrices get tensors of their bits only (WeightStore.variables), for a caller
-   * whose every use reads the bits (the layer-by-layer update: layerwise.ts).
+   * gradient tape differentiates), or those of `names`. Host-held weights are widened for the current pass.
    */
-  variables(names?: readonly string[], options: { bitsOnly?: boolean } = {}): tf.Variable[] {
+  variables(names?: readonly string[], ...unexpected: unknown[]): tf.Variable[] {
+    // the bits-only option this method once took is internal now: refuse it rather than ignore it
+    if (unexpected.length > 0)
+      throw new TypeError(
+        "Qwen2Model.variables takes the names only; every tensor it returns holds its values",
+      );
+    return this.computeVariables(names, false);
+  }
+
+  /**
+   * variables(), but with `bitsOnly` bfloat16 matrices get tensors of their bits only (WeightStore.variables):
+   * for bitsOnlyVariables alone, whose callers hand them only to products that read the bits.
+   */
+  [BITS_ONLY_VARIABLES](names: readonly string[] | undefined): tf.Variable[] {
+    return this.computeVariables(names, true);
+  }
+
+  private computeVariables(names: readonly string[] | undefined, bitsOnly: boolean): tf.Variable[] {
     if (this.lora && names?.some((n) => this.lora!.has(n)))
-      return names.map((n) => this.storeOf(n).tensor(n, options.bitsOnly));
-    return this.weights.variables(names, options);
+      return names.map((n) => this.storeOf(n).tensor(n, bitsOnly));
+    return this.weights.variables(names, { bitsOnly });
   }
 
   variable(name: string): tf.Variable {

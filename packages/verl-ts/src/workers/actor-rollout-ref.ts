@@ -29,7 +29,7 @@ import { computeLogProbsOfBatches, tokenLogProbs } from "../models/logprobs.js";
 import { initialAdapterValues, loraConfigOf } from "../models/lora.js";
 import { setActivationDtype } from "../models/native-matmul-bf16.js";
 import { loadModelValues } from "../models/pretrained.js";
-import { Qwen2Model } from "../models/qwen2.js";
+import { bitsOnlyVariables, Qwen2Model } from "../models/qwen2.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto } from "../protocol/data-proto.js";
 import { agentLoopRollout } from "../rollout/agent-loop.js";
@@ -809,7 +809,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const temperature = ar.rollout.temperature || 1;
     const held = model.trainedSpecs.filter((s) => model.holdsWeight(s.name)).map((s) => s.name);
     // layer by layer every use of a bf16 matrix reads its bits: its tensor needs no float32 values
-    const vars = model.variables(held, { bitsOnly: model.gradientCheckpointing });
+    const vars = model.gradientCheckpointing ? bitsOnlyVariables(model, held) : model.variables(held);
     const nameOf = new Map(vars.map((v, i) => [v.name, held[i]!]));
     const useKl = a.use_kl_loss;
     const entCoef = a.entropy_coeff;

@@ -13,7 +13,7 @@ import * as tf from "@tensorflow/tfjs";
 import { asTfTensor } from "../algorithms/tf-ops.js";
 import type { TrainerConfig } from "../config/types.js";
 import { computeLogProbs, tokenLogProbs } from "../models/logprobs.js";
-import type { Qwen2Model } from "../models/qwen2.js";
+import { bitsOnlyVariables, type Qwen2Model } from "../models/qwen2.js";
 import { DataProto } from "../protocol/data-proto.js";
 import { Dispatch, type Registrations } from "../single-controller/registration.js";
 import { ActorRolloutRefWorker } from "./actor-rollout-ref.js";
@@ -57,7 +57,7 @@ export class SftWorker extends ActorRolloutRefWorker {
     // the trained parameters: every weight, or with LoRA the adapters (the base is frozen)
     const held = model.trainedSpecs.filter((s) => model.holdsWeight(s.name)).map((s) => s.name);
     // layer by layer every use of a bf16 matrix reads its bits: its tensor needs no float32 values
-    const vars = model.variables(held, { bitsOnly: model.gradientCheckpointing });
+    const vars = model.gradientCheckpointing ? bitsOnlyVariables(model, held) : model.variables(held);
     const nameOf = new Map(vars.map((v, i) => [v.name, held[i]!]));
     const run = await this.updateEpochs(
       data,

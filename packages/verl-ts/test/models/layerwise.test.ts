@@ -3,6 +3,7 @@ import test from "ava";
 import { installNativeMatmul, padBatch, Qwen2Model, selectBackend, tokenLogProbs } from "../../src/index.js";
 import { type LayerTensors, type LayerwiseHooks, layerwiseStep } from "../../src/models/layerwise.js";
 import { cloneKeepingBits } from "../../src/models/native-matmul-bf16.js";
+import { bitsOnlyVariables } from "../../src/models/qwen2.js";
 import { addEmbeddingGradRows, embeddingRows } from "../../src/models/wasm-host-kernels.js";
 import { nativeAddon } from "./helpers.js";
 import { threeLayerTestConfig } from "./tiny-config.js";
@@ -225,7 +226,7 @@ for (const tied of [true, false])
       const embed = "model.embed_tokens.weight";
       const [V, h] = model.specs.find((s) => s.name === embed)!.shape as [number, number];
       const run = async (inPlace: boolean) => {
-        const vars = model.variables(headNames, { bitsOnly: inPlace });
+        const vars = inPlace ? bitsOnlyVariables(model, headNames) : model.variables(headNames);
         const nameOf = new Map(vars.map((v, i) => [v.name, headNames[i]!]));
         if (inPlace)
           t.throws(() => embeddingRows(vars[headNames.indexOf(embed)]!, batch.ids), {

@@ -300,3 +300,19 @@ test("evicted weights: nothing held, use refused by name, setParameters brings t
     model.dispose();
   }
 });
+
+test("a bf16 model's public variables() hold their values; the bits-only option is not public and is refused", async (t) => {
+  const model = Qwen2Model.random(cfg, { seed: 3, dtype: "bfloat16" });
+  const name = "model.layers.0.mlp.down_proj.weight";
+  const [v] = model.variables([name]);
+  const widened = (await model.getParameters([name])).get(name)!;
+  t.deepEqual(await v!.data(), widened, "the tensor's values are the weight's widened bits");
+  const index = await import("../../src/index.js");
+  t.false("bitsOnlyVariables" in index, "bits-only tensors are internal to the package");
+  const untyped = model.variables as (names: string[], options: object) => tf.Variable[];
+  t.throws(() => untyped.call(model, [name], { bitsOnly: true }), {
+    instanceOf: TypeError,
+    message: /takes the names only/,
+  });
+  model.releaseComputeWeights();
+});
