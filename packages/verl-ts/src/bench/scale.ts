@@ -303,11 +303,23 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
   } finally {
     const last = Object.values(memory).at(-1);
     result.peak_rss_bytes_per_rank = last?.map((m) => m.peakRssBytes) ?? [];
+    for (const m of last ?? []) log(memoryLine(m));
     await wg?.shutdown().catch(() => {});
     if (startedRuntime) await shutdown();
     rmSync(dir, { recursive: true, force: true });
   }
   return result;
+}
+
+/** Where a rank's memory goes: what it holds by kind, in GB, against its peak resident set. */
+export function memoryLine(m: WorkerMemory): string {
+  const gb = (bytes: number) => (bytes / 1e9).toFixed(2);
+  return (
+    `rank ${m.rank}: peak ${gb(m.peakRssBytes)} GB; shard and AdamW moments ${gb(m.actorShardBytes)}, ` +
+    `gathered weights kept ${gb(m.gatherBufferBytes)}, the update's gradient buffers ${gb(m.updateBufferBytes)}, ` +
+    `wasm heap ${gb(m.backendHeapBytes)} (reserved), reference shard ${gb(m.refShardBytes)} ` +
+    `(${gb(m.publishedShardBytes)} of it in /dev/shm, read there by ${gb(m.mappedShardBytes)} of mappings)`
+  );
 }
 
 const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R] [--steps N] [--keep-ref] [--bf16-compute]

@@ -24,3 +24,13 @@ export function hostMemory(t: tf.Tensor): Float32Array | null {
   }
   return null;
 }
+
+/**
+ * Bytes of the wasm backend's heap (its linear memory: it only grows, and its pages once written stay
+ * resident); 0 on other backends.
+ */
+export function backendHeapBytes(): number {
+  if (tf.getBackend() !== "wasm") return 0;
+  const wasm = (tf.backend() as unknown as { wasm?: { HEAPU8?: Uint8Array } }).wasm;
+  return wasm?.HEAPU8?.buffer.byteLength ?? 0;
+}

@@ -31,6 +31,7 @@ import { setActivationDtype } from "../models/native-matmul-bf16.js";
 import { loadModelValues } from "../models/pretrained.js";
 import { bitsOnlyVariables, Qwen2Model } from "../models/qwen2.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
+import { backendHeapBytes } from "../models/wasm-heap.js";
 import { DataProto } from "../protocol/data-proto.js";
 import { agentLoopRollout } from "../rollout/agent-loop.js";
 import { promptsFromDataProto } from "../rollout/batch.js";
@@ -124,6 +125,14 @@ export interface WorkerMemory {
    * after generation, with no optimizer step between, takes generation's gathered bits back).
    */
   gatherReusedBytes: number;
+  /**
+   * The last update's gradient buffers on this rank, at their largest: the float32 gradient shard, the
+   * outer units' (the embedding's gradient, whole: its reduce-scatter runs once per mini-batch) and a
+   * decoder layer's. They exist during the update only; the memory stays in the process for the next one.
+   */
+  updateBufferBytes: number;
+  /** The wasm backend's heap (it only grows; the tensors of every pass live there); 0 on other backends. */
+  backendHeapBytes: number;
   /** Peak resident set of the process so far. */
   peakRssBytes: number;
   /** CPU seconds (user and system) of the process so far: what a phase took is the difference. */
@@ -608,6 +617,8 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       adapterParameters: this.model?.lora?.numParameters() ?? 0,
       gatherBufferBytes: this.gatherBuffers.bytes + this.refGatherBuffers.bytes,
       gatherReusedBytes: this.gatherBuffers.reusedBytes,
+      updateBufferBytes: this.updateBufferBytes,
+      backendHeapBytes: backendHeapBytes(),
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
       cpuSeconds: cpuSecondsSoFar(),
       minorPageFaults: process.resourceUsage().minorPageFault,

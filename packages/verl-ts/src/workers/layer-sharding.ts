@@ -348,6 +348,14 @@ export class LayerSharding {
     });
   }
 
+  /** Bytes of this update's gradient buffers (the outer units', a layer's, and the layers' gathers). */
+  get bufferBytes(): number {
+    let n = this.layerBuffer?.byteLength ?? 0;
+    for (const b of this.outerBuffers.values()) n += b.byteLength;
+    for (const b of this.layerGathered.values()) n += b.byteLength;
+    return n;
+  }
+
   /**
    * Outer unit `u`'s gradient buffer, kept from the round before: zeroed for the first round of a
    * mini-batch, as the rounds before left it for a later one.

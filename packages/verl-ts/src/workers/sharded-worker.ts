@@ -88,6 +88,11 @@ export abstract class ShardedWorker extends Worker {
   protected sharded?: ShardedParameters;
   /** Where units are gathered into, kept between phases (gather-buffers.ts). */
   protected readonly gatherBuffers = new GatherBuffers();
+  /**
+   * The last update's gradient buffers at their largest: the gradient shard and LayerSharding's
+   * (memoryInfo's updateBufferBytes).
+   */
+  protected updateBufferBytes = 0;
   /** The tensor backend initModel selected, and its line. */
   protected backendName = "";
   protected backendLine = "";
@@ -189,6 +194,7 @@ export abstract class ShardedWorker extends Worker {
       plan.what,
     );
     const lr = learningRate(plan.optim, sharded.schedulerStep);
+    this.updateBufferBytes = 0;
     const sums = new Float64Array(plan.sums);
     let gradNormSum = 0;
     let updates = 0;
@@ -238,6 +244,7 @@ export abstract class ShardedWorker extends Worker {
               { first: round === 0, last: round === rounds - 1 },
             );
           }
+          this.updateBufferBytes = Math.max(this.updateBufferBytes, grad.byteLength + layers.bufferBytes);
           await allReduceSum(this.ctx, mb);
           for (let i = 0; i < plan.sums; i++) sums[i]! += mb[i]!;
           const norm = await sharded.step(grad, lr, plan.gradClip);

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { UsageError } from "@torl-ts/core";
 import test from "ava";
-import { benchScaleCommand, runScaleProbe, scaleConfig } from "../../src/bench/scale.js";
+import { benchScaleCommand, memoryLine, runScaleProbe, scaleConfig } from "../../src/bench/scale.js";
 import {
   bundledQwenTokenizerDir,
   countParameters,
@@ -115,6 +115,17 @@ test.serial(
         result.update_metrics!["actor/grad_norm"]! > 0,
         `${name}: ${JSON.stringify(result.update_metrics)}`,
       );
+      // where a rank's memory goes: the update's float32 gradient shard and the embedding's whole gradient
+      // (FSDP per layer: the probe checkpoints its layers)
+      const embedding = config.vocabSize * config.hiddenSize * 4;
+      for (const m of result.memory.update_actor!) {
+        t.true(
+          m.updateBufferBytes >= (result.parameters / 2) * 4 * 0.99 + embedding,
+          `${name} rank ${m.rank}: update buffers ${m.updateBufferBytes}`,
+        );
+        t.true(m.updateBufferBytes < result.parameters * 4 + embedding * 2);
+        t.regex(memoryLine(m), /the update's gradient buffers \d+\.\d\d/);
+      }
     }
   },
 );
