@@ -324,13 +324,14 @@ export function memoryLine(m: WorkerMemory): string {
 
 const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R] [--steps N] [--keep-ref] [--bf16-compute]
 
-The real-size probe (about 5 minutes on 2 idle cores; about 7 GB of memory per rank at the first
-update's end with 2 ranks, and about 9 GB for the PyTorch side after it, so give it an otherwise idle
-24 GB machine): the shapes of --arch (default
+The real-size probe (about 5 minutes on 2 idle cores; about 6.3 GB of memory per rank at its peak with
+2 ranks, and about 9 GB for the PyTorch side after it, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
 qwen2.5-0.5b; qwen3-0.6b and llama-3.2-1b are larger) with random bf16 weights (written to a
 temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU backend, generate 16 tokens
 per row with the KV cache and run one GRPO step (--steps N: N). Prints seconds per phase, peak resident
 set per rank, the largest tensor and the update's metrics; --json prints them as one JSON object last.
+A line per rank at the end says where its memory goes: the shard and its AdamW moments, the gathered
+weights kept between phases, the update's gradient buffers, the wasm heap and the reference's shard.
 --layers N keeps every shape but the number of decoder layers (default the architecture's own): the
 vocabulary and each layer cost what they cost at full size, in a fraction of the memory (2 layers of
 qwen2.5-0.5b: about 1.5 GB per rank).
