@@ -20,6 +20,8 @@ const unavailable = netnsUnavailable();
 interface Proc {
   child: ChildProcess;
   output: () => string;
+  /** The lines of stdout received whole (up to its last newline). */
+  wholeStdoutLines: () => string[];
   exited: Promise<number | null>;
 }
 
@@ -39,14 +41,23 @@ function envFor(name: string): NodeJS.ProcessEnv {
 function run(name: string, member: string, args: string[], env: NodeJS.ProcessEnv): Proc {
   const child = cluster.spawn(member, process.execPath, ["--import", "tsx", ...args], env);
   let out = "";
+  // stdout alone too: a driver's protocol lines are read from it, and only whole ones (a long result
+  // line arrives in several chunks, and stderr's may land between them in `out`)
+  let stdout = "";
   child.stdout!.on("data", (d) => {
     out += String(d);
+    stdout += String(d);
   });
   child.stderr!.on("data", (d) => {
     out += String(d);
   });
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-  const p = { child, output: () => out, exited };
+  const p = {
+    child,
+    output: () => out,
+    wholeStdoutLines: () => stdout.slice(0, stdout.lastIndexOf("\n") + 1).split("\n"),
+    exited,
+  };
   procs.set(name, p);
   return p;
 }
@@ -76,7 +87,7 @@ async function scenario(name: string, extraEnv: NodeJS.ProcessEnv = {}): Promise
   const t0 = Date.now();
   for (;;) {
     const text = p.output();
-    const lines = text.split("\n").filter((l) => l.startsWith("@@ "));
+    const lines = p.wholeStdoutLines().filter((l) => l.startsWith("@@ "));
     for (; seen < lines.length; seen++) {
       const msg = JSON.parse(lines[seen]!.slice(3));
       if (msg.result) return { ...msg.result, work, output: text };
