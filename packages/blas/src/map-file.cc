@@ -44,6 +44,16 @@ Napi::ArrayBuffer MappedBuffer(Napi::Env env, void* at, size_t length) {
       new size_t(length));
 }
 
+// What an mmap of `length` bytes returned, as an ArrayBuffer (MappedBuffer); on failure `failed` ("mapFile:
+// mmap of fd 3") and errno's reason are thrown.
+Napi::Value MappedOrThrow(Napi::Env env, void* at, size_t length, const std::string& failed) {
+  if (at == MAP_FAILED) {
+    Napi::Error::New(env, failed + " failed: " + strerror(errno)).ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  return MappedBuffer(env, at, length);
+}
+
 }  // namespace
 
 // mapFile(fd, length): an ArrayBuffer over the first `length` bytes of the file open as `fd`, mapped
@@ -57,12 +67,7 @@ Napi::Value MapFile(const Napi::CallbackInfo& info) {
   if (!ReadBytes(env, info[0], "mapFile", "fd", 0, &fd) || !ReadBytes(env, info[1], "mapFile", "length", 1, &length))
     return env.Undefined();
   void* at = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE, static_cast<int>(fd), 0);
-  if (at == MAP_FAILED) {
-    Napi::Error::New(env, std::string("mapFile: mmap of fd ") + std::to_string(fd) + " failed: " + strerror(errno))
-        .ThrowAsJavaScriptException();
-    return env.Undefined();
-  }
-  return MappedBuffer(env, at, length);
+  return MappedOrThrow(env, at, length, "mapFile: mmap of fd " + std::to_string(fd));
 }
 
 // reserveMapping(length): an ArrayBuffer of `length` bytes of private, zero-filled memory whose pages
@@ -74,13 +79,7 @@ Napi::Value ReserveMapping(const Napi::CallbackInfo& info) {
   size_t length = 0;
   if (!ReadBytes(env, info[0], "reserveMapping", "length", 1, &length)) return env.Undefined();
   void* at = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (at == MAP_FAILED) {
-    Napi::Error::New(env, std::string("reserveMapping: mmap of ") + std::to_string(length) + " bytes failed: " +
-                              strerror(errno))
-        .ThrowAsJavaScriptException();
-    return env.Undefined();
-  }
-  return MappedBuffer(env, at, length);
+  return MappedOrThrow(env, at, length, "reserveMapping: mmap of " + std::to_string(length) + " bytes");
 }
 
 // mapFileInto(buffer, byteOffset, fd, fileOffset, byteLength): the bytes [byteOffset, byteOffset +
