@@ -324,7 +324,7 @@ export function memoryLine(m: WorkerMemory): string {
 
 const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R] [--steps N] [--keep-ref] [--bf16-compute]
 
-The real-size probe (about 5 minutes on 2 idle cores; about 6.3 GB of memory per rank at its peak with
+The real-size probe (about 5 minutes on 2 idle cores; about 5.8 GB of memory per rank at its peak with
 2 ranks, and about 9 GB for the PyTorch side after it, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
 qwen2.5-0.5b; qwen3-0.6b and llama-3.2-1b are larger) with random bf16 weights (written to a
 temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU backend, generate 16 tokens

@@ -9,7 +9,7 @@
 import * as tf from "@tensorflow/tfjs";
 import type { SequenceAttention } from "./attention.js";
 import { decoderBlock } from "./decoder-block.js";
-import { withHostWeightGradients } from "./linear.js";
+import { type WeightGradientSink, withHostWeightGradients } from "./linear.js";
 import { computeLogProbsOfBatches, type LogProbOptions } from "./logprobs.js";
 import { bf16BitsOf } from "./native-matmul-bf16.js";
 import type { Qwen2Model } from "./qwen2.js";
@@ -114,12 +114,13 @@ export interface LayerwiseHooks {
    */
   headGradients(grads: Map<string, tf.Tensor> | null): Promise<void>;
   /**
-   * A host array (the variable's size) that the gradient of head variable `v` is added into, where the LM
-   * head reads `v` from its bfloat16 bits (withHostWeightGradients: no tensor of the vocabulary's size is
-   * made, and headGradients does not get it); undefined, or a head that does not read bits: the gradient
-   * goes to headGradients. Asked once per round with a batch, before the head runs.
+   * A host array (the variable's size) that the gradient of head variable `v` is added into, or a sink
+   * that takes it as its two factors, where the LM head reads `v` from its bfloat16 bits
+   * (withHostWeightGradients: no tensor of the vocabulary's size is made, and headGradients does not get
+   * it); undefined, or a head that does not read bits: the gradient goes to headGradients. Asked once per
+   * round with a batch, before the head runs.
    */
-  headGradientInto?(v: tf.Variable): Float32Array | undefined;
+  headGradientInto?(v: tf.Variable): Float32Array | WeightGradientSink | undefined;
   /**
    * The embedding matrix's gradient through the first layer (null in an empty round); disposed after.
    * Give this or embeddingRowGradient, not both.
@@ -180,7 +181,7 @@ export async function layerwiseStep(
       const out = tf.variable(last, true, `layer-output#${uid()}`);
       last.dispose(); // the variable holds the same data
       try {
-        const routes = headVariables.flatMap((v): [tf.Variable, Float32Array][] => {
+        const routes = headVariables.flatMap((v): [tf.Variable, Float32Array | WeightGradientSink][] => {
           const into = hooks.headGradientInto?.(v);
           return into ? [[v, into]] : [];
         });

@@ -62,9 +62,16 @@ export function rowsIndependentPast(w: LinearWeight): number | undefined {
   return bits && nativeBlas()?.amx().enabled === true ? MATMUL_BF16_FEW_ROWS : undefined;
 }
 
+/**
+ * Takes a weight's gradient as the two factors it is the product of, instead of adding it into an array:
+ * grad[i, j] = sum over k of left[k, i] * right[k, j] (left [rows, a], right [rows, b] for a weight of
+ * shape [a, b]). Both are views of the heap, valid only during the call: copy what is kept.
+ */
+export type WeightGradientSink = (left: Float32Array, right: Float32Array, rows: number) => void;
+
 /** Where a weight's gradient goes instead of the tape (withHostWeightGradients), and how often it went. */
 interface HostGradient {
-  into: Float32Array;
+  into: Float32Array | WeightGradientSink;
   /** Products made with the weight while the route stood, and backward passes that added into `into`. */
   products: number;
   added: number;
@@ -75,17 +82,21 @@ const hostGradients = new WeakMap<object, HostGradient>();
 
 /**
  * Runs `f` (a forward and its backward: tf.grads, tf.variableGrads) with each weight's gradient routed
- * to a host array: where a linear layer reads the weight `w` from its bfloat16 bits (the wasm backend with
+ * to the host: where a linear layer reads the weight `w` from its bfloat16 bits (the wasm backend with
  * the addon), the layer's backward adds w's gradient into `into` (w's shape, row-major) with one sgemm,
- * in place, and the tape has no gradient for `w`. No tensor of w's size is made: for the tied LM head,
- * none of the vocabulary's size. Where the layer does not read bits, the tape gives w's gradient as
- * usual and `into` is left alone. Throws when a product routed its gradient but `f` never ran the
- * product's backward (the gradient would be missing without a word).
+ * in place, or hands its factors to `into` when that is a WeightGradientSink; the tape has no gradient
+ * for `w`. No tensor of w's size is made: for the tied LM head, none of the vocabulary's size. Where the
+ * layer does not read bits, the tape gives w's gradient as usual and `into` is left alone. Throws when
+ * a product routed its gradient but `f` never ran the product's backward (the gradient would be
+ * missing without a word).
  */
-export function withHostWeightGradients<T>(routes: [tf.Tensor, Float32Array][], f: () => T): T {
+export function withHostWeightGradients<T>(
+  routes: [tf.Tensor, Float32Array | WeightGradientSink][],
+  f: () => T,
+): T {
   const standing: HostGradient[] = [];
   for (const [w, into] of routes) {
-    if (into.length !== w.size)
+    if (typeof into !== "function" && into.length !== w.size)
       throw new RangeError(`a [${w.shape}] weight's gradient needs ${w.size} values, got ${into.length}`);
     if (hostGradients.has(w.dataId)) throw new Error(`the [${w.shape}] weight's gradient is routed already`);
     const route: HostGradient = { into, products: 0, added: 0 };
@@ -107,9 +118,15 @@ export function withHostWeightGradients<T>(routes: [tf.Tensor, Float32Array][], 
 
 /**
  * into += w's gradient for y = x @ w (x^T dy, w [in, out]) or y = x @ w^T (dy^T x, w [out, in]), by
- * OpenBLAS on the heap's memory: the same sgemm call as the tape's product for it, added in place.
+ * OpenBLAS on the heap's memory: the same sgemm call as the tape's product for it, added in place. A
+ * sink gets the two factors instead (dy and x, or x and dy).
  */
-function addWeightGradient(x: tf.Tensor, dy: tf.Tensor, transposed: boolean, into: Float32Array): void {
+function addWeightGradient(
+  x: tf.Tensor,
+  dy: tf.Tensor,
+  transposed: boolean,
+  into: Float32Array | WeightGradientSink,
+): void {
   const blas = nativeBlas();
   const xs = hostMemory(x);
   const d = hostMemory(dy);
@@ -117,7 +134,8 @@ function addWeightGradient(x: tf.Tensor, dy: tf.Tensor, transposed: boolean, int
     throw new Error("a weight gradient routed to the host needs OpenBLAS's products on the wasm heap");
   const [rows, inner] = x.shape as [number, number];
   const outer = dy.shape[1]!;
-  if (transposed) blas.gemm(d, xs, into, 1, outer, inner, rows, true, false, 0, 0, true);
+  if (typeof into === "function") into(transposed ? d : xs, transposed ? xs : d, rows);
+  else if (transposed) blas.gemm(d, xs, into, 1, outer, inner, rows, true, false, 0, 0, true);
   else blas.gemm(xs, d, into, 1, inner, outer, rows, true, false, 0, 0, true);
 }
 

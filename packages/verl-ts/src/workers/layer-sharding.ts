@@ -6,8 +6,9 @@
  * all-gathers each layer's parameters from the shards just before the layer runs and frees them after;
  * the backward gathers them again, recomputes the layer, and reduce-scatters its gradient at once, so
  * a rank holds the full gradient of one layer at a time and otherwise only its shard (models/layerwise.ts).
- * The units outside the layers (the embedding, vocabulary-sized) sum their gradient over the
- * mini-batch's micro-batches in a kept buffer and are reduce-scattered once per mini-batch.
+ * The units outside the layers (the embedding, vocabulary-sized) gather their gradient over the
+ * mini-batch's micro-batches and are summed over the ranks once per mini-batch: kept as the LM head's
+ * factors where those are the smaller, else in a whole buffer reduce-scattered (outer-gradient.ts).
  * A tfjs backward cannot wait for a collective, so gathering in the backward needs the recompute.
  *
  * Without it, one tape over the whole model keeps every layer's activations and computes with the
@@ -30,11 +31,11 @@ import { type LayerTensors, layerwiseStep } from "../models/layerwise.js";
 import type { Qwen2Model } from "../models/qwen2.js";
 import type { TokenBatch } from "../models/token-batch.js";
 import { hostMemory } from "../models/wasm-heap.js";
-import { addEmbeddingGradRows, bitsOnlyTensor, widenedTensor } from "../models/wasm-host-kernels.js";
+import { bitsOnlyTensor, widenedTensor } from "../models/wasm-host-kernels.js";
 import { WorkerStateError } from "./errors.js";
 import type { GatherTake } from "./gather-buffers.js";
+import { OuterUnitGradient } from "./outer-gradient.js";
 import type { FlatUnit, ShardedParameters } from "./sharded-parameters.js";
-import { addInto } from "./vector-ops.js";
 
 const LAYER_PARAM = /^model\.layers\.(\d+)\./;
 
@@ -139,12 +140,11 @@ export class LayerSharding {
   private readonly variables: tf.Variable[];
   private readonly variableOf: Map<string, tf.Variable>;
   /**
-   * Gradient buffers kept for the micro-batches of this update (this object lives for one update): the
-   * outer units' (the embedding's is vocabulary-sized; they sum a mini-batch's rounds) and one the size
-   * of the largest decoder layer.
+   * Gradients kept for the micro-batches of this update (this object lives for one update): the outer
+   * units' (they gather a mini-batch's rounds) and one buffer the size of the largest decoder layer.
    * Reused memory is rewritten at a fraction of the cost of first touching fresh pages.
    */
-  private readonly outerBuffers = new Map<number, Float32Array>();
+  private readonly outerGradients = new Map<number, OuterUnitGradient>();
   private layerBuffer: Float32Array | null = null;
   /**
    * Where each decoder layer's half bits are gathered, one array per length, overwritten by the next
@@ -255,30 +255,23 @@ export class LayerSharding {
     const sharded = this.sharded;
     const unitSize = (u: number) => sharded.units[u]!.end - sharded.units[u]!.start;
     // the outer units' gradients gather contributions from the head and the embedding, over the rounds
-    const outer = new Map(this.outerUnits.map((u) => [u, this.outerBuffer(u, round.first)]));
-    /** The `size` values of parameter `name` in its outer unit's buffer. */
-    const bufferOf = (name: string, size: number): Float32Array => {
+    const outer = new Map(this.outerUnits.map((u) => [u, this.outerGradient(u, round.first)]));
+    /** The outer unit's gradient that parameter `name` belongs to. */
+    const gradientOf = (name: string): OuterUnitGradient => {
       const offset = sharded.offsetOf(name);
       for (const u of this.outerUnits) {
         const unit = sharded.units[u]!;
-        if (offset >= unit.start && offset < unit.end) {
-          if (offset + size > unit.end)
-            throw new RangeError(`parameter ${name}: ${size} values run past its unit ${unit.key}`);
-          return outer.get(u)!.subarray(offset - unit.start, offset - unit.start + size);
-        }
+        if (offset >= unit.start && offset < unit.end) return outer.get(u)!;
       }
       throw new WorkerStateError(`parameter ${name} is not in a unit outside the layers`);
     };
-    // head matrices whose gradient the LM head adds into their buffer in place (headGradientInto)
+    // head matrices whose gradient the LM head hands over as its factors (headGradientInto)
     const routed = new Set<string>();
-    // in the first round a head parameter's gradient is the first in its part of the zeroed buffer: copied
-    // in, not added (0 + x is x but for -0, and a -0 sums into the shard gradient as +0 does); in a later
-    // round, or onto what the head added in place, it adds
-    const setInto = (name: string, values: Float32Array) => {
-      const into = bufferOf(name, values.length);
-      if (round.first && !routed.has(name)) into.set(values);
-      else addInto(values, into);
-    };
+    // in the first round a head parameter's gradient is the first in its place: copied in, not added (0 + x
+    // is x but for -0, and a -0 sums into the shard gradient as +0 does); in a later round, or onto what
+    // the head handed over, it adds
+    const setInto = (name: string, values: Float32Array) =>
+      gradientOf(name).addValues(name, values, round.first && !routed.has(name));
     await layerwiseStep(this.model, tokens, this.headVariables, loss, {
       layerWeights: async (i) => {
         const u = this.layerUnit[i]!;
@@ -316,13 +309,14 @@ export class LayerSharding {
         }
         await sharded.reduceScatterUnit(u, buf, shardGrad);
       },
-      // the LM head's matrix (the tied embedding, or lm_head) adds its gradient into the outer buffer in
-      // place where it reads bf16 bits: no vocabulary-sized tensor on the heap, no pass to copy it
+      // the LM head's matrix (the tied embedding, or lm_head) hands its gradient over as its factors
+      // where it reads bf16 bits: no vocabulary-sized tensor on the heap, no pass to copy it
       headGradientInto: (v) => {
         const name = this.paramNameOf.get(v.name)!;
         if (this.shapes.get(name)?.length !== 2) return undefined;
         routed.add(name);
-        return bufferOf(name, v.size);
+        const gradient = gradientOf(name);
+        return (left, right, n) => gradient.addProduct(name, left, right, n);
       },
       headGradients: async (grads) => {
         const entries = grads ? [...grads] : [];
@@ -337,13 +331,9 @@ export class LayerSharding {
       embeddingRowGradient: async (grad) => {
         const name = "model.embed_tokens.weight";
         // a frozen embedding (LoRA: the adapters are the trained parameters) takes no gradient
-        if (grad && this.variableOf.has(name)) {
-          const [vocab, hidden] = this.shapes.get(name)!;
-          const dy = (await grad.dy.data()) as Float32Array;
-          addEmbeddingGradRows(dy, grad.ids, vocab!, hidden!, bufferOf(name, vocab! * hidden!));
-        }
-        if (round.last)
-          for (const u of this.outerUnits) await sharded.reduceScatterUnit(u, outer.get(u)!, shardGrad);
+        if (grad && this.variableOf.has(name))
+          gradientOf(name).addRows(name, grad.ids, (await grad.dy.data()) as Float32Array);
+        if (round.last) for (const u of this.outerUnits) await outer.get(u)!.reduceInto(shardGrad);
       },
     });
   }
@@ -351,23 +341,26 @@ export class LayerSharding {
   /** Bytes of this update's gradient buffers (the outer units', a layer's, and the layers' gathers). */
   get bufferBytes(): number {
     let n = this.layerBuffer?.byteLength ?? 0;
-    for (const b of this.outerBuffers.values()) n += b.byteLength;
+    for (const g of this.outerGradients.values()) n += g.bytes;
     for (const b of this.layerGathered.values()) n += b.byteLength;
     return n;
   }
 
   /**
-   * Outer unit `u`'s gradient buffer, kept from the round before: zeroed for the first round of a
-   * mini-batch, as the rounds before left it for a later one.
+   * Outer unit `u`'s gradient, kept from the round before: emptied for the first round of a mini-batch,
+   * as the rounds before left it for a later one.
    */
-  private outerBuffer(u: number, first: boolean): Float32Array {
-    const kept = this.outerBuffers.get(u);
-    if (kept) return first ? kept.fill(0) : kept;
-    if (!first) throw new WorkerStateError(`unit ${u}: a later round before the mini-batch's first`);
-    const unit = this.sharded.units[u]!;
-    const buf = new Float32Array(unit.end - unit.start);
-    this.outerBuffers.set(u, buf);
-    return buf;
+  private outerGradient(u: number, first: boolean): OuterUnitGradient {
+    let gradient = this.outerGradients.get(u);
+    if (!gradient) {
+      if (!first) throw new WorkerStateError(`unit ${u}: a later round before the mini-batch's first`);
+      const unit = this.sharded.units[u]!;
+      const budget = OuterUnitGradient.defaultBudget(unit.end - unit.start, this.sharded.worldSize);
+      gradient = new OuterUnitGradient(this.sharded, u, this.shapes, budget);
+      this.outerGradients.set(u, gradient);
+    }
+    if (first) gradient.begin();
+    return gradient;
   }
 
   /** The array a layer's half bits of `size` values are gathered into (see layerGathered). */

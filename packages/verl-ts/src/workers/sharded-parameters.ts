@@ -133,12 +133,26 @@ export class ShardedParameters {
     return `shard ${this.instance}.${this.writes}`;
   }
 
+  /** The number of ranks the parameters are sharded over. */
+  get worldSize(): number {
+    return this.ctx.worldSize;
+  }
+
   /** Whether `mine` holds on every rank (an all-reduce of one number; one rank: `mine`). */
   async everyRank(mine: boolean): Promise<boolean> {
     if (this.ctx.worldSize === 1) return mine;
     const misses = new Float64Array([mine ? 0 : 1]);
     await allReduceSum(this.ctx, misses);
     return misses[0] === 0;
+  }
+
+  /**
+   * Every rank's `values` end to end, in rank order (lengths may differ: the caller frames its own); one
+   * rank: `values` itself. One collective call.
+   */
+  async allGatherConcat(values: Float32Array): Promise<Float32Array> {
+    if (this.ctx.worldSize === 1) return values;
+    return collective.allGather(values, this.ctx.group!);
   }
 
   /** Where parameter `name` starts in the flat vector. */
