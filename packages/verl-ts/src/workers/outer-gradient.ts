@@ -72,7 +72,8 @@ export class OuterUnitGradient {
   private chunk: Float32Array | null = null;
 
   /**
-   * `u`: the unit's index in `sharded`. `shapes`: each parameter's shape by name. `budget`: the most
+   * `u`: the unit's index in `sharded`. `shapes`: parameters' shapes by name (those whose gradient may
+   * come as factors or rows; any other is a vector). `budget`: the most
    * values this rank keeps as records (defaultBudget).
    */
   constructor(
@@ -83,9 +84,9 @@ export class OuterUnitGradient {
   ) {
     const unit = sharded.units[u]!;
     this.size = unit.end - unit.start;
+    // a parameter the model has no shape for (a value head, an adapter) takes whole gradients only: a row
     this.entries = unit.entries.map((e) => {
-      const shape = shapes.get(e.name);
-      if (!shape) throw new WorkerStateError(`parameter ${e.name} has no shape`);
+      const shape = shapes.get(e.name) ?? [e.size];
       const rows = shape.length >= 2 ? shape[0]! : 1;
       return { name: e.name, at: e.offset - unit.start, rows, cols: e.size / rows };
     });
