@@ -31,6 +31,7 @@ function probe(): ScaleProbeResult {
     ranks: 2,
     lora_rank: 0,
     keep_ref: false,
+    keep_actor_layers: false,
     compute_dtype: "float32",
     layers: 2,
     rows: 4,

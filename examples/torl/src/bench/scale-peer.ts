@@ -121,6 +121,7 @@ export async function runScalePeer(flags: {
   "lora-rank"?: number;
   steps?: number;
   "keep-ref"?: boolean;
+  "keep-actor-layers"?: boolean;
   "bf16-compute"?: boolean;
   python?: string;
 }): Promise<ScalePeerResult> {

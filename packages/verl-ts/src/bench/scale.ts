@@ -79,6 +79,12 @@ export interface ScaleProbeOptions {
    * it is gathered once, and the actor's gathered arrays outlive its pass. Full fine-tuning only.
    */
   keepRef?: boolean;
+  /**
+   * The update reads the decoder layers generation gathered instead of gathering its own
+   * (actor.fsdp_config.reshard_after_forward=false): faster, and a rank holds those layers beside the
+   * gradient shard.
+   */
+  keepActorLayers?: boolean;
   /** Round the products' activations to bfloat16 (actor_rollout_ref.model.compute_dtype=bfloat16). */
   bf16Compute?: boolean;
   /**
@@ -104,6 +110,8 @@ export interface ScaleProbeResult {
   lora_rank: number;
   /** Whether the reference's gathered weights were kept between its passes (--keep-ref). */
   keep_ref: boolean;
+  /** Whether the update read generation's gathered layers (--keep-actor-layers). */
+  keep_actor_layers: boolean;
   /** The products' activations: float32, or bfloat16 with --bf16-compute. */
   compute_dtype: "float32" | "bfloat16";
   ranks: number;
@@ -164,6 +172,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
     parameters: 0,
     lora_rank: loraRank,
     keep_ref: opts.keepRef === true,
+    keep_actor_layers: opts.keepActorLayers === true,
     compute_dtype: opts.bf16Compute ? "bfloat16" : "float32",
     ranks,
     layers: opts.config.numHiddenLayers,
@@ -264,6 +273,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
               ...(opts.keepRef ? ["actor_rollout_ref.ref.fsdp_config.reshard_after_forward=false"] : []),
             ]),
         "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+        ...(opts.keepActorLayers ? ["actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false"] : []),
         `actor_rollout_ref.rollout.n=${n}`,
         "actor_rollout_ref.rollout.ignore_eos=true",
         `actor_rollout_ref.actor.ppo_mini_batch_size=${prompts}`,
@@ -316,15 +326,16 @@ export function memoryLine(m: WorkerMemory): string {
   const gb = (bytes: number) => (bytes / 1e9).toFixed(2);
   return (
     `rank ${m.rank}: peak ${gb(m.peakRssBytes)} GB; shard and AdamW moments ${gb(m.actorShardBytes)}, ` +
-    `gathered weights kept ${gb(m.gatherBufferBytes)}, the update's gradient buffers ${gb(m.updateBufferBytes)}, ` +
+    `gathered weights kept ${gb(m.gatherBufferBytes)} (${gb(m.gatherInGradientBytes)} of it in the gradient shard's memory), ` +
+    `the update's gradient buffers ${gb(m.updateBufferBytes)}, ` +
     `wasm heap ${gb(m.backendHeapBytes)} (reserved), reference shard ${gb(m.refShardBytes)} ` +
     `(${gb(m.publishedShardBytes)} of it in /dev/shm, read there by ${gb(m.mappedShardBytes)} of mappings)`
   );
 }
 
-const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R] [--steps N] [--keep-ref] [--bf16-compute]
+const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R] [--steps N] [--keep-ref] [--keep-actor-layers] [--bf16-compute]
 
-The real-size probe (about 5 minutes on 2 idle cores; about 5.8 GB of memory per rank at its peak with
+The real-size probe (about 5 minutes on 2 idle cores; about 5.3 GB of memory per rank at its peak with
 2 ranks, and about 9 GB for the PyTorch side after it, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
 qwen2.5-0.5b; qwen3-0.6b and llama-3.2-1b are larger) with random bf16 weights (written to a
 temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU backend, generate 16 tokens
@@ -342,6 +353,10 @@ the same invocation: its figures are under "lora" (twice the time; the LoRA run 
 and the actor's gathered arrays outlive the reference's pass, so the update takes them back; each rank
 then holds the whole reference in bf16 too (about 1 GB more at this size). Full fine-tuning only
 (keep_ref in the JSON).
+--keep-actor-layers has the update read the decoder layers generation gathered instead of gathering each
+layer for its forward and again for its backward (actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false):
+the update is faster, and each rank holds those layers beside the gradient shard (about 0.5 GB more at
+the peak at this size; keep_actor_layers in the JSON).
 --bf16-compute rounds the activations of every product with the weights to bfloat16
 (actor_rollout_ref.model.compute_dtype=bfloat16), as PyTorch's bfloat16 side computes (compute_dtype in
 the JSON).
@@ -363,6 +378,7 @@ export const SCALE_FLAGS = {
   "lora-rank": { type: "integer", min: 1 },
   steps: { type: "integer", min: 1 },
   "keep-ref": { type: "boolean" },
+  "keep-actor-layers": { type: "boolean" },
   "bf16-compute": { type: "boolean" },
 } as const;
 
@@ -382,6 +398,7 @@ export async function runScaleProbeFor(flags: {
   "lora-rank"?: number;
   steps?: number;
   "keep-ref"?: boolean;
+  "keep-actor-layers"?: boolean;
   "bf16-compute"?: boolean;
 }): Promise<ScaleProbeResult & { lora?: ScaleProbeResult }> {
   const config = scaleConfig(flags);
@@ -392,6 +409,7 @@ export async function runScaleProbeFor(flags: {
       ranks: flags.ranks ?? 2,
       loraRank,
       keepRef: !loraRank && flags["keep-ref"] === true,
+      keepActorLayers: !loraRank && flags["keep-actor-layers"] === true,
       bf16Compute: flags["bf16-compute"] === true,
       steps: flags.steps,
       log: (l) => console.log(loraRank ? `[lora ${loraRank}] ${l}` : l),

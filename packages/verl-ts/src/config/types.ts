@@ -40,6 +40,7 @@ export interface ActorConfig extends Open {
   mask_tool_output: boolean;
   policy_loss: PolicyLossConfig;
   optim: OptimConfig;
+  fsdp_config: { reshard_after_forward: boolean } & Open;
 }
 
 export interface PolicyLossConfig extends Open {

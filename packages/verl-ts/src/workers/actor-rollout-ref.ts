@@ -121,14 +121,19 @@ export interface WorkerMemory {
    */
   gatherBufferBytes: number;
   /**
+   * Of gatherBufferBytes, the arrays that lie in the update's gradient shard's memory (idle between
+   * updates: generation's and the log-prob passes' decoder layers, FSDP per layer sharded at rest).
+   */
+  gatherInGradientBytes: number;
+  /**
    * Bytes of gathers not made so far because the kept arrays still held them (the old log-prob pass right
    * after generation, with no optimizer step between, takes generation's gathered bits back).
    */
   gatherReusedBytes: number;
   /**
    * The last update's gradient buffers on this rank, at their largest: the float32 gradient shard, the
-   * outer units' (the embedding's gradient, whole: its reduce-scatter runs once per mini-batch) and a
-   * decoder layer's. They exist during the update only; the memory stays in the process for the next one.
+   * outer units' (the embedding's gradient: the LM head's factors, or the whole matrix past their budget)
+   * and a decoder layer's. The memory stays in the process for the next update.
    */
   updateBufferBytes: number;
   /** The wasm backend's heap (it only grows; the tensors of every pass live there); 0 on other backends. */
@@ -437,6 +442,21 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     await this.gatherWeightsInto(model, which, undefined, borrower);
   }
 
+  /**
+   * Sharded at rest with FSDP per layer and actor.fsdp_config.reshard_after_forward, generation's and the
+   * log-prob passes' decoder layers are gathered into the update's gradient shard's memory: the update
+   * gathers its layers itself, and a rank holds one of the two at a time (LoRA: the adapters' gradient is
+   * too small to hold the layers).
+   */
+  protected override layersShareGradientMemory(model: Qwen2Model): boolean {
+    return (
+      this.shardedAtRest &&
+      model.gradientCheckpointing &&
+      !model.lora &&
+      this.cfg.actor_rollout_ref.actor.fsdp_config.reshard_after_forward
+    );
+  }
+
   /** GatherBuffers.take for `borrower`. */
   private lendTo(borrower: string): GatherTake {
     return (ctor, length) => this.gatherBuffers.take(borrower, ctor, length);
@@ -616,6 +636,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       mappedShardBytes: (this.refShards?.mappedBytes ?? 0) + (this.baseShards?.mappedBytes ?? 0),
       adapterParameters: this.model?.lora?.numParameters() ?? 0,
       gatherBufferBytes: this.gatherBuffers.bytes + this.refGatherBuffers.bytes,
+      gatherInGradientBytes: this.gatherBuffers.carvedBytes,
       gatherReusedBytes: this.gatherBuffers.reusedBytes,
       updateBufferBytes: this.updateBufferBytes,
       backendHeapBytes: backendHeapBytes(),
@@ -790,7 +811,12 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    */
   async updateActor(data: DataProto): Promise<Record<string, number>> {
     this.injectFault("updateActor");
-    return this.inUpdatePhase((model) => this.updateWith(model, data));
+    const model = this.needModel();
+    const metrics = await this.inUpdatePhase((m) => this.updateWith(m, data));
+    // resharding, the update's transients (its layers' gathers and activations, the head's factors) do
+    // not stay resident under the next phases' gathers and mappings
+    if (this.layersShareGradientMemory(model)) releaseTransientMemory();
+    return metrics;
   }
 
   /**

@@ -7,7 +7,13 @@
  * of the 0.5B probe wrote its 272 MB embedding unit to fresh pages every step. Arrays lent here go back
  * when their borrower says it no longer reads them (after evicting the model that held them), so the
  * actor's and the reference's passes write the same pages, phase after phase.
+ *
+ * Arrays may also be carved out of memory another owner lends while it does not use it (the update's
+ * gradient shard, idle outside the update: lendRegion). The owner takes it back whole (reclaimRegion):
+ * the arrays carved from it are gone then, their pages the owner's again. So the decoder layers that
+ * generation gathers and the update's gradient share one set of pages instead of two.
  */
+import { WorkerStateError } from "./errors.js";
 
 type GatherArray = Float32Array | Uint16Array;
 type GatherCtor = Float32ArrayConstructor | Uint16ArrayConstructor;
@@ -15,8 +21,11 @@ type GatherCtor = Float32ArrayConstructor | Uint16ArrayConstructor;
 /** Where a gather of `length` values of `ctor` goes (GatherBuffers.take for one borrower, or a new array). */
 export type GatherTake = <C extends GatherCtor>(ctor: C, length: number) => InstanceType<C>;
 
+/** Where carved arrays start: a multiple of this many bytes (a cache line). */
+const CARVE_ALIGN = 64;
+
 export class GatherBuffers {
-  private readonly idle: GatherArray[] = [];
+  private idle: GatherArray[] = [];
   private readonly lent = new Map<string, GatherArray[]>();
   /**
    * What a whole gather left in an array (markHolding), until the array is lent for another: a phase
@@ -26,18 +35,35 @@ export class GatherBuffers {
   private readonly contents = new Map<GatherArray, string>();
   /** Bytes taken back by takeHolding so far: gathers not made. */
   reusedBytes = 0;
+  /** Memory lent by its owner (lendRegion) and how much of it is carved into arrays. */
+  private region: { buffer: ArrayBuffer; used: number } | null = null;
+  /** The arrays carved out of the region. */
+  private readonly carved = new Set<GatherArray>();
 
   /**
    * An array of `length` elements of `ctor` lent to `borrower` until `reclaim(borrower)`: one kept from
    * an earlier phase when one of that type and length is idle (its old values still in it: a gather
    * overwrites every element), else a new one.
    */
-  take<C extends GatherCtor>(borrower: string, ctor: C, length: number): InstanceType<C> {
-    // an idle array that names no content first: one that does may be asked for by takeHolding
-    const fits = (a: GatherArray) => a.constructor === ctor && a.length === length;
+  take<C extends GatherCtor>(
+    borrower: string,
+    ctor: C,
+    length: number,
+    options: { carve?: boolean } = {},
+  ): InstanceType<C> {
+    // an idle array that names no content first: one that does may be asked for by takeHolding; an array
+    // carved from the lent region only where the caller may have one (it gives it back before the
+    // region's owner takes it back)
+    const carve = options.carve === true;
+    const fits = (a: GatherArray) =>
+      a.constructor === ctor && a.length === length && (carve || !this.carved.has(a));
     let i = this.idle.findIndex((a) => fits(a) && !this.contents.has(a));
     if (i < 0) i = this.idle.findIndex(fits);
-    const arr = (i >= 0 ? this.idle.splice(i, 1)[0]! : new ctor(length)) as InstanceType<C>;
+    const arr = (
+      i >= 0
+        ? this.idle.splice(i, 1)[0]!
+        : ((carve ? this.carve(ctor, length) : undefined) ?? new ctor(length))
+    ) as InstanceType<C>;
     // its borrower will write it: whatever it held is gone
     this.contents.delete(arr);
     this.lend(borrower, arr);
@@ -86,6 +112,53 @@ export class GatherBuffers {
     if (!mine) return;
     this.idle.push(...mine);
     this.lent.delete(borrower);
+  }
+
+  /**
+   * Lends `buffer` for arrays taken with `carve` until reclaimRegion: its owner does not use it meanwhile.
+   * Throws while another region is lent.
+   */
+  lendRegion(buffer: ArrayBuffer): void {
+    if (this.region) throw new WorkerStateError("a region is lent already: reclaim it first");
+    this.region = { buffer, used: 0 };
+  }
+
+  /**
+   * Its owner takes the lent region back: the arrays carved from it, idle, are dropped with what they held.
+   * Throws when one is still lent (its borrower would read memory the owner now writes). No-op when
+   * nothing is lent.
+   */
+  reclaimRegion(): void {
+    if (!this.region) return;
+    for (const [borrower, mine] of this.lent)
+      if (mine.some((a) => this.carved.has(a)))
+        throw new WorkerStateError(
+          `the lent region is still read by ${borrower}: its owner cannot take it back before it is reclaimed`,
+        );
+    this.idle = this.idle.filter((a) => !this.carved.has(a));
+    for (const a of this.carved) this.contents.delete(a);
+    this.carved.clear();
+    this.region = null;
+  }
+
+  /** Bytes of the arrays carved out of the lent region (within bytes; the region's owner holds them). */
+  get carvedBytes(): number {
+    let n = 0;
+    for (const a of this.carved) n += a.byteLength;
+    return n;
+  }
+
+  /** A new array of `length` elements in the lent region's free part; undefined where it does not fit. */
+  private carve<C extends GatherCtor>(ctor: C, length: number): InstanceType<C> | undefined {
+    const region = this.region;
+    if (!region) return undefined;
+    const at = Math.ceil(region.used / CARVE_ALIGN) * CARVE_ALIGN;
+    const bytes = length * ctor.BYTES_PER_ELEMENT;
+    if (at + bytes > region.buffer.byteLength) return undefined;
+    region.used = at + bytes;
+    const arr = new ctor(region.buffer, at, length) as InstanceType<C>;
+    this.carved.add(arr);
+    return arr;
   }
 
   /** Bytes held, idle and lent. */

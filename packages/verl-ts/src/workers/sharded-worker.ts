@@ -93,6 +93,11 @@ export abstract class ShardedWorker extends Worker {
    * (memoryInfo's updateBufferBytes).
    */
   protected updateBufferBytes = 0;
+  /**
+   * The update's gradient shard, kept from one update to the next where decoder layers' gathers are
+   * carved out of it between updates (layersShareGradientMemory).
+   */
+  private gradientMemory: Float32Array | null = null;
   /** The tensor backend initModel selected, and its line. */
   protected backendName = "";
   protected backendLine = "";
@@ -112,6 +117,24 @@ export abstract class ShardedWorker extends Worker {
 
   /** Puts full parameters (by name) into the model. */
   protected abstract applyParameters(values: Map<string, Float32Array>): void;
+
+  /**
+   * Whether the decoder layers' gathers of the phases between updates are carved out of the update's
+   * gradient shard's memory (gather-buffers.ts: the two never live at once). Only where the update gathers
+   * its layers itself (FSDP per layer) and the model holds no layer between phases. Default: never.
+   */
+  protected layersShareGradientMemory(_model: Qwen2Model): boolean {
+    return false;
+  }
+
+  /** The kept gradient shard's memory, lent to gatherBuffers while no update runs (made on first use). */
+  private sharedGradientMemory(): Float32Array {
+    if (!this.gradientMemory) {
+      this.gradientMemory = this.needSharded().newGradient();
+      this.gatherBuffers.lendRegion(this.gradientMemory.buffer as ArrayBuffer);
+    }
+    return this.gradientMemory;
+  }
 
   protected needSharded(): ShardedParameters {
     if (!this.sharded)
@@ -176,6 +199,13 @@ export abstract class ShardedWorker extends Worker {
     loss: (step: MicroStep) => tf.Scalar,
   ): Promise<{ sums: Float64Array; miniBatches: number; gradNorm: number; skipped: number; lr: number }> {
     const sharded = this.needSharded();
+    // where the layers' gathers between updates lie in the gradient shard's memory, the update takes it
+    // back (those gathers are gone) and gathers each layer itself
+    const shareGradient = this.layersShareGradientMemory(model);
+    if (shareGradient) {
+      this.sharedGradientMemory();
+      this.gatherBuffers.reclaimRegion();
+    }
     // the layers' gathers go into one kept array (taken back when this update ends), unless an earlier
     // phase's gather left every layer's bits of this version in kept arrays
     const layers = new LayerSharding(
@@ -184,7 +214,7 @@ export abstract class ShardedWorker extends Worker {
       vars,
       paramNameOf,
       (ctor, length) => this.gatherBuffers.take(LAYERS, ctor, length),
-      await this.heldLayers(model),
+      shareGradient ? undefined : await this.heldLayers(model),
     );
     const { localMini, micro } = miniBatchPlan(
       this.ctx,
@@ -207,7 +237,7 @@ export abstract class ShardedWorker extends Worker {
           const mask = mini.batch.loss_mask ?? mini.tensor("response_mask");
           const globalTokens = await globalMaskSum(this.ctx, mask);
           const weights = lossTokenWeights(mask, plan.lossAggMode, globalTokens, plan.globalMiniRows);
-          const grad = sharded.newGradient();
+          const grad = shareGradient ? this.sharedGradientMemory().fill(0) : sharded.newGradient();
           const mb = new Float64Array(plan.sums);
           const groups = microBatches(mini, micro, plan.maxTokens);
           // every rank runs as many rounds as the rank with the most micro-batches (layer-sharding.ts)
@@ -267,6 +297,7 @@ export abstract class ShardedWorker extends Worker {
     } finally {
       // the layers' weights were disposed with their tensors: nothing reads the kept array now
       this.gatherBuffers.reclaim(LAYERS);
+      if (shareGradient) this.gatherBuffers.lendRegion(this.sharedGradientMemory().buffer as ArrayBuffer);
     }
   }
 
@@ -317,6 +348,9 @@ export abstract class ShardedWorker extends Worker {
             keptUnits.map(([u, unit]) => [u, dtypeOf(unit)]),
             borrower,
           );
+    // decoder layers gathered for a phase may lie in the gradient shard's memory (idle between updates)
+    const carveLayers = borrower !== undefined && this.layersShareGradientMemory(model);
+    if (carveLayers) this.sharedGradientMemory();
     for (const [u, unit] of selected) {
       const dtype = dtypeOf(unit);
       const lender = lenderOf(unit);
@@ -325,7 +359,10 @@ export abstract class ShardedWorker extends Worker {
       let values: StoredValues;
       if (held) values = new HalfArray(dtype as HalfDtype, held as Uint16Array);
       else {
-        const out = lender ? this.gatherBuffers.take(lender, Uint16Array, unit.end - unit.start) : undefined;
+        const carve = carveLayers && lender === borrower && isLayerUnit(unit);
+        const out = lender
+          ? this.gatherBuffers.take(lender, Uint16Array, unit.end - unit.start, { carve })
+          : undefined;
         values = await sharded.gatherUnitStored(u, dtype, out);
         if (out && content !== undefined) this.gatherBuffers.markHolding(out, content);
       }

@@ -160,6 +160,7 @@ function fakeProbe(seconds: Record<string, number>, usage: Record<string, PhaseU
     ranks: 2,
     lora_rank: 0,
     keep_ref: false,
+    keep_actor_layers: false,
     compute_dtype: "float32",
     layers: 2,
     weight_file_bytes: 1,

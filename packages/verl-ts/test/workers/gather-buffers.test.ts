@@ -106,3 +106,37 @@ test("a shard's version changes with every optimizer step and load, and differs 
   t.true(await s.everyRank(true));
   t.false(await s.everyRank(false));
 });
+
+test("arrays carved out of a lent region: only for takes that carve, gone when its owner takes it back", (t) => {
+  const pool = new GatherBuffers();
+  const region = new Float32Array(64); // 256 bytes
+  pool.lendRegion(region.buffer);
+  t.throws(() => pool.lendRegion(new ArrayBuffer(8)), { message: /a region is lent already/ });
+  const a = pool.take("actor", Uint16Array, 40, { carve: true });
+  const b = pool.take("actor", Uint16Array, 40, { carve: true });
+  t.is(a.buffer, region.buffer);
+  t.is(b.buffer, region.buffer);
+  t.is(b.byteOffset, 128, "the next carve starts at a 64-byte boundary");
+  // no room left for a third: a new array of its own
+  const c = pool.take("actor", Uint16Array, 40, { carve: true });
+  t.not(c.buffer, region.buffer);
+  t.is(pool.carvedBytes, 160);
+  t.is(pool.bytes, 240);
+  // the owner cannot take the region back while its arrays are lent
+  t.throws(() => pool.reclaimRegion(), { message: /still read by actor/ });
+  pool.reclaim("actor");
+  // a take that does not carve never gets a carved array, though one is idle
+  const d = pool.take("layers", Uint16Array, 40);
+  t.is(d, c, "the one array of its own");
+  t.not(pool.take("layers", Uint16Array, 40).buffer, region.buffer);
+  pool.reclaim("layers");
+  // the owner takes its memory back: the carved arrays are gone from the pool, the others stay
+  pool.reclaimRegion();
+  t.is(pool.carvedBytes, 0);
+  t.is(pool.bytes, 160);
+  region.fill(1); // the owner's again
+  t.not(pool.take("actor", Uint16Array, 40, { carve: true }).buffer, region.buffer, "no region: no carving");
+  // lent again: carving starts over from its beginning
+  pool.lendRegion(region.buffer);
+  t.is(pool.take("actor", Uint16Array, 100, { carve: true }).byteOffset, 0);
+});

@@ -163,22 +163,37 @@ test.serial(
       const once = v.name === "fp32" ? 0 : weightBytes;
       t.deepEqual(reused(a, 1), [0, 0], "generation gathers");
       t.deepEqual(reused(a, 2), [once, once], "the old log-prob pass gathers nothing");
-      // the reference's pass reads its units where the published shards lie, mapped (half bits, the
-      // addon loaded): the update takes back everything generation gathered. Without the mapping it
-      // gathers its decoder layers into an array of its own and the units around the layers into the
-      // actor's kept arrays: the update takes back the decoder layers, and gathers the rest
+      // bf16 per layer: generation's decoder layers lie in the gradient shard's memory, which the update
+      // takes back; it gathers each layer itself. The reference's pass reads its units where the published
+      // shards lie, mapped (half bits, the addon loaded), and leaves the units around the layers that
+      // generation gathered: the update takes those back. Without the mapping the reference gathers into
+      // those arrays, and the update gathers them again
       const refMapped = v.name !== "fp32" && existsSync("/dev/shm") && loadNativeBlas().ok;
-      const layers = v.name === "fp32" ? 0 : refMapped ? once : once - outerParameters(dir) * 2;
-      t.deepEqual(reused(a, 3), [once + layers, once + layers], "the update takes back the decoder layers");
+      const outer = v.name === "fp32" || !refMapped ? 0 : outerParameters(dir) * 2;
+      t.deepEqual(
+        reused(a, 3),
+        [once + outer, once + outer],
+        "the update takes back the units around the layers",
+      );
       t.deepEqual(reused(a, 4), reused(a, 3), "the next generation gathers (new weights)");
-      // from the second step on, unmapped, the arrays the first update gathered the units around the
-      // layers into are idle: the reference's pass takes those, so the update takes all of generation's back
-      const second = once + layers + 2 * once;
-      t.deepEqual(reused(a, 6), [second, second], "the second step takes back the whole model");
+      const second = 2 * (once + outer);
+      t.deepEqual(reused(a, 6), [second, second], "the second step takes back as much");
       t.deepEqual(reused(b, 6), [0, 0], "weights kept between phases: nothing is gathered to take back");
-      for (const x of [a, b])
-        for (const k of [4, 5, 6])
-          t.deepEqual(pooled(x, k), pooled(x, 3), `step 2 reuses step 1's arrays (${k})`);
+      // step 2 keeps what step 1 kept, phase for phase: nothing grows
+      for (const x of [a, b]) {
+        t.deepEqual(pooled(x, 5), pooled(x, 4), "the log-prob pass keeps what generation kept");
+        t.deepEqual(pooled(x, 6), pooled(x, 3), "step 2's update keeps what step 1's kept");
+      }
+      // the decoder layers' gathers lie in the gradient shard's memory between updates, and in it only
+      const inGradient = (x: typeof a, k: number) => x.between[k]!.map((m) => m.gatherInGradientBytes);
+      const layerBytes = v.name === "fp32" ? 0 : once - outerParameters(dir) * 2;
+      t.deepEqual(inGradient(a, 1), [layerBytes, layerBytes], "generation's layers in the gradient's memory");
+      // from step 2 on, generation first reuses the array the update gathered its layers into
+      const layerCount = JSON.parse(readFileSync(join(dir, "config.json"), "utf8")).num_hidden_layers;
+      const step2 = layerBytes - layerBytes / layerCount;
+      t.deepEqual(inGradient(a, 4), [step2, step2], "the layers but one in the gradient's memory");
+      t.deepEqual(inGradient(a, 6), [0, 0], "taken back by the update");
+      t.deepEqual(inGradient(b, 4), [0, 0], "weights kept: nothing gathered");
       t.log(
         `${v.name}: ${info.numParameters} parameters; between phases a rank holds ${a.between[1]![0]!.actorShardBytes} bytes of FSDP state ` +
           `and ${a.between[1]![0]!.tensorBytes} tensor bytes sharded at rest, ${b.between[1]![0]!.actorWeightBytes} more bytes of weights (${b.between[1]![0]!.tensorBytes} tensor bytes) kept`,
@@ -261,42 +276,68 @@ test.serial(
 );
 
 test.serial(
-  "without a reference pass between them, the update takes generation's gathered layers back: the same update as keeping the weights",
+  "without a reference pass between them, the update takes generation's gathers back (all of them with actor.fsdp_config.reshard_after_forward=false): the same update as keeping the weights",
   async (t) => {
     const dir = tinyModelDir(7);
-    const extra = [
-      "actor_rollout_ref.model.dtype=bfloat16",
-      "actor_rollout_ref.model.enable_gradient_checkpointing=true",
-      "actor_rollout_ref.actor.use_kl_loss=false",
-    ];
-    const [rest, kept] = await Promise.all([
-      group("nokl-rest", config(dir, extra)),
-      group("nokl-kept", config(dir, [...extra, "actor_rollout_ref.rollout.free_cache_engine=false"])),
-    ]);
-    const info = ((await rest.initModel()) as ShardInfo[])[0]!;
-    await kept.initModel();
-    const steps = async (wg: Group) => {
-      const out = { metrics: [] as Record<string, number>[], reused: [] as number[][] };
-      for (let step = 0; step < 2; step++) {
-        const batch = await wg.generateSequences(prompts(step));
-        batch.union(await wg.computeLogProb(batch));
-        out.metrics.push((await update(wg, batch))[0]!);
-        out.reused.push(((await wg.memoryInfo()) as WorkerMemory[]).map((m) => m.gatherReusedBytes));
-      }
-      return { ...out, params: (await wg.gatheredParameters()) as Float32Array[] };
-    };
-    const a = await steps(rest);
-    const b = await steps(kept);
-    t.deepEqual(a.metrics, b.metrics, "the same update metrics");
-    t.deepEqual(a.params[0], b.params[0], "the same parameters after two steps");
-    // each step: the old log-prob pass takes all of generation's bits back, then the update takes the
-    // layers and the units around them (its first mini-batch; the second one follows an optimizer step and gathers)
-    const weightBytes = info.gatheredParamBytes;
-    for (const [step, ranks] of a.reused.entries())
-      t.deepEqual(ranks, [2 * (step + 1) * weightBytes, 2 * (step + 1) * weightBytes], `step ${step + 1}`);
-    t.deepEqual(b.reused[1], [0, 0]);
-    await rest.release();
-    await kept.release();
+    for (const reshard of [true, false]) {
+      const extra = [
+        "actor_rollout_ref.model.dtype=bfloat16",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+        "actor_rollout_ref.actor.use_kl_loss=false",
+        `actor_rollout_ref.actor.fsdp_config.reshard_after_forward=${reshard}`,
+      ];
+      const [rest, kept] = await Promise.all([
+        group(`nokl-rest-${reshard}`, config(dir, extra)),
+        group(
+          `nokl-kept-${reshard}`,
+          config(dir, [...extra, "actor_rollout_ref.rollout.free_cache_engine=false"]),
+        ),
+      ]);
+      const info = ((await rest.initModel()) as ShardInfo[])[0]!;
+      await kept.initModel();
+      const steps = async (wg: Group) => {
+        const out = {
+          metrics: [] as Record<string, number>[],
+          reused: [] as number[][],
+          inGradient: [] as number[][],
+        };
+        for (let step = 0; step < 2; step++) {
+          const batch = await wg.generateSequences(prompts(step));
+          batch.union(await wg.computeLogProb(batch));
+          out.inGradient.push(
+            ((await wg.memoryInfo()) as WorkerMemory[]).map((m) => m.gatherInGradientBytes),
+          );
+          out.metrics.push((await update(wg, batch))[0]!);
+          out.reused.push(((await wg.memoryInfo()) as WorkerMemory[]).map((m) => m.gatherReusedBytes));
+        }
+        return { ...out, params: (await wg.gatheredParameters()) as Float32Array[] };
+      };
+      const a = await steps(rest);
+      const b = await steps(kept);
+      t.deepEqual(a.metrics, b.metrics, `reshard ${reshard}: the same update metrics`);
+      t.deepEqual(a.params[0], b.params[0], `reshard ${reshard}: the same parameters after two steps`);
+      // each step: the old log-prob pass takes all of generation's bits back. Resharding, the update then
+      // takes the units around the layers back (its first mini-batch; the second one follows an optimizer
+      // step and gathers) and gathers each layer itself: generation's layers lie in the gradient shard's
+      // memory. Not resharding, it takes the layers back too
+      const weightBytes = info.gatheredParamBytes;
+      const perStep = weightBytes + (reshard ? outerParameters(dir) * 2 : weightBytes);
+      for (const [step, ranks] of a.reused.entries())
+        t.deepEqual(
+          ranks,
+          [(step + 1) * perStep, (step + 1) * perStep],
+          `reshard ${reshard}, step ${step + 1}`,
+        );
+      const layers = reshard ? weightBytes - outerParameters(dir) * 2 : 0;
+      t.deepEqual(
+        a.inGradient[0],
+        [layers, layers],
+        `reshard ${reshard}: generation's layers in the gradient's memory`,
+      );
+      t.deepEqual(b.reused[1], [0, 0]);
+      await rest.release();
+      await kept.release();
+    }
   },
 );
 
