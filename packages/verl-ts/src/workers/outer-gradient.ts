@@ -52,6 +52,8 @@ interface EntryShape {
 /** A record read back from a rank's kept values. */
 interface ReadRecord {
   kind: number;
+  /** Its entry's index in the unit. */
+  entry: number;
   rows: number;
   /** Where its data starts in `values`. */
   data: number;
@@ -202,7 +204,7 @@ export class OuterUnitGradient {
       const lo = Math.max(from, e.at);
       const hi = Math.min(to, e.at + e.rows * e.cols);
       if (lo >= hi) continue;
-      const mine = records.filter((r) => r.values[r.data - HEADER + 1] === k);
+      const mine = records.filter((r) => r.entry === k);
       this.computeRows(
         e,
         mine,
@@ -310,7 +312,7 @@ export class OuterUnitGradient {
               : Number.NaN;
       if (!(at + HEADER + length <= values.length))
         throw new WorkerStateError(`unit ${this.u}: a gathered gradient record at ${at} does not read`);
-      out.push({ kind, rows, data: at + HEADER, values });
+      out.push({ kind, entry: values[at + 1]!, rows, data: at + HEADER, values });
       at += HEADER + length;
     }
     return out;
@@ -347,7 +349,7 @@ export class OuterUnitGradient {
     if (this.dense) return;
     const dense = this.denseBuffer();
     for (const r of this.read(this.kept.subarray(FRAME, this.used))) {
-      const e = this.entries[r.values[r.data - HEADER + 1]!]!;
+      const e = this.entries[r.entry]!;
       const into = dense.subarray(e.at, e.at + e.rows * e.cols);
       const data = r.values.subarray(r.data);
       if (r.kind === PRODUCT)
