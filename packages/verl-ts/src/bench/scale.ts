@@ -335,7 +335,7 @@ export function memoryLine(m: WorkerMemory): string {
 
 const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R] [--steps N] [--keep-ref] [--keep-actor-layers] [--bf16-compute]
 
-The real-size probe (about 5 minutes on 2 idle cores; about 5.3 GB of memory per rank at its peak with
+The real-size probe (about 5 minutes on 2 idle cores; about 5 GB of memory per rank at its peak with
 2 ranks, and about 9 GB for the PyTorch side after it, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
 qwen2.5-0.5b; qwen3-0.6b and llama-3.2-1b are larger) with random bf16 weights (written to a
 temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU backend, generate 16 tokens
@@ -355,7 +355,7 @@ then holds the whole reference in bf16 too (about 1 GB more at this size). Full 
 (keep_ref in the JSON).
 --keep-actor-layers has the update read the decoder layers generation gathered instead of gathering each
 layer for its forward and again for its backward (actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false):
-the update is faster, and each rank holds those layers beside the gradient shard (about 0.5 GB more at
+the update is faster, and each rank holds those layers beside the gradient shard (about 0.8 GB more at
 the peak at this size; keep_actor_layers in the JSON).
 --bf16-compute rounds the activations of every product with the weights to bfloat16
 (actor_rollout_ref.model.compute_dtype=bfloat16), as PyTorch's bfloat16 side computes (compute_dtype in

@@ -61,7 +61,6 @@ import { isLayerUnit, layerTensorsOf } from "./layer-sharding.js";
 import { placeRows } from "./micro-batches.js";
 import type { OptimSettings } from "./optim.js";
 import { allReduceMax } from "./rank-context.js";
-import { releaseTransientMemory } from "./release-memory.js";
 import { type FlatUnit, shardedLayout } from "./sharded-parameters.js";
 import { streamedChunk, tagChunk, WeightSwapGate } from "./weight-swap.js";
 
@@ -130,6 +129,12 @@ export interface WorkerMemory {
    * after generation, with no optimizer step between, takes generation's gathered bits back).
    */
   gatherReusedBytes: number;
+  /**
+   * Times this worker handed the memory it freed back to the kernel: after loading the actor and the
+   * reference, and where the update gathers each decoder layer into the gradient shard's memory
+   * (reshard_after_forward, FSDP per layer), before each optimizer step and after the update.
+   */
+  transientReleases: number;
   /**
    * The last update's gradient buffers on this rank, at their largest: the float32 gradient shard, the
    * outer units' (the embedding's gradient: the LM head's factors, or the whole matrix past their budget)
@@ -208,11 +213,11 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const lora = await this.loadModels();
     // each rank reads the whole model's values to keep its shard: with the loading frame gone they are
     // unreachable, and their memory goes back to the kernel (before the reference reads them again)
-    releaseTransientMemory();
+    this.releaseTransients();
     // with LoRA the reference is the actor's base with the adapters off: nothing more to load
     if (this.hasRef && !(lora && this.isActor)) {
       this.loadReference();
-      releaseTransientMemory();
+      this.releaseTransients();
     }
     return this.shardInfo();
   }
@@ -637,6 +642,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       adapterParameters: this.model?.lora?.numParameters() ?? 0,
       gatherBufferBytes: this.gatherBuffers.bytes + this.refGatherBuffers.bytes,
       gatherInGradientBytes: this.gatherBuffers.carvedBytes,
+      transientReleases: this.transientReleases,
       gatherReusedBytes: this.gatherBuffers.reusedBytes,
       updateBufferBytes: this.updateBufferBytes,
       backendHeapBytes: backendHeapBytes(),
@@ -815,7 +821,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const metrics = await this.inUpdatePhase((m) => this.updateWith(m, data));
     // resharding, the update's transients (its layers' gathers and activations, the head's factors) do
     // not stay resident under the next phases' gathers and mappings
-    if (this.layersShareGradientMemory(model)) releaseTransientMemory();
+    if (this.layersShareGradientMemory(model)) this.releaseTransients();
     return metrics;
   }
 

@@ -51,7 +51,6 @@ import {
 } from "./fsdp.js";
 import { isLayerUnit } from "./layer-sharding.js";
 import type { OptimSettings } from "./optim.js";
-import { releaseTransientMemory } from "./release-memory.js";
 import type { FlatUnit } from "./sharded-parameters.js";
 
 export interface CriticOptions {
@@ -158,7 +157,7 @@ export class CriticWorker extends ShardedWorker {
   async initModel(): Promise<ShardInfo> {
     await this.loadModel();
     // every rank read the whole model's values to keep its shard: their memory goes back to the kernel
-    releaseTransientMemory();
+    this.releaseTransients();
     return this.shardInfo();
   }
 

@@ -27,6 +27,7 @@ import { globalMaskSum, lossTokenWeights } from "./loss-weights.js";
 import { microBatches, miniBatchPlan } from "./micro-batches.js";
 import { learningRate, type OptimSettings } from "./optim.js";
 import { allReduceMax, allReduceSum, type RankContext } from "./rank-context.js";
+import { releaseTransientMemory } from "./release-memory.js";
 import { pickRows, responseTokenBatch, rowsOf } from "./rows.js";
 import type { FlatUnit, ShardedParameters } from "./sharded-parameters.js";
 
@@ -98,6 +99,8 @@ export abstract class ShardedWorker extends Worker {
    * carved out of it between updates (layersShareGradientMemory).
    */
   private gradientMemory: Float32Array | null = null;
+  /** Times this worker handed the memory it freed back to the kernel (memoryInfo's transientReleases). */
+  protected transientReleases = 0;
   /** The tensor backend initModel selected, and its line. */
   protected backendName = "";
   protected backendLine = "";
@@ -105,6 +108,15 @@ export abstract class ShardedWorker extends Worker {
 
   protected get ctx(): RankContext {
     return { rank: this.rank, worldSize: this.worldSize, group: this.env.collectiveGroup };
+  }
+
+  /**
+   * Full collections, then every whole free page of malloc's heap back to the kernel
+   * (releaseTransientMemory), counted in transientReleases.
+   */
+  protected releaseTransients(): void {
+    this.transientReleases++;
+    releaseTransientMemory();
   }
 
   /** Test fault hook (fault-injection.ts): call at the start of a method a test may crash. */
@@ -277,6 +289,10 @@ export abstract class ShardedWorker extends Worker {
           this.updateBufferBytes = Math.max(this.updateBufferBytes, grad.byteLength + layers.bufferBytes);
           await allReduceSum(this.ctx, mb);
           for (let i = 0; i < plan.sums; i++) sums[i]! += mb[i]!;
+          // the micro-batches' transients (layers' gathers, activations, the head's factors), freed but
+          // kept resident, go back before the optimizer step, whose AdamW moments (first written by the
+          // first step) would otherwise land on top of them
+          if (shareGradient) this.releaseTransients();
           const norm = await sharded.step(grad, lr, plan.gradClip);
           if (Number.isFinite(norm)) {
             const more = epoch < plan.epochs - 1 || ms + localMini < data.length;

@@ -300,15 +300,17 @@ test.serial(
           metrics: [] as Record<string, number>[],
           reused: [] as number[][],
           inGradient: [] as number[][],
+          releases: [] as number[][],
         };
         for (let step = 0; step < 2; step++) {
           const batch = await wg.generateSequences(prompts(step));
           batch.union(await wg.computeLogProb(batch));
-          out.inGradient.push(
-            ((await wg.memoryInfo()) as WorkerMemory[]).map((m) => m.gatherInGradientBytes),
-          );
+          const before = (await wg.memoryInfo()) as WorkerMemory[];
+          out.inGradient.push(before.map((m) => m.gatherInGradientBytes));
           out.metrics.push((await update(wg, batch))[0]!);
-          out.reused.push(((await wg.memoryInfo()) as WorkerMemory[]).map((m) => m.gatherReusedBytes));
+          const after = (await wg.memoryInfo()) as WorkerMemory[];
+          out.reused.push(after.map((m) => m.gatherReusedBytes));
+          out.releases.push(after.map((m, r) => m.transientReleases - before[r]!.transientReleases));
         }
         return { ...out, params: (await wg.gatheredParameters()) as Float32Array[] };
       };
@@ -320,6 +322,29 @@ test.serial(
       // takes the units around the layers back (its first mini-batch; the second one follows an optimizer
       // step and gathers) and gathers each layer itself: generation's layers lie in the gradient shard's
       // memory. Not resharding, it takes the layers back too
+      // resharding, the update hands its transients back before each of its two optimizer steps and
+      // when it ends; not resharding (or weights kept between phases), it keeps them
+      t.deepEqual(
+        a.releases,
+        reshard
+          ? [
+              [3, 3],
+              [3, 3],
+            ]
+          : [
+              [0, 0],
+              [0, 0],
+            ],
+        `reshard ${reshard}: releases`,
+      );
+      t.deepEqual(
+        b.releases,
+        [
+          [0, 0],
+          [0, 0],
+        ],
+        `reshard ${reshard}: weights kept, no releases`,
+      );
       const weightBytes = info.gatheredParamBytes;
       const perStep = weightBytes + (reshard ? outerParameters(dir) * 2 : weightBytes);
       for (const [step, ranks] of a.reused.entries())
