@@ -41,6 +41,7 @@ export {
   computeLogProbs,
   forwardBackward,
   gradientsToArrays,
+  type HeadBlocks,
   headChunkRows,
   type LogProbOptions,
   type MicroBatch,

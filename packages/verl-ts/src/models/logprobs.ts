@@ -3,8 +3,10 @@
  * of a result scores token t given tokens before it (column 0 is 0), so masks line up with token ids.
  */
 import * as tf from "@tensorflow/tfjs";
+import { HalfArray } from "./half-precision.js";
 import { linear, linearTransposed, rowsIndependentPast } from "./linear.js";
 import { nativeLogSoftmaxPick } from "./native-log-prob.js";
+import { Bf16Weight } from "./native-matmul-bf16.js";
 import { nativeMatmulActive } from "./native-state.js";
 import type { LmHead, Qwen2Model } from "./qwen2.js";
 import type { TokenBatch } from "./token-batch.js";
@@ -18,6 +20,20 @@ export interface LogProbOptions {
    * them alone, and the other columns are 0. Default every column.
    */
   scoreColumns?: { from: number; to: number };
+  /**
+   * The LM head read `rows` of its vocabulary rows at a time, `after(from, to)` called once each block's
+   * product is done, so the caller can let that block's memory go (a reference's mapped pages): where the
+   * head is bfloat16 bits read transposed in place, on AMX tiles past their few-row threshold
+   * (rowsIndependentPast: the same logits, bit for bit) and in one chunk of positions. Elsewhere the head
+   * is read whole and `after` is never called.
+   */
+  headBlock?: HeadBlocks;
+}
+
+/** LogProbOptions.headBlock. */
+export interface HeadBlocks {
+  rows: number;
+  after: (from: number, to: number) => void;
 }
 
 /**
@@ -182,13 +198,18 @@ function headStats(
     throw new RangeError(`chunkRows must be a positive integer, got ${chunk}`);
   const native = nativeMatmulActive(tf.getBackend());
   const N = targets.length;
+  const blocks = headBlocks(head, N, chunk, options.headBlock);
   const parts: tf.Tensor2D[] = [];
   for (let s = 0; s < N; s += chunk) {
     const e = Math.min(N, s + chunk);
     parts.push(
       tf.tidy(() => {
         const x = N <= chunk ? rows : (tf.slice(rows, [s, 0], [e - s, rows.shape[1]]) as tf.Tensor2D);
-        let logits = head.transposed ? linearTransposed(x, head.weight) : linear(x, head.weight);
+        let logits = blocks
+          ? blockLogits(x, blocks.weight, blocks.rows, blocks.after)
+          : head.transposed
+            ? linearTransposed(x, head.weight)
+            : linear(x, head.weight);
         if (options.temperature && options.temperature !== 1) logits = tf.div(logits, options.temperature);
         const t = targets.subarray(s, e);
         return native
@@ -198,6 +219,39 @@ function headStats(
     );
   }
   return parts.length === 1 ? parts[0]! : (tf.concat(parts, 0) as tf.Tensor2D);
+}
+
+/** The head's blocks (LogProbOptions.headBlock) where they give the whole head's bits, else undefined. */
+function headBlocks(head: LmHead, N: number, chunk: number, blocks: HeadBlocks | undefined) {
+  if (!blocks) return undefined;
+  if (!Number.isInteger(blocks.rows) || blocks.rows < 1)
+    throw new RangeError(`headBlock.rows must be a positive integer, got ${blocks.rows}`);
+  const past = rowsIndependentPast(head.weight);
+  if (!(head.transposed && head.weight instanceof Bf16Weight) || past === undefined || N <= past || N > chunk)
+    return undefined;
+  return { weight: head.weight, rows: blocks.rows, after: blocks.after };
+}
+
+/**
+ * x . W^T for W [V, h] held as bfloat16 bits, `rows` of W's rows at a time (each a product of its own:
+ * on AMX tiles every logit depends on its row of x and its row of W alone), `after(from, to)` once rows
+ * [from, to) are read. [N, V].
+ */
+function blockLogits(
+  x: tf.Tensor2D,
+  w: Bf16Weight,
+  rows: number,
+  after: (from: number, to: number) => void,
+): tf.Tensor2D {
+  const [V, h] = w.shape;
+  const pieces: tf.Tensor2D[] = [];
+  for (let from = 0; from < V; from += rows) {
+    const to = Math.min(V, from + rows);
+    const bits = w.values.bits.subarray(from * h, to * h);
+    pieces.push(linearTransposed(x, new Bf16Weight(new HalfArray("bfloat16", bits), [to - from, h])));
+    after(from, to);
+  }
+  return pieces.length === 1 ? pieces[0]! : (tf.concat(pieces, 1) as tf.Tensor2D);
 }
 
 /**
@@ -263,12 +317,16 @@ export function scoreMicroBatches(
   }
 }
 
-/** Whether two micro-batches' head passes compute alike (temperature, chunk size). */
+/** Whether two micro-batches' head passes compute alike (temperature, chunk size, vocabulary blocks). */
 function sameHeadOptions(
   a: LogProbOptions & { chunkRows?: number },
   b: LogProbOptions & { chunkRows?: number },
 ) {
-  return (a.temperature ?? 1) === (b.temperature ?? 1) && a.chunkRows === b.chunkRows;
+  return (
+    (a.temperature ?? 1) === (b.temperature ?? 1) &&
+    a.chunkRows === b.chunkRows &&
+    a.headBlock === b.headBlock
+  );
 }
 
 /** [rows, 2]: log p(target) and the entropy of each row of `logits`, op by op (a target of -1 picks 0). */

@@ -25,7 +25,7 @@ import { miniBatchRows } from "../config/derived.js";
 import type { RolloutConfig, TrainerConfig } from "../config/types.js";
 import { selectBackend } from "../models/backend.js";
 import { layerwiseLogProbs } from "../models/layerwise.js";
-import { computeLogProbsOfBatches, tokenLogProbs } from "../models/logprobs.js";
+import { computeLogProbsOfBatches, type HeadBlocks, tokenLogProbs } from "../models/logprobs.js";
 import { initialAdapterValues, loraConfigOf } from "../models/lora.js";
 import { setActivationDtype } from "../models/native-matmul-bf16.js";
 import { loadModelValues } from "../models/pretrained.js";
@@ -112,6 +112,13 @@ export interface WorkerMemory {
    * the resident set until the pass lets them go, layer by layer.
    */
   mappedShardBytes: number;
+  /**
+   * Bytes of mapped pages the reference's passes let go block by block as their tied LM head read them
+   * (LogProbOptions.headBlock; every pass's, counted each time): the mapped embedding is never resident
+   * whole. 0 where the head is read whole (not mapped, untied, at most 8 scored positions per head pass,
+   * or products off the AMX tiles).
+   */
+  refHeadReleasedBytes: number;
   /** With LoRA: the adapters' parameters (the trained ones); else 0. */
   adapterParameters: number;
   /**
@@ -639,6 +646,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       actorBaseShardBytes: this.baseShards?.bytes ?? 0,
       publishedShardBytes: (this.refShards?.publishedBytes ?? 0) + (this.baseShards?.publishedBytes ?? 0),
       mappedShardBytes: (this.refShards?.mappedBytes ?? 0) + (this.baseShards?.mappedBytes ?? 0),
+      refHeadReleasedBytes: this.refShards?.releasedValueBytes ?? 0,
       adapterParameters: this.model?.lora?.numParameters() ?? 0,
       gatherBufferBytes: this.gatherBuffers.bytes + this.refGatherBuffers.bytes,
       gatherInGradientBytes: this.gatherBuffers.carvedBytes,
@@ -757,6 +765,15 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     };
     // a layer's values are read where the published shards lie (mapped) or gathered into `into`; the
     // layer before lets its mapped pages go once the next is asked for (layerwiseLogProbs is done with it)
+    // the tied head is read a block of the vocabulary at a time where the shards are mapped, each block's
+    // pages let go after it: the mapped embedding is never resident whole
+    const h = ref.config.hiddenSize;
+    const headBlock: HeadBlocks | undefined = ref.config.tieWordEmbeddings
+      ? {
+          rows: Math.max(1, Math.floor(REF_HEAD_BLOCK_BYTES / (2 * h))),
+          after: (from, to) => shards.releaseValues("model.embed_tokens.weight", from * h, to * h),
+        }
+      : undefined;
     let scores: Awaited<ReturnType<typeof layerwiseLogProbs>>;
     try {
       scores = await layerwiseLogProbs(
@@ -764,7 +781,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
         parts.map(({ tb, P, kept }) => ({
           tokens: tb,
           // the head runs only where a response token is predicted
-          options: { temperature, scoreColumns: { from: P, to: P + kept } },
+          options: { temperature, scoreColumns: { from: P, to: P + kept }, headBlock },
         })),
         async (i) => {
           const u = unitOfLayer.get(`layer ${i}`);
@@ -1083,6 +1100,13 @@ const REF_LAYERS = "ref layers";
  * the tensor backend: 256 MiB. A pass that needs more gathers the whole reference instead.
  */
 const REF_BY_LAYER_STATE_BYTES = 256 * 2 ** 20;
+
+/**
+ * bf16 bytes of the tied head a reference pass layer by layer reads at a time from the mapped shards,
+ * letting each block's pages go after it (LogProbOptions.headBlock): 16 MiB, where the whole embedding is
+ * 272 MB at Qwen2.5-0.5B's size.
+ */
+const REF_HEAD_BLOCK_BYTES = 16 * 2 ** 20;
 
 /** A reference pass's micro-batches (row indices) and each one's token batch, as refByLayer found them. */
 interface RefMicroBatches {

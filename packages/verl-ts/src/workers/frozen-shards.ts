@@ -245,6 +245,46 @@ export class FrozenShards {
   }
 
   /**
+   * Lets the mapped pages that hold only values [from, to) of parameter `name` leave the resident set (as
+   * unitParameters' release does for a whole unit): the whole pages of the files inside that range; the
+   * pages at the ranks' cuts, copies, stay. The values stay what they are (read again, from the files).
+   * Nothing where the parameter's unit is not mapped (gathered, or not read yet).
+   */
+  releaseValues(name: string, from: number, to: number): void {
+    this.releasedValueBytes += this.releasePages(name, from, to);
+  }
+
+  /** Bytes of mapped pages releaseValues let go so far (every call's, pages counted each time). */
+  releasedValueBytes = 0;
+
+  private releasePages(name: string, from: number, to: number): number {
+    for (const [u, unit] of this.units.entries()) {
+      const entry = unit.entries.find((e) => e.name === name);
+      if (!entry) continue;
+      if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to > entry.size || from > to)
+        throw new RangeError(`${name}: values [${from}, ${to}) are not within its ${entry.size} values`);
+      const m = this.unitMaps.get(u);
+      const blas = nativeBlas();
+      if (!m || !blas) return 0;
+      const page = blas.pageSize();
+      const at = (entry.offset - unit.start) * 2;
+      const lo = Math.ceil((at + from * 2) / page) * page;
+      const hi = Math.floor((at + to * 2) / page) * page;
+      let released = 0;
+      for (const r of m.mapped) {
+        const a = Math.max(lo, r.from);
+        const b = Math.min(hi, r.to);
+        if (b > a) {
+          blas.releaseMapped(m.buffer, a, b - a);
+          released += b - a;
+        }
+      }
+      return released;
+    }
+    throw new RangeError(`the shards hold no parameter ${name}`);
+  }
+
+  /**
    * Units (those `which` selects) held by `model` as unitParameters gives them: read in place where the
    * shards are mapped, else gathered (with `take`). Returns what lets their mapped pages go, to call once
    * the pass is done with them.

@@ -345,18 +345,29 @@ test.serial(
   },
 );
 
+/**
+ * A tied bf16 model and three rows of 12 tokens (token i of row r: 3 + (i * a + r * b) % 200) scoring
+ * columns 2..12: 10 scored positions each, past the 8 of the few-row products.
+ */
+function scoredHeadSetup(a: number, b: number) {
+  const config = tinyTestConfig(tok.vocabSize, { tieWordEmbeddings: true });
+  const [model] = pair(config);
+  const rows = [0, 1, 2].map((r) => Array.from({ length: 12 }, (_, i) => 3 + ((i * a + r * b) % 200)));
+  return {
+    model,
+    V: config.vocabSize,
+    rows,
+    tokens: padBatch(rows, "right"),
+    opts: { withEntropy: true, scoreColumns: { from: 2, to: 12 } },
+  };
+}
+
 test.serial(
   "a pass of several micro-batches runs their LM heads as one product on AMX tiles (past 8 scored rows each), with each micro-batch's own bits",
   async (t) => {
     const blas = nativeAddon(t);
     if (!blas) return;
-    const config = tinyTestConfig(tok.vocabSize, { tieWordEmbeddings: true });
-    const [model] = pair(config);
-    const V = config.vocabSize;
-    // rows of 12 tokens scoring columns 2..12: 10 scored positions each (past 8)
-    const rows = [0, 1, 2].map((r) => Array.from({ length: 12 }, (_, i) => 3 + ((i * 7 + r * 5) % 200)));
-    const tokens = padBatch(rows, "right");
-    const opts = { withEntropy: true, scoreColumns: { from: 2, to: 12 } };
+    const { model, V, rows, tokens, opts } = scoredHeadSetup(7, 5);
     const headRows = async (f: () => Promise<unknown>) => {
       const info = await tf.profile(async () => {
         await f();
@@ -396,6 +407,47 @@ test.serial(
           computeLogProbs(model, tokens, { ...opts, scoreColumns: { from: 5, to: 12 }, microBatchSize: 1 }),
         );
         t.deepEqual(few, [7, 7, 7], `tiles ${tiles}: 7 scored positions each`);
+      }
+    } finally {
+      blas.setAmx(amx);
+      model.dispose();
+    }
+  },
+);
+
+test.serial(
+  "the LM head read a block of its vocabulary at a time (headBlock): on AMX tiles the same bits as the whole head, each block handed back in order once read; elsewhere read whole",
+  async (t) => {
+    const blas = nativeAddon(t);
+    if (!blas) return;
+    const setup = scoredHeadSetup(11, 3);
+    const { model, V, tokens } = setup;
+    const opts = { ...setup.opts, microBatchSize: 1 };
+    const bits = (r: { logProbs: Float32Array; entropy?: Float32Array }) => [
+      Array.from(new Uint32Array(r.logProbs.buffer)),
+      Array.from(new Uint32Array(r.entropy!.buffer)),
+    ];
+    const amx = blas.amx().supported;
+    try {
+      for (const tiles of amx ? [true, false] : [false]) {
+        blas.setAmx(tiles);
+        const whole = await computeLogProbs(model, tokens, opts);
+        const handed: [number, number][] = [];
+        const blocked = await computeLogProbs(model, tokens, {
+          ...opts,
+          headBlock: { rows: 37, after: (from, to) => handed.push([from, to]) },
+        });
+        t.deepEqual(bits(blocked), bits(whole), `tiles ${tiles}: log-probs and entropy, bit for bit`);
+        const expected: [number, number][] = [];
+        for (let from = 0; from < V; from += 37) expected.push([from, Math.min(V, from + 37)]);
+        t.deepEqual(handed, tiles ? expected : [], `tiles ${tiles}: the blocks handed back`);
+      }
+      if (amx) {
+        blas.setAmx(true);
+        await t.throwsAsync(
+          computeLogProbs(model, tokens, { ...opts, headBlock: { rows: 0, after: () => {} } }),
+          { message: /headBlock.rows must be a positive integer/ },
+        );
       }
     } finally {
       blas.setAmx(amx);

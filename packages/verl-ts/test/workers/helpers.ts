@@ -13,18 +13,19 @@ export const WORKER_MODULE = new URL("../../src/workers/actor-rollout-ref.ts", i
 
 export type ActorGroup = BoundGroup<typeof ActorRolloutRefWorker>;
 
-/** `ranks` actor workers (one process each, a collective group, the cpu backend) named `name`. */
+/** `ranks` actor workers (one process each, a collective group, the cpu backend unless given) named `name`. */
 export async function actorGroup(
   name: string,
   ranks: number,
   config: TrainerConfig,
   collectiveSharedMemory?: boolean,
+  backend: "cpu" | "wasm" = "cpu",
 ): Promise<ActorGroup & { release(): Promise<void> }> {
   const pool = new ResourcePool({ processOnNodes: [ranks], useGpu: false, namePrefix: name });
   const group = (await WorkerGroup.create(
     pool,
     workerRole(ActorRolloutRefWorker, { module: WORKER_MODULE }, { config }),
-    { name, collective: true, env: { TORL_BACKEND: "cpu" }, collectiveSharedMemory },
+    { name, collective: true, env: { TORL_BACKEND: backend }, collectiveSharedMemory },
   )) as ActorGroup;
   // shutdown ends the workers but, as in Ray, keeps the pool's reservation: release gives the CPUs back
   return Object.assign(group, {

@@ -276,6 +276,50 @@ test.serial(
 );
 
 test.serial(
+  "the reference's tied LM head, read where the published shards lie, lets its mapped pages go as it reads them: the same log-probs as the actor's",
+  async (t) => {
+    const blas = loadNativeBlas();
+    if (!existsSync("/dev/shm") || !blas.ok || !blas.blas.amx().enabled) {
+      t.log("not checked: needs /dev/shm and the addon's AMX tiles (the head is read whole elsewhere)");
+      t.pass();
+      return;
+    }
+    const dir = tinyModelDir(8);
+    const c = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"));
+    // 10 response tokens a row: past 8 scored positions, the micro-batches share one head pass
+    // the wasm backend: the head's products read the bits in place there
+    const wg = await actorGroup(
+      "ref-head-blocks",
+      RANKS,
+      config(dir, ["actor_rollout_ref.model.dtype=bfloat16", "data.max_response_length=10"]),
+      true,
+      "wasm",
+    );
+    try {
+      await wg.initModel();
+      const batch = await wg.generateSequences(prompts(0));
+      t.is(batch.tensor("responses").shape[1], 10);
+      const old = (await wg.computeLogProb(batch)).tensor("old_log_probs").data as Float32Array;
+      const passes = [1, 2];
+      for (const pass of passes) {
+        const ref = (await wg.computeRefLogProb(batch)).tensor("ref_log_prob").data as Float32Array;
+        t.deepEqual(ref, old, `pass ${pass}: the reference's log-probs are the actor's, bit for bit`);
+      }
+      const embeddingBytes = c.vocab_size * c.hidden_size * 2;
+      for (const m of (await wg.memoryInfo()) as WorkerMemory[]) {
+        if (!c.tie_word_embeddings) t.is(m.refHeadReleasedBytes, 0, "an untied head is read whole");
+        else {
+          t.true(m.refHeadReleasedBytes > 0, `rank ${m.rank}: pages let go as the head read them`);
+          t.true(m.refHeadReleasedBytes <= passes.length * embeddingBytes, "no more than the embedding's");
+        }
+      }
+    } finally {
+      await wg.release();
+    }
+  },
+);
+
+test.serial(
   "without a reference pass between them, the update takes generation's gathers back (all of them with actor.fsdp_config.reshard_after_forward=false): the same update as keeping the weights",
   async (t) => {
     const dir = tinyModelDir(7);
