@@ -15,6 +15,12 @@
 // back (see Run). Each output's sum runs over k in order, a tile's 32 values at a time, hi, mid then lo
 // within each: it depends on its own row of x and column of W alone, never on m, the other rows or the
 // block sizes.
+//
+// Few rows read transposed (m <= 32, W [n, k] in whole tiles: an LM head over a micro-batch's scored
+// positions) take another route, RunWeightLeft: W's rows are the tiles' left operand as they lie in memory
+// and x's pieces, packed once, the right one, so W is read once and never packed (the pack above ran at
+// about half the speed memory streams at); each block of sums comes out as out^T and is transposed as it is
+// stored. Products commute, so every pair product and its place in each sum are Run's: the same bits.
 #include "amx.h"
 
 #include <algorithm>
@@ -318,6 +324,66 @@ TORL_AMX_TARGET void Block(bool twoRows, bool twoCols, const uint16_t* a, int64_
   else MultiplyBlock<1, 1, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd);
 }
 
+// out = x . W^T for W [n, k] (read transposed) with few rows of x (m <= 32), W whole rows of whole tiles
+// (k a multiple of 32, at most kDepthBlock) and n a multiple of 32: W is the tiles' left operand as it
+// lies (a tile is 16 of its rows, 64 bytes each: nothing is packed), x's pieces the right one, packed once,
+// and each 16 x 16 block of sums (out^T) is transposed into out when stored. The pair products and their
+// order along k are those of Run (a tile's 32 values at a time, hi, mid then lo): the same bits.
+TORL_AMX_TARGET void RunWeightLeft(const float* x, const uint16_t* w, float* out, int64_t m, int64_t n, int64_t k,
+                                   int pieceCount) {
+  const int64_t mPad = 32, ld = k + kRowSlack, plane = mPad * ld;
+  thread_local std::vector<uint16_t> pieceBuffer, packedBuffer;
+  thread_local std::vector<float> blockBuffer;
+  uint16_t* pieces = Aligned(pieceBuffer, pieceCount * plane);
+  SplitPieces(x, k, m, 0, k, mPad, ld, pieceCount, pieces);
+  // each piece's rows as the right operand: pair-row r of a 32-column strip holds (x[i][2r], x[i][2r + 1])
+  const int64_t stripLength = k * kStrip;
+  uint16_t* packed = Aligned(packedBuffer, pieceCount * stripLength);
+  for (int s = 0; s < pieceCount; s++)
+    PackStrip(pieces + s * plane, mPad, ld, true, 0, k, k, 0, kStrip, packed + s * stripLength);
+  float* sums = Aligned(blockBuffer, 4 * 256);
+  const long wStride = static_cast<long>(k * 2), bStride = 2 * kStrip * 2;
+  __asm__ volatile("" ::: "memory");
+  ConfigureTiles();
+  for (int64_t n0 = 0; n0 < n; n0 += 32) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    const uint16_t* w0 = w + n0 * k;
+    const uint16_t* w1 = w0 + 16 * k;
+    for (int64_t p = 0; p < k; p += 32) {
+      _tile_loadd(4, w0 + p, wStride);
+      _tile_loadd(5, w1 + p, wStride);
+      for (int s = 0; s < pieceCount; s++) {
+        const uint16_t* b = packed + s * stripLength + p / 2 * (2 * kStrip);
+        _tile_loadd(6, b, bStride);
+        _tile_loadd(7, b + 32, bStride);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+    // tile t: out^T rows n0 + 16 (t / 2) .., columns 16 (t % 2) .. (x's rows)
+    _tile_stored(0, sums, 64);
+    _tile_stored(1, sums + 256, 64);
+    _tile_stored(2, sums + 512, 64);
+    _tile_stored(3, sums + 768, 64);
+    __asm__ volatile("" ::: "memory");
+    for (int t = 0; t < 4; t++) {
+      const float* block = sums + 256 * t;
+      const int64_t rowBase = 16 * (t % 2), colBase = n0 + 16 * (t / 2);
+      for (int64_t c = 0; c < 16 && rowBase + c < m; c++) {
+        // column c of the block (x's row rowBase + c) is out's row, 16 consecutive values
+        const __m512i index = _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 16, 0);
+        _mm512_storeu_ps(out + (rowBase + c) * n + colBase, _mm512_i32gather_ps(index, block + c, 4));
+      }
+    }
+  }
+  _tile_release();
+}
+
 TORL_AMX_TARGET void Run(const float* x, const uint16_t* w, float* out, int64_t m, int64_t n, int64_t k,
                          bool transposeW, int pieceCount) {
   const int64_t mPad = RoundUp(m, 16), nPad = RoundUp(n, 16);
@@ -380,7 +446,10 @@ TORL_AMX_TARGET void Run(const float* x, const uint16_t* w, float* out, int64_t 
 bool AmxMatmulBf16(const float* x, const uint16_t* w, float* out, int64_t m, int64_t n, int64_t k,
                    bool transposeW, bool roundX) {
   if (!State().enabled) return false;
-  Run(x, w, out, m, n, k, transposeW, roundX ? 1 : 3);
+  if (transposeW && m <= 32 && n % 32 == 0 && k % 32 == 0 && k <= kDepthBlock)
+    RunWeightLeft(x, w, out, m, n, k, roundX ? 1 : 3);
+  else
+    Run(x, w, out, m, n, k, transposeW, roundX ? 1 : 3);
   return true;
 }
 

@@ -354,6 +354,48 @@ test.serial(
 );
 
 test.serial(
+  "on AMX tiles a weight read transposed gives, bit for bit, the product of the same weight laid out [k, n] (few rows: the weight is the tiles' left operand)",
+  (t) => {
+    const blas = addon(t);
+    if (!blas || !withTiles(t, blas)) return t.pass();
+    // up to 32 rows with whole tiles of W (n a multiple of 32, k of 32 up to 1024) take the left-operand
+    // path; the others (33 rows, n or k off a tile, k past 1024) the packed one
+    const shapes = [
+      ...[9, 16, 31, 32, 33].map((m) => [m, 64 * m, 896] as const),
+      [32, 96, 1024] as const,
+      [9, 32, 32] as const,
+      [20, 48, 896] as const,
+      [12, 64, 1056] as const,
+    ];
+    try {
+      blas.setAmx(true);
+      for (const dtype of ["float32", "bfloat16"] as const) {
+        blas.setActivationDtype(dtype);
+        for (const [m, n, k] of shapes) {
+          const x = floats(m * k, m * 13 + k);
+          const w = bf16Weight(n * k, n * 7 + k);
+          // W [n, k] and its transpose [k, n]
+          const plain = new Uint16Array(n * k);
+          for (let j = 0; j < n; j++) for (let q = 0; q < k; q++) plain[q * n + j] = w.bits[j * k + q]!;
+          const transposed = new Float32Array(m * n);
+          const laidOut = new Float32Array(m * n);
+          blas.matmulBf16(x, w.bits, transposed, m, n, k, true);
+          blas.matmulBf16(x, plain, laidOut, m, n, k, false);
+          t.deepEqual(
+            new Uint32Array(transposed.buffer),
+            new Uint32Array(laidOut.buffer),
+            `${dtype} m=${m} n=${n} k=${k}`,
+          );
+        }
+      }
+    } finally {
+      blas.setActivationDtype("float32");
+      blas.setAmx(blas.amx().supported);
+    }
+  },
+);
+
+test.serial(
   "on AMX tiles each float32 x is split exactly: a product with the identity gives x back, bit for bit",
   (t) => {
     const blas = addon(t);

@@ -770,7 +770,8 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     const h = ref.config.hiddenSize;
     const headBlock: HeadBlocks | undefined = ref.config.tieWordEmbeddings
       ? {
-          rows: Math.max(1, Math.floor(REF_HEAD_BLOCK_BYTES / (2 * h))),
+          // whole tiles of rows: on AMX the head's rows are then read as they lie (amx-bf16.cc)
+          rows: Math.max(32, Math.floor(REF_HEAD_BLOCK_BYTES / (2 * h) / 32) * 32),
           after: (from, to) => shards.releaseValues("model.embed_tokens.weight", from * h, to * h),
         }
       : undefined;
