@@ -356,7 +356,8 @@ then holds the whole reference in bf16 too (about 1 GB more at this size). Full 
 --keep-actor-layers has the update read the decoder layers generation gathered instead of gathering each
 layer for its forward and again for its backward (actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false):
 the update is faster, and each rank holds those layers beside the gradient shard (about 0.8 GB more at
-the peak at this size; keep_actor_layers in the JSON).
+the peak at this size; keep_actor_layers in the JSON). Full fine-tuning only (with LoRA the update reads
+the layers it holds either way).
 --bf16-compute rounds the activations of every product with the weights to bfloat16
 (actor_rollout_ref.model.compute_dtype=bfloat16), as PyTorch's bfloat16 side computes (compute_dtype in
 the JSON).

@@ -239,7 +239,7 @@ export class FrozenShards {
     );
     // the files' pages leave the resident set; read again, they are the same bytes
     const release = () => {
-      for (const { from, to } of m.mapped) nativeBlas()?.releaseMapped(m.buffer, from, to - from);
+      releaseMappedWithin(m, 0, m.buffer.byteLength);
     };
     return { values, release };
   }
@@ -251,38 +251,25 @@ export class FrozenShards {
    * Nothing where the parameter's unit is not mapped (gathered, or not read yet).
    */
   releaseValues(name: string, from: number, to: number): void {
-    this.releasedValueBytes += this.releasePages(name, from, to);
+    const u = this.units.findIndex((unit) => unit.entries.some((e) => e.name === name));
+    if (u < 0) throw new RangeError(`the shards hold no parameter ${name}`);
+    const unit = this.units[u]!;
+    const entry = unit.entries.find((e) => e.name === name)!;
+    if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to > entry.size || from > to)
+      throw new RangeError(`${name}: values [${from}, ${to}) are not within its ${entry.size} values`);
+    const m = this.unitMaps.get(u);
+    const page = nativeBlas()?.pageSize();
+    if (!m || !page) return;
+    const at = (entry.offset - unit.start) * 2;
+    this.releasedValueBytes += releaseMappedWithin(
+      m,
+      Math.ceil((at + from * 2) / page) * page,
+      Math.floor((at + to * 2) / page) * page,
+    );
   }
 
   /** Bytes of mapped pages releaseValues let go so far (every call's, pages counted each time). */
   releasedValueBytes = 0;
-
-  private releasePages(name: string, from: number, to: number): number {
-    for (const [u, unit] of this.units.entries()) {
-      const entry = unit.entries.find((e) => e.name === name);
-      if (!entry) continue;
-      if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to > entry.size || from > to)
-        throw new RangeError(`${name}: values [${from}, ${to}) are not within its ${entry.size} values`);
-      const m = this.unitMaps.get(u);
-      const blas = nativeBlas();
-      if (!m || !blas) return 0;
-      const page = blas.pageSize();
-      const at = (entry.offset - unit.start) * 2;
-      const lo = Math.ceil((at + from * 2) / page) * page;
-      const hi = Math.floor((at + to * 2) / page) * page;
-      let released = 0;
-      for (const r of m.mapped) {
-        const a = Math.max(lo, r.from);
-        const b = Math.min(hi, r.to);
-        if (b > a) {
-          blas.releaseMapped(m.buffer, a, b - a);
-          released += b - a;
-        }
-      }
-      return released;
-    }
-    throw new RangeError(`the shards hold no parameter ${name}`);
-  }
 
   /**
    * Units (those `which` selects) held by `model` as unitParameters gives them: read in place where the
@@ -373,4 +360,28 @@ function fileRange(
       ? new HalfArray(v.dtype, v.bits.subarray(from, to)).toFloat32()
       : v.subarray(from, to);
   return dtype === "float32" ? f : HalfArray.fromFloat32(f, dtype).bits;
+}
+
+/**
+ * The mapped pieces of a unit's array (FrozenShards' unitMaps) between byte offsets `lo` and `hi` (whole
+ * pages) leave the resident set: only the files' pages, never the copies at the ranks' cuts. Returns the
+ * bytes let go.
+ */
+function releaseMappedWithin(
+  m: { buffer: ArrayBuffer; mapped: { from: number; to: number }[] },
+  lo: number,
+  hi: number,
+): number {
+  const blas = nativeBlas();
+  if (!blas) return 0;
+  let released = 0;
+  for (const r of m.mapped) {
+    const a = Math.max(lo, r.from);
+    const b = Math.min(hi, r.to);
+    if (b > a) {
+      blas.releaseMapped(m.buffer, a, b - a);
+      released += b - a;
+    }
+  }
+  return released;
 }
