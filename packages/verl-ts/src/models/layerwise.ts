@@ -8,7 +8,7 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import type { SequenceAttention } from "./attention.js";
-import { decoderBlock } from "./decoder-block.js";
+import { blockRowsIndependentPast, decoderBlock, decoderBlocks, sharedBlockGroups } from "./decoder-block.js";
 import { type WeightGradientSink, withHostWeightGradients } from "./linear.js";
 import { computeLogProbsOfBatches, type LogProbOptions } from "./logprobs.js";
 import { bf16BitsOf } from "./native-matmul-bf16.js";
@@ -93,7 +93,13 @@ export class LayerwisePass {
       t.dispose();
   }
 
-  private blockWeights(i: number, weights: LayerTensors) {
+  /** The attention inputs every layer shares for this batch. */
+  get sequence(): SequenceAttention {
+    return this.seq;
+  }
+
+  /** Layer `i`'s weights as the block reads them, from `weights` (by parameter name). */
+  blockWeights(i: number, weights: LayerTensors) {
     return this.model.blockWeights(i, (name) => {
       const t = weights.get(name);
       if (!t) throw new RangeError(`layer ${i}: weight ${name} was not given`);
@@ -244,7 +250,8 @@ export async function layerwiseStep(
  * Log-probs (and entropy) without gradients of several batches, layer by layer: each decoder layer's
  * weights are brought in once (`layerWeights`; FSDP: all-gathered) and run on every batch before the
  * next layer's come, so a sharded model is gathered once per pass and holds one layer at a time. Every
- * batch's hidden state [B*L, h] is kept between layers. The embedding, the final norm and the head come
+ * batch's hidden state [B*L, h] is kept between layers. Batches share a layer's products where that gives
+ * each its own bits (decoderBlocks, in groups of sharedBlockGroups): each matrix is read once per group. The embedding, the final norm and the head come
  * from the model (it must hold them); the head runs as chunkedTokenLogProbs runs it. The kernels are
  * those of the whole-model pass, so are the numbers. Per batch (each with its own options, as
  * computeLogProbs takes them): [B*L] host arrays.
@@ -262,11 +269,34 @@ export async function layerwiseLogProbs(
     for (let i = 0; i < model.config.numHiddenLayers; i++) {
       const weights = await layerWeights(i);
       try {
-        states = states.map((x, k) => {
-          const y = passes[k]!.forwardLayer(i, x, weights);
-          x.dispose();
-          return y;
-        });
+        // batches whose rows give each its own bits share the layer's products (decoderBlocks)
+        const w = passes[0]?.blockWeights(i, weights);
+        const past = w && passes.length > 1 ? blockRowsIndependentPast(w) : undefined;
+        const next: tf.Tensor2D[] = [...states];
+        try {
+          for (const group of sharedBlockGroups(
+            states.map((x) => x.shape[0]),
+            past,
+          )) {
+            const ys =
+              group.length === 1
+                ? [passes[group[0]!]!.forwardLayer(i, states[group[0]!]!, weights)]
+                : tf.tidy(() =>
+                    decoderBlocks(
+                      group.map((k) => states[k]!),
+                      w!,
+                      group.map((k) => passes[k]!.sequence),
+                      model.config.rmsNormEps,
+                    ),
+                  );
+            for (const [j, k] of group.entries()) next[k] = ys[j]!;
+          }
+        } catch (error) {
+          for (const [k, y] of next.entries()) if (y !== states[k]) y.dispose();
+          throw error;
+        }
+        for (const x of states) x.dispose();
+        states = next;
       } finally {
         for (const t of weights.values()) t.dispose();
       }

@@ -3,6 +3,7 @@
  * of a result scores token t given tokens before it (column 0 is 0), so masks line up with token ids.
  */
 import * as tf from "@tensorflow/tfjs";
+import { sharedBlockGroups } from "./decoder-block.js";
 import { HalfArray } from "./half-precision.js";
 import { linear, linearTransposed, rowsIndependentPast } from "./linear.js";
 import { nativeLogSoftmaxPick } from "./native-log-prob.js";
@@ -256,27 +257,34 @@ function blockLogits(
 
 /**
  * chunkedTokenLogProbs of several micro-batches (`trunk(k, f)` runs f where model.forward gives micro-batch
- * k's decoder output: by default the decoder itself). Where the LM head's products give each row from its
- * own row alone (rowsIndependentPast: bfloat16 bits on AMX tiles), the scored positions of every
- * micro-batch with more than that many of them share one head pass (in chunks of `chunkRows`), so the
- * largest matrix is read once, not once per micro-batch: the same bits as a head pass each. Call inside
+ * k's decoder output: by default the decoder itself). Where the products give each row from its own row
+ * alone (rowsIndependentPast: bfloat16 bits on AMX tiles), micro-batches with more rows than that share
+ * them, so each matrix is read once, not once per micro-batch, with the same bits as a pass each: the
+ * decoder layers' (the model's own decoder; groups of up to SHARED_BLOCK_ROWS rows, Qwen2Model.decoderOutputs)
+ * and the LM head's (the scored positions of every micro-batch, in chunks of `chunkRows`). Call inside
  * tf.tidy.
  */
 export function scoreMicroBatches(
   model: Qwen2Model,
   batches: { tokens: TokenBatch; options: LogProbOptions & { chunkRows?: number } }[],
-  trunk: <T>(k: number, f: () => T) => T = (_, f) => f(),
+  trunk?: <T>(k: number, f: () => T) => T,
 ): TokenScores[] {
   const V = model.config.vocabSize;
-  // each micro-batch's decoder in a scope of its own: only its scored rows outlive it
-  const scored = batches.map(({ tokens, options }, k) => {
-    let kept: ScoredRows | null = null;
+  const scored: (ScoredRows | null)[] = batches.map(() => null);
+  // each group's decoder in a scope of its own: only its scored rows outlive it
+  for (const group of trunkGroups(model, batches, trunk === undefined))
     tf.tidy(() => {
-      kept = trunk(k, () => scoredRows(model, tokens, options));
-      if (kept) tf.keep(kept.rows);
+      // micro-batches that share the decoder layers' products (Qwen2Model.decoderOutputs)
+      const shared =
+        group.length > 1 ? model.decoderOutputs(group.map((k) => batches[k]!.tokens)) : undefined;
+      for (const [j, k] of group.entries()) {
+        const { tokens, options } = batches[k]!;
+        const run = () => scoredRows(model, tokens, options);
+        const kept = shared ? model.withLayerOutput(shared[j]!, run) : trunk ? trunk(k, run) : run();
+        if (kept) tf.keep(kept.rows);
+        scored[k] = kept;
+      }
     });
-    return kept as ScoredRows | null;
-  });
   // a bf16 model's matrices are read from their bits (qwen2.ts); the update's products read the same bits
   const head = model.lmHead(true);
   try {
@@ -315,6 +323,24 @@ export function scoreMicroBatches(
     head.weight.dispose();
     for (const s of scored) s?.rows.dispose();
   }
+}
+
+/**
+ * The micro-batches whose decoders run together (Qwen2Model.decoderOutputs), where the decoder is the
+ * model's own (`ownTrunk`) and that gives each the bits of its own pass: those with scored positions, in
+ * groups of sharedBlockGroups; every other one alone.
+ */
+function trunkGroups(
+  model: Qwen2Model,
+  batches: { tokens: TokenBatch; options: LogProbOptions }[],
+  ownTrunk: boolean,
+): number[][] {
+  const past = ownTrunk && batches.length > 1 ? model.sharedLayersPast() : undefined;
+  // a micro-batch that scores nothing runs no decoder: 0 rows keeps it alone
+  const rows = batches.map(({ tokens: { ids, batch: B, length: L }, options }) =>
+    scoredPositions(ids, B, L, options.scoreColumns) ? B * L : 0,
+  );
+  return sharedBlockGroups(rows, past);
 }
 
 /** Whether two micro-batches' head passes compute alike (temperature, chunk size, vocabulary blocks). */

@@ -10,7 +10,14 @@ import { gaussian, mulberry32 } from "../random.js";
 import { cachedAttention, causalMask, type SequenceAttention } from "./attention.js";
 import { checkpointedBlock, tapeIsRecording } from "./checkpointed-block.js";
 import { hasQkNorm, type Qwen2Config } from "./config.js";
-import { type BlockWeights, blockFinish, blockProjections, decoderBlock } from "./decoder-block.js";
+import {
+  type BlockWeights,
+  blockFinish,
+  blockProjections,
+  blockRowsIndependentPast,
+  decoderBlock,
+  decoderBlocks,
+} from "./decoder-block.js";
 import { ModelFormatError } from "./errors.js";
 import { HalfArray, type StoredValues, type WeightDtype } from "./half-precision.js";
 import type { KVCache } from "./kv-cache.js";
@@ -541,6 +548,41 @@ export class Qwen2Model {
               linear(hfinal, this.weights.tensor("lm_head.weight"));
       return options.lastOnly ? logits : tf.reshape(logits, [B, S, c.vocabSize]);
     });
+  }
+
+  /**
+   * The rows past which batches may share the decoder layers' products in decoderOutputs and still get,
+   * bit for bit, what each gets alone (blockRowsIndependentPast: a bfloat16 model read from its bits on
+   * AMX tiles, in a pass without a tape); undefined where they may not.
+   */
+  sharedLayersPast(): number | undefined {
+    if (!this.readsBf16Bits() || this.layerOutput) return undefined;
+    return blockRowsIndependentPast(this.blockWeights(0, undefined, true));
+  }
+
+  /**
+   * The decoder layers' outputs [B_i*L_i, h] of several batches, in a pass without a tape, each layer's
+   * products shared by all of them (decoderBlocks): the matrices are read once per layer, not once per
+   * batch. Where every batch has more than sharedLayersPast() rows, each output is, bit for bit, the one
+   * forward() computes for that batch alone (before the final norm). Call inside tf.tidy.
+   */
+  decoderOutputs(batches: TokenBatch[]): tf.Tensor2D[] {
+    if (tapeIsRecording())
+      throw new RangeError("decoderOutputs runs without a gradient tape; use forward() under one");
+    const fromBits = this.readsBf16Bits();
+    const seqs = batches.map((b) => this.sequenceAttention(b));
+    let xs = batches.map((b) => this.embed(b));
+    for (let i = 0; i < this.config.numHiddenLayers; i++) {
+      // each layer's activations freed as soon as its outputs exist: the batches' together would
+      // otherwise stay until the caller's scope ends
+      const inputs = xs;
+      xs = tf.tidy(() =>
+        decoderBlocks(inputs, this.blockWeights(i, undefined, fromBits), seqs, this.config.rmsNormEps),
+      );
+      for (const x of inputs) x.dispose();
+      this.layerDone(i);
+    }
+    return xs;
   }
 
   /**

@@ -19,6 +19,7 @@ import {
   tokenLogProbs,
 } from "../../src/index.js";
 import type { Qwen2Config } from "../../src/models/config.js";
+import { layerwiseLogProbs } from "../../src/models/layerwise.js";
 import { linear, linearTransposed, withHostWeightGradients } from "../../src/models/linear.js";
 import {
   bf16BitsOf,
@@ -345,6 +346,23 @@ test.serial(
   },
 );
 
+/** Log-probs and entropy as their bit patterns. */
+function scoreBits(r: { logProbs: Float32Array; entropy?: Float32Array }): number[][] {
+  return [Array.from(new Uint32Array(r.logProbs.buffer)), Array.from(new Uint32Array(r.entropy!.buffer))];
+}
+
+/** The rows of every bf16 product `f` makes whose result is `width` columns wide, in order. */
+async function productRows(width: number, f: () => Promise<unknown>): Promise<number[]> {
+  const info = await tf.profile(async () => {
+    await f();
+  });
+  return info.kernels
+    .filter((k) => k.name === MATMUL_BF16_KERNEL)
+    .flatMap((k) => k.outputShapes)
+    .filter((s) => s!.length === 2 && s![1] === width)
+    .map((s) => s![0]!);
+}
+
 /**
  * A tied bf16 model and three rows of 12 tokens (token i of row r: 3 + (i * a + r * b) % 200) scoring
  * columns 2..12: 10 scored positions each, past the 8 of the few-row products.
@@ -368,16 +386,7 @@ test.serial(
     const blas = nativeAddon(t);
     if (!blas) return;
     const { model, V, rows, tokens, opts } = scoredHeadSetup(7, 5);
-    const headRows = async (f: () => Promise<unknown>) => {
-      const info = await tf.profile(async () => {
-        await f();
-      });
-      return info.kernels
-        .filter((k) => k.name === MATMUL_BF16_KERNEL)
-        .flatMap((k) => k.outputShapes)
-        .filter((s) => s!.length === 2 && s![1] === V)
-        .map((s) => s![0]!);
-    };
+    const headRows = (f: () => Promise<unknown>) => productRows(V, f);
     const bits = (r: { logProbs: Float32Array; entropy?: Float32Array }) => [
       new Uint32Array(r.logProbs.buffer),
       new Uint32Array(r.entropy!.buffer),
@@ -423,10 +432,6 @@ test.serial(
     const setup = scoredHeadSetup(11, 3);
     const { model, V, tokens } = setup;
     const opts = { ...setup.opts, microBatchSize: 1 };
-    const bits = (r: { logProbs: Float32Array; entropy?: Float32Array }) => [
-      Array.from(new Uint32Array(r.logProbs.buffer)),
-      Array.from(new Uint32Array(r.entropy!.buffer)),
-    ];
     const amx = blas.amx().supported;
     try {
       for (const tiles of amx ? [true, false] : [false]) {
@@ -437,7 +442,11 @@ test.serial(
           ...opts,
           headBlock: { rows: 37, after: (from, to) => handed.push([from, to]) },
         });
-        t.deepEqual(bits(blocked), bits(whole), `tiles ${tiles}: log-probs and entropy, bit for bit`);
+        t.deepEqual(
+          scoreBits(blocked),
+          scoreBits(whole),
+          `tiles ${tiles}: log-probs and entropy, bit for bit`,
+        );
         const expected: [number, number][] = [];
         for (let from = 0; from < V; from += 37) expected.push([from, Math.min(V, from + 37)]);
         t.deepEqual(handed, tiles ? expected : [], `tiles ${tiles}: the blocks handed back`);
@@ -448,6 +457,82 @@ test.serial(
           computeLogProbs(model, tokens, { ...opts, headBlock: { rows: 0, after: () => {} } }),
           { message: /headBlock.rows must be a positive integer/ },
         );
+      }
+    } finally {
+      blas.setAmx(amx);
+      model.dispose();
+    }
+  },
+);
+
+test.serial(
+  "micro-batches of more than 8 rows each share the decoder layers' products on AMX tiles (a matrix read once per layer), with each micro-batch's own bits",
+  async (t) => {
+    const blas = nativeAddon(t);
+    if (!blas) return;
+    const { model, rows, tokens, opts } = scoredHeadSetup(5, 13);
+    const { intermediateSize: I, numHiddenLayers: layers } = model.config;
+    // the rows of every product of the MLP's gate and up projections ([rows, I])
+    const mlpRows = (f: () => Promise<unknown>) => productRows(I, f);
+    const amx = blas.amx().supported;
+    try {
+      for (const tiles of amx ? [true, false] : [false]) {
+        blas.setAmx(tiles);
+        let together: { logProbs: Float32Array; entropy?: Float32Array } | undefined;
+        const products = await mlpRows(async () => {
+          together = await computeLogProbs(model, tokens, { ...opts, microBatchSize: 1 });
+        });
+        // gate and up of each layer: once on all 3 x 12 rows with tiles, else once per micro-batch
+        const expected = tiles ? Array(2 * layers).fill(36) : Array(6 * layers).fill(12);
+        t.deepEqual(products, expected, `tiles ${tiles}: the MLP's products`);
+        const L = tokens.length;
+        for (const [r, row] of rows.entries()) {
+          const alone = await computeLogProbs(model, padBatch([row], "right"), opts);
+          const [lp, ent] = scoreBits(alone);
+          const [tlp, tent] = scoreBits(together!).map((b) => b.slice(r * L, (r + 1) * L));
+          t.deepEqual(tlp, lp, `tiles ${tiles} row ${r}: log-probs, bit for bit`);
+          t.deepEqual(tent, ent, `tiles ${tiles} row ${r}: entropy, bit for bit`);
+        }
+        // layer by layer (the reference's sharded pass): each layer's weights as bits, shared alike
+        const values = Qwen2Model.randomParameters(model.config, { seed: 9, std: 0.3 });
+        let byLayer: { logProbs: Float32Array; entropy?: Float32Array }[] = [];
+        const layerProducts = await mlpRows(async () => {
+          byLayer = await layerwiseLogProbs(
+            model,
+            rows.map((row) => ({ tokens: padBatch([row], "right"), options: opts })),
+            async (i) =>
+              new Map(
+                [...values]
+                  .filter(([name]) => name.startsWith(`model.layers.${i}.`))
+                  .map(([name, v]) => {
+                    const spec = model.specs.find((s) => s.name === name)!;
+                    const half = HalfArray.fromFloat32(v, "bfloat16");
+                    return [
+                      name,
+                      spec.shape.length === 2
+                        ? bitsOnlyTensor(half, spec.shape as [number, number])
+                        : widenedTensor(half, [...spec.shape]),
+                    ];
+                  }),
+              ),
+          );
+        });
+        t.deepEqual(layerProducts, expected, `tiles ${tiles}: layer by layer, the MLP's products`);
+        for (const [r, one] of byLayer.entries())
+          t.deepEqual(
+            scoreBits(one),
+            scoreBits(together!).map((b) => b.slice(r * L, (r + 1) * L)),
+            `tiles ${tiles} row ${r}: layer by layer, bit for bit`,
+          );
+        // micro-batches of 8 rows or fewer each keep products of their own (another kernel)
+        const short = padBatch(
+          rows.map((row) => row.slice(0, 8)),
+          "right",
+        );
+        const few = await mlpRows(() =>
+          computeLogProbs(model, short, { ...opts, scoreColumns: { from: 2, to: 8 }, microBatchSize: 1 }),
+        );
+        t.deepEqual(few, Array(6 * layers).fill(8), `tiles ${tiles}: 8 rows each, alone`);
       }
     } finally {
       blas.setAmx(amx);
