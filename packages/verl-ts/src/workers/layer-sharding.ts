@@ -189,6 +189,8 @@ export class LayerSharding {
    * asked for, served together with the first gradients read. `round`: which of the mini-batch's rounds
    * this is (every rank calls with the same); layer by layer, the gradients outside the layers (the
    * vocabulary-sized embedding's) add up over the rounds and are reduce-scattered once, in the last.
+   * The mini-batch's rounds write every value of the shard gradient before they add to it: its memory
+   * may hold anything before the first round.
    */
   async microBatch(
     tokens: TokenBatch | null,
@@ -198,15 +200,19 @@ export class LayerSharding {
     round: { first: boolean; last: boolean },
   ): Promise<void> {
     if (this.model.gradientCheckpointing) await this.layerByLayer(tokens, loss, pending, shardGrad, round);
-    else await this.wholeModel(tokens, loss, pending, shardGrad);
+    else await this.wholeModel(tokens, loss, pending, shardGrad, round.first);
   }
 
-  /** One tape over the whole model; the gradients reduce-scattered unit by unit afterwards. */
+  /**
+   * One tape over the whole model; the gradients reduce-scattered unit by unit afterwards (written over
+   * what `shardGrad` held in the first round, added after).
+   */
   private async wholeModel(
     tokens: TokenBatch | null,
     loss: () => tf.Scalar,
     pending: () => PendingRead[],
     shardGrad: Float32Array,
+    first: boolean,
   ): Promise<void> {
     const sharded = this.sharded;
     let grads: tf.NamedTensorMap = {};
@@ -232,7 +238,7 @@ export class LayerSharding {
         } finally {
           for (const { g } of present) g.dispose();
         }
-        await sharded.reduceScatterUnit(u, buf, shardGrad);
+        await sharded.reduceScatterUnit(u, buf, shardGrad, first);
       }
     } finally {
       for (const g of Object.values(grads)) if (!g.isDisposed) g.dispose();
@@ -307,7 +313,8 @@ export class LayerSharding {
             (k, values) => buf.set(values, sharded.offsetOf(entries[k]![0]) - unit.start),
           );
         }
-        await sharded.reduceScatterUnit(u, buf, shardGrad);
+        // every round reduces every layer: the first writes over what the gradient's memory held
+        await sharded.reduceScatterUnit(u, buf, shardGrad, round.first);
       },
       // the LM head's matrix (the tied embedding, or lm_head) hands its gradient over as its factors
       // where it reads bf16 bits: no vocabulary-sized tensor on the heap, no pass to copy it

@@ -182,13 +182,14 @@ export class OuterUnitGradient {
   }
 
   /**
-   * The mini-batch's last round: sums the unit's gradient over the ranks and adds this rank's piece of
-   * it into `shardGrad`. Every rank calls it for the same units in the same order.
+   * The mini-batch's last round: sums the unit's gradient over the ranks and writes this rank's piece
+   * of it into `shardGrad` (the only write there in the mini-batch). Every rank calls it for the same
+   * units in the same order.
    */
   async reduceInto(shardGrad: Float32Array): Promise<void> {
     if (!(await this.sharded.everyRank(this.dense === null))) {
       this.goDense();
-      await this.sharded.reduceScatterUnit(this.u, this.dense!, shardGrad);
+      await this.sharded.reduceScatterUnit(this.u, this.dense!, shardGrad, true);
       return;
     }
     const count = this.used - FRAME;
@@ -214,8 +215,7 @@ export class OuterUnitGradient {
           // the chunk's values that fall in this rank's piece
           const start = Math.max(lo, at);
           const end = Math.min(hi, at + chunk.length);
-          if (start < end)
-            addInto(chunk.subarray(start - at, end - at), out.subarray(start - from, end - from));
+          if (start < end) out.set(chunk.subarray(start - at, end - at), start - from);
         },
       );
     }

@@ -174,11 +174,17 @@ export class ShardedParameters {
 
   /**
    * Sums unit `u`'s gradient (full unit size, this rank's contribution) over the ranks and adds this
-   * rank's piece of the sum into `shardGrad`. Every rank calls it for the same units in the same order.
+   * rank's piece of the sum into `shardGrad` (`overwrite`: writes it there, for the first write of a
+   * gradient whose memory holds anything). Every rank calls it for the same units in the same order.
    * The sum is reduced in place into this rank's piece of `unitGrad` (no memory of its own: the
    * embedding's piece is 272 MB at Qwen2.5-0.5B's size), so that piece of `unitGrad` holds the sum after.
    */
-  async reduceScatterUnit(u: number, unitGrad: Float32Array, shardGrad: Float32Array): Promise<void> {
+  async reduceScatterUnit(
+    u: number,
+    unitGrad: Float32Array,
+    shardGrad: Float32Array,
+    overwrite = false,
+  ): Promise<void> {
     const unit = this.units[u]!;
     const piece = this.pieces[u]!;
     if (unitGrad.length !== unit.end - unit.start)
@@ -188,7 +194,9 @@ export class ShardedParameters {
     const own = piece.end - piece.start;
     const mine = unitGrad.subarray(piece.start - unit.start, piece.end - unit.start);
     if (this.ctx.worldSize > 1) await collective.reduceScatter(unitGrad, "sum", this.ctx.group!, mine);
-    addInto(mine, shardGrad.subarray(piece.local, piece.local + own));
+    const into = shardGrad.subarray(piece.local, piece.local + own);
+    if (overwrite) into.set(mine);
+    else addInto(mine, into);
   }
 
   /**

@@ -249,11 +249,14 @@ export abstract class ShardedWorker extends Worker {
           const mask = mini.batch.loss_mask ?? mini.tensor("response_mask");
           const globalTokens = await globalMaskSum(this.ctx, mask);
           const weights = lossTokenWeights(mask, plan.lossAggMode, globalTokens, plan.globalMiniRows);
-          const grad = shareGradient ? this.sharedGradientMemory().fill(0) : sharded.newGradient();
           const mb = new Float64Array(plan.sums);
           const groups = microBatches(mini, micro, plan.maxTokens);
           // every rank runs as many rounds as the rank with the most micro-batches (layer-sharding.ts)
           const rounds = await allReduceMax(this.ctx, groups.length);
+          // the rounds write every value of the gradient before adding to it (LayerSharding.microBatch):
+          // the shared memory, which held the layers' gathers, needs no pass of zeros first
+          const grad = shareGradient ? this.sharedGradientMemory() : sharded.newGradient();
+          if (rounds === 0) grad.fill(0);
           for (let round = 0; round < rounds; round++) {
             const rows = groups[round];
             if (!rows) {

@@ -70,12 +70,13 @@ function rankExchange(bus: Bus, rank: number): UnitExchange {
       }
       return out;
     },
-    reduceScatterUnit: async (_u, unitGrad, shardGrad) => {
+    reduceScatterUnit: async (_u, unitGrad, shardGrad, overwrite) => {
       const all = await bus.exchange(rank, "reduceScatter", unitGrad.slice());
       for (let i = piece.start; i < piece.end; i++) {
         let sum = 0;
         for (const g of all) sum += g[i]!;
-        shardGrad[i - piece.start]! += sum;
+        if (overwrite) shardGrad[i - piece.start] = sum;
+        else shardGrad[i - piece.start]! += sum;
       }
     },
   };
@@ -124,7 +125,8 @@ async function miniBatch(positions: number[][], budgets: number[]) {
       }
       const dense = g.isDense;
       const piece = exchange.pieces[0]!;
-      const shardGrad = new Float32Array(piece.end - piece.start);
+      // whatever the memory held before (the layers' gathers, between updates): written over
+      const shardGrad = new Float32Array(piece.end - piece.start).fill(Number.NaN);
       await g.reduceInto(shardGrad);
       return { dense, shardGrad, piece, bytes: g.bytes };
     }),
@@ -140,7 +142,7 @@ function maxError(results: Awaited<ReturnType<typeof miniBatch>>["results"], wan
   return worst;
 }
 
-test("the head's factors kept and exchanged give each rank its piece of the summed gradient", async (t) => {
+test("the head's factors kept and exchanged give each rank its piece of the summed gradient, written over what its memory held", async (t) => {
   if (!nativeBlas()) return t.pass("skipped: the OpenBLAS addon (its products) is not loaded here");
   for (const ranks of [1, 2, 3]) {
     const positions = Array.from({ length: ranks }, (_, r) => [3 + r, 2, 4]);
