@@ -556,7 +556,7 @@ export class Qwen2Model {
    * AMX tiles, in a pass without a tape); undefined where they may not.
    */
   sharedLayersPast(): number | undefined {
-    if (!this.readsBf16Bits() || this.layerOutput) return undefined;
+    if (!this.readsBf16Bits() || this.layerOutput || this.config.numHiddenLayers === 0) return undefined;
     return blockRowsIndependentPast(this.blockWeights(0, undefined, true));
   }
 
