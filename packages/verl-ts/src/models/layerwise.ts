@@ -248,13 +248,13 @@ export async function layerwiseStep(
 
 /**
  * Log-probs (and entropy) without gradients of several batches, layer by layer: each decoder layer's
- * weights are brought in once (`layerWeights`; FSDP: all-gathered) and run on every batch before the
- * next layer's come, so a sharded model is gathered once per pass and holds one layer at a time. Every
- * batch's hidden state [B*L, h] is kept between layers. Batches share a layer's products where that gives
- * each its own bits (decoderBlocks, in groups of sharedBlockGroups): each matrix is read once per group. The embedding, the final norm and the head come
- * from the model (it must hold them); the head runs as chunkedTokenLogProbs runs it. The kernels are
- * those of the whole-model pass, so are the numbers. Per batch (each with its own options, as
- * computeLogProbs takes them): [B*L] host arrays.
+ * weights are brought in once (`layerWeights`; FSDP: all-gathered) and run on every batch before the next
+ * layer's come, so a sharded model is gathered once per pass and holds one layer at a time. Every batch's
+ * hidden state [B*L, h] is kept between layers. Batches share a layer's products where that gives each its
+ * own bits (decoderBlocks, in groups of sharedBlockGroups): each matrix is read once per group. The
+ * embedding, the final norm and the head come from the model (it must hold them); the head runs as
+ * chunkedTokenLogProbs runs it. The kernels are those of the whole-model pass, so are the numbers. Per
+ * batch (each with its own options, as computeLogProbs takes them): [B*L] host arrays.
  */
 export async function layerwiseLogProbs(
   model: Qwen2Model,

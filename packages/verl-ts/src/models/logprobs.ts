@@ -260,9 +260,9 @@ function blockLogits(
  * k's decoder output: by default the decoder itself). Where the products give each row from its own row
  * alone (rowsIndependentPast: bfloat16 bits on AMX tiles), micro-batches with more rows than that share
  * them, so each matrix is read once, not once per micro-batch, with the same bits as a pass each: the
- * decoder layers' (the model's own decoder; groups of up to SHARED_BLOCK_ROWS rows, Qwen2Model.decoderOutputs)
- * and the LM head's (the scored positions of every micro-batch, in chunks of `chunkRows`). Call inside
- * tf.tidy.
+ * decoder layers' (the model's own decoder; groups of up to SHARED_BLOCK_ROWS rows,
+ * Qwen2Model.decoderOutputs) and the LM head's (the scored positions of every micro-batch, in chunks of
+ * `chunkRows`). Call inside tf.tidy.
  */
 export function scoreMicroBatches(
   model: Qwen2Model,
@@ -335,12 +335,12 @@ function trunkGroups(
   batches: { tokens: TokenBatch; options: LogProbOptions }[],
   ownTrunk: boolean,
 ): number[][] {
-  const past = ownTrunk && batches.length > 1 ? model.sharedLayersPast() : undefined;
   // a micro-batch that scores nothing runs no decoder: 0 rows keeps it alone
   const rows = batches.map(({ tokens: { ids, batch: B, length: L }, options }) =>
     scoredPositions(ids, B, L, options.scoreColumns) ? B * L : 0,
   );
-  return sharedBlockGroups(rows, past);
+  const running = rows.filter((n) => n > 0).length;
+  return sharedBlockGroups(rows, ownTrunk && running > 1 ? model.sharedLayersPast() : undefined);
 }
 
 /** Whether two micro-batches' head passes compute alike (temperature, chunk size, vocabulary blocks). */

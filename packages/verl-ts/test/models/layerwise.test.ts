@@ -1,6 +1,7 @@
 import * as tf from "@tensorflow/tfjs";
 import test from "ava";
 import { installNativeMatmul, padBatch, Qwen2Model, selectBackend, tokenLogProbs } from "../../src/index.js";
+import { SHARED_BLOCK_ROWS, sharedBlockGroups } from "../../src/models/decoder-block.js";
 import { type LayerTensors, type LayerwiseHooks, layerwiseStep } from "../../src/models/layerwise.js";
 import { cloneKeepingBits } from "../../src/models/native-matmul-bf16.js";
 import { bitsOnlyVariables } from "../../src/models/qwen2.js";
@@ -298,3 +299,14 @@ for (const tied of [true, false])
       model.dispose();
     },
   );
+
+test("batches share a layer's products in groups of at most SHARED_BLOCK_ROWS rows, each past the rows that keep their own bits", (t) => {
+  // 8 rows or fewer (another kernel), and batches of the cap or more, stay alone; the rest fill groups in order
+  t.deepEqual(sharedBlockGroups([33, 33, 8, 40], 8), [[0, 1, 3], [2]]);
+  t.deepEqual(sharedBlockGroups([300, 300, 200], 8), [[0], [1, 2]]);
+  t.deepEqual(sharedBlockGroups([SHARED_BLOCK_ROWS, 20, 20], 8), [[0], [1, 2]]);
+  t.deepEqual(sharedBlockGroups([100, 100, 100], 8, 250), [[0, 1], [2]]);
+  // products that do not promise each row its own bits: every batch alone
+  t.deepEqual(sharedBlockGroups([33, 33], undefined), [[0], [1]]);
+  t.deepEqual(sharedBlockGroups([], 8), []);
+});
