@@ -12,7 +12,7 @@ import { loadTrainerConfig } from "../../src/config/index.js";
 import { buildByteBpeTokenizer, createRandomPretrained } from "../../src/models/index.js";
 import { layoutForMiniBatches } from "../../src/workers/index.js";
 import { TINY_TEST_ARCH } from "../models/tiny-config.js";
-import { actorGroup, responseBatch } from "./helpers.js";
+import { actorGroup, releaseLeftGroups, responseBatch } from "./helpers.js";
 
 const B = 8;
 const P = 5;
@@ -63,6 +63,8 @@ const batch = () =>
 test.before(async () => {
   await init({ numCpus: 3 });
 });
+// a failed test's groups go, so the next tests get their CPUs
+test.afterEach.always(releaseLeftGroups);
 test.after.always(async () => {
   await shutdown();
   rmSync(modelDir, { recursive: true, force: true });

@@ -3,7 +3,7 @@ import test from "ava";
 import { loadTrainerConfig } from "../../src/config/index.js";
 import type { DataProto } from "../../src/protocol/index.js";
 import { layoutForMiniBatches, type ShardInfo } from "../../src/workers/index.js";
-import { type ActorGroup, actorGroup, responseBatch, tinyModelDir } from "./helpers.js";
+import { type ActorGroup, actorGroup, releaseLeftGroups, responseBatch, tinyModelDir } from "./helpers.js";
 
 // FSDP equivalence: the same global batch gives the same parameters on 1, 2 and 4 ranks, with
 // token-budget micro-batches (use_dynamic_bsz) instead of fixed ones, and with gradient checkpointing
@@ -65,6 +65,8 @@ const group = (n: number, cfg: ReturnType<typeof config>, name = `fsdp${n}`) => 
 test.before(async () => {
   await init({ numCpus: 11 }); // one per worker: groups of 1, 2, 4, 2 and 2 ranks
 });
+// a failed test's groups go, so the next tests get their CPUs
+test.afterEach.always(releaseLeftGroups);
 test.after.always(async () => {
   await shutdown();
 });

@@ -28,12 +28,30 @@ export async function actorGroup(
     { name, collective: true, env: { TORL_BACKEND: backend }, collectiveSharedMemory },
   )) as ActorGroup;
   // shutdown ends the workers but, as in Ray, keeps the pool's reservation: release gives the CPUs back
-  return Object.assign(group, {
+  let released = false;
+  const handle = Object.assign(group, {
     async release() {
+      if (released) return;
+      released = true;
+      unreleased.delete(handle);
       await group.shutdown();
       await pool.release();
     },
   });
+  unreleased.add(handle);
+  return handle;
+}
+
+/** The groups actorGroup made whose release has not been called. */
+const unreleased = new Set<{ release(): Promise<void> }>();
+
+/**
+ * Releases every group a test left unreleased (it failed before its own release), so that the tests
+ * after it in the file do not wait for the CPUs its pool holds: for `test.afterEach.always` in a file
+ * whose tests run one at a time.
+ */
+export async function releaseLeftGroups(): Promise<void> {
+  for (const g of [...unreleased]) await g.release();
 }
 
 /** A byte-level tokenizer (259 tokens) and a random 2-layer Qwen2 model with hidden size 32, saved. */

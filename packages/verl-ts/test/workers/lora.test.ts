@@ -14,7 +14,7 @@ import { adapterSpecs, loraConfigOf } from "../../src/models/lora.js";
 import { loadModelValues } from "../../src/models/pretrained.js";
 import { DataProto } from "../../src/protocol/index.js";
 import { layoutForMiniBatches, type ShardInfo, type WorkerMemory } from "../../src/workers/index.js";
-import { actorGroup, seededPrompts, tinyModelDir } from "./helpers.js";
+import { actorGroup, releaseLeftGroups, seededPrompts, tinyModelDir } from "./helpers.js";
 
 const PROMPTS = 4;
 const N = 2;
@@ -52,6 +52,8 @@ const dirs: string[] = [];
 test.before(async () => {
   await init({ numCpus: 8 });
 });
+// a failed test's groups go, so the next tests get their CPUs
+test.afterEach.always(releaseLeftGroups);
 test.after.always(async () => {
   await shutdown();
   for (const d of dirs) rmSync(d, { recursive: true, force: true });

@@ -4,7 +4,7 @@ import test from "ava";
 import { loadTrainerConfig } from "../../src/config/index.js";
 import type { DataProto } from "../../src/protocol/index.js";
 import { layoutForMiniBatches } from "../../src/workers/index.js";
-import { type ActorGroup, actorGroup, responseBatch, tinyModelDir } from "./helpers.js";
+import { type ActorGroup, actorGroup, releaseLeftGroups, responseBatch, tinyModelDir } from "./helpers.js";
 
 // A policy loss chosen by actor.policy_loss.loss_mode runs in the worker processes, and the metrics the
 // worker reports are the ones the loss returns. The user's loss lives in a module outside the package
@@ -64,6 +64,8 @@ async function update(wg: Group): Promise<Record<string, number>> {
 test.before(async () => {
   await init({ numCpus: 4 });
 });
+// a failed test's groups go, so the next tests get their CPUs
+test.afterEach.always(releaseLeftGroups);
 test.after.always(async () => {
   await shutdown();
 });

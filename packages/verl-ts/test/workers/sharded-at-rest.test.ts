@@ -13,7 +13,7 @@ import test from "ava";
 import { loadTrainerConfig } from "../../src/config/index.js";
 import { DataProto } from "../../src/protocol/index.js";
 import { layoutForMiniBatches, type ShardInfo, type WorkerMemory } from "../../src/workers/index.js";
-import { type ActorGroup, actorGroup, seededPrompts, tinyModelDir } from "./helpers.js";
+import { type ActorGroup, actorGroup, releaseLeftGroups, seededPrompts, tinyModelDir } from "./helpers.js";
 
 const PROMPTS = 4;
 const N = 2; // rollout.n: rows = 8
@@ -95,6 +95,8 @@ async function run(wg: Group) {
 test.before(async () => {
   await init({ numCpus: 4 * RANKS });
 });
+// a failed test's groups go, so the next tests get their CPUs
+test.afterEach.always(releaseLeftGroups);
 test.after.always(async () => {
   await shutdown();
 });
