@@ -38,10 +38,25 @@ export interface HeadBlocks {
 }
 
 /**
- * The positions of a row of length L that predict the scored columns (column t is predicted by position
- * t - 1; column 0 by none), and each one's target: the token after it. null when nothing is scored.
- * Without scoreColumns every position runs, the last one with target -1 (it predicts nothing), so the
- * whole-sequence pass slices nothing out of the hidden states.
+ * The positions [from, to) of a row of length L that predict the scored columns (column t is predicted by
+ * position t - 1; column 0 by none), or null when nothing is scored. Without scoreColumns every position
+ * runs (the last one predicts nothing), so the whole-sequence pass slices nothing out of the hidden states.
+ */
+function scoredRange(
+  L: number,
+  columns: LogProbOptions["scoreColumns"],
+): { from: number; to: number } | null {
+  if (!columns) return L < 2 ? null : { from: 0, to: L };
+  const { from, to } = columns;
+  if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to > L || from > to)
+    throw new RangeError(`scoreColumns [${from}, ${to}) must be a range of whole numbers from 0 to ${L}`);
+  const first = Math.max(from, 1);
+  return first >= to ? null : { from: first - 1, to: to - 1 };
+}
+
+/**
+ * scoredRange's positions and each one's target: the token after it (-1 for a row's last position,
+ * which predicts nothing).
  */
 function scoredPositions(
   ids: Int32Array,
@@ -49,24 +64,17 @@ function scoredPositions(
   L: number,
   columns: LogProbOptions["scoreColumns"],
 ): { from: number; to: number; targets: Int32Array } | null {
-  if (!columns) {
-    if (L < 2) return null;
-    const targets = new Int32Array(B * L);
-    for (let b = 0; b < B; b++) {
-      targets.set(ids.subarray(b * L + 1, (b + 1) * L), b * L);
-      targets[b * L + L - 1] = -1;
-    }
-    return { from: 0, to: L, targets };
-  }
-  const { from, to } = columns;
-  if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to > L || from > to)
-    throw new RangeError(`scoreColumns [${from}, ${to}) must be a range of whole numbers from 0 to ${L}`);
-  const first = Math.max(from, 1);
-  if (first >= to) return null;
-  const S = to - first;
+  const range = scoredRange(L, columns);
+  if (!range) return null;
+  const { from, to } = range;
+  const S = to - from;
   const targets = new Int32Array(B * S);
-  for (let b = 0; b < B; b++) targets.set(ids.subarray(b * L + first, b * L + to), b * S);
-  return { from: first - 1, to: to - 1, targets };
+  for (let b = 0; b < B; b++) {
+    const known = Math.min(S, L - 1 - from);
+    targets.set(ids.subarray(b * L + from + 1, b * L + from + 1 + known), b * S);
+    if (known < S) targets[b * S + S - 1] = -1;
+  }
+  return { from, to, targets };
 }
 
 /**
@@ -336,8 +344,8 @@ function trunkGroups(
   ownTrunk: boolean,
 ): number[][] {
   // a micro-batch that scores nothing runs no decoder: 0 rows keeps it alone
-  const rows = batches.map(({ tokens: { ids, batch: B, length: L }, options }) =>
-    scoredPositions(ids, B, L, options.scoreColumns) ? B * L : 0,
+  const rows = batches.map(({ tokens: { batch: B, length: L }, options }) =>
+    scoredRange(L, options.scoreColumns) ? B * L : 0,
   );
   const running = rows.filter((n) => n > 0).length;
   return sharedBlockGroups(rows, ownTrunk && running > 1 ? model.sharedLayersPast() : undefined);

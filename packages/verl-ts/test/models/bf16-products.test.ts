@@ -346,6 +346,25 @@ test.serial(
   },
 );
 
+/**
+ * `f` with the addon's AMX tiles on, then off (off alone where the CPU has none); the setting goes back
+ * to the tiles where the CPU has them after.
+ */
+async function forEachTileSetting(
+  blas: { amx(): { supported: boolean }; setAmx(on: boolean): void },
+  f: (tiles: boolean) => Promise<void>,
+): Promise<void> {
+  const amx = blas.amx().supported;
+  try {
+    for (const tiles of amx ? [true, false] : [false]) {
+      blas.setAmx(tiles);
+      await f(tiles);
+    }
+  } finally {
+    blas.setAmx(amx);
+  }
+}
+
 /** Log-probs and entropy as their bit patterns. */
 function scoreBits(r: { logProbs: Float32Array; entropy?: Float32Array }): number[][] {
   return [Array.from(new Uint32Array(r.logProbs.buffer)), Array.from(new Uint32Array(r.entropy!.buffer))];
@@ -391,10 +410,8 @@ test.serial(
       new Uint32Array(r.logProbs.buffer),
       new Uint32Array(r.entropy!.buffer),
     ];
-    const amx = blas.amx().supported;
     try {
-      for (const tiles of amx ? [true, false] : [false]) {
-        blas.setAmx(tiles);
+      await forEachTileSetting(blas, async (tiles) => {
         let together: { logProbs: Float32Array; entropy?: Float32Array } | undefined;
         const shared = await headRows(async () => {
           together = await computeLogProbs(model, tokens, { ...opts, microBatchSize: 1 });
@@ -416,9 +433,8 @@ test.serial(
           computeLogProbs(model, tokens, { ...opts, scoreColumns: { from: 5, to: 12 }, microBatchSize: 1 }),
         );
         t.deepEqual(few, [7, 7, 7], `tiles ${tiles}: 7 scored positions each`);
-      }
+      });
     } finally {
-      blas.setAmx(amx);
       model.dispose();
     }
   },
@@ -432,10 +448,8 @@ test.serial(
     const setup = scoredHeadSetup(11, 3);
     const { model, V, tokens } = setup;
     const opts = { ...setup.opts, microBatchSize: 1 };
-    const amx = blas.amx().supported;
     try {
-      for (const tiles of amx ? [true, false] : [false]) {
-        blas.setAmx(tiles);
+      await forEachTileSetting(blas, async (tiles) => {
         const whole = await computeLogProbs(model, tokens, opts);
         const handed: [number, number][] = [];
         const blocked = await computeLogProbs(model, tokens, {
@@ -450,8 +464,8 @@ test.serial(
         const expected: [number, number][] = [];
         for (let from = 0; from < V; from += 37) expected.push([from, Math.min(V, from + 37)]);
         t.deepEqual(handed, tiles ? expected : [], `tiles ${tiles}: the blocks handed back`);
-      }
-      if (amx) {
+      });
+      if (blas.amx().supported) {
         blas.setAmx(true);
         await t.throwsAsync(
           computeLogProbs(model, tokens, { ...opts, headBlock: { rows: 0, after: () => {} } }),
@@ -459,7 +473,7 @@ test.serial(
         );
       }
     } finally {
-      blas.setAmx(amx);
+      blas.setAmx(blas.amx().supported);
       model.dispose();
     }
   },
@@ -474,10 +488,8 @@ test.serial(
     const { intermediateSize: I, numHiddenLayers: layers } = model.config;
     // the rows of every product of the MLP's gate and up projections ([rows, I])
     const mlpRows = (f: () => Promise<unknown>) => productRows(I, f);
-    const amx = blas.amx().supported;
     try {
-      for (const tiles of amx ? [true, false] : [false]) {
-        blas.setAmx(tiles);
+      await forEachTileSetting(blas, async (tiles) => {
         let together: { logProbs: Float32Array; entropy?: Float32Array } | undefined;
         const products = await mlpRows(async () => {
           together = await computeLogProbs(model, tokens, { ...opts, microBatchSize: 1 });
@@ -533,9 +545,8 @@ test.serial(
           computeLogProbs(model, short, { ...opts, scoreColumns: { from: 2, to: 8 }, microBatchSize: 1 }),
         );
         t.deepEqual(few, Array(6 * layers).fill(8), `tiles ${tiles}: 8 rows each, alone`);
-      }
+      });
     } finally {
-      blas.setAmx(amx);
       model.dispose();
     }
   },
