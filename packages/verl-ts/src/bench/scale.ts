@@ -327,7 +327,7 @@ export function memoryLine(m: WorkerMemory): string {
   return (
     `rank ${m.rank}: peak ${gb(m.peakRssBytes)} GB; shard and AdamW moments ${gb(m.actorShardBytes)}, ` +
     `gathered weights kept ${gb(m.gatherBufferBytes)} (${gb(m.gatherInGradientBytes)} of it in the gradient shard's memory), ` +
-    `the update's gradient buffers ${gb(m.updateBufferBytes)}, ` +
+    `the update's gradient buffers ${gb(m.updateBufferBytes)} (and ${gb(m.updateGatherInGradientBytes)} of gathered weights in its gradient shard's memory), ` +
     `wasm heap ${gb(m.backendHeapBytes)} (reserved), reference shard ${gb(m.refShardBytes)} ` +
     `(${gb(m.publishedShardBytes)} of it in /dev/shm, read there by ${gb(m.mappedShardBytes)} of mappings)`
   );

@@ -365,6 +365,16 @@ export class Qwen2Model {
     for (const [name, v] of values) this.storeOf(name).assignStored(name, v);
   }
 
+  /**
+   * Held parameters whose stored values were overwritten where the model holds them (`values`: that
+   * memory, by name): their compute copies follow; the variables stay the same (a trainer's tape keeps
+   * them). Throws for a parameter held elsewhere.
+   */
+  storedValuesWritten(values: Map<string, StoredValues>): void {
+    this.checkSizes([...values]);
+    for (const [name, v] of values) this.storeOf(name).storedWritten(name, v);
+  }
+
   /** Parameters in HF layout, for saving (host-held weights in their stored dtype, not rounded again). */
   async toHfTensors(): Promise<{ name: string; shape: number[]; data: StoredValues }[]> {
     return Promise.all(

@@ -234,6 +234,25 @@ export class WeightStore {
   }
 
   /**
+   * Weight `name`'s host values were overwritten where they lie (`v`: the same memory; a gather into the
+   * array the store holds): its compute copy, if any, is made again from them, the variable kept. Throws
+   * where the store holds the weight elsewhere, or not at all.
+   */
+  storedWritten(name: string, v: StoredValues): void {
+    const h = this.host.get(name);
+    const bytes = (x: StoredValues) => (x instanceof HalfArray ? x.bits : x);
+    if (
+      !h ||
+      bytes(h).buffer !== bytes(v).buffer ||
+      bytes(h).byteOffset !== bytes(v).byteOffset ||
+      h.length !== v.length
+    )
+      throw new RangeError(`parameter ${name}: the values written are not the memory the weight is held in`);
+    const c = this.compute.get(name);
+    if (c) tf.tidy(() => c.assign(this.newTensor(name, h, this.bitsOnlyCompute.has(name))));
+  }
+
+  /**
    * Overwrites a weight from values already in the storage dtype (half bits of `dtype`, or float32): an
    * evicted weight is held as the values themselves (no copy, nothing rounded), a held one is assigned.
    */

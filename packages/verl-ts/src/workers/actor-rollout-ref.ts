@@ -137,6 +137,12 @@ export interface WorkerMemory {
    */
   gatherReusedBytes: number;
   /**
+   * Bytes of the units around the layers (the embedding) that the last update read from its own pieces of
+   * its gradient shard's memory, gathered there or left there by the phase before: FSDP per layer sharded
+   * at rest with reshard_after_forward, half weights, up to 2 ranks. 0 otherwise.
+   */
+  updateGatherInGradientBytes: number;
+  /**
    * Times this worker handed the memory it freed back to the kernel: after loading the actor and the
    * reference, and where the update gathers each decoder layer into the gradient shard's memory
    * (reshard_after_forward, FSDP per layer), before each optimizer step and after the update.
@@ -652,6 +658,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       gatherInGradientBytes: this.gatherBuffers.carvedBytes,
       transientReleases: this.transientReleases,
       gatherReusedBytes: this.gatherBuffers.reusedBytes,
+      updateGatherInGradientBytes: this.updateGatherInGradientBytes,
       updateBufferBytes: this.updateBufferBytes,
       backendHeapBytes: backendHeapBytes(),
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
@@ -851,11 +858,16 @@ export class ActorRolloutRefWorker extends ShardedWorker {
    */
   protected async inUpdatePhase<T>(update: (model: Qwen2Model) => Promise<T>): Promise<T> {
     const model = this.needModel();
-    await this.actorPhaseBegins(model, model.gradientCheckpointing ? (u) => !isLayerUnit(u) : undefined);
+    // sharing the gradient shard's memory, the units around the layers go into their pieces of it
+    const shared = this.layersShareGradientMemory(model);
     try {
+      if (shared) await this.gatherIntoGradient(model, (u) => !isLayerUnit(u), ACTOR);
+      else
+        await this.actorPhaseBegins(model, model.gradientCheckpointing ? (u) => !isLayerUnit(u) : undefined);
       return await update(model);
     } finally {
       this.actorPhaseEnded(model);
+      if (shared) this.lendGradientMemory();
     }
   }
 
@@ -987,6 +999,11 @@ export class ActorRolloutRefWorker extends ShardedWorker {
   /** The new parameters into the units the model holds; none after the update's last step when sharded at rest. */
   protected override async afterOptimizerStep(model: Qwen2Model, more: boolean): Promise<void> {
     if (!more && this.shardedAtRest) return;
+    if (this.layersShareGradientMemory(model)) {
+      // the units around the layers lie in the gradient's memory, which the step read: gathered there again
+      await this.gatherIntoGradient(model, (u) => !isLayerUnit(u), ACTOR);
+      return;
+    }
     await this.gatherWeightsInto(model, (u) => u.entries.every((e) => model.holdsWeight(e.name)));
   }
 

@@ -55,14 +55,21 @@ export class GatherBuffers {
     // carved from the lent region only where the caller may have one (it gives it back before the
     // region's owner takes it back)
     const carve = options.carve === true;
-    const fits = (a: GatherArray) =>
-      a.constructor === ctor && a.length === length && (carve || !this.carved.has(a));
-    let i = this.idle.findIndex((a) => fits(a) && !this.contents.has(a));
-    if (i < 0) i = this.idle.findIndex(fits);
+    const pick = (fits: (a: GatherArray) => boolean) => {
+      let i = this.idle.findIndex((a) => fits(a) && !this.contents.has(a));
+      if (i < 0) i = this.idle.findIndex(fits);
+      return i >= 0 ? this.idle.splice(i, 1)[0]! : undefined;
+    };
+    const sized = (a: GatherArray) => a.constructor === ctor && a.length === length;
+    // a borrower that may carve takes the region's arrays first, idle or new, so a phase's gathers lie in
+    // it in their order (GatherBuffers' owner may read a unit where its own use of the memory puts it)
     const arr = (
-      i >= 0
-        ? this.idle.splice(i, 1)[0]!
-        : ((carve ? this.carve(ctor, length) : undefined) ?? new ctor(length))
+      carve
+        ? (pick((a) => sized(a) && this.carved.has(a)) ??
+          this.carve(ctor, length) ??
+          pick((a) => sized(a) && !this.carved.has(a)) ??
+          new ctor(length))
+        : (pick((a) => sized(a) && !this.carved.has(a)) ?? new ctor(length))
     ) as InstanceType<C>;
     // its borrower will write it: whatever it held is gone
     this.contents.delete(arr);
@@ -139,6 +146,26 @@ export class GatherBuffers {
     for (const a of this.carved) this.contents.delete(a);
     this.carved.clear();
     this.region = null;
+  }
+
+  /** Whether a region is lent now (lendRegion, not yet reclaimRegion). */
+  get regionLent(): boolean {
+    return this.region !== null;
+  }
+
+  /**
+   * Whether an idle array carved out of the lent region holds `content` (markHolding) and lies exactly
+   * where `view` does: the region's owner may then read those values in place after taking it back.
+   */
+  holdsAt(content: string, view: GatherArray): boolean {
+    return this.idle.some(
+      (a) =>
+        this.carved.has(a) &&
+        this.contents.get(a) === content &&
+        a.buffer === view.buffer &&
+        a.byteOffset === view.byteOffset &&
+        a.byteLength === view.byteLength,
+    );
   }
 
   /** Bytes of the arrays carved out of the lent region (within bytes; the region's owner holds them). */

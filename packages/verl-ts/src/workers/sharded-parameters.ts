@@ -146,6 +146,14 @@ export class ShardedParameters {
     return misses[0] === 0;
   }
 
+  /** For each of `mine`, whether it holds on every rank (one all-reduce for all of them). */
+  async everyRankEach(mine: boolean[]): Promise<boolean[]> {
+    if (this.ctx.worldSize === 1) return mine;
+    const misses = Float64Array.from(mine, (m) => (m ? 0 : 1));
+    await allReduceSum(this.ctx, misses);
+    return Array.from(misses, (m) => m === 0);
+  }
+
   /**
    * Every rank's `values` end to end, in rank order (lengths may differ: the caller frames its own); one
    * rank: `values` itself. One collective call.

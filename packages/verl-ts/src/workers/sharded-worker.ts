@@ -99,6 +99,14 @@ export abstract class ShardedWorker extends Worker {
    * carved out of it between updates (layersShareGradientMemory).
    */
   private gradientMemory: Float32Array | null = null;
+  /**
+   * Whether the model holds units whose bits lie in their own pieces of the gradient shard's memory
+   * (gatherIntoGradient): a mini-batch's last round writes over them, so they are gathered again after
+   * each optimizer step, taken or skipped, that another mini-batch follows.
+   */
+  private weightsInGradient = false;
+  /** Bytes of the units the last update read from its gradient shard's memory (memoryInfo). */
+  protected updateGatherInGradientBytes = 0;
   /** Times this worker handed the memory it freed back to the kernel (memoryInfo's transientReleases). */
   protected transientReleases = 0;
   /** The tensor backend initModel selected, and its line. */
@@ -146,6 +154,77 @@ export abstract class ShardedWorker extends Worker {
       this.gatherBuffers.lendRegion(this.gradientMemory.buffer as ArrayBuffer);
     }
     return this.gradientMemory;
+  }
+
+  /** The gradient shard's memory lent again for the phases until the next update (no-op when it is). */
+  protected lendGradientMemory(): void {
+    if (this.gradientMemory && !this.gatherBuffers.regionLent)
+      this.gatherBuffers.lendRegion(this.gradientMemory.buffer as ArrayBuffer);
+  }
+
+  /**
+   * For an update that shares its gradient shard's memory (layersShareGradientMemory): takes that memory
+   * back and gathers the units `which` selects (those around the layers: the vocabulary-sized embedding)
+   * into their own pieces of it, in `model`'s half dtype, where a unit's bits fit its float32 piece (2
+   * bytes a value against 4 of its 1/W share: up to 2 ranks), so the update holds no copy of them beside
+   * its gradient. A mini-batch's rounds write a unit's piece only in the last round, after the head's and
+   * the lookup's last reads (layer-sharding.ts). Bits an earlier phase left carved exactly there, at the
+   * shard's version, are read in place (one all-reduce decides for all ranks). A unit that does not fit
+   * goes into arrays lent to `borrower`. Every rank calls it at the same point.
+   */
+  protected async gatherIntoGradient(
+    model: Qwen2Model,
+    which: (unit: FlatUnit) => boolean,
+    borrower: string,
+  ): Promise<void> {
+    const sharded = this.needSharded();
+    const grad = this.sharedGradientMemory();
+    const selected = [...sharded.units.entries()].filter(([, unit]) => which(unit));
+    const placed = new Map<number, HalfArray>();
+    for (const [u, unit] of selected) {
+      const dtype = unitStorageDtype(model, unit);
+      const piece = sharded.pieces[u]!;
+      const size = unit.end - unit.start;
+      if (dtype === "float32" || 2 * size > 4 * (piece.end - piece.start)) continue;
+      const view = new Uint16Array(grad.buffer, grad.byteOffset + 4 * piece.local, size);
+      placed.set(u, new HalfArray(dtype, view));
+    }
+    // per unit, on every rank alike (each rank's pieces, so what fits, may differ)
+    const kept = await sharded.everyRankEach(
+      selected.map(([u]) => {
+        const at = placed.get(u);
+        return at !== undefined && this.gatherBuffers.holdsAt(this.unitContent(u, at.dtype), at.bits);
+      }),
+    );
+    const inPlace = new Set(selected.flatMap(([u], k) => (kept[k] ? [u] : [])));
+    // the phases' arrays carved out of the memory are gone now (those read in place were idle)
+    this.gatherBuffers.reclaimRegion();
+    this.updateGatherInGradientBytes = 0;
+    for (const [u, unit] of selected) {
+      const dtype = unitStorageDtype(model, unit);
+      const at = placed.get(u);
+      // after an optimizer step the model holds the units already: a placed one is gathered where it
+      // lies, the others through a scratch array the model copies from (as gatherWeightsInto does)
+      const held = unit.entries.every((e) => model.holdsWeight(e.name));
+      let values: StoredValues;
+      if (at && inPlace.has(u)) {
+        values = at;
+        this.gatherBuffers.reusedBytes += at.bits.byteLength;
+      } else {
+        const out =
+          at?.bits ??
+          (dtype === "float32"
+            ? undefined
+            : this.gatherBuffers.take(held ? SCRATCH : borrower, Uint16Array, unit.end - unit.start));
+        values = await sharded.gatherUnitStored(u, dtype, out);
+      }
+      if (at) this.updateGatherInGradientBytes += at.bits.byteLength;
+      if (at && held) model.storedValuesWritten(unitParts(unit, values));
+      else if (values instanceof HalfArray) model.setStoredParameters(unitParts(unit, values));
+      else model.setParameters(unitParts(unit, values) as Map<string, Float32Array>);
+      this.gatherBuffers.reclaim(SCRATCH);
+    }
+    this.weightsInGradient = placed.size > 0;
   }
 
   protected needSharded(): ShardedParameters {
@@ -216,6 +295,7 @@ export abstract class ShardedWorker extends Worker {
     const shareGradient = this.layersShareGradientMemory(model);
     if (shareGradient) {
       this.sharedGradientMemory();
+      // (a no-op after gatherIntoGradient, which took it back already)
       this.gatherBuffers.reclaimRegion();
     }
     // the layers' gathers go into one kept array (taken back when this update ends), unless an earlier
@@ -297,12 +377,17 @@ export abstract class ShardedWorker extends Worker {
           // first step) would otherwise land on top of them
           if (shareGradient) this.releaseTransients();
           const norm = await sharded.step(grad, lr, plan.gradClip);
+          const more = epoch < plan.epochs - 1 || ms + localMini < data.length;
           if (Number.isFinite(norm)) {
-            const more = epoch < plan.epochs - 1 || ms + localMini < data.length;
             await this.afterOptimizerStep(model, more);
             gradNormSum += norm;
             updates++;
-          } else skipped++;
+          } else {
+            skipped++;
+            // the shard is unchanged, but the last round wrote over the units read from the gradient's
+            // memory: the next mini-batch needs them gathered again
+            if (this.weightsInGradient && more) await this.afterOptimizerStep(model, more);
+          }
         }
       }
       sharded.schedulerStep++;
@@ -316,7 +401,10 @@ export abstract class ShardedWorker extends Worker {
     } finally {
       // the layers' weights were disposed with their tensors: nothing reads the kept array now
       this.gatherBuffers.reclaim(LAYERS);
-      if (shareGradient) this.gatherBuffers.lendRegion(this.sharedGradientMemory().buffer as ArrayBuffer);
+      // (units the model read from the gradient's memory are evicted when the update phase ends, before
+      // any phase gathers into it)
+      this.weightsInGradient = false;
+      if (shareGradient) this.lendGradientMemory();
     }
   }
 
@@ -367,9 +455,10 @@ export abstract class ShardedWorker extends Worker {
             keptUnits.map(([u, unit]) => [u, dtypeOf(unit)]),
             borrower,
           );
-    // decoder layers gathered for a phase may lie in the gradient shard's memory (idle between updates)
-    const carveLayers = borrower !== undefined && this.layersShareGradientMemory(model);
-    if (carveLayers) this.sharedGradientMemory();
+    // units gathered for a phase may lie in the gradient shard's memory (idle between updates); the first
+    // unit carved lies where its own piece of the gradient is, which the update reads in place
+    const carve = borrower !== undefined && this.layersShareGradientMemory(model);
+    if (carve) this.sharedGradientMemory();
     for (const [u, unit] of selected) {
       const dtype = dtypeOf(unit);
       const lender = lenderOf(unit);
@@ -378,19 +467,15 @@ export abstract class ShardedWorker extends Worker {
       let values: StoredValues;
       if (held) values = new HalfArray(dtype as HalfDtype, held as Uint16Array);
       else {
-        const carve = carveLayers && lender === borrower && isLayerUnit(unit);
         const out = lender
-          ? this.gatherBuffers.take(lender, Uint16Array, unit.end - unit.start, { carve })
+          ? this.gatherBuffers.take(lender, Uint16Array, unit.end - unit.start, {
+              carve: carve && lender === borrower,
+            })
           : undefined;
         values = await sharded.gatherUnitStored(u, dtype, out);
         if (out && content !== undefined) this.gatherBuffers.markHolding(out, content);
       }
-      const parts = new Map(
-        unit.entries.map((e) => {
-          const at = e.offset - unit.start;
-          return [e.name, storedRange(values, at, at + e.size)] as const;
-        }),
-      );
+      const parts = unitParts(unit, values);
       if (assign) assign(parts as Map<string, Float32Array>);
       else if (values instanceof HalfArray) model.setStoredParameters(parts);
       else model.setParameters(parts as Map<string, Float32Array>);
@@ -465,6 +550,16 @@ export abstract class ShardedWorker extends Worker {
 const SCRATCH = "scratch";
 /** The borrower of the array an update's layers are gathered into (returned when the update ends). */
 const LAYERS = "layers";
+
+/** Each parameter of `unit` by name: its range of the unit's gathered `values`. */
+function unitParts(unit: FlatUnit, values: StoredValues): Map<string, StoredValues> {
+  return new Map(
+    unit.entries.map((e) => {
+      const at = e.offset - unit.start;
+      return [e.name, storedRange(values, at, at + e.size)] as const;
+    }),
+  );
+}
 
 /** The dtype every parameter of `unit` is stored in by `model`; float32 where they differ. */
 function unitStorageDtype(model: Qwen2Model, unit: FlatUnit): WeightDtype {

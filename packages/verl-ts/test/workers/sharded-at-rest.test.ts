@@ -186,16 +186,19 @@ test.serial(
         t.deepEqual(pooled(x, 5), pooled(x, 4), "the log-prob pass keeps what generation kept");
         t.deepEqual(pooled(x, 6), pooled(x, 3), "step 2's update keeps what step 1's kept");
       }
-      // the decoder layers' gathers lie in the gradient shard's memory between updates, and in it only
+      // generation's gathers lie in the gradient shard's memory between updates, all of them (at 2 ranks
+      // a unit's bits take as many bytes as the rank's float32 piece of it), and in it only
       const inGradient = (x: typeof a, k: number) => x.between[k]!.map((m) => m.gatherInGradientBytes);
-      const layerBytes = v.name === "fp32" ? 0 : once - outerParameters(dir) * 2;
-      t.deepEqual(inGradient(a, 1), [layerBytes, layerBytes], "generation's layers in the gradient's memory");
-      // from step 2 on, generation first reuses the array the update gathered its layers into
-      const layerCount = JSON.parse(readFileSync(join(dir, "config.json"), "utf8")).num_hidden_layers;
-      const step2 = layerBytes - layerBytes / layerCount;
-      t.deepEqual(inGradient(a, 4), [step2, step2], "the layers but one in the gradient's memory");
+      t.deepEqual(inGradient(a, 1), [once, once], "generation's gathers in the gradient's memory");
+      t.deepEqual(inGradient(a, 4), [once, once], "and again in step 2");
       t.deepEqual(inGradient(a, 6), [0, 0], "taken back by the update");
       t.deepEqual(inGradient(b, 4), [0, 0], "weights kept: nothing gathered");
+      // the update reads the units around the layers from their own pieces of its gradient's memory
+      const inUpdate = (x: typeof a, k: number) => x.between[k]!.map((m) => m.updateGatherInGradientBytes);
+      const outerBits = v.name === "fp32" ? 0 : outerParameters(dir) * 2;
+      t.deepEqual(inUpdate(a, 3), [outerBits, outerBits], "the update's embedding in its gradient's memory");
+      t.deepEqual(inUpdate(a, 6), [outerBits, outerBits]);
+      t.deepEqual(inUpdate(b, 6), [0, 0], "weights kept: the update reads the model's");
       t.log(
         `${v.name}: ${info.numParameters} parameters; between phases a rank holds ${a.between[1]![0]!.actorShardBytes} bytes of FSDP state ` +
           `and ${a.between[1]![0]!.tensorBytes} tensor bytes sharded at rest, ${b.between[1]![0]!.actorWeightBytes} more bytes of weights (${b.between[1]![0]!.tensorBytes} tensor bytes) kept`,
@@ -346,6 +349,7 @@ test.serial(
           metrics: [] as Record<string, number>[],
           reused: [] as number[][],
           inGradient: [] as number[][],
+          inUpdate: [] as number[][],
           releases: [] as number[][],
         };
         for (let step = 0; step < 2; step++) {
@@ -356,6 +360,7 @@ test.serial(
           out.metrics.push((await update(wg, batch))[0]!);
           const after = (await wg.memoryInfo()) as WorkerMemory[];
           out.reused.push(after.map((m) => m.gatherReusedBytes));
+          out.inUpdate.push(after.map((m) => m.updateGatherInGradientBytes));
           out.releases.push(after.map((m, r) => m.transientReleases - before[r]!.transientReleases));
         }
         return { ...out, params: (await wg.gatheredParameters()) as Float32Array[] };
@@ -399,12 +404,20 @@ test.serial(
           [(step + 1) * perStep, (step + 1) * perStep],
           `reshard ${reshard}, step ${step + 1}`,
         );
-      const layers = reshard ? weightBytes - outerParameters(dir) * 2 : 0;
-      t.deepEqual(
-        a.inGradient[0],
-        [layers, layers],
-        `reshard ${reshard}: generation's layers in the gradient's memory`,
-      );
+      // resharding, generation's gathers lie in the gradient shard's memory, and the update reads the units
+      // around the layers where generation left them, their own pieces of it
+      const carved = reshard ? weightBytes : 0;
+      for (const step of [0, 1])
+        t.deepEqual(
+          a.inGradient[step],
+          [carved, carved],
+          `reshard ${reshard}, step ${step + 1}: generation's gathers in the gradient's memory`,
+        );
+      const outerBits = reshard ? outerParameters(dir) * 2 : 0;
+      t.deepEqual(a.inUpdate, [
+        [outerBits, outerBits],
+        [outerBits, outerBits],
+      ]);
       t.deepEqual(b.reused[1], [0, 0]);
       await rest.release();
       await kept.release();
@@ -458,6 +471,68 @@ test.serial(
       b.between[0]!.map((m) => m.gatherBufferBytes),
     );
     await resharded.release();
+    await kept.release();
+  },
+);
+
+test.serial(
+  "the update's units around the layers in its gradient's memory, read as bits (wasm): gathered again after each optimizer step, taken or skipped for a non-finite gradient norm; the same updates as keeping the weights",
+  async (t) => {
+    const dir = tinyModelDir(7);
+    const extra = [
+      "actor_rollout_ref.model.dtype=bfloat16",
+      "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+      "actor_rollout_ref.actor.use_kl_loss=false",
+    ];
+    // the wasm backend with the addon: the update's products and lookups read the weights' bits where the
+    // model holds them (on cpu it reads float32 copies made when the update begins)
+    const [rest, kept] = await Promise.all([
+      actorGroup("skip-rest", RANKS, config(dir, extra), undefined, "wasm"),
+      actorGroup(
+        "skip-kept",
+        RANKS,
+        config(dir, [...extra, "actor_rollout_ref.rollout.free_cache_engine=false"]),
+        undefined,
+        "wasm",
+      ),
+    ]);
+    await rest.initModel();
+    await kept.initModel();
+    const twice = async (wg: Group) => {
+      const out = { metrics: [] as Record<string, number>[], memory: [] as WorkerMemory[][] };
+      for (let step = 0; step < 2; step++) {
+        const batch = await wg.generateSequences(prompts(step));
+        batch.union(await wg.computeLogProb(batch));
+        if (step === 0) {
+          // the first global mini-batch's rows (2 x n) get NaN advantages: its gradient norm is NaN, its
+          // optimizer step skipped; the second's rows train
+          const B = batch.length;
+          const adv = new Float32Array(B * R);
+          for (let b = 0; b < B; b++)
+            adv.fill(b < 2 * N ? Number.NaN : b % 2 === 0 ? 1 : -1, b * R, (b + 1) * R);
+          batch.union(DataProto.fromDict({ advantages: { data: adv, shape: [B, R] } }));
+          const m = await wg.updateActor(layoutForMiniBatches(batch, RANKS, 2 * N));
+          out.metrics.push((m as Record<string, number>[])[0]!);
+        } else out.metrics.push((await update(wg, batch))[0]!); // two steps taken
+        out.memory.push((await wg.memoryInfo()) as WorkerMemory[]);
+      }
+      return { ...out, params: (await wg.gatheredParameters()) as Float32Array[] };
+    };
+    const a = await twice(rest);
+    const b = await twice(kept);
+    t.is(a.metrics[0]!["actor/skipped_updates"], 1, "the first mini-batch's step skipped");
+    t.true(Number.isFinite(a.metrics[0]!["actor/grad_norm"]) && a.metrics[0]!["actor/grad_norm"]! > 0);
+    t.is(a.metrics[1]!["actor/skipped_updates"], undefined, "the next update takes both steps");
+    t.deepEqual(a.metrics, b.metrics, "the same update metrics");
+    t.deepEqual(a.params[0], b.params[0], "the same parameters after them");
+    const outerBits = outerParameters(dir) * 2;
+    for (const memory of a.memory)
+      t.deepEqual(
+        memory.map((m) => m.updateGatherInGradientBytes),
+        [outerBits, outerBits],
+        "the update read the units around the layers from its gradient's memory",
+      );
+    await rest.release();
     await kept.release();
   },
 );
