@@ -342,7 +342,8 @@ temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU back
 per row with the KV cache and run one GRPO step (--steps N: N). Prints seconds per phase, peak resident
 set per rank, the largest tensor and the update's metrics; --json prints them as one JSON object last.
 A line per rank at the end says where its memory goes: the shard and its AdamW moments, the gathered
-weights kept between phases, the update's gradient buffers, the wasm heap and the reference's shard.
+weights kept between phases, the update's gradient buffers (and the gathered weights it read from its
+gradient shard's memory), the wasm heap and the reference's shard.
 --layers N keeps every shape but the number of decoder layers (default the architecture's own): the
 vocabulary and each layer cost what they cost at full size, in a fraction of the memory (2 layers of
 qwen2.5-0.5b: about 1.5 GB per rank).

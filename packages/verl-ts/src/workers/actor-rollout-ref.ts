@@ -861,7 +861,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     // sharing the gradient shard's memory, the units around the layers go into their pieces of it
     const shared = this.layersShareGradientMemory(model);
     try {
-      if (shared) await this.gatherIntoGradient(model, (u) => !isLayerUnit(u), ACTOR);
+      if (shared) await this.outerUnitsIntoGradient(model);
       else
         await this.actorPhaseBegins(model, model.gradientCheckpointing ? (u) => !isLayerUnit(u) : undefined);
       return await update(model);
@@ -996,12 +996,17 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     return metrics;
   }
 
+  /** The update's units around the layers into their own pieces of its gradient's memory (gatherIntoGradient). */
+  private outerUnitsIntoGradient(model: Qwen2Model): Promise<void> {
+    return this.gatherIntoGradient(model, (u) => !isLayerUnit(u), ACTOR);
+  }
+
   /** The new parameters into the units the model holds; none after the update's last step when sharded at rest. */
   protected override async afterOptimizerStep(model: Qwen2Model, more: boolean): Promise<void> {
     if (!more && this.shardedAtRest) return;
     if (this.layersShareGradientMemory(model)) {
       // the units around the layers lie in the gradient's memory, which the step read: gathered there again
-      await this.gatherIntoGradient(model, (u) => !isLayerUnit(u), ACTOR);
+      await this.outerUnitsIntoGradient(model);
       return;
     }
     await this.gatherWeightsInto(model, (u) => u.entries.every((e) => model.holdsWeight(e.name)));

@@ -60,14 +60,16 @@ export function unitLayerTensors(
   values: StoredValues,
   shapes: ReadonlyMap<string, number[]>,
 ): LayerTensors {
-  return layerTensorsOf(
-    new Map(
-      unit.entries.map((e) => {
-        const at = e.offset - unit.start;
-        return [e.name, storedRange(values, at, at + e.size)] as const;
-      }),
-    ),
-    shapes,
+  return layerTensorsOf(unitParts(unit, values), shapes);
+}
+
+/** Each parameter of `unit` by name: its range of the unit's gathered `values`. */
+export function unitParts(unit: FlatUnit, values: StoredValues): Map<string, StoredValues> {
+  return new Map(
+    unit.entries.map((e) => {
+      const at = e.offset - unit.start;
+      return [e.name, storedRange(values, at, at + e.size)] as const;
+    }),
   );
 }
 

@@ -10,7 +10,6 @@ import {
   HalfArray,
   type HalfDtype,
   type StoredValues,
-  storedRange,
   type WeightDtype,
 } from "../models/half-precision.js";
 import type { Qwen2Model } from "../models/qwen2.js";
@@ -22,7 +21,7 @@ import { Worker } from "../single-controller/worker.js";
 import { WorkerStateError } from "./errors.js";
 import { FaultInjector } from "./fault-injection.js";
 import { GatherBuffers } from "./gather-buffers.js";
-import { type HeldLayers, isLayerUnit, LayerSharding } from "./layer-sharding.js";
+import { type HeldLayers, isLayerUnit, LayerSharding, unitParts } from "./layer-sharding.js";
 import { globalMaskSum, lossTokenWeights } from "./loss-weights.js";
 import { microBatches, miniBatchPlan } from "./micro-batches.js";
 import { learningRate, type OptimSettings } from "./optim.js";
@@ -550,16 +549,6 @@ export abstract class ShardedWorker extends Worker {
 const SCRATCH = "scratch";
 /** The borrower of the array an update's layers are gathered into (returned when the update ends). */
 const LAYERS = "layers";
-
-/** Each parameter of `unit` by name: its range of the unit's gathered `values`. */
-function unitParts(unit: FlatUnit, values: StoredValues): Map<string, StoredValues> {
-  return new Map(
-    unit.entries.map((e) => {
-      const at = e.offset - unit.start;
-      return [e.name, storedRange(values, at, at + e.size)] as const;
-    }),
-  );
-}
 
 /** The dtype every parameter of `unit` is stored in by `model`; float32 where they differ. */
 function unitStorageDtype(model: Qwen2Model, unit: FlatUnit): WeightDtype {
