@@ -75,6 +75,8 @@ export interface SandboxActorPoolOptions {
   executor?: Omit<SandboxActorOptions, "workers">;
 }
 
+const ALL_DEAD = "every sandbox actor of this pool has died (replaceDead is false)";
+
 interface Member {
   handle: ActorHandle<SandboxActor>;
   inFlight: number;
@@ -100,6 +102,8 @@ export class SandboxActorPool implements BatchCodeRunner {
   private nextId = 0;
   private readonly bucket: TokenBucket | undefined;
   private pumping = false;
+  /** Actors being started (a first one, or replacements). */
+  private adding = 0;
   /** Requests that were run again on another actor after theirs died. */
   retried = 0;
   /** Actors that died and were replaced. */
@@ -127,6 +131,11 @@ export class SandboxActorPool implements BatchCodeRunner {
     if (this.closed) return Promise.resolve(sandboxError("the sandbox actor pool is closed"));
     return new Promise((resolve) => {
       this.queue.push({ request: body, attempts: 0, resolve });
+      if (this.live().length === 0 && this.adding === 0) {
+        // every actor died and none is starting: start one if the pool replaces its dead, else say so
+        if (this.options.replaceDead === false) this.failQueued(ALL_DEAD);
+        else this.replace();
+      }
       void this.pump();
     });
   }
@@ -174,8 +183,16 @@ export class SandboxActorPool implements BatchCodeRunner {
       numCpus: this.options.numCpus ?? 0,
       resources: this.options.resources ?? {},
     }).remote({ ...this.options.executor, workers: this.options.workersPerActor ?? 1 });
-    await handle.ready();
-    await handle.health(); // the warm interpreters are up
+    this.adding++;
+    try {
+      await handle.ready();
+      await handle.health(); // the warm interpreters are up
+    } catch (error) {
+      kill(handle); // an actor whose sandbox did not start serves nobody
+      throw error;
+    } finally {
+      this.adding--;
+    }
     const member: Member = { handle, inFlight: 0, dead: false, id: this.nextId++ };
     if (this.closed) {
       kill(handle);
@@ -238,6 +255,7 @@ export class SandboxActorPool implements BatchCodeRunner {
           if (job.attempts < (this.options.maxAttempts ?? 3) && !this.closed) {
             this.retried++;
             this.queue.unshift(job);
+            if (this.options.replaceDead === false && this.live().length === 0) this.failQueued(ALL_DEAD);
           } else {
             job.resolve(
               sandboxError(`sandbox actor died ${job.attempts} time(s) under this request: ${error.message}`),
@@ -257,8 +275,22 @@ export class SandboxActorPool implements BatchCodeRunner {
     this.members = this.members.filter((m) => m !== member);
     if (this.closed || this.options.replaceDead === false) return;
     this.replaced++;
-    this.addMember().catch(() => {
-      // the pool keeps working with fewer actors; a later death tries again
+    this.replace();
+  }
+
+  /** Starts a replacement actor. The pool keeps working with fewer meanwhile, or if it fails; with
+   * none left, the requests waiting are answered SandboxError with the reason (a later request or
+   * death tries again). */
+  private replace(): void {
+    this.addMember().catch((error: Error) => {
+      if (this.live().length === 0 && this.adding === 0)
+        this.failQueued(
+          `every sandbox actor of this pool has died and a replacement failed: ${error.message}`,
+        );
     });
+  }
+
+  private failQueued(message: string): void {
+    for (const job of this.queue.splice(0)) job.resolve(sandboxError(message));
   }
 }

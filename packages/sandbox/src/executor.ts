@@ -76,6 +76,7 @@ export class SandboxExecutor implements CodeRunner {
   private readonly prefix: string;
   private readonly limits: RequestLimits;
   private readonly log: (line: string) => void;
+  private starting: Promise<this> | undefined;
   completed = 0;
   restarts = 0;
   protections: Record<string, Protection> = {};
@@ -84,6 +85,10 @@ export class SandboxExecutor implements CodeRunner {
   constructor(readonly options: ExecutorOptions = {}) {
     this.prefix = `torl-${process.pid}-${poolCounter++}`;
     this.limits = resolveLimits(options.limits);
+    const workers = options.workers ?? 2;
+    if (!Number.isInteger(workers) || workers < 1) {
+      throw new SandboxConfigError("workers", `must be an integer >= 1, got ${workers}`);
+    }
     const maxProcesses = options.maxProcesses ?? 64;
     if (!Number.isInteger(maxProcesses) || maxProcesses < 1) {
       throw new SandboxConfigError("maxProcesses", `must be an integer >= 1, got ${maxProcesses}`);
@@ -92,8 +97,21 @@ export class SandboxExecutor implements CodeRunner {
     this.log = options.log ?? ((line) => process.stderr.write(`[sandbox] ${line}\n`));
   }
 
-  /** Starts every worker; warns loudly about each protection that is not active. */
-  async start(): Promise<this> {
+  /**
+   * Starts every worker; warns loudly about each protection that is not active. Calling it again
+   * while the pool runs returns the same pool; `run` before `start` starts it.
+   */
+  start(): Promise<this> {
+    if (this.closed) return Promise.reject(new SandboxClosedError());
+    this.starting ??= this.startWorkers().catch((error: unknown) => {
+      // a later start (or run) tries again; workers that did come up serve meanwhile
+      this.starting = undefined;
+      throw error;
+    });
+    return this.starting;
+  }
+
+  private async startWorkers(): Promise<this> {
     sweepStaleCgroups();
     const n = this.options.workers ?? 2;
     const started = await Promise.all(Array.from({ length: n }, () => this.spawnWorker()));
@@ -110,6 +128,23 @@ export class SandboxExecutor implements CodeRunner {
       for (const w of this.warnings) this.log(`WARNING: isolation incomplete: ${w}`);
     }
     return this;
+  }
+
+  /**
+   * With no worker running or starting (never started, or every worker died and its replacement
+   * failed), starts the pool; if that fails, every waiting request is answered SandboxError with the
+   * reason instead of waiting for a worker that will not come.
+   */
+  private ensureWorkers(): void {
+    if (this.closed || this.workers.length > 0) return;
+    this.start().catch((error: Error) =>
+      this.failQueued(`no sandbox worker could be started: ${error.message}`),
+    );
+  }
+
+  private failQueued(message: string): void {
+    if (this.workers.length > 0) return; // one came up after all: it takes the queue
+    for (const job of this.queue.splice(0)) job.resolve(sandboxError(message));
   }
 
   /** Runs code (a string, or a SandboxFusion request) and answers in SandboxFusion's shape. */
@@ -133,6 +168,7 @@ export class SandboxExecutor implements CodeRunner {
     const started = performance.now();
     const answer = new Promise<RunCodeResponse>((resolve) => {
       this.queue.push({ request, resolve });
+      this.ensureWorkers();
       this.pump();
     }).then((r) => {
       const outcome = { status: r.status, run_status: r.run_result?.status ?? "none" };
@@ -207,7 +243,13 @@ export class SandboxExecutor implements CodeRunner {
     if (this.closed) return;
     this.restarts++;
     this.log(`${why}; starting a replacement`);
-    this.spawnWorker().catch((error) => this.log(`replacement failed: ${(error as Error).message}`));
+    this.spawnWorker().catch((error: Error) => {
+      this.log(`replacement failed: ${error.message}`);
+      if (this.workers.length > 0) return; // the others keep serving; a later death tries again
+      // none left: the next request starts the pool afresh; the waiting ones are told why
+      this.starting = undefined;
+      this.failQueued(`every sandbox worker has died and the replacement failed: ${error.message}`);
+    });
   }
 
   private pump(): void {

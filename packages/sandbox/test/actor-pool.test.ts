@@ -1,6 +1,7 @@
 import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
 import { SandboxActorPool, TokenBucket } from "../src/index.js";
+import { flakyPython } from "./helpers.js";
 
 let pool: SandboxActorPool;
 
@@ -103,6 +104,46 @@ test.serial(
       t.true(starts[7]! >= 550, `8th finished at ${starts[7]} ms`);
     } finally {
       await limited.close();
+    }
+  },
+);
+
+test.serial("a pool whose every actor died answers SandboxError with the reason, never waits", async (t) => {
+  const lone = await SandboxActorPool.create({ actors: 1, replaceDead: false });
+  try {
+    const [pid] = await lone.actorPids();
+    process.kill(pid!, "SIGKILL");
+    const answer = await lone.run("print(1)");
+    t.is(answer.status, "SandboxError");
+    t.regex(answer.message, /every sandbox actor of this pool has died \(replaceDead is false\)/);
+    t.is((await lone.run("print(2)")).status, "SandboxError");
+  } finally {
+    await lone.close();
+  }
+});
+
+test.serial(
+  "a replacement actor that cannot start fails the waiting requests with why; a later one recovers",
+  async (t) => {
+    const { python, broken, dispose } = flakyPython();
+    const flaky = await SandboxActorPool.create({ actors: 1, executor: { python, hugePages: false } });
+    try {
+      t.is((await flaky.run("print(1)")).run_result?.stdout, "1\n");
+      broken(true);
+      const [pid] = await flaky.actorPids();
+      process.kill(pid!, "SIGKILL");
+      const answer = await flaky.run("print(2)");
+      t.is(answer.status, "SandboxError");
+      t.regex(
+        answer.message,
+        /every sandbox actor of this pool has died and a replacement failed: .*python is broken/s,
+      );
+      broken(false);
+      t.is((await flaky.run("print(3)")).run_result?.stdout, "3\n");
+      t.is(flaky.size, 1);
+    } finally {
+      await flaky.close();
+      dispose();
     }
   },
 );

@@ -16,7 +16,7 @@ import {
   SandboxInternalError,
   SandboxWorker,
 } from "../src/index.js";
-import { eventually } from "./helpers.js";
+import { eventually, flakyPython } from "./helpers.js";
 
 let ex: SandboxExecutor;
 
@@ -202,5 +202,53 @@ test("the fork server refuses a limit that would be off, whatever reaches it", a
     t.is((await worker.run({ ...base, max_processes: 8 })).stdout, "1\n");
   } finally {
     await worker.close();
+  }
+});
+
+test("run before start starts the pool; start twice is one pool; workers must be a count", async (t) => {
+  const lazy = new SandboxExecutor({ workers: 1, log: () => {}, hugePages: false });
+  try {
+    const [a, b] = await Promise.all([lazy.run("print(6*7)"), lazy.run("print(2)")]);
+    t.is(a.run_result?.stdout, "42\n");
+    t.is(b.run_result?.stdout, "2\n");
+    await lazy.start();
+    await lazy.start();
+    t.is(lazy.workerPids().length, 1);
+  } finally {
+    await lazy.close();
+  }
+  for (const workers of [0, -1, 1.5, Number.NaN])
+    t.throws(() => new SandboxExecutor({ workers }), { instanceOf: SandboxConfigError, message: /workers/ });
+});
+
+test("a pool that cannot bring up a worker answers SandboxError with the reason, then recovers", async (t) => {
+  const { python, broken, dispose } = flakyPython();
+  broken(true);
+  const pool = new SandboxExecutor({ workers: 1, python, log: () => {}, hugePages: false });
+  try {
+    // never started, and starting fails: the request is answered, not left waiting
+    const first = await pool.run("print(1)");
+    t.is(first.status, "SandboxError");
+    t.regex(first.message, /no sandbox worker could be started: .*python is broken/s);
+    broken(false);
+    const second = await pool.run("print(1)");
+    t.is(second.run_result?.stdout, "1\n", JSON.stringify(second));
+    // the only worker dies and its replacement fails: waiting requests are told why
+    broken(true);
+    const [pid] = pool.workerPids();
+    process.kill(pid!, "SIGKILL");
+    t.true(await eventually(() => !pool.workerPids().includes(pid!)));
+    const orphaned = await pool.run("print(2)");
+    t.is(orphaned.status, "SandboxError");
+    t.regex(
+      orphaned.message,
+      /^(every sandbox worker has died and the replacement failed|no sandbox worker could be started): .*python is broken/s,
+    );
+    // once python works again the next request brings the pool back
+    broken(false);
+    t.is((await pool.run("print(3)")).run_result?.stdout, "3\n");
+  } finally {
+    await pool.close();
+    dispose();
   }
 });

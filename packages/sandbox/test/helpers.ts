@@ -1,4 +1,7 @@
-import { readdirSync, readFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { resolvePython } from "../src/python.js";
 
 export interface HostProcess {
   pid: number;
@@ -45,4 +48,21 @@ export async function eventually(check: () => boolean, ms = 15_000): Promise<boo
 
 export function isRoot(): boolean {
   return process.getuid?.() === 0;
+}
+
+/** A python3 that works until `broken(true)`: it then exits 3 at once, saying "python is broken" on stderr. */
+export function flakyPython(): { python: string; broken: (on: boolean) => void; dispose: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), "torl-flaky-python-"));
+  const flag = join(dir, "broken");
+  const python = join(dir, "python3");
+  writeFileSync(
+    python,
+    `#!/bin/sh\n[ -e ${flag} ] && { echo "python is broken" >&2; exit 3; }\nexec ${resolvePython()} "$@"\n`,
+  );
+  chmodSync(python, 0o755);
+  return {
+    python,
+    broken: (on) => (on ? writeFileSync(flag, "") : rmSync(flag, { force: true })),
+    dispose: () => rmSync(dir, { recursive: true, force: true }),
+  };
 }
