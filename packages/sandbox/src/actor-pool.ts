@@ -1,4 +1,5 @@
 import { type ActorHandle, kill } from "@torl-ts/actors";
+import { checkedOption, SandboxConfigError, shownValue } from "./errors.js";
 import { sandboxError } from "./executor.js";
 import { normalizeRequest } from "./request.js";
 import { type SandboxActor, SandboxActorClass, type SandboxActorOptions } from "./sandbox-actor.js";
@@ -16,6 +17,9 @@ export class TokenBucket {
     readonly burst: number = Math.max(1, rate),
     private readonly now: () => number = () => performance.now(),
   ) {
+    // a rate of 0 or less would never refill: every take() would wait forever
+    checkedOption("ratePerSecond", rate, 0, { integer: false, above: 0 });
+    checkedOption("burst", burst, 1, { integer: false });
     this.tokens = burst;
     this.last = now();
   }
@@ -63,7 +67,7 @@ export interface SandboxActorPoolOptions {
   workersPerActor?: number;
   /** Calls in flight per actor (default: workersPerActor * 2, so each actor has its next request queued). */
   maxInFlightPerActor?: number;
-  /** Requests started per second over the whole pool (default: no limit). */
+  /** Requests started per second over the whole pool, above 0 (default, or undefined: no limit). */
   ratePerSecond?: number;
   /** Tries per request when actors die under it (default 3). */
   maxAttempts?: number;
@@ -73,6 +77,20 @@ export interface SandboxActorPoolOptions {
   resources?: Record<string, number>;
   numCpus?: number;
   executor?: Omit<SandboxActorOptions, "workers">;
+}
+
+/** Every count and rate of the options, checked before anything starts (0 in flight or a rate of 0
+ * would leave every request waiting). */
+function checkPoolOptions(options: SandboxActorPoolOptions): void {
+  for (const key of ["actors", "workersPerActor", "maxInFlightPerActor", "maxAttempts"] as const)
+    checkedOption(key, options[key], 1);
+  checkedOption("ratePerSecond", options.ratePerSecond, 0, { integer: false, above: 0 });
+  checkedOption("numCpus", options.numCpus, 0, { integer: false, min: 0 });
+  if (options.replaceDead !== undefined && typeof options.replaceDead !== "boolean")
+    throw new SandboxConfigError(
+      "replaceDead",
+      `must be true or false, got ${shownValue(options.replaceDead)}`,
+    );
 }
 
 const ALL_DEAD = "every sandbox actor of this pool has died (replaceDead is false)";
@@ -110,11 +128,12 @@ export class SandboxActorPool implements BatchCodeRunner {
   replaced = 0;
 
   private constructor(readonly options: SandboxActorPoolOptions) {
-    this.bucket = options.ratePerSecond ? new TokenBucket(options.ratePerSecond) : undefined;
+    this.bucket = options.ratePerSecond !== undefined ? new TokenBucket(options.ratePerSecond) : undefined;
   }
 
   /** Starts the actors and waits until each has its warm workers ready. */
   static async create(options: SandboxActorPoolOptions = {}): Promise<SandboxActorPool> {
+    checkPoolOptions(options);
     const pool = new SandboxActorPool(options);
     const n = options.actors ?? 2;
     await Promise.all(Array.from({ length: n }, () => pool.addMember()));

@@ -69,8 +69,41 @@ export class SandboxHttpError extends TorlError {
   constructor(
     readonly url: string,
     readonly httpStatus: number | null,
-    detail: string,
+    readonly detail: string,
   ) {
     super(`sandbox server ${url}: ${httpStatus === null ? "" : `HTTP ${httpStatus}: `}${detail}`);
   }
+}
+
+/** A value as a message shows it: strings quoted, so that "2" is told from 2. */
+export function shownValue(value: unknown): string {
+  return typeof value === "string" ? JSON.stringify(value) : String(value);
+}
+
+/**
+ * `value` of option `option` checked: undefined gives `fallback`; otherwise a finite number (never a
+ * string that looks like one) that is whole (`integer`, the default) and at least `min` (default 1),
+ * or above `above` where given; else SandboxConfigError naming the option and the value.
+ */
+export function checkedOption(
+  option: string,
+  value: unknown,
+  fallback: number,
+  { integer = true, min = 1, above }: { integer?: boolean; min?: number; above?: number } = {},
+): number {
+  if (value === undefined) return fallback;
+  const inRange = (v: number) => (above === undefined ? v >= min : v > above);
+  if (
+    typeof value !== "number" ||
+    !Number.isFinite(value) ||
+    (integer && !Number.isInteger(value)) ||
+    !inRange(value)
+  ) {
+    const bound = above === undefined ? `>= ${min}` : `> ${above}`;
+    throw new SandboxConfigError(
+      option,
+      `must be ${integer ? "a whole number" : "a number"} ${bound}, got ${shownValue(value)}`,
+    );
+  }
+  return value;
 }

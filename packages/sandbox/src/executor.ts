@@ -1,6 +1,6 @@
 import { hostname } from "node:os";
 import { metricCounter, metricHistogram, traceSpan } from "@torl-ts/core";
-import { SandboxClosedError, SandboxConfigError } from "./errors.js";
+import { checkedOption, SandboxClosedError } from "./errors.js";
 import {
   checkRunLimits,
   type NormalizedRequest,
@@ -85,14 +85,11 @@ export class SandboxExecutor implements CodeRunner {
   constructor(readonly options: ExecutorOptions = {}) {
     this.prefix = `torl-${process.pid}-${poolCounter++}`;
     this.limits = resolveLimits(options.limits);
-    const workers = options.workers ?? 2;
-    if (!Number.isInteger(workers) || workers < 1) {
-      throw new SandboxConfigError("workers", `must be an integer >= 1, got ${workers}`);
-    }
-    const maxProcesses = options.maxProcesses ?? 64;
-    if (!Number.isInteger(maxProcesses) || maxProcesses < 1) {
-      throw new SandboxConfigError("maxProcesses", `must be an integer >= 1, got ${maxProcesses}`);
-    }
+    checkedOption("workers", options.workers, 2);
+    checkedOption("maxProcesses", options.maxProcesses, 64);
+    // 0 would keep no output at all, and a /tmp of 0 MB would take no file: neither is "off"
+    checkedOption("maxOutputBytes", options.maxOutputBytes, 1 << 20);
+    checkedOption("tmpfsMb", options.tmpfsMb, 256);
     checkHugePages(options.hugePages);
     this.log = options.log ?? ((line) => process.stderr.write(`[sandbox] ${line}\n`));
   }
@@ -230,7 +227,13 @@ export class SandboxExecutor implements CodeRunner {
       await worker.start();
     } catch (error) {
       this.workers = this.workers.filter((w) => w !== worker);
-      throw error;
+      throw this.closed ? new SandboxClosedError() : error;
+    }
+    if (this.closed) {
+      // closed while this one started: close() did not see it ready, so it ends here
+      this.workers = this.workers.filter((w) => w !== worker);
+      await worker.close();
+      throw new SandboxClosedError();
     }
     this.idle.push(worker);
     this.pump();
@@ -267,7 +270,14 @@ export class SandboxExecutor implements CodeRunner {
         },
         (error: Error) => {
           this.completed++;
-          job.resolve(sandboxError(error.message));
+          // close() ended the worker under this run: say that, not that the worker died
+          job.resolve(
+            sandboxError(
+              this.closed
+                ? `the sandbox executor closed while this request ran (${error.message})`
+                : error.message,
+            ),
+          );
           if (worker.alive && !worker.busy) this.idle.push(worker);
           this.pump();
         },

@@ -1,4 +1,4 @@
-import { RunRequestError, SandboxConfigError } from "./errors.js";
+import { checkedOption, RunRequestError, SandboxConfigError, shownValue } from "./errors.js";
 import type { RunCodeRequest } from "./types.js";
 
 /** A validated request with every default filled in (what a worker receives). */
@@ -52,14 +52,23 @@ const COUNT_LIMITS = new Set<string>(["maxFiles", "maxFetchFiles", "maxFilesByte
 
 /** The defaults with `overrides` applied; throws SandboxConfigError for a maximum that is not a positive number. */
 export function resolveLimits(overrides: Partial<RequestLimits> = {}): RequestLimits {
-  const limits = { ...DEFAULT_LIMITS, ...overrides };
-  for (const [key, value] of Object.entries(limits)) {
-    if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
-      throw new SandboxConfigError(`limits.${key}`, `must be a positive number, got ${String(value)}`);
-    }
-    if (COUNT_LIMITS.has(key) && !Number.isInteger(value)) {
-      throw new SandboxConfigError(`limits.${key}`, `must be a whole number, got ${String(value)}`);
-    }
+  if (typeof overrides !== "object" || overrides === null || Array.isArray(overrides))
+    throw new SandboxConfigError("limits", `must be an object of limits, got ${shownValue(overrides)}`);
+  for (const key of Object.keys(overrides))
+    if (!(key in DEFAULT_LIMITS))
+      throw new SandboxConfigError(
+        `limits.${key}`,
+        `no such limit; limits are ${Object.keys(DEFAULT_LIMITS).join(", ")}`,
+      );
+  const limits = { ...DEFAULT_LIMITS };
+  for (const key of Object.keys(limits) as (keyof RequestLimits)[]) {
+    // above 0, never off; counts whole
+    limits[key] = checkedOption(
+      `limits.${key}`,
+      overrides[key],
+      limits[key],
+      COUNT_LIMITS.has(key) ? {} : { integer: false, above: 0 },
+    );
   }
   return limits;
 }

@@ -1,8 +1,8 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
-import { RunRequestError, SandboxConfigError } from "./errors.js";
+import { checkedOption, RunRequestError, SandboxClosedError, SandboxConfigError } from "./errors.js";
 import type { SandboxExecutor } from "./executor.js";
-import { DEFAULT_LIMITS, normalizeRequest, type RequestLimits } from "./request.js";
+import { normalizeRequest, type RequestLimits, resolveLimits } from "./request.js";
 
 export interface ServerOptions {
   /** Default 127.0.0.1 (loopback only). */
@@ -129,11 +129,7 @@ function refuseBody(req: IncomingMessage, res: ServerResponse, error: BodyTooLar
 function connectionLimits(options: ServerOptions): ConnectionLimits {
   const limits = { ...DEFAULT_CONNECTION_LIMITS };
   for (const key of Object.keys(limits) as (keyof ConnectionLimits)[]) {
-    const value = options[key] ?? DEFAULT_CONNECTION_LIMITS[key];
-    if (!Number.isInteger(value) || value < 1) {
-      throw new SandboxConfigError(key, `must be a whole number >= 1, got ${String(value)}`);
-    }
-    limits[key] = value;
+    limits[key] = checkedOption(key, options[key], DEFAULT_CONNECTION_LIMITS[key]);
   }
   if (limits.headersTimeoutMs > limits.requestTimeoutMs) {
     throw new SandboxConfigError(
@@ -171,11 +167,8 @@ export async function serveSandbox(
   executor: SandboxExecutor,
   options: ServerOptions = {},
 ): Promise<SandboxServer> {
-  const maxBody = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
-  if (!Number.isInteger(maxBody) || maxBody < 1) {
-    throw new RangeError(`maxBodyBytes must be a positive integer, got ${maxBody}`);
-  }
-  const limits = { ...DEFAULT_LIMITS, ...options.limits };
+  const maxBody = checkedOption("maxBodyBytes", options.maxBodyBytes, DEFAULT_MAX_BODY_BYTES);
+  const limits = resolveLimits(options.limits);
   const conn = connectionLimits(options);
   const refused = new WeakSet<Socket>();
   // how often stalled connections are looked for (read when it starts listening)
@@ -211,6 +204,9 @@ export async function serveSandbox(
       if (error instanceof RunRequestError) {
         return send(res, 400, { status: "SandboxError", message: error.message });
       }
+      // the executor behind this server is closed: the service is gone, not the request at fault
+      if (error instanceof SandboxClosedError)
+        return send(res, 503, { status: "SandboxError", message: error.message });
       return send(res, 500, { status: "SandboxError", message: (error as Error).message });
     }
   });

@@ -1,6 +1,6 @@
 import { init, shutdown } from "@torl-ts/actors";
 import test from "ava";
-import { SandboxActorPool, TokenBucket } from "../src/index.js";
+import { SandboxActorPool, SandboxConfigError, TokenBucket } from "../src/index.js";
 import { flakyPython } from "./helpers.js";
 
 let pool: SandboxActorPool;
@@ -147,3 +147,25 @@ test.serial(
     }
   },
 );
+
+test("pool options that would leave requests waiting are refused before any actor starts", async (t) => {
+  for (const [options, message] of [
+    [{ maxInFlightPerActor: 0 }, /maxInFlightPerActor: must be a whole number >= 1, got 0/],
+    [{ ratePerSecond: -1 }, /ratePerSecond: must be a number > 0, got -1/],
+    [{ ratePerSecond: 0 }, /ratePerSecond: must be a number > 0, got 0/],
+    [{ actors: 0 }, /actors: must be a whole number >= 1, got 0/],
+    [{ actors: "1" }, /actors: must be a whole number >= 1, got "1"/],
+    [{ maxAttempts: 0 }, /maxAttempts/],
+    [{ workersPerActor: 1.5 }, /workersPerActor/],
+    [{ replaceDead: "no" }, /replaceDead: must be true or false, got "no"/],
+  ] as const)
+    await t.throwsAsync(SandboxActorPool.create(options as never), {
+      instanceOf: SandboxConfigError,
+      message,
+    });
+  t.throws(() => new TokenBucket(0), { instanceOf: SandboxConfigError, message: /ratePerSecond/ });
+  t.throws(() => new TokenBucket(5, 0.5), {
+    instanceOf: SandboxConfigError,
+    message: /burst: must be a number >= 1/,
+  });
+});

@@ -11,12 +11,13 @@ import test from "ava";
 import {
   normalizeRequest,
   RunRequestError,
+  SandboxClosedError,
   SandboxConfigError,
   SandboxExecutor,
   SandboxInternalError,
   SandboxWorker,
 } from "../src/index.js";
-import { eventually, flakyPython } from "./helpers.js";
+import { eventually, flakyPython, leftovers } from "./helpers.js";
 
 let ex: SandboxExecutor;
 
@@ -251,4 +252,45 @@ test("a pool that cannot bring up a worker answers SandboxError with the reason,
     await pool.close();
     dispose();
   }
+});
+
+test.serial("close while start runs leaves no worker behind; start and run after it refuse", async (t) => {
+  const ours = () => leftovers(`"name":"torl-${process.pid}-`).length;
+  const before = ours();
+  t.true(before >= 1, "the marker finds this file's own worker"); // test.before's
+  const racing = new SandboxExecutor({ workers: 1, log: () => {}, hugePages: false });
+  const started = racing.start();
+  const closed = racing.close();
+  await t.throwsAsync(started, { instanceOf: SandboxClosedError });
+  await closed;
+  t.true(
+    await eventually(() => ours() === before),
+    `${ours()} worker processes of this test left, ${before} before`,
+  );
+  await t.throwsAsync(racing.start(), { instanceOf: SandboxClosedError });
+  await t.throwsAsync(racing.run("print(1)"), { instanceOf: SandboxClosedError });
+});
+
+test.serial("a run in flight when the executor closes is answered that the executor closed", async (t) => {
+  const closing = await new SandboxExecutor({ workers: 1, log: () => {}, hugePages: false }).start();
+  const running = closing.run("import time; time.sleep(30)");
+  await new Promise((r) => setTimeout(r, 300));
+  await closing.close();
+  const answer = await running;
+  t.is(answer.status, "SandboxError");
+  t.regex(answer.message, /^the sandbox executor closed while this request ran/);
+});
+
+test("executor options are checked: no output budget, /tmp size or limit that cannot work is taken", (t) => {
+  for (const [options, message] of [
+    [{ maxOutputBytes: 0 }, /maxOutputBytes: must be a whole number >= 1, got 0/],
+    [{ maxOutputBytes: -1 }, /maxOutputBytes/],
+    [{ tmpfsMb: 0.5 }, /tmpfsMb: must be a whole number >= 1, got 0.5/],
+    [{ tmpfsMb: "64" }, /tmpfsMb: must be a whole number >= 1, got "64"/],
+    [{ tmpfsMb: Number.NaN }, /tmpfsMb/],
+    [{ workers: "2" }, /workers: must be a whole number >= 1, got "2"/],
+    [{ limits: { bogusKey: 1 } }, /limits.bogusKey: no such limit; limits are maxRunTimeout/],
+    [{ limits: { maxRunTimeout: "2" } }, /limits.maxRunTimeout: must be a number > 0, got "2"/],
+  ] as const)
+    t.throws(() => new SandboxExecutor(options as never), { instanceOf: SandboxConfigError, message });
 });

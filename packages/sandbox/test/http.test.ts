@@ -1,5 +1,9 @@
+import { once } from "node:events";
+import { type AddressInfo, createServer, type Socket } from "node:net";
 import test from "ava";
 import {
+  RunRequestError,
+  SandboxConfigError,
   SandboxExecutor,
   SandboxFusionClient,
   SandboxHttpError,
@@ -149,4 +153,79 @@ test("SandboxFusionClient (the external-server backend) works against this serve
   const down = new SandboxFusionClient("http://127.0.0.1:1", { attempts: 2 });
   const e = await t.throwsAsync(down.run("print(1)"), { instanceOf: SandboxHttpError });
   t.is(e?.httpStatus, null);
+});
+
+test("SandboxFusionClient: options and URLs are checked, a silent server times out, failures say why", async (t) => {
+  for (const [options, message] of [
+    [{ concurrency: 0 }, /concurrency: must be a whole number >= 1, got 0/],
+    [{ attempts: 0 }, /attempts: must be a whole number >= 1, got 0/],
+    [{ attempts: "3" }, /attempts: must be a whole number >= 1, got "3"/],
+    [
+      { extraTimeoutMs: Number.POSITIVE_INFINITY },
+      /extraTimeoutMs: must be a whole number >= 0, got Infinity/,
+    ],
+    [{ healthTimeoutMs: -1 }, /healthTimeoutMs/],
+    [{ atempts: 2 }, /atempts: no such option; the options are extraTimeoutMs, attempts, concurrency/],
+  ] as const)
+    t.throws(() => new SandboxFusionClient("http://127.0.0.1:1", options as never), {
+      instanceOf: SandboxConfigError,
+      message,
+    });
+  for (const url of ["localhost:8080", "ftp://127.0.0.1/", "", "not a url"])
+    t.throws(() => new SandboxFusionClient(url), {
+      instanceOf: SandboxConfigError,
+      message: /http:\/\/ or https:\/\//,
+    });
+  // a bad time limit is the caller's, refused here: not sent, not retried as a transport failure
+  const client = new SandboxFusionClient(srv.url);
+  await t.throwsAsync(client.run({ code: "print(1)", run_timeout: Number.NaN }), {
+    instanceOf: RunRequestError,
+    message: /run_timeout: must be a finite number > 0, got NaN/,
+  });
+  // refused connections name their cause and how many tries failed (a port just given back is closed)
+  const closed = createServer().listen(0, "127.0.0.1");
+  await once(closed, "listening");
+  const closedPort = (closed.address() as AddressInfo).port;
+  await new Promise((r) => closed.close(r));
+  const down = new SandboxFusionClient(`http://127.0.0.1:${closedPort}`, { attempts: 2 });
+  await t.throwsAsync(down.run("print(1)"), {
+    instanceOf: SandboxHttpError,
+    message: /ECONNREFUSED.*2 attempts, all failed/,
+  });
+  // a server that takes the connection and never answers: health() gives up at its limit
+  const held: Socket[] = [];
+  const silent = createServer((socket) => held.push(socket)).listen(0, "127.0.0.1");
+  await once(silent, "listening");
+  try {
+    const port = (silent.address() as AddressInfo).port;
+    const mute = new SandboxFusionClient(`http://127.0.0.1:${port}`, {
+      healthTimeoutMs: 300,
+      extraTimeoutMs: 0,
+      attempts: 1,
+    });
+    await t.throwsAsync(mute.health(), { instanceOf: SandboxHttpError, message: /no answer within 300 ms/ });
+    await t.throwsAsync(mute.run({ code: "print(1)", run_timeout: 0.3 }), {
+      instanceOf: SandboxHttpError,
+      message: /no answer within 300 ms \(1 attempt, all failed\)/,
+    });
+  } finally {
+    for (const socket of held) socket.destroy();
+    silent.close();
+  }
+});
+
+test("a server whose executor has closed answers 503 saying so, not 500", async (t) => {
+  const gone = await new SandboxExecutor({ workers: 1, log: () => {}, hugePages: false }).start();
+  const server = await serveSandbox(gone, { port: 0 });
+  try {
+    await gone.close();
+    const res = await fetch(`${server.url}/run_code`, {
+      method: "POST",
+      body: JSON.stringify({ code: "print(1)" }),
+    });
+    t.is(res.status, 503);
+    t.deepEqual(await res.json(), { status: "SandboxError", message: "the sandbox executor is closed" });
+  } finally {
+    await server.close();
+  }
 });

@@ -96,7 +96,10 @@ test("serveSandbox on a port in use rejects with SandboxListenError naming the p
   } finally {
     holder.close();
   }
-  await t.throwsAsync(serveSandbox(ex, { maxBodyBytes: 0 }), { instanceOf: RangeError });
+  await t.throwsAsync(serveSandbox(ex, { maxBodyBytes: 0 }), {
+    instanceOf: SandboxConfigError,
+    message: /maxBodyBytes: must be a whole number >= 1, got 0/,
+  });
 });
 
 test("pnpm torl sandbox serve on a port in use exits 2 with one error line: no stack, no hang", async (t) => {
@@ -232,12 +235,18 @@ test("bad connection limits are refused: SandboxConfigError from serveSandbox, e
   for (const [options, message] of [
     [{ maxConnections: 0 }, /maxConnections: must be a whole number >= 1, got 0/],
     [{ headersTimeoutMs: 1.5 }, /headersTimeoutMs: must be a whole number >= 1, got 1.5/],
+    [{ headersTimeoutMs: Number.NaN }, /headersTimeoutMs: must be a whole number >= 1, got NaN/],
+    // the request limits are checked as the executor checks them: none may refuse everything or be ignored
+    [{ limits: { maxRunTimeout: -1 } }, /limits.maxRunTimeout: must be a number > 0, got -1/],
+    [{ limits: { maxRunTimeout: Number.NaN } }, /limits.maxRunTimeout: must be a number > 0, got NaN/],
+    [{ limits: { maxRunTimeout: "2" } }, /limits.maxRunTimeout: must be a number > 0, got "2"/],
+    [{ limits: { maxRuntime: 5 } }, /limits.maxRuntime: no such limit/],
     [
       { headersTimeoutMs: 5000, requestTimeoutMs: 1000 },
       /headersTimeoutMs: 5000 ms is over requestTimeoutMs \(1000 ms\)/,
     ],
   ] as const) {
-    await t.throwsAsync(serveSandbox(ex, { port: 0, ...options }), {
+    await t.throwsAsync(serveSandbox(ex, { port: 0, ...(options as object) }), {
       instanceOf: SandboxConfigError,
       message,
     });
