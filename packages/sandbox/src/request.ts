@@ -92,6 +92,18 @@ export function checkRunLimits(
   within("memory_limit_MB", request.memory_limit_MB, limits.maxMemoryMB, "MB");
 }
 
+/** SandboxFusion's `/run_code` request fields (the others of its API are not served here). */
+const REQUEST_FIELDS = [
+  "code",
+  "language",
+  "compile_timeout",
+  "run_timeout",
+  "memory_limit_MB",
+  "stdin",
+  "files",
+  "fetch_files",
+];
+
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 
 function checkRelativePath(field: string, path: string): void {
@@ -128,6 +140,10 @@ export function normalizeRequest(body: unknown, limits: RequestLimits = DEFAULT_
     throw new RunRequestError("body", "must be a JSON object");
   }
   const r = body as Record<string, unknown>;
+  // a misspelt field (`runtimeout`) would otherwise run with the default it meant to change
+  for (const key of Object.keys(r))
+    if (!REQUEST_FIELDS.includes(key))
+      throw new RunRequestError(key, `no such field; a request's fields are ${REQUEST_FIELDS.join(", ")}`);
   if (typeof r.code !== "string") throw new RunRequestError("code", "is required and must be a string");
   const language = r.language ?? "python";
   if (typeof language !== "string") throw new RunRequestError("language", "must be a string");

@@ -93,6 +93,10 @@ test("a bad request gets 400 with the reason", async (t) => {
     [{ code: "print(1)", files: { "../etc/x": "aGk=" } }, /must be relative/],
     [{ code: "print(1)", files: { "a.txt": "not base64!" } }, /base64/],
     [[1, 2], /body: must be a JSON object/],
+    [
+      { code: "print(1)", runtimeout: 60 },
+      /runtimeout: no such field; a request's fields are code, language/,
+    ],
   ];
   for (const [body, reason] of cases) {
     const { status, json } = await post(body);
