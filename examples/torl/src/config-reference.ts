@@ -191,7 +191,10 @@ export function configReference(schema: ConfigSchema = recipeConfigSchema()): st
     "(`torl.`, `examples/torl/src/recipe.ts`), with its type and default. Names follow veRL's",
     "`ppo_trainer.yaml`; keys marked ToRL are this project's additions. Set them in a YAML file (merged over",
     // biome-ignore lint/suspicious/noTemplateCurlyInString: the text shows the YAML interpolation syntax
-    "the defaults) or with `a.b.c=value` overrides; `${a.b}` takes the value of key `a.b`. Unknown keys and",
+    "the defaults) or with `a.b.c=value` overrides; `${a.b}` takes the value of key `a.b`, and `${oc.env:VAR}`",
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: the text shows the YAML interpolation syntax
+    "(or `${oc.env:VAR,default}`) the environment variable `VAR`, as a string (unset and no default: an error",
+    "naming the key; any other resolver is refused). Unknown keys and",
     "wrong types are refused with the key's name and a did-you-mean hint; `+a.b=value` adds a key the schema",
     "does not know.",
     "",

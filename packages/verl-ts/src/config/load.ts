@@ -4,6 +4,8 @@ import {
   type ConfigIssue,
   type ConfigNode,
   ConfigSchema,
+  describeValue,
+  didYouMean,
   getPath,
   hasPath,
   isConfigNode,
@@ -113,12 +115,52 @@ export interface LoadTrainerConfigOptions {
   overrides?: readonly string[];
 }
 
+const LOAD_OPTIONS = ["schema", "files", "values", "overrides"] as const;
+
+/**
+ * Throws TrainerConfigError for options a loader (`fn`, taking `known`) would read wrongly: a misspelt
+ * name (it would be ignored), a string where a list of strings goes (it would be read letter by
+ * letter), `values` that is not a map, `schema` that is not a ConfigSchema.
+ */
+export function checkLoadOptions(opts: unknown, fn: string, known: readonly string[]): void {
+  if (typeof opts !== "object" || opts === null || Array.isArray(opts)) {
+    throw new TrainerConfigError([
+      {
+        key: fn,
+        message: `${fn} takes an options object { ${known.join(", ")} }, got ${describeValue(opts)}`,
+      },
+    ]);
+  }
+  const issues: ConfigIssue[] = [];
+  const o = opts as Record<string, unknown>;
+  for (const [k, v] of Object.entries(o)) {
+    if (!known.includes(k)) {
+      const hint = didYouMean(k, known) || ` (its options: ${known.join(", ")})`;
+      issues.push({ key: k, message: `unknown option "${k}" of ${fn}${hint}` });
+    } else if (v === undefined) continue;
+    else if (k === "files" || k === "overrides") {
+      if (!Array.isArray(v) || v.some((e) => typeof e !== "string"))
+        issues.push({ key: k, message: `${k} must be an array of strings, got ${describeValue(v)}` });
+    } else if (k === "values") {
+      if (!isConfigNode(v)) issues.push({ key: k, message: `values must be a map, got ${describeValue(v)}` });
+    } else if (k === "schema" && !(v instanceof ConfigSchema)) {
+      issues.push({
+        key: k,
+        message: `schema must be a ConfigSchema (trainerConfigSchema() or its extend(...)), got ${describeValue(v)}`,
+      });
+    }
+  }
+  if (issues.length) throw new TrainerConfigError(issues);
+}
+
 /**
  * Builds the trainer config: defaults, then each YAML file, then `values`, then the overrides; then
  * checks every key and type (all problems reported at once, each naming the key, what it accepts and a
- * "did you mean" hint) and resolves "${a.b}" references. Throws TrainerConfigError.
+ * "did you mean" hint) and resolves "${a.b}" references and "${oc.env:VAR}" / "${oc.env:VAR,default}"
+ * environment variables. Throws TrainerConfigError, also for an unknown option name.
  */
 export function loadTrainerConfig(opts: LoadTrainerConfigOptions = {}): TrainerConfig {
+  checkLoadOptions(opts, "loadTrainerConfig", LOAD_OPTIONS);
   const schema = opts.schema ?? trainerConfigSchema();
   const cfg = schema.defaults();
   for (const f of opts.files ?? []) mergeConfig(cfg, readConfigFile(f));
@@ -144,25 +186,78 @@ export function loadTrainerConfig(opts: LoadTrainerConfigOptions = {}): TrainerC
   return cfg as TrainerConfig;
 }
 
-const INTERP = /\$\{([A-Za-z0-9_.-]+)\}/g;
+/** One "${...}": its body is a key (a.b.c) or a resolver call (oc.env:VAR, oc.env:VAR,default). */
+const INTERP = /\$\{([^{}]*)\}/g;
+const INTERP_WHOLE = new RegExp(`^${INTERP.source}$`);
+const KEY_REF = /^[A-Za-z0-9_.-]+$/;
+const RESOLVER_CALL = /^([A-Za-z_][A-Za-z0-9_.]*):(.*)$/s;
+// biome-ignore lint/suspicious/noTemplateCurlyInString: the forms an interpolation takes, for messages
+const INTERP_FORMS = "${a.b}, ${oc.env:VAR} or ${oc.env:VAR,default}";
 
-/** Replaces "${a.b}" strings in place: a whole-string reference takes the value itself (any type). */
+/**
+ * OmegaConf's oc.env, as veRL configs use it: the variable's value (a string), else the default after
+ * the first comma read as a YAML scalar (`null`, `7`, `'a,b'`); unset without a default is an error.
+ */
+function ocEnv(key: string, args: string): unknown {
+  const comma = args.indexOf(",");
+  const name = (comma < 0 ? args : args.slice(0, comma)).trim();
+  if (!name) throw new Error(`${key}: \${oc.env:${args}} names no environment variable`);
+  const value = process.env[name];
+  if (value !== undefined) return value;
+  if (comma < 0) {
+    throw new Error(
+      `${key} reads \${oc.env:${name}}, but the environment variable ${name} is not set (give a default after a comma: \${oc.env:${name},default})`,
+    );
+  }
+  const text = args.slice(comma + 1).trim();
+  try {
+    return text === "" ? "" : parse(text);
+  } catch {
+    return text;
+  }
+}
+
+const RESOLVERS = new Map<string, (key: string, args: string) => unknown>([["oc.env", ocEnv]]);
+
+/**
+ * Replaces "${a.b}" and "${oc.env:VAR[,default]}" in place: a string that is one of them whole takes
+ * the value itself (any type), one inside other text its string form. Anything else inside "${...}"
+ * (another resolver, nested or unclosed braces) is an issue naming the key, not text left as it is.
+ */
 export function resolveInterpolations(cfg: ConfigNode): ConfigIssue[] {
   const issues: ConfigIssue[] = [];
   const resolving = new Set<string>();
+  // a resolved value is final: an environment value holding "${" is text, not read again
+  const resolved = new Set<string>();
   const resolveKey = (key: string): unknown => {
     const v = getPath(cfg, key);
-    if (typeof v !== "string" || !v.includes("${")) return v;
+    if (resolved.has(key) || typeof v !== "string" || !v.includes("${")) return v;
     if (resolving.has(key)) throw new Error(`circular reference through ${[...resolving, key].join(" -> ")}`);
     resolving.add(key);
     try {
-      const full = /^\$\{([A-Za-z0-9_.-]+)\}$/.exec(v);
-      const lookup = (ref: string) => {
-        if (!hasPath(cfg, ref)) throw new Error(`${key} refers to \${${ref}}, which is not a key`);
-        return resolveKey(ref);
+      const unreadable = () =>
+        new Error(`${key}: cannot read the interpolation in ${JSON.stringify(v)} (expected ${INTERP_FORMS})`);
+      // "${" left once every ${...} is taken out (nested or unclosed) would otherwise stay as text
+      if (v.replace(INTERP, "").includes("${")) throw unreadable();
+      const value = (body: string): unknown => {
+        if (KEY_REF.test(body)) {
+          if (!hasPath(cfg, body)) throw new Error(`${key} refers to \${${body}}, which is not a key`);
+          return resolveKey(body);
+        }
+        const call = RESOLVER_CALL.exec(body);
+        if (!call) throw unreadable();
+        const resolver = RESOLVERS.get(call[1]!);
+        if (!resolver) {
+          throw new Error(
+            `${key} uses the resolver "${call[1]}" (in \${${body}}), which this loader does not have (it has: ${[...RESOLVERS.keys()].join(", ")})`,
+          );
+        }
+        return resolver(key, call[2]!);
       };
-      const out = full ? lookup(full[1]!) : v.replace(INTERP, (_, ref: string) => String(lookup(ref)));
+      const whole = INTERP_WHOLE.exec(v);
+      const out = whole ? value(whole[1]!) : v.replace(INTERP, (_, body: string) => String(value(body)));
       setPath(cfg, key, out);
+      resolved.add(key);
       return out;
     } finally {
       resolving.delete(key);
@@ -176,7 +271,9 @@ export function resolveInterpolations(cfg: ConfigNode): ConfigIssue[] {
         try {
           resolveKey(key);
         } catch (e) {
-          issues.push({ key, message: (e as Error).message });
+          const message = (e as Error).message;
+          // a key that refers to a broken one fails with its message: report it once
+          if (!issues.some((i) => i.message === message)) issues.push({ key, message });
         }
       }
     }

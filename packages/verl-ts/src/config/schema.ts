@@ -310,11 +310,23 @@ function isPlainObject(v: unknown): v is ConfigNode {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-function describeValue(v: unknown): string {
+/** A value as a message shows it: its kind and text (NaN and the infinities as such, not JSON's null). */
+export function describeValue(v: unknown): string {
   if (v === null) return "null";
-  if (Array.isArray(v)) return `a list ${JSON.stringify(v)}`;
+  if (typeof v === "number" && !Number.isFinite(v)) return `${v} (not a finite number)`;
+  if (Array.isArray(v)) return `a list ${jsonText(v)}`;
   if (typeof v === "object") return "a map";
   return `${typeof v} ${JSON.stringify(v)}`;
+}
+
+const NON_FINITE = "\u0000non-finite:";
+
+/** JSON text, but with NaN and the infinities written as such (JSON.stringify writes null). */
+function jsonText(v: unknown): string {
+  const text = JSON.stringify(v, (_, x) =>
+    typeof x === "number" && !Number.isFinite(x) ? `${NON_FINITE}${x}` : x,
+  );
+  return text.replace(/"\\u0000non-finite:(NaN|-?Infinity)"/g, "$1");
 }
 
 function checkValue(v: unknown, types: ConfigTypeSpec[]): { ok: true; value: unknown } | { ok: false } {

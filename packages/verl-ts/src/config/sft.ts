@@ -6,7 +6,7 @@
 import { readFileSync } from "node:fs";
 import { loraKeyIssues } from "../models/lora.js";
 import { checkLoggerNames, type LoggerName } from "./check.js";
-import { loadTrainerConfig } from "./load.js";
+import { checkLoadOptions, loadTrainerConfig } from "./load.js";
 import { type ConfigIssue, type ConfigNode, ConfigSchema, TrainerConfigError } from "./schema.js";
 
 const SFT_DEFAULTS_URL = new URL("./sft-trainer.yaml", import.meta.url);
@@ -73,8 +73,12 @@ export interface LoadSftConfigOptions {
   overrides?: readonly string[];
 }
 
-/** Defaults, then the files, `values` and overrides; every key and type checked, then checkSftConfig. */
+/**
+ * Defaults, then the files, `values` and overrides; every key and type checked, then checkSftConfig.
+ * An option it does not take (`schema` too: the SFT schema is fixed) is refused, not ignored.
+ */
 export function loadSftConfig(opts: LoadSftConfigOptions = {}): SftConfig {
+  checkLoadOptions(opts, "loadSftConfig", ["files", "values", "overrides"]);
   const cfg = loadTrainerConfig({ ...opts, schema: sftConfigSchema() }) as unknown as SftConfig;
   const issues = checkSftConfig(cfg);
   if (issues.length) throw new TrainerConfigError(issues);

@@ -40,15 +40,81 @@ export function isDataProtoWire(v: unknown): v is DataProtoWire {
  * where they can (select, slice, chunk, split, pop) and copy where they must (concat, repeat, selectRows).
  */
 export class DataProto {
-  batch: TensorDict;
-  nonTensorBatch: NonTensorDict;
+  /**
+   * The tensors. Adding or replacing one (`d.batch.k = t`, Object.assign, or assigning a whole new dict)
+   * is checked there and then: a bad tensor, or one whose rows differ from the DataProto's, is refused.
+   */
+  declare batch: TensorDict;
+  /** The per-row columns, checked like `batch` when one is added or replaced. */
+  declare nonTensorBatch: NonTensorDict;
   metaInfo: MetaInfo;
+  #batch: TensorDict;
+  #nonTensor: NonTensorDict;
 
   constructor(init: { batch?: TensorDict; nonTensorBatch?: NonTensorDict; metaInfo?: MetaInfo } = {}) {
-    this.batch = { ...(init.batch ?? {}) };
-    this.nonTensorBatch = { ...(init.nonTensorBatch ?? {}) };
-    this.metaInfo = { ...(init.metaInfo ?? {}) };
-    this.checkConsistency();
+    if (!isRecord(init)) throw new DataProtoError(`DataProto: init must be an object, got ${describe(init)}`);
+    for (const k of Object.keys(init)) {
+      if (!INIT_KEYS.includes(k))
+        throw new DataProtoError(`DataProto: unknown option "${k}" (known: ${INIT_KEYS.join(", ")})`);
+    }
+    const batch = { ...dict("batch", init.batch) } as TensorDict;
+    const nonTensor = { ...dict("nonTensorBatch", init.nonTensorBatch) } as NonTensorDict;
+    this.metaInfo = { ...dict("metaInfo", init.metaInfo) };
+    checkRows(batch, nonTensor);
+    this.#batch = this.#guard("batch", batch);
+    this.#nonTensor = this.#guard("nonTensorBatch", nonTensor);
+    // own enumerable accessors, so the instance still shows (and compares by) its three dicts
+    Object.defineProperties(this, {
+      batch: { enumerable: true, get: () => this.#batch, set: (v) => this.#replace("batch", v) },
+      nonTensorBatch: {
+        enumerable: true,
+        get: () => this.#nonTensor,
+        set: (v) => this.#replace("nonTensorBatch", v),
+      },
+    });
+  }
+
+  /**
+   * `target` behind a proxy that checks each entry defined on it (assignment, Object.assign and
+   * Object.defineProperty all define through the trap) before it lands: a tensor or column with the
+   * wrong number of rows would otherwise surface later, in another method, far from the cause.
+   */
+  #guard<D extends TensorDict | NonTensorDict>(where: Where, target: D): D {
+    return new Proxy(target, {
+      defineProperty: (t, key, desc) => {
+        if (typeof key !== "string")
+          throw new DataProtoError(`${where}: keys must be strings, got ${String(key)}`);
+        if (desc.get || desc.set)
+          throw new DataProtoError(`${where}["${key}"] must be a value, not an accessor`);
+        if ("value" in desc) {
+          const rows = entryRows(where, key, desc.value);
+          const have = firstRows(this.#batch, this.#nonTensor, { where, key });
+          if (have && have.rows !== rows) {
+            throw new DataProtoError(
+              `${where}["${key}"] has ${rows} rows but the DataProto has ${have.rows} (${have.where}["${have.key}"])`,
+            );
+          }
+        }
+        const fresh = !Object.hasOwn(t, key);
+        return Reflect.defineProperty(
+          t,
+          key,
+          fresh ? { writable: true, enumerable: true, configurable: true, ...desc } : desc,
+        );
+      },
+    });
+  }
+
+  /** A whole new dict for `batch` or `nonTensorBatch`, checked against the other one first. */
+  #replace(where: Where, v: unknown): void {
+    const next = { ...dict(where, v) };
+    if (where === "batch") {
+      checkRows(next as TensorDict, this.#nonTensor);
+      this.#batch = this.#guard(where, next as TensorDict);
+    } else {
+      checkRows(this.#batch, next as NonTensorDict);
+      this.#nonTensor = this.#guard(where, next as NonTensorDict);
+    }
   }
 
   /** Builds from tensors, non-tensor columns and meta info (veRL's `DataProto.from_dict`). */
@@ -69,31 +135,7 @@ export class DataProto {
 
   /** Throws DataProtoError unless every tensor and column agrees on the number of rows. */
   checkConsistency(): void {
-    let n: number | undefined;
-    let firstKey = "";
-    const see = (key: string, len: number) => {
-      if (n === undefined) {
-        n = len;
-        firstKey = key;
-      } else if (len !== n) {
-        throw new DataProtoError(`batch size mismatch: "${firstKey}" has ${n} rows but "${key}" has ${len}`);
-      }
-    };
-    for (const [k, t] of Object.entries(this.batch)) {
-      try {
-        checkTensor(t?.data, t?.shape, `batch["${k}"]`);
-      } catch (e) {
-        throw new DataProtoError((e as Error).message);
-      }
-      if (t.shape.length === 0)
-        throw new DataProtoError(`batch["${k}"] is a scalar; tensors need a batch dim`);
-      see(k, t.shape[0]!);
-    }
-    for (const [k, v] of Object.entries(this.nonTensorBatch)) {
-      if (!Array.isArray(v))
-        throw new DataProtoError(`nonTensorBatch["${k}"] must be an array (one entry per row)`);
-      see(k, v.length);
-    }
+    checkRows(this.batch, this.nonTensorBatch);
   }
 
   /** Tensor by key; throws naming the keys present when absent. */
@@ -120,6 +162,10 @@ export class DataProto {
    * copied, unless `deep` is set.
    */
   select(batchKeys?: string[], nonTensorKeys?: string[], metaInfoKeys?: string[], deep = false): DataProto {
+    keyList("select", "batchKeys", batchKeys, true);
+    keyList("select", "nonTensorKeys", nonTensorKeys, true);
+    keyList("select", "metaInfoKeys", metaInfoKeys, true);
+    flag("select", "deep", deep);
     const pick = <V>(
       src: Record<string, V>,
       keys: string[] | undefined,
@@ -151,6 +197,10 @@ export class DataProto {
 
   /** Removes the named keys from this DataProto and returns them as a new one. */
   pop(batchKeys: string[] = [], nonTensorKeys: string[] = [], metaInfoKeys: string[] = []): DataProto {
+    keyList("pop", "batchKeys", batchKeys);
+    keyList("pop", "nonTensorKeys", nonTensorKeys);
+    keyList("pop", "metaInfoKeys", metaInfoKeys);
+    // select checks every key before anything is removed
     const out = this.select(batchKeys, nonTensorKeys, metaInfoKeys);
     for (const k of batchKeys) delete this.batch[k];
     for (const k of nonTensorKeys) delete this.nonTensorBatch[k];
@@ -160,8 +210,21 @@ export class DataProto {
 
   /** Renames keys of `batch` (veRL's `rename`); returns this. */
   rename(oldKeys: string[], newKeys: string[]): this {
+    keyList("rename", "oldKeys", oldKeys);
+    keyList("rename", "newKeys", newKeys);
     if (oldKeys.length !== newKeys.length) throw new DataProtoError("rename: key lists differ in length");
     const taken = oldKeys.map((k) => this.tensor(k));
+    // refused before anything moves: a clash or a repeat would drop a tensor
+    for (const [list, name] of [
+      [oldKeys, "old key"],
+      [newKeys, "new key"],
+    ] as const) {
+      const twice = list.find((k, i) => list.indexOf(k) !== i);
+      if (twice !== undefined) throw new DataProtoError(`rename: ${name} "${twice}" appears twice`);
+    }
+    const clash = newKeys.find((k) => k in this.batch && !oldKeys.includes(k));
+    if (clash !== undefined)
+      throw new DataProtoError(`rename: "${clash}" is already a key of batch (pop or rename it first)`);
     for (const k of oldKeys) delete this.batch[k];
     newKeys.forEach((k, i) => {
       this.batch[k] = taken[i]!;
@@ -174,36 +237,41 @@ export class DataProto {
    * hold equal values, else DataProtoError names it.
    */
   union(other: DataProto): this {
-    if (Object.keys(this.batch).length + Object.keys(this.nonTensorBatch).length > 0) {
-      if (other.length !== this.length && other.length !== 0) {
-        throw new DataProtoError(`union: batch sizes differ (${this.length} vs ${other.length})`);
-      }
+    if (!(other instanceof DataProto))
+      throw new DataProtoError(`union: expects a DataProto, got ${describe(other)}`);
+    // every check before the first change, so a refused union leaves this as it was
+    const mine = firstRows(this.batch, this.nonTensorBatch);
+    const theirs = firstRows(other.batch, other.nonTensorBatch);
+    if (mine && theirs && mine.rows !== theirs.rows) {
+      throw new DataProtoError(`union: batch sizes differ (${mine.rows} vs ${theirs.rows})`);
     }
     for (const [k, t] of Object.entries(other.batch)) {
-      const mine = this.batch[k];
-      if (mine && !tensorsEqual(mine, t))
+      const have = this.batch[k];
+      if (have && !tensorsEqual(have, t))
         throw new DataProtoError(`union: conflicting values for batch key "${k}"`);
-      this.batch[k] = t;
     }
     for (const [k, v] of Object.entries(other.nonTensorBatch)) {
-      const mine = this.nonTensorBatch[k];
-      if (mine && !deepEqual(mine, v)) {
+      const have = this.nonTensorBatch[k];
+      if (have && !deepEqual(have, v)) {
         throw new DataProtoError(`union: conflicting values for nonTensorBatch key "${k}"`);
       }
-      this.nonTensorBatch[k] = v;
     }
     for (const [k, v] of Object.entries(other.metaInfo)) {
       if (k in this.metaInfo && !deepEqual(this.metaInfo[k], v)) {
         throw new DataProtoError(`union: conflicting values for metaInfo key "${k}"`);
       }
-      this.metaInfo[k] = v;
     }
-    this.checkConsistency();
+    checkRows({ ...this.batch, ...other.batch }, { ...this.nonTensorBatch, ...other.nonTensorBatch });
+    Object.assign(this.batch, other.batch);
+    Object.assign(this.nonTensorBatch, other.nonTensorBatch);
+    Object.assign(this.metaInfo, other.metaInfo);
     return this;
   }
 
   /** Rows [start, end) as a new DataProto sharing tensor memory (negative indices count from the end). */
   slice(start = 0, end = this.length): DataProto {
+    integer("slice", "start", start);
+    integer("slice", "end", end);
     const n = this.length;
     const s = clampIndex(start, n);
     const e = Math.max(s, clampIndex(end, n));
@@ -285,6 +353,12 @@ export class DataProto {
    * keys only later parts hold added.
    */
   static concat(parts: DataProto[]): DataProto {
+    if (!Array.isArray(parts))
+      throw new DataProtoError(`concat: expects an array of DataProto, got ${describe(parts)}`);
+    parts.forEach((p, i) => {
+      if (!(p instanceof DataProto))
+        throw new DataProtoError(`concat: part ${i} is not a DataProto (got ${describe(p)})`);
+    });
     if (parts.length === 0) throw new DataProtoError("concat: nothing to concatenate");
     const first = parts[0]!;
     const bKeys = Object.keys(first.batch).sort().join(",");
@@ -319,6 +393,7 @@ export class DataProto {
   repeat(times: number, interleave = true): DataProto {
     if (!Number.isInteger(times) || times < 1)
       throw new DataProtoError(`repeat: times must be >= 1, got ${times}`);
+    flag("repeat", "interleave", interleave);
     const n = this.length;
     const idx = new Array<number>(n * times);
     for (let i = 0; i < n; i++) {
@@ -344,8 +419,12 @@ export class DataProto {
 
   /** Drops the last `padSize` rows added by `padToDivisor` (a view, no copy). */
   unpad(padSize: number): DataProto {
+    if (!Number.isInteger(padSize) || padSize < 0 || padSize > this.length) {
+      throw new DataProtoError(
+        `unpad: padSize must be an integer in [0, ${this.length}], got ${describe(padSize)}`,
+      );
+    }
     if (padSize === 0) return this;
-    if (padSize < 0 || padSize > this.length) throw new DataProtoError(`unpad: bad padSize ${padSize}`);
     return this.slice(0, this.length - padSize);
   }
 
@@ -380,6 +459,105 @@ export class DataProto {
     return `DataProto(length=${this.length}, batch={${b.join("; ")}}, nonTensorBatch=[${Object.keys(
       this.nonTensorBatch,
     ).join(", ")}], metaInfo=[${Object.keys(this.metaInfo).join(", ")}])`;
+  }
+}
+
+type Where = "batch" | "nonTensorBatch";
+
+const INIT_KEYS = ["batch", "nonTensorBatch", "metaInfo"];
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v) && !isTypedArray(v);
+}
+
+/** A value as an error message shows it: strings quoted, NaN as NaN, lists and objects by kind. */
+function describe(v: unknown): string {
+  if (typeof v === "string") return JSON.stringify(v);
+  if (Array.isArray(v)) return "an array";
+  if (v instanceof DataProto) return "a DataProto";
+  if (typeof v === "object" && v !== null) return `an object (${v.constructor?.name ?? "no prototype"})`;
+  return String(v);
+}
+
+/** `init[key]` of the constructor (or a whole new dict): a plain object, or absent. */
+function dict(key: string, v: unknown): Record<string, unknown> {
+  if (v === undefined) return {};
+  if (!isRecord(v))
+    throw new DataProtoError(`DataProto: ${key} must be an object of named entries, got ${describe(v)}`);
+  return v;
+}
+
+/** Throws unless `v` is an integer (an index or a count: a fraction or NaN would shift rows silently). */
+function integer(method: string, arg: string, v: unknown): void {
+  if (!Number.isInteger(v))
+    throw new DataProtoError(`${method}: ${arg} must be an integer, got ${describe(v)}`);
+}
+
+function flag(method: string, arg: string, v: unknown): void {
+  if (typeof v !== "boolean")
+    throw new DataProtoError(`${method}: ${arg} must be a boolean, got ${describe(v)}`);
+}
+
+/** Throws unless `v` is an array of strings (a string would be read letter by letter); absent if `optional`. */
+function keyList(method: string, arg: string, v: unknown, optional = false): void {
+  if (optional && v === undefined) return;
+  if (!Array.isArray(v) || v.some((k) => typeof k !== "string"))
+    throw new DataProtoError(`${method}: ${arg} must be an array of strings, got ${describe(v)}`);
+}
+
+/** The rows of one entry, after checking it: a tensor with a batch dim, or an array (one entry per row). */
+function entryRows(where: Where, key: string, v: unknown): number {
+  if (where === "nonTensorBatch") {
+    if (!Array.isArray(v))
+      throw new DataProtoError(`nonTensorBatch["${key}"] must be an array (one entry per row)`);
+    return v.length;
+  }
+  const t = v as Partial<BatchTensor> | undefined;
+  try {
+    checkTensor(t?.data, t?.shape, `batch["${key}"]`);
+  } catch (e) {
+    throw new DataProtoError((e as Error).message);
+  }
+  if (t!.shape!.length === 0)
+    throw new DataProtoError(`batch["${key}"] is a scalar; tensors need a batch dim`);
+  return t!.shape![0]!;
+}
+
+/** The rows of the first entry (leaving out `skip`, the one about to be replaced); undefined when none. */
+function firstRows(
+  batch: TensorDict,
+  nonTensor: NonTensorDict,
+  skip?: { where: Where; key: string },
+): { where: Where; key: string; rows: number } | undefined {
+  for (const [where, d] of [
+    ["batch", batch],
+    ["nonTensorBatch", nonTensor],
+  ] as const) {
+    for (const [key, v] of Object.entries(d)) {
+      if (skip?.where === where && skip.key === key) continue;
+      return { where, key, rows: where === "batch" ? (v as BatchTensor).shape[0]! : (v as unknown[]).length };
+    }
+  }
+  return undefined;
+}
+
+/** Checks every entry and that all agree on the number of rows (DataProtoError naming two that differ). */
+function checkRows(batch: TensorDict, nonTensor: NonTensorDict): void {
+  let n: number | undefined;
+  let firstKey = "";
+  for (const [where, d] of [
+    ["batch", batch],
+    ["nonTensorBatch", nonTensor],
+  ] as const) {
+    for (const [key, v] of Object.entries(d)) {
+      const len = entryRows(where, key, v);
+      if (n === undefined) {
+        n = len;
+        firstKey = key;
+      } else if (len !== n) {
+        throw new DataProtoError(`batch size mismatch: "${firstKey}" has ${n} rows but "${key}" has ${len}`);
+      }
+    }
   }
 }
 

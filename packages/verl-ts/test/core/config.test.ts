@@ -16,6 +16,7 @@ import {
   checkTrainerSetup,
   checkUnsupportedKeys,
   configValue,
+  loadSftConfig,
   loadTrainerConfig,
   miniBatchRows,
   parseConfigOverrides,
@@ -395,4 +396,115 @@ test("one global mini-batch holds ppo_mini_batch_size prompts x their responses,
   });
   t.is(miniBatchRows(c, "actor"), 12);
   t.is(miniBatchRows(c, "critic"), 20, "critic.rollout_n follows rollout.n");
+});
+
+test("loadTrainerConfig refuses files / overrides that are not lists of strings, and values that are not a map", (t) => {
+  const p = file("single.yaml", "trainer: {total_epochs: 3}\n");
+  const one = (opts: object) => {
+    const e = t.throws(() => loadTrainerConfig(opts as never), { instanceOf: TrainerConfigError });
+    t.is(e!.issues.length, 1, e!.message);
+    return e!.message;
+  };
+  t.regex(one({ files: p }), /files must be an array of strings, got string ".*single\.yaml"/);
+  t.regex(one({ overrides: "a=1" }), /overrides must be an array of strings, got string "a=1"/);
+  t.regex(one({ files: [p, 3] }), /files must be an array of strings, got a list \[.*,3\]/);
+  t.regex(one({ values: "data.seed=1" }), /values must be a map, got string "data\.seed=1"/);
+  t.regex(one({ schema: {} }), /schema must be a ConfigSchema/);
+  t.regex(
+    one({ overrides: ["a=1"], files: [], values: undefined, file: p }),
+    /unknown option "file" of loadTrainerConfig \(did you mean "files"\?\)/,
+  );
+  t.regex(
+    one({ overides: ["a=1"] }),
+    /unknown option "overides" of loadTrainerConfig \(did you mean "overrides"\?\)/,
+  );
+  t.is(loadTrainerConfig({ files: [p], overrides: undefined }).trainer.total_epochs, 3);
+});
+
+test("loadSftConfig refuses the options loadTrainerConfig refuses, and a schema (it has its own)", (t) => {
+  t.throws(() => loadSftConfig({ file: ["x.yaml"] } as never), {
+    instanceOf: TrainerConfigError,
+    message: /unknown option "file" of loadSftConfig \(did you mean "files"\?\)/,
+  });
+  t.throws(() => loadSftConfig({ schema: trainerConfigSchema() } as never), {
+    message: /unknown option "schema" of loadSftConfig/,
+  });
+  t.throws(() => loadSftConfig({ overrides: "a=1" } as never), {
+    message: /overrides must be an array of strings, got string "a=1"/,
+  });
+});
+
+test("a NaN or infinite number is refused saying so, naming the key", (t) => {
+  const p = file("nan.yaml", "actor_rollout_ref:\n  actor:\n    optim:\n      lr: .nan\n");
+  t.throws(() => loadTrainerConfig({ files: [p] }), {
+    instanceOf: TrainerConfigError,
+    message: /actor_rollout_ref\.actor\.optim\.lr expects float, got NaN \(not a finite number\)/,
+  });
+  t.throws(() => loadTrainerConfig({ overrides: ["actor_rollout_ref.rollout.temperature=-.inf"] }), {
+    message: /actor_rollout_ref\.rollout\.temperature expects float, got -Infinity \(not a finite number\)/,
+  });
+  t.throws(() => loadTrainerConfig({ overrides: ["actor_rollout_ref.actor.optim.betas=[0.9,.nan]"] }), {
+    message: /betas expects list\[float\], got a list \[0\.9,NaN\]/,
+  });
+});
+
+/** "${body}", the config's interpolation syntax (a template, so that it reads as intended here). */
+const ref = (body: string) => `\${${body}}`;
+
+test("oc.env reads the environment, with a default after a comma; an unset variable without default or another resolver is refused", (t) => {
+  process.env.TORL_CFG_TEST_PROJECT = "envproj";
+  delete process.env.TORL_CFG_TEST_UNSET;
+  const p = file(
+    "env.yaml",
+    [
+      "trainer:",
+      `  project_name: ${ref("oc.env:TORL_CFG_TEST_PROJECT")}`,
+      `  experiment_name: run-${ref("oc.env:TORL_CFG_TEST_UNSET,dflt")}`,
+      `  total_training_steps: ${ref("oc.env:TORL_CFG_TEST_UNSET,null")}`,
+      `  total_epochs: ${ref("oc.env:TORL_CFG_TEST_UNSET, 7")}`,
+      "actor_rollout_ref:",
+      "  model:",
+      `    path: "${ref("oc.env:TORL_CFG_TEST_UNSET,'/models/a,b'")}"`,
+    ].join("\n"),
+  );
+  const c = loadTrainerConfig({ files: [p] });
+  t.is(c.trainer.project_name, "envproj");
+  t.is(c.trainer.experiment_name, "run-dflt");
+  t.is(c.trainer.total_training_steps, null);
+  t.is(c.trainer.total_epochs, 7);
+  t.is(c.actor_rollout_ref.model.path, "/models/a,b");
+  t.is(c.trainer.default_local_dir, "checkpoints/envproj/run-dflt", "a reference to a resolved key");
+  const refused = (value: string) => {
+    const e = t.throws(() => loadTrainerConfig({ overrides: [`trainer.project_name=${value}`] }), {
+      instanceOf: TrainerConfigError,
+    });
+    t.is(e!.issues.length, 1);
+    t.is(e!.issues[0]!.key, "trainer.project_name");
+    return e!.message;
+  };
+  t.regex(
+    refused(ref("oc.env:TORL_CFG_TEST_UNSET")),
+    /trainer\.project_name reads \$\{oc\.env:TORL_CFG_TEST_UNSET\}, but the environment variable TORL_CFG_TEST_UNSET is not set/,
+  );
+  t.regex(
+    refused(ref("oc.decode:3")),
+    /trainer\.project_name uses the resolver "oc\.decode" \(in \$\{oc\.decode:3\}\), which this loader does not have \(it has: oc\.env\)/,
+  );
+  t.regex(refused(ref("constructor:x")), /uses the resolver "constructor"/);
+  t.regex(
+    refused(`a${ref("not a key")}`),
+    /trainer\.project_name: cannot read the interpolation in "a\$\{not a key\}"/,
+  );
+  t.regex(
+    refused(ref(`oc.env:X,${ref("trainer.seed")}`)),
+    /trainer\.project_name: cannot read the interpolation/,
+  );
+  // an environment value is a string, as in OmegaConf: a number key refuses it by name
+  process.env.TORL_CFG_TEST_NUM = "8";
+  t.throws(
+    () => loadTrainerConfig({ overrides: [`trainer.n_gpus_per_node=${ref("oc.env:TORL_CFG_TEST_NUM")}`] }),
+    {
+      message: /trainer\.n_gpus_per_node expects int, got string "8"/,
+    },
+  );
 });

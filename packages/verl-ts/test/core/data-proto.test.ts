@@ -165,3 +165,162 @@ test("selectRows gathers a copy in the given order; slice shares memory", (t) =>
   t.deepEqual(s.column("uid"), ["u2", "u3"]);
   t.throws(() => d.selectRows([4]), { message: /out of range/ });
 });
+
+const T = (n: number) => ({ data: new Float32Array(n * 2), shape: [n, 2] });
+/** What a DataProto holds, to compare before and after a call that must leave it as it was. */
+const snapshot = (d: DataProto) => ({
+  batch: Object.fromEntries(Object.entries(d.batch).map(([k, v]) => [k, v])),
+  nonTensorBatch: Object.fromEntries(Object.entries(d.nonTensorBatch).map(([k, v]) => [k, v])),
+  metaInfo: { ...d.metaInfo },
+});
+
+test("union checks everything before it merges: a refused union leaves the DataProto as it was", (t) => {
+  const u = new DataProto({ batch: { a: T(4) }, metaInfo: { x: 1 } });
+  const before = snapshot(u);
+  t.throws(() => u.union(new DataProto({ batch: { b: T(4) }, metaInfo: { x: 2 } })), {
+    instanceOf: DataProtoError,
+    message: /metaInfo key "x"/,
+  });
+  t.deepEqual(snapshot(u), before);
+  const ones = { data: new Float32Array(8).fill(1), shape: [4, 2] };
+  t.throws(() => u.union(new DataProto({ batch: { b: T(4), a: ones } })), {
+    message: /batch key "a"/,
+  });
+  t.deepEqual(snapshot(u), before);
+  // a 0-row column beside 4-row tensors: refused, nothing merged
+  const u2 = new DataProto({ batch: { a: T(4) } });
+  const e = t.throws(() => u2.union(new DataProto({ nonTensorBatch: { s: [] } })), {
+    instanceOf: DataProtoError,
+  });
+  t.regex(e!.message, /4 vs 0|4 rows .* 0|0 rows .* 4/);
+  t.deepEqual(Object.keys(u2.nonTensorBatch), []);
+  t.is(u2.length, 4);
+  // a DataProto with meta info only still merges into one with rows
+  u2.union(new DataProto({ metaInfo: { y: 1 } }));
+  t.is(u2.metaInfo.y, 1);
+  t.throws(() => u2.union({ batch: {} } as unknown as DataProto), {
+    instanceOf: DataProtoError,
+    message: /union: expects a DataProto/,
+  });
+});
+
+test("slice, unpad, split and chunk take integers; a bad argument is refused naming the method and argument", (t) => {
+  const d = new DataProto({ batch: { a: T(4) } });
+  t.throws(() => d.slice(Number.NaN), {
+    instanceOf: DataProtoError,
+    message: /slice: start must be an integer, got NaN/,
+  });
+  t.throws(() => d.slice(0.5, 2.5), {
+    instanceOf: DataProtoError,
+    message: /slice: start must be an integer, got 0\.5/,
+  });
+  t.throws(() => d.slice(0, 2.5), {
+    instanceOf: DataProtoError,
+    message: /slice: end must be an integer, got 2\.5/,
+  });
+  t.throws(() => d.slice("1" as unknown as number), { message: /slice: start must be an integer, got "1"/ });
+  t.throws(() => d.unpad(1.5), {
+    instanceOf: DataProtoError,
+    message: /unpad: padSize must be an integer in \[0, 4\], got 1\.5/,
+  });
+  t.throws(() => d.unpad(Number.NaN), { message: /unpad: padSize must be an integer in \[0, 4\], got NaN/ });
+  t.throws(() => d.unpad(5), { message: /unpad: padSize must be an integer in \[0, 4\], got 5/ });
+  // negative indices count from the end (documented); the range clamps as Python's slicing does
+  t.is(d.slice(-3, -1).length, 2);
+  t.is(d.slice(2, 10).length, 2);
+  t.is(d.unpad(1).length, 3);
+  t.throws(() => d.repeat(2, "no" as unknown as boolean), {
+    message: /repeat: interleave must be a boolean, got "no"/,
+  });
+});
+
+test("a tensor or column added by hand must match the DataProto's rows: refused where it is added", (t) => {
+  const d = new DataProto({ batch: { a: T(4) }, nonTensorBatch: { s: ["a", "b", "c", "d"] } });
+  const e = t.throws(
+    () => {
+      d.batch.b = T(2);
+    },
+    { instanceOf: DataProtoError },
+  );
+  t.regex(e!.message, /batch\["b"\] has 2 rows but the DataProto has 4/);
+  t.false("b" in d.batch);
+  t.throws(
+    () => {
+      d.nonTensorBatch.u = ["x"];
+    },
+    { instanceOf: DataProtoError, message: /nonTensorBatch\["u"\] has 1 rows but the DataProto has 4/ },
+  );
+  t.throws(
+    () => {
+      d.batch.c = { data: new Float32Array(3), shape: [4, 2] };
+    },
+    { instanceOf: DataProtoError, message: /batch\["c"\]: shape \[4, 2\] holds 8 elements but data has 3/ },
+  );
+  t.throws(
+    () => {
+      d.nonTensorBatch.v = "abcd" as unknown as string[];
+    },
+    { message: /nonTensorBatch\["v"\] must be an array/ },
+  );
+  t.throws(() => Object.assign(d.batch, { c: T(3) }), { message: /batch\["c"\] has 3 rows/ });
+  t.throws(
+    () => {
+      d.batch = { x: T(2) };
+    },
+    { instanceOf: DataProtoError, message: /"x" has 2 rows but "s" has 4/ },
+  );
+  t.deepEqual(Object.keys(d.batch), ["a"]);
+  t.deepEqual(Object.keys(d.nonTensorBatch), ["s"]);
+  d.batch.b = T(4);
+  d.nonTensorBatch.u = [1, 2, 3, 4];
+  t.deepEqual(
+    d.chunk(2).map((c) => c.length),
+    [2, 2],
+  );
+  // replacing the only key may change the row count
+  const one = new DataProto({ batch: { a: T(4) } });
+  one.batch.a = T(2);
+  t.is(one.length, 2);
+});
+
+test("concat takes an array of DataProto", (t) => {
+  const d = new DataProto({ batch: { a: T(2) } });
+  t.throws(() => DataProto.concat(d as unknown as DataProto[]), {
+    instanceOf: DataProtoError,
+    message: /concat: expects an array of DataProto/,
+  });
+  t.throws(() => DataProto.concat([d, { batch: {} } as unknown as DataProto]), {
+    instanceOf: DataProtoError,
+    message: /concat: part 1 is not a DataProto/,
+  });
+  t.is(DataProto.concat([d, d]).length, 4);
+});
+
+test("rename, pop and select refuse bad key lists and leave the DataProto as it was", (t) => {
+  const d = new DataProto({ batch: { a: T(2), b: T(2) }, nonTensorBatch: { s: ["x", "y"] } });
+  const before = snapshot(d);
+  t.throws(() => d.rename(["a"], ["b"]), {
+    instanceOf: DataProtoError,
+    message: /rename: "b" is already a key/,
+  });
+  t.throws(() => d.rename(["a", "b"], ["c", "c"]), { message: /rename: new key "c" appears twice/ });
+  t.throws(() => d.rename(["a", "nope"], ["c", "d"]), { message: /no tensor "nope"/ });
+  t.throws(() => d.rename("a" as unknown as string[], ["c"]), {
+    message: /rename: oldKeys must be an array of strings/,
+  });
+  t.throws(() => d.pop("a" as unknown as string[]), {
+    message: /pop: batchKeys must be an array of strings/,
+  });
+  t.throws(() => d.pop(["a"], ["nope"]), { message: /no key "nope" in nonTensorBatch/ });
+  t.throws(() => d.select("a" as unknown as string[]), {
+    message: /select: batchKeys must be an array of strings/,
+  });
+  t.deepEqual(snapshot(d), before);
+  // swapping two names is a rename, not a clash
+  d.rename(["a", "b"], ["b", "a"]);
+  t.is(d.batch.a, before.batch.b);
+  t.throws(() => new DataProto({ batch: { a: T(2) }, nonTensor: { s: [] } } as never), {
+    instanceOf: DataProtoError,
+    message: /unknown option "nonTensor"/,
+  });
+});
