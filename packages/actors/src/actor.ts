@@ -1,5 +1,5 @@
 /** `actor(Class, { module })`: an actor definition whose `.remote(...)` starts a worker process. */
-import { type ActorOptions, createActor } from "@torl-ts/core";
+import { type ActorOptions, checkActorOptions, createActor } from "@torl-ts/core";
 import type { ActorHandle, RemoteArgs } from "./handle-types.js";
 
 export interface ActorDefinitionOptions extends ActorOptions {
@@ -15,7 +15,14 @@ export class ActorClass<C extends Ctor> {
   constructor(
     readonly cls: C,
     readonly defaults: ActorDefinitionOptions,
-  ) {}
+  ) {
+    // checked where they are given (actor(), .options()), not first at remote()
+    checkActorOptions(defaults, this.where(), true);
+  }
+
+  private where(): string {
+    return `actor ${this.defaults.exportName ?? this.cls.name}`;
+  }
 
   /** Starts the actor; returns its handle at once (calls queue until the worker is up). */
   remote(...args: RemoteArgs<ConstructorParameters<C>>): ActorHandle<InstanceType<C>> {
@@ -25,6 +32,8 @@ export class ActorClass<C extends Ctor> {
 
   /** The same definition with some options overridden (name, resources, restarts ...). */
   options(overrides: ActorOptions): ActorClass<C> {
+    // the overrides alone first: spreading null or a string would pass unseen
+    checkActorOptions(overrides, this.where(), true);
     return new ActorClass(this.cls, { ...this.defaults, ...overrides });
   }
 }

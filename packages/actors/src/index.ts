@@ -21,6 +21,7 @@ export {
   HeadError,
   InfeasibleResourceError,
   type InitOptions,
+  InputError,
   InsecureListenError,
   init,
   invokeInActor,
@@ -58,6 +59,8 @@ export {
   ThreadActorOptionError,
   ThreadActorUnsupportedError,
   UnknownClassError,
+  // init() throws it for an address that is no HOST:PORT (the check `torl start --address` makes)
+  UsageError,
   wait,
 } from "@torl-ts/core";
 export { ActorClass, type ActorDefinitionOptions, actor } from "./actor.js";

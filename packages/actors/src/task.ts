@@ -1,5 +1,5 @@
 /** `task(fn, { module })`: a remote function whose `.remote(...)` runs it on a pooled worker. */
-import { type ObjectRef, submitTask, type TaskOptions } from "@torl-ts/core";
+import { checkTaskOptions, type ObjectRef, submitTask, type TaskOptions } from "@torl-ts/core";
 import type { RemoteArgs } from "./handle-types.js";
 
 export interface TaskDefinitionOptions extends TaskOptions {
@@ -15,7 +15,14 @@ export class RemoteFunction<F extends Fn> {
   constructor(
     readonly fn: F,
     readonly defaults: TaskDefinitionOptions,
-  ) {}
+  ) {
+    // checked where they are given (task(), .options()), not first at remote()
+    checkTaskOptions(defaults, this.where(), true);
+  }
+
+  private where(): string {
+    return `task ${this.defaults.exportName ?? this.fn.name}`;
+  }
 
   remote(...args: RemoteArgs<Parameters<F>>): ObjectRef<Awaited<ReturnType<F>>> {
     const { module, exportName, ...opts } = this.defaults;
@@ -23,6 +30,8 @@ export class RemoteFunction<F extends Fn> {
   }
 
   options(overrides: TaskOptions): RemoteFunction<F> {
+    // the overrides alone first: spreading null or a string would pass unseen
+    checkTaskOptions(overrides, this.where(), true);
     return new RemoteFunction(this.fn, { ...this.defaults, ...overrides });
   }
 }

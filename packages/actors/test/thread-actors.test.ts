@@ -16,7 +16,7 @@ import {
   ThreadActorUnsupportedError,
 } from "@torl-ts/actors";
 import test from "ava";
-import { BrokenActor, CounterActor, GateActor } from "./fixtures/classes.js";
+import { BrokenActor, CounterActor, GateActor, PromiseCtorActor } from "./fixtures/classes.js";
 
 test.before(async () => {
   await init({ numCpus: 4 });
@@ -106,6 +106,17 @@ for (const kind of KINDS) {
     t.is(err?.cause.kind, "creation_failed");
     t.regex(err?.message ?? "", /RangeError: constructor refused/);
     await t.throwsAsync(b.hello(), { instanceOf: ActorDiedError });
+  });
+
+  test(`${kind} actor: a constructor that returns a Promise fails creation (creation_failed), not taken as the instance`, async (t) => {
+    const a = (kind === "thread" ? PromiseCtorActor.options({ thread: true }) : PromiseCtorActor).remote();
+    const err = await t.throwsAsync(a.ready(), { instanceOf: ActorDiedError });
+    t.is(err?.cause.kind, "creation_failed");
+    t.regex(
+      err?.message ?? "",
+      /the constructor of PromiseCtor returned a Promise \(a thenable\), not the instance: .*async set-up belongs in a method/,
+    );
+    await t.throwsAsync(a.ping(), { instanceOf: ActorDiedError });
   });
 }
 

@@ -118,6 +118,46 @@ test("Map, Set, Date, RegExp, BigInt, undefined, typed arrays, ArrayBuffer and D
   );
 });
 
+test("-0 arrives as -0: in arguments, results, stored objects and tasks, alone or inside values", async (t) => {
+  const p = ProbeActor.remote();
+  const [arrived, sentBack] = await p.negativeZero(-0);
+  t.true(arrived, "the argument arrived as -0");
+  t.true(Object.is(sentBack, -0), "the result arrived as -0");
+  t.false((await p.negativeZero(0))[0], "0 stays 0");
+  t.true(Object.is(await p.echo(-0), -0));
+  const back = (await p.echo({ a: [-0, 0, 1.5], m: new Map([["k", -0]]), f: new Float64Array([-0]) })) as {
+    a: number[];
+    m: Map<string, number>;
+    f: Float64Array;
+  };
+  t.deepEqual(
+    back.a.map((v) => Object.is(v, -0)),
+    [true, false, false],
+  );
+  t.true(Object.is(back.m.get("k"), -0));
+  t.true(Object.is(back.f[0], -0));
+  t.true(Object.is((await p.readRef([put(-0)])) as number, -0), "through the object store");
+  t.true(Object.is(await addTask.remote(-0, -0), -0), "task arguments and result");
+});
+
+test("an array with extra own properties is refused with SerializationError naming the property", async (t) => {
+  const p = ProbeActor.remote();
+  const list = Object.assign([1, 2], { extra: "x" });
+  const sent = t.throws(() => p.echo({ list }), { instanceOf: SerializationError });
+  t.is(sent?.path, "args[0].list.extra");
+  t.regex(
+    sent?.message ?? "",
+    /^args\[0\]\.list\.extra: a property of an array beside its elements cannot be sent/,
+  );
+  const returned = await t.throwsAsync(p.returnsArrayWithProperty(), { instanceOf: SerializationError });
+  t.is(returned?.path, "result.extra");
+  t.throws(() => put(list), { instanceOf: SerializationError, message: /^value\.extra:/ });
+  // holes are no extra properties: a sparse array travels (its holes as undefined)
+  const sparse: number[] = [1];
+  sparse[3] = 4;
+  t.deepEqual(await p.echo(sparse), [1, undefined, undefined, 4]);
+});
+
 test("errors travel as errors: built-in classes kept, others by name, with message and own fields", async (t) => {
   const p = ProbeActor.remote();
   const range = await p.describe(new RangeError("too far"));

@@ -3,6 +3,7 @@
  * Names and semantics follow Ray.
  */
 import os from "node:os";
+import { checkAddress } from "./cli/flags.js";
 import { Head } from "./cluster/head.js";
 import { readKeyFile, resolveJoinKeys } from "./cluster/key-file.js";
 import type { ClusterStatus, LogsRead, PlacementGroupStatus } from "./cluster/messages.js";
@@ -11,7 +12,17 @@ import { validateRequest } from "./cluster/resources.js";
 import { GetTimeoutError, ResourceRequestError } from "./errors.js";
 import type { ActorHandle } from "./handle-types.js";
 import { logWarn } from "./log.js";
-import { type ActorHandleBase, handleFor } from "./runtime/actor-handle.js";
+import {
+  checkBoolean,
+  checkEnv,
+  checkedOptions,
+  checkInteger,
+  checkName,
+  optionsObject,
+  refuseUnknownKeys,
+  shown,
+} from "./options.js";
+import { ActorHandleBase, handleFor } from "./runtime/actor-handle.js";
 import { streamWindowOf } from "./runtime/call-stream.js";
 import { currentRuntime, maybeRuntime } from "./runtime/current.js";
 import { randomId } from "./runtime/ids.js";
@@ -20,6 +31,7 @@ import { type ActorSpec, FLAG_IMMEDIATE, type PlacementStrategy } from "./runtim
 import { Runtime, type RuntimeContext } from "./runtime/runtime.js";
 import { TaskPool } from "./runtime/tasks.js";
 import {
+  checkThreadActorOptions,
   createThreadActor,
   isThreadActorHandle,
   ThreadActorUnsupportedError,
@@ -65,44 +77,69 @@ let embedded: { head: Head; node: NodeAgent } | null = null;
 const pools = new Map<string, TaskPool>();
 let clusterCpus = 1;
 
-/** Starts an embedded head and node (default) or joins the cluster at `address`. */
+const INIT_KEYS = ["address", "numCpus", "numGpus", "resources", "nodeIp", "keys", "logToDriver"] as const;
+
+/**
+ * Starts an embedded head and node (default) or joins the cluster at `address`. Every option is
+ * checked before anything starts; an init that fails part-way closes what it opened (sockets,
+ * threads, the embedded head), so the process can still exit or call init() again.
+ */
 export async function init(opts: InitOptions = {}): Promise<ClusterInfo> {
   if (maybeRuntime()) throw new Error("init() was already called in this process; call shutdown() first");
+  refuseUnknownKeys(optionsObject(opts, "init()"), INIT_KEYS, "init()");
   const logs = logToDriver(opts.logToDriver);
+  const nodeResources = localNodeResources(opts);
+  checkName("init()", "nodeIp", opts.nodeIp);
   const ip = opts.nodeIp ?? process.env.TORL_NODE_IP ?? "127.0.0.1";
-  let address = opts.address ?? process.env.TORL_ADDRESS;
+  let address = headAddressOf(opts.address);
   let nodeId: string | undefined;
   setClusterKeys(address ? resolveJoinKeys(opts.keys, address) : embeddedKeys(opts.keys));
-  if (!address) {
-    const head = new Head({ host: "127.0.0.1", port: 0, nodeTimeoutMs: Number.POSITIVE_INFINITY });
-    address = await head.start();
-    const node = new NodeAgent({
-      headAddress: address,
-      ip: "127.0.0.1",
-      numCpus: opts.numCpus ?? os.cpus().length,
-      numGpus: opts.numGpus,
-      resources: opts.resources,
-    });
-    await node.start();
-    nodeId = node.nodeId;
-    embedded = { head, node };
-  }
   const rt = new Runtime();
+  let head: Head | null = null;
+  let node: NodeAgent | null = null;
   try {
-    await rt.start(address, ip, { nodeId }, logs);
-  } catch (e) {
-    if (embedded) {
-      await embedded.node.stop();
-      embedded.head.stop();
-      embedded = null;
+    if (!address) {
+      head = new Head({ host: "127.0.0.1", port: 0, nodeTimeoutMs: Number.POSITIVE_INFINITY });
+      address = await head.start();
+      node = new NodeAgent({ headAddress: address, ip: "127.0.0.1", ...nodeResources });
+      await node.start();
+      nodeId = node.nodeId;
     }
+    await rt.start(address, ip, { nodeId }, logs);
+    const res = await rt.head.request("clusterResources", {}, 10000);
+    clusterCpus = res.total.CPU ?? 1;
+  } catch (e) {
     await rt.shutdown().catch(() => {});
+    await node?.stop().catch(() => {});
+    head?.stop();
     setClusterKeys(null);
     throw e;
   }
-  const res = await rt.head.request("clusterResources", {}, 10000);
-  clusterCpus = res.total.CPU ?? 1;
+  if (head && node) embedded = { head, node };
   return { address, clientId: rt.clientId, nodeId: rt.context.nodeId, embedded: embedded !== null };
+}
+
+/** The head to join: `init({ address })`, else TORL_ADDRESS, checked as HOST:PORT; undefined: embedded. */
+function headAddressOf(given: unknown): string | undefined {
+  if (given !== undefined) {
+    if (typeof given !== "string")
+      throw new TypeError(`init({ address }) must be a "HOST:PORT" string, got ${shown(given)}`);
+    return checkAddress("init({ address })", given);
+  }
+  const env = process.env.TORL_ADDRESS;
+  return env ? checkAddress("TORL_ADDRESS", env) : undefined;
+}
+
+/**
+ * The embedded node's resources as init() was given them: CPUs a number >= 0, GPUs a whole number,
+ * custom resources numbers >= 0 (the checks `torl start` makes of its flags); else ResourceRequestError.
+ */
+function localNodeResources(o: InitOptions): Pick<InitOptions, "numCpus" | "numGpus" | "resources"> {
+  const gpus: unknown = o.numGpus;
+  if (gpus !== undefined && !(Number.isInteger(gpus) && (gpus as number) >= 0))
+    throw new ResourceRequestError(`init(): numGpus must be a whole number >= 0, got ${shown(gpus)}`);
+  requestOf(o, o.numCpus, "init()");
+  return { numCpus: o.numCpus ?? os.cpus().length, numGpus: o.numGpus, resources: o.resources };
 }
 
 /** `init({ logToDriver })`, else TORL_LOG_TO_DRIVER (0 or false turns it off), else on. */
@@ -190,11 +227,21 @@ function resourcesOf(
   defaultCpus: number,
   where: string,
 ) {
-  const given = o.resources ?? {};
+  return requestOf(o, o.numCpus ?? defaultCpus, where);
+}
+
+/** `resources` with CPU and GPU set from numCpus and numGpus, checked (ResourceRequestError). */
+function requestOf(
+  o: { numGpus?: number; resources?: Record<string, number> },
+  cpus: number | undefined,
+  where: string,
+): Record<string, number> {
+  const given: unknown = o.resources ?? {};
+  // spread, an array would become resources named "0", "1" ...
   if (given === null || typeof given !== "object" || Array.isArray(given))
-    throw new ResourceRequestError(`${where}: resources must be an object of amounts, got ${String(given)}`);
-  const r: Record<string, number> = { ...given };
-  r.CPU = o.numCpus ?? defaultCpus;
+    throw new ResourceRequestError(`${where}: resources must be an object of amounts, got ${shown(given)}`);
+  const r: Record<string, number> = { ...(given as Record<string, number>) };
+  if (cpus !== undefined) r.CPU = cpus;
   if (o.numGpus !== undefined && o.numGpus !== 0) r.GPU = o.numGpus;
   validateRequest(r, where, optionName);
   return r;
@@ -203,6 +250,76 @@ function resourcesOf(
 /** The option a resource key is given by. */
 function optionName(key: string): string {
   return key === "CPU" ? "numCpus" : key === "GPU" ? "numGpus" : `resources.${key}`;
+}
+
+/** The keys of ActorOptions, in the order an error lists them. */
+const ACTOR_KEYS = [
+  "name",
+  "numCpus",
+  "numGpus",
+  "resources",
+  "maxRestarts",
+  "maxTaskRetries",
+  "maxConcurrency",
+  "placementGroup",
+  "bundleIndex",
+  "lifetime",
+  "env",
+  "schedulingStrategy",
+  "thread",
+  "streamBackpressure",
+] as const satisfies readonly (keyof ActorOptions)[];
+
+/** The keys an actor or task definition takes beside its options (`actor(Class, { module, ... })`). */
+const DEFINITION_KEYS = ["module", "exportName"] as const;
+
+/**
+ * Checks actor options where they are given (`actor()`, `.options()`, createActor), as the thread
+ * path always did: an unknown key (with a did-you-mean), a value of the wrong type or range, or a
+ * combination that cannot hold throws at once naming `where` (e.g. "actor Counter") and the option;
+ * resources throw ResourceRequestError, integers RangeError, the rest TypeError. `definition`: the
+ * options of `actor(Class, { module, exportName, ... })`. Returns the resource request and stream window.
+ */
+export function checkActorOptions(
+  opts: unknown,
+  where: string,
+  definition = false,
+): { resources: Record<string, number>; window: number } {
+  const o = optionsObject(opts, where);
+  refuseUnknownKeys(o, definition ? [...ACTOR_KEYS, ...DEFINITION_KEYS] : ACTOR_KEYS, where);
+  if (definition) checkDefinition(o, where);
+  checkName(where, "name", o.name);
+  const resources = resourcesOf(o, 0, where);
+  checkInteger(where, "maxRestarts", o.maxRestarts, -1, " (-1: unlimited)");
+  checkInteger(where, "maxTaskRetries", o.maxTaskRetries, 0);
+  checkInteger(where, "maxConcurrency", o.maxConcurrency, 1);
+  checkPlacement(where, o.placementGroup, o.bundleIndex);
+  if (o.lifetime !== undefined && o.lifetime !== "detached")
+    throw new TypeError(`${where}: lifetime must be "detached" (or left out), got ${shown(o.lifetime)}`);
+  checkEnv(where, o.env);
+  affinityOf(o.schedulingStrategy as SchedulingStrategy | undefined, o.placementGroup, where);
+  checkBoolean(where, "thread", o.thread);
+  const window = streamWindowOf(o.streamBackpressure, where);
+  if (o.thread) checkThreadActorOptions(o);
+  return { resources, window };
+}
+
+/** `module` (a URL a worker imports) and `exportName` of an actor or task definition. */
+function checkDefinition(o: Record<string, unknown>, where: string): void {
+  checkName(where, "module", o.module);
+  checkName(where, "exportName", o.exportName);
+}
+
+/** placementGroup: a PlacementGroup or its id; bundleIndex: an index of its bundles, or -1 for any. */
+function checkPlacement(where: string, pg: unknown, bundleIndex: unknown): void {
+  if (pg !== undefined && !(pg instanceof PlacementGroup) && !(typeof pg === "string" && pg !== ""))
+    throw new TypeError(`${where}: placementGroup must be a PlacementGroup or its id, got ${shown(pg)}`);
+  if (bundleIndex === undefined) return;
+  // without a group it would be ignored
+  if (pg === undefined)
+    throw new TypeError(`${where}: bundleIndex is a bundle of a placement group: give placementGroup too`);
+  // an index past the group's bundles is refused by the head, at ready()
+  checkInteger(where, "bundleIndex", bundleIndex, -1, " (-1: any bundle)");
 }
 
 /**
@@ -216,11 +333,12 @@ export function createActor<T = unknown>(
   args: unknown[],
   opts: ActorOptions = {},
 ): ActorHandle<T> {
+  const where = className ? `actor ${className}` : "task executor";
+  const { resources, window } = checkActorOptions(opts, where);
   if (opts.thread && className) return createThreadActor<T>(module, className, args, opts);
   const rt = currentRuntime();
   const actorId = `${className ? className.slice(0, 16) : "exec"}-${randomId(5)}`;
   const site = className ? `constructor of ${className}` : "task executor";
-  const resources = resourcesOf(opts, 0, className ? `actor ${className}` : "task executor");
   const enc = encode(prepareValue(args, "args", `cannot be sent to an actor (${site})`));
   const pg = opts.placementGroup;
   const spec: ActorSpec = {
@@ -239,7 +357,6 @@ export function createActor<T = unknown>(
     ownerClientId: rt.clientId,
     nodeAffinity: affinityOf(opts.schedulingStrategy, opts.placementGroup, className ?? "task executor"),
   };
-  const window = streamWindowOf(opts.streamBackpressure, className ? `actor ${className}` : "task executor");
   const rec = rt.actors.record(actorId, opts.name);
   rec.maxTaskRetries = opts.maxTaskRetries ?? 0;
   rec.streamWindow = window;
@@ -272,6 +389,11 @@ export async function getActor<T = unknown>(name: string): Promise<ActorHandle<T
  * While a timeline records, the head first collects the worker's events (up to 3 s).
  */
 export function kill(handle: { readonly actorId: string }, opts: { noRestart?: boolean } = {}): void {
+  if (!(handle instanceof ActorHandleBase) && !isThreadActorHandle(handle))
+    throw new TypeError(
+      `kill(): expected an actor handle (from .remote() or getActor()), got ${handle === null || typeof handle !== "object" ? shown(handle) : "an object that is none"}`,
+    );
+  checkBoolean("kill()", "noRestart", checkedOptions(opts, ["noRestart"], "kill()").noRestart);
   if (isThreadActorHandle(handle)) {
     handle._actor.kill(opts.noRestart !== false);
     return;
@@ -313,6 +435,35 @@ export interface TaskOptions {
   streamBackpressure?: number;
 }
 
+/** The keys of TaskOptions, in the order an error lists them. */
+const TASK_KEYS = [
+  "numCpus",
+  "numGpus",
+  "resources",
+  "maxRetries",
+  "schedulingStrategy",
+  "streamBackpressure",
+] as const satisfies readonly (keyof TaskOptions)[];
+
+/**
+ * Checks task options where they are given (`task()`, `.options()`, submitTask), as checkActorOptions
+ * does actor options. Returns the resource request and stream window.
+ */
+export function checkTaskOptions(
+  opts: unknown,
+  where: string,
+  definition = false,
+): { resources: Record<string, number>; window: number } {
+  const o = optionsObject(opts, where);
+  refuseUnknownKeys(o, definition ? [...TASK_KEYS, ...DEFINITION_KEYS] : TASK_KEYS, where);
+  if (definition) checkDefinition(o, where);
+  const resources = resourcesOf(o, 1, where);
+  // -1 (Ray's "retry forever") is not supported: a task retried without end would hide a crash loop
+  checkInteger(where, "maxRetries", o.maxRetries, 0);
+  affinityOf(o.schedulingStrategy as SchedulingStrategy | undefined, undefined, where);
+  return { resources, window: streamWindowOf(o.streamBackpressure, where) };
+}
+
 /** Submits `exportName` of `moduleUrl` as a task. */
 export function submitTask<R = unknown>(
   moduleUrl: string,
@@ -320,11 +471,9 @@ export function submitTask<R = unknown>(
   args: unknown[],
   opts: TaskOptions = {},
 ): ObjectRef<R> {
+  const { resources, window } = checkTaskOptions(opts, `task ${exportName}`);
   const rt = currentRuntime();
-  const resources = resourcesOf(opts, 1, `task ${exportName}`);
-  const window = streamWindowOf(opts.streamBackpressure, `task ${exportName}`);
   const strategy = opts.schedulingStrategy;
-  affinityOf(strategy, undefined, `task ${exportName}`);
   // executors are leased per resource shape and per target node
   const key = JSON.stringify([Object.entries(resources).sort(), strategy ?? null]);
   let pool = pools.get(key);
@@ -386,8 +535,16 @@ export function get<T extends readonly unknown[]>(
   refs: T,
   opts?: GetOptions,
 ): Promise<{ [K in keyof T]: Awaited<T[K]> }>;
-export function get(refs: unknown, opts: GetOptions = {}): Promise<unknown> {
-  const ms = checkTimeoutMs("get", opts.timeoutMs, "0 = only if ready now");
+export function get(refs: unknown, opts?: GetOptions): Promise<unknown> {
+  // checked only when given: get() is the hottest call of all
+  const ms =
+    opts === undefined
+      ? undefined
+      : checkTimeoutMs(
+          "get",
+          checkedOptions(opts, ["timeoutMs"], "get()").timeoutMs,
+          "0 = only if ready now",
+        );
   const p = Array.isArray(refs) ? Promise.all(refs.map((r) => resolveOne(r))) : resolveOne(refs);
   if (ms === undefined || ms === Number.POSITIVE_INFINITY) return p;
   // a timer of 0 fires after the microtasks that deliver values already here: 0 means "if ready now"
@@ -456,6 +613,7 @@ export function wait<R extends PromiseLike<unknown>>(
   opts: WaitOptions = {},
 ): Promise<{ ready: R[]; notReady: R[] }> {
   if (!Array.isArray(refs)) throw new TypeError(`wait(): refs must be an array of refs, got ${typeof refs}`);
+  checkedOptions(opts, ["numReturns", "timeoutMs"], "wait()");
   const timeoutMs = checkTimeoutMs("wait", opts.timeoutMs, "0 = only what is ready now");
   const numReturns = opts.numReturns ?? 1;
   // Ray's rule: 1 <= num_returns <= len(refs); an empty list is answered at once

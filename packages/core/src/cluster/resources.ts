@@ -3,6 +3,7 @@
  * fractional shares. Pure functions: the head's scheduler is built on these.
  */
 import { ResourceRequestError } from "../errors.js";
+import { shown } from "../options.js";
 
 export type Resources = Record<string, number>;
 
@@ -51,15 +52,6 @@ export function validateRequest(
     throw new ResourceRequestError(
       `${where}: ${label("GPU")} above 1 must be a whole number (fractions share one GPU), got ${g}`,
     );
-  }
-}
-
-function shown(v: unknown): string {
-  if (typeof v === "string") return JSON.stringify(v);
-  try {
-    return Array.isArray(v) ? JSON.stringify(v) : String(v);
-  } catch {
-    return typeof v;
   }
 }
 

@@ -59,6 +59,36 @@ export class ExecutorError extends Error {
   override name = "ExecutorError";
 }
 
+/**
+ * Imports `module` and constructs its export `className` with the arguments `args()` gives once the
+ * module is imported (it may register the serializers they need): the actor instance of a worker
+ * process or thread. A constructor that returns a Promise (or any thenable) is refused: taken as the
+ * instance, it would have none of the class's methods and the set-up it awaits would go unwatched.
+ */
+export async function constructActor(
+  module: string,
+  className: string,
+  args: () => unknown[] | Promise<unknown[]>,
+): Promise<Record<string, unknown>> {
+  const mod = await import(module);
+  const Cls = mod[className];
+  if (typeof Cls !== "function") {
+    throw new Error(
+      `module ${module} has no exported class '${className}' (exports: ${Object.keys(mod).join(", ")})`,
+    );
+  }
+  const instance = new Cls(...(await args()));
+  if (instance !== null && typeof instance === "object" && typeof instance.then === "function") {
+    // its outcome no longer matters: a rejection must not end the worker as unhandled
+    instance.then(undefined, () => {});
+    throw new TypeError(
+      `the constructor of ${className} returned a Promise (a thenable), not the instance: a constructor ` +
+        "must return synchronously; async set-up belongs in a method (e.g. an async init() called after creation)",
+    );
+  }
+  return instance;
+}
+
 /** Replies kept for calls that a caller may send again after its connection broke. */
 const KEPT_REPLIES = 4096;
 const KEPT_REPLY_BYTES = 1 << 20;

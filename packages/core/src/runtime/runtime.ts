@@ -8,7 +8,7 @@ import os from "node:os";
 import path from "node:path";
 import { Worker } from "node:worker_threads";
 import { type LogBatch, prefixOf } from "../cluster/worker-logs.js";
-import { MessageDecodeError, ObjectLostError, OwnerDiedError, RemoteError } from "../errors.js";
+import { HeadError, MessageDecodeError, ObjectLostError, OwnerDiedError, RemoteError } from "../errors.js";
 import { logWarn } from "../log.js";
 import { siblingModule, threadEntry } from "../module-files.js";
 import { UndecodableMessage } from "../wire/batch.js";
@@ -167,7 +167,13 @@ export class Runtime {
     }
     this.server.start();
     this.address = { tcp, ipc, host: os.hostname() };
-    this.head = new HeadClient(`tcp://${headAddress}`, (m) => this.onPush(m));
+    try {
+      this.head = new HeadClient(`tcp://${headAddress}`, (m) => this.onPush(m));
+    } catch (e) {
+      // ZeroMQ's own words (e.g. "Invalid argument") say nothing of which address it refused
+      const why = (e as Error).cause instanceof Error ? ((e as Error).cause as Error).message : String(e);
+      throw new HeadError(`cannot connect to the head at tcp://${headAddress}: ${why}`, { cause: e });
+    }
     // news about actors pushed while the connection was broken are lost: ask again for their state
     this.head.onReconnect = () => {
       for (const rec of this.actors.records.values())
@@ -648,13 +654,14 @@ export class Runtime {
     if (this.heartbeat) clearInterval(this.heartbeat);
     await this.stopHeartbeatThread();
     try {
-      await this.head.request("bye", { clientId: this.clientId }, 3000);
+      if (this.head) await this.head.request("bye", { clientId: this.clientId }, 3000);
     } catch {}
     this.actors.closeAll();
     for (const l of this.peers.values()) l.close();
     this.peers.clear();
-    this.head.close();
-    this.server.close();
+    // a start() that failed part-way (init() shuts it down) may not have made its head link or server
+    this.head?.close();
+    this.server?.close();
     // a get() still waiting on a result of this process settles now instead of never
     this.store.failPending(
       (seq) =>

@@ -10,7 +10,7 @@ import { SerializationError, TaskCancelledError } from "../errors.js";
 import { nowUs } from "../observe/timeline.js";
 import { errorToWire, thrownMessage } from "../wire/codec.js";
 import { runInCall } from "./call-context.js";
-import { ExecutorError, isGenerator } from "./executor.js";
+import { constructActor, ExecutorError, isGenerator } from "./executor.js";
 import {
   CodecPacket,
   READY_METHOD,
@@ -65,14 +65,7 @@ function threw(error: unknown): ThreadCallFailure {
 }
 
 async function construct(spec: ThreadActorStart, args: CodecPacket): Promise<void> {
-  const mod = await import(spec.module);
-  const Cls = mod[spec.className];
-  if (typeof Cls !== "function") {
-    throw new Error(
-      `module ${spec.module} has no exported class '${spec.className}' (exports: ${Object.keys(mod).join(", ")})`,
-    );
-  }
-  instance = new Cls(...(args.decode() as unknown[]));
+  instance = await constructActor(spec.module, spec.className, () => args.decode() as unknown[]);
 }
 
 /** Waits for a free slot (FIFO); the caller must call `release` when its call ends. */

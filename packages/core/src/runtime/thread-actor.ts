@@ -92,20 +92,15 @@ const REFUSED: Record<string, string> = {
   lifetime: "it ends with the process that created it",
 };
 
-/** Throws ThreadActorOptionError for the first option that a thread actor cannot honour. */
+/**
+ * Throws ThreadActorOptionError for the first option that a thread actor cannot honour. The values
+ * of the options it takes were checked with every actor's (checkActorOptions in api.ts).
+ */
 export function checkThreadActorOptions(opts: object): ThreadActorOptions {
   const o = opts as Record<string, unknown>;
   for (const [key, why] of Object.entries(REFUSED)) {
     if (o[key] !== undefined) throw new ThreadActorOptionError(key, why);
   }
-  const atLeast = (key: keyof ThreadActorOptions, min: number) => {
-    const v = o[key];
-    if (v !== undefined && !(Number.isInteger(v) && (v as number) >= min))
-      throw new RangeError(`actor option ${key} must be an integer >= ${min}, got ${String(v)}`);
-  };
-  atLeast("maxConcurrency", 1);
-  atLeast("maxRestarts", -1);
-  atLeast("maxTaskRetries", 0);
   return opts as ThreadActorOptions;
 }
 

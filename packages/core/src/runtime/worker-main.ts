@@ -7,7 +7,7 @@ import { Worker } from "node:worker_threads";
 import { logWarn, setLogRole } from "../log.js";
 import { decode, errorToWire } from "../wire/codec.js";
 import { setClusterKeys } from "../wire/security.js";
-import { Executor } from "./executor.js";
+import { constructActor, Executor } from "./executor.js";
 import { ObjectRef } from "./object-ref.js";
 import { Runtime } from "./runtime.js";
 
@@ -33,16 +33,10 @@ async function boot(m: any): Promise<void> {
     workerContext = rt.context;
     let instance: any = null;
     if (spec.className) {
-      const mod = await import(spec.module);
-      const Cls = mod[spec.className];
-      if (typeof Cls !== "function") {
-        throw new Error(
-          `module ${spec.module} has no exported class '${spec.className}' (exports: ${Object.keys(mod).join(", ")})`,
-        );
-      }
-      let args = decode(spec.args.h, spec.args.f) as unknown[];
-      args = await Promise.all(args.map((a) => (a instanceof ObjectRef ? rt.getOne(a) : a)));
-      instance = new Cls(...args);
+      instance = await constructActor(spec.module, spec.className, () => {
+        const args = decode(spec.args.h, spec.args.f) as unknown[];
+        return Promise.all(args.map((a) => (a instanceof ObjectRef ? rt.getOne(a) : a)));
+      });
     }
     const executor = new Executor(rt, instance, Math.max(1, spec.maxConcurrency ?? 1));
     rt.callHandler = (peer, msg) => executor.onMessage(peer, msg);

@@ -5,11 +5,19 @@
  * registered with `registerSerializer`. What may be encoded is checked first (sendable.ts).
  *
  * Extension type codes: 0x40-0x4a typed arrays, 0x50 Error, 0x51 Map, 0x52 Set, 0x53 RegExp,
- * 0x54 ArrayBuffer, 0x55 DataView, 0x56 registered user class, 0x60 ObjectRef, 0x61 actor handle.
+ * 0x54 ArrayBuffer, 0x55 DataView, 0x56 registered user class, 0x57 -0 (msgpack would write 0),
+ * 0x60 ObjectRef, 0x61 actor handle.
  */
 import { addExtension, Packr } from "msgpackr";
 import { SerializationError, UnknownClassError } from "../errors.js";
-import { BoxedMap, hasUserSerializer, isSendable, markLeafClass, prepareValue } from "./sendable.js";
+import {
+  BoxedMap,
+  hasUserSerializer,
+  isSendable,
+  markLeafClass,
+  NegativeZero,
+  prepareValue,
+} from "./sendable.js";
 
 /** A value split into a msgpack body and the raw frames its typed arrays point into. */
 export interface Encoded {
@@ -271,6 +279,7 @@ addExtension({
     return m;
   },
 });
+addExtension({ Class: NegativeZero, type: 0x57, write: () => 0, read: () => -0 });
 addExtension({
   Class: Set,
   type: 0x52,

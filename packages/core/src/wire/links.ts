@@ -175,7 +175,13 @@ export class DealerLink extends BatchingSocket<zmq.Dealer> {
         connectClient(this.sock, endpoint);
       },
     );
-    connectClient(this.sock, endpoint);
+    try {
+      connectClient(this.sock, endpoint);
+    } catch (e) {
+      // an endpoint ZeroMQ refuses (EINVAL): an open socket left behind would keep the process alive
+      this.close();
+      throw new Error(`cannot connect to ${endpoint}: ${(e as Error).message}`, { cause: e });
+    }
     void this.readLoop(0, (_parts, m) => onMessage(m));
   }
 

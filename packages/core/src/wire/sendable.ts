@@ -45,14 +45,46 @@ export class BoxedMap {
   constructor(readonly flat: unknown[]) {}
 }
 
+/** -0 as it travels: msgpack writes it as the integer 0. */
+export class NegativeZero {}
+const NEGATIVE_ZERO = new NegativeZero();
+
+/**
+ * Arrays up to this long are checked for own properties beside their elements, which no encoding of
+ * arrays carries. Listing an array's keys costs about twenty times a walk over its elements, so longer
+ * arrays are not checked (documented in "What travels").
+ */
+export const ARRAY_PROPERTIES_CHECKED_UP_TO = 256;
+
 const UNSENDABLE = Symbol("unsendable");
 const HAS_MAP = 1;
+const HAS_NEGATIVE_ZERO = 2;
 
-/** 0 if `v` can be encoded as it is, HAS_MAP if it holds a Map; throws UNSENDABLE otherwise. */
+/** The first own enumerable property of `a` that is not an element, if `a` is short enough to look. */
+function extraArrayKey(a: unknown[]): string | undefined {
+  if (a.length > ARRAY_PROPERTIES_CHECKED_UP_TO) return undefined;
+  const keys = Object.keys(a);
+  // elements come first, in ascending order, then the other properties: if there is one, it is last
+  const last = keys[keys.length - 1];
+  if (last === undefined || isIndexOf(a, last)) return undefined;
+  return keys.find((k) => !isIndexOf(a, k));
+}
+
+function isIndexOf(a: unknown[], key: string): boolean {
+  const n = Number(key);
+  return Number.isInteger(n) && n >= 0 && n < a.length && String(n) === key;
+}
+
+/**
+ * 0 if `v` can be encoded as it is; else the flags of what must be boxed first (HAS_MAP, a Map;
+ * HAS_NEGATIVE_ZERO, a -0); throws UNSENDABLE for what cannot travel.
+ */
 function scan(v: unknown, depth: number): number {
   switch (typeof v) {
     case "object":
       break;
+    case "number":
+      return v === 0 && 1 / v < 0 ? HAS_NEGATIVE_ZERO : 0;
     case "function":
     case "symbol":
       throw UNSENDABLE;
@@ -67,6 +99,7 @@ function scan(v: unknown, depth: number): number {
   let flags = 0;
   if (Array.isArray(v)) {
     for (let i = 0; i < v.length; i++) flags |= scan(v[i], depth + 1);
+    if (extraArrayKey(v) !== undefined) throw UNSENDABLE;
     return flags;
   }
   const proto = Object.getPrototypeOf(v);
@@ -91,22 +124,23 @@ function scan(v: unknown, depth: number): number {
   throw UNSENDABLE;
 }
 
-/** A copy of `v` with every Map boxed (only called when scan found one). */
-function boxMaps(v: unknown): unknown {
+/** A copy of `v` with every Map and every -0 boxed (only called when scan found one). */
+function boxed(v: unknown): unknown {
+  if (v === 0 && 1 / v < 0) return NEGATIVE_ZERO;
   if (v === null || typeof v !== "object") return v;
-  if (Array.isArray(v)) return v.map(boxMaps);
+  if (Array.isArray(v)) return v.map(boxed);
   const proto = Object.getPrototypeOf(v);
   if (proto === Object.prototype || proto === null) {
     const out: Record<string, unknown> = {};
-    for (const k in v as Record<string, unknown>) out[k] = boxMaps((v as Record<string, unknown>)[k]);
+    for (const k in v as Record<string, unknown>) out[k] = boxed((v as Record<string, unknown>)[k]);
     return out;
   }
   if (proto === Map.prototype) {
     const flat: unknown[] = [];
-    for (const [k, x] of v as Map<unknown, unknown>) flat.push(boxMaps(k), boxMaps(x));
+    for (const [k, x] of v as Map<unknown, unknown>) flat.push(boxed(k), boxed(x));
     return new BoxedMap(flat);
   }
-  if (proto === Set.prototype) return new Set([...(v as Set<unknown>)].map(boxMaps));
+  if (proto === Set.prototype) return new Set([...(v as Set<unknown>)].map(boxed));
   return v;
 }
 
@@ -159,7 +193,13 @@ function findProblem(v: unknown, path: string, ancestors: Set<object>): Problem 
         const p = findProblem(v[i], `${path}[${i}]`, ancestors);
         if (p) return p;
       }
-      return null;
+      const extra = extraArrayKey(v);
+      if (extra === undefined) return null;
+      return {
+        path: keyPath(path, extra),
+        found: "a property of an array beside its elements",
+        hint: "an array travels as its elements alone: send the array and the property in an object",
+      };
     }
     const proto = Object.getPrototypeOf(v);
     if (proto === Object.prototype || proto === null) {
@@ -224,13 +264,13 @@ export function prepareValue<T>(value: T, root: string, verb: string): T {
     };
     throw new SerializationError(p.path, p.found, `${p.path}: ${p.found} ${verb}; ${p.hint}`);
   }
-  return flags & HAS_MAP ? (boxMaps(value) as T) : value;
+  return flags === 0 ? value : (boxed(value) as T);
 }
 
 /** Whether `value` can travel as it is (used for best-effort fields such as an error's own properties). */
 export function isSendable(value: unknown): boolean {
   try {
-    return (scan(value, 0) & HAS_MAP) === 0;
+    return scan(value, 0) === 0;
   } catch (e) {
     if (e !== UNSENDABLE) throw e;
     return false;
