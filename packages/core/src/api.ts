@@ -3,7 +3,6 @@
  * Names and semantics follow Ray.
  */
 import os from "node:os";
-import { checkAddress } from "./cli/flags.js";
 import { Head } from "./cluster/head.js";
 import { readKeyFile, resolveJoinKeys } from "./cluster/key-file.js";
 import type { ClusterStatus, LogsRead, PlacementGroupStatus } from "./cluster/messages.js";
@@ -13,6 +12,7 @@ import { GetTimeoutError, ResourceRequestError } from "./errors.js";
 import type { ActorHandle } from "./handle-types.js";
 import { logWarn } from "./log.js";
 import {
+  checkAddress,
   checkBoolean,
   checkEnv,
   checkedOptions,

@@ -10,7 +10,7 @@ export {
   runProgram,
   torlVersion,
 } from "./cli/dispatch.js";
-export { checkAddress, type FlagSpec, type FlagValues, parseFlags } from "./cli/flags.js";
+export { type FlagSpec, type FlagValues, parseFlags } from "./cli/flags.js";
 export { forProgram, programName, USAGE_PROGRAM } from "./cli/program-name.js";
 export {
   debugFromEnv,
@@ -58,6 +58,7 @@ export type {
   ThreadActorReport,
 } from "./observe/process-report.js";
 export { type TraceCategory, type TraceEvent, traceSpan } from "./observe/timeline.js";
+export { checkAddress } from "./options.js";
 export { ActorHandleBase } from "./runtime/actor-handle.js";
 export { getCallSignal, NoCurrentCallError } from "./runtime/call-context.js";
 export { ExecutorError } from "./runtime/executor.js";

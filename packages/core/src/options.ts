@@ -4,6 +4,7 @@
  * `where` (e.g. "actor Counter", "get()") and the option. An option accepted and then ignored, or
  * turned into something else, is worse than a refusal.
  */
+import { UsageError } from "./errors.js";
 
 /** A value as a message shows it: strings quoted, so "4" and 4 read differently. */
 export function shown(v: unknown): string {
@@ -116,4 +117,15 @@ export function checkEnv(where: string, value: unknown): void {
         `${where}: env.${k} must be a string, got ${shown(v)}${v === undefined ? " (leave the key out to leave the variable as it is)" : ""}`,
       );
   }
+}
+
+/**
+ * A head's address, HOST:PORT with a port in [1, 65535], or a UsageError naming `what` (the flag or
+ * environment variable it came from). Every command that takes an address checks it here.
+ */
+export function checkAddress(what: string, raw: string): string {
+  const port = /^[^:\s]+:(\d+)$/.exec(raw)?.[1];
+  if (port === undefined || Number(port) < 1 || Number(port) > 65535)
+    throw new UsageError(`${what} must be HOST:PORT (a port in [1, 65535]), got '${raw}'`);
+  return raw;
 }

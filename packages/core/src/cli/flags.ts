@@ -3,6 +3,7 @@
  * mean the same everywhere), plus typed values checked with the flag's name in the message.
  */
 import { parseArgs } from "node:util";
+import { checkAddress } from "../options.js";
 import { UsageError } from "./command.js";
 import { lastHeadAddress } from "./state.js";
 
@@ -71,17 +72,6 @@ function toNumber(flag: string, raw: string, spec: { min?: number; max?: number 
   )
     throw new UsageError(`--${flag} must be ${kind}${range}, got '${raw}'`);
   return n;
-}
-
-/**
- * A head's address, HOST:PORT with a port in [1, 65535], or a UsageError naming `what` (the flag or
- * environment variable it came from). Every command that takes an address checks it here.
- */
-export function checkAddress(what: string, raw: string): string {
-  const port = /^[^:\s]+:(\d+)$/.exec(raw)?.[1];
-  if (port === undefined || Number(port) < 1 || Number(port) > 65535)
-    throw new UsageError(`${what} must be HOST:PORT (a port in [1, 65535]), got '${raw}'`);
-  return raw;
 }
 
 function toResources(flag: string, raw: string): Record<string, number> {
