@@ -75,6 +75,7 @@ const BAD_RESOURCES: Array<[Record<string, unknown>, RegExp]> = [
   [{ resources: { x: -3 } }, /resources\.x must be a finite number >= 0, got -3/],
   [{ resources: [1, 2] }, /^init\(\): resources must be an object of amounts, got \[1,2\]$/],
   [{ resources: "x" }, /resources must be an object of amounts, got "x"/],
+  [{ resources: { CPU: 8 } }, /^init\(\): resources.CPU is not taken: give CPUs as numCpus$/],
 ];
 
 test.serial(

@@ -52,6 +52,13 @@ const ACTOR_CASES: Case[] = [
   [{ colour: "red" }, TypeError, /unknown option "colour"; the options are: name, numCpus/],
   [{ streamBackpressure: 0 }, RangeError, /streamBackpressure must be a whole number from 1 to 1024/],
   [{ numCpus: "1" }, ResourceRequestError, /actor Counter: numCpus must be a finite number >= 0, got "1"/],
+  // numCpus / numGpus would silently win over these
+  [
+    { resources: { CPU: 2 } },
+    ResourceRequestError,
+    /actor Counter: resources.CPU is not taken: give CPUs as numCpus/,
+  ],
+  [{ resources: { GPU: 1, x: 1 } }, ResourceRequestError, /resources.GPU is not taken: give GPUs as numGpus/],
 ];
 
 test("actor options of the wrong type, range or name are refused by .options() and actor()", (t) => {
@@ -94,6 +101,11 @@ const TASK_CASES: Case[] = [
   [{ numCPUs: 1 }, TypeError, /task add: unknown option "numCPUs" \(did you mean "numCpus"\?\)/],
   [{ maxConcurrency: 2 }, TypeError, /task add: unknown option "maxConcurrency"; the options are: numCpus/],
   [{ numCpus: "1" }, ResourceRequestError, /task add: numCpus must be a finite number >= 0, got "1"/],
+  [
+    { resources: { CPU: 4 } },
+    ResourceRequestError,
+    /task add: resources.CPU is not taken: give CPUs as numCpus/,
+  ],
 ];
 
 test("task options of the wrong type, range or name are refused by .options() and task()", async (t) => {

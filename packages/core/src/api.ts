@@ -240,6 +240,15 @@ function requestOf(
   // spread, an array would become resources named "0", "1" ...
   if (given === null || typeof given !== "object" || Array.isArray(given))
     throw new ResourceRequestError(`${where}: resources must be an object of amounts, got ${shown(given)}`);
+  // CPU and GPU come from numCpus and numGpus, which would silently win over these
+  for (const [key, option] of [
+    ["CPU", "numCpus"],
+    ["GPU", "numGpus"],
+  ] as const)
+    if (Object.hasOwn(given, key))
+      throw new ResourceRequestError(
+        `${where}: resources.${key} is not taken: give ${key === "CPU" ? "CPUs" : "GPUs"} as ${option}`,
+      );
   const r: Record<string, number> = { ...(given as Record<string, number>) };
   if (cpus !== undefined) r.CPU = cpus;
   if (o.numGpus !== undefined && o.numGpus !== 0) r.GPU = o.numGpus;
@@ -484,7 +493,8 @@ export function submitTask<R = unknown>(
       const h = createActor("", null, [], {
         numCpus: res.CPU,
         numGpus: res.GPU,
-        resources: res,
+        // the custom ones: CPU and GPU go by numCpus and numGpus
+        resources: Object.fromEntries(Object.entries(res).filter(([k]) => k !== "CPU" && k !== "GPU")),
         schedulingStrategy: strategy,
       });
       return (h as unknown as ActorHandleBase)._rec;
