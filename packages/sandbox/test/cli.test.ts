@@ -108,6 +108,10 @@ test("the benchmark reports every figure with isolation on (tiny run)", async (t
     "pool_vs_bare_fork_cpu",
     "bare_fork_code_per_s_small",
     "pool_vs_best_bare_fork",
+    "bare_handoff_code_per_s",
+    "bare_handoff_cpu_ms_per_run",
+    "bare_handoff_vs_bare_fork",
+    "pool_vs_bare_handoff",
   ] as const;
   for (const k of figures) t.true(Number.isFinite(r[k]) && r[k] > 0, `${k} = ${r[k]}`);
   // as root (as CI runs) the huge-page loop has its huge pages; where it cannot, the figure is null and says why

@@ -132,6 +132,8 @@ interface PoolCpu {
   runs: number;
 }
 
+type BareMode = "exit" | "code" | "handoff";
+
 /** One timed stretch of a bare fork loop: runs per second, and CPU per run (ms) in all and in the loops themselves. */
 interface BareRate {
   perS: number;
@@ -143,7 +145,9 @@ interface BareRate {
  * The machine's ceiling for a fork-per-run pool: `processes` warm interpreters (the pool's heap, no
  * isolation, no IPC), started once and kept, each forking `runs` children per call of `rate`, all at
  * once. Mode "exit": the child exits at once (the price of fork and exit alone); "code": it runs the
- * benchmark code first. `hugePages` picks the heap the loops warm: 2 MiB hugetlb pages or ordinary ones.
+ * benchmark code first; "handoff": the child is forked before the code exists and gets it through a
+ * pipe, compiles it, and its output comes back through another (the least any pool adds, in one
+ * process). `hugePages` picks the heap the loops warm: 2 MiB hugetlb pages or ordinary ones.
  */
 async function startBareForkLoops(
   python: string,
@@ -152,7 +156,7 @@ async function startBareForkLoops(
 ): Promise<{
   /** Why the loops' heap is in ordinary pages although huge ones were asked for; undefined when not. */
   hugeUnavailable: string | undefined;
-  rate(mode: "exit" | "code", runs: number): Promise<BareRate>;
+  rate(mode: BareMode, runs: number): Promise<BareRate>;
   close(): void;
 }> {
   const config = JSON.stringify({ huge_pages: hugePages, code: BENCH_CODE });
@@ -185,7 +189,7 @@ async function startBareForkLoops(
     throw err;
   }
   const pids = procs.map((p) => p.proc.pid!);
-  const rate = async (mode: "exit" | "code", runs: number): Promise<BareRate> => {
+  const rate = async (mode: BareMode, runs: number): Promise<BareRate> => {
     const cpu0 = treeCpuSeconds(pids);
     for (const p of procs) p.proc.stdin.write(`go ${mode} ${runs}\n`);
     const answers = await Promise.all(
@@ -251,6 +255,17 @@ export interface SandboxBenchResult {
    * processes get more of the CPU shares).
    */
   pool_vs_bare_fork_cpu: number;
+  /**
+   * The bare loop of the pool's heap handing each run its code through a pipe, the child forked
+   * before the code arrives and its output read back through another pipe: what the least hand-off
+   * any pool needs costs, with no isolation, no Node and no other process. Median of the rounds.
+   */
+  bare_handoff_code_per_s: number;
+  bare_handoff_cpu_ms_per_run: number;
+  /** bare_handoff_code_per_s / bare_fork_code_per_s, median of the rounds': the hand-off's own price. */
+  bare_handoff_vs_bare_fork: number;
+  /** pool_per_s / bare_handoff_code_per_s, median of the rounds': what the pool adds to the least hand-off. */
+  pool_vs_bare_handoff: number;
   pool_p50_ms: number;
   pool_p99_ms: number;
   http_per_s: number;
@@ -325,7 +340,8 @@ export async function benchSandbox(
     log(
       `rounds: ${rounds} x (bare loops ${bareRuns} children each per heap, pool ${poolRuns} runs, ${workers} in flight)`,
     );
-    const perRound: { pool: number; poolCpu: PoolCpu; huge: BareRate; small: BareRate }[] = [];
+    const perRound: { pool: number; poolCpu: PoolCpu; huge: BareRate; small: BareRate; handoff: BareRate }[] =
+      [];
     const poolRound = async () => {
       const cpu0 = poolCpuSeconds(ex.workerPids());
       const pool = await throughput(poolRuns, workers, check);
@@ -343,20 +359,24 @@ export async function benchSandbox(
       // run favours neither side
       let huge: BareRate;
       let small: BareRate;
+      let handoff: BareRate;
       let measured: Awaited<ReturnType<typeof poolRound>>;
       if (r % 2 === 0) {
         huge = await bareLoops.huge.rate("code", bareRuns);
         small = await bareLoops.small.rate("code", bareRuns);
+        handoff = await bareLoops[poolHeap].rate("handoff", bareRuns);
         measured = await poolRound();
       } else {
         measured = await poolRound();
+        handoff = await bareLoops[poolHeap].rate("handoff", bareRuns);
         small = await bareLoops.small.rate("code", bareRuns);
         huge = await bareLoops.huge.rate("code", bareRuns);
       }
       const { pool, poolCpu } = measured;
-      perRound.push({ pool, poolCpu, huge, small });
+      perRound.push({ pool, poolCpu, huge, small, handoff });
       log(
-        `  round ${r + 1}: pool ${round(pool)}/s  bare huge ${round(huge.perS)}/s  bare small ${round(small.perS)}/s`,
+        `  round ${r + 1}: pool ${round(pool)}/s  bare huge ${round(huge.perS)}/s  bare small ${round(small.perS)}/s` +
+          `  bare hand-off ${round(handoff.perS)}/s`,
       );
     }
     const median = (xs: number[]) =>
@@ -440,6 +460,10 @@ export async function benchSandbox(
       pool_cpu_ms_template: round(poolCpuPart("template")),
       pool_cpu_ms_runs: round(poolCpuPart("runs")),
       pool_vs_bare_fork_cpu: round(bareCpu / poolCpuMsPerRun, 3),
+      bare_handoff_code_per_s: round(median(perRound.map((r) => r.handoff.perS))),
+      bare_handoff_cpu_ms_per_run: round(mean(perRound.map((r) => r.handoff.cpuMsPerRun))),
+      bare_handoff_vs_bare_fork: round(median(perRound.map((r) => r.handoff.perS / same(r).perS)), 3),
+      pool_vs_bare_handoff: round(median(perRound.map((r) => r.pool / r.handoff.perS)), 3),
       pool_p50_ms: round(p50),
       pool_p99_ms: round(p99),
       http_per_s: round(http),
@@ -532,6 +556,10 @@ export const benchSandboxCommand = defineBench({
     "  pool_vs_bare_fork_cpu  the same in CPU per run (bare loop / pool), steadier on a loaded machine;",
     "                     pool_cpu_ms_node/_server/_template/_runs and bare_fork_code_cpu_ms_parent/",
     "                     _children split it by process",
+    "  bare_handoff_code_per_s  the loop with the least hand-off any pool needs (the child forked before",
+    "                     the code arrives, code in and output out through pipes, one process, no",
+    "                     isolation); bare_handoff_vs_bare_fork: its share of the ceiling;",
+    "                     pool_vs_bare_handoff: the pool against it",
     "The pool and the bare loops run in --rounds alternating rounds (--runs split between them; the",
     "order reversed every other round); throughputs and ratios are the rounds' medians.",
     "Targets: pool_per_s >= 50 x naive_spawn_per_s; pool_p50_ms <= 10; pool_vs_bare_fork >= 0.85.",
@@ -590,6 +618,11 @@ export const benchSandboxCommand = defineBench({
       "CPU by process (ms)",
       "",
       `pool: Node ${result.pool_cpu_ms_node}, servers ${result.pool_cpu_ms_server}, templates ${result.pool_cpu_ms_template}, runs ${result.pool_cpu_ms_runs}; bare loop: parents ${result.bare_fork_code_cpu_ms_parent}, children ${result.bare_fork_code_cpu_ms_children}`,
+    );
+    row(
+      "pool_vs_bare_handoff",
+      result.pool_vs_bare_handoff,
+      `against the least hand-off (${result.bare_handoff_code_per_s}/s, CPU ${result.bare_handoff_cpu_ms_per_run} ms per run), itself ${result.bare_handoff_vs_bare_fork} of the ceiling`,
     );
     row("pool_p50_ms", result.pool_p50_ms, "target <= 10");
     row("pool_p99_ms", result.pool_p99_ms);
