@@ -8,7 +8,7 @@ import time
 
 import torl_sandbox.warm  # noqa: F401 - first: BLAS pinned to one thread before numpy is imported
 from torl_sandbox.huge_heap import huge_heap_setup
-from torl_sandbox.linux import fork_bare
+from torl_sandbox.linux import fork_bare, name_process
 from torl_sandbox.warm import warm_up
 
 
@@ -23,6 +23,7 @@ def bare_fork_loop(config):
     """
     import gc
 
+    name_process("bare_loop")
     huge_off = huge_heap_setup(config.get("huge_pages"))
     warm_up()
     compiled = compile(config.get("code", "pass"), "main.py", "exec")
@@ -45,6 +46,7 @@ def bare_fork_loop(config):
         for _ in range(int(runs)):
             pid = fork_bare()
             if pid == 0:
+                name_process("bare_run")
                 status = 0
                 try:
                     if mode == "code":
@@ -66,6 +68,7 @@ def fork_waiting_child():
     out_r, out_w = os.pipe()
     pid = fork_bare()
     if pid == 0:
+        name_process("bare_run")
         status = 0
         try:
             os.close(code_w)

@@ -59,6 +59,7 @@ from torl_sandbox.linux import (
     PR_SET_PDEATHSIG,
     check,
     libc,
+    name_process,
 )
 from torl_sandbox.run_child import vm_size_bytes
 from torl_sandbox.seccomp import seccomp_program, verify_seccomp
@@ -69,6 +70,7 @@ CONFIG = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
 
 
 def main():
+    name_process("sandbox")
     # protocol fds away from 0/1 so that nothing printed by a library can corrupt a frame
     req_fd = os.dup(0)
     resp_fd = os.dup(1)

@@ -4,7 +4,7 @@
  * show that the attacks in isolation.test.ts do succeed where a protection is missing.
  */
 import { randomBytes } from "node:crypto";
-import { existsSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { metricFamilies } from "@torl-ts/core";
 import test from "ava";
@@ -293,4 +293,21 @@ test("executor options are checked: no output budget, /tmp size or limit that ca
     [{ limits: { maxRunTimeout: "2" } }, /limits.maxRunTimeout: must be a number > 0, got "2"/],
   ] as const)
     t.throws(() => new SandboxExecutor(options as never), { instanceOf: SandboxConfigError, message });
+});
+
+test("the sandbox's processes carry the names of their roles (ps, top and perf tell them apart)", async (t) => {
+  const r = await ex.run({ code: "print(open('/proc/self/comm').read().strip())" });
+  t.is(r.run_result?.stdout, "sandbox-run\n");
+  const comm = (pid: number) => readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+  const children = (pid: number) =>
+    readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean).map(Number);
+  const [started] = ex.workerPids();
+  // in its own pid namespace (as root) the server is the started process's child, else the same process
+  const server = ex.health().protections.pid_namespace?.active ? children(started!)[0]! : started!;
+  if (server !== started) t.is(comm(started!), "torl-sandbox");
+  t.is(comm(server), "sandbox-server");
+  t.true(
+    children(server).some((pid) => comm(pid) === "sandbox-tmpl"),
+    "the template is the server's child",
+  );
 });

@@ -15,7 +15,7 @@ import traceback
 
 from torl_sandbox.framing import read_frame
 from torl_sandbox.isolation import RunIpc, drop_capability_bounding_set
-from torl_sandbox.linux import CLONE_NEWIPC, PR_SET_NO_NEW_PRIVS, check, fork_bare, libc
+from torl_sandbox.linux import CLONE_NEWIPC, PR_SET_NO_NEW_PRIVS, check, fork_bare, libc, name_process
 from torl_sandbox.huge_heap import HUGE
 from torl_sandbox.prefault import MADV_POPULATE_WRITE, SMALL_CHUNK, exclusive_pages, populate_while_idle
 from torl_sandbox.seccomp import PR_SET_SECCOMP, SECCOMP_MODE_FILTER
@@ -155,6 +155,7 @@ def fork_zygote(state):
 
 def zygote_main(state, ctrl_r, out_w, err_w, status_w):
     """Runs in the forked child; never returns."""
+    name_process("run")
     code = 1
     timings = {"zygote_cpu_at_start_ms": time.process_time() * 1000}
     mark = step_timer(timings, state["trace"] is not None)

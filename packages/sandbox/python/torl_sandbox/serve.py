@@ -12,7 +12,7 @@ import time
 from torl_sandbox.framing import read_frame, write_all, write_frame
 from torl_sandbox.huge_heap import HUGE, in_ranges
 from torl_sandbox.isolation import PROTECTIONS, WARNINGS, fresh_scratch, unmount_parked
-from torl_sandbox.linux import PAGE
+from torl_sandbox.linux import PAGE, name_process
 from torl_sandbox.prefault import LEARN_CODE
 from torl_sandbox.run_child import fork_zygote, run_limits
 from torl_sandbox.template import Template, end_runs
@@ -263,6 +263,7 @@ def next_scratch(state, template, ended_run):
 def serve(state):
     import gc
 
+    name_process("server")
     req_fd, resp_fd = state["req_fd"], state["resp_fd"]
     state["generators"] = random_generators()  # before gc.freeze: get_objects() skips frozen objects
     gc.collect()

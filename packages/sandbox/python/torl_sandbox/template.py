@@ -9,7 +9,7 @@ import socket
 import time
 import traceback
 
-from torl_sandbox.linux import PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, check, fork_bare, libc
+from torl_sandbox.linux import PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, check, fork_bare, libc, name_process
 from torl_sandbox.run_child import Zygote, prepare_template, reseed_before_fork, scratch_and_pipes, zygote_main
 from torl_sandbox.seccomp import PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
@@ -79,6 +79,7 @@ class Template:
 def template_main(sock, state):
     """The template's loop: one command at a time from the server (see above); never returns."""
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    name_process("template")
     # the run's orphaned descendants come to us (not to the server), so we can reap them
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     state = prepare_template(state)
