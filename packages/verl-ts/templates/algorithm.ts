@@ -128,6 +128,10 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   if (!modelDir) {
     console.error("usage: node --import tsx algorithm.ts <model-dir> [steps]");
     process.exitCode = 2;
+  } else if (!/^[1-9][0-9]*$/.test(steps)) {
+    console.error(`steps must be a positive integer, got ${JSON.stringify(steps)}`);
+    console.error("usage: node --import tsx algorithm.ts <model-dir> [steps]");
+    process.exitCode = 2;
   } else {
     main(modelDir, Number(steps)).catch((error) => {
       console.error(error);

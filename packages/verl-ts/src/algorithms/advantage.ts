@@ -6,7 +6,12 @@ import {
   type ScoreMatrix,
   sameShape,
 } from "./masked.js";
-import type { AlgorithmRequirements } from "./requirements.js";
+import {
+  type AlgorithmRequirements,
+  checkRegistryFunction,
+  checkRegistryName,
+  checkRequirements,
+} from "./requirements.js";
 
 /** What every advantage estimator receives. Matrices are [batch, responseLength]. */
 export interface AdvantageInput {
@@ -54,7 +59,10 @@ export function registerAdvantageEstimator(
   fn: AdvantageEstimator,
   requires: AlgorithmRequirements = {},
 ): void {
-  estimators.set(name, { fn, requires: { ...requires } });
+  const where = `registerAdvantageEstimator(${JSON.stringify(name) ?? String(name)})`;
+  checkRegistryName(name, "registerAdvantageEstimator");
+  checkRegistryFunction(fn, where, "the estimator");
+  estimators.set(name, { fn, requires: checkRequirements(requires, where) });
 }
 
 /** The estimator registered as `name`; an unknown name is an error listing the known ones. */
@@ -78,9 +86,45 @@ export function listAdvantageEstimators(): string[] {
   return [...estimators.keys()].sort();
 }
 
-/** Runs the estimator named `name`. */
+/**
+ * Runs the estimator named `name` and checks its answer: advantages and returns of the rewards' shape,
+ * finite wherever the response mask is set (a NaN there would train on NaN, every update skipped).
+ */
 export function computeAdvantage(name: string, input: AdvantageInput): AdvantageOutput {
-  return getAdvantageEstimator(name)(input);
+  const out = getAdvantageEstimator(name)(input) as unknown;
+  const who = `advantage estimator "${name}" (algorithm.adv_estimator)`;
+  if (out !== null && typeof (out as { then?: unknown })?.then === "function")
+    throw new AlgorithmInputError(
+      `${who} returned a Promise; an estimator must be synchronous and return {advantages, returns}`,
+    );
+  if (out === null || typeof out !== "object")
+    throw new AlgorithmInputError(`${who} returned ${String(out)}; expected {advantages, returns}`);
+  const shape = input.tokenLevelRewards.shape;
+  const mask = input.responseMask.data;
+  for (const key of ["advantages", "returns"] as const) {
+    const m = (out as Record<string, unknown>)[key] as { data?: unknown; shape?: unknown } | undefined;
+    if (
+      !m ||
+      !(m.data instanceof Float32Array || m.data instanceof Float64Array) ||
+      !Array.isArray(m.shape) ||
+      m.shape.length !== shape.length ||
+      m.shape.some((d, i) => d !== shape[i]) ||
+      m.data.length !== input.tokenLevelRewards.data.length
+    )
+      throw new AlgorithmInputError(
+        `${who} returned ${key} that is not a [${shape.join(", ")}] matrix ({data: Float32Array, shape}) like the rewards`,
+      );
+    const data = m.data;
+    for (let i = 0; i < data.length; i++) {
+      if (Number(mask[i]) !== 0 && !Number.isFinite(data[i]!)) {
+        const T = shape[1] ?? data.length;
+        throw new AlgorithmInputError(
+          `${who} returned a non-finite value in ${key} (${data[i]} at row ${Math.floor(i / T)}, token ${i % T}, a response token); check the estimator and the scores it got`,
+        );
+      }
+    }
+  }
+  return out as AdvantageOutput;
 }
 
 function rowSums(r: ScoreMatrix): Float64Array {

@@ -8,7 +8,12 @@ import {
   klCovPolicyLossTf,
   vanillaPolicyLossTf,
 } from "./policy-losses-tf.js";
-import type { AlgorithmRequirements } from "./requirements.js";
+import {
+  type AlgorithmRequirements,
+  checkRegistryFunction,
+  checkRegistryName,
+  checkRequirements,
+} from "./requirements.js";
 import { aggLossTf, type TensorLike } from "./tf-ops.js";
 
 /** What a policy loss (actor.policy_loss.loss_mode) receives. Matrices are [batch, responseLength]. */
@@ -65,9 +70,12 @@ export function policyLossInput(
 }
 
 const policyLosses = new Map<string, PolicyLossDefinition>();
+/** The losses this module defines: the workers run these whatever a driver registers, so they are not replaced. */
+const builtInLosses = new Set<string>();
 
 /**
- * Registers a policy loss under `name` (actor.policy_loss.loss_mode), replacing one of that name.
+ * Registers a policy loss under `name` (actor.policy_loss.loss_mode), replacing one of your own of that
+ * name; a built-in name (vanilla, gspo, ...) is refused, since the workers would keep running theirs.
  * `metrics` names what the loss reports; the trainer sums exactly these over micro-batches and ranks.
  * `requires` declares what it needs of the run: the config checker refuses a run without it and the
  * trainer provides it. A loss defined in a user's module reaches the worker processes through
@@ -79,7 +87,16 @@ export function registerPolicyLoss(
   metrics: readonly string[] = [],
   requires: AlgorithmRequirements = {},
 ): void {
-  policyLosses.set(name, { fn, metrics: [...metrics], requires: { ...requires } });
+  const where = `registerPolicyLoss(${JSON.stringify(name) ?? String(name)})`;
+  checkRegistryName(name, "registerPolicyLoss");
+  checkRegistryFunction(fn, where, "the loss");
+  if (builtInLosses.has(name))
+    throw new AlgorithmInputError(
+      `${where}: "${name}" is a built-in policy loss and cannot be replaced (the workers run the built-in); register yours under a new name, select it with actor_rollout_ref.actor.policy_loss.loss_mode, and register it in a module the workers import: actor_rollout_ref.model.external_lib`,
+    );
+  if (!Array.isArray(metrics) || metrics.some((m) => typeof m !== "string" || m === ""))
+    throw new TypeError(`${where}: metrics must be an array of metric names, got ${JSON.stringify(metrics)}`);
+  policyLosses.set(name, { fn, metrics: [...metrics], requires: checkRequirements(requires, where) });
 }
 
 /** The policy loss registered as `name`; an unknown name is an error listing the known ones. */
@@ -122,3 +139,4 @@ registerPolicyLoss("gspo", gspoPolicyLossTf, ["pg_clipfrac", "ppo_kl"]);
 registerPolicyLoss("gpg", gpgPolicyLossTf, []);
 registerPolicyLoss("clip_cov", clipCovPolicyLossTf, ["pg_clipfrac", "ppo_kl"]);
 registerPolicyLoss("kl_cov", klCovPolicyLossTf, ["ppo_kl"]);
+for (const name of policyLosses.keys()) builtInLosses.add(name);

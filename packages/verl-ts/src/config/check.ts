@@ -135,6 +135,8 @@ export function checkTrainerConfig(cfg: TrainerConfig, opts: CheckTrainerConfigO
     ["actor_rollout_ref.rollout.tool.memory_limit_mb", ro.tool.memory_limit_mb],
     ["actor_rollout_ref.rollout.tool.max_concurrency", ro.tool.max_concurrency],
     ["actor_rollout_ref.rollout.tool.max_observation_chars", ro.tool.max_observation_chars],
+    ["actor_rollout_ref.rollout.tool.call_timeout", ro.tool.call_timeout],
+    ["reward_model.score_timeout", cfg.reward_model.score_timeout],
     ["actor_rollout_ref.actor.grad_clip", a.grad_clip],
     ["trainer.ray_wait_register_center_timeout", t.ray_wait_register_center_timeout],
   );

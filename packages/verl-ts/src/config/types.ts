@@ -97,6 +97,7 @@ export interface RolloutConfig extends Open, LogProbConfig {
     max_concurrency: number;
     max_observation_chars: number;
     config: Open;
+    call_timeout: number;
   } & Open;
 }
 
@@ -169,6 +170,7 @@ export interface TrainerConfig extends Open {
   reward_model: {
     enable: boolean;
     reward_manager: string;
+    score_timeout: number;
     reward_kwargs: Open;
     overlong_buffer: { enable: boolean; len: number; penalty_factor: number } & Open;
   } & Open;

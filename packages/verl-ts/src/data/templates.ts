@@ -11,8 +11,16 @@ export class PromptTemplateError extends InputError {
 
 const templates = new Map<string, PromptTemplate>();
 
-/** Registers a template under `data.template_type` name `name`. */
+/** Registers a template under `data.template_type` name `name` (replacing one of that name). */
 export function registerPromptTemplate(name: string, fn: PromptTemplate): void {
+  if (typeof name !== "string" || name === "")
+    throw new PromptTemplateError(
+      `registerPromptTemplate: the name must be a non-empty string, got ${typeof name === "string" ? '""' : (JSON.stringify(name) ?? String(name))}`,
+    );
+  if (typeof fn !== "function")
+    throw new PromptTemplateError(
+      `registerPromptTemplate(${JSON.stringify(name)}): the template must be a function (messages) => string, got ${typeof fn === "string" ? JSON.stringify(fn) : fn === null ? "null" : typeof fn}`,
+    );
   templates.set(name, fn);
 }
 
@@ -30,9 +38,23 @@ export function listPromptTemplates(): string[] {
   return [...templates.keys()].sort();
 }
 
-/** Renders `messages` with the template named `name`. */
+/** Renders `messages` with the template named `name`; a result that is not a string is refused. */
 export function renderPrompt(name: string, messages: readonly ChatMessage[]): string {
-  return getPromptTemplate(name)(messages);
+  const text = getPromptTemplate(name)(messages) as unknown;
+  if (typeof text !== "string") {
+    const got =
+      text === null || text === undefined
+        ? String(text)
+        : typeof (text as { then?: unknown }).then === "function"
+          ? "a Promise (templates are synchronous)"
+          : Array.isArray(text)
+            ? "an array"
+            : typeof text;
+    throw new PromptTemplateError(
+      `prompt template "${name}" (data.template_type) returned ${got}; a template must return the prompt text as a string`,
+    );
+  }
+  return text;
 }
 
 /** The last user message's content: the question. */

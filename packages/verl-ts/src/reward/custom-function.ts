@@ -97,7 +97,7 @@ export function customRewardScorer(fn: CustomRewardFunction, spec: CustomRewardF
     if (typeof score !== "number" || !Number.isFinite(score)) {
       throw new CustomRewardFunctionError(
         "custom_reward_function.name",
-        `${spec.name} in ${spec.path} returned ${JSON.stringify(r)}; expected a number or {score: number, ...}`,
+        `${spec.name} in ${spec.path} returned ${JSON.stringify(r)}; expected a number or {score: number, ...} (data source ${JSON.stringify(input.dataSource)})`,
       );
     }
     const out: MathScoreResult = {

@@ -31,6 +31,7 @@ export {
   type RewardDataProtoOptions,
   RewardManager,
   type RewardManagerOptions,
+  RewardScoreTimeoutError,
   rewardMetrics,
   tokenLevelScores,
 } from "./manager.js";
@@ -45,8 +46,10 @@ export {
 export {
   mathRewardScorer,
   type RewardScorer,
+  RewardScorerError,
   type RewardScorerInput,
   type RewardScorerOptions,
+  type RewardScorerResult,
   registerRewardScorer,
   rewardScorerFor,
 } from "./registry.js";

@@ -21,11 +21,13 @@ import {
 } from "./custom-function.js";
 import { verifierErrors } from "./equivalence.js";
 import {
+  checkRewardScorerResult,
+  describeRewardScorerMatch,
   mathRewardScorer,
   type RewardScorer,
   type RewardScorerInput,
   type RewardScorerOptions,
-  rewardScorerFor,
+  rewardScorerEntryFor,
 } from "./registry.js";
 import {
   checkRewardType,
@@ -81,6 +83,11 @@ export interface RewardManagerOptions {
    * place of the built-in scorers. Loaded by this manager (in its own process when it runs as an actor).
    */
   customRewardFunction?: CustomRewardFunctionSpec | null;
+  /**
+   * Seconds one row's scoring by a registered scorer or the custom reward function may take before
+   * score() fails naming the scorer and the data source (reward_model.score_timeout); default 300.
+   */
+  scoreTimeout?: number;
 }
 
 /** Where `scoreDataProto` looks for its inputs (veRL's names; ToRL's execution_passes). */
@@ -95,6 +102,27 @@ export const RESPONSE_TEXT_KEYS = ["response_text", "responses_str", "response_s
 /** Thrown for a malformed batch (ragged arrays, bad lengths); names the field and row. */
 export class RewardBatchError extends Error {
   override name = "RewardBatchError";
+}
+
+/** A scorer took longer than reward_model.score_timeout: names the scorer, the data source and the key. */
+export class RewardScoreTimeoutError extends Error {
+  override name = "RewardScoreTimeoutError";
+}
+
+/**
+ * `work`, or a rejection with `timeoutError()` after `seconds`. The timer is cleared when the work
+ * settles; the work itself cannot be cancelled and is left to finish on its own.
+ */
+export function withScoreTimeout<T>(
+  work: PromiseLike<T>,
+  seconds: number,
+  timeoutError: () => Error,
+): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(timeoutError()), seconds * 1000);
+  });
+  return Promise.race([Promise.resolve(work), timeout]).finally(() => clearTimeout(timer));
 }
 
 /** Token-level scores: row i gets `scores[i]` at index `lengths[i] - 1` (nothing when the length is 0). */
@@ -155,6 +183,8 @@ export class RewardManager {
   private pool: MathScorePool | null = null;
   private readonly modulesLoaded: Promise<unknown>;
   private readonly customScorer: Promise<RewardScorer> | null;
+  private readonly customName: string | null;
+  private readonly scoreTimeout: number;
 
   constructor(options: RewardManagerOptions = {}) {
     this.options = {
@@ -162,6 +192,15 @@ export class RewardManager {
       executionErrorPenalty: options.executionErrorPenalty ?? false,
       executionPenaltyValue: options.executionPenaltyValue ?? 0.5,
     };
+    this.scoreTimeout = options.scoreTimeout ?? 300;
+    if (
+      typeof this.scoreTimeout !== "number" ||
+      !(this.scoreTimeout > 0) ||
+      !Number.isFinite(this.scoreTimeout)
+    )
+      throw new RewardBatchError(
+        `RewardManager: scoreTimeout (reward_model.score_timeout) must be a number of seconds > 0, got ${String(options.scoreTimeout)}`,
+      );
     this.numThreads = options.numThreads ?? 2;
     this.parallelThreshold = options.parallelThreshold ?? 1024;
     this.modulesLoaded = Promise.all((options.scorerModules ?? []).map((m) => import(m)));
@@ -171,6 +210,7 @@ export class RewardManager {
       ? loadCustomRewardFunction(custom).then((fn) => customRewardScorer(fn, custom))
       : null;
     this.customScorer?.catch(() => {}); // reported by score() and loaded()
+    this.customName = custom ? `custom_reward_function ${custom.name} in ${custom.path}` : null;
   }
 
   /** Resolves once the scorer modules and the custom reward function are loaded; rejects if one cannot be. */
@@ -213,12 +253,30 @@ export class RewardManager {
     const mathRows: number[] = [];
     const custom: Promise<void>[] = [];
     inputs.forEach((input, i) => {
-      const scorer = customScorer ?? rewardScorerFor(input.dataSource);
+      const entry = customScorer ? null : rewardScorerEntryFor(input.dataSource);
+      const scorer = customScorer ?? entry?.scorer ?? mathRewardScorer;
       if (scorer === mathRewardScorer) mathRows.push(i);
       else {
+        const who = entry ? `the reward scorer ${describeRewardScorerMatch(entry.match)}` : this.customName!;
+        const source = JSON.stringify(input.dataSource);
+        // a scorer that never settles would hang the step: bounded by reward_model.score_timeout
+        const work = withScoreTimeout(
+          new Promise((resolve) => resolve(scorer(input, this.options))),
+          this.scoreTimeout,
+          () =>
+            new RewardScoreTimeoutError(
+              `${who} did not finish scoring row ${i} (data source ${source}) within ${this.scoreTimeout} s; raise reward_model.score_timeout if it is only slow`,
+            ),
+        );
         custom.push(
-          Promise.resolve(scorer(input, this.options)).then((r) => {
-            results[i] = r;
+          work.then((r) => {
+            results[i] = entry
+              ? checkRewardScorerResult(
+                  r,
+                  `the reward scorer ${describeRewardScorerMatch(entry.match)}`,
+                  input.dataSource,
+                )
+              : (r as MathScoreResult);
           }),
         );
       }

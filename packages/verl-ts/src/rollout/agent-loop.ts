@@ -34,12 +34,13 @@ import type { ChatTemplate, ChatTurn } from "./chat-template.js";
 import { parseHermesToolCalls } from "./hermes.js";
 import {
   RolloutInputError,
+  releaseFailure,
   type TirCallRecord,
   type TirSample,
   ToolExecutionError,
   tirRollout,
 } from "./tir.js";
-import { executeAll, type OpenAIFunctionSchema, type ToolCall, type ToolResult } from "./tool.js";
+import { executeAll, guardTool, type OpenAIFunctionSchema, type ToolCall, type ToolResult } from "./tool.js";
 import type { ConfiguredTool } from "./tool-config.js";
 
 /** veRL's `multi_turn.tool_response_truncate_side`: which part of a long response is kept. */
@@ -152,6 +153,8 @@ export async function agentLoopRollout(
   if (!["left", "middle", "right"].includes(side))
     throw new RolloutInputError(`toolResponseTruncateSide must be left, middle or right, got ${side}`);
   const schemas = new Map<string, OpenAIFunctionSchema>([...o.tools].map(([n, t]) => [n, t.schema]));
+  // each tool's results checked as they come back: a malformed one fails naming the tool
+  const tools = new Map([...o.tools].map(([n, t]) => [n, guardTool(t.tool, { label: n })]));
   const seed = o.seed ?? Math.floor(Math.random() * 2 ** 31);
   const stats = { wallMs: 0, assistantTurns: 0, toolCalls: 0, generatedTokens: 0 };
   const all: Conversation[] = prompts.map((p, index) => ({
@@ -166,6 +169,7 @@ export async function agentLoopRollout(
     instances: new Map(),
     stopReason: null,
   }));
+  let releaseError: Error | undefined;
   try {
     let going = maxLen === 0 ? [] : all;
     for (const c of all) if (maxLen === 0) c.finishReason = "length";
@@ -243,7 +247,7 @@ export async function agentLoopRollout(
       for (const p of pending) if (p.call) byTool.set(p.call.name, [...(byTool.get(p.call.name) ?? []), p]);
       await Promise.all(
         [...byTool].map(async ([name, calls]) => {
-          const { tool } = o.tools.get(name)!;
+          const tool = tools.get(name)!;
           const items: { instanceId: string; call: ToolCall }[] = [];
           for (const p of calls) {
             const c = p.conversation;
@@ -313,17 +317,29 @@ export async function agentLoopRollout(
       going = next;
     }
   } finally {
-    await Promise.all(
+    const released = await Promise.all(
       all.flatMap((c) =>
         [...c.instances].map(([name, id]) =>
-          o.tools
+          tools
             .get(name)!
-            .tool.release(id)
-            .catch(() => undefined),
+            .release(id)
+            .then(
+              () => undefined,
+              (e: unknown) => ({ name, e }),
+            ),
         ),
       ),
     );
+    const failed = released.filter((r) => r !== undefined);
+    if (failed.length > 0)
+      releaseError = releaseFailure(
+        failed[0]!.name,
+        failed.filter((f) => f.name === failed[0]!.name).map((f) => f.e),
+      );
   }
+  // a failed release leaks the tool's instances: the rollout fails on it (after another failure, that
+  // one propagates from the try above)
+  if (releaseError) throw releaseError;
   stats.wallMs = performance.now() - t0;
   return { samples: all.map((c) => toSample(c, tokenizer)), stats };
 }

@@ -58,12 +58,20 @@ export {
 } from "./multi-turn.js";
 export { QWEN2_5_CHAT_TEMPLATE } from "./qwen-chat-template.js";
 export { RaggedKVCache } from "./ragged-cache.js";
-export { checkToolSpec, describeRolloutTool, rolloutToolSpec } from "./rollout-tool.js";
+export {
+  buildRolloutTool,
+  checkToolArgs,
+  checkToolSpec,
+  describeRolloutTool,
+  rolloutToolSpec,
+  toolSpecLabel,
+} from "./rollout-tool.js";
 export {
   generateSequences,
   type PolicyVersionSource,
   type PromptBatchRollout,
   RolloutInputError,
+  releaseFailure,
   rolloutPromptBatch,
   type TirCallRecord,
   type TirEvent,
@@ -75,13 +83,22 @@ export {
   tirRollout,
 } from "./tir.js";
 export {
+  type CheckToolOptions,
+  checkTool,
+  checkToolCall,
+  checkToolResult,
   executeAll,
+  type GuardToolOptions,
+  guardTool,
   type JsonSchema,
   newInstanceId,
   type OpenAIFunctionSchema,
+  TOOL_CALL_TIMEOUT_KEY,
   type Tool,
   type ToolCall,
+  ToolError,
   type ToolResult,
+  ToolTimeoutError,
 } from "./tool.js";
 export {
   type ConfiguredTool,

@@ -43,7 +43,7 @@ import {
   rolloutTrainingBatch,
 } from "./batch.js";
 import { RaggedKVCache } from "./ragged-cache.js";
-import { executeAll, type Tool, type ToolCall, type ToolResult } from "./tool.js";
+import { executeAll, guardTool, type Tool, type ToolCall, ToolError, type ToolResult } from "./tool.js";
 
 export interface TirRolloutOptions {
   /** The tool the model may call; without one the rollout is plain generation. */
@@ -176,6 +176,17 @@ export class ToolExecutionError extends Error {
       `tool ${tool} failed for sequences [${indices.join(", ")}]: ${(cause as Error)?.message ?? String(cause)}`,
     );
   }
+}
+
+/** The error of `Tool.release` calls that failed (the rollouts' releases run after the last step). */
+export function releaseFailure(tool: string, failed: unknown[]): ToolError {
+  const first = failed[0];
+  const more = failed.length > 1 ? ` (${failed.length - 1} more release(s) failed too)` : "";
+  if (first instanceof ToolError)
+    return new ToolError(first.tool, first.member, `${first.detail}${more}`, { cause: first });
+  return new ToolError(tool, "release", `failed: ${(first as Error)?.message ?? String(first)}${more}`, {
+    cause: first,
+  });
 }
 
 export class RolloutInputError extends Error {
@@ -317,7 +328,8 @@ class TirEngine {
     private readonly tokenizer: Tokenizer,
     private readonly o: TirRolloutOptions,
   ) {
-    this.tool = o.tool;
+    // results and parsed calls checked as they come back: a malformed one fails naming the tool
+    this.tool = o.tool ? guardTool(o.tool, { label: o.tool.name }) : undefined;
     this.budget = o.tool ? (o.numLlmCallsAvailable ?? 1) : 0;
     if (!Number.isInteger(this.budget) || this.budget < 0)
       throw new RolloutInputError(
@@ -379,6 +391,7 @@ class TirEngine {
     const onAbort = () => this.wake?.();
     signal?.addEventListener("abort", onAbort);
     const unsubscribe = this.o.policy?.onUpdate?.(onAbort);
+    let releaseError: Error | undefined;
     try {
       if (this.maxLen === 0) for (const r of this.rows) this.finish(r, "length", null);
       else
@@ -425,13 +438,18 @@ class TirEngine {
       unsubscribe?.();
       lmHead.weight.dispose();
       this.cache?.dispose();
-      if (this.tool)
-        await Promise.all(
-          this.rows
-            .filter((r) => r.instanceId)
-            .map((r) => this.tool!.release(r.instanceId!).catch(() => undefined)),
+      if (this.tool) {
+        const tool = this.tool;
+        const released = await Promise.allSettled(
+          this.rows.filter((r) => r.instanceId).map((r) => tool.release(r.instanceId!)),
         );
+        const failed = released.flatMap((s) => (s.status === "rejected" ? [s.reason as unknown] : []));
+        if (failed.length > 0) releaseError = releaseFailure(tool.name, failed);
+      }
     }
+    // a release that fails leaks the tool's instances (sessions, processes): the step fails on it (after
+    // another failure, that one propagates from the try above)
+    if (releaseError) throw releaseError;
     this.stats.wallMs = performance.now() - t0;
     return { samples: this.rows.map((r) => this.output(r)), stats: this.stats };
   }

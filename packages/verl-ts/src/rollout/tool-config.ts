@@ -20,7 +20,7 @@ import { dirname, isAbsolute, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { InputError } from "@torl-ts/core";
 import { parse as parseYaml } from "yaml";
-import type { OpenAIFunctionSchema, Tool } from "./tool.js";
+import { checkTool, type OpenAIFunctionSchema, type Tool } from "./tool.js";
 
 /** A tool config file that cannot be used; names the file and the entry. */
 export class ToolConfigError extends InputError {
@@ -115,6 +115,11 @@ export function readToolConfig(file: string): ToolConfigEntry[] {
 /**
  * Where a worker process finds the rollout's tool: a module URL and an export that is either a class
  * (constructed with `args`) or a function (called with `args`, may be async) returning a Tool.
+ * `module` is a file: URL, an absolute path, a package specifier, or a path relative to the driver's
+ * working directory (./tool.mjs: the trainer resolves it there, rolloutToolSpec, before the workers
+ * import it). `args` is an array of plain data (no functions, cycles or BigInt: it travels to the
+ * workers); without it the tool gets the actor_rollout_ref.rollout.tool section. The built tool is
+ * checked (checkTool) and every call into it is bounded by actor_rollout_ref.rollout.tool.call_timeout.
  */
 export interface ToolSpec {
   module: string;
@@ -191,11 +196,14 @@ export async function loadToolConfig(file: string): Promise<Map<string, Configur
   const tools = new Map<string, ConfiguredTool>();
   for (const [i, e] of entries.entries()) {
     let tool: Tool;
+    const where = `${e.module}#${e.exportName}`;
     try {
-      tool = await instantiateTool(e.module, e.exportName, [e.config]);
+      // the agent loop finds calls itself (hermes): no stop strings or parse needed
+      tool = checkTool(await instantiateTool(e.module, e.exportName, [e.config]), where, { trigger: false });
     } catch (err) {
       throw new ToolConfigError(file, `cannot build the tool: ${(err as Error).message}`, i);
     }
+    // results are checked by the agent loop as they come back (guardTool)
     tools.set(e.schema.function.name, { tool, schema: e.schema });
   }
   return tools;

@@ -11,7 +11,7 @@
  * latest checkpoint (trainer.resume_mode=auto) that continues exactly where the run stopped.
  */
 import { join } from "node:path";
-import { TimelineWriter } from "@torl-ts/core";
+import { InputError, TimelineWriter } from "@torl-ts/core";
 import { computeAdvantage } from "../algorithms/advantage.js";
 import { applyKlPenalty, createKlController, type KlController } from "../algorithms/kl.js";
 import { aggLoss } from "../algorithms/loss-aggregation.js";
@@ -27,7 +27,7 @@ import type { PromptTemplate } from "../data/templates.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto, type DataProtoWire, isDataProtoWire } from "../protocol/data-proto.js";
 import { loadCustomRewardFunction } from "../reward/custom-function.js";
-import { RewardManager } from "../reward/manager.js";
+import { RewardManager, RewardScoreTimeoutError, withScoreTimeout } from "../reward/manager.js";
 import { applyOverlongPenalty } from "../reward/overlong.js";
 import { computeMultiTurnMetrics, modelPromptRenderer } from "../rollout/multi-turn.js";
 import { checkToolSpec, describeRolloutTool, rolloutToolSpec } from "../rollout/rollout-tool.js";
@@ -184,6 +184,17 @@ export class RayPPOTrainer {
   constructor(config: TrainerConfig, options: TrainerOptions = {}) {
     const issues = checkTrainerSetup(config, options);
     if (issues.length) throw new TrainerConfigError(issues);
+    // a reward without scoreDataProto would fail only after the first rollout
+    const reward = options.reward as unknown;
+    if (
+      reward !== undefined &&
+      (reward === null ||
+        (typeof reward !== "object" && typeof reward !== "function") ||
+        typeof (reward as { scoreDataProto?: unknown }).scoreDataProto !== "function")
+    )
+      throw new InputError(
+        `TrainerOptions.reward must be an object with a scoreDataProto(batch) method (a RewardManager, a RewardManagerActor handle or your own), got ${reward === null ? "null" : typeof reward === "object" ? `an object with keys [${Object.keys(reward as object).join(", ")}]` : String(reward)}`,
+      );
     this.config = structuredClone(config);
     this.opts = options;
     this.print = options.log ?? ((line) => console.log(line));
@@ -277,6 +288,7 @@ export class RayPPOTrainer {
         executionPenaltyValue: d.execution_error_penalty_value,
         numThreads: 0,
         customRewardFunction: custom,
+        scoreTimeout: cfg.reward_model.score_timeout,
       });
     if (cfg.algorithm.use_kl_in_reward) this.klCtrl = createKlController(cfg.algorithm.kl_ctrl);
 
@@ -723,8 +735,25 @@ export class RayPPOTrainer {
     const cols = ["response_text", "reward_model", "data_source", "extra_info"].filter(
       (k) => k in batch.nonTensorBatch,
     );
-    const out = await this.reward.scoreDataProto(batch.select(tensors, cols, []).toWire());
-    const scored = isDataProtoWire(out) ? DataProto.fromWire(out) : (out as DataProto);
+    const sent = batch.select(tensors, cols, []).toWire();
+    const timeout = this.config.reward_model.score_timeout;
+    // the stock RewardManager bounds each row itself; a reward given in TrainerOptions gets the same
+    // bound for the whole batch, so a call that never settles fails the step instead of hanging it
+    const out = this.opts.reward
+      ? await withScoreTimeout(
+          new Promise<DataProto | DataProtoWire>((resolve) => resolve(this.reward.scoreDataProto(sent))),
+          timeout,
+          () =>
+            new RewardScoreTimeoutError(
+              `TrainerOptions.reward.scoreDataProto did not finish scoring a batch of ${batch.length} rows (data sources: ${dataSourcesOf(batch)}) within ${timeout} s; raise reward_model.score_timeout if it is only slow`,
+            ),
+        )
+      : await this.reward.scoreDataProto(sent);
+    const scored = checkScoredBatch(
+      out,
+      batch,
+      this.opts.reward ? "TrainerOptions.reward" : "the reward manager",
+    );
     const ob = this.config.reward_model.overlong_buffer;
     if (ob.enable)
       applyOverlongPenalty(batch.tensor("response_mask"), scored, {
@@ -921,3 +950,49 @@ function numericMetrics(m: unknown): StepMetrics {
 }
 
 export { WorkerFailureError };
+
+/** The distinct data sources of a batch, for messages ("math" when it has no data_source column). */
+function dataSourcesOf(batch: DataProto): string {
+  const col = batch.nonTensorBatch.data_source;
+  const sources = col ? [...new Set(col.map(String))] : ["math"];
+  return sources
+    .slice(0, 5)
+    .map((s) => JSON.stringify(s))
+    .join(", ")
+    .concat(sources.length > 5 ? `, ... (${sources.length} in all)` : "");
+}
+
+/**
+ * The reward's answer as a DataProto, checked: token_level_scores [B, R] of finite numbers and a finite
+ * number per row in `score` (the advantages read both), `acc` per row. `who` names the reward.
+ */
+function checkScoredBatch(out: unknown, batch: DataProto, who: string): DataProto {
+  const B = batch.length;
+  const R = batch.tensor(batch.batch.response_mask ? "response_mask" : "responses").shape[1]!;
+  const fail = (why: string) =>
+    new InputError(
+      `${who}: scoreDataProto ${why} (data sources: ${dataSourcesOf(batch)}); it must return a DataProto (or its wire form) with batch token_level_scores [${B}, ${R}] and non-tensor score and acc per row`,
+    );
+  if (!(out instanceof DataProto) && !isDataProtoWire(out))
+    throw fail(
+      `returned ${out === null || typeof out !== "object" ? String(out) : "an object that is not a DataProto"}`,
+    );
+  const scored = isDataProtoWire(out) ? DataProto.fromWire(out) : out;
+  if (scored === batch) throw fail("returned the batch it was given");
+  const tls = scored.batch.token_level_scores;
+  if (!tls) throw fail("returned no token_level_scores");
+  if (tls.shape.length !== 2 || tls.shape[0] !== B || tls.shape[1] !== R)
+    throw fail(`returned token_level_scores of shape [${tls.shape.join(", ")}]`);
+  for (let i = 0; i < tls.data.length; i++)
+    if (!Number.isFinite(Number(tls.data[i])))
+      throw fail(`returned a non-finite token_level_scores value in row ${Math.floor(i / R)}`);
+  const score = scored.nonTensorBatch.score;
+  if (!score || score.length !== B)
+    throw fail(`returned ${score ? score.length : "no"} score values for ${B} rows`);
+  score.forEach((v, i) => {
+    if (typeof v !== "number" || !Number.isFinite(v)) throw fail(`returned score ${String(v)} for row ${i}`);
+  });
+  const acc = scored.nonTensorBatch.acc;
+  if (!acc || acc.length !== B) throw fail(`returned ${acc ? acc.length : "no"} acc values for ${B} rows`);
+  return scored;
+}

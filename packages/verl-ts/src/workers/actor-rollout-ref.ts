@@ -18,6 +18,7 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import { collective, getCallSignal } from "@torl-ts/actors";
+import { AlgorithmInputError } from "../algorithms/masked.js";
 import type { PolicyLossOptions } from "../algorithms/policy-loss.js";
 import { getPolicyLoss, runPolicyLoss } from "../algorithms/policy-loss-registry.js";
 import { aggLossTf, asTfTensor, klLossTf } from "../algorithms/tf-ops.js";
@@ -35,11 +36,11 @@ import { backendHeapBytes } from "../models/wasm-heap.js";
 import { DataProto } from "../protocol/data-proto.js";
 import { agentLoopRollout } from "../rollout/agent-loop.js";
 import { promptsFromDataProto } from "../rollout/batch.js";
-import { OUTPUT_STOP } from "../rollout/code-interpreter.js";
 import { agentTrainingBatch, multiTurnConfig, multiTurnSettings } from "../rollout/multi-turn.js";
+import { buildRolloutTool } from "../rollout/rollout-tool.js";
 import { rolloutPromptBatch, type TirRolloutOptions, type TirSample } from "../rollout/tir.js";
 import type { Tool } from "../rollout/tool.js";
-import { instantiateTool, type ToolSpec } from "../rollout/tool-config.js";
+import type { ToolSpec } from "../rollout/tool-config.js";
 import { Dispatch, type Registrations } from "../single-controller/registration.js";
 import { importExternalLib } from "./external-lib.js";
 import { FlatLayout } from "./flat-params.js";
@@ -499,23 +500,10 @@ export class ActorRolloutRefWorker extends ShardedWorker {
 
   private async getTool(): Promise<Tool | undefined> {
     if (!this.toolSpec) return undefined;
-    if (!this.tool) {
-      const tool = await instantiateTool(
-        this.toolSpec.module,
-        this.toolSpec.exportName ?? "default",
-        this.toolSpec.args ?? [],
-      ).catch((e: Error) => {
-        throw new WorkerStateError(e.message);
-      });
-      // rollout.tool.stop, when set, must be a trigger of the tool: its own stop strings start its calls
-      const stop = this.cfg.actor_rollout_ref.rollout.tool.stop;
-      if (stop !== OUTPUT_STOP && !tool.stop.includes(stop))
-        throw new WorkerStateError(
-          `actor_rollout_ref.rollout.tool.stop is ${JSON.stringify(stop)} but the tool ${tool.name} stops at ` +
-            `${JSON.stringify(tool.stop)}: give the tool that stop string, or remove the key`,
-        );
-      this.tool = tool;
-    }
+    // checked as a Tool, its stop strings against rollout.tool.stop, its calls bounded by call_timeout
+    this.tool ??= await buildRolloutTool(this.toolSpec, this.cfg).catch((e: Error) => {
+      throw new WorkerStateError(e.message);
+    });
     return this.tool;
   }
 
@@ -993,6 +981,20 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       metrics["actor/kl_coef"] = a.kl_loss_coef;
     }
     if (run.skipped) metrics["actor/skipped_updates"] = run.skipped;
+    // every optimizer step skipped because the loss itself is not finite: the next steps would skip too
+    // (the weights never change), so the run stops here instead of "training" on (a lone non-finite
+    // gradient norm with a finite loss still only skips its step)
+    const bad = (
+      [
+        ["pg_loss", 0, `the policy loss "${lossMode}" (actor_rollout_ref.actor.policy_loss.loss_mode)`],
+        ["kl_loss", 1, "the KL loss (actor_rollout_ref.actor.use_kl_loss)"],
+        ["entropy_loss", 2, "the entropy loss (actor_rollout_ref.actor.entropy_coeff)"],
+      ] as const
+    ).filter(([, at]) => !Number.isFinite(sums[at]!));
+    if (run.skipped === minis && bad.length)
+      throw new AlgorithmInputError(
+        `every optimizer step of this update was skipped: ${bad.map(([name, at, who]) => `${who} gave ${name} = ${sums[at]! / minis}`).join("; ")}; check the loss and its inputs (advantages, log-probs)`,
+      );
     return metrics;
   }
 

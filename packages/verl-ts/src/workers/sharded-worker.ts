@@ -383,6 +383,11 @@ export abstract class ShardedWorker extends Worker {
             updates++;
           } else {
             skipped++;
+            // veRL warns on every skipped step; the metric alone (…/skipped_updates) is easy to miss
+            if (this.ctx.rank === 0)
+              console.warn(
+                `[${this.constructor.name}] WARN: grad_norm is ${norm} in mini-batch ${ms / localMini + 1} of ${Math.ceil(data.length / localMini)} (epoch ${epoch + 1}): optimizer step skipped, weights unchanged`,
+              );
             // the shard is unchanged, but the last round wrote over the units read from the gradient's
             // memory: the next mini-batch needs them gathered again
             if (this.weightsInGradient && more) await this.afterOptimizerStep(model, more);
