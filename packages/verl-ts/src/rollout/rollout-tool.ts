@@ -33,6 +33,9 @@ export function rolloutToolSpec(
   if (cfg.actor_rollout_ref.rollout.num_llm_calls_available === 0 || multiTurnConfig(cfg)?.enable)
     return null;
   const section = structuredClone(cfg.actor_rollout_ref.rollout.tool) as CodeInterpreterToolConfig;
+  // call_timeout is the rollout's bound on every call into the tool (buildRolloutTool), not a setting
+  // of the code interpreter, which refuses keys it does not read
+  delete (section as Record<string, unknown>).call_timeout;
   if (given) {
     const rel = typeof given.module === "string" && /^\.\.?(\/|$)/.test(given.module);
     return {
@@ -99,8 +102,8 @@ export function toolSpecLabel(spec: ToolSpec): string {
 
 /**
  * The rollout tool a worker builds from `spec`: checked as a Tool where it is built (checkTool), its
- * stop strings matched against rollout.tool.stop, and every call into it checked and (a tool other than
- * the code interpreter, which bounds its runs by run_timeout) bounded by rollout.tool.call_timeout.
+ * stop strings matched against rollout.tool.stop, and every call into it checked and bounded by
+ * rollout.tool.call_timeout (the code interpreter's runs are bounded by run_timeout as well).
  */
 export async function buildRolloutTool(spec: ToolSpec, cfg: TrainerConfig): Promise<Tool> {
   const where = toolSpecLabel(spec);
@@ -114,13 +117,10 @@ export async function buildRolloutTool(spec: ToolSpec, cfg: TrainerConfig): Prom
       `actor_rollout_ref.rollout.tool.stop is ${JSON.stringify(stop)} but the tool ${tool.name} stops at ` +
         `${JSON.stringify(tool.stop)}: give the tool that stop string, or remove the key`,
     );
-  const builtIn =
-    spec.module === CODE_INTERPRETER_TOOL_MODULE && spec.exportName === "createCodeInterpreterTool";
   return guardTool(tool, {
     label: `${tool.name} (${where})`,
-    ...(builtIn
-      ? {}
-      : { callTimeoutMs: ro.tool.call_timeout * 1000, maxConcurrency: ro.tool.max_concurrency }),
+    callTimeoutMs: ro.tool.call_timeout * 1000,
+    maxConcurrency: ro.tool.max_concurrency,
   });
 }
 
