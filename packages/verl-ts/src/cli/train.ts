@@ -80,8 +80,8 @@ Runs PPO/GRPO training with veRL's trainer keys (every key and its default: pnpm
   key.path=value      overrides, e.g. data.train_batch_size=8 trainer.total_training_steps=2
   --tool M#E          the rollout tool instead of the Python code interpreter: module M (a package,
                       e.g. @torl-ts/verl, or a path ./file.js), export E (a Tool class or factory,
-                      given actor_rollout_ref.rollout.tool); no tool runs with
-                      actor_rollout_ref.rollout.num_llm_calls_available=0
+                      given actor_rollout_ref.rollout.tool); refused with
+                      actor_rollout_ref.rollout.num_llm_calls_available=0 (no tool runs then)
   --runs-dir DIR      where runs/<trainer.experiment_name> goes (default runs)
 Metrics go to <runs-dir>/<name>/metrics.jsonl and summary.json; the run directory is printed last.
 A rerun with trainer.resume_mode=auto (the default) continues from the latest checkpoint.`,

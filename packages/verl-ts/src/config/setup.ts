@@ -188,6 +188,14 @@ export function checkTrainerSetup(cfg: TrainerConfig, opts: TrainerSetupOptions 
       `is null while actor_rollout_ref.rollout.num_llm_calls_available is ${calls}: ` +
         "leave tool out for the Python code interpreter, or set num_llm_calls_available=0 for no tool",
     );
+  // a tool given for a run that calls none would be dropped without a word (the no-tool control
+  // leaves the tool out)
+  if (opts.tool && calls === 0 && !cfg.actor_rollout_ref.rollout.multi_turn?.enable)
+    add(
+      "tool",
+      "is given while actor_rollout_ref.rollout.num_llm_calls_available is 0, so it would never run: " +
+        "leave the tool out for the no-tool control, or allow calls (num_llm_calls_available > 0)",
+    );
   const custom = cfg.custom_reward_function;
   if (custom.path && !customRewardModuleExists(custom.path))
     add("custom_reward_function.path", `names ${custom.path}, which does not exist`);

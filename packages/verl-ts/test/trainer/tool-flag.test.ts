@@ -114,6 +114,24 @@ test("tool: null while calls are available is refused; with num_llm_calls_availa
   t.is(rolloutToolSpec(cfg(0)), null);
 });
 
+test("a tool given while num_llm_calls_available is 0 is refused, not dropped without a word", (t) => {
+  const cfg = loadTrainerConfig({
+    overrides: [
+      `actor_rollout_ref.model.path=${TINY_BASE}`,
+      "actor_rollout_ref.rollout.num_llm_calls_available=0",
+    ],
+  });
+  const tool = { module: "file:///t.js", exportName: "T" };
+  const e = t.throws(() => new RayPPOTrainer(cfg, { tool, trainRows: [], valRows: [] }), {
+    instanceOf: TrainerConfigError,
+  });
+  t.deepEqual(
+    e!.issues.map((i) => i.key),
+    ["tool"],
+  );
+  t.regex(e!.message, /tool is given while actor_rollout_ref\.rollout\.num_llm_calls_available is 0/);
+});
+
 test("a --tool tool gets the rollout.tool section (its own settings under config); args it names are kept", (t) => {
   const cfg = loadTrainerConfig({
     overrides: [
