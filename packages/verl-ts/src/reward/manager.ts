@@ -111,18 +111,25 @@ export class RewardScoreTimeoutError extends Error {
 
 /**
  * `work`, or a rejection with `timeoutError()` after `seconds`. The timer is cleared when the work
- * settles; the work itself cannot be cancelled and is left to finish on its own.
+ * settles, or when `cancel` aborts (the batch it belongs to has failed already: its timer must not keep
+ * the process alive); the work itself cannot be cancelled and is left to finish on its own.
  */
 export function withScoreTimeout<T>(
   work: PromiseLike<T>,
   seconds: number,
   timeoutError: () => Error,
+  cancel?: AbortSignal,
 ): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(timeoutError()), seconds * 1000);
   });
-  return Promise.race([Promise.resolve(work), timeout]).finally(() => clearTimeout(timer));
+  const stop = () => clearTimeout(timer);
+  cancel?.addEventListener("abort", stop, { once: true });
+  return Promise.race([Promise.resolve(work), timeout]).finally(() => {
+    stop();
+    cancel?.removeEventListener("abort", stop);
+  });
 }
 
 /** Token-level scores: row i gets `scores[i]` at index `lengths[i] - 1` (nothing when the length is 0). */
@@ -252,6 +259,8 @@ export class RewardManager {
     const results = new Array<MathScoreResult>(n);
     const mathRows: number[] = [];
     const custom: Promise<void>[] = [];
+    // when the batch fails, the rows still scoring lose their timers (see withScoreTimeout)
+    const batchFailed = new AbortController();
     inputs.forEach((input, i) => {
       const entry = customScorer ? null : rewardScorerEntryFor(input.dataSource);
       const scorer = customScorer ?? entry?.scorer ?? mathRewardScorer;
@@ -267,6 +276,7 @@ export class RewardManager {
             new RewardScoreTimeoutError(
               `${who} did not finish scoring row ${i} (data source ${source}) within ${this.scoreTimeout} s; raise reward_model.score_timeout if it is only slow`,
             ),
+          batchFailed.signal,
         );
         custom.push(
           work.then((r) => {
@@ -281,19 +291,26 @@ export class RewardManager {
         );
       }
     });
-    if (mathRows.length >= this.parallelThreshold && this.numThreads > 1) {
-      this.pool ??= new MathScorePool(this.numThreads);
-      const scored = await this.pool.score(
-        mathRows.map((i) => inputs[i]!),
-        this.options,
-      );
-      mathRows.forEach((row, j) => {
-        results[row] = scored[j]!;
-      });
-    } else {
-      for (const i of mathRows) results[i] = mathRewardScorer(inputs[i]!, this.options) as MathScoreResult;
+    try {
+      if (mathRows.length >= this.parallelThreshold && this.numThreads > 1) {
+        this.pool ??= new MathScorePool(this.numThreads);
+        const scored = await this.pool.score(
+          mathRows.map((i) => inputs[i]!),
+          this.options,
+        );
+        mathRows.forEach((row, j) => {
+          results[row] = scored[j]!;
+        });
+      } else {
+        for (const i of mathRows) results[i] = mathRewardScorer(inputs[i]!, this.options) as MathScoreResult;
+      }
+      await Promise.all(custom);
+    } catch (err) {
+      batchFailed.abort();
+      // rows that fail later have nobody to tell: the batch's error is the one reported
+      for (const row of custom) row.catch(() => {});
+      throw err;
     }
-    await Promise.all(custom);
 
     const scores = results.map((r) => r.score);
     const verifierErrorCount = verifierErrors.count - errorsBefore;

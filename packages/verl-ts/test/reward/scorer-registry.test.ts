@@ -37,6 +37,33 @@ test.serial(
   },
 );
 
+test.serial(
+  "a batch that fails leaves no timer of its rows still scoring (the process can exit)",
+  async (t) => {
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
+    const removeHang = registerRewardScorer("hangs", () => new Promise(() => {}));
+    const removeThrow = registerRewardScorer("throws", () => {
+      throw new Error("scorer exploded");
+    });
+    try {
+      const before = timers();
+      await t.throwsAsync(
+        new RewardManager({ numThreads: 0, scoreTimeout: 60 }).score({
+          responses: ["\\boxed{1}", "\\boxed{1}"],
+          groundTruths: ["1", "1"],
+          dataSources: ["hangs", "throws"],
+        }),
+        { message: /scorer exploded/ },
+      );
+      // the hanging row's 60 s timer would have kept Node alive a minute after the error
+      t.is(timers(), before);
+    } finally {
+      removeHang();
+      removeThrow();
+    }
+  },
+);
+
 test("a custom_reward_function that never settles fails within score_timeout, naming the function", async (t) => {
   const path = `data:text/javascript,${encodeURIComponent("export function hang() { return new Promise(() => {}); }")}`;
   const manager = new RewardManager({
