@@ -14,6 +14,7 @@
  */
 
 import { DataProto, type DataProtoWire, isDataProtoWire, type TypedArray } from "../protocol/index.js";
+import { settleWithin } from "../settle-within.js";
 import {
   type CustomRewardFunctionSpec,
   customRewardScorer,
@@ -107,29 +108,6 @@ export class RewardBatchError extends Error {
 /** A scorer took longer than reward_model.score_timeout: names the scorer, the data source and the key. */
 export class RewardScoreTimeoutError extends Error {
   override name = "RewardScoreTimeoutError";
-}
-
-/**
- * `work`, or a rejection with `timeoutError()` after `seconds`. The timer is cleared when the work
- * settles, or when `cancel` aborts (the batch it belongs to has failed already: its timer must not keep
- * the process alive); the work itself cannot be cancelled and is left to finish on its own.
- */
-export function withScoreTimeout<T>(
-  work: PromiseLike<T>,
-  seconds: number,
-  timeoutError: () => Error,
-  cancel?: AbortSignal,
-): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(timeoutError()), seconds * 1000);
-  });
-  const stop = () => clearTimeout(timer);
-  cancel?.addEventListener("abort", stop, { once: true });
-  return Promise.race([Promise.resolve(work), timeout]).finally(() => {
-    stop();
-    cancel?.removeEventListener("abort", stop);
-  });
 }
 
 /** Token-level scores: row i gets `scores[i]` at index `lengths[i] - 1` (nothing when the length is 0). */
@@ -259,7 +237,7 @@ export class RewardManager {
     const results = new Array<MathScoreResult>(n);
     const mathRows: number[] = [];
     const custom: Promise<void>[] = [];
-    // when the batch fails, the rows still scoring lose their timers (see withScoreTimeout)
+    // when the batch fails, the rows still scoring lose their timers (see settleWithin)
     const batchFailed = new AbortController();
     inputs.forEach((input, i) => {
       const entry = customScorer ? null : rewardScorerEntryFor(input.dataSource);
@@ -269,9 +247,9 @@ export class RewardManager {
         const who = entry ? `the reward scorer ${describeRewardScorerMatch(entry.match)}` : this.customName!;
         const source = JSON.stringify(input.dataSource);
         // a scorer that never settles would hang the step: bounded by reward_model.score_timeout
-        const work = withScoreTimeout(
+        const work = settleWithin(
           new Promise((resolve) => resolve(scorer(input, this.options))),
-          this.scoreTimeout,
+          this.scoreTimeout * 1000,
           () =>
             new RewardScoreTimeoutError(
               `${who} did not finish scoring row ${i} (data source ${source}) within ${this.scoreTimeout} s; raise reward_model.score_timeout if it is only slow`,

@@ -6,6 +6,8 @@
  * round, and the exact text to append. The rollout knows nothing else about any tool.
  */
 
+import { settleWithin } from "../settle-within.js";
+
 /** JSON Schema subset used for tool parameters. */
 export interface JsonSchema {
   type: string;
@@ -222,21 +224,16 @@ export function guardTool(tool: Tool, options: GuardToolOptions): Tool {
       p = Promise.reject(e);
     }
     if (ms === undefined) return p;
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () =>
-          reject(
-            new ToolTimeoutError(
-              label,
-              method,
-              `did not finish within ${ms / 1000} s${why}; raise ${TOOL_CALL_TIMEOUT_KEY} if the tool needs longer, or find why it hangs`,
-            ),
-          ),
-        ms,
-      );
-    });
-    return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+    return settleWithin(
+      p,
+      ms,
+      () =>
+        new ToolTimeoutError(
+          label,
+          method,
+          `did not finish within ${ms / 1000} s${why}; raise ${TOOL_CALL_TIMEOUT_KEY} if the tool needs longer, or find why it hangs`,
+        ),
+    );
   };
   // create and release errors would otherwise not name the tool (execute's are wrapped by the rollout)
   const named = (method: string) => (e: unknown) => {

@@ -27,11 +27,12 @@ import type { PromptTemplate } from "../data/templates.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
 import { DataProto, type DataProtoWire, isDataProtoWire } from "../protocol/data-proto.js";
 import { loadCustomRewardFunction } from "../reward/custom-function.js";
-import { RewardManager, RewardScoreTimeoutError, withScoreTimeout } from "../reward/manager.js";
+import { RewardManager, RewardScoreTimeoutError } from "../reward/manager.js";
 import { applyOverlongPenalty } from "../reward/overlong.js";
 import { computeMultiTurnMetrics, modelPromptRenderer } from "../rollout/multi-turn.js";
 import { checkToolSpec, describeRolloutTool, rolloutToolSpec } from "../rollout/rollout-tool.js";
 import { applyVoidTurnFilter } from "../rollout/void-turn.js";
+import { settleWithin } from "../settle-within.js";
 import type { ResourcePool } from "../single-controller/resource-pool.js";
 import { type BoundGroup, WorkerGroup, workerRole } from "../single-controller/worker-group.js";
 import { ActorRolloutRefWorker, layoutForMiniBatches, type ToolSpec } from "../workers/actor-rollout-ref.js";
@@ -740,9 +741,9 @@ export class RayPPOTrainer {
     // the stock RewardManager bounds each row itself; a reward given in TrainerOptions gets the same
     // bound for the whole batch, so a call that never settles fails the step instead of hanging it
     const out = this.opts.reward
-      ? await withScoreTimeout(
+      ? await settleWithin(
           new Promise<DataProto | DataProtoWire>((resolve) => resolve(this.reward.scoreDataProto(sent))),
-          timeout,
+          timeout * 1000,
           () =>
             new RewardScoreTimeoutError(
               `TrainerOptions.reward.scoreDataProto did not finish scoring a batch of ${batch.length} rows (data sources: ${dataSourcesOf(batch)}) within ${timeout} s; raise reward_model.score_timeout if it is only slow`,
