@@ -12,6 +12,11 @@ rank of `ranks` owns: the first 1/ranks of them by element count), `steps` times
 the optimizer and its state carry over). Prints one JSON object on stdout: the last step's seconds per
 phase (update_actor also split into update_forward_backward and update_adamw), every step's under
 step_seconds, and the peak resident set. Exits 3 with a message on stderr when torch cannot be imported.
+
+With "whole_model": true the same step is the whole model's in one process, the footprint that FSDP over
+`ranks` ranks divides: AdamW over every parameter, and the reference log-probs from a frozen copy of the
+weights in bfloat16 (as the probe keeps its reference), not from the trained model. Its peak resident
+set is the figure; its seconds are not compared with anything.
 """
 import json
 import resource
@@ -112,17 +117,24 @@ def main():
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[spec["dtype"]]
     c = spec["config"]
     rows, prompt, new = spec["rows"], spec["prompt_length"], spec["new_tokens"]
+    whole = spec.get("whole_model") is True
     model = Model(c, dtype, seed=1)
+    reference = model
+    if whole:
+        reference = Model(c, torch.bfloat16, seed=1)
+        for p in reference.P.values():
+            p.requires_grad_(False)
 
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(0, c["vocab_size"], (rows, prompt), generator=g)
 
-    # The rank's share of AdamW: the first 1/ranks of the parameters by element count.
+    # The rank's share of AdamW: the first 1/ranks of the parameters by element count (all of them for
+    # the whole model).
     params = list(model.P.values())
     total = sum(p.numel() for p in params)
     owned, count = [], 0
     for p in params:
-        if count >= total / spec["ranks"]:
+        if count >= total / (1 if whole else spec["ranks"]):
             break
         owned.append(p)
         count += p.numel()
@@ -135,15 +147,15 @@ def main():
         seqs = model.generate(ids, new, seed=step)
         seconds["generate"] = time.perf_counter() - t0
 
-        def score():
+        def score(m):
             with torch.no_grad():
-                return torch.cat([model.log_probs(seqs[r : r + 1]) for r in range(rows)])
+                return torch.cat([m.log_probs(seqs[r : r + 1]) for r in range(rows)])
 
         t0 = time.perf_counter()
-        old = score()
+        old = score(model)
         seconds["old_log_prob"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        ref = score()
+        ref = score(reference)
         seconds["ref_log_prob"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -168,7 +180,9 @@ def main():
                 "torch_version": torch.__version__,
                 "threads": torch.get_num_threads(),
                 "dtype": spec["dtype"],
+                "whole_model": whole,
                 "parameters": total,
+                "optimized_parameters": count,
                 "steps": len(step_seconds),
                 "seconds": step_seconds[-1],
                 "step_seconds": step_seconds,

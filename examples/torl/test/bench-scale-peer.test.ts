@@ -49,6 +49,7 @@ function probe(): ScaleProbeResult {
     memory: {},
     usage: {},
     peak_rss_bytes_per_rank: [],
+    shm_bytes_per_rank: [],
   };
 }
 
@@ -119,6 +120,47 @@ test("the PyTorch side runs one rank's share at tiny shapes and every key lands 
   const steps = out.scale_step_seconds_torch_fp32 as Record<string, number>[];
   t.is(steps.length, 2);
   t.is(steps[1]!.update_actor, out.scale_update_actor_seconds_torch_fp32 as number);
+});
+
+test("the whole-model run holds AdamW moments of every parameter, and the memory target is its peak over the ranks", (t) => {
+  const spec = torchScaleSpec(TINY, probe(), "float32", true) as Record<string, unknown>;
+  // one rank's rows, the whole model
+  t.like(spec, { rows: 2, ranks: 2, dtype: "float32", whole_model: true });
+  t.false("whole_model" in (torchScaleSpec(TINY, probe(), "float32") as object));
+  const run = (wholeModel: boolean) =>
+    runTorchScript<{
+      whole_model: boolean;
+      peak_rss_bytes: number;
+      parameters: number;
+      optimized_parameters: number;
+    }>("python3", SCRIPT, torchScaleSpec(TINY, probe(), "float32", wholeModel), 1);
+  const whole = run(true);
+  if (!whole.ok) {
+    t.regex(whole.why, /cannot import torch/);
+    return;
+  }
+  t.true(whole.out.whole_model);
+  t.true(whole.out.peak_rss_bytes > 0);
+  // AdamW over every parameter, against the first half of them for one rank's share
+  t.is(whole.out.optimized_parameters, whole.out.parameters);
+  const share = run(false);
+  t.true(share.ok);
+  if (share.ok) {
+    t.false(share.out.whole_model);
+    t.true(share.out.optimized_parameters < share.out.parameters);
+    t.true(share.out.optimized_parameters >= share.out.parameters / 2);
+  }
+
+  const p = { ...probe(), peak_rss_bytes_per_rank: [4.0e9, 4.1e9], shm_bytes_per_rank: [0.5e9, 0.5e9] };
+  const fp32 = { peak_rss_bytes: 9e9, torch_version: "2.0.0", threads: 1, seconds: { ...probe().seconds } };
+  const out = mergeScalePeer(p, { ok: true, runs: { fp32 }, wholeModel: { ...fp32, peak_rss_bytes: 11e9 } });
+  t.is(out.scale_peak_rss_bytes_torch_fp32_whole_model, 11e9);
+  t.is(out.scale_memory_target_bytes, 5.5e9);
+  t.is(out.scale_memory_bytes_torl, 4.6e9);
+  // the target over the largest rank's footprint, 5.5 / 4.6
+  t.is(out.scale_memory_ratio, 1.196);
+  // without the whole-model run there is no target
+  t.false("scale_memory_target_bytes" in mergeScalePeer(p, { ok: true, runs: { fp32 } }));
 });
 
 test("torchScaleSpec refuses a probe that never generated", (t) => {

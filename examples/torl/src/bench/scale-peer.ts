@@ -4,6 +4,10 @@
  * thread, in float32 and in bfloat16, with each phase's seconds side by side and their ratios. Without an
  * importable torch the torl-ts figures come alone, with the reason.
  *
+ * Then the footprint FSDP divides: the same step of the whole model in one PyTorch float32 process (AdamW
+ * over every parameter, a frozen bfloat16 reference), whose peak over the number of ranks is the memory
+ * target a rank's footprint (its peak plus its reference shard in /dev/shm) is held to.
+ *
  * The PyTorch side runs full fine-tuning only: the side-by-side figures are the full fine-tuning run's
  * (`scale_fine_tuning: "full"`), and with --lora-rank the LoRA run's figures under `lora` have no PyTorch
  * counterpart (`lora.torch` says so).
@@ -39,11 +43,16 @@ interface TorchScaleRun {
   peak_rss_bytes: number;
 }
 
-/** The one-rank workload the PyTorch side runs for a probe's result: its shapes, rows and lengths. */
+/**
+ * The one-rank workload the PyTorch side runs for a probe's result: its shapes, rows and lengths. With
+ * `wholeModel`, the whole model's step in one process (the memory run, see the file comment), on the same
+ * rows as one rank's: the target then allows a rank no more activations than its own rows'.
+ */
 export function torchScaleSpec(
   config: Qwen2Config,
   probe: Pick<ScaleProbeResult, "ranks" | "rows" | "prompt_length" | "response_length" | "steps">,
   dtype: "float32" | "bfloat16",
+  wholeModel = false,
 ): object {
   const { rows, prompt_length, response_length } = probe;
   if (rows === undefined || prompt_length === undefined || response_length === undefined)
@@ -57,6 +66,7 @@ export function torchScaleSpec(
     new_tokens: response_length,
     ranks: probe.ranks,
     steps: probe.steps,
+    ...(wholeModel ? { whole_model: true } : {}),
   };
 }
 
@@ -73,14 +83,20 @@ export type ScalePeerResult = ScaleProbeResult & { lora?: ScaleProbeResult & { t
  * The probe's result with the side-by-side keys: `scale_<phase>_seconds_torl`, and where torch ran,
  * `scale_<phase>_seconds_torch_{fp32,bf16}` and `scale_<phase>_ratio_{fp32,bf16}` (torch seconds over
  * torl-ts seconds: above 1, torl-ts is faster), `scale_peak_rss_bytes_torch_{fp32,bf16}`,
- * `scale_step_seconds_torch_{fp32,bf16}` (every step's seconds by phase); `torch` says
+ * `scale_step_seconds_torch_{fp32,bf16}` (every step's seconds by phase); with the whole-model run,
+ * `scale_peak_rss_bytes_torch_fp32_whole_model`, `scale_memory_target_bytes` (that over the ranks) and
+ * `scale_memory_ratio` (the target over `scale_memory_bytes_torl`: 1 or above meets it); `torch` says
  * which torch ran or why none did; `scale_fine_tuning` names what both sides' figures are (full
  * fine-tuning), and a LoRA run's figures (`lora`) get `torch` saying that PyTorch did not run them.
  */
 export function mergeScalePeer(
   probe: ScaleProbeResult & { lora?: ScaleProbeResult },
   torch:
-    | { ok: true; runs: Partial<Record<keyof typeof TORCH_DTYPES, TorchScaleRun>> }
+    | {
+        ok: true;
+        runs: Partial<Record<keyof typeof TORCH_DTYPES, TorchScaleRun>>;
+        wholeModel?: TorchScaleRun;
+      }
     | { ok: false; why: string },
 ): ScalePeerResult {
   const out: ScalePeerResult = { ...probe, ...scaleTorlFigures(probe) };
@@ -109,6 +125,13 @@ export function mergeScalePeer(
       out[`scale_step_seconds_torch_${short}`] = run.step_seconds.map((step) =>
         Object.fromEntries(Object.entries(step).map(([k, v]) => [k, scaleRound(v)])),
       );
+  }
+  if (torch.wholeModel) {
+    const whole = torch.wholeModel.peak_rss_bytes;
+    out.scale_peak_rss_bytes_torch_fp32_whole_model = whole;
+    out.scale_memory_target_bytes = Math.round(whole / probe.ranks);
+    const mine = out.scale_memory_bytes_torl;
+    if (typeof mine === "number" && mine > 0) out.scale_memory_ratio = scaleRound(whole / probe.ranks / mine);
   }
   return out;
 }
@@ -149,7 +172,24 @@ export async function runScalePeer(flags: {
     // each side's figures as they come: a run stopped later keeps them in its log
     console.log(`PyTorch ${dtype}: ${JSON.stringify(r.out.seconds)}, peak ${r.out.peak_rss_bytes} bytes`);
   }
-  return mergeScalePeer(probe, { ok: true, runs });
+  console.log(
+    "PyTorch float32, 1 thread: the whole model's step in one process (AdamW over every parameter, a frozen bfloat16 reference), for its memory",
+  );
+  const whole = runTorchScript<TorchScaleRun>(
+    flags.python ?? "python3",
+    SCALE_PEER_SCRIPT,
+    torchScaleSpec(config, probe, "float32", true),
+    1,
+  );
+  if (!whole.ok) return mergeScalePeer(probe, whole);
+  const out = mergeScalePeer(probe, { ok: true, runs, wholeModel: whole.out });
+  const gb = (bytes: unknown) => (Number(bytes) / 1e9).toFixed(2);
+  console.log(
+    `memory: a rank's footprint ${gb(out.scale_memory_bytes_torl)} GB (peak plus its reference shard in /dev/shm) ` +
+      `against PyTorch's whole model ${gb(whole.out.peak_rss_bytes)} GB / ${probe.ranks} ranks = ` +
+      `${gb(out.scale_memory_target_bytes)} GB: ratio ${out.scale_memory_ratio}`,
+  );
+  return out;
 }
 
 /** 1 when the probe failed, or the LoRA run of --lora-rank did. */
@@ -171,6 +211,12 @@ when \`python3 -c 'import torch'\` works (--python PATH for another interpreter)
   scale_peak_rss_bytes_torch_{fp32,bf16}, torch (the version, or why it did not run)
   scale_steps                          both sides run --steps GRPO steps; the figures are the last one's
   scale_step_seconds_torch_{fp32,bf16} every PyTorch step's seconds by phase (step_seconds: torl-ts's)
+  scale_peak_rss_bytes_torch_fp32_whole_model  the same step of the whole model in one PyTorch float32
+      process (AdamW over every parameter, a frozen bfloat16 reference, one rank's rows): the footprint
+      FSDP divides
+  scale_memory_target_bytes            that over the number of ranks
+  scale_memory_ratio                   scale_memory_target_bytes / scale_memory_bytes_torl (a rank's peak
+      plus its reference shard in /dev/shm, the largest rank's): 1 or above meets the target
   scale_fine_tuning                    "full": the PyTorch side runs full fine-tuning only, so these
       figures are the full fine-tuning run's on both sides; with --lora-rank the LoRA figures under
       "lora" have no PyTorch counterpart (lora.torch says so)`,

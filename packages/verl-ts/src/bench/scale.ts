@@ -137,6 +137,12 @@ export interface ScaleProbeResult {
   /** Per rank, what each phase after the spawn cost its worker process (the last step's for the step's phases). */
   usage: Record<string, PhaseUsage[]>;
   peak_rss_bytes_per_rank: number[];
+  /**
+   * Per rank, the bytes of its frozen shards (the reference's) published in /dev/shm: memory the rank
+   * holds outside its resident set (counted there only while mapped), so a rank's whole footprint is its
+   * peak plus these.
+   */
+  shm_bytes_per_rank: number[];
   /** The (last step's) update's metrics (actor/pg_loss, actor/grad_norm, ...), when it ran. */
   update_metrics?: Record<string, number>;
   /** Each step's `actor/grad_norm`, in step order (the first step's compares across code versions). */
@@ -185,6 +191,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
     memory,
     usage,
     peak_rss_bytes_per_rank: [],
+    shm_bytes_per_rank: [],
   };
   const startedRuntime = !isInitialized();
   let wg: ActorGroup | undefined;
@@ -313,6 +320,7 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
   } finally {
     const last = Object.values(memory).at(-1);
     result.peak_rss_bytes_per_rank = last?.map((m) => m.peakRssBytes) ?? [];
+    result.shm_bytes_per_rank = last?.map((m) => m.publishedShardBytes) ?? [];
     for (const m of last ?? []) log(memoryLine(m));
     await wg?.shutdown().catch(() => {});
     if (startedRuntime) await shutdown();
@@ -336,7 +344,7 @@ export function memoryLine(m: WorkerMemory): string {
 const USAGE = `usage: pnpm torl bench scale [--json] [--ranks N] [--layers N] [--arch ${Object.keys(SCALE_SHAPES).join("|")}] [--lora-rank R] [--steps N] [--keep-ref] [--keep-actor-layers] [--bf16-compute]
 
 The real-size probe (about 5 minutes on 2 idle cores; about 5 GB of memory per rank at its peak with
-2 ranks, and about 9 GB for the PyTorch side after it, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
+2 ranks, and up to about 12 GB for the PyTorch side after it, so give it an otherwise idle 24 GB machine): the shapes of --arch (default
 qwen2.5-0.5b; qwen3-0.6b and llama-3.2-1b are larger) with random bf16 weights (written to a
 temp dir, no downloads) load in N FSDP ranks (default 2) on the default CPU backend, generate 16 tokens
 per row with the KV cache and run one GRPO step (--steps N: N). Prints seconds per phase, peak resident
@@ -369,8 +377,10 @@ optimizer's moments, buffers kept from then on), a later one is the steady state
 update_actor (the full fine-tuning run's: scale_fine_tuning "full"; the last step's: scale_steps),
 scale_<phase>_cpu_seconds_rank<r> (the CPU seconds of rank r's worker over the phase),
 scale_<phase>_fresh_mib_rank<r> (the fresh memory it first wrote in the phase, from its minor page
-faults times scale_page_bytes, the kernel's page size from getconf), and torch: the PyTorch side's version, or why it did not run (the installed
-command has none; the torl-ts repository's has).`;
+faults times scale_page_bytes, the kernel's page size from getconf), scale_memory_bytes_torl (the
+largest rank's footprint: its peak resident set plus its reference shard in /dev/shm, shm_bytes_per_rank),
+and torch: the PyTorch side's version, or why it did not run (the installed command has none; the
+torl-ts repository's has).`;
 
 /** `bench scale`'s flags, for a recipe's command that extends it (the ToRL recipe's PyTorch peer). */
 export const SCALE_FLAGS = {
@@ -457,7 +467,9 @@ export function scaleRound(x: number): number {
  * the phase: on a loaded machine a steadier figure than the wall clock), `scale_steps` (the figures are
  * the last of that many steps'), `scale_<phase>_fresh_mib_rank<r>`
  * (the fresh memory rank r first wrote in the phase: its minor page faults times `pageBytes`, given as
- * `scale_page_bytes`; none where the page size is unknown) and `scale_fine_tuning` (what they measure).
+ * `scale_page_bytes`; none where the page size is unknown), `scale_memory_bytes_torl` (the largest of the
+ * ranks' footprints: peak resident set plus the rank's shards in /dev/shm) and `scale_fine_tuning` (what
+ * they measure).
  */
 export function scaleTorlFigures(
   probe: ScaleProbeResult,
@@ -469,6 +481,9 @@ export function scaleTorlFigures(
     // a page size that cannot be read says why, and no fresh-memory figure is given in a guessed unit
     scale_page_bytes: typeof pageBytes === "number" ? pageBytes : `unknown (${pageBytes})`,
   };
+  // a rank's footprint: its peak resident set and its share of /dev/shm (the published reference shard)
+  const footprints = probe.peak_rss_bytes_per_rank.map((peak, r) => peak + probe.shm_bytes_per_rank[r]!);
+  if (footprints.length > 0) out.scale_memory_bytes_torl = Math.max(...footprints);
   for (const phase of SCALE_PHASES) {
     const mine = probe.seconds[phase];
     if (mine !== undefined) out[`scale_${phase}_seconds_torl`] = scaleRound(mine);

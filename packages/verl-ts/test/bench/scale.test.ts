@@ -111,6 +111,11 @@ test.serial(
     t.true(Number.isFinite(result.update_metrics!["actor/kl_loss"]));
     t.is(result.peak_rss_bytes_per_rank.length, 2);
     for (const rss of result.peak_rss_bytes_per_rank) t.true(rss > 10e6);
+    // each rank's reference shard in /dev/shm, which its footprint adds to its peak
+    t.deepEqual(
+      result.shm_bytes_per_rank,
+      result.memory.update_actor!.map((m) => m.publishedShardBytes),
+    );
     // between phases the actor holds only its FSDP shard (sharded at rest: float32 parameters and the two
     // AdamW moments, 12 bytes per parameter over 2 ranks), the reference only its shard (bf16: 1 byte per
     // parameter over 2 ranks)
@@ -172,8 +177,18 @@ function fakeProbe(seconds: Record<string, number>, usage: Record<string, PhaseU
     memory: {},
     usage,
     peak_rss_bytes_per_rank: [],
+    shm_bytes_per_rank: [],
   };
 }
+
+test("--json carries the largest rank's footprint: its peak resident set plus its shards in /dev/shm", (t) => {
+  const probe = fakeProbe({ generate: 1 }, {});
+  t.false("scale_memory_bytes_torl" in scaleJson(probe), "no figure without a measured rank");
+  probe.peak_rss_bytes_per_rank = [4e9, 4.2e9];
+  probe.shm_bytes_per_rank = [0.5e9, 0.2e9];
+  // rank 0: 4.5 GB in all, rank 1: 4.4 (its peak alone is the larger)
+  t.is(scaleJson(probe).scale_memory_bytes_torl, 4.5e9);
+});
 
 test("--json carries each rank's CPU seconds and fresh memory (MiB of page faults) per phase", (t) => {
   // fresh memory: 256 page faults of 4 KiB (1 MiB) per CPU second
