@@ -152,18 +152,20 @@ export async function runScalePeer(flags: {
   if (probe.rows === undefined)
     return mergeScalePeer(probe, { ok: false, why: "the probe did not generate" });
   const config = scaleConfig(flags);
+  const torchRun = (dtype: "float32" | "bfloat16", wholeModel = false) =>
+    runTorchScript<TorchScaleRun>(
+      flags.python ?? "python3",
+      SCALE_PEER_SCRIPT,
+      torchScaleSpec(config, probe, dtype, wholeModel),
+      1,
+    );
   const runs: Partial<Record<keyof typeof TORCH_DTYPES, TorchScaleRun>> = {};
   for (const [short, dtype] of Object.entries(TORCH_DTYPES) as [
     keyof typeof TORCH_DTYPES,
     "float32" | "bfloat16",
   ][]) {
     console.log(`PyTorch ${dtype}, 1 thread: one rank's share of the same step`);
-    const r = runTorchScript<TorchScaleRun>(
-      flags.python ?? "python3",
-      SCALE_PEER_SCRIPT,
-      torchScaleSpec(config, probe, dtype),
-      1,
-    );
+    const r = torchRun(dtype);
     if (!r.ok) {
       console.log(`PyTorch side skipped: ${r.why}`);
       return mergeScalePeer(probe, r);
@@ -175,12 +177,7 @@ export async function runScalePeer(flags: {
   console.log(
     "PyTorch float32, 1 thread: the whole model's step in one process (AdamW over every parameter, a frozen bfloat16 reference), for its memory",
   );
-  const whole = runTorchScript<TorchScaleRun>(
-    flags.python ?? "python3",
-    SCALE_PEER_SCRIPT,
-    torchScaleSpec(config, probe, "float32", true),
-    1,
-  );
+  const whole = torchRun("float32", true);
   if (!whole.ok) return mergeScalePeer(probe, whole);
   const out = mergeScalePeer(probe, { ok: true, runs, wholeModel: whole.out });
   const gb = (bytes: unknown) => (Number(bytes) / 1e9).toFixed(2);
