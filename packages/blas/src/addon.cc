@@ -18,6 +18,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("swigluGrad", Napi::Function::New(env, torl_blas::SwigluGrad, "swigluGrad"));
   exports.Set("decodeAttention", Napi::Function::New(env, torl_blas::DecodeAttention, "decodeAttention"));
   exports.Set("matmulBf16", Napi::Function::New(env, torl_blas::MatmulBf16, "matmulBf16"));
+  exports.Set("matmulBf16Tiles", Napi::Function::New(env, torl_blas::MatmulBf16Tiles, "matmulBf16Tiles"));
+  exports.Set("packBf16Tiles", Napi::Function::New(env, torl_blas::PackBf16Tiles, "packBf16Tiles"));
+  exports.Set("unpackBf16Tiles", Napi::Function::New(env, torl_blas::UnpackBf16Tiles, "unpackBf16Tiles"));
   exports.Set("amx", Napi::Function::New(env, torl_blas::AmxInfo, "amx"));
   exports.Set("setAmx", Napi::Function::New(env, torl_blas::SetAmx, "setAmx"));
   exports.Set("setActivationDtype", Napi::Function::New(env, torl_blas::SetActivationDtype, "setActivationDtype"));

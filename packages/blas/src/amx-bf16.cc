@@ -83,6 +83,7 @@ constexpr int64_t kStrip = 32;          // W's columns per packed strip: two til
 constexpr int64_t kDepthBlock = 1024;   // k values per block for W^T: x's three pieces then take m x 6 KB
 constexpr int64_t kPanelDepth = 512;    // most k values per block for W [k, n], whose rows are packed whole
 constexpr int64_t kPanelBytes = 1536 << 10;  // largest packed panel of W [k, n] (L2 holds it)
+constexpr int64_t kTilesPieceBytes = 1 << 20;  // most bytes of x's pieces for a product reading the tile layout
 constexpr int64_t kRowSlack = 32;       // pieces' row stride is the block plus this: a 2 KB stride would
                                         // map a tile's 16 rows onto two L1 sets
 
@@ -264,12 +265,17 @@ TORL_AMX_TARGET int64_t PackPanel(const uint16_t* w, int64_t n, int64_t k, bool 
   return 2 * kStrip * strips;
 }
 
+// Steps of 32 depth values that a product reading the tile layout from memory prefetches ahead (8 KB): tile
+// loads straight from memory keep few lines in flight (a weight read that way streamed at half the speed of
+// vector loads). The layout is one run of memory, so ahead is what is read next, across strips too.
+constexpr int64_t kPrefetchSteps = 4;
+
 // The sums for rows row0..row0+16MT and the strip's first 16NT columns: c (row stride ldc floats) is
 // loaded (accumulate) or zeroed, the block's depth added, and the sums stored into d (row stride ldd).
 template <int MT, int NT, int S>
 TORL_AMX_TARGET void MultiplyBlock(const uint16_t* pieces, int64_t plane, int64_t ld, int64_t kbPad,
                                    const uint16_t* strip, int64_t pairRow, const float* c, int64_t ldc,
-                                   bool accumulate, float* d, int64_t ldd) {
+                                   bool accumulate, float* d, int64_t ldd, const uint16_t* next) {
   const long cStride = static_cast<long>(ldc * 4), aStride = static_cast<long>(ld * 2),
              bStride = static_cast<long>(pairRow * 2), dStride = static_cast<long>(ldd * 4);
   const float* c1 = c + 16 * ldc;
@@ -287,6 +293,16 @@ TORL_AMX_TARGET void MultiplyBlock(const uint16_t* pieces, int64_t plane, int64_
   }
   for (int64_t p = 0; p < kbPad; p += 32) {
     const uint16_t* b = strip + p / 2 * pairRow;  // pair-rows p/2 .. p/2 + 16
+    if (next != nullptr) {
+      // kPrefetchSteps ahead in the order the layout is read: this block of the strip, then `next`
+      const int64_t q = p + kPrefetchSteps * 32;
+      const char* ahead = reinterpret_cast<const char*>(q < kbPad ? strip + q / 2 * pairRow
+                                                                  : next + (q - kbPad) / 2 * pairRow);
+      for (int line = 0; line < 16; line++) {
+        _mm_prefetch(ahead + line * bStride, _MM_HINT_T0);
+        if (NT == 2) _mm_prefetch(ahead + line * bStride + 64, _MM_HINT_T0);
+      }
+    }
     _tile_loadd(6, b, bStride);
     if (NT == 2) _tile_loadd(7, b + 32, bStride);
     for (int s = 0; s < S; s++) {
@@ -317,11 +333,11 @@ T* Aligned(std::vector<T>& buffer, int64_t count) {
 template <int S>
 TORL_AMX_TARGET void Block(bool twoRows, bool twoCols, const uint16_t* a, int64_t plane, int64_t ld, int64_t kbPad,
                            const uint16_t* strip, int64_t pairRow, const float* c, int64_t ldc, bool more, float* d,
-                           int64_t ldd) {
-  if (twoRows && twoCols) MultiplyBlock<2, 2, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd);
-  else if (twoRows) MultiplyBlock<2, 1, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd);
-  else if (twoCols) MultiplyBlock<1, 2, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd);
-  else MultiplyBlock<1, 1, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd);
+                           int64_t ldd, const uint16_t* next) {
+  if (twoRows && twoCols) MultiplyBlock<2, 2, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd, next);
+  else if (twoRows) MultiplyBlock<2, 1, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd, next);
+  else if (twoCols) MultiplyBlock<1, 2, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd, next);
+  else MultiplyBlock<1, 1, S>(a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd, next);
 }
 
 // out = x . W^T for W [n, k] (read transposed) with few rows of x (m <= 32), W whole rows of whole tiles
@@ -384,8 +400,11 @@ TORL_AMX_TARGET void RunWeightLeft(const float* x, const uint16_t* w, float* out
   _tile_release();
 }
 
+// tiles: W [k, n] already in the tile layout (amx.h, AmxMatmulBf16Tiles; k and n multiples of 32) in
+// place of w: each strip's pair-rows are read where they lie instead of being packed, the same products in
+// the same order.
 TORL_AMX_TARGET void Run(const float* x, const uint16_t* w, float* out, int64_t m, int64_t n, int64_t k,
-                         bool transposeW, int pieceCount) {
+                         bool transposeW, int pieceCount, const uint16_t* tiles = nullptr) {
   const int64_t mPad = RoundUp(m, 16), nPad = RoundUp(n, 16);
   // Sums straight into out where its rows and columns fill whole tiles and it lies on a cache line, else
   // into a padded copy. Where out's rows and columns fill whole tiles off a cache line, the last block
@@ -402,13 +421,20 @@ TORL_AMX_TARGET void Run(const float* x, const uint16_t* w, float* out, int64_t 
   // that its memory is read front to back: one strip's 64 bytes a row, a row's width apart, stream from
   // memory at a third of the speed (measured at Qwen2.5-0.5B's MLP shapes: 9.7 KB rows).
   const int64_t wholeRows = kPanelBytes / (2 * RoundUp(n, kStrip)) / 32 * 32;
-  const int64_t depth = transposeW ? kDepthBlock : std::clamp<int64_t>(wholeRows, 32, kPanelDepth);
+  // the tile layout over the whole depth at once where x's pieces for it stay in L2: each strip is then
+  // read in one run, and the whole weight front to back
+  const int64_t wholeDepthBytes = tiles ? pieceCount * mPad * (k + kRowSlack) * 2 : 0;
+  const int64_t depth = tiles && wholeDepthBytes <= kTilesPieceBytes ? k
+                        : transposeW                         ? kDepthBlock
+                                                             : std::clamp<int64_t>(wholeRows, 32, kPanelDepth);
   const int64_t blockPad = RoundUp(k < depth ? k : depth, 32), ld = blockPad + kRowSlack;
-  const int64_t panelStrips = transposeW ? 1 : std::max<int64_t>(1, kPanelBytes / (blockPad * kStrip * 2));
+  const int64_t panelStrips = tiles        ? RoundUp(n, kStrip) / kStrip
+                              : transposeW ? 1
+                                           : std::max<int64_t>(1, kPanelBytes / (blockPad * kStrip * 2));
   const int64_t plane = mPad * ld;
   uint16_t* pieces = Aligned(pieceBuffer, pieceCount * plane);
   const int64_t stripLength = blockPad * kStrip;
-  uint16_t* panel = Aligned(stripBuffer, panelStrips * stripLength);
+  uint16_t* panel = tiles ? nullptr : Aligned(stripBuffer, panelStrips * stripLength);
 
   ConfigureTiles();
   for (int64_t p0 = 0; p0 < k; p0 += depth) {
@@ -417,21 +443,30 @@ TORL_AMX_TARGET void Run(const float* x, const uint16_t* w, float* out, int64_t 
     SplitPieces(x, k, m, p0, kb, mPad, ld, pieceCount, pieces);
     for (int64_t jp = 0; jp < n; jp += kStrip * panelStrips) {
       const int64_t panelCols = jp + kStrip * panelStrips < n ? kStrip * panelStrips : n - jp;
-      const int64_t pairRow = PackPanel(w, n, k, transposeW, p0, kb, kbPad, jp, panelCols, stripLength, panel);
-      const int64_t stripStride = pairRow == 2 * kStrip ? stripLength : 2 * kStrip;
+      // the tile layout: strip s's pair-rows end to end over the whole depth, this block's from p0 / 2
+      const int64_t pairRow =
+          tiles ? 2 * kStrip : PackPanel(w, n, k, transposeW, p0, kb, kbPad, jp, panelCols, stripLength, panel);
+      const int64_t stripStride = tiles ? k * kStrip : pairRow == 2 * kStrip ? stripLength : 2 * kStrip;
+      const uint16_t* first = tiles ? tiles + jp / kStrip * stripStride + p0 / 2 * (2 * kStrip) : panel;
       // the tile loads are asm the compiler cannot see reading memory: the stores above must land first
       __asm__ volatile("" ::: "memory");
       for (int64_t j0 = jp; j0 < jp + panelCols; j0 += kStrip) {
         const int64_t cols = j0 + kStrip < n ? kStrip : n - j0;
-        const uint16_t* strip = panel + (j0 - jp) / kStrip * stripStride;
+        const uint16_t* strip = first + (j0 - jp) / kStrip * stripStride;
         for (int64_t i0 = 0; i0 < mPad; i0 += 32) {
           const uint16_t* a = pieces + i0 * ld;
           float* c = sums + i0 * ldc + j0;
           float* d = last && lastIntoOut ? out + i0 * n + j0 : c;
           const int64_t ldd = last && lastIntoOut ? n : ldc;
           const bool twoRows = mPad - i0 > 16, twoCols = cols > 16, more = p0 > 0;
-          if (pieceCount == 1) Block<1>(twoRows, twoCols, a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd);
-          else Block<3>(twoRows, twoCols, a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd);
+          // the layout comes from memory for the first rows (prefetched: what is read after this block is
+          // the next strip's, or the next depth block's first strip), from cache after
+          const uint16_t* next = nullptr;
+          if (tiles != nullptr && i0 == 0)
+            next = j0 + kStrip < n ? strip + stripStride : last ? strip : tiles + (p0 + depth) / 2 * (2 * kStrip);
+          if (pieceCount == 1)
+            Block<1>(twoRows, twoCols, a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd, next);
+          else Block<3>(twoRows, twoCols, a, plane, ld, kbPad, strip, pairRow, c, ldc, more, d, ldd, next);
         }
       }
     }
@@ -453,9 +488,17 @@ bool AmxMatmulBf16(const float* x, const uint16_t* w, float* out, int64_t m, int
   return true;
 }
 
+bool AmxMatmulBf16Tiles(const float* x, const uint16_t* tiles, float* out, int64_t m, int64_t n, int64_t k,
+                        bool roundX) {
+  if (!State().enabled || n % kStrip != 0 || k % kStrip != 0) return false;
+  Run(x, nullptr, out, m, n, k, false, roundX ? 1 : 3, tiles);
+  return true;
+}
+
 #else
 
 bool AmxMatmulBf16(const float*, const uint16_t*, float*, int64_t, int64_t, int64_t, bool, bool) { return false; }
+bool AmxMatmulBf16Tiles(const float*, const uint16_t*, float*, int64_t, int64_t, int64_t, bool) { return false; }
 
 #endif
 

@@ -26,6 +26,19 @@ bool SetAmxEnabled(bool enabled);
 bool AmxMatmulBf16(const float* x, const uint16_t* w, float* out, int64_t m, int64_t n, int64_t k,
                    bool transposeW, bool roundX);
 
+// The tile layout of a weight W [k, n] (k and n multiples of 32): W's columns in strips of 32, strip after
+// strip, each strip's rows in pairs, pair after pair, and each pair's 32 columns in turn, the two rows' values
+// side by side: W[p][j] at (j / 32) 32k + (p / 2) 64 + (j % 32) 2 + p % 2. The tiles read it as it lies.
+inline int64_t TileIndex(int64_t p, int64_t j, int64_t k) {
+  return (j / 32) * 32 * k + (p / 2) * 64 + (j % 32) * 2 + (p % 2);
+}
+
+// AmxMatmulBf16 (transposeW false) for W in the tile layout: the same products in the same order, so the
+// same bits as AmxMatmulBf16 on W itself, with nothing packed. False, touching nothing, when the tiles are
+// off or n or k is not a multiple of 32.
+bool AmxMatmulBf16Tiles(const float* x, const uint16_t* tiles, float* out, int64_t m, int64_t n, int64_t k,
+                        bool roundX);
+
 // count float32 values rounded to bfloat16 bits, to nearest even (matmul-bf16.cc).
 TORL_CPU_CLONES void RoundRun(const float* src, uint16_t* dst, int64_t count);
 

@@ -131,6 +131,31 @@ export interface NativeBlas {
     transposeW: boolean,
   ): void;
   /**
+   * matmulBf16(x, W, out, m, n, k, false) for a weight W [k, n] held in its tile layout (packBf16Tiles):
+   * the same bits. Past 8 rows on AMX tiles the layout is what the tiles read, so nothing is packed per
+   * product (a frozen weight laid out once: the reference policy's); elsewhere W is unpacked into a buffer
+   * first. Throws a RangeError where k or n is not a multiple of 32 or an operand is shorter than m, n and
+   * k say.
+   */
+  matmulBf16Tiles(
+    x: Float32Array,
+    tiles: Uint16Array,
+    out: Float32Array,
+    m: number,
+    n: number,
+    k: number,
+  ): void;
+  /**
+   * out[i] = value `from` + i of the tile layout of W [k, n] (bfloat16 bits; k and n multiples of 32):
+   * W's columns in strips of 32, each strip's rows in pairs, each pair's 32 columns in turn with the two
+   * rows' values side by side, so W[p][j] lies at floor(j / 32) 32k + floor(p / 2) 64 + (j % 32) 2 + p % 2.
+   * Any run of the layout (a rank's piece of a sharded weight) or all of it. Throws a RangeError where
+   * the shape or the run does not fit.
+   */
+  packBf16Tiles(w: Uint16Array, k: number, n: number, from: number, out: Uint16Array): void;
+  /** W [k, n] into `w` from its tile layout (packBf16Tiles' inverse, the whole weight). */
+  unpackBf16Tiles(tiles: Uint16Array, k: number, n: number, w: Uint16Array): void;
+  /**
    * Whether matmulBf16 past 8 rows runs on AMX tiles (Intel Xeons from Sapphire Rapids on, with a kernel
    * that grants them): supported, enabled (on by default where supported; TORL_BLAS_AMX=off turns it off),
    * and why not where unsupported.
@@ -213,6 +238,9 @@ const ADDON_FUNCTIONS: ReadonlyArray<keyof NativeBlas> = [
   "swigluGrad",
   "decodeAttention",
   "matmulBf16",
+  "matmulBf16Tiles",
+  "packBf16Tiles",
+  "unpackBf16Tiles",
   "amx",
   "setAmx",
   "setActivationDtype",

@@ -340,37 +340,155 @@ void Run(const Product& given, bool transposeW) {
 
 }  // namespace
 
+namespace {
+
+// Reads a product's x, w, out, m, n and k (arguments 0 to 5 of `fn`) into `p`, the weight's length into
+// `wLength`; false, with a JS exception pending, where one is not what it must be or an operand is shorter
+// than m, n and k say (as gemm checks them: a wrong shape never reads or writes past the memory handed
+// over).
+bool ReadProduct(const Napi::CallbackInfo& info, const char* fn, const char* wName, Product* p) {
+  Napi::Env env = info.Env();
+  Operand x, out;
+  uint16_t* w;
+  size_t wLength;
+  int64_t m, n, k;
+  if (!ReadOperand(env, info[0], "x", &x) || !ReadBf16Bits(env, info[1], wName, &w, &wLength) ||
+      !ReadOperand(env, info[2], "out", &out) || !ReadCount(env, info[3], "m", &m) ||
+      !ReadCount(env, info[4], "n", &n) || !ReadCount(env, info[5], "k", &k))
+    return false;
+  if (static_cast<uint64_t>(m * k) > x.length || static_cast<uint64_t>(n * k) > wLength ||
+      static_cast<uint64_t>(m * n) > out.length) {
+    Napi::RangeError::New(env, std::string(fn) + ": an operand is shorter than m, n and k say")
+        .ThrowAsJavaScriptException();
+    return false;
+  }
+  *p = Product{x.data, w, out.data, m, n, k};
+  return true;
+}
+
+// Whether nothing is left to multiply: m or n is 0 (nothing to write), or k is 0 (out is zeros, written).
+bool EmptyProduct(const Product& p) {
+  if (p.m == 0 || p.n == 0) return true;
+  if (p.k > 0) return false;
+  for (int64_t j = 0; j < p.m * p.n; j++) p.out[j] = 0.0f;
+  return true;
+}
+
+}  // namespace
+
 // matmulBf16(x, w, out, m, n, k, transposeW): out (m x n) = x (m x k) . W, with W bfloat16 bits (a
 // Uint16Array) of shape [n, k] read transposed when transposeW, else [k, n]; x and out float32.
 Napi::Value MatmulBf16(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!HasArity(info, "matmulBf16", 7)) return env.Undefined();
-  Operand x, out;
-  uint16_t* w;
-  size_t wLength;
-  if (!ReadOperand(env, info[0], "x", &x) || !ReadBf16Bits(env, info[1], "w", &w, &wLength) ||
-      !ReadOperand(env, info[2], "out", &out))
-    return env.Undefined();
-  int64_t m, n, k;
-  if (!ReadCount(env, info[3], "m", &m) || !ReadCount(env, info[4], "n", &n) || !ReadCount(env, info[5], "k", &k))
-    return env.Undefined();
+  Product p;
+  if (!ReadProduct(info, "matmulBf16", "w", &p)) return env.Undefined();
   if (!info[6].IsBoolean()) {
     Napi::TypeError::New(env, "transposeW must be a boolean").ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  const bool transposeW = info[6].As<Napi::Boolean>().Value();
-  // Bounds, as gemm checks them: a wrong shape never reads or writes past the memory handed over.
-  if (static_cast<uint64_t>(m * k) > x.length || static_cast<uint64_t>(n * k) > wLength ||
-      static_cast<uint64_t>(m * n) > out.length) {
-    Napi::RangeError::New(env, "matmulBf16: an operand is shorter than m, n and k say").ThrowAsJavaScriptException();
+  if (!EmptyProduct(p)) Run(p, info[6].As<Napi::Boolean>().Value());
+  return env.Undefined();
+}
+
+namespace {
+
+// Whether k and n allow the tile layout (multiples of 32); else throws a RangeError naming `fn`.
+bool TileShape(const Napi::Env& env, const char* fn, int64_t k, int64_t n) {
+  if (k % 32 == 0 && n % 32 == 0) return true;
+  Napi::RangeError::New(env, std::string(fn) + ": the tile layout needs k and n multiples of 32, got k " +
+                                 std::to_string(k) + ", n " + std::to_string(n))
+      .ThrowAsJavaScriptException();
+  return false;
+}
+
+// W [k, n] from its tile layout (amx.h TileIndex), a pair-row of 32 columns at a time.
+void UnpackTiles(const uint16_t* tiles, uint16_t* w, int64_t k, int64_t n) {
+  for (int64_t s = 0; s < n / 32; s++)
+    for (int64_t r = 0; r < k / 2; r++) {
+      const uint16_t* pair = tiles + s * 32 * k + r * 64;
+      uint16_t* even = w + 2 * r * n + 32 * s;
+      uint16_t* odd = even + n;
+      for (int64_t c = 0; c < 32; c++) {
+        even[c] = pair[2 * c];
+        odd[c] = pair[2 * c + 1];
+      }
+    }
+}
+
+}  // namespace
+
+// packBf16Tiles(w, k, n, from, out): out[i] = value from + i of W [k, n]'s tile layout (amx.h), for
+// i < out.length: a whole weight's layout, or any run of it (a rank's piece of a sharded one).
+Napi::Value PackBf16Tiles(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!HasArity(info, "packBf16Tiles", 5)) return env.Undefined();
+  uint16_t *w, *out;
+  size_t wLength, outLength;
+  int64_t k, n, from;
+  if (!ReadBf16Bits(env, info[0], "w", &w, &wLength) || !ReadCount(env, info[1], "k", &k) ||
+      !ReadCount(env, info[2], "n", &n) || !ReadCount(env, info[3], "from", &from) ||
+      !ReadBf16Bits(env, info[4], "out", &out, &outLength) || !TileShape(env, "packBf16Tiles", k, n))
+    return env.Undefined();
+  const int64_t size = k * n, to = from + static_cast<int64_t>(outLength);
+  if (static_cast<int64_t>(wLength) != size || to > size) {
+    Napi::RangeError::New(env, "packBf16Tiles: a [" + std::to_string(k) + ", " + std::to_string(n) +
+                                   "] weight needs " + std::to_string(size) + " values (got " +
+                                   std::to_string(wLength) + ") and its layout's values [" + std::to_string(from) +
+                                   ", " + std::to_string(to) + ") must lie within them")
+        .ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  if (m == 0 || n == 0) return env.Undefined();
-  if (k == 0) {
-    for (int64_t j = 0; j < m * n; j++) out.data[j] = 0.0f;
+  // pair-row by pair-row (64 values: 32 columns of two rows) over the ones [from, to) touches
+  for (int64_t base = from - from % 64; base < to; base += 64) {
+    const int64_t s = base / (32 * k), r = base % (32 * k) / 64;
+    const uint16_t* even = w + 2 * r * n + 32 * s;
+    const int64_t lo = from > base ? from - base : 0, hi = to < base + 64 ? to - base : 64;
+    for (int64_t t = lo; t < hi; t++) out[base + t - from] = even[(t % 2) * n + t / 2];
+  }
+  return env.Undefined();
+}
+
+// unpackBf16Tiles(tiles, k, n, w): W [k, n] from its tile layout (packBf16Tiles' inverse).
+Napi::Value UnpackBf16Tiles(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!HasArity(info, "unpackBf16Tiles", 4)) return env.Undefined();
+  uint16_t *tiles, *w;
+  size_t tilesLength, wLength;
+  int64_t k, n;
+  if (!ReadBf16Bits(env, info[0], "tiles", &tiles, &tilesLength) || !ReadCount(env, info[1], "k", &k) ||
+      !ReadCount(env, info[2], "n", &n) || !ReadBf16Bits(env, info[3], "w", &w, &wLength) ||
+      !TileShape(env, "unpackBf16Tiles", k, n))
+    return env.Undefined();
+  if (static_cast<int64_t>(tilesLength) != k * n || static_cast<int64_t>(wLength) != k * n) {
+    Napi::RangeError::New(env, "unpackBf16Tiles: a [" + std::to_string(k) + ", " + std::to_string(n) +
+                                   "] weight has " + std::to_string(k * n) + " values; got " +
+                                   std::to_string(tilesLength) + " in the layout and room for " +
+                                   std::to_string(wLength))
+        .ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  Run(Product{x.data, w, out.data, m, n, k}, transposeW);
+  UnpackTiles(tiles, w, k, n);
+  return env.Undefined();
+}
+
+// matmulBf16Tiles(x, tiles, out, m, n, k): matmulBf16(x, W, out, m, n, k, false) for W [k, n] given in its
+// tile layout: the same bits. On the tiles (past kFewRows rows, tiles on) the layout is read as it lies;
+// elsewhere W is unpacked into a buffer first.
+Napi::Value MatmulBf16Tiles(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!HasArity(info, "matmulBf16Tiles", 6)) return env.Undefined();
+  Product p;
+  if (!ReadProduct(info, "matmulBf16Tiles", "tiles", &p) || !TileShape(env, "matmulBf16Tiles", p.k, p.n) ||
+      EmptyProduct(p))
+    return env.Undefined();
+  if (p.m > kFewRows && AmxMatmulBf16Tiles(p.x, p.w, p.out, p.m, p.n, p.k, roundActivations))
+    return env.Undefined();
+  thread_local std::vector<uint16_t> unpacked;
+  unpacked.resize(static_cast<size_t>(p.k * p.n));
+  UnpackTiles(p.w, unpacked.data(), p.k, p.n);
+  p.w = unpacked.data();
+  Run(p, false);
   return env.Undefined();
 }
 

@@ -531,3 +531,91 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  "a weight in the tile layout: packBf16Tiles puts W[p][j] where the layout says, in whole or in any run, unpackBf16Tiles undoes it, and matmulBf16Tiles gives matmulBf16's bits (on the tiles and off, float32 and bfloat16 activations, few rows and many)",
+  (t) => {
+    const blas = addon(t);
+    if (!blas) return;
+    // the layout's formula, written out: strips of 32 columns, pairs of rows, the pair's values side by side
+    const k = 96;
+    const n = 64;
+    const w = bf16Weight(k * n, 11);
+    const tiles = new Uint16Array(k * n);
+    blas.packBf16Tiles(w.bits, k, n, 0, tiles);
+    let placed = true;
+    for (let p = 0; p < k; p++)
+      for (let j = 0; j < n; j++) {
+        const at = Math.floor(j / 32) * 32 * k + Math.floor(p / 2) * 64 + (j % 32) * 2 + (p % 2);
+        if (tiles[at] !== w.bits[p * n + j]) placed = false;
+      }
+    t.true(placed, "every value where the layout puts it");
+    // runs that start and end inside a pair-row, as a rank's piece of a sharded weight does
+    for (const [from, to] of [
+      [0, 1],
+      [5, 70],
+      [63, 64],
+      [1000, 3333],
+      [k * n - 7, k * n],
+    ] as const) {
+      const run = new Uint16Array(to - from);
+      blas.packBf16Tiles(w.bits, k, n, from, run);
+      t.deepEqual(run, tiles.subarray(from, to), `the run [${from}, ${to})`);
+    }
+    const back = new Uint16Array(k * n);
+    blas.unpackBf16Tiles(tiles, k, n, back);
+    t.deepEqual(back, w.bits);
+
+    const settings = withTiles(t, blas) ? [true, false] : [false];
+    try {
+      for (const dtype of ["float32", "bfloat16"] as const) {
+        blas.setActivationDtype(dtype);
+        for (const onTiles of settings) {
+          blas.setAmx(onTiles);
+          // few rows (the addon's own loops), short tiles of rows, and depths past one block of pieces
+          for (const [m, nn, kk] of [
+            [1, 32, 32],
+            [8, 64, 96],
+            [9, 32, 64],
+            [17, 96, 896],
+            [33, 896, 128],
+            [48, 64, 4864],
+            [66, 128, 1024],
+          ] as const) {
+            const x = floats(m * kk, m * 13 + kk);
+            const weight = bf16Weight(kk * nn, nn + 5 * kk);
+            const laid = new Uint16Array(kk * nn);
+            blas.packBf16Tiles(weight.bits, kk, nn, 0, laid);
+            const want = new Float32Array(m * nn);
+            const got = new Float32Array(m * nn);
+            blas.matmulBf16(x, weight.bits, want, m, nn, kk, false);
+            blas.matmulBf16Tiles(x, laid, got, m, nn, kk);
+            t.deepEqual(got, want, `${dtype}, tiles ${onTiles}, [${m}, ${nn}, ${kk}]: the same bits`);
+          }
+        }
+      }
+    } finally {
+      blas.setActivationDtype("float32");
+      blas.setAmx(blas.amx().supported);
+    }
+
+    // shapes the layout does not hold, runs past the weight, short operands
+    const out = new Float32Array(64);
+    t.throws(() => blas.packBf16Tiles(new Uint16Array(48 * 32), 48, 32, 0, new Uint16Array(10)), {
+      message: /multiples of 32, got k 48, n 32/,
+    });
+    t.throws(() => blas.packBf16Tiles(w.bits, k, n, k * n - 4, new Uint16Array(8)), {
+      message: /must lie within them/,
+    });
+    t.throws(() => blas.packBf16Tiles(w.bits.subarray(1), k, n, 0, new Uint16Array(8)), {
+      message: /needs 6144 values \(got 6143\)/,
+    });
+    t.throws(() => blas.unpackBf16Tiles(tiles, k, n, new Uint16Array(5)), { message: /room for 5/ });
+    t.throws(() => blas.matmulBf16Tiles(new Float32Array(32), tiles, out, 1, 40, 32), {
+      message: /multiples of 32, got k 32, n 40/,
+    });
+    t.throws(() => blas.matmulBf16Tiles(new Float32Array(32), tiles, out, 2, 64, 96), {
+      message: /shorter than m, n and k say/,
+    });
+  },
+);

@@ -22,6 +22,13 @@ import type { WasmHeap } from "./wasm-heap.js";
 export const MATMUL_BF16_KERNEL = "TorlMatmulBf16";
 
 /**
+ * How a weight's bits lie: "rows", row-major in `shape`; "tiles", a [k, n] weight (k and n multiples of
+ * 32) in the AMX tiles' own layout (NativeBlas.packBf16Tiles), laid out once for a frozen weight so that
+ * no product packs it (the reference policy's decoder layers); read as [k, n] only, never transposed.
+ */
+export type Bf16Layout = "rows" | "tiles";
+
+/**
  * A 2-D weight read from its bfloat16 bits in place (the store's own array: nothing is copied, and there
  * is nothing to free). `shape` is the weight's shape as stored: [in, out] for a linear layer's weight, or
  * [out, in] when it is read transposed (the tied LM head's embedding [V, h]).
@@ -30,11 +37,16 @@ export class Bf16Weight {
   constructor(
     readonly values: HalfArray,
     readonly shape: readonly [number, number],
+    readonly layout: Bf16Layout = "rows",
   ) {
     if (values.dtype !== "bfloat16")
       throw new RangeError(`products from 16-bit bits read bfloat16 only, got ${values.dtype}`);
     if (values.length !== shape[0] * shape[1])
       throw new RangeError(`a [${shape}] weight needs ${shape[0] * shape[1]} values, got ${values.length}`);
+    if (layout === "tiles" && (shape[0] % 32 !== 0 || shape[1] % 32 !== 0))
+      throw new RangeError(
+        `the tile layout holds [k, n] weights with k and n multiples of 32, not [${shape}]`,
+      );
   }
 
   /** Nothing to free (the bits belong to the weight store); here so a holder disposes any head alike. */
@@ -57,19 +69,18 @@ export function wasmMatmulBf16Kernel(blas: NativeBlas): tf.KernelFunc {
       throw new Error(
         `${MATMUL_BF16_KERNEL}: x must be float32 [m, ${k}] for a [${weight.shape}] weight${transposeW ? " read transposed" : ""}, got ${x.dtype} [${x.shape}]`,
       );
+    if (weight.layout === "tiles" && transposeW)
+      throw new Error(
+        `${MATMUL_BF16_KERNEL}: a [${weight.shape}] weight in the tile layout is read as [k, n] only, not transposed (its gradient's product, which a frozen weight never takes)`,
+      );
     const m = x.shape[0]!;
     const wasm = backend as unknown as WasmHeap;
     // Allocate first: growing the wasm heap detaches views taken before it.
     const out = wasm.makeOutput([m, n], "float32");
-    blas.matmulBf16(
-      wasm.typedArrayFromHeap(x),
-      weight.values.bits,
-      wasm.typedArrayFromHeap(out),
-      m,
-      n,
-      k,
-      transposeW,
-    );
+    const xs = wasm.typedArrayFromHeap(x);
+    const outs = wasm.typedArrayFromHeap(out);
+    if (weight.layout === "tiles") blas.matmulBf16Tiles(xs, weight.values.bits, outs, m, n, k);
+    else blas.matmulBf16(xs, weight.values.bits, outs, m, n, k, transposeW);
     return out;
   };
 }

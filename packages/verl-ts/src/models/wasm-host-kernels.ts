@@ -13,7 +13,13 @@
  */
 import * as tf from "@tensorflow/tfjs";
 import { HalfArray } from "./half-precision.js";
-import { Bf16Weight, markValuesUnwritten, refuseUnwritten, rememberBf16Bits } from "./native-matmul-bf16.js";
+import {
+  type Bf16Layout,
+  Bf16Weight,
+  markValuesUnwritten,
+  refuseUnwritten,
+  rememberBf16Bits,
+} from "./native-matmul-bf16.js";
 import { nativeMatmulActive } from "./native-state.js";
 import type { WasmHeap } from "./wasm-heap.js";
 
@@ -197,12 +203,22 @@ export function widenedTensor(values: HalfArray, shape: number[]): tf.Tensor {
  * The linear layers refuse it where they would read the values instead (no addon). For weights that go
  * into linear layers only (the update's per-layer gathers); elsewhere, and off wasm, widenedTensor.
  */
-export function bitsOnlyTensor(values: HalfArray, shape: [number, number]): tf.Tensor {
-  if (!onWasm() || values.dtype !== "bfloat16" || !nativeMatmulActive("wasm"))
+export function bitsOnlyTensor(
+  values: HalfArray,
+  shape: [number, number],
+  layout: Bf16Layout = "rows",
+): tf.Tensor {
+  if (!onWasm() || values.dtype !== "bfloat16" || !nativeMatmulActive("wasm")) {
+    // widening reads the bits row-major: bits in the tile layout are the addon's products' alone
+    if (layout === "tiles")
+      throw new Error(
+        `a [${shape}] weight in the tile layout is read by the addon's products on wasm only; this process runs ${tf.getBackend()}${nativeMatmulActive("wasm") ? "" : " without them"}`,
+      );
     return widenedTensor(values, shape);
+  }
   const attrs = { shape } as unknown as tf.NamedAttrMap;
   const t = tf.engine().runKernel(ALLOCATE_KERNEL, {}, attrs) as tf.Tensor;
-  rememberBf16Bits(t, new Bf16Weight(values, shape));
+  rememberBf16Bits(t, new Bf16Weight(values, shape, layout));
   markValuesUnwritten(t);
   return t;
 }

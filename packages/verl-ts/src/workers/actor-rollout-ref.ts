@@ -28,7 +28,9 @@ import { selectBackend } from "../models/backend.js";
 import { layerwiseLogProbs } from "../models/layerwise.js";
 import { computeLogProbsOfBatches, type HeadBlocks, tokenLogProbs } from "../models/logprobs.js";
 import { initialAdapterValues, loraConfigOf } from "../models/lora.js";
+import { nativeBlas } from "../models/native-blas.js";
 import { setActivationDtype } from "../models/native-matmul-bf16.js";
+import { nativeMatmulActive } from "../models/native-state.js";
 import { loadModelValues } from "../models/pretrained.js";
 import { bitsOnlyVariables, Qwen2Model } from "../models/qwen2.js";
 import { loadTokenizer, type Tokenizer } from "../models/tokenizer.js";
@@ -58,7 +60,7 @@ import {
   WorkerStateError,
 } from "./fsdp.js";
 import { GatherBuffers, type GatherTake } from "./gather-buffers.js";
-import { isLayerUnit, layerTensorsOf } from "./layer-sharding.js";
+import { isLayerUnit, layerTensorsOf, layerUnitKey } from "./layer-sharding.js";
 import { placeRows } from "./micro-batches.js";
 import type { OptimSettings } from "./optim.js";
 import { allReduceMax } from "./rank-context.js";
@@ -120,6 +122,12 @@ export interface WorkerMemory {
    * or products off the AMX tiles).
    */
   refHeadReleasedBytes: number;
+  /**
+   * Bytes of the reference's decoder-layer matrices (every rank's) held in the AMX tiles' layout, which
+   * its layer-by-layer passes read without packing them: where the model is bfloat16, its products run on
+   * the tiles and ref.fsdp_config.reshard_after_forward holds; else 0.
+   */
+  refTileLayoutBytes: number;
   /** With LoRA: the adapters' parameters (the trained ones); else 0. */
   adapterParameters: number;
   /**
@@ -294,9 +302,29 @@ export class ActorRolloutRefWorker extends ShardedWorker {
     });
     // over several ranks the reference is sharded at rest too: each pass gathers it (computeRefLogProb)
     if (this.worldSize > 1) {
-      this.refShards = new FrozenShards(values, this.ctx, ar.model.dtype);
+      this.refShards = new FrozenShards(values, this.ctx, ar.model.dtype, this.refTiles(this.ref));
       this.ref.evictWeights();
     }
+  }
+
+  /**
+   * The reference's decoder-layer matrices to hold in the AMX tiles' layout (FrozenShards' `tiles`):
+   * where its layer-by-layer pass reads them (reshard_after_forward), the model is bfloat16 and products
+   * run on the tiles in this process. Frozen, they are laid out once, and its products then read them as
+   * they lie instead of packing each one (see amx-bf16.cc); a whole pass gets them back row-major.
+   */
+  private refTiles(ref: Qwen2Model): Map<string, readonly [number, number]> {
+    const ar = this.cfg.actor_rollout_ref;
+    const tiles = new Map<string, readonly [number, number]>();
+    const blas = nativeMatmulActive(this.backendName) ? nativeBlas() : undefined;
+    if (ar.model.dtype !== "bfloat16" || !ar.ref.fsdp_config.reshard_after_forward || !blas?.amx().enabled)
+      return tiles;
+    for (const s of ref.specs)
+      if (isLayerUnit({ key: layerUnitKey(s.name) }) && s.shape.length === 2) {
+        const [k, n] = s.shape as [number, number];
+        if (k % 32 === 0 && n % 32 === 0) tiles.set(s.name, [k, n]);
+      }
+    return tiles;
   }
 
   protected override numParameters(): number {
@@ -641,6 +669,7 @@ export class ActorRolloutRefWorker extends ShardedWorker {
       publishedShardBytes: (this.refShards?.publishedBytes ?? 0) + (this.baseShards?.publishedBytes ?? 0),
       mappedShardBytes: (this.refShards?.mappedBytes ?? 0) + (this.baseShards?.mappedBytes ?? 0),
       refHeadReleasedBytes: this.refShards?.releasedValueBytes ?? 0,
+      refTileLayoutBytes: [...(this.refShards?.tiles.values() ?? [])].reduce((n, [k, v]) => n + k * v * 2, 0),
       adapterParameters: this.model?.lora?.numParameters() ?? 0,
       gatherBufferBytes: this.gatherBuffers.bytes + this.refGatherBuffers.bytes,
       gatherInGradientBytes: this.gatherBuffers.carvedBytes,
@@ -784,9 +813,9 @@ export class ActorRolloutRefWorker extends ShardedWorker {
           if (u === undefined)
             throw new WorkerStateError(`the reference's shards hold no unit for decoder layer ${i}`);
           releaseLast();
-          const { values, release } = await shards.unitParameters(u, into);
+          const { values, release, tiled } = await shards.unitParameters(u, into, { tiles: true });
           releaseLast = release;
-          return layerTensorsOf(values, shapes);
+          return layerTensorsOf(values, shapes, tiled);
         },
       );
     } finally {

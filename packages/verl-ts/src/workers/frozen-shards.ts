@@ -46,14 +46,33 @@ export class FrozenShards {
   private published: PublishedArrays<Float32Array | Uint16Array> | null | undefined;
 
   /**
+   * The bfloat16 matrices held in the AMX tiles' layout (NativeBlas.packBf16Tiles), by name, with their
+   * [k, n] shapes: see the constructor's `tiles`.
+   */
+  readonly tiles: ReadonlyMap<string, readonly [number, number]>;
+
+  /**
    * `values`: every parameter, in the layout the model computes in and any dtype (the file's); only this
-   * rank's pieces are kept, converted into `dtype` as the model's own store would hold them.
+   * rank's pieces are kept, converted into `dtype` as the model's own store would hold them. `tiles`:
+   * matrices ([k, n], k and n multiples of 32, dtype bfloat16, the addon loaded) to hold in the tiles'
+   * layout instead, so that the products of a caller that takes them so (unitParameters' and gatherUnit's
+   * `tiles`) pack nothing; every other caller gets them back row-major.
    */
   constructor(
     values: Map<string, StoredValues>,
     private readonly ctx: RankContext,
     readonly dtype: WeightDtype,
+    tiles: ReadonlyMap<string, readonly [number, number]> = new Map(),
   ) {
+    const blas = nativeBlas();
+    for (const [name, [k, n]] of tiles) {
+      const v = values.get(name);
+      if (dtype !== "bfloat16" || !blas || !v || v.length !== k * n || k % 32 !== 0 || n % 32 !== 0)
+        throw new RangeError(
+          `${name}: the tile layout holds a bfloat16 [k, n] matrix (k and n multiples of 32) with the addon loaded; here dtype ${dtype}, shape [${k}, ${n}], ${v ? v.length : "no"} values, ${blas ? "addon loaded" : "no addon"}`,
+        );
+    }
+    this.tiles = tiles;
     const { layout, units, pieces } = shardedLayout(values, ctx);
     this.layout = layout;
     this.units = units;
@@ -74,11 +93,19 @@ export class FrozenShards {
       for (const e of this.layout.entries) {
         const from = Math.max(p.start, e.offset);
         const to = Math.min(p.end, e.offset + e.size);
-        if (from < to)
-          shard.set(
-            fileRange(values.get(e.name)!, from - e.offset, to - e.offset, dtype),
-            own[u]! + from - p.start,
+        if (from >= to) continue;
+        const at = own[u]! + from - p.start;
+        const tile = tiles.get(e.name);
+        if (tile)
+          // this piece's run of the matrix's tile layout
+          blas!.packBf16Tiles(
+            fileRange(values.get(e.name)!, 0, e.size, dtype) as Uint16Array,
+            tile[0],
+            tile[1],
+            from - e.offset,
+            (shard as Uint16Array).subarray(at, at + to - from),
           );
+        else shard.set(fileRange(values.get(e.name)!, from - e.offset, to - e.offset, dtype), at);
       }
     this.shard = shard;
     this.bytes = pieces.reduce((n, p) => n + (p.end - p.start), 0) * shard.BYTES_PER_ELEMENT;
@@ -218,30 +245,35 @@ export class FrozenShards {
   async unitParameters(
     u: number,
     take?: GatherTake,
-  ): Promise<{ values: Map<string, StoredValues>; release: () => void }> {
+    { tiles = false }: { tiles?: boolean } = {},
+  ): Promise<{ values: Map<string, StoredValues>; release: () => void; tiled: ReadonlySet<string> }> {
     const unit = this.units[u]!;
+    const tiled = new Set(tiles ? unit.entries.filter((e) => this.tiles.has(e.name)).map((e) => e.name) : []);
     if (!((await this.publish()) && this.canMap())) {
-      const whole = await this.gatherUnit(u, take);
+      const whole = await this.gatherUnit(u, take, { tiles });
       const values = new Map(
         unit.entries.map((e) => {
           const at = e.offset - unit.start;
           return [e.name, storedRange(whole, at, at + e.size)] as const;
         }),
       );
-      return { values, release: () => {} };
+      return { values, release: () => {}, tiled };
     }
     const m = this.mapUnit(u);
     const values = new Map<string, StoredValues>(
       unit.entries.map((e) => {
         const at = e.offset - unit.start;
-        return [e.name, new HalfArray(this.dtype as HalfDtype, m.bits.subarray(at, at + e.size))];
+        const bits = m.bits.subarray(at, at + e.size);
+        const tile = tiles ? undefined : this.tiles.get(e.name);
+        // a caller that does not take the tile layout gets the matrix row-major, in an array of its own
+        return [e.name, new HalfArray(this.dtype as HalfDtype, tile ? untiled(bits, tile) : bits)];
       }),
     );
     // the files' pages leave the resident set; read again, they are the same bytes
     const release = () => {
       releaseMappedWithin(m, 0, m.buffer.byteLength);
     };
-    return { values, release };
+    return { values, release, tiled };
   }
 
   /**
@@ -319,13 +351,26 @@ export class FrozenShards {
    * the bits in the array `take` returns when given, float32 always in a new array (a float32 tensor made
    * from an array may keep reading it). Every rank calls it at the same point.
    */
-  async gatherUnit(u: number, take?: GatherTake): Promise<StoredValues> {
+  async gatherUnit(
+    u: number,
+    take?: GatherTake,
+    { tiles = false }: { tiles?: boolean } = {},
+  ): Promise<StoredValues> {
     const unit = this.units[u]!;
     const size = unit.end - unit.start;
     const ctor = this.dtype === "float32" ? Float32Array : Uint16Array;
     const out = take && ctor === Uint16Array ? take(ctor, size) : new ctor(size);
-    const half = (full: Float32Array | Uint16Array) =>
-      full instanceof Uint16Array ? new HalfArray(this.dtype as HalfDtype, full) : full;
+    const half = (full: Float32Array | Uint16Array) => {
+      if (!(full instanceof Uint16Array)) return full;
+      // the matrices in the tile layout back row-major, where the caller does not take them so
+      if (!tiles)
+        for (const e of unit.entries) {
+          const tile = this.tiles.get(e.name);
+          const at = e.offset - unit.start;
+          if (tile) full.set(untiled(full.subarray(at, at + e.size), tile), at);
+        }
+      return new HalfArray(this.dtype as HalfDtype, full);
+    };
     if (await this.publish()) {
       const W = this.ctx.worldSize;
       for (let q = 0; q < W; q++) {
@@ -345,6 +390,13 @@ export class FrozenShards {
     if (this.ctx.worldSize === 1) full.set(mine);
     return half(full);
   }
+}
+
+/** A [k, n] matrix's bits row-major, in a new array, from its tile layout. */
+function untiled(bits: Uint16Array, [k, n]: readonly [number, number]): Uint16Array {
+  const rows = new Uint16Array(k * n);
+  nativeBlas()!.unpackBf16Tiles(bits, k, n, rows);
+  return rows;
 }
 
 /** Elements [from, to) of one parameter's values in `dtype` (half: bit patterns), as WeightStore holds them. */

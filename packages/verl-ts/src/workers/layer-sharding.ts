@@ -73,19 +73,21 @@ export function unitParts(unit: FlatUnit, values: StoredValues): Map<string, Sto
   );
 }
 
-/** A layer's tensors from its parameters' values by name (see unitLayerTensors). */
+/**
+ * A layer's tensors from its parameters' values by name (see unitLayerTensors). `tiled`: the matrices
+ * whose bits are in the tile layout (FrozenShards' `tiles`), read by the addon's products alone.
+ */
 export function layerTensorsOf(
   values: ReadonlyMap<string, StoredValues>,
   shapes: ReadonlyMap<string, number[]>,
+  tiled: ReadonlySet<string> = new Set(),
 ): LayerTensors {
   return new Map(
     [...values].map(([name, v]) => {
       const shape = shapes.get(name)!;
       if (!(v instanceof HalfArray)) return [name, tf.tensor(v, shape, "float32")];
-      return [
-        name,
-        shape.length === 2 ? bitsOnlyTensor(v, shape as [number, number]) : widenedTensor(v, shape),
-      ];
+      if (shape.length !== 2) return [name, widenedTensor(v, shape)];
+      return [name, bitsOnlyTensor(v, shape as [number, number], tiled.has(name) ? "tiles" : "rows")];
     }),
   );
 }

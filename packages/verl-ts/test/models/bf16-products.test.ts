@@ -551,3 +551,44 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  "a bfloat16 matrix in the tiles' layout (a frozen reference's): a linear layer gives the row-major matrix's bits, on the tiles and off; its transposed product and its widening are refused",
+  async (t) => {
+    const blas = nativeAddon(t);
+    if (!blas) return;
+    const [k, n, m] = [64, 96, 12];
+    const { values, x } = productOperands(k, n, m);
+    const laid = new Uint16Array(k * n);
+    blas.packBf16Tiles(values.bits, k, n, 0, laid);
+    const tiled = new HalfArray("bfloat16", laid);
+    try {
+      await forEachTileSetting(blas, async (tiles) => {
+        const rows = bitsOnlyTensor(values, [k, n]);
+        const inTiles = bitsOnlyTensor(tiled, [k, n], "tiles");
+        t.is(bf16BitsOf(inTiles)!.layout, "tiles");
+        const want = linear(x, rows);
+        const got = linear(x, inTiles);
+        t.deepEqual(got.dataSync(), want.dataSync(), `tiles ${tiles}: the same bits`);
+        t.throws(() => linearTransposed(tf.zeros([m, n]) as tf.Tensor2D, inTiles), {
+          message: /in the tile layout is read as \[k, n\] only/,
+        });
+        tf.dispose([rows, inTiles, want, got]);
+      });
+    } finally {
+      blas.setAmx(blas.amx().supported);
+      x.dispose();
+    }
+    t.throws(() => bitsOnlyTensor(new HalfArray("bfloat16", new Uint16Array(48 * 32)), [48, 32], "tiles"), {
+      message: /k and n multiples of 32, not \[48,32\]/,
+    });
+    await tf.setBackend("cpu");
+    try {
+      t.throws(() => bitsOnlyTensor(tiled, [k, n], "tiles"), {
+        message: /read by the addon's products on wasm only; this process runs cpu/,
+      });
+    } finally {
+      await tf.setBackend("wasm");
+    }
+  },
+);

@@ -281,7 +281,7 @@ test.serial(
 );
 
 test.serial(
-  "the reference's tied LM head, read where the published shards lie, lets its mapped pages go as it reads them: the same log-probs as the actor's",
+  "the reference's tied LM head, read where the published shards lie, lets its mapped pages go as it reads them, and its layers' matrices are read in the tiles' layout: the same log-probs as the actor's",
   async (t) => {
     const blas = loadNativeBlas();
     if (!existsSync("/dev/shm") || !blas.ok || !blas.blas.amx().enabled) {
@@ -311,7 +311,24 @@ test.serial(
         t.deepEqual(ref, old, `pass ${pass}: the reference's log-probs are the actor's, bit for bit`);
       }
       const embeddingBytes = c.vocab_size * c.hidden_size * 2;
+      // the decoder layers' matrices whose sizes are whole tiles went into the tiles' layout, and the
+      // passes above read them so (a product reading them row-major would not give the actor's bits)
+      const kv = (c.num_key_value_heads * c.hidden_size) / c.num_attention_heads;
+      const whole = (k: number, n: number) => (k % 32 === 0 && n % 32 === 0 ? k * n : 0);
+      const tiled =
+        2 *
+        c.num_hidden_layers *
+        (2 * whole(c.hidden_size, c.hidden_size) +
+          2 * whole(c.hidden_size, kv) +
+          2 * whole(c.hidden_size, c.intermediate_size) +
+          whole(c.intermediate_size, c.hidden_size));
+      t.true(tiled > 0, "the tiny model has layers of whole tiles");
       for (const m of (await wg.memoryInfo()) as WorkerMemory[]) {
+        t.is(
+          m.refTileLayoutBytes,
+          tiled,
+          `rank ${m.rank}: the layers' whole-tile matrices in the tiles' layout`,
+        );
         if (!c.tie_word_embeddings) t.is(m.refHeadReleasedBytes, 0, "an untied head is read whole");
         else {
           t.true(m.refHeadReleasedBytes > 0, `rank ${m.rank}: pages let go as the head read them`);
