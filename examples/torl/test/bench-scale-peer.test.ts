@@ -161,6 +161,12 @@ test("the whole-model run holds AdamW moments of every parameter, and the memory
   t.is(out.scale_memory_ratio, 1.196);
   // without the whole-model run there is no target
   t.false("scale_memory_target_bytes" in mergeScalePeer(p, { ok: true, runs: { fp32 } }));
+  // a later run that could not run keeps the earlier runs' figures and says which did not run, and why
+  const partial = mergeScalePeer(p, { ok: true, runs: { fp32 }, notRun: "the whole-model run: killed" });
+  t.is(partial.scale_peak_rss_bytes_torch_fp32, 9e9);
+  t.is(partial.torch, "2.0.0, 1 thread; not run: the whole-model run: killed");
+  t.false("scale_memory_ratio" in partial);
+  t.is(mergeScalePeer(p, { ok: true, runs: {}, notRun: "all: gone" }).torch, "not run: all: gone");
 });
 
 test("torchScaleSpec refuses a probe that never generated", (t) => {

@@ -86,7 +86,7 @@ export type ScalePeerResult = ScaleProbeResult & { lora?: ScaleProbeResult & { t
  * `scale_step_seconds_torch_{fp32,bf16}` (every step's seconds by phase); with the whole-model run,
  * `scale_peak_rss_bytes_torch_fp32_whole_model`, `scale_memory_target_bytes` (that over the ranks) and
  * `scale_memory_ratio` (the target over `scale_memory_bytes_torl`: 1 or above meets it); `torch` says
- * which torch ran or why none did; `scale_fine_tuning` names what both sides' figures are (full
+ * which torch ran or why none did, and which later run did not (the earlier runs' figures stand); `scale_fine_tuning` names what both sides' figures are (full
  * fine-tuning), and a LoRA run's figures (`lora`) get `torch` saying that PyTorch did not run them.
  */
 export function mergeScalePeer(
@@ -96,6 +96,8 @@ export function mergeScalePeer(
         ok: true;
         runs: Partial<Record<keyof typeof TORCH_DTYPES, TorchScaleRun>>;
         wholeModel?: TorchScaleRun;
+        /** A later run that could not run (the earlier runs' figures stand): which, and why. */
+        notRun?: string;
       }
     | { ok: false; why: string },
 ): ScalePeerResult {
@@ -107,6 +109,7 @@ export function mergeScalePeer(
   }
   const first = Object.values(torch.runs)[0];
   if (first) out.torch = `${first.torch_version}, ${first.threads} thread`;
+  if (torch.notRun) out.torch = `${first ? `${out.torch}; ` : ""}not run: ${torch.notRun}`;
   for (const [short, run] of Object.entries(torch.runs)) {
     if (!run) continue;
     out[`scale_peak_rss_bytes_torch_${short}`] = run.peak_rss_bytes;
@@ -168,7 +171,9 @@ export async function runScalePeer(flags: {
     const r = torchRun(dtype);
     if (!r.ok) {
       console.log(`PyTorch side skipped: ${r.why}`);
-      return mergeScalePeer(probe, r);
+      // the runs that came before keep their figures
+      if (Object.keys(runs).length === 0) return mergeScalePeer(probe, r);
+      return mergeScalePeer(probe, { ok: true, runs, notRun: `PyTorch ${dtype} and the rest: ${r.why}` });
     }
     runs[short] = r.out;
     // each side's figures as they come: a run stopped later keeps them in its log
@@ -178,7 +183,14 @@ export async function runScalePeer(flags: {
     "PyTorch float32, 1 thread: the whole model's step in one process (AdamW over every parameter, a frozen bfloat16 reference), for its memory",
   );
   const whole = torchRun("float32", true);
-  if (!whole.ok) return mergeScalePeer(probe, whole);
+  if (!whole.ok) {
+    console.log(`PyTorch whole-model run skipped: ${whole.why}`);
+    return mergeScalePeer(probe, {
+      ok: true,
+      runs,
+      notRun: `the whole-model run (no memory target): ${whole.why}`,
+    });
+  }
   const out = mergeScalePeer(probe, { ok: true, runs, wholeModel: whole.out });
   const gb = (bytes: unknown) => (Number(bytes) / 1e9).toFixed(2);
   console.log(
@@ -205,7 +217,8 @@ when \`python3 -c 'import torch'\` works (--python PATH for another interpreter)
   scale_<phase>_seconds_torl, scale_<phase>_seconds_torch_{fp32,bf16}   per phase (generate,
       old_log_prob, ref_log_prob, update_actor)
   scale_<phase>_ratio_{fp32,bf16}      torch seconds / torl-ts seconds (above 1: torl-ts is faster)
-  scale_peak_rss_bytes_torch_{fp32,bf16}, torch (the version, or why it did not run)
+  scale_peak_rss_bytes_torch_{fp32,bf16}, torch (the version, or why it did not run; a later run that
+  could not run is named there, the earlier runs' figures kept)
   scale_steps                          both sides run --steps GRPO steps; the figures are the last one's
   scale_step_seconds_torch_{fp32,bf16} every PyTorch step's seconds by phase (step_seconds: torl-ts's)
   scale_peak_rss_bytes_torch_fp32_whole_model  the same step of the whole model in one PyTorch float32
