@@ -16,6 +16,7 @@ import { fileURLToPath } from "node:url";
 import { defineBench } from "@torl-ts/core/cli";
 import { type Qwen2Config, toHfConfig } from "@torl-ts/verl";
 import {
+  gigabytes,
   runScaleProbeFor,
   SCALE_FLAGS,
   SCALE_PHASES,
@@ -192,7 +193,7 @@ export async function runScalePeer(flags: {
     });
   }
   const out = mergeScalePeer(probe, { ok: true, runs, wholeModel: whole.out });
-  const gb = (bytes: unknown) => (Number(bytes) / 1e9).toFixed(2);
+  const gb = (bytes: unknown) => gigabytes(Number(bytes));
   console.log(
     `memory: a rank's footprint ${gb(out.scale_memory_bytes_torl)} GB (peak plus its reference shard in /dev/shm) ` +
       `against PyTorch's whole model ${gb(whole.out.peak_rss_bytes)} GB / ${probe.ranks} ranks = ` +

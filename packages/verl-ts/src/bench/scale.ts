@@ -329,9 +329,14 @@ export async function runScaleProbe(opts: ScaleProbeOptions): Promise<ScaleProbe
   return result;
 }
 
+/** Bytes as decimal gigabytes with two decimals, as the probe's lines print them. */
+export function gigabytes(bytes: number): string {
+  return (bytes / 1e9).toFixed(2);
+}
+
 /** Where a rank's memory goes: what it holds by kind, in GB, against its peak resident set. */
 export function memoryLine(m: WorkerMemory): string {
-  const gb = (bytes: number) => (bytes / 1e9).toFixed(2);
+  const gb = gigabytes;
   return (
     `rank ${m.rank}: peak ${gb(m.peakRssBytes)} GB; shard and AdamW moments ${gb(m.actorShardBytes)}, ` +
     `gathered weights kept ${gb(m.gatherBufferBytes)} (${gb(m.gatherInGradientBytes)} of it in the gradient shard's memory), ` +
