@@ -180,7 +180,11 @@ test("each tarball ships its built JavaScript and types, and no sources, tests o
       (f) =>
         !/^package\/(README\.md|package\.json|LICENSE)$/.test(f) &&
         !/^package\/dist\/.+\.(js|mjs|d\.ts|js\.map|yaml|jsonl)$/.test(f) &&
-        !(name === "@torl-ts/sandbox" && /^package\/python\/(torl_sandbox\/)?[a-z_]+\.py$/.test(f)) &&
+        // the fork server's Python, and its template loop in C, compiled where it runs
+        !(
+          name === "@torl-ts/sandbox" &&
+          /^package\/(python\/(torl_sandbox\/)?[a-z_]+\.py|native\/[a-z_]+\.c)$/.test(f)
+        ) &&
         // the tiny base model (torl model tiny) and the scaffold's template (torl new algorithm)
         !(
           name === "@torl-ts/verl" &&
@@ -197,7 +201,7 @@ test("each tarball ships its built JavaScript and types, and no sources, tests o
     t.deepEqual(
       stray,
       [],
-      `${name} ships only README, LICENSE, package.json, dist/ (and the sandbox's python/, the addon's source, verl's tiny base and template)`,
+      `${name} ships only README, LICENSE, package.json, dist/ (and the sandbox's python/ and native/, the addon's source, verl's tiny base and template)`,
     );
     t.true(files.includes("package/dist/index.js") && files.includes("package/dist/index.d.ts"), name);
     t.true(files.includes("package/LICENSE"), `${name} ships its LICENSE`);
@@ -237,7 +241,8 @@ test("a consumer project runs actors, tasks, objects, collectives, DataProto, th
     [3, 30],
   ]);
   t.deepEqual(r.dataProto, { ids: [1, 2, 3, 4, 5, 6], shape: [2, 3], text: ["first", "second"] });
-  t.deepEqual(r.sandbox, { status: "Success", stdout: "42\n" });
+  // the installed package builds its template loop from the C source it ships
+  t.deepEqual(r.sandbox, { status: "Success", stdout: "42\n", templateLoop: "native" });
   t.deepEqual(r.rewardThreads, [true, false, false], "the reward's scoring threads ran");
   t.is(r.grpo.steps, 1);
   t.is(r.grpo.logged.length, 1);

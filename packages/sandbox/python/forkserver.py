@@ -50,6 +50,7 @@ from torl_sandbox.isolation import (
     use_host_scratch,
     verify_ipc_unshare,
 )
+from torl_sandbox.native import load_native
 from torl_sandbox.linux import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
@@ -79,6 +80,9 @@ def main():
     os.dup2(devnull, 1)
     os.close(devnull)
     disabled = set(CONFIG.get("disable", []))
+    # the template's loop in C, as Node built it (sent with the sources; see native.py)
+    native, native_off = (load_native(globals().get("bundle", {}).get("native")) if CONFIG.get("native_template", True)
+                          else (None, "nativeTemplate is false"))
     # as root with cgroups, the runs' copies of a huge-page heap must be capped: no hugetlb
     # controller, no huge pages (the heap stays in ordinary pages, which the memory cgroup counts)
     huge_off = huge_heap_setup(CONFIG.get("huge_pages"), need_hugetlb_cgroup=os.geteuid() == 0 and "cgroups" not in disabled)
@@ -119,6 +123,8 @@ def main():
         "drop_uid": False,
         "ipc_per_run": False,
         "cgroups": None,
+        "native": native,
+        "native_off": native_off,
     }
     if not is_root:
         WARNINGS.append("not running as root: namespaces, cgroups and the uid drop are unavailable")

@@ -18,6 +18,7 @@ import type {
 } from "./types.js";
 import {
   checkHugePages,
+  checkNativeTemplate,
   type IsolationStep,
   type RawRunResult,
   SandboxWorker,
@@ -39,6 +40,8 @@ export interface ExecutorOptions {
   preload?: string[];
   /** Warm heap in 2 MiB huge pages: true, false or "auto" (the default: by the cost of a page fault here); see WorkerOptions.hugePages. */
   hugePages?: boolean | "auto";
+  /** The template's loop and each run's preparation in C (default true); see WorkerOptions.nativeTemplate. */
+  nativeTemplate?: boolean;
   /** This executor's maxima (run_timeout, memory_limit_MB, request size); a request over one is refused. */
   limits?: Partial<RequestLimits>;
   /** Called with each line worth saying loudly (missing protections, restarts). Default: stderr. */
@@ -91,6 +94,7 @@ export class SandboxExecutor implements CodeRunner {
     checkedOption("maxOutputBytes", options.maxOutputBytes, 1 << 20);
     checkedOption("tmpfsMb", options.tmpfsMb, 256);
     checkHugePages(options.hugePages);
+    checkNativeTemplate(options.nativeTemplate);
     this.log = options.log ?? ((line) => process.stderr.write(`[sandbox] ${line}\n`));
   }
 
@@ -123,6 +127,8 @@ export class SandboxExecutor implements CodeRunner {
         }
       }
       for (const w of this.warnings) this.log(`WARNING: isolation incomplete: ${w}`);
+      if (first.templateLoop === "python")
+        this.log(`the template's loop runs in Python (${first.templateLoopWhy}): more CPU per run than in C`);
     }
     return this;
   }
@@ -187,6 +193,7 @@ export class SandboxExecutor implements CodeRunner {
       restarts: this.restarts,
       protections: this.protections,
       heap: this.workers.find((w) => w.heap !== undefined)?.heap ?? null,
+      templateLoop: this.workers.find((w) => w.templateLoop !== undefined)?.templateLoop ?? null,
       warnings: this.warnings,
     };
   }
@@ -220,6 +227,7 @@ export class SandboxExecutor implements CodeRunner {
       disable: this.options.disable,
       preload: this.options.preload,
       hugePages: this.options.hugePages,
+      nativeTemplate: this.options.nativeTemplate,
     });
     this.workers.push(worker);
     worker.onExit = (err) => this.onWorkerExit(worker, err.message);

@@ -1,5 +1,6 @@
 import { execFile, execFileSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -12,11 +13,16 @@ export const FORKSERVER_PACKAGE = "torl_sandbox";
 /** The benchmark's bare fork loop over the same warm heap (`bench sandbox`), run from its file. */
 export const BENCH_FORK_LOOP_PATH = join(PYTHON_DIR, "bench_fork_loop.py");
 
+/** The template's loop in C, built with the machine's compiler (see nativeTemplateLoop). */
+export const NATIVE_LOOP_SOURCE = fileURLToPath(new URL("../native/template_loop.c", import.meta.url));
+
 /** What a fork server reads on FORKSERVER_SOURCE_FD: forkserver.py and the modules of its package. */
 export interface ForkServerBundle {
   main: string;
   /** Module name (`isolation`) to its source. */
   modules: Record<string, string>;
+  /** The native loop: the shared library (base64), or why there is none (the server then loops in Python). */
+  native?: { library: string } | { unavailable: string };
 }
 
 /** The fork server's sources as one bundle (read at each start, like any program file). */
@@ -27,6 +33,39 @@ export function forkServerBundle(): ForkServerBundle {
     if (file.endsWith(".py") && file !== "__init__.py")
       modules[file.slice(0, -".py".length)] = readFileSync(join(dir, file), "utf8");
   return { main: readFileSync(FORKSERVER_PATH, "utf8"), modules };
+}
+
+let nativeLoop: Promise<{ library: string } | { unavailable: string }> | undefined;
+
+/**
+ * The template's loop and the run child's preparation (native/template_loop.c) as a shared library,
+ * built once per process with the machine's C compiler ($CC, else `cc`) in a private temporary
+ * directory and kept in memory: the fork server loads it from the bytes sent with its sources. Where
+ * it cannot be built, why (the worker then runs the same steps in Python and says so in its warnings).
+ */
+export function nativeTemplateLoop(): Promise<{ library: string } | { unavailable: string }> {
+  nativeLoop ??= new Promise((resolve) => {
+    const compiler = process.env.CC || "cc";
+    const dir = mkdtempSync(join(tmpdir(), "torl-sandbox-native-"));
+    const out = join(dir, "template_loop.so");
+    // -z now: every symbol bound at load, in the server, so no run child pays for binding one
+    const args = ["-O2", "-std=gnu11", "-shared", "-fPIC", "-Wl,-z,now", "-o", out, NATIVE_LOOP_SOURCE];
+    execFile(compiler, args, { timeout: 120_000 }, (error, _stdout, stderr) => {
+      try {
+        if (error) {
+          const said = stderr.trim().split("\n").slice(-3).join(" ");
+          resolve({ unavailable: `${compiler} could not build the native loop: ${said || error.message}` });
+        } else {
+          resolve({ library: readFileSync(out).toString("base64") });
+        }
+      } catch (err) {
+        resolve({ unavailable: `reading the built native loop failed: ${(err as Error).message}` });
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+  });
+  return nativeLoop;
 }
 
 let resolved: string | undefined;

@@ -65,6 +65,9 @@ export interface Protection {
 /** A warm heap in 2 MiB hugetlb pages, or in the machine's ordinary pages. */
 export type HeapPages = "huge" | "small";
 
+/** Where a worker's template loop (ending runs, forking and preparing the next) runs: C or Python. */
+export type TemplateLoop = "native" | "python";
+
 /** What `GET /health` and `SandboxExecutor.health()` report. */
 export interface SandboxHealth {
   status: "ok" | "degraded" | "down";
@@ -76,6 +79,8 @@ export interface SandboxHealth {
   /** The page size of the workers' warm heap: 2 MiB hugetlb pages or ordinary ones (see `hugePages`);
    * null while no worker has started. */
   heap: HeapPages | null;
+  /** Where the workers' template loop runs (see `nativeTemplate`); null while no worker has started. */
+  templateLoop: TemplateLoop | null;
   /** Every protection that is not active, in words; empty when isolation is complete. */
   warnings: string[];
 }

@@ -112,6 +112,9 @@ test("the benchmark reports every figure with isolation on (tiny run)", async (t
     "bare_handoff_cpu_ms_per_run",
     "bare_handoff_vs_bare_fork",
     "pool_vs_bare_handoff",
+    "pool_python_loop_per_s",
+    "pool_python_loop_cpu_ms_per_run",
+    "pool_vs_python_loop",
   ] as const;
   for (const k of figures) t.true(Number.isFinite(r[k]) && r[k] > 0, `${k} = ${r[k]}`);
   // as root (as CI runs) the huge-page loop has its huge pages; where it cannot, the figure is null and says why
@@ -123,6 +126,8 @@ test("the benchmark reports every figure with isolation on (tiny run)", async (t
     r.pool_heap === "huge" ? r.bare_fork_code_per_s_huge : r.bare_fork_code_per_s_small,
   );
   t.is(r.pool_vs_bare_fork_rounds.length, 2);
+  // the pool's loop is in C where the machine has a compiler (CI's does); its baseline in Python
+  t.is(r.pool_template_loop, "native");
   t.true(r.pool_vs_best_bare_fork <= r.pool_vs_bare_fork);
   // the CPU split by process adds up to the totals (each part rounded to 0.01 ms)
   const parts = [r.pool_cpu_ms_node, r.pool_cpu_ms_server, r.pool_cpu_ms_template, r.pool_cpu_ms_runs];

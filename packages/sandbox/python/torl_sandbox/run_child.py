@@ -113,7 +113,7 @@ def prepare_template(state):
     # /dev/null here, the run's pipes in the child)
     run_stdio()
     run_ipc = RunIpc() if state["ipc_per_run"] else None
-    reseeder = StateReseeder(state.get("generators", ()))
+    reseeder = state.get("reseeder") or StateReseeder(state.get("generators", ()))
     return dict(state, template_prepared=True, run_ipc=run_ipc, reseeder=reseeder)
 
 
@@ -154,124 +154,159 @@ def fork_zygote(state):
 
 
 def zygote_main(state, ctrl_r, out_w, err_w, status_w):
-    """Runs in the forked child; never returns."""
+    """Runs in a child forked by Python (the prefault probe, or the template's loop in Python);
+    never returns. (native/template_loop.c has the same steps up to the request in C.)"""
     name_process("run")
     code = 1
     timings = {"zygote_cpu_at_start_ms": time.process_time() * 1000}
     mark = step_timer(timings, state["trace"] is not None)
     try:
-        os.setsid()
-        mark("setsid")
-        cg = state["cgroups"]
-        prepared = state.get("template_prepared", False)
-        if cg is not None:
-            cg.join()
-        mark("cgroup_join")
-        t_pop = time.perf_counter()
-        if not state.get("learning"):
-            if state["huge_ranges"]:
-                # a huge-page heap leaves ~160 small hot pages (libraries' data, stacks): always
-                # copied, as under shadow paging one madvise costs ~25 us a page, the fault it saves ~65 us
-                for addr, length in state["hot_pages"]:
-                    libc.madvise(addr, length, MADV_POPULATE_WRITE)
-                timings["zygote_populated_ranges"] = populate_while_idle(state["hot_huge"], ctrl_r, HUGE)
-            else:
-                # in an ordinary-page heap the hot list is most of what a run writes (~1,400 pages,
-                # 8 ms to copy on a KVM guest): copying it under load costs more than the faults
-                timings["zygote_populated_ranges"] = populate_while_idle(state["hot_pages"], ctrl_r, SMALL_CHUNK)
-        timings["zygote_populate_ms"] = (time.perf_counter() - t_pop) * 1000
-        mark("prefault")
-        ends = (out_w, err_w, status_w, ctrl_r)
-        if min(ends) < 5:
-            # above every target first: a pipe end may itself sit on 1-4 (the template's children
-            # get theirs at CHILD_ENDS, above them)
-            ends = [fcntl.fcntl(fd, fcntl.F_DUPFD, 5) for fd in ends]
-        for target, fd in enumerate(ends, start=1):
-            os.dup2(fd, target)
-        os.closerange(5, 65536)
-        os.chdir(state["scratch"])
-        mark("fds_chdir")
-        # everything that does not depend on the request happens before it arrives
-        fixed = [
-            (resource.RLIMIT_CORE, 0),
-            (resource.RLIMIT_NOFILE, 256),
-            (resource.RLIMIT_FSIZE, int(state["tmpfs_mb"]) * 1024 * 1024),
-        ]
-        for which, value in fixed:
-            resource.setrlimit(which, (value, value))
-        mark("rlimits")
-        if not prepared:
-            reseed_generators(state.get("generators", ()))
-        mark("reseed")
-        if state["ipc_per_run"] and not prepared:
-            fresh_ipc_namespace()
-        mark("ipc_namespace")
-        if state["drop_uid"]:
-            if not prepared:
-                drop_capability_bounding_set()
-            mark("capability_drop")
-            uid, gid = state["uid"], state["gid"]
-            os.setgroups([])
-            os.setresgid(gid, gid, gid)
-            os.setresuid(uid, uid, uid)
-        mark("uid_drop")
-        if not prepared:
-            # a child of the template inherits both from it (see template_main)
-            libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-            if state["seccomp"] is not None:
-                check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(state["seccomp"]), 0, 0),
-                      "seccomp")
-        mark("seccomp")
-        if not prepared:
-            run_signals_and_env(state)
-            run_stdio()
-        mark("signals_env_stdio")
+        prepare_child(state, ctrl_r, out_w, err_w, status_w, timings, mark)
         timings["zygote_cpu_ready_ms"] = time.process_time() * 1000
         req = read_frame(4)
         os.close(4)
         if req is None:
             os._exit(0)
-        stdin_fd = os.memfd_create("stdin")
-        data = (req.get("stdin") or "").encode()
-        if data:
-            os.write(stdin_fd, data)
-            os.lseek(stdin_fd, 0, os.SEEK_SET)
-        os.dup2(stdin_fd, 0)
-        os.close(stdin_fd)
-        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
-        # per-request limits: only ever lowered, which an unprivileged process may do
-        mem_mb, timeout, max_processes = run_limits(req)
-        limits = [(resource.RLIMIT_CPU, int(timeout) + 2)]
-        if state["drop_uid"]:
-            limits.append((resource.RLIMIT_NPROC, max_processes))
-        limits.append((resource.RLIMIT_AS, state["vm_base"] + int(mem_mb * 1024 * 1024)))
-        for which, value in limits:
-            resource.setrlimit(which, (value, value))
-        path = os.path.join(state["scratch"], "main.py")
-        sys.argv = [path]
-        sys.path.insert(0, state["scratch"])  # as `python3 main.py` has it
-        timings["zygote_cpu_before_exec_ms"] = time.process_time() * 1000
-        t_exec = time.perf_counter()
-        code = run_user_code(path, req.get("code", ""))
-        timings["zygote_exec_ms"] = (time.perf_counter() - t_exec) * 1000
-        timings["zygote_cpu_after_exec_ms"] = time.process_time() * 1000
-        if state.get("learning"):
-            libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE, so that /proc/self/pagemap stays readable
-            os.write(3, json.dumps(exclusive_pages()).encode())
-            os._exit(0)
+        code = run_request(state, req, timings)
     except BaseException:  # noqa: BLE001
-        try:
-            traceback.print_exc()
-        except BaseException:  # noqa: BLE001
-            pass
-        code = 1
+        code = report_failure()
+    end_child(state, code, timings)
+
+
+def native_child_main(state, native):
+    """Runs in a child the native loop forked and prepared (native/template_loop.c), before its
+    request arrives; never returns."""
+    code = 1
+    timings = {}
+    try:
+        if state["trace"] is not None:
+            timings.update(json.loads("{" + native.timings() + "}"))
+        req = json.loads(native.request())
+        code = run_request(state, req, timings)
+    except BaseException:  # noqa: BLE001
+        code = report_failure()
+    end_child(state, code, timings)
+
+
+def prepare_child(state, ctrl_r, out_w, err_w, status_w, timings, mark):
+    """Everything that does not depend on the request, before it arrives."""
+    os.setsid()
+    mark("setsid")
+    cg = state["cgroups"]
+    prepared = state.get("template_prepared", False)
+    if cg is not None:
+        cg.join()
+    mark("cgroup_join")
+    t_pop = time.perf_counter()
+    if not state.get("learning"):
+        if state["huge_ranges"]:
+            # a huge-page heap leaves ~160 small hot pages (libraries' data, stacks): always
+            # copied, as under shadow paging one madvise costs ~25 us a page, the fault it saves ~65 us
+            for addr, length in state["hot_pages"]:
+                libc.madvise(addr, length, MADV_POPULATE_WRITE)
+            timings["zygote_populated_ranges"] = populate_while_idle(state["hot_huge"], ctrl_r, HUGE)
+        else:
+            # in an ordinary-page heap the hot list is most of what a run writes (~1,400 pages,
+            # 8 ms to copy on a KVM guest): copying it under load costs more than the faults
+            timings["zygote_populated_ranges"] = populate_while_idle(state["hot_pages"], ctrl_r, SMALL_CHUNK)
+    timings["zygote_populate_ms"] = (time.perf_counter() - t_pop) * 1000
+    mark("prefault")
+    ends = (out_w, err_w, status_w, ctrl_r)
+    if min(ends) < 5:
+        # above every target first: a pipe end may itself sit on 1-4 (the template's children
+        # get theirs at CHILD_ENDS, above them)
+        ends = [fcntl.fcntl(fd, fcntl.F_DUPFD, 5) for fd in ends]
+    for target, fd in enumerate(ends, start=1):
+        os.dup2(fd, target)
+    os.closerange(5, 65536)
+    os.chdir(state["scratch"])
+    mark("fds_chdir")
+    fixed = [
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NOFILE, 256),
+        (resource.RLIMIT_FSIZE, int(state["tmpfs_mb"]) * 1024 * 1024),
+    ]
+    for which, value in fixed:
+        resource.setrlimit(which, (value, value))
+    mark("rlimits")
+    if not prepared:
+        reseed_generators(state.get("generators", ()))
+    mark("reseed")
+    if state["ipc_per_run"] and not prepared:
+        fresh_ipc_namespace()
+    mark("ipc_namespace")
+    if state["drop_uid"]:
+        if not prepared:
+            drop_capability_bounding_set()
+        mark("capability_drop")
+        uid, gid = state["uid"], state["gid"]
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    mark("uid_drop")
+    if not prepared:
+        # a child of the template inherits both from it (see template_main)
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        if state["seccomp"] is not None:
+            check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(state["seccomp"]), 0, 0),
+                  "seccomp")
+    mark("seccomp")
+    if not prepared:
+        run_signals_and_env(state)
+        run_stdio()
+    mark("signals_env_stdio")
+
+
+def run_request(state, req, timings):
+    """Runs one request in this prepared child: stdin, the request's limits, the code; its exit code."""
+    stdin_fd = os.memfd_create("stdin")
+    data = (req.get("stdin") or "").encode()
+    if data:
+        os.write(stdin_fd, data)
+        os.lseek(stdin_fd, 0, os.SEEK_SET)
+    os.dup2(stdin_fd, 0)
+    os.close(stdin_fd)
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
+    # per-request limits: only ever lowered, which an unprivileged process may do
+    mem_mb, timeout, max_processes = run_limits(req)
+    limits = [(resource.RLIMIT_CPU, int(timeout) + 2)]
+    if state["drop_uid"]:
+        limits.append((resource.RLIMIT_NPROC, max_processes))
+    limits.append((resource.RLIMIT_AS, state["vm_base"] + int(mem_mb * 1024 * 1024)))
+    for which, value in limits:
+        resource.setrlimit(which, (value, value))
+    path = os.path.join(state["scratch"], "main.py")
+    sys.argv = [path]
+    sys.path.insert(0, state["scratch"])  # as `python3 main.py` has it
+    timings["zygote_cpu_before_exec_ms"] = time.process_time() * 1000
+    t_exec = time.perf_counter()
+    code = run_user_code(path, req.get("code", ""))
+    timings["zygote_exec_ms"] = (time.perf_counter() - t_exec) * 1000
+    timings["zygote_cpu_after_exec_ms"] = time.process_time() * 1000
+    if state.get("learning"):
+        libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE, so that /proc/self/pagemap stays readable
+        os.write(3, json.dumps(exclusive_pages()).encode())
+        os._exit(0)
+    return code
+
+
+def report_failure():
+    """A failure of the sandbox's own steps, said on the run's stderr; the run's exit code (1)."""
+    try:
+        traceback.print_exc()
+    except BaseException:  # noqa: BLE001
+        pass
+    return 1
+
+
+def end_child(state, code, timings):
+    """Flushes the run's output and exits with `code`. The server learns the exit status from the
+    kernel (the template reaps this process); fd 3 carries only timings, for profiling."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except BaseException:  # noqa: BLE001
             pass
-    # the server learns the exit status from the kernel (the template reaps this process); fd 3
-    # carries only timings, for profiling
     try:
         os.close(1)
         os.close(2)

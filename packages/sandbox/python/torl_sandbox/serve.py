@@ -16,7 +16,7 @@ from torl_sandbox.linux import PAGE, name_process
 from torl_sandbox.prefault import LEARN_CODE
 from torl_sandbox.run_child import fork_zygote, run_limits
 from torl_sandbox.template import Template, end_runs
-from torl_sandbox.warm import random_generators
+from torl_sandbox.warm import StateReseeder, random_generators
 
 
 def read_run_file(scratch, name, limit):
@@ -266,6 +266,15 @@ def serve(state):
     name_process("server")
     req_fd, resp_fd = state["req_fd"], state["resp_fd"]
     state["generators"] = random_generators()  # before gc.freeze: get_objects() skips frozen objects
+    state["reseeder"] = StateReseeder(state["generators"])
+    if state["native"] is not None and state["reseeder"].others:
+        state["native"], state["native_off"] = None, (
+            f"{len(state['reseeder'].others)} random generator(s) whose state the native loop cannot refill")
+    # a speed feature, not a protection: the Python loop isolates runs the same way (health says which)
+    if state["native"] is not None:
+        PROTECTIONS["warm_pool"]["how"] += "; the template's loop and each run's preparation in C"
+    else:
+        PROTECTIONS["warm_pool"]["how"] += f"; the template's loop in Python ({state['native_off']})"
     gc.collect()
     gc.freeze()
     try:
@@ -287,6 +296,8 @@ def serve(state):
     z, ended = template.next_zygote()
     write_frame(resp_fd, {"type": "ready", "uid": state["uid"] if state["drop_uid"] else os.geteuid(),
                           "heap": "huge" if state["huge_ranges"] else "small",
+                          "template_loop": "native" if state["native"] is not None else "python",
+                          "template_loop_why": state["native_off"],
                           "protections": PROTECTIONS, "warnings": WARNINGS})
     while True:
         req = read_frame(req_fd)

@@ -10,7 +10,14 @@ import time
 import traceback
 
 from torl_sandbox.linux import PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, check, fork_bare, libc, name_process
-from torl_sandbox.run_child import Zygote, prepare_template, reseed_before_fork, scratch_and_pipes, zygote_main
+from torl_sandbox.run_child import (
+    Zygote,
+    native_child_main,
+    prepare_template,
+    reseed_before_fork,
+    scratch_and_pipes,
+    zygote_main,
+)
 from torl_sandbox.seccomp import PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
 
@@ -91,6 +98,13 @@ def template_main(sock, state):
     if state["seccomp"] is not None:
         check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(state["seccomp"]), 0, 0),
               "seccomp (the template's, which every run inherits)")
+    native = state["native"]
+    if native is not None:
+        # the same loop in C (native/template_loop.c), which also prepares each run child up to its
+        # request: it comes back here only in a run child, or once the server has gone
+        if native.loop(sock, state, CHILD_ENDS):
+            native_child_main(state, native)
+        os._exit(0)
     child = None
     last_fork = None  # with tracing: the last cycle's fork, as seen here (wall ns, CPU ns, faults)
     while True:

@@ -266,6 +266,16 @@ export interface SandboxBenchResult {
   bare_handoff_vs_bare_fork: number;
   /** pool_per_s / bare_handoff_code_per_s, median of the rounds': what the pool adds to the least hand-off. */
   pool_vs_bare_handoff: number;
+  /** Where the measured pool's template loop runs: "native" (C) unless the machine could not build it. */
+  pool_template_loop: "native" | "python";
+  /**
+   * The same pool with the template's loop and the run child's preparation in Python
+   * (`nativeTemplate: false`), measured in the same rounds: its runs per second (median), its CPU
+   * per run, and pool_per_s over it (median of the rounds' ratios).
+   */
+  pool_python_loop_per_s: number;
+  pool_python_loop_cpu_ms_per_run: number;
+  pool_vs_python_loop: number;
   pool_p50_ms: number;
   pool_p99_ms: number;
   http_per_s: number;
@@ -300,13 +310,16 @@ export async function benchSandbox(
   log(`pool: starting ${workers} warm workers`);
   const ex = await new SandboxExecutor({ workers, log }).start();
   const poolHeap = ex.health().heap;
+  const templateLoop = ex.health().templateLoop;
+  if (templateLoop === null) throw new Error("the pool started without saying where its template loop runs");
+  log(`  the pool's template loop: ${templateLoop}`);
   if (poolHeap === null) throw new Error("the pool started without saying which heap its workers have");
   const rounds = opts.rounds ?? 3;
   if (!Number.isInteger(rounds) || rounds < 1)
     throw new RangeError(`rounds must be an integer >= 1, got ${rounds}`);
   const bareRuns = opts.bareRuns ?? 100;
   log(`ceiling: ${workers} bare fork loops of each warm heap (huge and small pages), no isolation`);
-  const started: { close(): void }[] = [];
+  const started: { close(): void | Promise<void> }[] = [];
   const startLoops = async (hugePages: boolean) => {
     const loops = await startBareForkLoops(python, workers, hugePages);
     started.push(loops);
@@ -326,10 +339,11 @@ export async function benchSandbox(
       .map(([n]) => n);
     const isolation = off.length === 0 ? "full" : `missing: ${off.join(", ")}`;
     log(`  isolation while measured: ${isolation}; the pool's heap: ${poolHeap} pages`);
-    const check = async () => {
-      const r = await ex.run(BENCH_CODE);
+    const checkOn = (pool: SandboxExecutor) => async () => {
+      const r = await pool.run(BENCH_CODE);
       if (r.run_result?.stdout !== EXPECTED) throw new Error(`pool run failed: ${JSON.stringify(r)}`);
     };
+    const check = checkOn(ex);
     for (let i = 0; i < 2 * workers; i++) await check();
     const exit = await bareLoops[poolHeap].rate("exit", bareRuns);
     log(`  bare_fork_exit_per_s ${round(exit.perS)} (fork + exit, ${poolHeap} pages)`);
@@ -340,12 +354,17 @@ export async function benchSandbox(
     log(
       `rounds: ${rounds} x (bare loops ${bareRuns} children each per heap, pool ${poolRuns} runs, ${workers} in flight)`,
     );
-    const perRound: { pool: number; poolCpu: PoolCpu; huge: BareRate; small: BareRate; handoff: BareRate }[] =
-      [];
-    const poolRound = async () => {
-      const cpu0 = poolCpuSeconds(ex.workerPids());
-      const pool = await throughput(poolRuns, workers, check);
-      const cpu1 = poolCpuSeconds(ex.workerPids());
+    const perRound: {
+      pool: number;
+      poolCpu: PoolCpu;
+      huge: BareRate;
+      small: BareRate;
+      handoff: BareRate;
+    }[] = [];
+    const poolRound = async (pool_: SandboxExecutor = ex) => {
+      const cpu0 = poolCpuSeconds(pool_.workerPids());
+      const pool = await throughput(poolRuns, workers, checkOn(pool_));
+      const cpu1 = poolCpuSeconds(pool_.workerPids());
       const poolCpu = {
         node: ((cpu1.node - cpu0.node) * 1000) / poolRuns,
         server: ((cpu1.server - cpu0.server) * 1000) / poolRuns,
@@ -430,6 +449,24 @@ export async function benchSandbox(
       await srv.close();
     }
     log(`  http_per_s ${round(http)}`);
+
+    // the baseline for the C loop: the same pool with it in Python, started only now so that it sits
+    // beside none of the figures above; the two pools in alternating rounds
+    log(
+      `template loop: ${rounds} x (the pool, the same pool with its loop in Python), ${poolRuns} runs each`,
+    );
+    const pyEx = await new SandboxExecutor({ workers, nativeTemplate: false, log: () => {} }).start();
+    started.push(pyEx);
+    for (let i = 0; i < 2 * workers; i++) await checkOn(pyEx)();
+    const loopRounds: { native: number; python: number; pythonCpu: PoolCpu }[] = [];
+    for (let r = 0; r < rounds; r++) {
+      const first = r % 2 === 0 ? ex : pyEx;
+      const a = await poolRound(first);
+      const b = await poolRound(first === ex ? pyEx : ex);
+      const [native, python] = first === ex ? [a, b] : [b, a];
+      loopRounds.push({ native: native.pool, python: python.pool, pythonCpu: python.poolCpu });
+      log(`  round ${r + 1}: pool ${round(native.pool)}/s  loop in Python ${round(python.pool)}/s`);
+    }
     return {
       workers,
       machine_page_fault_us: round(faultUs),
@@ -464,6 +501,16 @@ export async function benchSandbox(
       bare_handoff_cpu_ms_per_run: round(mean(perRound.map((r) => r.handoff.cpuMsPerRun))),
       bare_handoff_vs_bare_fork: round(median(perRound.map((r) => r.handoff.perS / same(r).perS)), 3),
       pool_vs_bare_handoff: round(median(perRound.map((r) => r.pool / r.handoff.perS)), 3),
+      pool_template_loop: templateLoop,
+      pool_python_loop_per_s: round(median(loopRounds.map((r) => r.python))),
+      pool_python_loop_cpu_ms_per_run: round(
+        mean(
+          loopRounds.map(
+            (r) => r.pythonCpu.node + r.pythonCpu.server + r.pythonCpu.template + r.pythonCpu.runs,
+          ),
+        ),
+      ),
+      pool_vs_python_loop: round(median(loopRounds.map((r) => r.native / r.python)), 3),
       pool_p50_ms: round(p50),
       pool_p99_ms: round(p99),
       http_per_s: round(http),
@@ -472,8 +519,7 @@ export async function benchSandbox(
       target_pool_p50_le_10ms: p50 <= 10,
     };
   } finally {
-    for (const loops of started) loops.close();
-    await ex.close();
+    await Promise.all([...started.map((p) => p.close()), ex.close()]);
   }
 }
 
@@ -556,6 +602,8 @@ export const benchSandboxCommand = defineBench({
     "  pool_vs_bare_fork_cpu  the same in CPU per run (bare loop / pool), steadier on a loaded machine;",
     "                     pool_cpu_ms_node/_server/_template/_runs and bare_fork_code_cpu_ms_parent/",
     "                     _children split it by process",
+    "  pool_vs_python_loop  pool_per_s over the same pool with its template loop and the run child's",
+    "                     preparation in Python (nativeTemplate: false; pool_python_loop_per_s)",
     "  bare_handoff_code_per_s  the loop with the least hand-off any pool needs (the child forked before",
     "                     the code arrives, code in and output out through pipes, one process, no",
     "                     isolation); bare_handoff_vs_bare_fork: its share of the ceiling;",
@@ -623,6 +671,11 @@ export const benchSandboxCommand = defineBench({
       "pool_vs_bare_handoff",
       result.pool_vs_bare_handoff,
       `against the least hand-off (${result.bare_handoff_code_per_s}/s, CPU ${result.bare_handoff_cpu_ms_per_run} ms per run), itself ${result.bare_handoff_vs_bare_fork} of the ceiling`,
+    );
+    row(
+      "pool_vs_python_loop",
+      result.pool_vs_python_loop,
+      `the pool (template loop: ${result.pool_template_loop}) against the same pool with it in Python (${result.pool_python_loop_per_s}/s, CPU ${result.pool_python_loop_cpu_ms_per_run} ms per run)`,
     );
     row("pool_p50_ms", result.pool_p50_ms, "target <= 10");
     row("pool_p99_ms", result.pool_p99_ms);
