@@ -115,6 +115,7 @@ test("the benchmark reports every figure with isolation on (tiny run)", async (t
     "pool_python_loop_per_s",
     "pool_python_loop_cpu_ms_per_run",
     "pool_vs_python_loop",
+    "pool_vs_python_loop_cpu",
   ] as const;
   for (const k of figures) t.true(Number.isFinite(r[k]) && r[k] > 0, `${k} = ${r[k]}`);
   // as root (as CI runs) the huge-page loop has its huge pages; where it cannot, the figure is null and says why
@@ -144,22 +145,28 @@ test("the benchmark reports every figure with isolation on (tiny run)", async (t
   t.is(r.http_clients, 16);
 });
 
-test("the benchmark's --steps mode reports what each isolation step costs per run (tiny run)", async (t) => {
+test("the benchmark's --steps mode reports what each isolation step costs per run, either loop (tiny run)", async (t) => {
   const before = process.env.TORL_SANDBOX_TRACE;
-  const steps = await benchSandboxSteps({ workers: 1, runs: 3 });
-  for (const k of [
-    "step_cgroup_join_us",
-    "step_seccomp_cpu_us",
-    "step_uid_drop_faults",
-    "server_fresh_scratch_us",
-    "template_reseed_cpu_us",
-    "template_fork_us",
-    "server_end_run_us",
-  ])
-    t.true(Number.isFinite(steps[k]) && steps[k]! >= 0, `${k} = ${steps[k]}`);
-  // the run child's whole life as its parent reaps it: at least what it had used when its code returned
-  t.true(steps.zygote_cpu_total_ms! > 0, `zygote_cpu_total_ms = ${steps.zygote_cpu_total_ms}`);
-  t.true(steps.zygote_cpu_total_ms! >= steps.zygote_cpu_after_exec_ms! - 0.1);
-  t.true(steps.zygote_faults_total! > 0, `zygote_faults_total = ${steps.zygote_faults_total}`);
+  const names: string[][] = [];
+  for (const nativeTemplate of [true, false]) {
+    const steps = await benchSandboxSteps({ workers: 1, runs: 3, nativeTemplate });
+    for (const k of [
+      "step_cgroup_join_us",
+      "step_seccomp_cpu_us",
+      "step_uid_drop_faults",
+      "server_fresh_scratch_us",
+      "template_reseed_cpu_us",
+      "template_fork_us",
+      "server_end_run_us",
+    ])
+      t.true(Number.isFinite(steps[k]) && steps[k]! >= 0, `${k} = ${steps[k]} (native ${nativeTemplate})`);
+    // the run child's whole life as its parent reaps it: at least what it had used when its code returned
+    t.true(steps.zygote_cpu_total_ms! > 0, `zygote_cpu_total_ms = ${steps.zygote_cpu_total_ms}`);
+    t.true(steps.zygote_cpu_total_ms! >= steps.zygote_cpu_after_exec_ms! - 0.1);
+    t.true(steps.zygote_faults_total! > 0, `zygote_faults_total = ${steps.zygote_faults_total}`);
+    names.push(Object.keys(steps).filter((k) => k.startsWith("step_")));
+  }
+  // the C loop's child marks the same steps as the Python one, so the two read side by side
+  t.deepEqual(names[0], names[1]);
   t.is(process.env.TORL_SANDBOX_TRACE, before, "the mode leaves the environment as it found it");
 });

@@ -109,6 +109,9 @@ function poolCpuSeconds(workerPids: number[]): {
   };
 }
 
+/** A pool's CPU per run over all its processes, ms. */
+const cpuTotal = (c: PoolCpu) => c.node + c.server + c.template + c.runs;
+
 /** One plain `python3 -c CODE` per run, as an executor without a warm pool does. */
 function naiveRun(python: string): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -276,6 +279,8 @@ export interface SandboxBenchResult {
   pool_python_loop_per_s: number;
   pool_python_loop_cpu_ms_per_run: number;
   pool_vs_python_loop: number;
+  /** The same in CPU per run over those rounds: the Python loop's over the pool's (above 1: the C loop costs less). */
+  pool_vs_python_loop_cpu: number;
   pool_p50_ms: number;
   pool_p99_ms: number;
   http_per_s: number;
@@ -458,13 +463,18 @@ export async function benchSandbox(
     const pyEx = await new SandboxExecutor({ workers, nativeTemplate: false, log: () => {} }).start();
     started.push(pyEx);
     for (let i = 0; i < 2 * workers; i++) await checkOn(pyEx)();
-    const loopRounds: { native: number; python: number; pythonCpu: PoolCpu }[] = [];
+    const loopRounds: { native: number; nativeCpu: PoolCpu; python: number; pythonCpu: PoolCpu }[] = [];
     for (let r = 0; r < rounds; r++) {
       const first = r % 2 === 0 ? ex : pyEx;
       const a = await poolRound(first);
       const b = await poolRound(first === ex ? pyEx : ex);
       const [native, python] = first === ex ? [a, b] : [b, a];
-      loopRounds.push({ native: native.pool, python: python.pool, pythonCpu: python.poolCpu });
+      loopRounds.push({
+        native: native.pool,
+        nativeCpu: native.poolCpu,
+        python: python.pool,
+        pythonCpu: python.poolCpu,
+      });
       log(`  round ${r + 1}: pool ${round(native.pool)}/s  loop in Python ${round(python.pool)}/s`);
     }
     return {
@@ -503,12 +513,11 @@ export async function benchSandbox(
       pool_vs_bare_handoff: round(median(perRound.map((r) => r.pool / r.handoff.perS)), 3),
       pool_template_loop: templateLoop,
       pool_python_loop_per_s: round(median(loopRounds.map((r) => r.python))),
-      pool_python_loop_cpu_ms_per_run: round(
-        mean(
-          loopRounds.map(
-            (r) => r.pythonCpu.node + r.pythonCpu.server + r.pythonCpu.template + r.pythonCpu.runs,
-          ),
-        ),
+      pool_python_loop_cpu_ms_per_run: round(mean(loopRounds.map((r) => cpuTotal(r.pythonCpu)))),
+      pool_vs_python_loop_cpu: round(
+        mean(loopRounds.map((r) => cpuTotal(r.pythonCpu))) /
+          mean(loopRounds.map((r) => cpuTotal(r.nativeCpu))),
+        3,
       ),
       pool_vs_python_loop: round(median(loopRounds.map((r) => r.native / r.python)), 3),
       pool_p50_ms: round(p50),
@@ -548,7 +557,7 @@ function medians(traces: Record<string, number>[]): Record<string, number> {
  * reaped it, so that the total less `zygote_cpu_after_exec_ms` is what its exit costs) and faults.
  */
 export async function benchSandboxSteps(
-  opts: { workers?: number; runs?: number } = {},
+  opts: { workers?: number; runs?: number; nativeTemplate?: boolean } = {},
   log: (line: string) => void = () => {},
 ): Promise<Record<string, number>> {
   const workers = opts.workers ?? Math.max(1, cpus().length);
@@ -557,7 +566,8 @@ export async function benchSandboxSteps(
   process.env.TORL_SANDBOX_TRACE = "1";
   const pool = Array.from(
     { length: workers },
-    (_, i) => new SandboxWorker({ name: `torl-${process.pid}-steps-${i}` }),
+    (_, i) =>
+      new SandboxWorker({ name: `torl-${process.pid}-steps-${i}`, nativeTemplate: opts.nativeTemplate }),
   );
   try {
     await Promise.all(pool.map((w) => w.start()));
@@ -568,7 +578,9 @@ export async function benchSandboxSteps(
   try {
     const request = normalizeRequest({ code: BENCH_CODE });
     const traces: Record<string, number>[] = [];
-    log(`steps: ${workers} workers with per-step timings, ${runs} runs each, all busy`);
+    log(
+      `steps: ${workers} workers with per-step timings, ${runs} runs each, all busy; template loop: ${pool[0]?.templateLoop}`,
+    );
     await Promise.all(
       pool.map(async (w) => {
         for (let i = 0; i < runs + 2; i++) {
@@ -587,7 +599,7 @@ export async function benchSandboxSteps(
 export const benchSandboxCommand = defineBench({
   summary: "benchmark the sandbox: naive spawn vs warm pool vs HTTP API",
   usage: [
-    "usage: pnpm torl bench sandbox [--json] [--workers N] [--runs 300] [--rounds 3] [--steps]",
+    "usage: pnpm torl bench sandbox [--json] [--workers N] [--runs 300] [--rounds 3] [--steps [--python-loop]]",
     "",
     "Runs print(sympy.factor(x**2-1)) with isolation on and reports:",
     "  naive_spawn_per_s  a fresh python3 process per run that imports sympy (N at a time): the baseline",
@@ -603,7 +615,8 @@ export const benchSandboxCommand = defineBench({
     "                     pool_cpu_ms_node/_server/_template/_runs and bare_fork_code_cpu_ms_parent/",
     "                     _children split it by process",
     "  pool_vs_python_loop  pool_per_s over the same pool with its template loop and the run child's",
-    "                     preparation in Python (nativeTemplate: false; pool_python_loop_per_s)",
+    "                     preparation in Python (nativeTemplate: false; pool_python_loop_per_s), in",
+    "                     rounds of their own after the others; pool_vs_python_loop_cpu: the same in CPU",
     "  bare_handoff_code_per_s  the loop with the least hand-off any pool needs (the child forked before",
     "                     the code arrives, code in and output out through pipes, one process, no",
     "                     isolation); bare_handoff_vs_bare_fork: its share of the ceiling;",
@@ -613,20 +626,27 @@ export const benchSandboxCommand = defineBench({
     "Targets: pool_per_s >= 50 x naive_spawn_per_s; pool_p50_ms <= 10; pool_vs_bare_fork >= 0.85.",
     "",
     "--steps: instead, the median cost of each isolation step per run (microseconds), busy workers",
-    "with per-step timings on (TORL_SANDBOX_TRACE=1); --runs is then the runs per worker (default 100).",
+    "with per-step timings on (TORL_SANDBOX_TRACE=1); --runs is then the runs per worker (default 100);",
+    "--python-loop: the same with the template's loop and the run child's preparation in Python.",
   ].join("\n"),
   flags: {
     workers: { type: "integer", min: 1 },
     runs: { type: "integer", min: 1 },
     rounds: { type: "integer", min: 1 },
     steps: { type: "boolean" },
+    "python-loop": { type: "boolean" },
   },
   /** With --steps the median cost of each isolation step, else the throughput figures. */
   measure(flags): Promise<Record<string, number> | SandboxBenchResult> {
     const workers = flags.workers ?? Math.max(1, cpus().length);
     const log = (line: string) => console.log(line);
     if (flags.rounds !== undefined && flags.steps) throw new UsageError("--rounds does not apply to --steps");
-    if (flags.steps) return benchSandboxSteps({ workers, runs: flags.runs ?? 100 }, log);
+    if (flags["python-loop"] && !flags.steps) throw new UsageError("--python-loop applies to --steps only");
+    if (flags.steps)
+      return benchSandboxSteps(
+        { workers, runs: flags.runs ?? 100, nativeTemplate: !flags["python-loop"] },
+        log,
+      );
     return benchSandbox({ workers, runs: flags.runs ?? 300, rounds: flags.rounds ?? 3 }, log);
   },
   show(figures, flags) {
@@ -675,7 +695,7 @@ export const benchSandboxCommand = defineBench({
     row(
       "pool_vs_python_loop",
       result.pool_vs_python_loop,
-      `the pool (template loop: ${result.pool_template_loop}) against the same pool with it in Python (${result.pool_python_loop_per_s}/s, CPU ${result.pool_python_loop_cpu_ms_per_run} ms per run)`,
+      `the pool (template loop: ${result.pool_template_loop}) against the same pool with it in Python (${result.pool_python_loop_per_s}/s, CPU ${result.pool_python_loop_cpu_ms_per_run} ms per run; CPU ratio ${result.pool_vs_python_loop_cpu})`,
     );
     row("pool_p50_ms", result.pool_p50_ms, "target <= 10");
     row("pool_p99_ms", result.pool_p99_ms);
