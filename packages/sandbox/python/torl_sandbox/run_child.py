@@ -19,7 +19,7 @@ from torl_sandbox.linux import CLONE_NEWIPC, PR_SET_NO_NEW_PRIVS, check, fork_ba
 from torl_sandbox.huge_heap import HUGE
 from torl_sandbox.prefault import MADV_POPULATE_WRITE, SMALL_CHUNK, exclusive_pages, populate_while_idle
 from torl_sandbox.seccomp import PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-from torl_sandbox.warm import StateReseeder, reseed_generators
+from torl_sandbox.warm import reseed_generators
 
 
 def vm_size_bytes():
@@ -101,7 +101,7 @@ def prepare_template(state):
     and sys.stdout/sys.stderr. (The seccomp filter and no_new_privs too, installed by template_main
     once this is done: the IPC namespace below needs calls the filter denies.)
     Returns the state the template forks its children with. Random generators: the template reseeds
-    them before each fork (reseed_before_fork), when no child shares their pages any more, so no
+    them before each fork (reseed_before_fork, with the server's StateReseeder), when no child shares their pages any more, so no
     page is copied for it. IPC namespace: the template enters the runs' own here (RunIpc), and
     empties it after each run, before it forks the next child. (The cgroups are not among these: a
     template inside a run's memory cgroup could be the one its OOM killer picks, and this needs no
@@ -113,8 +113,7 @@ def prepare_template(state):
     # /dev/null here, the run's pipes in the child)
     run_stdio()
     run_ipc = RunIpc() if state["ipc_per_run"] else None
-    reseeder = state.get("reseeder") or StateReseeder(state.get("generators", ()))
-    return dict(state, template_prepared=True, run_ipc=run_ipc, reseeder=reseeder)
+    return dict(state, template_prepared=True, run_ipc=run_ipc)
 
 
 def fresh_ipc_namespace():
